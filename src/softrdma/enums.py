@@ -1,0 +1,203 @@
+"""libibverbs' enums (verbs.h), the one place every layer takes them from.
+
+Values are the ABI values of rdma-core's <infiniband/verbs.h>, so a work
+completion or a QP attribute mask means the same number here as in C, and
+``softrdma.pyverbs.enums`` can re-export them unchanged.
+"""
+
+from enum import IntEnum, IntFlag
+
+
+class ibv_qp_type(IntEnum):
+    IBV_QPT_RC = 2
+    IBV_QPT_UC = 3
+    IBV_QPT_UD = 4
+    IBV_QPT_RAW_PACKET = 8
+    IBV_QPT_XRC_SEND = 9
+    IBV_QPT_XRC_RECV = 10
+
+
+class ibv_qp_state(IntEnum):
+    IBV_QPS_RESET = 0
+    IBV_QPS_INIT = 1
+    IBV_QPS_RTR = 2
+    IBV_QPS_RTS = 3
+    IBV_QPS_SQD = 4
+    IBV_QPS_SQE = 5
+    IBV_QPS_ERR = 6
+    IBV_QPS_UNKNOWN = 7
+
+
+class ibv_qp_attr_mask(IntFlag):
+    IBV_QP_STATE = 1 << 0
+    IBV_QP_CUR_STATE = 1 << 1
+    IBV_QP_EN_SQD_ASYNC_NOTIFY = 1 << 2
+    IBV_QP_ACCESS_FLAGS = 1 << 3
+    IBV_QP_PKEY_INDEX = 1 << 4
+    IBV_QP_PORT = 1 << 5
+    IBV_QP_QKEY = 1 << 6
+    IBV_QP_AV = 1 << 7
+    IBV_QP_PATH_MTU = 1 << 8
+    IBV_QP_TIMEOUT = 1 << 9
+    IBV_QP_RETRY_CNT = 1 << 10
+    IBV_QP_RNR_RETRY = 1 << 11
+    IBV_QP_RQ_PSN = 1 << 12
+    IBV_QP_MAX_QP_RD_ATOMIC = 1 << 13
+    IBV_QP_ALT_PATH = 1 << 14
+    IBV_QP_MIN_RNR_TIMER = 1 << 15
+    IBV_QP_SQ_PSN = 1 << 16
+    IBV_QP_MAX_DEST_RD_ATOMIC = 1 << 17
+    IBV_QP_PATH_MIG_STATE = 1 << 18
+    IBV_QP_CAP = 1 << 19
+    IBV_QP_DEST_QPN = 1 << 20
+    IBV_QP_RATE_LIMIT = 1 << 25
+
+
+class ibv_mtu(IntEnum):
+    IBV_MTU_256 = 1
+    IBV_MTU_512 = 2
+    IBV_MTU_1024 = 3
+    IBV_MTU_2048 = 4
+    IBV_MTU_4096 = 5
+
+
+def mtu_to_bytes(mtu: int) -> int:
+    """ibv_mtu enum -> bytes (IBV_MTU_1024 -> 1024)."""
+    return 128 << mtu
+
+
+def bytes_to_mtu(nbytes: int) -> ibv_mtu:
+    """Largest ibv_mtu not above ``nbytes`` (4200 -> IBV_MTU_4096)."""
+    for m in reversed(ibv_mtu):
+        if mtu_to_bytes(m) <= nbytes:
+            return m
+    raise ValueError(f"MTU {nbytes} below 256")
+
+
+class ibv_access_flags(IntFlag):
+    IBV_ACCESS_LOCAL_WRITE = 1
+    IBV_ACCESS_REMOTE_WRITE = 1 << 1
+    IBV_ACCESS_REMOTE_READ = 1 << 2
+    IBV_ACCESS_REMOTE_ATOMIC = 1 << 3
+    IBV_ACCESS_MW_BIND = 1 << 4
+    IBV_ACCESS_ZERO_BASED = 1 << 5
+    IBV_ACCESS_ON_DEMAND = 1 << 6
+    IBV_ACCESS_HUGETLB = 1 << 7
+    IBV_ACCESS_RELAXED_ORDERING = 1 << 20
+
+
+class ibv_wr_opcode(IntEnum):
+    IBV_WR_RDMA_WRITE = 0
+    IBV_WR_RDMA_WRITE_WITH_IMM = 1
+    IBV_WR_SEND = 2
+    IBV_WR_SEND_WITH_IMM = 3
+    IBV_WR_RDMA_READ = 4
+    IBV_WR_ATOMIC_CMP_AND_SWP = 5
+    IBV_WR_ATOMIC_FETCH_AND_ADD = 6
+    IBV_WR_LOCAL_INV = 7
+    IBV_WR_BIND_MW = 8
+    IBV_WR_SEND_WITH_INV = 9
+    IBV_WR_TSO = 10
+    IBV_WR_DRIVER1 = 11
+
+
+class ibv_send_flags(IntFlag):
+    IBV_SEND_FENCE = 1
+    IBV_SEND_SIGNALED = 1 << 1
+    IBV_SEND_SOLICITED = 1 << 2
+    IBV_SEND_INLINE = 1 << 3
+    IBV_SEND_IP_CSUM = 1 << 4
+
+
+class ibv_wc_status(IntEnum):
+    IBV_WC_SUCCESS = 0
+    IBV_WC_LOC_LEN_ERR = 1
+    IBV_WC_LOC_QP_OP_ERR = 2
+    IBV_WC_LOC_EEC_OP_ERR = 3
+    IBV_WC_LOC_PROT_ERR = 4
+    IBV_WC_WR_FLUSH_ERR = 5
+    IBV_WC_MW_BIND_ERR = 6
+    IBV_WC_BAD_RESP_ERR = 7
+    IBV_WC_LOC_ACCESS_ERR = 8
+    IBV_WC_REM_INV_REQ_ERR = 9
+    IBV_WC_REM_ACCESS_ERR = 10
+    IBV_WC_REM_OP_ERR = 11
+    IBV_WC_RETRY_EXC_ERR = 12
+    IBV_WC_RNR_RETRY_EXC_ERR = 13
+    IBV_WC_LOC_RDD_VIOL_ERR = 14
+    IBV_WC_REM_INV_RD_REQ_ERR = 15
+    IBV_WC_REM_ABORT_ERR = 16
+    IBV_WC_INV_EECN_ERR = 17
+    IBV_WC_INV_EEC_STATE_ERR = 18
+    IBV_WC_FATAL_ERR = 19
+    IBV_WC_RESP_TIMEOUT_ERR = 20
+    IBV_WC_GENERAL_ERR = 21
+    IBV_WC_TM_ERR = 22
+    IBV_WC_TM_RNDV_INCOMPLETE = 23
+
+
+# ibv_wc_status_str() texts, for tools that print a status.
+WC_STATUS_STR = {
+    0: "success", 1: "local length error", 2: "local QP operation error",
+    3: "local EE context operation error", 4: "local protection error",
+    5: "Work Request Flushed Error", 6: "memory management operation error",
+    7: "bad response error", 8: "local access error",
+    9: "remote invalid request error", 10: "remote access error",
+    11: "remote operation error", 12: "transport retry counter exceeded",
+    13: "RNR retry counter exceeded", 14: "local RDD violation error",
+    15: "remote invalid RD request", 16: "aborted error",
+    17: "invalid EE context number", 18: "invalid EE context state",
+    19: "fatal error", 20: "response timeout error", 21: "general error",
+    22: "TM error", 23: "TM software rendezvous",
+}
+
+
+class ibv_wc_opcode(IntEnum):
+    IBV_WC_SEND = 0
+    IBV_WC_RDMA_WRITE = 1
+    IBV_WC_RDMA_READ = 2
+    IBV_WC_COMP_SWAP = 3
+    IBV_WC_FETCH_ADD = 4
+    IBV_WC_BIND_MW = 5
+    IBV_WC_LOCAL_INV = 6
+    IBV_WC_TSO = 7
+    IBV_WC_RECV = 1 << 7
+    IBV_WC_RECV_RDMA_WITH_IMM = (1 << 7) + 1
+
+
+class ibv_wc_flags(IntFlag):
+    IBV_WC_GRH = 1
+    IBV_WC_WITH_IMM = 1 << 1
+    IBV_WC_IP_CSUM_OK = 1 << 2
+    IBV_WC_WITH_INV = 1 << 3
+
+
+class ibv_event_type(IntEnum):
+    IBV_EVENT_CQ_ERR = 0
+    IBV_EVENT_QP_FATAL = 1
+    IBV_EVENT_QP_REQ_ERR = 2
+    IBV_EVENT_QP_ACCESS_ERR = 3
+    IBV_EVENT_COMM_EST = 4
+    IBV_EVENT_SQ_DRAINED = 5
+    IBV_EVENT_PATH_MIG = 6
+    IBV_EVENT_PATH_MIG_ERR = 7
+    IBV_EVENT_DEVICE_FATAL = 8
+    IBV_EVENT_PORT_ACTIVE = 9
+    IBV_EVENT_PORT_ERR = 10
+    IBV_EVENT_LID_CHANGE = 11
+    IBV_EVENT_PKEY_CHANGE = 12
+    IBV_EVENT_SM_CHANGE = 13
+    IBV_EVENT_SRQ_ERR = 14
+    IBV_EVENT_SRQ_LIMIT_REACHED = 15
+    IBV_EVENT_QP_LAST_WQE_REACHED = 16
+    IBV_EVENT_CLIENT_REREGISTER = 17
+    IBV_EVENT_GID_CHANGE = 18
+    IBV_EVENT_WQ_FATAL = 19
+
+
+# Flatten every enum's members into this module's namespace, as pyverbs'
+# enums module does (``from softrdma.enums import IBV_WC_SUCCESS``).
+for _e in list(globals().values()):
+    if isinstance(_e, type) and issubclass(_e, (IntEnum, IntFlag)) and _e.__name__.startswith("ibv_"):
+        globals().update(_e.__members__)
+del _e

@@ -1,0 +1,219 @@
+"""RoCEv2 encapsulation: IP/UDP headers, the ICRC, and its verification.
+
+The ICRC (IBA annex A17.3.3), exactly as Linux rxe (rxe_icrc.c) computes it:
+CRC-32 (zlib's) over
+
+    8 bytes 0xFF (the masked LRH)
+    + the IP header with the variant fields set to ones:
+        IPv4: TOS, TTL, header checksum
+        IPv6: traffic class, flow label, hop limit
+    + the UDP header with the checksum set to 0xFFFF
+    + the BTH with byte 4 (FECN, BECN, resv6) set to 0xFF
+    + the rest of the headers, payload and pad,
+
+stored little-endian after the pad.  Everything else in the IPv4 header is
+covered: total length, Identification, flags, protocol and both addresses.
+So a sender must know the header its kernel will emit: an unconnected UDP
+socket with IP_PMTUDISC_DO emits DF=1, ID=0 (``ipv4_header`` defaults).
+
+A receiver on a plain UDP socket sees addresses, ports and lengths but not
+the IPv4 ID or flags.  ``verify`` therefore has three verdicts:
+
+* ``FULL`` -- the real IP header was given (raw socket, capture) and the
+  ICRC matches: every covered bit checked.
+* ``ID_RECOVERED`` -- no IPv4 header; the ICRC matches for exactly one value
+  of the 17 unseen bits (16-bit ID + DF), which is reported.  CRC-32 is
+  linear, so that value is solved for, not searched.  Every other covered
+  bit is checked; a corrupted packet passes with probability 2^-15.
+  (For IPv6 nothing is unseen, so IPv6 verification is always FULL.)
+* ``BAD`` -- no such value exists: the packet is corrupt.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import Enum
+from functools import lru_cache
+
+from .headers import BTH_RESV8A_OFFSET
+
+ROCEV2_UDP_PORT = 4791
+IPPROTO_UDP = 17
+IPV4_HDR_BYTES = 20
+IPV6_HDR_BYTES = 40
+UDP_HDR_BYTES = 8
+ICRC = struct.Struct("<I")
+
+_IPV4 = struct.Struct(">BBHHHBBH4s4s")
+_IPV6 = struct.Struct(">IHBB16s16s")
+_UDP = struct.Struct(">HHHH")
+IP_DF = 0x4000
+
+# CRC state after the 8 masked LRH bytes: every ICRC starts from here.
+_LRH_SEED = zlib.crc32(b"\xff" * 8)
+
+
+def udp_sport(lqpn: int, rqpn: int, flow_label: int = 0) -> int:
+    """UDP source port the kernel uses for a QP pair (rdma_get_udp_sport):
+    the flow label folded into 14 bits, or one computed from the QPNs."""
+    if not flow_label:
+        v = lqpn * rqpn
+        v ^= v >> 20
+        v ^= v >> 40
+        flow_label = v & 0xFFFFF
+    return 0xC000 | ((flow_label & 0x3FFF) ^ (flow_label >> 14))
+
+
+def ip_checksum(hdr) -> int:
+    s = sum(struct.unpack(f">{len(hdr) // 2}H", hdr))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def ipv4_header(src: bytes, dst: bytes, udp_payload_len: int, *, ident=0, df=True,
+                ttl=64, tos=0) -> bytes:
+    """The 20-byte IPv4 header of a RoCEv2 datagram (checksum filled in)."""
+    total = IPV4_HDR_BYTES + UDP_HDR_BYTES + udp_payload_len
+    h = bytearray(_IPV4.pack(0x45, tos, total, ident, IP_DF if df else 0, ttl,
+                             IPPROTO_UDP, 0, src, dst))
+    struct.pack_into(">H", h, 10, ip_checksum(h))
+    return bytes(h)
+
+
+def ipv6_header(src: bytes, dst: bytes, udp_payload_len: int, *, tclass=0, flow_label=0,
+                hop_limit=64) -> bytes:
+    return _IPV6.pack((6 << 28) | ((tclass & 0xFF) << 20) | (flow_label & 0xFFFFF),
+                      UDP_HDR_BYTES + udp_payload_len, IPPROTO_UDP, hop_limit, src, dst)
+
+
+def udp_header(sport: int, dport: int, udp_payload_len: int, csum: int = 0) -> bytes:
+    return _UDP.pack(sport, dport, UDP_HDR_BYTES + udp_payload_len, csum)
+
+
+def _masked_ip_crc(ip_hdr, crc: int) -> int:
+    if ip_hdr[0] >> 4 == 4:
+        ihl = (ip_hdr[0] & 0xF) * 4
+        crc = zlib.crc32(ip_hdr[0:1], crc)
+        crc = zlib.crc32(b"\xff", crc)                 # TOS
+        crc = zlib.crc32(ip_hdr[2:8], crc)
+        crc = zlib.crc32(b"\xff", crc)                 # TTL
+        crc = zlib.crc32(ip_hdr[9:10], crc)
+        crc = zlib.crc32(b"\xff\xff", crc)             # header checksum
+        return zlib.crc32(ip_hdr[12:ihl], crc)
+    # IPv6: version nibble kept, traffic class + flow label ones, hop limit ones
+    crc = zlib.crc32(bytes((ip_hdr[0] | 0x0F, 0xFF, 0xFF, 0xFF)), crc)
+    crc = zlib.crc32(ip_hdr[4:7], crc)
+    crc = zlib.crc32(b"\xff", crc)                     # hop limit
+    return zlib.crc32(ip_hdr[8:40], crc)
+
+
+def icrc(ip_hdr, udp_hdr, ib_pkt) -> int:
+    """ICRC of ``ib_pkt`` (BTH .. pad, without ICRC) under the given headers."""
+    crc = _masked_ip_crc(ip_hdr, _LRH_SEED)
+    crc = zlib.crc32(udp_hdr[0:6], crc)
+    crc = zlib.crc32(b"\xff\xff", crc)
+    crc = zlib.crc32(ib_pkt[0:BTH_RESV8A_OFFSET], crc)
+    crc = zlib.crc32(b"\xff", crc)
+    return zlib.crc32(ib_pkt[BTH_RESV8A_OFFSET + 1:], crc)
+
+
+class Ipv4Flow:
+    """ICRC for one IPv4 flow (addresses and ports fixed), cheap per packet.
+
+    Precomputes what does not vary; per packet only the lengths change.
+    The sender's IP ID and DF are those of an unconnected UDP socket with
+    IP_PMTUDISC_DO (0, DF) unless said otherwise."""
+
+    __slots__ = ("src", "dst", "sport", "dport", "ident", "df")
+    _MASKED = struct.Struct(">BBHHHBBH4s4sHHHH")
+
+    def __init__(self, src: bytes, dst: bytes, sport: int, dport: int = ROCEV2_UDP_PORT,
+                 ident: int = 0, df: bool = True):
+        self.src, self.dst, self.sport, self.dport = src, dst, sport, dport
+        self.ident, self.df = ident, df
+
+    def icrc(self, ib_pkt) -> int:
+        udp_len = UDP_HDR_BYTES + len(ib_pkt) + 4
+        crc = zlib.crc32(self._MASKED.pack(
+            0x45, 0xFF, IPV4_HDR_BYTES + udp_len, self.ident, IP_DF if self.df else 0, 0xFF,
+            IPPROTO_UDP, 0xFFFF, self.src, self.dst, self.sport, self.dport, udp_len, 0xFFFF),
+            _LRH_SEED)
+        crc = zlib.crc32(ib_pkt[0:BTH_RESV8A_OFFSET], crc)
+        crc = zlib.crc32(b"\xff", crc)
+        return zlib.crc32(ib_pkt[BTH_RESV8A_OFFSET + 1:], crc)
+
+    def encap(self, ib_pkt) -> bytes:
+        """UDP payload = packet + ICRC (one copy; for sendmsg use icrc())."""
+        return bytes(ib_pkt) + ICRC.pack(self.icrc(ib_pkt))
+
+
+class Verdict(Enum):
+    FULL = "full"
+    ID_RECOVERED = "id_recovered"
+    BAD = "bad"
+
+
+@lru_cache(maxsize=64)
+def _id_basis(total_len: int) -> tuple[tuple[int, int, int], ...]:
+    """Reduced GF(2) basis of the CRC difference caused by each of the 17
+    unseen IPv4 bits (ID bits 0..15, DF) in a message of ``total_len`` bytes
+    (8 LRH bytes + headers + packet).  Rows: (pivot_bit, crc_delta, combo)."""
+    zero = zlib.crc32(bytes(total_len))
+    rows: list[tuple[int, int]] = []
+    for bit in range(17):
+        msg = bytearray(total_len)
+        if bit < 16:                       # ID is at LRH(8) + 4, big-endian
+            msg[8 + 4 + (1 - bit // 8)] = 1 << (bit % 8)
+        else:                              # DF: 0x4000 in flags at LRH(8) + 6
+            msg[8 + 6] = 0x40
+        rows.append((zlib.crc32(msg) ^ zero, 1 << bit))
+    basis: list[tuple[int, int, int]] = []
+    for vec, combo in rows:
+        for pivot, bvec, bcombo in basis:
+            if vec >> pivot & 1:
+                vec ^= bvec
+                combo ^= bcombo
+        if vec:
+            pivot = vec.bit_length() - 1
+            basis = [(p, v ^ vec, c ^ combo) if v >> pivot & 1 else (p, v, c)
+                     for p, v, c in basis]
+            basis.append((pivot, vec, combo))
+    return tuple(basis)
+
+
+def verify(udp_payload, *, ip_hdr=None, src: bytes | None = None, dst: bytes | None = None,
+           sport: int = 0, dport: int = ROCEV2_UDP_PORT) -> tuple[Verdict, int | None]:
+    """Check the ICRC at the end of ``udp_payload``.
+
+    With ``ip_hdr`` (the real header) the check is FULL.  Without it, pass the
+    addresses (4 bytes for IPv4, 16 for IPv6) and ports from recvmsg: IPv6
+    is still FULL; IPv4 solves for the ID/DF bits (see module doc).  Returns
+    (verdict, recovered (ident | df << 16) or None)."""
+    n = len(udp_payload)
+    if n < 16:
+        return Verdict.BAD, None
+    body = udp_payload[:n - 4]
+    (wire,) = ICRC.unpack_from(udp_payload, n - 4)
+    udp_hdr = udp_header(sport, dport, n)
+    if ip_hdr is None:
+        if src is None or dst is None:
+            raise ValueError("verify() needs ip_hdr or src/dst addresses")
+        if len(src) == 16:
+            ip_hdr = ipv6_header(src, dst, n)
+        else:
+            # Baseline: ID 0, DF clear; the difference names the unseen bits.
+            calc = icrc(ipv4_header(src, dst, n, ident=0, df=False), udp_hdr, body)
+            delta = calc ^ wire
+            combo = 0
+            for pivot, vec, c in _id_basis(8 + IPV4_HDR_BYTES + UDP_HDR_BYTES + n - 4):
+                if delta >> pivot & 1:
+                    delta ^= vec
+                    combo ^= c
+            if delta:
+                return Verdict.BAD, None
+            return Verdict.ID_RECOVERED, combo
+    else:
+        udp_hdr = udp_header(sport, dport, n)
+    return (Verdict.FULL if icrc(ip_hdr, udp_hdr, body) == wire else Verdict.BAD), None

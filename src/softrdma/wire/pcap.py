@@ -1,0 +1,61 @@
+"""pcap output of RoCEv2 packets as Ethernet + IP + UDP 4791 frames.
+
+Wireshark/tshark decode UDP port 4791 as RoCEv2 ("RRoCE") with nothing
+configured, so a frame built here opens decoded.  Used by the tests now
+and by ``ibdump`` later.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from .icrc import ICRC, ROCEV2_UDP_PORT, icrc, ipv4_header, ipv6_header, udp_header
+
+LINKTYPE_ETHERNET = 1
+_GLOBAL = struct.Struct("<IHHiIII")
+_RECORD = struct.Struct("<IIII")
+PCAP_MAGIC_USEC = 0xA1B2C3D4
+PCAP_MAGIC_NSEC = 0xA1B23C4D
+ETH_P_IP = 0x0800
+ETH_P_IPV6 = 0x86DD
+
+
+def ethernet(payload: bytes, ethertype: int, src=b"\x02\x00\x00\x00\x00\x01",
+             dst=b"\x02\x00\x00\x00\x00\x02") -> bytes:
+    return dst + src + struct.pack(">H", ethertype) + payload
+
+
+def roce_frame(ib_pkt, src: bytes, dst: bytes, *, sport: int, dport=ROCEV2_UDP_PORT,
+               ident=0, df=True, ttl=64, tos=0, icrc_value: int | None = None) -> bytes:
+    """Ethernet frame carrying ``ib_pkt`` with its ICRC.  ``src``/``dst`` are
+    4-byte (IPv4) or 16-byte (IPv6) addresses."""
+    n = len(ib_pkt) + 4
+    if len(src) == 4:
+        ip = ipv4_header(src, dst, n, ident=ident, df=df, ttl=ttl, tos=tos)
+        etype = ETH_P_IP
+    else:
+        ip = ipv6_header(src, dst, n, tclass=tos, hop_limit=ttl)
+        etype = ETH_P_IPV6
+    udp = udp_header(sport, dport, n)
+    crc = icrc(ip, udp, ib_pkt) if icrc_value is None else icrc_value
+    return ethernet(ip + udp + bytes(ib_pkt) + ICRC.pack(crc), etype)
+
+
+class PcapWriter:
+    """Classic pcap (nanosecond timestamps) to a binary file object."""
+
+    def __init__(self, f, snaplen: int = 65535, linktype: int = LINKTYPE_ETHERNET):
+        self.f = f
+        self.snaplen = snaplen
+        f.write(_GLOBAL.pack(PCAP_MAGIC_NSEC, 2, 4, 0, 0, snaplen, linktype))
+
+    def write(self, frame, ts: float | None = None, ts_ns: int | None = None) -> None:
+        if ts_ns is None:
+            ts_ns = time.time_ns() if ts is None else int(ts * 1e9)
+        cap = frame[:self.snaplen]
+        self.f.write(_RECORD.pack(ts_ns // 1_000_000_000, ts_ns % 1_000_000_000, len(cap), len(frame)))
+        self.f.write(cap)
+
+    def flush(self) -> None:
+        self.f.flush()
