@@ -1,0 +1,307 @@
+"""The completer: responses -> send completions, and when to go back (rxe_comp.c).
+
+Every response acknowledges, implicitly, all PSNs before its own; an ACK
+(or the AETH of a read response) acknowledges its own PSN too.  WQEs
+complete in send-queue order once all their PSNs are acknowledged and, for
+READ/ATOMIC, their response data has arrived.
+
+Going back (``requester.retry``) happens on:
+* a local ACK timeout (retry_cnt; ``timeout`` 0 = never),
+* a PSN-sequence-error NAK (retry_cnt),
+* an implied NAK: an ACK beyond a READ/ATOMIC whose response is missing, or
+  a gap in read responses -- at most once per comp_psn, then the timer,
+* the end of an RNR back-off (rnr_retry; 7 = infinite).
+Exhausted counters complete the oldest WQE with IBV_WC_RETRY_EXC_ERR or
+IBV_WC_RNR_RETRY_EXC_ERR; error NAKs with IBV_WC_REM_INV_REQ_ERR /
+REM_ACCESS_ERR / REM_OP_ERR.  Any error completion moves the QP to ERR,
+which flushes the rest with IBV_WC_WR_FLUSH_ERR.
+
+Responses older than comp_psn (duplicates, ghosts) and responses to PSNs
+never sent are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..enums import ibv_qp_state as S
+from ..enums import ibv_wc_opcode as WCO
+from ..enums import ibv_wc_status as ST
+from ..enums import ibv_wr_opcode as WR
+from ..wire.headers import (
+    AETH_ACK, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
+    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, BTH, RNR_TIMER_US, psn_diff,
+)
+from ..wire.opcodes import (
+    ACK_MASK, ATOMIC_MASK, END_MASK, OP_ACKNOWLEDGE,
+)
+from . import requester
+from .counters import Counter as C
+from .wr import WC, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_PROCESSING
+
+_WC_OPCODE = {
+    WR.IBV_WR_SEND: WCO.IBV_WC_SEND, WR.IBV_WR_SEND_WITH_IMM: WCO.IBV_WC_SEND,
+    WR.IBV_WR_SEND_WITH_INV: WCO.IBV_WC_SEND, WR.IBV_WR_RDMA_WRITE: WCO.IBV_WC_RDMA_WRITE,
+    WR.IBV_WR_RDMA_WRITE_WITH_IMM: WCO.IBV_WC_RDMA_WRITE, WR.IBV_WR_RDMA_READ: WCO.IBV_WC_RDMA_READ,
+    WR.IBV_WR_ATOMIC_CMP_AND_SWP: WCO.IBV_WC_COMP_SWAP,
+    WR.IBV_WR_ATOMIC_FETCH_AND_ADD: WCO.IBV_WC_FETCH_ADD, WR.IBV_WR_LOCAL_INV: WCO.IBV_WC_LOCAL_INV,
+    WR.IBV_WR_BIND_MW: WCO.IBV_WC_BIND_MW,
+}
+_NAK_STATUS = {
+    AETH_NAK_INVALID_REQ: ST.IBV_WC_REM_INV_REQ_ERR,
+    AETH_NAK_REM_ACC_ERR: ST.IBV_WC_REM_ACCESS_ERR,
+    AETH_NAK_REM_OP_ERR: ST.IBV_WC_REM_OP_ERR,
+}
+_BYTEORDER = sys.byteorder
+
+
+def wc_opcode(wr_opcode: int) -> int:
+    return _WC_OPCODE.get(wr_opcode, WCO.IBV_WC_SEND)
+
+
+def complete_wqe(qp, wqe) -> None:
+    if wqe.signaled:
+        qp.send_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, _WC_OPCODE[wqe.opcode], qp.qp_num,
+                           byte_len=wqe.length))
+
+
+def retire(qp) -> None:
+    """Pop finished WQEs off the head of the SQ, completing them in order."""
+    sq = qp.sq
+    while sq:
+        wqe = sq[0]
+        st = wqe.state
+        if st == WQE_DONE:
+            sq.popleft()
+            if qp.req_idx:
+                qp.req_idx -= 1
+            complete_wqe(qp, wqe)
+        elif st == WQE_ERROR:
+            sq.popleft()
+            if qp.req_idx:
+                qp.req_idx -= 1
+            qp.cnt[C.send_err] += 1
+            qp.send_cq.push(WC(wqe.wr_id, wqe.status, _WC_OPCODE.get(wqe.opcode, 0), qp.qp_num))
+            qp.to_error(event=None)
+            return
+        else:
+            break
+    check_drained(qp)
+
+
+def check_drained(qp) -> None:
+    if qp.state == S.IBV_QPS_SQD:
+        qp._check_drained()
+
+
+def _fail_head(qp, status: int) -> None:
+    """Complete the oldest outstanding WQE with ``status`` (QP -> ERR)."""
+    for wqe in qp.sq:
+        if wqe.state in (WQE_PROCESSING, WQE_PENDING):
+            wqe.state = WQE_ERROR
+            wqe.status = status
+            break
+    retire(qp)
+
+
+def _progress(qp, now: float) -> None:
+    """Forward progress: counters back to their attribute values, timer re-armed."""
+    a = qp.attr
+    qp.retry_cnt = a.retry_cnt
+    qp.rnr_retry = a.rnr_retry
+    qp.retry_psn = None
+    if qp.comp_psn != qp.req_psn and qp.timeout_s is not None:
+        qp.timer_at = now + qp.timeout_s
+    else:
+        qp.timer_at = None
+
+
+def ack_upto(qp, psn: int, now: float) -> bool:
+    """Acknowledge every PSN up to and including ``psn``.  Returns False if
+    this revealed a missing READ/ATOMIC response (implied NAK; handled)."""
+    comp = qp.comp_psn
+    if psn_diff(psn, comp) < 0:
+        return True
+    new_comp = comp
+    implied = False
+    for wqe in qp.sq:
+        st = wqe.state
+        if st == WQE_DONE or st == WQE_ERROR:
+            continue
+        if st != WQE_PROCESSING and st != WQE_PENDING:
+            break
+        if psn_diff(psn, wqe.first_psn) < 0:
+            break
+        if psn_diff(wqe.last_psn, psn) <= 0:
+            if wqe.is_rd_atomic:
+                implied = True
+                break
+            wqe.state = WQE_DONE
+            new_comp = (wqe.last_psn + 1) & 0xFFFFFF
+            continue
+        if not wqe.is_rd_atomic:
+            new_comp = (psn + 1) & 0xFFFFFF
+        break
+    if psn_diff(new_comp, comp) > 0:
+        qp.comp_psn = new_comp
+        _progress(qp, now)
+        retire(qp)
+    if implied:
+        _go_back(qp, now, once=True)
+        return False
+    return True
+
+
+def _go_back(qp, now: float, once: bool) -> None:
+    """Retransmit from comp_psn, spending one retry (retry_cnt)."""
+    if qp.state == S.IBV_QPS_ERR:
+        return
+    if once:
+        if qp.retry_psn == qp.comp_psn:
+            return                            # already went back from here; the timer decides
+        qp.retry_psn = qp.comp_psn
+        qp.cnt[C.implied_nak_seq_err] += 1
+    qp.cnt[C.completer_retry_err] += 1
+    if qp.retry_cnt == 0:
+        qp.cnt[C.retry_exceeded_err] += 1
+        _fail_head(qp, ST.IBV_WC_RETRY_EXC_ERR)
+        return
+    qp.retry_cnt -= 1
+    requester.retry(qp, now)
+
+
+def receive(qp, pkt, info, now: float) -> None:
+    cnt = qp.cnt
+    _, _, _, _, w2 = BTH.unpack_from(pkt, 0)
+    psn = w2 & 0xFFFFFF
+    if psn_diff(psn, qp.req_psn) >= 0 or psn_diff(psn, qp.comp_psn) < 0:
+        # a response to nothing outstanding: duplicate ACK, stale read response, ghost
+        cnt[C.dropped_ghost_response] += 1
+        return
+    mask = info.mask
+    syn = pkt[info.aeth] if info.aeth >= 0 else AETH_ACK
+    op = info.opcode & 0x1F
+    if op == OP_ACKNOWLEDGE:
+        kind = syn & 0xE0
+        if kind == AETH_ACK:
+            ack_upto(qp, psn, now)
+        elif kind == AETH_RNR_NAK:
+            if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
+                return
+            cnt[C.rcvd_rnr_err] += 1
+            if qp.rnr_retry == 0:
+                cnt[C.retry_rnr_exceeded_err] += 1
+                cnt[C.rnr_nak_retry_err] += 1
+                _fail_head(qp, ST.IBV_WC_RNR_RETRY_EXC_ERR)
+                return
+            if qp.rnr_retry != 7:
+                qp.rnr_retry -= 1
+            qp.rnr_at = now + RNR_TIMER_US[syn & 0x1F] * 1e-6
+            qp.timer_at = None
+        elif syn == AETH_NAK_PSN_SEQ_ERROR:
+            if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
+                return
+            cnt[C.rcvd_seq_err] += 1
+            _go_back(qp, now, once=False)
+        else:
+            if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
+                return
+            _fail_head(qp, _NAK_STATUS.get(syn, ST.IBV_WC_REM_OP_ERR))
+        requester.run(qp, now)
+        return
+    # READ response or ATOMIC ACKNOWLEDGE: everything before it is acknowledged
+    if mask & ACK_MASK or info.aeth >= 0:
+        if syn & 0xE0 != AETH_ACK:
+            cnt[C.dropped_ghost_response] += 1
+            return
+    if psn != qp.comp_psn:
+        if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
+            return
+        if psn != qp.comp_psn:                 # a gap inside the responses
+            _go_back(qp, now, once=True)
+            return
+    wqe = None
+    for w in qp.sq:
+        if w.state == WQE_PROCESSING or w.state == WQE_PENDING:
+            wqe = w
+            break
+        if w.state != WQE_DONE and w.state != WQE_ERROR:
+            break
+    if wqe is None or not wqe.is_rd_atomic:
+        cnt[C.dropped_ghost_response] += 1
+        return
+    if mask & ATOMIC_MASK:
+        if wqe.opcode == WR.IBV_WR_RDMA_READ or psn != wqe.first_psn:
+            _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
+            return
+        (orig,) = ATMACK.unpack_from(pkt, info.atmack)
+        wqe.views[0][0:8] = orig.to_bytes(8, _BYTEORDER)
+        _finish_rd_atomic(qp, wqe, now)
+        return
+    # READ response: place the payload at this PSN's offset
+    if wqe.opcode != WR.IBV_WR_RDMA_READ:
+        _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
+        return
+    mtu = qp.mtu
+    hlen = info.length
+    n = len(pkt) - hlen - ((pkt[1] >> 4) & 3)
+    off = psn_diff(psn, wqe.first_psn) * mtu
+    rem = wqe.length - off
+    if mask & END_MASK:
+        ok = n == rem
+    else:
+        ok = n == mtu and rem > mtu
+    if not ok:
+        _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
+        return
+    if n:
+        _scatter(wqe.views, off, pkt, hlen, n)
+    wqe.read_done = off + n
+    qp.comp_psn = (psn + 1) & 0xFFFFFF
+    _progress(qp, now)
+    if mask & END_MASK:
+        _finish_rd_atomic(qp, wqe, now)
+
+
+def _finish_rd_atomic(qp, wqe, now: float) -> None:
+    qp.comp_psn = (wqe.last_psn + 1) & 0xFFFFFF
+    wqe.state = WQE_DONE
+    if qp.rd_atomic_out:
+        qp.rd_atomic_out -= 1
+    _progress(qp, now)
+    retire(qp)
+    requester.run(qp, now)
+
+
+def _scatter(views, off: int, src, at: int, n: int) -> None:
+    """Copy src[at:at+n] into the scatter list at byte offset ``off``."""
+    if len(views) == 1:
+        views[0][off:off + n] = src[at:at + n]
+        return
+    for v in views:
+        lv = len(v)
+        if off >= lv:
+            off -= lv
+            continue
+        k = min(lv - off, n)
+        v[off:off + k] = src[at:at + k]
+        at += k
+        n -= k
+        off = 0
+        if not n:
+            return
+
+
+def ack_timeout(qp, now: float) -> None:
+    """The local ACK timer fired."""
+    qp.timer_at = None
+    if qp.state == S.IBV_QPS_ERR or qp.comp_psn == qp.req_psn:
+        return
+    qp.cnt[C.local_ack_timeout_err] += 1
+    _go_back(qp, now, once=False)
+
+
+def rnr_expired(qp, now: float) -> None:
+    """The RNR back-off ended: re-send from the NAKed PSN."""
+    if qp.state != S.IBV_QPS_ERR:
+        requester.retry(qp, now)

@@ -1,0 +1,105 @@
+"""The memory the transport reads and writes, behind one small interface.
+
+The transport never owns memory: every local and remote access goes
+through ``Memory.local_view`` / ``Memory.remote_view``, which check the key,
+the protection domain, the access flags and the bounds, and return a
+writable memoryview of exactly the bytes asked for, or None (the caller
+turns None into the spec's status or NAK).  ``MemoryTable`` is the plain
+implementation used by the simulator and tests; the device implements the
+same interface over shared memory.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..enums import ibv_access_flags as A
+
+LOCAL_READ = 0       # local reads need no access flag
+
+
+class Memory(Protocol):
+    def local_view(self, pd: object, lkey: int, addr: int, length: int, access: int) -> memoryview | None: ...
+    def remote_view(self, pd: object, rkey: int, va: int, length: int, access: int) -> memoryview | None: ...
+    def invalidate(self, pd: object, key: int) -> bool: ...
+
+
+class MR:
+    __slots__ = ("pd", "addr", "length", "access", "lkey", "rkey", "buf", "view", "valid")
+
+    def __init__(self, pd, addr: int, length: int, access: int, lkey: int, rkey: int):
+        self.pd = pd
+        self.addr = addr
+        self.length = length
+        self.access = access
+        self.lkey = lkey
+        self.rkey = rkey
+        self.buf = bytearray(length)
+        self.view = memoryview(self.buf)
+        self.valid = True
+
+    def read(self, length: int, offset: int = 0) -> bytes:
+        return bytes(self.buf[offset:offset + length])
+
+    def write(self, data, offset: int = 0) -> None:
+        self.buf[offset:offset + len(data)] = data
+
+
+class MemoryTable:
+    """MRs in ordinary bytearrays, at made-up virtual addresses.
+
+    Keys are ``index << 8 | key`` as rxe makes them; lkey == rkey."""
+
+    def __init__(self, base_addr: int = 0x7F0000000000):
+        self._mrs: dict[int, MR] = {}     # index -> MR
+        self._next_index = 1
+        self._next_addr = base_addr
+        self._key_byte = 0x5A
+
+    def reg_mr(self, pd, length: int, access: int) -> MR:
+        index = self._next_index
+        self._next_index += 1
+        self._key_byte = (self._key_byte * 37 + 11) & 0xFF
+        key = (index << 8) | self._key_byte
+        mr = MR(pd, self._next_addr, length, access, key, key)
+        self._next_addr += (length + 0xFFFF) & ~0xFFF    # page aligned, gaps between MRs
+        self._mrs[index] = mr
+        return mr
+
+    def dereg_mr(self, mr: MR) -> None:
+        mr.valid = False
+        self._mrs.pop(mr.lkey >> 8, None)
+
+    def _find(self, pd, key: int, addr: int, length: int):
+        mr = self._mrs.get(key >> 8)
+        if mr is None or not mr.valid or mr.lkey != key or mr.pd is not pd:
+            return None, 0
+        off = addr - mr.addr
+        if off < 0 or length < 0 or off + length > mr.length:
+            return None, 0
+        return mr, off
+
+    def local_view(self, pd, lkey, addr, length, access):
+        mr, off = self._find(pd, lkey, addr, length)
+        if mr is None or (access & ~mr.access):
+            return None
+        return mr.view[off:off + length]
+
+    def remote_view(self, pd, rkey, va, length, access):
+        mr, off = self._find(pd, rkey, va, length)
+        if mr is None or (access & mr.access) != access:
+            return None
+        return mr.view[off:off + length]
+
+    def invalidate(self, pd, key):
+        mr = self._mrs.get(key >> 8)
+        if mr is None or mr.rkey != key or mr.pd is not pd:
+            return False
+        mr.valid = False
+        return True
+
+
+REMOTE_WRITE = A.IBV_ACCESS_REMOTE_WRITE
+REMOTE_READ = A.IBV_ACCESS_REMOTE_READ
+REMOTE_ATOMIC = A.IBV_ACCESS_REMOTE_ATOMIC
+LOCAL_WRITE = A.IBV_ACCESS_LOCAL_WRITE

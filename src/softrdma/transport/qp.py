@@ -1,0 +1,528 @@
+"""A queue pair: attributes, the state machine of ibv_modify_qp, the queues,
+and the dispatch of packets and timers to the three engines.
+
+Theory of operation
+-------------------
+A ``QP`` is sans-IO.  Its inputs are:
+
+* ``post_send(wqe)`` / ``post_recv(wqe)`` -- work requests (verbs);
+* ``receive(pkt, now)`` -- one received packet (BTH .. pad, the ICRC already
+  checked and stripped, ``wire.check`` already passed, and the BTH DestQP
+  already matched to this QP by the caller);
+* ``tick(now)`` -- the clock; call it at ``deadline`` (or later).
+
+Its outputs are appended to lists the caller owns and drains:
+
+* ``tx``: ``(qp, packet, av)`` tuples to send (packet without ICRC);
+* completions pushed into ``send_cq`` / ``recv_cq`` (anything with push());
+* ``events``: ``(ibv_event_type, qp)`` async events;
+* memory reads and writes through ``memory`` (see ``memory.Memory``).
+
+The three engines are modules of functions over a QP, as in rxe:
+``requester`` (WQE -> packets), ``responder`` (request packets -> memory,
+receive completions, ACK/NAK/read responses) and ``completer`` (ACK/NAK/
+responses -> send completions, retransmission).  This file owns the
+state (RESET -> INIT -> RTR -> RTS -> SQD/SQE/ERR) and every attribute check.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..enums import ibv_event_type as EV
+from ..enums import ibv_qp_attr_mask as M
+from ..enums import ibv_qp_state as S
+from ..enums import ibv_qp_type as T
+from ..enums import ibv_wc_opcode as WCO
+from ..enums import ibv_wc_status as ST
+from ..enums import ibv_wr_opcode as WR
+from ..enums import mtu_to_bytes
+from ..errors import einval, enomem, eopnotsupp
+from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
+from ..wire.opcodes import ACK_MASK, IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABLE, REQ_MASK, RESP_MASK
+from . import completer, requester, responder
+from .counters import Counter as C
+from .counters import new_counters
+from .wr import WC, WQE_DONE, WQE_ERROR, AddressVector, RecvWQE, SendWQE
+
+RESET, INIT, RTR, RTS, SQD, SQE, ERR = (S.IBV_QPS_RESET, S.IBV_QPS_INIT, S.IBV_QPS_RTR,
+                                        S.IBV_QPS_RTS, S.IBV_QPS_SQD, S.IBV_QPS_SQE, S.IBV_QPS_ERR)
+RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
+
+#: rxe's limits: at most this many PSNs sent and not yet acknowledged, and
+#: an AckReq at least every this many packets.
+MAX_UNACKED_PSNS = 128
+MAX_PKT_PER_ACK = 64
+
+
+class DeviceCaps:
+    """The device limits the attribute checks enforce (ibv_device_attr)."""
+
+    def __init__(self, max_mtu: int = 5, max_qp_rd_atom: int = 128, max_qp_init_rd_atom: int = 128,
+                 max_qp_wr: int = 1 << 20, max_sge: int = 32, max_inline_data: int = 256,
+                 pkey_table: tuple[int, ...] = (DEFAULT_PKEY,), max_msg_sz: int = 1 << 31,
+                 phys_port_cnt: int = 1, active_mtu: int | None = None):
+        self.max_mtu = max_mtu
+        self.active_mtu = max_mtu if active_mtu is None else active_mtu   # port's; UD's path MTU
+        self.max_qp_rd_atom = max_qp_rd_atom
+        self.max_qp_init_rd_atom = max_qp_init_rd_atom
+        self.max_qp_wr = max_qp_wr
+        self.max_sge = max_sge
+        self.max_inline_data = max_inline_data
+        self.pkey_table = pkey_table
+        self.max_msg_sz = max_msg_sz
+        self.phys_port_cnt = phys_port_cnt
+
+
+class QPCap:
+    """ibv_qp_cap."""
+
+    def __init__(self, max_send_wr: int = 256, max_recv_wr: int = 256, max_send_sge: int = 4,
+                 max_recv_sge: int = 4, max_inline_data: int = 0):
+        self.max_send_wr = max_send_wr
+        self.max_recv_wr = max_recv_wr
+        self.max_send_sge = max_send_sge
+        self.max_recv_sge = max_recv_sge
+        self.max_inline_data = max_inline_data
+
+
+class QPAttr:
+    """ibv_qp_attr (the fields the transport uses)."""
+
+    def __init__(self, **kw):
+        self.qp_state = RESET
+        self.cur_qp_state = RESET
+        self.path_mtu = 3
+        self.path_mig_state = 0
+        self.qkey = 0
+        self.rq_psn = 0
+        self.sq_psn = 0
+        self.dest_qp_num = 0
+        self.qp_access_flags = 0
+        self.cap = QPCap()
+        self.ah_attr = AddressVector()
+        self.alt_ah_attr = None
+        self.pkey_index = 0
+        self.alt_pkey_index = 0
+        self.en_sqd_async_notify = 0
+        self.sq_draining = 0
+        self.max_rd_atomic = 0
+        self.max_dest_rd_atomic = 0
+        self.min_rnr_timer = 0
+        self.port_num = 1
+        self.timeout = 0
+        self.retry_cnt = 0
+        self.rnr_retry = 0
+        self.alt_port_num = 0
+        self.alt_timeout = 0
+        self.rate_limit = 0
+        for k, v in kw.items():
+            if not hasattr(self, k):
+                raise TypeError(f"QPAttr has no field {k!r}")
+            setattr(self, k, v)
+
+
+# ib_modify_qp_is_ok()'s table: (cur, next) -> {qp_type: (required, optional)}.
+_RTS_OPT = {UD: M.IBV_QP_CUR_STATE | M.IBV_QP_QKEY,
+            UC: M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_ALT_PATH | M.IBV_QP_PATH_MIG_STATE,
+            RC: M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_ALT_PATH | M.IBV_QP_PATH_MIG_STATE
+            | M.IBV_QP_MIN_RNR_TIMER}
+_NONE = {t: (0, 0) for t in (RC, UC, UD)}
+TRANSITIONS: dict[tuple[int, int], dict[int, tuple[int, int]]] = {
+    (RESET, INIT): {
+        UD: (M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_QKEY, 0),
+        UC: (M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_ACCESS_FLAGS, 0),
+        RC: (M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_ACCESS_FLAGS, 0)},
+    (INIT, INIT): {
+        UD: (0, M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_QKEY),
+        UC: (0, M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_ACCESS_FLAGS),
+        RC: (0, M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_ACCESS_FLAGS)},
+    (INIT, RTR): {
+        UD: (0, M.IBV_QP_PKEY_INDEX | M.IBV_QP_QKEY),
+        UC: (M.IBV_QP_AV | M.IBV_QP_PATH_MTU | M.IBV_QP_DEST_QPN | M.IBV_QP_RQ_PSN,
+             M.IBV_QP_ALT_PATH | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_PKEY_INDEX),
+        RC: (M.IBV_QP_AV | M.IBV_QP_PATH_MTU | M.IBV_QP_DEST_QPN | M.IBV_QP_RQ_PSN
+             | M.IBV_QP_MAX_DEST_RD_ATOMIC | M.IBV_QP_MIN_RNR_TIMER,
+             M.IBV_QP_ALT_PATH | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_PKEY_INDEX)},
+    (RTR, RTS): {
+        UD: (M.IBV_QP_SQ_PSN, M.IBV_QP_CUR_STATE | M.IBV_QP_QKEY),
+        UC: (M.IBV_QP_SQ_PSN, M.IBV_QP_CUR_STATE | M.IBV_QP_ALT_PATH | M.IBV_QP_ACCESS_FLAGS
+             | M.IBV_QP_PATH_MIG_STATE),
+        RC: (M.IBV_QP_TIMEOUT | M.IBV_QP_RETRY_CNT | M.IBV_QP_RNR_RETRY | M.IBV_QP_SQ_PSN
+             | M.IBV_QP_MAX_QP_RD_ATOMIC,
+             M.IBV_QP_CUR_STATE | M.IBV_QP_ALT_PATH | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_MIN_RNR_TIMER
+             | M.IBV_QP_PATH_MIG_STATE)},
+    (RTS, RTS): {t: (0, o) for t, o in _RTS_OPT.items()},
+    (RTS, SQD): {t: (0, M.IBV_QP_EN_SQD_ASYNC_NOTIFY) for t in (RC, UC, UD)},
+    (SQD, RTS): {t: (0, o) for t, o in _RTS_OPT.items()},
+    (SQD, SQD): {
+        UD: (0, M.IBV_QP_PKEY_INDEX | M.IBV_QP_QKEY),
+        UC: (0, M.IBV_QP_AV | M.IBV_QP_ALT_PATH | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_PKEY_INDEX
+             | M.IBV_QP_PATH_MIG_STATE),
+        RC: (0, M.IBV_QP_PORT | M.IBV_QP_AV | M.IBV_QP_TIMEOUT | M.IBV_QP_RETRY_CNT | M.IBV_QP_RNR_RETRY
+             | M.IBV_QP_MAX_QP_RD_ATOMIC | M.IBV_QP_MAX_DEST_RD_ATOMIC | M.IBV_QP_ALT_PATH
+             | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_PKEY_INDEX | M.IBV_QP_MIN_RNR_TIMER
+             | M.IBV_QP_PATH_MIG_STATE)},
+    (SQE, RTS): {UD: (0, M.IBV_QP_CUR_STATE | M.IBV_QP_QKEY),
+                 UC: (0, M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS),
+                 RC: (0, M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS)},
+}
+for _s in S:
+    if _s != S.IBV_QPS_UNKNOWN:
+        TRANSITIONS[(_s, RESET)] = _NONE
+        TRANSITIONS[(_s, ERR)] = _NONE
+
+
+def timeout_seconds(timeout: int) -> float:
+    """Local ACK timeout: 4.096 us * 2^timeout; 0 means infinite (None)."""
+    return 4.096e-6 * (1 << timeout) if timeout else None
+
+
+class SRQ:
+    """A shared receive queue (ibv_srq) with its limit event."""
+
+    def __init__(self, max_wr: int = 256, max_sge: int = 4, srq_limit: int = 0, events: list | None = None):
+        self.max_wr = max_wr
+        self.max_sge = max_sge
+        self.srq_limit = srq_limit
+        self.rq: deque[RecvWQE] = deque()
+        self.events = events if events is not None else []
+
+    def post_recv(self, wqe: RecvWQE) -> None:
+        if len(self.rq) >= self.max_wr:
+            raise enomem("SRQ full")
+        if len(wqe.sg_list) > self.max_sge:
+            raise einval("too many SGEs")
+        self.rq.append(wqe)
+
+    def modify(self, srq_limit: int) -> None:
+        if srq_limit > self.max_wr:
+            raise einval("srq_limit above max_wr")
+        self.srq_limit = srq_limit
+
+    def take(self) -> RecvWQE | None:
+        if not self.rq:
+            return None
+        wqe = self.rq.popleft()
+        if self.srq_limit and len(self.rq) < self.srq_limit:
+            self.srq_limit = 0                       # one-shot, re-armed by modify
+            self.events.append((EV.IBV_EVENT_SRQ_LIMIT_REACHED, self))
+        return wqe
+
+
+class QP:
+    def __init__(self, qp_type: int, qp_num: int, *, pd, memory, send_cq, recv_cq,
+                 cap: QPCap | None = None, srq: SRQ | None = None, sq_sig_all: bool = False,
+                 caps: DeviceCaps | None = None, tx: list | None = None, events: list | None = None):
+        if qp_type not in (RC, UC, UD):
+            raise eopnotsupp(f"QP type {qp_type} not supported")
+        self.qp_type = qp_type
+        self.qp_num = qp_num
+        self.pd = pd
+        self.memory = memory
+        self.send_cq = send_cq
+        self.recv_cq = recv_cq
+        self.srq = srq
+        self.sq_sig_all = sq_sig_all
+        self.caps = caps or DeviceCaps()
+        self.cap = cap or QPCap()
+        if self.cap.max_send_wr > self.caps.max_qp_wr or self.cap.max_recv_wr > self.caps.max_qp_wr:
+            raise einval("max_send_wr/max_recv_wr above device max_qp_wr")
+        if self.cap.max_send_sge > self.caps.max_sge or self.cap.max_recv_sge > self.caps.max_sge:
+            raise einval("max_send_sge/max_recv_sge above device max_sge")
+        if self.cap.max_inline_data > self.caps.max_inline_data:
+            raise einval("max_inline_data above device limit")
+        self.tx = tx if tx is not None else []
+        self.events = events if events is not None else []
+        self.cnt = new_counters()
+        self.opclass = {RC: IB_OPCODE_RC, UC: IB_OPCODE_UC, UD: IB_OPCODE_UD}[qp_type]
+        self.attr = QPAttr(cap=self.cap)
+        self.state = RESET
+        self.sq: deque[SendWQE] = deque()
+        self.rq: deque[RecvWQE] = deque()
+        self._reset_transport()
+
+    # ------------------------------------------------------------------ state
+    def _reset_transport(self) -> None:
+        a = self.attr
+        self.now = 0.0                 # latest time any input carried
+        self._set_live()
+        # requester
+        self.req_idx = 0               # index in sq of the next WQE to send from
+        self.req_psn = a.sq_psn        # next PSN to send
+        self.noack_pkts = 0
+        self.rd_atomic_out = 0         # READ/ATOMIC requests sent and not completed
+        # completer
+        self.comp_psn = a.sq_psn       # oldest PSN not yet acknowledged
+        self.retry_cnt = a.retry_cnt
+        self.rnr_retry = a.rnr_retry
+        self.timer_at = None           # local ACK timeout deadline
+        self.rnr_at = None             # RNR back-off deadline
+        self.retry_psn = None          # PSN at which an immediate go-back was last started
+        self.resend_until = None       # while re-sending: the PSN after the highest sent before
+        self.timeout_s = timeout_seconds(a.timeout)
+        # responder
+        self.resp_psn = a.rq_psn       # expected PSN (ePSN)
+        self.msn = 0
+        self.sent_psn_nak = False
+        self.resp_opcode = -1          # last request op (low 5 bits) of an unfinished message, -1 none
+        self.resp_wqe = None           # receive WQE of the SEND being received
+        self.resp_offset = 0           # bytes placed so far in the current message
+        self.resp_view = None          # current RDMA WRITE target view
+        self.resp_remaining = 0        # RDMA WRITE bytes still expected
+        self.uc_drop = False           # UC: discard packets until the next FIRST/ONLY
+        self.resources: deque = deque()  # responder resources (READ/ATOMIC replay)
+
+    def _set_live(self) -> None:
+        """Copy the attributes the engines read per packet onto the QP."""
+        a = self.attr
+        self.mtu = mtu_to_bytes(self.caps.active_mtu if self.qp_type == UD else a.path_mtu)
+        self.pkey = self.caps.pkey_table[a.pkey_index]
+        self.av = a.ah_attr
+        self.max_rd_atomic = max(1, a.max_rd_atomic)
+        self.max_dest_rd_atomic = a.max_dest_rd_atomic
+
+    def modify(self, attr: QPAttr, mask: int) -> None:
+        """ibv_modify_qp: check everything, then apply atomically."""
+        cur = self.state
+        if mask & M.IBV_QP_CUR_STATE and attr.cur_qp_state != cur:
+            raise einval(f"cur_qp_state {attr.cur_qp_state} but QP is in {S(cur).name}")
+        new = attr.qp_state if mask & M.IBV_QP_STATE else cur
+        if new not in S or new == S.IBV_QPS_UNKNOWN or new == SQE:
+            raise einval(f"cannot move a QP to state {new}")
+        rule = TRANSITIONS.get((cur, new))
+        if rule is None:
+            raise einval(f"invalid transition {S(cur).name} -> {S(new).name}")
+        req, opt = rule[self.qp_type]
+        given = mask & ~(M.IBV_QP_STATE)
+        if req & ~given:
+            missing = M(req & ~given)
+            raise einval(f"{S(cur).name}->{S(new).name} needs {missing!r}")
+        if given & ~(req | opt):
+            extra = M(given & ~(req | opt))
+            raise einval(f"{S(cur).name}->{S(new).name} does not accept {extra!r}")
+        self._check_values(attr, mask)
+        self._apply(attr, mask, cur, new)
+
+    def _check_values(self, attr: QPAttr, mask: int) -> None:
+        caps = self.caps
+        if mask & M.IBV_QP_PORT and not 1 <= attr.port_num <= caps.phys_port_cnt:
+            raise einval(f"port_num {attr.port_num}")
+        if mask & M.IBV_QP_PKEY_INDEX and not 0 <= attr.pkey_index < len(caps.pkey_table):
+            raise einval(f"pkey_index {attr.pkey_index}")
+        if mask & M.IBV_QP_PATH_MTU and not 1 <= attr.path_mtu <= caps.max_mtu:
+            raise einval(f"path_mtu {attr.path_mtu} (device max {caps.max_mtu})")
+        if mask & M.IBV_QP_MAX_QP_RD_ATOMIC and attr.max_rd_atomic > caps.max_qp_rd_atom:
+            raise einval(f"max_rd_atomic {attr.max_rd_atomic} > {caps.max_qp_rd_atom}")
+        if mask & M.IBV_QP_MAX_DEST_RD_ATOMIC and attr.max_dest_rd_atomic > caps.max_qp_init_rd_atom:
+            raise einval(f"max_dest_rd_atomic {attr.max_dest_rd_atomic} > {caps.max_qp_init_rd_atom}")
+        if mask & M.IBV_QP_TIMEOUT and not 0 <= attr.timeout <= 31:
+            raise einval(f"timeout {attr.timeout}")
+        if mask & M.IBV_QP_RETRY_CNT and not 0 <= attr.retry_cnt <= 7:
+            raise einval(f"retry_cnt {attr.retry_cnt}")
+        if mask & M.IBV_QP_RNR_RETRY and not 0 <= attr.rnr_retry <= 7:
+            raise einval(f"rnr_retry {attr.rnr_retry}")
+        if mask & M.IBV_QP_MIN_RNR_TIMER and not 0 <= attr.min_rnr_timer <= 31:
+            raise einval(f"min_rnr_timer {attr.min_rnr_timer}")
+        if mask & M.IBV_QP_AV and not attr.ah_attr.is_global:
+            raise einval("RoCE address vectors need a GRH (is_global)")
+        if mask & (M.IBV_QP_ALT_PATH | M.IBV_QP_PATH_MIG_STATE):
+            raise eopnotsupp("automatic path migration is not supported")
+        if mask & M.IBV_QP_RATE_LIMIT:
+            raise eopnotsupp("rate limiting is not supported")
+
+    _FIELDS = (
+        (M.IBV_QP_ACCESS_FLAGS, "qp_access_flags"), (M.IBV_QP_PKEY_INDEX, "pkey_index"),
+        (M.IBV_QP_PORT, "port_num"), (M.IBV_QP_QKEY, "qkey"), (M.IBV_QP_AV, "ah_attr"),
+        (M.IBV_QP_PATH_MTU, "path_mtu"), (M.IBV_QP_TIMEOUT, "timeout"),
+        (M.IBV_QP_RETRY_CNT, "retry_cnt"), (M.IBV_QP_RNR_RETRY, "rnr_retry"),
+        (M.IBV_QP_RQ_PSN, "rq_psn"), (M.IBV_QP_MAX_QP_RD_ATOMIC, "max_rd_atomic"),
+        (M.IBV_QP_MIN_RNR_TIMER, "min_rnr_timer"), (M.IBV_QP_SQ_PSN, "sq_psn"),
+        (M.IBV_QP_MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic"), (M.IBV_QP_DEST_QPN, "dest_qp_num"),
+        (M.IBV_QP_EN_SQD_ASYNC_NOTIFY, "en_sqd_async_notify"),
+    )
+
+    def _apply(self, attr: QPAttr, mask: int, cur: int, new: int) -> None:
+        a = self.attr
+        for bit, name in self._FIELDS:
+            if mask & bit:
+                setattr(a, name, getattr(attr, name))
+        a.rq_psn &= 0xFFFFFF
+        a.sq_psn &= 0xFFFFFF
+        self._set_live()
+        if mask & M.IBV_QP_TIMEOUT:
+            self.timeout_s = timeout_seconds(a.timeout)
+        if mask & M.IBV_QP_RETRY_CNT:
+            self.retry_cnt = a.retry_cnt
+        if mask & M.IBV_QP_RNR_RETRY:
+            self.rnr_retry = a.rnr_retry
+        if mask & M.IBV_QP_RQ_PSN:
+            self.resp_psn = a.rq_psn
+        if mask & M.IBV_QP_SQ_PSN:
+            self.req_psn = self.comp_psn = a.sq_psn
+        self.state = new
+        a.qp_state = a.cur_qp_state = new
+        if new == RESET:
+            self.sq.clear()
+            self.rq.clear()
+            self.attr = QPAttr(cap=self.cap)
+            self._reset_transport()
+        elif new == ERR and cur != ERR:
+            self.flush()
+        elif new == SQD:
+            a.sq_draining = 1
+            self._check_drained()
+        elif new == RTS:
+            a.sq_draining = 0
+            requester.run(self, self.now)
+
+    def query(self) -> QPAttr:
+        a = self.attr
+        a.qp_state = a.cur_qp_state = self.state
+        a.sq_psn = self.req_psn
+        a.rq_psn = self.resp_psn
+        return a
+
+    def to_error(self, event: int | None = EV.IBV_EVENT_QP_FATAL) -> None:
+        """Move to ERR because of an error the transport found."""
+        if self.state == ERR:
+            return
+        self.state = self.attr.qp_state = ERR
+        if event is not None:
+            self.events.append((event, self))
+        self.flush()
+
+    def flush(self) -> None:
+        """ERR: every outstanding WQE completes with IBV_WC_WR_FLUSH_ERR."""
+        self.timer_at = self.rnr_at = None
+        sq = self.sq
+        while sq:
+            wqe = sq.popleft()
+            status = wqe.status if wqe.state == WQE_ERROR else ST.IBV_WC_WR_FLUSH_ERR
+            if wqe.state == WQE_DONE and status == ST.IBV_WC_SUCCESS:
+                completer.complete_wqe(self, wqe)
+            else:
+                self.send_cq.push(WC(wqe.wr_id, status, completer.wc_opcode(wqe.opcode), self.qp_num))
+        self.req_idx = 0
+        self.rd_atomic_out = 0
+        rq = self.rq
+        if self.resp_wqe is not None and self.srq is None:
+            rq.appendleft(self.resp_wqe)
+        self.resp_wqe = None
+        while rq:
+            wqe = rq.popleft()
+            self.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_WR_FLUSH_ERR, WCO.IBV_WC_RECV, self.qp_num))
+        if self.srq is not None:
+            self.events.append((EV.IBV_EVENT_QP_LAST_WQE_REACHED, self))
+
+    def _check_drained(self) -> None:
+        if self.state == SQD and self.attr.sq_draining and self.req_idx == 0 and not self.sq:
+            self.attr.sq_draining = 0
+            if self.attr.en_sqd_async_notify:
+                self.events.append((EV.IBV_EVENT_SQ_DRAINED, self))
+
+    # ------------------------------------------------------------------ verbs
+    def post_send(self, wqe: SendWQE, now: float | None = None) -> None:
+        if now is not None:
+            self.now = now
+        if self.state == RESET:
+            raise einval("post_send on a QP in RESET")
+        if len(self.sq) >= self.cap.max_send_wr:
+            raise enomem("send queue full")
+        if wqe.inline_data is None and len(wqe.sg_list) > self.cap.max_send_sge:
+            raise einval(f"{len(wqe.sg_list)} SGEs > max_send_sge {self.cap.max_send_sge}")
+        if wqe.inline_data is not None and len(wqe.inline_data) > self.cap.max_inline_data:
+            raise einval(f"inline data {len(wqe.inline_data)} > max_inline_data {self.cap.max_inline_data}")
+        op = wqe.opcode
+        if self.qp_type == UD:
+            if op not in (WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM):
+                raise einval(f"opcode {WR(op).name} is not valid on a UD QP")
+            if wqe.ah is None:
+                raise einval("UD send needs an address handle")
+        elif self.qp_type == UC and op not in (WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM,
+                                               WR.IBV_WR_RDMA_WRITE, WR.IBV_WR_RDMA_WRITE_WITH_IMM,
+                                               WR.IBV_WR_LOCAL_INV):
+            raise einval(f"opcode {WR(op).name} is not valid on a UC QP")
+        elif op in (WR.IBV_WR_BIND_MW, WR.IBV_WR_TSO, WR.IBV_WR_DRIVER1):
+            raise eopnotsupp(f"opcode {WR(op).name} is not supported by the transport")
+        if wqe.length > self.caps.max_msg_sz:
+            raise einval(f"message of {wqe.length} bytes > max_msg_sz")
+        if self.qp_type == UD and wqe.length > self.mtu:
+            raise einval(f"UD message of {wqe.length} bytes > MTU {self.mtu}")
+        wqe.signaled = self.sq_sig_all or bool(wqe.send_flags & 2)   # IBV_SEND_SIGNALED
+        self.sq.append(wqe)
+        if self.state == ERR:
+            self.flush()
+        else:
+            requester.run(self, self.now)
+
+    def post_recv(self, wqe: RecvWQE) -> None:
+        if self.srq is not None:
+            raise einval("QP uses an SRQ; post to the SRQ")
+        if self.state == RESET:
+            raise einval("post_recv on a QP in RESET")
+        if len(self.rq) >= self.cap.max_recv_wr:
+            raise enomem("receive queue full")
+        if len(wqe.sg_list) > self.cap.max_recv_sge:
+            raise einval(f"{len(wqe.sg_list)} SGEs > max_recv_sge {self.cap.max_recv_sge}")
+        self.rq.append(wqe)
+        if self.state == ERR:
+            self.flush()
+
+    # ------------------------------------------------------------------ inputs
+    def receive(self, pkt, now: float, grh: bytes | None = None) -> None:
+        """One packet for this QP (see the module docstring for what the
+        caller has already checked).  ``grh``: the 40-byte network header
+        for UD receive buffers."""
+        self.now = now
+        cnt = self.cnt
+        cnt[C.rcvd_pkts] += 1
+        state = self.state
+        if state < RTR or state == ERR:          # RESET/INIT/ERR receive nothing
+            cnt[C.dropped_bad_state] += 1
+            return
+        opcode = pkt[0]
+        info = OPCODE_TABLE[opcode]
+        if info.transport != self.opclass:
+            cnt[C.dropped_bad_transport] += 1
+            return
+        if ((pkt[2] << 8 | pkt[3]) ^ self.pkey) & 0x7FFF:
+            cnt[C.dropped_bad_pkey] += 1
+            return
+        mask = info.mask
+        if mask & REQ_MASK:
+            responder.receive(self, pkt, info, now, grh)
+        elif mask & RESP_MASK and state != RTR:
+            completer.receive(self, pkt, info, now)
+        else:
+            cnt[C.dropped_bad_state] += 1
+
+    def run(self, now: float | None = None) -> None:
+        """Let the requester send what it may (after posts, ACKs, timers)."""
+        requester.run(self, self.now if now is None else now)
+
+    @property
+    def deadline(self) -> float | None:
+        t, r = self.timer_at, self.rnr_at
+        if t is None:
+            return r
+        return t if r is None or t < r else r
+
+    def tick(self, now: float) -> None:
+        """Fire the timers that are due at ``now``."""
+        self.now = now
+        if self.rnr_at is not None and now >= self.rnr_at:
+            self.rnr_at = None
+            completer.rnr_expired(self, now)
+        if self.timer_at is not None and now >= self.timer_at:
+            completer.ack_timeout(self, now)
+
+    def rnr_timer_us(self) -> int:
+        return RNR_TIMER_US[self.attr.min_rnr_timer]
+
+    def __repr__(self) -> str:
+        return f"QP({T(self.qp_type).name}, qpn=0x{self.qp_num:06x}, {S(self.state).name})"
+
+
+__all__ = ["QP", "QPAttr", "QPCap", "SRQ", "DeviceCaps", "TRANSITIONS", "MAX_UNACKED_PSNS",
+           "MAX_PKT_PER_ACK", "timeout_seconds", "ACK_MASK"]

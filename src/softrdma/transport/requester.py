@@ -1,0 +1,316 @@
+"""The requester: send WQEs -> request packets (rxe_req.c's job).
+
+Walks the send queue from ``qp.req_idx``, segmenting each message by the
+path MTU and numbering packets with 24-bit PSNs.  Stops when the QP may not
+send: not RTS (or SQD and the WQE not yet started), an RNR back-off running,
+128 PSNs unacknowledged (RC), a READ/ATOMIC beyond max_rd_atomic, or a
+fenced WQE behind an outstanding READ/ATOMIC.  AckReq goes on the last
+packet of each message and at least every 64 packets.
+
+Retransmission (go-back-N) is ``retry``: the completer calls it to restart
+from ``qp.comp_psn``; the WQEs keep their PSNs, so the packets are re-sent
+identically, except a READ, which is re-requested only for the part whose
+responses are missing (IBA 9.7.5.1.6 allows the shortened re-request).
+"""
+
+from __future__ import annotations
+
+from ..enums import ibv_qp_state as S
+from ..enums import ibv_qp_type as T
+from ..enums import ibv_wc_status as ST
+from ..enums import ibv_wr_opcode as WR
+from ..wire.headers import (
+    ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
+)
+from ..wire.opcodes import (
+    OP_COMPARE_SWAP, OP_FETCH_ADD, OP_RDMA_READ_REQUEST, OP_RDMA_WRITE_FIRST,
+    OP_RDMA_WRITE_LAST, OP_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RDMA_WRITE_MIDDLE,
+    OP_RDMA_WRITE_ONLY, OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE, OP_SEND_FIRST, OP_SEND_LAST,
+    OP_SEND_LAST_WITH_IMMEDIATE, OP_SEND_LAST_WITH_INVALIDATE, OP_SEND_MIDDLE, OP_SEND_ONLY,
+    OP_SEND_ONLY_WITH_IMMEDIATE, OP_SEND_ONLY_WITH_INVALIDATE, OPCODE_TABLE,
+)
+from . import completer                       # cycle: completer calls back into retry()
+from .counters import Counter as C
+from .memory import LOCAL_READ
+from .wr import WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
+
+RTS, SQD = S.IBV_QPS_RTS, S.IBV_QPS_SQD
+RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
+MAX_UNACKED_PSNS = 128
+MAX_PKT_PER_ACK = 64
+SEND_FENCE = 1
+SEND_SOLICITED = 4
+
+# (first, middle, last, only) operation per WR opcode; None where not segmented.
+_SEGMENT_OPS = {
+    WR.IBV_WR_SEND: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST, OP_SEND_ONLY),
+    WR.IBV_WR_SEND_WITH_IMM: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_IMMEDIATE,
+                              OP_SEND_ONLY_WITH_IMMEDIATE),
+    WR.IBV_WR_SEND_WITH_INV: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_INVALIDATE,
+                              OP_SEND_ONLY_WITH_INVALIDATE),
+    WR.IBV_WR_RDMA_WRITE: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE, OP_RDMA_WRITE_LAST,
+                           OP_RDMA_WRITE_ONLY),
+    WR.IBV_WR_RDMA_WRITE_WITH_IMM: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE,
+                                    OP_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                                    OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
+}
+_SOLICITABLE = (WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM, WR.IBV_WR_SEND_WITH_INV,
+                WR.IBV_WR_RDMA_WRITE_WITH_IMM)
+_ATOMIC_OPS = {WR.IBV_WR_ATOMIC_CMP_AND_SWP: OP_COMPARE_SWAP,
+               WR.IBV_WR_ATOMIC_FETCH_AND_ADD: OP_FETCH_ADD}
+_LOCAL_WRITE = 1
+
+
+def _resolve(qp, wqe) -> bool:
+    """Look up the WQE's local buffers (lkey, PD, bounds, access)."""
+    if wqe.inline_data is not None:
+        wqe.views = [memoryview(wqe.inline_data)]
+        return True
+    # READ and ATOMIC write into the local buffers; the rest only read them.
+    access = _LOCAL_WRITE if wqe.is_rd_atomic else LOCAL_READ
+    mem, pd = qp.memory, qp.pd
+    views = []
+    for addr, length, lkey in wqe.sg_list:
+        if length == 0:
+            continue
+        v = mem.local_view(pd, lkey, addr, length, access)
+        if v is None:
+            return False
+        views.append(v)
+    wqe.views = views
+    return True
+
+
+def gather(views, off: int, n: int, out, at: int) -> None:
+    """Copy ``n`` bytes starting ``off`` into the scatter list into out[at:]."""
+    if len(views) == 1:
+        out[at:at + n] = views[0][off:off + n]
+        return
+    for v in views:
+        lv = len(v)
+        if off >= lv:
+            off -= lv
+            continue
+        k = min(lv - off, n)
+        out[at:at + k] = v[off:off + k]
+        at += k
+        n -= k
+        off = 0
+        if not n:
+            return
+
+
+def _start(qp, wqe) -> bool:
+    """First time a WQE is processed: resolve buffers, assign PSNs."""
+    if not _resolve(qp, wqe):
+        wqe.status = ST.IBV_WC_LOC_PROT_ERR
+        return False
+    mtu = qp.mtu
+    wqe.npkts = max(1, -(-wqe.length // mtu)) if wqe.opcode != WR.IBV_WR_ATOMIC_CMP_AND_SWP \
+        and wqe.opcode != WR.IBV_WR_ATOMIC_FETCH_AND_ADD else 1
+    if qp.qp_type == UD:
+        wqe.npkts = 1
+    wqe.first_psn = qp.req_psn
+    wqe.last_psn = (qp.req_psn + wqe.npkts - 1) & 0xFFFFFF
+    wqe.state = WQE_PROCESSING
+    wqe.offset = 0
+    wqe.pkts_sent = 0
+    return True
+
+
+def _local_op(qp, wqe) -> None:
+    """LOCAL_INV executes in the requester, in order, without the wire."""
+    if qp.memory.invalidate(qp.pd, wqe.invalidate_rkey):
+        wqe.state = WQE_DONE
+    else:
+        wqe.status = ST.IBV_WC_MW_BIND_ERR
+        wqe.state = WQE_ERROR
+
+
+def run(qp, now: float) -> None:
+    state = qp.state
+    if state != RTS and state != SQD:
+        return
+    if qp.rnr_at is not None:
+        return
+    sq = qp.sq
+    rc = qp.qp_type == RC
+    tx = qp.tx
+    while qp.req_idx < len(sq):
+        wqe = sq[qp.req_idx]
+        wst = wqe.state
+        if wst == WQE_POSTED:
+            if state == SQD:
+                break
+            if wqe.send_flags & SEND_FENCE and qp.rd_atomic_out:
+                break
+            if wqe.opcode == WR.IBV_WR_LOCAL_INV:
+                _local_op(qp, wqe)
+                qp.req_idx += 1
+                completer.retire(qp)
+                if qp.state == S.IBV_QPS_ERR:
+                    return
+                continue
+            if wqe.is_rd_atomic and qp.rd_atomic_out >= qp.max_rd_atomic:
+                break
+            if rc and psn_diff(qp.req_psn, qp.comp_psn) >= MAX_UNACKED_PSNS:
+                break
+            if not _start(qp, wqe):
+                wqe.state = WQE_ERROR
+                qp.req_idx += 1
+                completer.retire(qp)
+                return
+        elif wst == WQE_PROCESSING and wqe.pkts_sent == 0 and wqe.is_rd_atomic:
+            # a READ/ATOMIC being re-sent after a retry counts against the limit again
+            if qp.rd_atomic_out >= qp.max_rd_atomic:
+                break
+        elif wst != WQE_PROCESSING:
+            qp.req_idx += 1
+            continue
+        # send this WQE's remaining packets, as far as the window allows
+        if wqe.is_rd_atomic:
+            if rc and psn_diff(qp.req_psn, qp.comp_psn) >= MAX_UNACKED_PSNS:
+                break
+            _send_rd_atomic(qp, wqe, tx)
+            qp.rd_atomic_out += 1
+        else:
+            if not _send_segments(qp, wqe, tx, rc):
+                break                          # window full mid-message
+        if qp.timer_at is None and rc and qp.timeout_s is not None:
+            qp.timer_at = now + qp.timeout_s
+        qp.req_idx += 1
+        if not rc:
+            wqe.state = WQE_DONE
+            completer.retire(qp)
+    completer.check_drained(qp)
+
+
+def _send_segments(qp, wqe, tx, rc: bool) -> bool:
+    """Emit the SEND/WRITE packets of ``wqe``; False if the window closed."""
+    mtu = qp.mtu
+    length = wqe.length
+    ops = _SEGMENT_OPS[wqe.opcode]
+    opclass = qp.opclass
+    ud = qp.qp_type == UD
+    av = wqe.ah if ud else qp.av
+    dqpn = wqe.remote_qpn if ud else qp.attr.dest_qp_num
+    pkey = qp.pkey
+    views = wqe.views
+    cnt = qp.cnt
+    solicited = wqe.send_flags & SEND_SOLICITED and wqe.opcode in _SOLICITABLE
+    while True:
+        if rc and psn_diff(qp.req_psn, qp.comp_psn) >= MAX_UNACKED_PSNS:
+            return False
+        off = wqe.offset
+        rem = length - off
+        last = rem <= mtu
+        n = rem if last else mtu
+        if off == 0:
+            op = ops[3] if last else ops[0]
+        else:
+            op = ops[2] if last else ops[1]
+        info = OPCODE_TABLE[opclass | op]
+        hlen = info.length
+        pad = -n & 3
+        buf = bytearray(hlen + n + pad)
+        psn = qp.req_psn
+        ackreq = 0
+        if rc:
+            qp.noack_pkts += 1
+            if last or qp.noack_pkts >= MAX_PKT_PER_ACK:
+                ackreq = BTH_ACKREQ
+                qp.noack_pkts = 0
+        BTH.pack_into(buf, 0, opclass | op,
+                      (BTH_SE if last and solicited else 0) | (pad << BTH_PAD_SHIFT),
+                      pkey, dqpn, ackreq | psn)
+        if info.reth >= 0:
+            RETH.pack_into(buf, info.reth, wqe.remote_addr, wqe.rkey, length)
+        if info.immdt >= 0:
+            IMMDT.pack_into(buf, info.immdt, wqe.imm_data)
+        elif info.ieth >= 0:
+            IETH.pack_into(buf, info.ieth, wqe.invalidate_rkey)
+        if ud:
+            qkey = wqe.remote_qkey
+            if qkey & 0x80000000:            # IBA 10.2.5: high bit set -> use the QP's Q_Key
+                qkey = qp.attr.qkey
+            DETH.pack_into(buf, info.deth, qkey, qp.qp_num)
+        if n:
+            gather(views, off, n, buf, hlen)
+        tx.append((qp, buf, av))
+        cnt[C.sent_pkts] += 1
+        cnt[C.sent_bytes] += n
+        if qp.resend_until is not None:
+            _count_resend(qp, psn)
+        qp.req_psn = (psn + 1) & 0xFFFFFF
+        wqe.offset = off + n
+        wqe.pkts_sent += 1
+        if last:
+            wqe.state = WQE_PENDING
+            cnt[C.rdma_sends] += 1
+            return True
+
+
+def _send_rd_atomic(qp, wqe, tx) -> None:
+    """Emit the single request packet of a READ or ATOMIC."""
+    ackreq = BTH_ACKREQ
+    qp.noack_pkts = 0
+    if wqe.opcode == WR.IBV_WR_RDMA_READ:
+        done = wqe.read_done
+        info = OPCODE_TABLE[qp.opclass | OP_RDMA_READ_REQUEST]
+        buf = bytearray(info.length)
+        psn = (wqe.first_psn + done // qp.mtu) & 0xFFFFFF if done else wqe.first_psn
+        BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.attr.dest_qp_num, ackreq | psn)
+        RETH.pack_into(buf, info.reth, wqe.remote_addr + done, wqe.rkey, wqe.length - done)
+    else:
+        info = OPCODE_TABLE[qp.opclass | _ATOMIC_OPS[wqe.opcode]]
+        buf = bytearray(info.length)
+        psn = wqe.first_psn
+        BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.attr.dest_qp_num, ackreq | psn)
+        if wqe.opcode == WR.IBV_WR_ATOMIC_CMP_AND_SWP:
+            ATMETH.pack_into(buf, info.atmeth, wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add)
+        else:
+            ATMETH.pack_into(buf, info.atmeth, wqe.remote_addr, wqe.rkey, wqe.compare_add, 0)
+    qp.tx.append((qp, buf, qp.av))
+    qp.cnt[C.sent_pkts] += 1
+    if qp.resend_until is not None:
+        _count_resend(qp, psn)
+    qp.req_psn = (wqe.last_psn + 1) & 0xFFFFFF
+    wqe.pkts_sent = 1
+    wqe.state = WQE_PENDING
+
+
+def _count_resend(qp, psn: int) -> None:
+    if psn_diff(psn, qp.resend_until) < 0:
+        qp.cnt[C.retransmitted_pkts] += 1
+    else:
+        qp.resend_until = None
+
+
+def retry(qp, now: float) -> None:
+    """Go back to ``qp.comp_psn``: re-send from the oldest unacknowledged
+    packet.  The head WQE holds comp_psn (older ones are complete)."""
+    sq = qp.sq
+    if qp.resend_until is None or psn_diff(qp.req_psn, qp.resend_until) > 0:
+        qp.resend_until = qp.req_psn          # PSNs below this were sent before
+    qp.req_psn = qp.comp_psn
+    qp.rd_atomic_out = 0
+    qp.noack_pkts = 0
+    first = True
+    for i in range(min(qp.req_idx, len(sq))):
+        wqe = sq[i]
+        if wqe.state not in (WQE_PROCESSING, WQE_PENDING):
+            continue
+        sent_pkts = (psn_diff(qp.comp_psn, wqe.first_psn)) if first else 0
+        if sent_pkts < 0:
+            sent_pkts = 0
+        first = False
+        wqe.state = WQE_PROCESSING
+        if wqe.opcode == WR.IBV_WR_RDMA_READ:
+            wqe.read_done = min(sent_pkts * qp.mtu, wqe.length)
+            wqe.pkts_sent = 0
+        else:
+            wqe.offset = min(sent_pkts * qp.mtu, wqe.length)
+            wqe.pkts_sent = 0 if wqe.is_rd_atomic else sent_pkts
+    qp.req_idx = 0
+    qp.timer_at = now + qp.timeout_s if qp.timeout_s is not None else None
+    run(qp, now)

@@ -1,0 +1,597 @@
+"""The responder: request packets -> memory, receive completions, ACK/NAK and
+read/atomic responses (rxe_resp.c's job).
+
+For RC it walks the checks in the spec's (and rxe's) order:
+
+    CHK_PSN -> CHK_OP_SEQ -> CHK_OP_VALID -> CHK_RESOURCE -> CHK_LENGTH
+    -> CHK_RKEY -> EXECUTE -> COMPLETE -> ACKNOWLEDGE
+
+* PSN: ahead of ePSN -> one PSN-sequence-error NAK (PSN = ePSN), then silence
+  until ePSN arrives; behind -> duplicate: SEND/WRITE re-ACKed, READ replayed
+  from the responder resources, ATOMIC answered with the saved result (never
+  executed twice).
+* op sequence: MIDDLE/LAST must continue a message of the same kind, a new
+  message must start with FIRST/ONLY -> else NAK invalid request.
+* op valid: READ/WRITE/ATOMIC need the QP's remote access flag -> NAK invalid request.
+* resource: a message start that needs a receive WQE and finds none -> RNR NAK
+  with min_rnr_timer; READ/ATOMIC need max_dest_rd_atomic > 0.
+* length: FIRST/MIDDLE exactly one MTU, LAST/ONLY at most one; the data must
+  fit the receive buffer / match the RETH length -> NAK invalid request
+  (receive WC IBV_WC_LOC_LEN_ERR).
+* rkey: key, PD, bounds, access -> NAK remote access error; misaligned
+  ATOMIC -> NAK invalid request.
+Errors other than PSN/RNR move the responder's QP to ERR (async event
+QP_REQ_ERR / QP_ACCESS_ERR), after the NAK is queued.
+
+UC: no ACKs, no NAKs; a PSN gap drops the rest of the message in progress
+(its receive WQE is reused) and every packet until the next FIRST/ONLY.
+UD: Q_Key must match, the receive buffer gets the 40-byte network header
+first, any PSN is accepted, a message with no receive WQE is dropped.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+
+from ..enums import ibv_event_type as EV
+from ..enums import ibv_qp_type as T
+from ..enums import ibv_wc_flags as WF
+from ..enums import ibv_wc_opcode as WCO
+from ..enums import ibv_wc_status as ST
+from ..wire.headers import (
+    AETH, AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
+    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
+)
+from ..wire.opcodes import (
+    ATOMIC_MASK, COMP_MASK, END_MASK, IETH_MASK, IMMDT_MASK, OP_ACKNOWLEDGE, OP_ATOMIC_ACKNOWLEDGE,
+    OP_COMPARE_SWAP, OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_LAST,
+    OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE, READ_MASK, RWR_MASK,
+    SEND_MASK, START_MASK, WRITE_MASK,
+)
+from .counters import Counter as C
+from .memory import LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_READ, REMOTE_WRITE
+from .wr import WC
+
+RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
+_BYTEORDER = sys.byteorder
+_U64 = (1 << 64) - 1
+GRH_BYTES = 40
+
+# message kinds for the op-sequence check
+_NONE, _IN_SEND, _IN_WRITE = -1, 1, 2
+
+_ACK_INFO = OPCODE_TABLE[OP_ACKNOWLEDGE]
+_ATMACK_INFO = OPCODE_TABLE[OP_ATOMIC_ACKNOWLEDGE]
+_RESP_INFO = (OPCODE_TABLE[OP_RDMA_READ_RESPONSE_FIRST], OPCODE_TABLE[OP_RDMA_READ_RESPONSE_MIDDLE],
+              OPCODE_TABLE[OP_RDMA_READ_RESPONSE_LAST], OPCODE_TABLE[OP_RDMA_READ_RESPONSE_ONLY])
+
+# responder resources: [kind, first_psn, last_psn, va, rkey, length | orig, msn]
+_RES_READ, _RES_ATOMIC = 0, 1
+
+
+# ----------------------------------------------------------------- outputs
+def send_ack(qp, syndrome: int, psn: int) -> None:
+    buf = bytearray(16)
+    BTH.pack_into(buf, 0, OP_ACKNOWLEDGE, 0, qp.pkey, qp.attr.dest_qp_num, psn & 0xFFFFFF)
+    AETH.pack_into(buf, 12, (syndrome << 24) | (qp.msn & 0xFFFFFF))
+    qp.tx.append((qp, buf, qp.av))
+    qp.cnt[C.sent_pkts] += 1
+
+
+def _send_atomic_ack(qp, psn: int, orig: int, msn: int) -> None:
+    buf = bytearray(_ATMACK_INFO.length)
+    BTH.pack_into(buf, 0, OP_ATOMIC_ACKNOWLEDGE, 0, qp.pkey, qp.attr.dest_qp_num, psn)
+    AETH.pack_into(buf, 12, (AETH_ACK_UNLIMITED << 24) | (msn & 0xFFFFFF))
+    ATMACK.pack_into(buf, 16, orig)
+    qp.tx.append((qp, buf, qp.av))
+    qp.cnt[C.sent_pkts] += 1
+
+
+def _read_reply(qp, view, psn: int, length: int) -> None:
+    """Emit the READ responses for ``length`` bytes of ``view`` from ``psn``."""
+    mtu = qp.mtu
+    npkts = max(1, -(-length // mtu))
+    tx = qp.tx
+    pkey = qp.pkey
+    dqpn = qp.attr.dest_qp_num
+    av = qp.av
+    msn = qp.msn
+    off = 0
+    for i in range(npkts):
+        last = i == npkts - 1
+        if npkts == 1:
+            info = _RESP_INFO[3]
+        elif i == 0:
+            info = _RESP_INFO[0]
+        else:
+            info = _RESP_INFO[2] if last else _RESP_INFO[1]
+        n = length - off if last else mtu
+        pad = -n & 3
+        hlen = info.length
+        buf = bytearray(hlen + n + pad)
+        BTH.pack_into(buf, 0, info.opcode, pad << 4, pkey, dqpn, (psn + i) & 0xFFFFFF)
+        if info.aeth >= 0:
+            AETH.pack_into(buf, 12, (AETH_ACK_UNLIMITED << 24) | (msn & 0xFFFFFF))
+        if n:
+            buf[hlen:hlen + n] = view[off:off + n]
+        tx.append((qp, buf, av))
+        off += n
+    qp.cnt[C.sent_pkts] += npkts
+    qp.cnt[C.sent_bytes] += length
+
+
+def _nak(qp, syndrome: int, psn: int, status: int | None, event: int) -> None:
+    """Class A/B/C error: NAK, complete the receive WQE in use with
+    ``status`` (if any), move the QP to ERR."""
+    send_ack(qp, syndrome, psn)
+    if syndrome == AETH_NAK_INVALID_REQ:
+        qp.cnt[C.resp_invalid_request_errors] += 1
+    elif syndrome == AETH_NAK_REM_ACC_ERR:
+        qp.cnt[C.resp_remote_access_errors] += 1
+    _error_wqe(qp, status)
+    qp.to_error(event)
+
+
+def _error_wqe(qp, status: int | None) -> None:
+    wqe = qp.resp_wqe
+    if wqe is not None and status is not None:
+        qp.recv_cq.push(WC(wqe.wr_id, status, WCO.IBV_WC_RECV, qp.qp_num))
+    qp.resp_wqe = None
+
+
+def _take_rwqe(qp):
+    srq = qp.srq
+    if srq is not None:
+        return srq.take()
+    rq = qp.rq
+    return rq.popleft() if rq else None
+
+
+def _resolve_rwqe(qp, wqe) -> bool:
+    if wqe.views is None:
+        mem, pd = qp.memory, qp.pd
+        views = []
+        for addr, length, lkey in wqe.sg_list:
+            if length == 0:
+                continue
+            v = mem.local_view(pd, lkey, addr, length, LOCAL_WRITE)
+            if v is None:
+                return False
+            views.append(v)
+        wqe.views = views
+    return True
+
+
+def _scatter(views, off: int, src, at: int, n: int) -> None:
+    if len(views) == 1:
+        views[0][off:off + n] = src[at:at + n]
+        return
+    for v in views:
+        lv = len(v)
+        if off >= lv:
+            off -= lv
+            continue
+        k = min(lv - off, n)
+        v[off:off + k] = src[at:at + k]
+        at += k
+        n -= k
+        off = 0
+        if not n:
+            return
+
+
+def _return_rwqe(qp, wqe) -> None:
+    """An unfinished message is abandoned (UC): its WQE serves the next one."""
+    if qp.srq is not None:
+        qp.srq.rq.appendleft(wqe)
+    else:
+        qp.rq.appendleft(wqe)
+
+
+# ----------------------------------------------------------------- entry
+def receive(qp, pkt, info, now: float, grh) -> None:
+    qpt = qp.qp_type
+    if qpt == UD:
+        _receive_ud(qp, pkt, info, grh)
+        return
+    _, _, _, _, w2 = BTH.unpack_from(pkt, 0)
+    psn = w2 & 0xFFFFFF
+    d = psn_diff(psn, qp.resp_psn)
+    cnt = qp.cnt
+    if qpt == UC:
+        _receive_uc(qp, pkt, info, psn, d)
+        return
+    # --- RC: CHK_PSN
+    if d:
+        if d > 0:
+            cnt[C.out_of_seq_request] += 1
+            if not qp.sent_psn_nak:
+                qp.sent_psn_nak = True
+                send_ack(qp, AETH_NAK_PSN_SEQ_ERROR, qp.resp_psn)
+        else:
+            cnt[C.duplicate_request] += 1
+            _duplicate(qp, pkt, info, psn)
+        return
+    qp.sent_psn_nak = False
+    mask = info.mask
+    # --- CHK_OP_SEQ
+    cur = qp.resp_opcode
+    if cur == _NONE:
+        if not mask & START_MASK:
+            _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+            return
+    elif mask & START_MASK or (cur == _IN_SEND) != bool(mask & SEND_MASK):
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, ST.IBV_WC_REM_INV_REQ_ERR, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    # --- CHK_OP_VALID
+    access = qp.attr.qp_access_flags
+    if (mask & WRITE_MASK and not access & REMOTE_WRITE) or \
+            (mask & READ_MASK and not access & REMOTE_READ) or \
+            (mask & ATOMIC_MASK and not access & REMOTE_ATOMIC):
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    if mask & SEND_MASK:
+        _rc_send(qp, pkt, info, psn, mask)
+    elif mask & WRITE_MASK:
+        _rc_write(qp, pkt, info, psn, mask)
+    elif mask & READ_MASK:
+        _rc_read(qp, pkt, info, psn)
+    else:
+        _rc_atomic(qp, pkt, info, psn)
+
+
+def _payload_len(pkt, info) -> int:
+    return len(pkt) - info.length - ((pkt[1] >> 4) & 3)
+
+
+def _rnr(qp, psn: int) -> None:
+    qp.cnt[C.send_rnr_err] += 1
+    send_ack(qp, AETH_RNR_NAK | qp.attr.min_rnr_timer, psn)
+
+
+def _rc_send(qp, pkt, info, psn: int, mask: int) -> None:
+    n = _payload_len(pkt, info)
+    mtu = qp.mtu
+    # --- CHK_RESOURCE
+    if mask & START_MASK:
+        wqe = _take_rwqe(qp)
+        if wqe is None:
+            _rnr(qp, psn)
+            return
+        qp.resp_wqe = wqe
+        qp.resp_offset = 0
+        if not _resolve_rwqe(qp, wqe):
+            _nak(qp, AETH_NAK_REM_OP_ERR, psn, ST.IBV_WC_LOC_PROT_ERR, EV.IBV_EVENT_QP_FATAL)
+            return
+    wqe = qp.resp_wqe
+    # --- CHK_LENGTH
+    if (n != mtu) if not mask & END_MASK else (n > mtu):
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, ST.IBV_WC_REM_INV_REQ_ERR, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    off = qp.resp_offset
+    if off + n > wqe.length:
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, ST.IBV_WC_LOC_LEN_ERR, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    # --- EXECUTE
+    if n:
+        _scatter(wqe.views, off, pkt, info.length, n)
+    qp.resp_offset = off + n
+    qp.cnt[C.rcvd_bytes] += n
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+    if mask & END_MASK:
+        # --- COMPLETE
+        flags = 0
+        imm = 0
+        if mask & IMMDT_MASK:
+            (imm,) = IMMDT.unpack_from(pkt, info.immdt)
+            flags = WF.IBV_WC_WITH_IMM
+        elif mask & IETH_MASK:
+            (imm,) = IETH.unpack_from(pkt, info.ieth)
+            if not qp.memory.invalidate(qp.pd, imm):
+                _nak(qp, AETH_NAK_INVALID_REQ, psn, ST.IBV_WC_REM_INV_REQ_ERR, EV.IBV_EVENT_QP_REQ_ERR)
+                return
+            flags = WF.IBV_WC_WITH_INV
+        qp.resp_wqe = None
+        qp.resp_opcode = _NONE
+        qp.msn += 1
+        qp.cnt[C.rdma_recvs] += 1
+        qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, qp.qp_num,
+                           byte_len=off + n, imm_data=imm, src_qp=qp.attr.dest_qp_num, wc_flags=flags),
+                        bool(pkt[1] & BTH_SE))
+    else:
+        qp.resp_opcode = _IN_SEND
+    # --- ACKNOWLEDGE
+    if pkt[8] & 0x80:
+        send_ack(qp, AETH_ACK_UNLIMITED, psn)
+
+
+def _rc_write(qp, pkt, info, psn: int, mask: int) -> None:
+    n = _payload_len(pkt, info)
+    mtu = qp.mtu
+    if mask & START_MASK:
+        va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
+        qp.cnt[C.rx_write_requests] += 1
+        # --- CHK_LENGTH (the RETH length against the packets to come)
+        if (dma_len <= mtu) != bool(mask & END_MASK) and dma_len:
+            _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+            return
+        # --- CHK_RKEY
+        if dma_len:
+            view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_WRITE)
+            if view is None:
+                _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+                return
+        else:
+            view = None
+        qp.resp_view = view
+        qp.resp_offset = 0
+        qp.resp_remaining = dma_len
+    rem = qp.resp_remaining
+    # --- CHK_LENGTH (this packet)
+    if (n != mtu or rem <= mtu) if not mask & END_MASK else (n != rem):
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    # --- CHK_RESOURCE (WRITE with immediate consumes a receive WQE at its end)
+    if mask & RWR_MASK:
+        wqe = _take_rwqe(qp)
+        if wqe is None:
+            _rnr(qp, psn)
+            return
+    # --- EXECUTE
+    off = qp.resp_offset
+    if n:
+        qp.resp_view[off:off + n] = pkt[info.length:info.length + n]
+    qp.resp_offset = off + n
+    qp.resp_remaining = rem - n
+    qp.cnt[C.rcvd_bytes] += n
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+    if mask & END_MASK:
+        qp.resp_opcode = _NONE
+        qp.resp_view = None
+        qp.msn += 1
+        if mask & COMP_MASK:
+            (imm,) = IMMDT.unpack_from(pkt, info.immdt)
+            qp.cnt[C.rdma_recvs] += 1
+            qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, qp.qp_num,
+                               byte_len=off + n, imm_data=imm, src_qp=qp.attr.dest_qp_num,
+                               wc_flags=WF.IBV_WC_WITH_IMM),
+                            bool(pkt[1] & BTH_SE))
+    else:
+        qp.resp_opcode = _IN_WRITE
+    if pkt[8] & 0x80:
+        send_ack(qp, AETH_ACK_UNLIMITED, psn)
+
+
+def _add_resource(qp, res: list) -> None:
+    r = qp.resources
+    if len(r) >= qp.max_dest_rd_atomic:
+        r.popleft()                           # recycled, as rxe does: the requester keeps the limit
+    r.append(res)
+
+
+def _rc_read(qp, pkt, info, psn: int) -> None:
+    va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
+    qp.cnt[C.rx_read_requests] += 1
+    if qp.max_dest_rd_atomic == 0:
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    if dma_len:
+        view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_READ)
+        if view is None:
+            _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+            return
+    else:
+        view = b""
+    npkts = max(1, -(-dma_len // qp.mtu))
+    last_psn = (psn + npkts - 1) & 0xFFFFFF
+    qp.msn += 1
+    _add_resource(qp, [_RES_READ, psn, last_psn, va, rkey, dma_len, qp.msn])
+    _read_reply(qp, view, psn, dma_len)
+    qp.resp_psn = (last_psn + 1) & 0xFFFFFF
+
+
+def _rc_atomic(qp, pkt, info, psn: int) -> None:
+    va, rkey, swap_add, compare = ATMETH.unpack_from(pkt, info.atmeth)
+    qp.cnt[C.rx_atomic_requests] += 1
+    if qp.max_dest_rd_atomic == 0 or va & 7:
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    view = qp.memory.remote_view(qp.pd, rkey, va, 8, REMOTE_ATOMIC)
+    if view is None:
+        _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+        return
+    orig = int.from_bytes(view, _BYTEORDER)
+    if (info.opcode & 0x1F) == OP_COMPARE_SWAP:
+        if orig == compare:
+            view[0:8] = swap_add.to_bytes(8, _BYTEORDER)
+    else:
+        view[0:8] = ((orig + swap_add) & _U64).to_bytes(8, _BYTEORDER)
+    qp.msn += 1
+    _add_resource(qp, [_RES_ATOMIC, psn, psn, va, rkey, orig, qp.msn])
+    _send_atomic_ack(qp, psn, orig, qp.msn)
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+
+
+def _duplicate(qp, pkt, info, psn: int) -> None:
+    """C9-104..C9-112: answer a retransmitted request without redoing it."""
+    mask = info.mask
+    if mask & (SEND_MASK | WRITE_MASK):
+        send_ack(qp, AETH_ACK_UNLIMITED, (qp.resp_psn - 1) & 0xFFFFFF)
+        return
+    for res in reversed(qp.resources):
+        kind, first, last = res[0], res[1], res[2]
+        if psn_diff(psn, first) < 0 or psn_diff(last, psn) < 0:
+            continue
+        if mask & READ_MASK and kind == _RES_READ:
+            va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
+            if rkey != res[4] or va < res[3] or va + dma_len > res[3] + res[5]:
+                break
+            if dma_len:
+                view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_READ)
+                if view is None:
+                    break
+            else:
+                view = b""
+            _read_reply(qp, view, psn, dma_len)
+            return
+        if mask & ATOMIC_MASK and kind == _RES_ATOMIC and psn == first:
+            _send_atomic_ack(qp, psn, res[5], res[6])
+            return
+        break
+    qp.cnt[C.dropped_ghost_response] += 1     # nothing to replay: drop, the requester will time out
+
+
+# ----------------------------------------------------------------- UC
+def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
+    mask = info.mask
+    cnt = qp.cnt
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+    if d:
+        cnt[C.out_of_seq_request] += 1
+        _uc_abandon(qp)
+    if qp.uc_drop or (qp.resp_opcode == _NONE and not mask & START_MASK):
+        if mask & START_MASK:
+            qp.uc_drop = False
+        else:
+            qp.uc_drop = not mask & END_MASK
+            return
+    if qp.resp_opcode != _NONE and (mask & START_MASK or
+                                    (qp.resp_opcode == _IN_SEND) != bool(mask & SEND_MASK)):
+        _uc_abandon(qp)
+        if not mask & START_MASK:
+            qp.uc_drop = not mask & END_MASK
+            return
+    n = _payload_len(pkt, info)
+    mtu = qp.mtu
+    if (n != mtu) if not mask & END_MASK else (n > mtu):
+        _uc_drop_msg(qp, mask)
+        return
+    if mask & SEND_MASK:
+        if mask & START_MASK:
+            wqe = _take_rwqe(qp)
+            if wqe is None:
+                _uc_drop_msg(qp, mask)
+                return
+            qp.resp_wqe = wqe
+            qp.resp_offset = 0
+            if not _resolve_rwqe(qp, wqe):
+                qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_PROT_ERR, WCO.IBV_WC_RECV, qp.qp_num))
+                qp.resp_wqe = None
+                _uc_drop_msg(qp, mask)
+                return
+        wqe = qp.resp_wqe
+        off = qp.resp_offset
+        if off + n > wqe.length:
+            qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_LEN_ERR, WCO.IBV_WC_RECV, qp.qp_num))
+            qp.resp_wqe = None
+            _uc_drop_msg(qp, mask)
+            return
+        if n:
+            _scatter(wqe.views, off, pkt, info.length, n)
+        qp.resp_offset = off + n
+        cnt[C.rcvd_bytes] += n
+        if mask & END_MASK:
+            imm, flags = 0, 0
+            if mask & IMMDT_MASK:
+                (imm,) = IMMDT.unpack_from(pkt, info.immdt)
+                flags = WF.IBV_WC_WITH_IMM
+            qp.resp_wqe = None
+            qp.resp_opcode = _NONE
+            cnt[C.rdma_recvs] += 1
+            qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, qp.qp_num,
+                               byte_len=off + n, imm_data=imm, src_qp=qp.attr.dest_qp_num, wc_flags=flags),
+                            bool(pkt[1] & BTH_SE))
+        else:
+            qp.resp_opcode = _IN_SEND
+        return
+    # RDMA WRITE
+    if not qp.attr.qp_access_flags & REMOTE_WRITE:
+        _uc_drop_msg(qp, mask)
+        return
+    if mask & START_MASK:
+        va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
+        view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_WRITE) if dma_len else None
+        if dma_len and view is None:
+            _uc_drop_msg(qp, mask)
+            return
+        qp.resp_view = view
+        qp.resp_offset = 0
+        qp.resp_remaining = dma_len
+    rem = qp.resp_remaining
+    if (n != mtu or rem <= mtu) if not mask & END_MASK else (n != rem):
+        _uc_drop_msg(qp, mask)
+        return
+    wqe = None
+    if mask & RWR_MASK:
+        wqe = _take_rwqe(qp)
+        if wqe is None:
+            _uc_drop_msg(qp, mask)
+            return
+    off = qp.resp_offset
+    if n:
+        qp.resp_view[off:off + n] = pkt[info.length:info.length + n]
+    qp.resp_offset = off + n
+    qp.resp_remaining = rem - n
+    cnt[C.rcvd_bytes] += n
+    if mask & END_MASK:
+        qp.resp_opcode = _NONE
+        qp.resp_view = None
+        if wqe is not None:
+            (imm,) = IMMDT.unpack_from(pkt, info.immdt)
+            cnt[C.rdma_recvs] += 1
+            qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, qp.qp_num,
+                               byte_len=off + n, imm_data=imm, src_qp=qp.attr.dest_qp_num,
+                               wc_flags=WF.IBV_WC_WITH_IMM),
+                            bool(pkt[1] & BTH_SE))
+    else:
+        qp.resp_opcode = _IN_WRITE
+
+
+def _uc_abandon(qp) -> None:
+    """Forget a partly received UC message (packets were lost)."""
+    if qp.resp_wqe is not None:
+        _return_rwqe(qp, qp.resp_wqe)
+        qp.resp_wqe = None
+    qp.resp_opcode = _NONE
+    qp.resp_view = None
+
+
+def _uc_drop_msg(qp, mask: int) -> None:
+    _uc_abandon(qp)
+    qp.uc_drop = not mask & END_MASK
+
+
+# ----------------------------------------------------------------- UD
+def _receive_ud(qp, pkt, info, grh) -> None:
+    cnt = qp.cnt
+    qkey, sqp = DETH.unpack_from(pkt, info.deth)
+    if qkey != qp.attr.qkey:
+        cnt[C.dropped_bad_qkey] += 1
+        return
+    wqe = _take_rwqe(qp)
+    if wqe is None:
+        cnt[C.dropped_bad_state] += 1
+        return
+    n = _payload_len(pkt, info)
+    if not _resolve_rwqe(qp, wqe):
+        qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_PROT_ERR, WCO.IBV_WC_RECV, qp.qp_num))
+        return
+    if n + GRH_BYTES > wqe.length:
+        qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_LEN_ERR, WCO.IBV_WC_RECV, qp.qp_num))
+        return
+    _scatter(wqe.views, 0, grh if grh is not None else bytes(GRH_BYTES), 0, GRH_BYTES)
+    if n:
+        _scatter(wqe.views, GRH_BYTES, pkt, info.length, n)
+    imm, flags = 0, WF.IBV_WC_GRH
+    if info.mask & IMMDT_MASK:
+        (imm,) = IMMDT.unpack_from(pkt, info.immdt)
+        flags |= WF.IBV_WC_WITH_IMM
+    cnt[C.rcvd_bytes] += n
+    cnt[C.rdma_recvs] += 1
+    qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, qp.qp_num, byte_len=n + GRH_BYTES,
+                       imm_data=imm, src_qp=sqp & 0xFFFFFF, wc_flags=flags),
+                    bool(pkt[1] & BTH_SE))
+
+
+__all__ = ["receive", "send_ack", "deque"]

@@ -1,0 +1,150 @@
+"""Work requests as the transport sees them, and the completions it makes.
+
+These are the device-side forms of ibv_send_wr / ibv_recv_wr / ibv_wc: the
+verbs layer turns a user's WR into a ``SendWQE``/``RecvWQE``, and turns a
+``WC`` into an ibv_wc (CQE) the user polls.  Field names follow libibverbs.
+
+``imm_data`` and ``invalidate_rkey`` hold the 32-bit value as it is on the
+wire (big-endian ImmDt/IETH read as an unsigned int); ibv_wc's __be32
+byte-order convention is the verbs layer's business.
+"""
+
+from __future__ import annotations
+
+from ..enums import ibv_wr_opcode as WR
+
+# WQE states (rxe_verbs.h wqe_state)
+WQE_POSTED = 0       # not started
+WQE_PROCESSING = 1   # some packets sent
+WQE_PENDING = 2      # all packets sent, waiting for ACK/response
+WQE_DONE = 3         # completed (in order retirement pending)
+WQE_ERROR = 4
+
+
+class AddressVector:
+    """Where a QP's packets go (ibv_ah_attr for RoCE: the GRH fields).
+
+    The transport only carries it through to its output; the device (or
+    the simulator) turns ``dgid`` into an IP address and a UDP flow."""
+
+    __slots__ = ("dgid", "sgid_index", "flow_label", "hop_limit", "traffic_class", "sl",
+                 "dlid", "port_num", "is_global")
+
+    def __init__(self, dgid: bytes = bytes(16), sgid_index: int = 0, flow_label: int = 0,
+                 hop_limit: int = 64, traffic_class: int = 0, sl: int = 0, dlid: int = 0,
+                 port_num: int = 1, is_global: bool = True):
+        self.dgid = bytes(dgid)
+        self.sgid_index = sgid_index
+        self.flow_label = flow_label
+        self.hop_limit = hop_limit
+        self.traffic_class = traffic_class
+        self.sl = sl
+        self.dlid = dlid
+        self.port_num = port_num
+        self.is_global = is_global
+
+    def __repr__(self) -> str:
+        return f"AddressVector(dgid={self.dgid.hex()}, sgid_index={self.sgid_index})"
+
+
+class SendWQE:
+    """A posted send work request plus the requester's progress on it."""
+
+    __slots__ = (
+        # from the work request
+        "wr_id", "opcode", "send_flags", "sg_list", "inline_data", "imm_data",
+        "invalidate_rkey", "remote_addr", "rkey", "compare_add", "swap", "ah",
+        "remote_qpn", "remote_qkey",
+        # requester / completer state
+        "length", "state", "first_psn", "last_psn", "npkts", "offset", "pkts_sent",
+        "views", "status", "is_rd_atomic", "signaled", "read_done", "fenced",
+    )
+
+    def __init__(self, wr_id: int, opcode: int, sg_list=(), *, send_flags: int = 0,
+                 inline_data: bytes | None = None, imm_data: int = 0, invalidate_rkey: int = 0,
+                 remote_addr: int = 0, rkey: int = 0, compare_add: int = 0, swap: int = 0,
+                 ah: AddressVector | None = None, remote_qpn: int = 0, remote_qkey: int = 0):
+        self.wr_id = wr_id
+        self.opcode = opcode
+        self.send_flags = send_flags
+        self.sg_list = list(sg_list)        # [(addr, length, lkey)]
+        self.inline_data = inline_data
+        self.imm_data = imm_data
+        self.invalidate_rkey = invalidate_rkey
+        self.remote_addr = remote_addr
+        self.rkey = rkey
+        self.compare_add = compare_add
+        self.swap = swap
+        self.ah = ah
+        self.remote_qpn = remote_qpn
+        self.remote_qkey = remote_qkey
+        if opcode in (WR.IBV_WR_ATOMIC_CMP_AND_SWP, WR.IBV_WR_ATOMIC_FETCH_AND_ADD):
+            self.length = 8
+        elif inline_data is not None:
+            self.length = len(inline_data)
+        else:
+            self.length = sum(sge[1] for sge in self.sg_list)
+        self.state = WQE_POSTED
+        self.first_psn = self.last_psn = 0
+        self.npkts = 0
+        self.offset = 0                      # payload bytes sent in this pass
+        self.pkts_sent = 0
+        self.views = None                    # resolved local buffers
+        self.status = 0
+        self.is_rd_atomic = opcode in (WR.IBV_WR_RDMA_READ, WR.IBV_WR_ATOMIC_CMP_AND_SWP,
+                                       WR.IBV_WR_ATOMIC_FETCH_AND_ADD)
+        self.signaled = False
+        self.read_done = 0                   # READ response bytes placed
+        self.fenced = False
+
+    def __repr__(self) -> str:
+        return (f"SendWQE(wr_id={self.wr_id}, opcode={WR(self.opcode).name}, len={self.length}, "
+                f"psn={self.first_psn}..{self.last_psn}, state={self.state})")
+
+
+class RecvWQE:
+    """A posted receive work request (ibv_recv_wr)."""
+
+    __slots__ = ("wr_id", "sg_list", "length", "views")
+
+    def __init__(self, wr_id: int, sg_list=()):
+        self.wr_id = wr_id
+        self.sg_list = list(sg_list)
+        self.length = sum(sge[1] for sge in self.sg_list)
+        self.views = None
+
+    def __repr__(self) -> str:
+        return f"RecvWQE(wr_id={self.wr_id}, len={self.length})"
+
+
+class WC:
+    """A work completion (ibv_wc)."""
+
+    __slots__ = ("wr_id", "status", "opcode", "vendor_err", "byte_len", "imm_data",
+                 "qp_num", "src_qp", "wc_flags", "pkey_index", "slid", "sl", "dlid_path_bits")
+
+    def __init__(self, wr_id: int, status: int, opcode: int, qp_num: int, byte_len: int = 0,
+                 imm_data: int = 0, src_qp: int = 0, wc_flags: int = 0, pkey_index: int = 0,
+                 vendor_err: int = 0, slid: int = 0, sl: int = 0, dlid_path_bits: int = 0):
+        self.wr_id = wr_id
+        self.status = status
+        self.opcode = opcode
+        self.vendor_err = vendor_err
+        self.byte_len = byte_len
+        self.imm_data = imm_data
+        self.qp_num = qp_num
+        self.src_qp = src_qp
+        self.wc_flags = wc_flags
+        self.pkey_index = pkey_index
+        self.slid = slid
+        self.sl = sl
+        self.dlid_path_bits = dlid_path_bits
+
+    def __repr__(self) -> str:
+        from ..enums import ibv_wc_opcode, ibv_wc_status
+        try:
+            op = ibv_wc_opcode(self.opcode).name
+        except ValueError:
+            op = str(self.opcode)
+        return (f"WC(wr_id={self.wr_id}, status={ibv_wc_status(self.status).name}, opcode={op}, "
+                f"byte_len={self.byte_len}, qp_num={self.qp_num})")
