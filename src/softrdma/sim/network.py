@@ -51,6 +51,7 @@ class Link:
     jitter: float = 0.0
     reorder_delay: float = 50e-6
     stats: LinkStats = field(default_factory=LinkStats)
+    last_arrival: float = 0.0       # FIFO: jitter alone never reorders
 
 
 @dataclass
@@ -199,6 +200,10 @@ class Simulator:
                 if c or (link.reorder and rng.random() < link.reorder):
                     st.reordered += 1 if not c else 0
                     t += rng.random() * link.reorder_delay
+                elif t < link.last_arrival:
+                    t = link.last_arrival
+                else:
+                    link.last_arrival = t
                 st.delivered += 1
                 self._schedule(t, dst, data, ip_hdr, sport)
 

@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import sys
 
-from ..enums import ibv_qp_state as S
-from ..enums import ibv_wc_opcode as WCO
-from ..enums import ibv_wc_status as ST
-from ..enums import ibv_wr_opcode as WR
+from ..enums import ibv_qp_state, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints
 from ..wire.headers import (
     AETH_ACK, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
     AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, BTH, RNR_TIMER_US, psn_diff,
@@ -36,8 +33,16 @@ from ..wire.opcodes import (
     ACK_MASK, ATOMIC_MASK, END_MASK, OP_ACKNOWLEDGE,
 )
 from . import requester
-from .counters import Counter as C
+from .counters import Counter
 from .wr import WC, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_PROCESSING
+
+S = ints(ibv_qp_state)
+WCO = ints(ibv_wc_opcode)
+ST = ints(ibv_wc_status)
+WR = ints(ibv_wr_opcode)
+C = ints(Counter)
+SUCCESS = ST.IBV_WC_SUCCESS
+QPS_SQD = S.IBV_QPS_SQD
 
 _WC_OPCODE = {
     WR.IBV_WR_SEND: WCO.IBV_WC_SEND, WR.IBV_WR_SEND_WITH_IMM: WCO.IBV_WC_SEND,
@@ -61,8 +66,7 @@ def wc_opcode(wr_opcode: int) -> int:
 
 def complete_wqe(qp, wqe) -> None:
     if wqe.signaled:
-        qp.send_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, _WC_OPCODE[wqe.opcode], qp.qp_num,
-                           byte_len=wqe.length))
+        qp.send_cq.push(WC(wqe.wr_id, SUCCESS, _WC_OPCODE[wqe.opcode], qp.qp_num, wqe.length))
 
 
 def retire(qp) -> None:
@@ -75,7 +79,8 @@ def retire(qp) -> None:
             sq.popleft()
             if qp.req_idx:
                 qp.req_idx -= 1
-            complete_wqe(qp, wqe)
+            if wqe.signaled:
+                qp.send_cq.push(WC(wqe.wr_id, SUCCESS, _WC_OPCODE[wqe.opcode], qp.qp_num, wqe.length))
         elif st == WQE_ERROR:
             sq.popleft()
             if qp.req_idx:
@@ -86,7 +91,8 @@ def retire(qp) -> None:
             return
         else:
             break
-    check_drained(qp)
+    if qp.state == QPS_SQD:
+        qp._check_drained()
 
 
 def check_drained(qp) -> None:
@@ -106,9 +112,8 @@ def _fail_head(qp, status: int) -> None:
 
 def _progress(qp, now: float) -> None:
     """Forward progress: counters back to their attribute values, timer re-armed."""
-    a = qp.attr
-    qp.retry_cnt = a.retry_cnt
-    qp.rnr_retry = a.rnr_retry
+    qp.retry_cnt = qp.retry_cnt_init
+    qp.rnr_retry = qp.rnr_retry_init
     qp.retry_psn = None
     if qp.comp_psn != qp.req_psn and qp.timeout_s is not None:
         qp.timer_at = now + qp.timeout_s
@@ -120,8 +125,8 @@ def ack_upto(qp, psn: int, now: float) -> bool:
     """Acknowledge every PSN up to and including ``psn``.  Returns False if
     this revealed a missing READ/ATOMIC response (implied NAK; handled)."""
     comp = qp.comp_psn
-    if psn_diff(psn, comp) < 0:
-        return True
+    if (psn - comp) & 0xFFFFFF >= 0x800000:
+        return True                            # older than what is already acknowledged
     new_comp = comp
     implied = False
     for wqe in qp.sq:
@@ -130,9 +135,9 @@ def ack_upto(qp, psn: int, now: float) -> bool:
             continue
         if st != WQE_PROCESSING and st != WQE_PENDING:
             break
-        if psn_diff(psn, wqe.first_psn) < 0:
-            break
-        if psn_diff(wqe.last_psn, psn) <= 0:
+        if (psn - wqe.first_psn) & 0xFFFFFF >= 0x800000:
+            break                              # psn before this WQE
+        if (psn - wqe.last_psn) & 0xFFFFFF < 0x800000:
             if wqe.is_rd_atomic:
                 implied = True
                 break
@@ -142,7 +147,7 @@ def ack_upto(qp, psn: int, now: float) -> bool:
         if not wqe.is_rd_atomic:
             new_comp = (psn + 1) & 0xFFFFFF
         break
-    if psn_diff(new_comp, comp) > 0:
+    if new_comp != comp:
         qp.comp_psn = new_comp
         _progress(qp, now)
         retire(qp)
@@ -172,9 +177,8 @@ def _go_back(qp, now: float, once: bool) -> None:
 
 def receive(qp, pkt, info, now: float) -> None:
     cnt = qp.cnt
-    _, _, _, _, w2 = BTH.unpack_from(pkt, 0)
-    psn = w2 & 0xFFFFFF
-    if psn_diff(psn, qp.req_psn) >= 0 or psn_diff(psn, qp.comp_psn) < 0:
+    psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
+    if (psn - qp.req_psn) & 0xFFFFFF < 0x800000 or (psn - qp.comp_psn) & 0xFFFFFF >= 0x800000:
         # a response to nothing outstanding: duplicate ACK, stale read response, ghost
         cnt[C.dropped_ghost_response] += 1
         return

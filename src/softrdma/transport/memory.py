@@ -57,6 +57,7 @@ class MemoryTable:
         self._key_byte = 0x5A
 
     def reg_mr(self, pd, length: int, access: int) -> MR:
+        access = int(access)
         index = self._next_index
         self._next_index += 1
         self._key_byte = (self._key_byte * 37 + 11) & 0xFF
@@ -70,24 +71,21 @@ class MemoryTable:
         mr.valid = False
         self._mrs.pop(mr.lkey >> 8, None)
 
-    def _find(self, pd, key: int, addr: int, length: int):
-        mr = self._mrs.get(key >> 8)
-        if mr is None or not mr.valid or mr.lkey != key or mr.pd is not pd:
-            return None, 0
+    def local_view(self, pd, lkey, addr, length, access):
+        mr = self._mrs.get(lkey >> 8)
+        if mr is None or mr.lkey != lkey or mr.pd is not pd or not mr.valid or access & ~mr.access:
+            return None
         off = addr - mr.addr
         if off < 0 or length < 0 or off + length > mr.length:
-            return None, 0
-        return mr, off
-
-    def local_view(self, pd, lkey, addr, length, access):
-        mr, off = self._find(pd, lkey, addr, length)
-        if mr is None or (access & ~mr.access):
             return None
         return mr.view[off:off + length]
 
     def remote_view(self, pd, rkey, va, length, access):
-        mr, off = self._find(pd, rkey, va, length)
-        if mr is None or (access & mr.access) != access:
+        mr = self._mrs.get(rkey >> 8)
+        if mr is None or mr.rkey != rkey or mr.pd is not pd or not mr.valid or access & ~mr.access:
+            return None
+        off = va - mr.addr
+        if off < 0 or length < 0 or off + length > mr.length:
             return None
         return mr.view[off:off + length]
 
@@ -99,7 +97,8 @@ class MemoryTable:
         return True
 
 
-REMOTE_WRITE = A.IBV_ACCESS_REMOTE_WRITE
-REMOTE_READ = A.IBV_ACCESS_REMOTE_READ
-REMOTE_ATOMIC = A.IBV_ACCESS_REMOTE_ATOMIC
-LOCAL_WRITE = A.IBV_ACCESS_LOCAL_WRITE
+# plain ints: these are and-ed on every access
+REMOTE_WRITE = int(A.IBV_ACCESS_REMOTE_WRITE)
+REMOTE_READ = int(A.IBV_ACCESS_REMOTE_READ)
+REMOTE_ATOMIC = int(A.IBV_ACCESS_REMOTE_ATOMIC)
+LOCAL_WRITE = int(A.IBV_ACCESS_LOCAL_WRITE)

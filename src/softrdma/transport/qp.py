@@ -29,25 +29,26 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..enums import ibv_event_type as EV
-from ..enums import ibv_qp_attr_mask as M
-from ..enums import ibv_qp_state as S
-from ..enums import ibv_qp_type as T
-from ..enums import ibv_wc_opcode as WCO
-from ..enums import ibv_wc_status as ST
-from ..enums import ibv_wr_opcode as WR
-from ..enums import mtu_to_bytes
+from ..enums import (
+    ibv_event_type, ibv_qp_attr_mask, ibv_qp_state, ibv_qp_type, ibv_wc_opcode, ibv_wc_status,
+    ibv_wr_opcode, ints, mtu_to_bytes,
+)
 from ..errors import einval, enomem, eopnotsupp
 from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
 from ..wire.opcodes import ACK_MASK, IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABLE, REQ_MASK, RESP_MASK
 from . import completer, requester, responder
-from .counters import Counter as C
-from .counters import new_counters
+from .counters import Counter, new_counters
 from .wr import WC, WQE_DONE, WQE_ERROR, AddressVector, RecvWQE, SendWQE
 
-RESET, INIT, RTR, RTS, SQD, SQE, ERR = (S.IBV_QPS_RESET, S.IBV_QPS_INIT, S.IBV_QPS_RTR,
-                                        S.IBV_QPS_RTS, S.IBV_QPS_SQD, S.IBV_QPS_SQE, S.IBV_QPS_ERR)
-RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
+# enums where names are printed or masks combined; ints on the per-packet path
+S, T, M, WR = ibv_qp_state, ibv_qp_type, ibv_qp_attr_mask, ibv_wr_opcode
+EV, ST, WCO, C = ints(ibv_event_type), ints(ibv_wc_status), ints(ibv_wc_opcode), ints(Counter)
+RESET, INIT, RTR, RTS, SQD, SQE, ERR = range(7)
+RC, UC, UD = int(T.IBV_QPT_RC), int(T.IBV_QPT_UC), int(T.IBV_QPT_UD)
+_UD_OPS = frozenset((WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM))
+_UC_OPS = frozenset((WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM, WR.IBV_WR_RDMA_WRITE,
+                     WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR.IBV_WR_LOCAL_INV))
+_UNSUPPORTED_OPS = frozenset((WR.IBV_WR_BIND_MW, WR.IBV_WR_TSO, WR.IBV_WR_DRIVER1))
 
 #: rxe's limits: at most this many PSNs sent and not yet acknowledged, and
 #: an AckReq at least every this many packets.
@@ -281,6 +282,10 @@ class QP:
         self.av = a.ah_attr
         self.max_rd_atomic = max(1, a.max_rd_atomic)
         self.max_dest_rd_atomic = a.max_dest_rd_atomic
+        self.dest_qpn = a.dest_qp_num
+        self.retry_cnt_init = a.retry_cnt
+        self.rnr_retry_init = a.rnr_retry
+        self.rc = self.qp_type == RC
 
     def modify(self, attr: QPAttr, mask: int) -> None:
         """ibv_modify_qp: check everything, then apply atomically."""
@@ -288,7 +293,7 @@ class QP:
         if mask & M.IBV_QP_CUR_STATE and attr.cur_qp_state != cur:
             raise einval(f"cur_qp_state {attr.cur_qp_state} but QP is in {S(cur).name}")
         new = attr.qp_state if mask & M.IBV_QP_STATE else cur
-        if new not in S or new == S.IBV_QPS_UNKNOWN or new == SQE:
+        if new not in S._value2member_map_ or new == S.IBV_QPS_UNKNOWN or new == SQE:
             raise einval(f"cannot move a QP to state {new}")
         rule = TRANSITIONS.get((cur, new))
         if rule is None:
@@ -434,20 +439,19 @@ class QP:
         if wqe.inline_data is not None and len(wqe.inline_data) > self.cap.max_inline_data:
             raise einval(f"inline data {len(wqe.inline_data)} > max_inline_data {self.cap.max_inline_data}")
         op = wqe.opcode
-        if self.qp_type == UD:
-            if op not in (WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM):
+        qpt = self.qp_type
+        if qpt == UD:
+            if op not in _UD_OPS:
                 raise einval(f"opcode {WR(op).name} is not valid on a UD QP")
             if wqe.ah is None:
                 raise einval("UD send needs an address handle")
-        elif self.qp_type == UC and op not in (WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM,
-                                               WR.IBV_WR_RDMA_WRITE, WR.IBV_WR_RDMA_WRITE_WITH_IMM,
-                                               WR.IBV_WR_LOCAL_INV):
+        elif qpt == UC and op not in _UC_OPS:
             raise einval(f"opcode {WR(op).name} is not valid on a UC QP")
-        elif op in (WR.IBV_WR_BIND_MW, WR.IBV_WR_TSO, WR.IBV_WR_DRIVER1):
+        elif op in _UNSUPPORTED_OPS:
             raise eopnotsupp(f"opcode {WR(op).name} is not supported by the transport")
         if wqe.length > self.caps.max_msg_sz:
             raise einval(f"message of {wqe.length} bytes > max_msg_sz")
-        if self.qp_type == UD and wqe.length > self.mtu:
+        if qpt == UD and wqe.length > self.mtu:
             raise einval(f"UD message of {wqe.length} bytes > MTU {self.mtu}")
         wqe.signaled = self.sq_sig_all or bool(wqe.send_flags & 2)   # IBV_SEND_SIGNALED
         self.sq.append(wqe)

@@ -15,10 +15,7 @@ responses are missing (IBA 9.7.5.1.6 allows the shortened re-request).
 
 from __future__ import annotations
 
-from ..enums import ibv_qp_state as S
-from ..enums import ibv_qp_type as T
-from ..enums import ibv_wc_status as ST
-from ..enums import ibv_wr_opcode as WR
+from ..enums import ibv_qp_state, ibv_qp_type, ibv_wc_status, ibv_wr_opcode, ints
 from ..wire.headers import (
     ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
 )
@@ -30,9 +27,18 @@ from ..wire.opcodes import (
     OP_SEND_ONLY_WITH_IMMEDIATE, OP_SEND_ONLY_WITH_INVALIDATE, OPCODE_TABLE,
 )
 from . import completer                       # cycle: completer calls back into retry()
-from .counters import Counter as C
+from .counters import Counter
 from .memory import LOCAL_READ
 from .wr import WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
+
+S = ints(ibv_qp_state)
+T = ints(ibv_qp_type)
+ST = ints(ibv_wc_status)
+WR = ints(ibv_wr_opcode)
+C = ints(Counter)
+SENT_PKTS, SENT_BYTES, RDMA_SENDS = C.sent_pkts, C.sent_bytes, C.rdma_sends
+WR_LOCAL_INV = WR.IBV_WR_LOCAL_INV
+QPS_ERR = S.IBV_QPS_ERR
 
 RTS, SQD = S.IBV_QPS_RTS, S.IBV_QPS_SQD
 RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
@@ -105,13 +111,14 @@ def _start(qp, wqe) -> bool:
     if not _resolve(qp, wqe):
         wqe.status = ST.IBV_WC_LOC_PROT_ERR
         return False
-    mtu = qp.mtu
-    wqe.npkts = max(1, -(-wqe.length // mtu)) if wqe.opcode != WR.IBV_WR_ATOMIC_CMP_AND_SWP \
-        and wqe.opcode != WR.IBV_WR_ATOMIC_FETCH_AND_ADD else 1
-    if qp.qp_type == UD:
-        wqe.npkts = 1
-    wqe.first_psn = qp.req_psn
-    wqe.last_psn = (qp.req_psn + wqe.npkts - 1) & 0xFFFFFF
+    if wqe.opcode in _ATOMIC_OPS or qp.qp_type == UD:
+        npkts = 1
+    else:
+        npkts = -(-wqe.length // qp.mtu) or 1
+    psn = qp.req_psn
+    wqe.npkts = npkts
+    wqe.first_psn = psn
+    wqe.last_psn = (psn + npkts - 1) & 0xFFFFFF
     wqe.state = WQE_PROCESSING
     wqe.offset = 0
     wqe.pkts_sent = 0
@@ -129,60 +136,65 @@ def _local_op(qp, wqe) -> None:
 
 def run(qp, now: float) -> None:
     state = qp.state
-    if state != RTS and state != SQD:
-        return
-    if qp.rnr_at is not None:
+    if (state != RTS and state != SQD) or qp.rnr_at is not None:
         return
     sq = qp.sq
-    rc = qp.qp_type == RC
+    nsq = len(sq)
+    idx = qp.req_idx
+    if idx >= nsq:
+        return
+    rc = qp.rc
     tx = qp.tx
-    while qp.req_idx < len(sq):
-        wqe = sq[qp.req_idx]
+    while idx < nsq:
+        wqe = sq[idx]
         wst = wqe.state
         if wst == WQE_POSTED:
             if state == SQD:
                 break
             if wqe.send_flags & SEND_FENCE and qp.rd_atomic_out:
                 break
-            if wqe.opcode == WR.IBV_WR_LOCAL_INV:
+            if wqe.opcode == WR_LOCAL_INV:
                 _local_op(qp, wqe)
-                qp.req_idx += 1
+                qp.req_idx = idx + 1
                 completer.retire(qp)
-                if qp.state == S.IBV_QPS_ERR:
+                if qp.state == QPS_ERR:
                     return
+                idx, nsq = qp.req_idx, len(sq)
                 continue
             if wqe.is_rd_atomic and qp.rd_atomic_out >= qp.max_rd_atomic:
                 break
-            if rc and psn_diff(qp.req_psn, qp.comp_psn) >= MAX_UNACKED_PSNS:
+            if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= MAX_UNACKED_PSNS:
                 break
             if not _start(qp, wqe):
                 wqe.state = WQE_ERROR
-                qp.req_idx += 1
+                qp.req_idx = idx + 1
                 completer.retire(qp)
                 return
-        elif wst == WQE_PROCESSING and wqe.pkts_sent == 0 and wqe.is_rd_atomic:
-            # a READ/ATOMIC being re-sent after a retry counts against the limit again
-            if qp.rd_atomic_out >= qp.max_rd_atomic:
-                break
         elif wst != WQE_PROCESSING:
-            qp.req_idx += 1
+            idx += 1
             continue
+        elif wqe.pkts_sent == 0 and wqe.is_rd_atomic and qp.rd_atomic_out >= qp.max_rd_atomic:
+            break                              # a READ/ATOMIC re-sent after a retry counts again
         # send this WQE's remaining packets, as far as the window allows
         if wqe.is_rd_atomic:
-            if rc and psn_diff(qp.req_psn, qp.comp_psn) >= MAX_UNACKED_PSNS:
+            if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= MAX_UNACKED_PSNS:
                 break
             _send_rd_atomic(qp, wqe, tx)
             qp.rd_atomic_out += 1
+        elif not _send_segments(qp, wqe, tx, rc):
+            break                              # window full mid-message
+        idx += 1
+        if rc:
+            if qp.timer_at is None and qp.timeout_s is not None:
+                qp.timer_at = now + qp.timeout_s
         else:
-            if not _send_segments(qp, wqe, tx, rc):
-                break                          # window full mid-message
-        if qp.timer_at is None and rc and qp.timeout_s is not None:
-            qp.timer_at = now + qp.timeout_s
-        qp.req_idx += 1
-        if not rc:
             wqe.state = WQE_DONE
+            qp.req_idx = idx
             completer.retire(qp)
-    completer.check_drained(qp)
+            idx, nsq = qp.req_idx, len(sq)
+    qp.req_idx = idx
+    if state == SQD:
+        completer.check_drained(qp)
 
 
 def _send_segments(qp, wqe, tx, rc: bool) -> bool:
@@ -192,37 +204,41 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
     ops = _SEGMENT_OPS[wqe.opcode]
     opclass = qp.opclass
     ud = qp.qp_type == UD
-    av = wqe.ah if ud else qp.av
-    dqpn = wqe.remote_qpn if ud else qp.attr.dest_qp_num
+    if ud:
+        av, dqpn = wqe.ah, wqe.remote_qpn
+    else:
+        av, dqpn = qp.av, qp.dest_qpn
     pkey = qp.pkey
     views = wqe.views
     cnt = qp.cnt
-    solicited = wqe.send_flags & SEND_SOLICITED and wqe.opcode in _SOLICITABLE
+    flags_last = BTH_SE if wqe.send_flags & SEND_SOLICITED and wqe.opcode in _SOLICITABLE else 0
+    psn = qp.req_psn
+    off = off0 = wqe.offset
+    sent = 0
+    done = False
     while True:
-        if rc and psn_diff(qp.req_psn, qp.comp_psn) >= MAX_UNACKED_PSNS:
-            return False
-        off = wqe.offset
+        if rc and (psn - qp.comp_psn) & 0xFFFFFF >= MAX_UNACKED_PSNS:
+            break
         rem = length - off
-        last = rem <= mtu
-        n = rem if last else mtu
-        if off == 0:
-            op = ops[3] if last else ops[0]
+        if rem <= mtu:
+            n = rem
+            info = OPCODE_TABLE[opclass | (ops[3] if off == 0 else ops[2])]
+            flags = flags_last
+            done = True
         else:
-            op = ops[2] if last else ops[1]
-        info = OPCODE_TABLE[opclass | op]
+            n = mtu
+            info = OPCODE_TABLE[opclass | (ops[0] if off == 0 else ops[1])]
+            flags = 0
         hlen = info.length
         pad = -n & 3
         buf = bytearray(hlen + n + pad)
-        psn = qp.req_psn
         ackreq = 0
         if rc:
             qp.noack_pkts += 1
-            if last or qp.noack_pkts >= MAX_PKT_PER_ACK:
+            if done or qp.noack_pkts >= MAX_PKT_PER_ACK:
                 ackreq = BTH_ACKREQ
                 qp.noack_pkts = 0
-        BTH.pack_into(buf, 0, opclass | op,
-                      (BTH_SE if last and solicited else 0) | (pad << BTH_PAD_SHIFT),
-                      pkey, dqpn, ackreq | psn)
+        BTH.pack_into(buf, 0, info.opcode, flags | (pad << BTH_PAD_SHIFT), pkey, dqpn, ackreq | psn)
         if info.reth >= 0:
             RETH.pack_into(buf, info.reth, wqe.remote_addr, wqe.rkey, length)
         if info.immdt >= 0:
@@ -235,19 +251,27 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
                 qkey = qp.attr.qkey
             DETH.pack_into(buf, info.deth, qkey, qp.qp_num)
         if n:
-            gather(views, off, n, buf, hlen)
+            if len(views) == 1:
+                buf[hlen:hlen + n] = views[0][off:off + n]
+            else:
+                gather(views, off, n, buf, hlen)
         tx.append((qp, buf, av))
-        cnt[C.sent_pkts] += 1
-        cnt[C.sent_bytes] += n
         if qp.resend_until is not None:
             _count_resend(qp, psn)
-        qp.req_psn = (psn + 1) & 0xFFFFFF
-        wqe.offset = off + n
-        wqe.pkts_sent += 1
-        if last:
-            wqe.state = WQE_PENDING
-            cnt[C.rdma_sends] += 1
-            return True
+        psn = (psn + 1) & 0xFFFFFF
+        off += n
+        sent += 1
+        if done:
+            break
+    qp.req_psn = psn
+    wqe.offset = off
+    wqe.pkts_sent += sent
+    cnt[SENT_PKTS] += sent
+    cnt[SENT_BYTES] += off - off0
+    if done:
+        wqe.state = WQE_PENDING
+        cnt[RDMA_SENDS] += 1
+    return done
 
 
 def _send_rd_atomic(qp, wqe, tx) -> None:
@@ -259,19 +283,19 @@ def _send_rd_atomic(qp, wqe, tx) -> None:
         info = OPCODE_TABLE[qp.opclass | OP_RDMA_READ_REQUEST]
         buf = bytearray(info.length)
         psn = (wqe.first_psn + done // qp.mtu) & 0xFFFFFF if done else wqe.first_psn
-        BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.attr.dest_qp_num, ackreq | psn)
+        BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.dest_qpn, ackreq | psn)
         RETH.pack_into(buf, info.reth, wqe.remote_addr + done, wqe.rkey, wqe.length - done)
     else:
         info = OPCODE_TABLE[qp.opclass | _ATOMIC_OPS[wqe.opcode]]
         buf = bytearray(info.length)
         psn = wqe.first_psn
-        BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.attr.dest_qp_num, ackreq | psn)
+        BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.dest_qpn, ackreq | psn)
         if wqe.opcode == WR.IBV_WR_ATOMIC_CMP_AND_SWP:
             ATMETH.pack_into(buf, info.atmeth, wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add)
         else:
             ATMETH.pack_into(buf, info.atmeth, wqe.remote_addr, wqe.rkey, wqe.compare_add, 0)
     qp.tx.append((qp, buf, qp.av))
-    qp.cnt[C.sent_pkts] += 1
+    qp.cnt[SENT_PKTS] += 1
     if qp.resend_until is not None:
         _count_resend(qp, psn)
     qp.req_psn = (wqe.last_psn + 1) & 0xFFFFFF
@@ -296,8 +320,9 @@ def retry(qp, now: float) -> None:
     qp.rd_atomic_out = 0
     qp.noack_pkts = 0
     first = True
-    for i in range(min(qp.req_idx, len(sq))):
-        wqe = sq[i]
+    for wqe in sq:                      # every started WQE, incl. one cut short by the window
+        if wqe.state == WQE_POSTED:
+            break
         if wqe.state not in (WQE_PROCESSING, WQE_PENDING):
             continue
         sent_pkts = (psn_diff(qp.comp_psn, wqe.first_psn)) if first else 0

@@ -31,14 +31,11 @@ first, any PSN is accepted, a message with no receive WQE is dropped.
 
 from __future__ import annotations
 
+import struct
 import sys
 from collections import deque
 
-from ..enums import ibv_event_type as EV
-from ..enums import ibv_qp_type as T
-from ..enums import ibv_wc_flags as WF
-from ..enums import ibv_wc_opcode as WCO
-from ..enums import ibv_wc_status as ST
+from ..enums import ibv_event_type, ibv_qp_type, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ints
 from ..wire.headers import (
     AETH, AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
     AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
@@ -49,9 +46,20 @@ from ..wire.opcodes import (
     OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE, READ_MASK, RWR_MASK,
     SEND_MASK, START_MASK, WRITE_MASK,
 )
-from .counters import Counter as C
+from .counters import Counter
 from .memory import LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_READ, REMOTE_WRITE
 from .wr import WC
+
+EV = ints(ibv_event_type)
+T = ints(ibv_qp_type)
+WF = ints(ibv_wc_flags)
+WCO = ints(ibv_wc_opcode)
+ST = ints(ibv_wc_status)
+C = ints(Counter)
+SUCCESS = ST.IBV_WC_SUCCESS
+WC_RECV = WCO.IBV_WC_RECV
+SENT_PKTS, RCVD_BYTES, RDMA_RECVS = C.sent_pkts, C.rcvd_bytes, C.rdma_recvs
+_ACK_HDR = struct.Struct(BTH.format + AETH.format.lstrip(">"))   # BTH + AETH in one pack
 
 RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
 _BYTEORDER = sys.byteorder
@@ -73,15 +81,15 @@ _RES_READ, _RES_ATOMIC = 0, 1
 # ----------------------------------------------------------------- outputs
 def send_ack(qp, syndrome: int, psn: int) -> None:
     buf = bytearray(16)
-    BTH.pack_into(buf, 0, OP_ACKNOWLEDGE, 0, qp.pkey, qp.attr.dest_qp_num, psn & 0xFFFFFF)
-    AETH.pack_into(buf, 12, (syndrome << 24) | (qp.msn & 0xFFFFFF))
+    _ACK_HDR.pack_into(buf, 0, OP_ACKNOWLEDGE, 0, qp.pkey, qp.dest_qpn, psn & 0xFFFFFF,
+                       (syndrome << 24) | (qp.msn & 0xFFFFFF))
     qp.tx.append((qp, buf, qp.av))
-    qp.cnt[C.sent_pkts] += 1
+    qp.cnt[SENT_PKTS] += 1
 
 
 def _send_atomic_ack(qp, psn: int, orig: int, msn: int) -> None:
     buf = bytearray(_ATMACK_INFO.length)
-    BTH.pack_into(buf, 0, OP_ATOMIC_ACKNOWLEDGE, 0, qp.pkey, qp.attr.dest_qp_num, psn)
+    BTH.pack_into(buf, 0, OP_ATOMIC_ACKNOWLEDGE, 0, qp.pkey, qp.dest_qpn, psn)
     AETH.pack_into(buf, 12, (AETH_ACK_UNLIMITED << 24) | (msn & 0xFFFFFF))
     ATMACK.pack_into(buf, 16, orig)
     qp.tx.append((qp, buf, qp.av))
@@ -94,7 +102,7 @@ def _read_reply(qp, view, psn: int, length: int) -> None:
     npkts = max(1, -(-length // mtu))
     tx = qp.tx
     pkey = qp.pkey
-    dqpn = qp.attr.dest_qp_num
+    dqpn = qp.dest_qpn
     av = qp.av
     msn = qp.msn
     off = 0
@@ -195,22 +203,20 @@ def receive(qp, pkt, info, now: float, grh) -> None:
     if qpt == UD:
         _receive_ud(qp, pkt, info, grh)
         return
-    _, _, _, _, w2 = BTH.unpack_from(pkt, 0)
-    psn = w2 & 0xFFFFFF
-    d = psn_diff(psn, qp.resp_psn)
-    cnt = qp.cnt
+    psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
+    d = (psn - qp.resp_psn) & 0xFFFFFF
     if qpt == UC:
         _receive_uc(qp, pkt, info, psn, d)
         return
     # --- RC: CHK_PSN
     if d:
-        if d > 0:
-            cnt[C.out_of_seq_request] += 1
+        if d < 0x800000:
+            qp.cnt[C.out_of_seq_request] += 1
             if not qp.sent_psn_nak:
                 qp.sent_psn_nak = True
                 send_ack(qp, AETH_NAK_PSN_SEQ_ERROR, qp.resp_psn)
         else:
-            cnt[C.duplicate_request] += 1
+            qp.cnt[C.duplicate_request] += 1
             _duplicate(qp, pkt, info, psn)
         return
     qp.sent_psn_nak = False
@@ -224,6 +230,9 @@ def receive(qp, pkt, info, now: float, grh) -> None:
     elif mask & START_MASK or (cur == _IN_SEND) != bool(mask & SEND_MASK):
         _nak(qp, AETH_NAK_INVALID_REQ, psn, ST.IBV_WC_REM_INV_REQ_ERR, EV.IBV_EVENT_QP_REQ_ERR)
         return
+    if mask & SEND_MASK:
+        _rc_send(qp, pkt, info, psn, mask)
+        return
     # --- CHK_OP_VALID
     access = qp.attr.qp_access_flags
     if (mask & WRITE_MASK and not access & REMOTE_WRITE) or \
@@ -231,9 +240,7 @@ def receive(qp, pkt, info, now: float, grh) -> None:
             (mask & ATOMIC_MASK and not access & REMOTE_ATOMIC):
         _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
         return
-    if mask & SEND_MASK:
-        _rc_send(qp, pkt, info, psn, mask)
-    elif mask & WRITE_MASK:
+    if mask & WRITE_MASK:
         _rc_write(qp, pkt, info, psn, mask)
     elif mask & READ_MASK:
         _rc_read(qp, pkt, info, psn)
@@ -251,33 +258,44 @@ def _rnr(qp, psn: int) -> None:
 
 
 def _rc_send(qp, pkt, info, psn: int, mask: int) -> None:
-    n = _payload_len(pkt, info)
+    hlen = info.length
+    n = len(pkt) - hlen - ((pkt[1] >> 4) & 3)
     mtu = qp.mtu
     # --- CHK_RESOURCE
     if mask & START_MASK:
-        wqe = _take_rwqe(qp)
+        srq = qp.srq
+        if srq is not None:
+            wqe = srq.take()
+        else:
+            wqe = qp.rq.popleft() if qp.rq else None
         if wqe is None:
             _rnr(qp, psn)
             return
         qp.resp_wqe = wqe
-        qp.resp_offset = 0
-        if not _resolve_rwqe(qp, wqe):
+        off = qp.resp_offset = 0
+        if wqe.views is None and not _resolve_rwqe(qp, wqe):
             _nak(qp, AETH_NAK_REM_OP_ERR, psn, ST.IBV_WC_LOC_PROT_ERR, EV.IBV_EVENT_QP_FATAL)
             return
-    wqe = qp.resp_wqe
+    else:
+        wqe = qp.resp_wqe
+        off = qp.resp_offset
     # --- CHK_LENGTH
-    if (n != mtu) if not mask & END_MASK else (n > mtu):
+    if (n > mtu) if mask & END_MASK else (n != mtu):
         _nak(qp, AETH_NAK_INVALID_REQ, psn, ST.IBV_WC_REM_INV_REQ_ERR, EV.IBV_EVENT_QP_REQ_ERR)
         return
-    off = qp.resp_offset
     if off + n > wqe.length:
         _nak(qp, AETH_NAK_INVALID_REQ, psn, ST.IBV_WC_LOC_LEN_ERR, EV.IBV_EVENT_QP_REQ_ERR)
         return
     # --- EXECUTE
     if n:
-        _scatter(wqe.views, off, pkt, info.length, n)
-    qp.resp_offset = off + n
-    qp.cnt[C.rcvd_bytes] += n
+        views = wqe.views
+        if len(views) == 1:
+            views[0][off:off + n] = pkt[hlen:hlen + n]
+        else:
+            _scatter(views, off, pkt, hlen, n)
+    off += n
+    cnt = qp.cnt
+    cnt[RCVD_BYTES] += n
     qp.resp_psn = (psn + 1) & 0xFFFFFF
     if mask & END_MASK:
         # --- COMPLETE
@@ -295,11 +313,11 @@ def _rc_send(qp, pkt, info, psn: int, mask: int) -> None:
         qp.resp_wqe = None
         qp.resp_opcode = _NONE
         qp.msn += 1
-        qp.cnt[C.rdma_recvs] += 1
-        qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, qp.qp_num,
-                           byte_len=off + n, imm_data=imm, src_qp=qp.attr.dest_qp_num, wc_flags=flags),
-                        bool(pkt[1] & BTH_SE))
+        cnt[RDMA_RECVS] += 1
+        qp.recv_cq.push(WC(wqe.wr_id, SUCCESS, WC_RECV, qp.qp_num, off, imm, qp.dest_qpn, flags),
+                        pkt[1] & BTH_SE)
     else:
+        qp.resp_offset = off
         qp.resp_opcode = _IN_SEND
     # --- ACKNOWLEDGE
     if pkt[8] & 0x80:
@@ -354,7 +372,7 @@ def _rc_write(qp, pkt, info, psn: int, mask: int) -> None:
             (imm,) = IMMDT.unpack_from(pkt, info.immdt)
             qp.cnt[C.rdma_recvs] += 1
             qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, qp.qp_num,
-                               byte_len=off + n, imm_data=imm, src_qp=qp.attr.dest_qp_num,
+                               byte_len=off + n, imm_data=imm, src_qp=qp.dest_qpn,
                                wc_flags=WF.IBV_WC_WITH_IMM),
                             bool(pkt[1] & BTH_SE))
     else:
@@ -500,7 +518,7 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
             qp.resp_opcode = _NONE
             cnt[C.rdma_recvs] += 1
             qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, qp.qp_num,
-                               byte_len=off + n, imm_data=imm, src_qp=qp.attr.dest_qp_num, wc_flags=flags),
+                               byte_len=off + n, imm_data=imm, src_qp=qp.dest_qpn, wc_flags=flags),
                             bool(pkt[1] & BTH_SE))
         else:
             qp.resp_opcode = _IN_SEND
@@ -541,7 +559,7 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
             (imm,) = IMMDT.unpack_from(pkt, info.immdt)
             cnt[C.rdma_recvs] += 1
             qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, qp.qp_num,
-                               byte_len=off + n, imm_data=imm, src_qp=qp.attr.dest_qp_num,
+                               byte_len=off + n, imm_data=imm, src_qp=qp.dest_qpn,
                                wc_flags=WF.IBV_WC_WITH_IMM),
                             bool(pkt[1] & BTH_SE))
     else:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from ..enums import ibv_wr_opcode as WR
 
+_ATOMICS = frozenset((int(WR.IBV_WR_ATOMIC_CMP_AND_SWP), int(WR.IBV_WR_ATOMIC_FETCH_AND_ADD)))
+_RD_ATOMICS = _ATOMICS | {int(WR.IBV_WR_RDMA_READ)}
+
 # WQE states (rxe_verbs.h wqe_state)
 WQE_POSTED = 0       # not started
 WQE_PROCESSING = 1   # some packets sent
@@ -67,7 +70,7 @@ class SendWQE:
         self.wr_id = wr_id
         self.opcode = opcode
         self.send_flags = send_flags
-        self.sg_list = list(sg_list)        # [(addr, length, lkey)]
+        self.sg_list = sg_list = list(sg_list)    # [(addr, length, lkey)]
         self.inline_data = inline_data
         self.imm_data = imm_data
         self.invalidate_rkey = invalidate_rkey
@@ -78,12 +81,14 @@ class SendWQE:
         self.ah = ah
         self.remote_qpn = remote_qpn
         self.remote_qkey = remote_qkey
-        if opcode in (WR.IBV_WR_ATOMIC_CMP_AND_SWP, WR.IBV_WR_ATOMIC_FETCH_AND_ADD):
+        if opcode in _ATOMICS:
             self.length = 8
         elif inline_data is not None:
             self.length = len(inline_data)
+        elif len(sg_list) == 1:
+            self.length = sg_list[0][1]
         else:
-            self.length = sum(sge[1] for sge in self.sg_list)
+            self.length = sum(sge[1] for sge in sg_list)
         self.state = WQE_POSTED
         self.first_psn = self.last_psn = 0
         self.npkts = 0
@@ -91,8 +96,7 @@ class SendWQE:
         self.pkts_sent = 0
         self.views = None                    # resolved local buffers
         self.status = 0
-        self.is_rd_atomic = opcode in (WR.IBV_WR_RDMA_READ, WR.IBV_WR_ATOMIC_CMP_AND_SWP,
-                                       WR.IBV_WR_ATOMIC_FETCH_AND_ADD)
+        self.is_rd_atomic = opcode in _RD_ATOMICS
         self.signaled = False
         self.read_done = 0                   # READ response bytes placed
         self.fenced = False
@@ -109,8 +113,8 @@ class RecvWQE:
 
     def __init__(self, wr_id: int, sg_list=()):
         self.wr_id = wr_id
-        self.sg_list = list(sg_list)
-        self.length = sum(sge[1] for sge in self.sg_list)
+        self.sg_list = sg_list = list(sg_list)
+        self.length = sg_list[0][1] if len(sg_list) == 1 else sum(sge[1] for sge in sg_list)
         self.views = None
 
     def __repr__(self) -> str:

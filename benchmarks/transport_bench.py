@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Transport processing rate with no I/O: requester + responder + completer.
+
+Two RC QPs are wired back to back in one process (packets handed over as
+the same bytearrays, no ICRC, no sockets), and each case posts messages in
+batches of ``--batch`` WQEs and shuttles packets until all complete.  The
+figure is packets per second of CPU (requests + ACKs + responses, each
+counted once, processed by both the sending and the receiving engine) --
+the budget later layers spend.  Beside it, the machine's own limits in the
+same run: bytes/s of a memoryview copy of the payload size, and the cost of
+one zlib.crc32 over a full packet (what the ICRC will add).
+
+    python3 benchmarks/transport_bench.py            # all cases
+    python3 benchmarks/transport_bench.py --profile  # + pyinstrument of the 64 B SEND case
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from softrdma.enums import IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND  # noqa: E402
+from softrdma.sim import Simulator, connect_qps  # noqa: E402
+from softrdma.transport.wr import RecvWQE, SendWQE  # noqa: E402
+
+
+def make_pair(mtu_enum: int):
+    # The simulator only builds the QPs; packets are shuttled by hand below.
+    sim = Simulator()
+    a, b = sim.add_node("a", "10.0.0.1"), sim.add_node("b", "10.0.0.2")
+    qa, qb = a.create_qp(), b.create_qp()
+    connect_qps(qa, qb, a, b, path_mtu=mtu_enum)
+    return a, b, qa, qb
+
+
+def shuttle(a, b, qa, qb) -> int:
+    """Move packets between the two QPs until both are quiet; return count."""
+    n = 0
+    ta, tb = a.tx, b.tx
+    ra, rb = qa.receive, qb.receive
+    while ta or tb:
+        if ta:
+            batch = ta[:]
+            ta.clear()
+            n += len(batch)
+            for _, pkt, _ in batch:
+                rb(pkt, 0.0)
+        if tb:
+            batch = tb[:]
+            tb.clear()
+            n += len(batch)
+            for _, pkt, _ in batch:
+                ra(pkt, 0.0)
+    return n
+
+
+def bench(op: str, size: int, mtu_enum: int, total_msgs: int, batch: int) -> dict:
+    a, b, qa, qb = make_pair(mtu_enum)
+    ma = a.reg_mr(max(size, 64) * batch, 0xF)
+    mb = b.reg_mr(max(size, 64) * batch, 0xF)
+    ma.write(os.urandom(len(ma.buf)))
+    opcode = {"send": IBV_WR_SEND, "write": IBV_WR_RDMA_WRITE, "read": IBV_WR_RDMA_READ}[op]
+    pkts = 0
+    sent = 0
+    t0 = time.perf_counter()
+    wid = 0
+    while sent < total_msgs:
+        k = min(batch, total_msgs - sent)
+        if op == "send":
+            for i in range(k):
+                qb.post_recv(RecvWQE(i, [(mb.addr + i * size, size, mb.lkey)]))
+        for i in range(k):
+            wid += 1
+            qa.post_send(SendWQE(wid, opcode, [(ma.addr + i * size, size, ma.lkey)],
+                                 remote_addr=mb.addr + i * size, rkey=mb.rkey))
+        pkts += shuttle(a, b, qa, qb)
+        qa.send_cq.entries.clear()
+        qb.recv_cq.entries.clear()
+        sent += k
+    dt = time.perf_counter() - t0
+    assert qa.state == 3 and qb.state == 3, "QPs left RTS"
+    return {"op": op, "size": size, "mtu": 128 << mtu_enum, "msgs": total_msgs, "pkts": pkts,
+            "secs": dt, "pps": pkts / dt, "msg_rate": total_msgs / dt,
+            "gbps": total_msgs * size * 8 / dt / 1e9}
+
+
+def memcpy_rate(size: int, reps: int = 2000) -> float:
+    src = memoryview(bytearray(os.urandom(size)))
+    dst = memoryview(bytearray(size))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        dst[:] = src
+    return size * reps / (time.perf_counter() - t0)
+
+
+def crc_cost(nbytes: int, reps: int = 20000) -> float:
+    buf = os.urandom(nbytes)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        zlib.crc32(buf)
+    return (time.perf_counter() - t0) / reps
+
+
+CASES = [
+    ("send", 64, 5, 200_000, 64),
+    ("write", 65536, 5, 20_000, 16),
+    ("read", 65536, 5, 20_000, 16),
+    ("send", 4096, 3, 100_000, 64),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
+    ap.add_argument("--profile", action="store_true", help="pyinstrument the 64 B SEND case")
+    args = ap.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print(f"machine limits: memoryview copy 64 KiB {memcpy_rate(65536) / 1e9:.2f} GB/s, "
+          f"4 KiB {memcpy_rate(4096) / 1e9:.2f} GB/s; zlib.crc32 of 4 KiB {crc_cost(4096) * 1e6:.2f} us, "
+          f"of 76 B {crc_cost(76) * 1e6:.3f} us")
+    print(f"{'case':<22}{'messages':>10}{'packets':>10}{'seconds':>9}{'packets/s':>12}{'msgs/s':>11}{'Gbit/s':>9}")
+    for op, size, mtu, n, batch in CASES:
+        r = bench(op, size, mtu, int(n * args.scale), batch)
+        name = f"{op} {size} B mtu {r['mtu']}"
+        print(f"{name:<22}{r['msgs']:>10}{r['pkts']:>10}{r['secs']:>9.2f}{r['pps']:>12,.0f}"
+              f"{r['msg_rate']:>11,.0f}{r['gbps']:>9.2f}")
+    if args.profile:
+        from pyinstrument import Profiler
+        p = Profiler(interval=0.0005)
+        p.start()
+        bench("send", 64, 5, 50_000, 64)
+        p.stop()
+        print(p.output_text(unicode=False, color=False, show_all=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

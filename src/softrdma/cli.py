@@ -1,0 +1,31 @@
+"""The ``softrdma`` command: one entry point, a subcommand per tool."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="softrdma", description="softrdma: a software RDMA stack")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from . import demo
+    p = sub.add_parser("demo", help="two RC QPs moving data over a lossy simulated link")
+    demo.add_arguments(p)
+    p.set_defaults(func=demo.run)
+    p = sub.add_parser("version", help="print the version")
+    p.set_defaults(func=lambda a: print(__import__("softrdma").__version__) or 0)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 141
+
+
+if __name__ == "__main__":
+    sys.exit(main())
