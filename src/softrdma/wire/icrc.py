@@ -23,8 +23,11 @@ the IPv4 ID or flags.  ``verify`` therefore has three verdicts:
   ICRC matches: every covered bit checked.
 * ``ID_RECOVERED`` -- no IPv4 header; the ICRC matches for exactly one value
   of the 17 unseen bits (16-bit ID + DF), which is reported.  CRC-32 is
-  linear, so that value is solved for, not searched.  Every other covered
-  bit is checked; a corrupted packet passes with probability 2^-15.
+  linear, so that value is solved for, not searched.  17 of the CRC's 32
+  bits are spent on that: a corrupted packet passes with probability 2^-15,
+  and even a single flipped bit can pass (for a 2048-byte packet, 2 of its
+  ~16k bit positions do) -- with a wrong recovered ID, which a caller that
+  tracks the peer's IDs can notice.
   (For IPv6 nothing is unseen, so IPv6 verification is always FULL.)
 * ``BAD`` -- no such value exists: the packet is corrupt.
 """
@@ -61,7 +64,8 @@ def udp_sport(lqpn: int, rqpn: int, flow_label: int = 0) -> int:
         v = lqpn * rqpn
         v ^= v >> 20
         v ^= v >> 40
-        flow_label = v & 0xFFFFF
+        flow_label = v
+    flow_label &= 0xFFFFF
     return 0xC000 | ((flow_label & 0x3FFF) ^ (flow_label >> 14))
 
 
