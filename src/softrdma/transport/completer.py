@@ -152,19 +152,22 @@ def ack_upto(qp, psn: int, now: float) -> bool:
         _progress(qp, now)
         retire(qp)
     if implied:
-        _go_back(qp, now, once=True)
+        _go_back(qp, now, once=True, implied=True)
         return False
     return True
 
 
-def _go_back(qp, now: float, once: bool) -> None:
-    """Retransmit from comp_psn, spending one retry (retry_cnt)."""
+def _go_back(qp, now: float, once: bool, implied: bool = False) -> None:
+    """Retransmit from comp_psn, spending one retry (retry_cnt).  ``once``:
+    NAK-driven, so not again from the same PSN until progress (the timer
+    covers a lost retransmission); timeouts always go back."""
     if qp.state == S.IBV_QPS_ERR:
         return
     if once:
         if qp.retry_psn == qp.comp_psn:
-            return                            # already went back from here; the timer decides
+            return
         qp.retry_psn = qp.comp_psn
+    if implied:
         qp.cnt[C.implied_nak_seq_err] += 1
     qp.cnt[C.completer_retry_err] += 1
     if qp.retry_cnt == 0:
@@ -206,7 +209,10 @@ def receive(qp, pkt, info, now: float) -> None:
             if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
                 return
             cnt[C.rcvd_seq_err] += 1
-            _go_back(qp, now, once=False)
+            # Not while an RNR back-off runs (the responder NAKs what followed
+            # the RNR'd packet), and once per stall, as rxe's started_retry.
+            if qp.rnr_at is None:
+                _go_back(qp, now, once=True)
         else:
             if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
                 return
@@ -222,7 +228,7 @@ def receive(qp, pkt, info, now: float) -> None:
         if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
             return
         if psn != qp.comp_psn:                 # a gap inside the responses
-            _go_back(qp, now, once=True)
+            _go_back(qp, now, once=True, implied=True)
             return
     wqe = None
     for w in qp.sq:
@@ -239,7 +245,7 @@ def receive(qp, pkt, info, now: float) -> None:
             _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
             return
         (orig,) = ATMACK.unpack_from(pkt, info.atmack)
-        wqe.views[0][0:8] = orig.to_bytes(8, _BYTEORDER)
+        _scatter(wqe.views, 0, orig.to_bytes(8, _BYTEORDER), 0, 8)
         _finish_rd_atomic(qp, wqe, now)
         return
     # READ response: place the payload at this PSN's offset

@@ -38,7 +38,7 @@ from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
 from ..wire.opcodes import ACK_MASK, IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABLE, REQ_MASK, RESP_MASK
 from . import completer, requester, responder
 from .counters import Counter, new_counters
-from .wr import WC, WQE_DONE, WQE_ERROR, AddressVector, RecvWQE, SendWQE
+from .wr import WC, WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
 
 # enums where names are printed or masks combined; ints on the per-packet path
 S, T, M, WR = ibv_qp_state, ibv_qp_type, ibv_qp_attr_mask, ibv_wr_opcode
@@ -166,12 +166,13 @@ TRANSITIONS: dict[tuple[int, int], dict[int, tuple[int, int]]] = {
              | M.IBV_QP_PATH_MIG_STATE)},
     (SQE, RTS): {UD: (0, M.IBV_QP_CUR_STATE | M.IBV_QP_QKEY),
                  UC: (0, M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS),
-                 RC: (0, M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS)},
+                 RC: (0, 0)},               # unreachable for RC (never in SQE); the kernel lists none
 }
 for _s in S:
     if _s != S.IBV_QPS_UNKNOWN:
         TRANSITIONS[(_s, RESET)] = _NONE
-        TRANSITIONS[(_s, ERR)] = _NONE
+        if _s != RESET:                     # RESET's row has only RESET and INIT
+            TRANSITIONS[(_s, ERR)] = _NONE
 
 
 def timeout_seconds(timeout: int) -> float:
@@ -411,8 +412,12 @@ class QP:
         self.req_idx = 0
         self.rd_atomic_out = 0
         rq = self.rq
-        if self.resp_wqe is not None and self.srq is None:
-            rq.appendleft(self.resp_wqe)
+        if self.resp_wqe is not None:
+            if self.srq is None:
+                rq.appendleft(self.resp_wqe)
+            else:                                  # taken from the SRQ: it is this QP's to flush
+                self.recv_cq.push(WC(self.resp_wqe.wr_id, ST.IBV_WC_WR_FLUSH_ERR, WCO.IBV_WC_RECV,
+                                     self.qp_num))
         self.resp_wqe = None
         while rq:
             wqe = rq.popleft()
@@ -421,7 +426,11 @@ class QP:
             self.events.append((EV.IBV_EVENT_QP_LAST_WQE_REACHED, self))
 
     def _check_drained(self) -> None:
-        if self.state == SQD and self.attr.sq_draining and self.req_idx == 0 and not self.sq:
+        # Drained when every started WQE has completed: what is left was
+        # posted in SQD and waits for RTS.
+        sq = self.sq
+        if self.state == SQD and self.attr.sq_draining and self.req_idx == 0 and \
+                (not sq or sq[0].state == WQE_POSTED):
             self.attr.sq_draining = 0
             if self.attr.en_sqd_async_notify:
                 self.events.append((EV.IBV_EVENT_SQ_DRAINED, self))
@@ -449,6 +458,8 @@ class QP:
             raise einval(f"opcode {WR(op).name} is not valid on a UC QP")
         elif op in _UNSUPPORTED_OPS:
             raise eopnotsupp(f"opcode {WR(op).name} is not supported by the transport")
+        if wqe.is_rd_atomic and op != WR.IBV_WR_RDMA_READ and sum(s[1] for s in wqe.sg_list) != 8:
+            raise einval("an atomic operation needs 8 bytes of local buffer")
         if wqe.length > self.caps.max_msg_sz:
             raise einval(f"message of {wqe.length} bytes > max_msg_sz")
         if qpt == UD and wqe.length > self.mtu:
