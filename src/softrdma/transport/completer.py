@@ -43,6 +43,7 @@ WR = ints(ibv_wr_opcode)
 C = ints(Counter)
 SUCCESS = ST.IBV_WC_SUCCESS
 QPS_SQD = S.IBV_QPS_SQD
+QPS_RTR = S.IBV_QPS_RTR
 
 _WC_OPCODE = {
     WR.IBV_WR_SEND: WCO.IBV_WC_SEND, WR.IBV_WR_SEND_WITH_IMM: WCO.IBV_WC_SEND,
@@ -178,8 +179,11 @@ def _go_back(qp, now: float, once: bool, implied: bool = False) -> None:
     requester.retry(qp, now)
 
 
-def receive(qp, pkt, info, now: float) -> None:
+def receive(qp, pkt, info, now: float, grh=None) -> None:
     cnt = qp.cnt
+    if qp.state == QPS_RTR:                    # no requests sent yet: nothing to answer
+        cnt[C.dropped_bad_state] += 1
+        return
     psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
     if (psn - qp.req_psn) & 0xFFFFFF < 0x800000 or (psn - qp.comp_psn) & 0xFFFFFF >= 0x800000:
         # a response to nothing outstanding: duplicate ACK, stale read response, ghost
@@ -217,7 +221,8 @@ def receive(qp, pkt, info, now: float) -> None:
             if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
                 return
             _fail_head(qp, _NAK_STATUS.get(syn, ST.IBV_WC_REM_OP_ERR))
-        requester.run(qp, now)
+        if qp.req_idx < len(qp.sq):
+            requester.run(qp, now)
         return
     # READ response or ATOMIC ACKNOWLEDGE: everything before it is acknowledged
     if mask & ACK_MASK or info.aeth >= 0:

@@ -212,6 +212,22 @@ class SRQ:
         return wqe
 
 
+def _rx_table(qp_type: int, opclass: int) -> tuple:
+    """opcode -> engine entry for this QP type (None: not this transport's)."""
+    req = {RC: responder.receive_rc, UC: responder.receive_uc, UD: responder.receive_ud}[qp_type]
+    table = []
+    for info in OPCODE_TABLE:
+        if info is None or info.transport != opclass:
+            table.append(None)
+        elif info.mask & REQ_MASK:
+            table.append(req)
+        elif info.mask & RESP_MASK:
+            table.append(completer.receive)
+        else:
+            table.append(None)
+    return tuple(table)
+
+
 class QP:
     def __init__(self, qp_type: int, qp_num: int, *, pd, memory, send_cq, recv_cq,
                  cap: QPCap | None = None, srq: SRQ | None = None, sq_sig_all: bool = False,
@@ -238,6 +254,7 @@ class QP:
         self.events = events if events is not None else []
         self.cnt = new_counters()
         self.opclass = {RC: IB_OPCODE_RC, UC: IB_OPCODE_UC, UD: IB_OPCODE_UD}[qp_type]
+        self._rx = _rx_table(qp_type, self.opclass)
         self.attr = QPAttr(cap=self.cap)
         self.state = RESET
         self.sq: deque[SendWQE] = deque()
@@ -274,6 +291,8 @@ class QP:
         self.resp_remaining = 0        # RDMA WRITE bytes still expected
         self.uc_drop = False           # UC: discard packets until the next FIRST/ONLY
         self.resources: deque = deque()  # responder resources (READ/ATOMIC replay)
+        self.ack_coalesce = False      # inside receive_batch: hold plain ACKs back
+        self.ack_pending = None        # (psn, msn) of the ACK held back
 
     def _set_live(self) -> None:
         """Copy the attributes the engines read per packet onto the QP."""
@@ -497,20 +516,31 @@ class QP:
             cnt[C.dropped_bad_state] += 1
             return
         opcode = pkt[0]
-        info = OPCODE_TABLE[opcode]
-        if info.transport != self.opclass:
+        if self._rx[opcode] is None:             # another transport's opcode
             cnt[C.dropped_bad_transport] += 1
             return
+        info = OPCODE_TABLE[opcode]
         if ((pkt[2] << 8 | pkt[3]) ^ self.pkey) & 0x7FFF:
             cnt[C.dropped_bad_pkey] += 1
             return
-        mask = info.mask
-        if mask & REQ_MASK:
-            responder.receive(self, pkt, info, now, grh)
-        elif mask & RESP_MASK and state != RTR:
-            completer.receive(self, pkt, info, now)
-        else:
-            cnt[C.dropped_bad_state] += 1
+        self._rx[opcode](self, pkt, info, now, grh)
+
+    def receive_batch(self, pkts, now: float, grhs=None) -> None:
+        """Several packets for this QP received together (one recvmmsg).
+        Plain ACKs are coalesced: one ACK for the last PSN that asked,
+        as the IBA permits (an ACK acknowledges every earlier PSN)."""
+        self.ack_coalesce = True
+        try:
+            if grhs is None:
+                for pkt in pkts:
+                    self.receive(pkt, now)
+            else:
+                for pkt, grh in zip(pkts, grhs):
+                    self.receive(pkt, now, grh)
+        finally:
+            self.ack_coalesce = False
+            if self.ack_pending is not None:
+                responder.flush_ack(self)
 
     def run(self, now: float | None = None) -> None:
         """Let the requester send what it may (after posts, ACKs, timers)."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections import deque
 
 from ..enums import ibv_event_type, ibv_qp_type, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ints
 from ..wire.headers import (
@@ -58,7 +57,7 @@ ST = ints(ibv_wc_status)
 C = ints(Counter)
 SUCCESS = ST.IBV_WC_SUCCESS
 WC_RECV = WCO.IBV_WC_RECV
-SENT_PKTS, RCVD_BYTES, RDMA_RECVS = C.sent_pkts, C.rcvd_bytes, C.rdma_recvs
+SENT_PKTS, RCVD_BYTES, RDMA_RECVS, ACK_DEFERRED = C.sent_pkts, C.rcvd_bytes, C.rdma_recvs, C.ack_deferred
 _ACK_HDR = struct.Struct(BTH.format + AETH.format.lstrip(">"))   # BTH + AETH in one pack
 
 RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
@@ -80,14 +79,37 @@ _RES_READ, _RES_ATOMIC = 0, 1
 
 # ----------------------------------------------------------------- outputs
 def send_ack(qp, syndrome: int, psn: int) -> None:
+    if qp.ack_pending is not None:
+        if qp.ack_coalesce and syndrome == AETH_ACK_UNLIMITED:
+            qp.ack_pending = (psn, qp.msn)         # a later ACK covers the earlier one
+            qp.cnt[ACK_DEFERRED] += 1
+            return
+        flush_ack(qp)
+    elif qp.ack_coalesce and syndrome == AETH_ACK_UNLIMITED:
+        qp.ack_pending = (psn, qp.msn)
+        return
+    _emit_ack(qp, syndrome, psn, qp.msn)
+
+
+def flush_ack(qp) -> None:
+    """Send the ACK held back while a batch was being received."""
+    pending = qp.ack_pending
+    if pending is not None:
+        qp.ack_pending = None
+        _emit_ack(qp, AETH_ACK_UNLIMITED, pending[0], pending[1])
+
+
+def _emit_ack(qp, syndrome: int, psn: int, msn: int) -> None:
     buf = bytearray(16)
     _ACK_HDR.pack_into(buf, 0, OP_ACKNOWLEDGE, 0, qp.pkey, qp.dest_qpn, psn & 0xFFFFFF,
-                       (syndrome << 24) | (qp.msn & 0xFFFFFF))
+                       (syndrome << 24) | (msn & 0xFFFFFF))
     qp.tx.append((qp, buf, qp.av))
     qp.cnt[SENT_PKTS] += 1
 
 
 def _send_atomic_ack(qp, psn: int, orig: int, msn: int) -> None:
+    if qp.ack_pending is not None:
+        flush_ack(qp)
     buf = bytearray(_ATMACK_INFO.length)
     BTH.pack_into(buf, 0, OP_ATOMIC_ACKNOWLEDGE, 0, qp.pkey, qp.dest_qpn, psn)
     AETH.pack_into(buf, 12, (AETH_ACK_UNLIMITED << 24) | (msn & 0xFFFFFF))
@@ -98,6 +120,8 @@ def _send_atomic_ack(qp, psn: int, orig: int, msn: int) -> None:
 
 def _read_reply(qp, view, psn: int, length: int) -> None:
     """Emit the READ responses for ``length`` bytes of ``view`` from ``psn``."""
+    if qp.ack_pending is not None:
+        flush_ack(qp)
     mtu = qp.mtu
     npkts = max(1, -(-length // mtu))
     tx = qp.tx
@@ -198,17 +222,19 @@ def _return_rwqe(qp, wqe) -> None:
 
 
 # ----------------------------------------------------------------- entry
-def receive(qp, pkt, info, now: float, grh) -> None:
-    qpt = qp.qp_type
-    if qpt == UD:
-        _receive_ud(qp, pkt, info, grh)
-        return
+def receive_uc(qp, pkt, info, now: float, grh) -> None:
+    psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
+    _receive_uc(qp, pkt, info, psn, (psn - qp.resp_psn) & 0xFFFFFF)
+
+
+def receive_ud(qp, pkt, info, now: float, grh) -> None:
+    _receive_ud(qp, pkt, info, grh)
+
+
+def receive_rc(qp, pkt, info, now: float, grh) -> None:
     psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
     d = (psn - qp.resp_psn) & 0xFFFFFF
-    if qpt == UC:
-        _receive_uc(qp, pkt, info, psn, d)
-        return
-    # --- RC: CHK_PSN
+    # --- CHK_PSN
     if d:
         if d < 0x800000:
             qp.cnt[C.out_of_seq_request] += 1
@@ -612,4 +638,4 @@ def _receive_ud(qp, pkt, info, grh) -> None:
                     bool(pkt[1] & BTH_SE))
 
 
-__all__ = ["receive", "send_ack", "deque"]
+__all__ = ["receive_rc", "receive_uc", "receive_ud", "send_ack", "flush_ack"]
