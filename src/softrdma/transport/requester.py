@@ -184,15 +184,16 @@ def run(qp, now: float) -> None:
         elif not _send_segments(qp, wqe, tx, rc):
             break                              # window full mid-message
         idx += 1
-        if rc:
-            if qp.timer_at is None and qp.timeout_s is not None:
-                qp.timer_at = now + qp.timeout_s
-        else:
+        if not rc:
             wqe.state = WQE_DONE
             qp.req_idx = idx
             completer.retire(qp)
             idx, nsq = qp.req_idx, len(sq)
     qp.req_idx = idx
+    # The ACK timer runs whenever something is unacknowledged -- also when the
+    # window closed in the middle of a message.
+    if rc and qp.timer_at is None and qp.timeout_s is not None and qp.req_psn != qp.comp_psn:
+        qp.timer_at = now + qp.timeout_s
     if state == SQD:
         completer.check_drained(qp)
 
