@@ -33,6 +33,7 @@ from ..wire.opcodes import (
     ACK_MASK, ATOMIC_MASK, END_MASK, OP_ACKNOWLEDGE,
 )
 from . import requester
+from . import limits
 from .counters import Counter
 from .wr import WC, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_PROCESSING
 
@@ -44,6 +45,7 @@ C = ints(Counter)
 SUCCESS = ST.IBV_WC_SUCCESS
 QPS_SQD = S.IBV_QPS_SQD
 QPS_RTR = S.IBV_QPS_RTR
+_MAX_WND = float(limits.MAX_UNACKED_PSNS)
 
 _WC_OPCODE = {
     WR.IBV_WR_SEND: WCO.IBV_WC_SEND, WR.IBV_WR_SEND_WITH_IMM: WCO.IBV_WC_SEND,
@@ -111,8 +113,13 @@ def _fail_head(qp, status: int) -> None:
     retire(qp)
 
 
-def _progress(qp, now: float) -> None:
-    """Forward progress: counters back to their attribute values, timer re-armed."""
+def _progress(qp, now: float, acked: int) -> None:
+    """Forward progress of ``acked`` PSNs: counters back to their attribute
+    values, timer re-armed, go-back window grown."""
+    cwnd = qp.cwnd
+    if cwnd < _MAX_WND:
+        cwnd += acked / cwnd
+        qp.cwnd = cwnd if cwnd < _MAX_WND else _MAX_WND
     qp.retry_cnt = qp.retry_cnt_init
     qp.rnr_retry = qp.rnr_retry_init
     qp.retry_psn = None
@@ -150,8 +157,11 @@ def ack_upto(qp, psn: int, now: float) -> bool:
         break
     if new_comp != comp:
         qp.comp_psn = new_comp
-        _progress(qp, now)
+        _progress(qp, now, (new_comp - comp) & 0xFFFFFF)
         retire(qp)
+        ahead = (new_comp - qp.req_psn) & 0xFFFFFF
+        if 0 < ahead < 0x800000:
+            requester.skip_to(qp, new_comp)
     if implied:
         _go_back(qp, now, once=True, implied=True)
         return False
@@ -176,6 +186,7 @@ def _go_back(qp, now: float, once: bool, implied: bool = False) -> None:
         _fail_head(qp, ST.IBV_WC_RETRY_EXC_ERR)
         return
     qp.retry_cnt -= 1
+    qp.cwnd = max(limits.MIN_CWND, qp.cwnd * 0.5)
     requester.retry(qp, now)
 
 
@@ -185,7 +196,7 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
         cnt[C.dropped_bad_state] += 1
         return
     psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
-    if (psn - qp.req_psn) & 0xFFFFFF < 0x800000 or (psn - qp.comp_psn) & 0xFFFFFF >= 0x800000:
+    if (psn - qp.sent_end) & 0xFFFFFF < 0x800000 or (psn - qp.comp_psn) & 0xFFFFFF >= 0x800000:
         # a response to nothing outstanding: duplicate ACK, stale read response, ghost
         cnt[C.dropped_ghost_response] += 1
         return
@@ -273,17 +284,19 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
         _scatter(wqe.views, off, pkt, hlen, n)
     wqe.read_done = off + n
     qp.comp_psn = (psn + 1) & 0xFFFFFF
-    _progress(qp, now)
+    _progress(qp, now, 1)
     if mask & END_MASK:
         _finish_rd_atomic(qp, wqe, now)
 
 
 def _finish_rd_atomic(qp, wqe, now: float) -> None:
-    qp.comp_psn = (wqe.last_psn + 1) & 0xFFFFFF
+    new_comp = (wqe.last_psn + 1) & 0xFFFFFF
+    acked = (new_comp - qp.comp_psn) & 0xFFFFFF
+    qp.comp_psn = new_comp
     wqe.state = WQE_DONE
     if qp.rd_atomic_out:
         qp.rd_atomic_out -= 1
-    _progress(qp, now)
+    _progress(qp, now, acked)
     retire(qp)
     requester.run(qp, now)
 

@@ -37,6 +37,7 @@ from ..errors import einval, enomem, eopnotsupp
 from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
 from ..wire.opcodes import ACK_MASK, IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABLE, REQ_MASK, RESP_MASK
 from . import completer, requester, responder
+from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS
 from .counters import Counter, new_counters
 from .wr import WC, WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
 
@@ -50,10 +51,6 @@ _UC_OPS = frozenset((WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM, WR.IBV_WR_RDMA_WRI
                      WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR.IBV_WR_LOCAL_INV))
 _UNSUPPORTED_OPS = frozenset((WR.IBV_WR_BIND_MW, WR.IBV_WR_TSO, WR.IBV_WR_DRIVER1))
 
-#: rxe's limits: at most this many PSNs sent and not yet acknowledged, and
-#: an AckReq at least every this many packets.
-MAX_UNACKED_PSNS = 128
-MAX_PKT_PER_ACK = 64
 
 
 class DeviceCaps:
@@ -271,6 +268,7 @@ class QP:
         self.req_psn = a.sq_psn        # next PSN to send
         self.noack_pkts = 0
         self.rd_atomic_out = 0         # READ/ATOMIC requests sent and not completed
+        self.cwnd = float(MAX_UNACKED_PSNS)  # go-back window, see requester.py
         # completer
         self.comp_psn = a.sq_psn       # oldest PSN not yet acknowledged
         self.retry_cnt = a.retry_cnt
@@ -278,7 +276,7 @@ class QP:
         self.timer_at = None           # local ACK timeout deadline
         self.rnr_at = None             # RNR back-off deadline
         self.retry_psn = None          # PSN at which an immediate go-back was last started
-        self.resend_until = None       # while re-sending: the PSN after the highest sent before
+        self.sent_end = a.sq_psn       # the PSN after the highest ever sent (across go-backs)
         self.timeout_s = timeout_seconds(a.timeout)
         # responder
         self.resp_psn = a.rq_psn       # expected PSN (ePSN)
@@ -384,7 +382,7 @@ class QP:
         if mask & M.IBV_QP_RQ_PSN:
             self.resp_psn = a.rq_psn
         if mask & M.IBV_QP_SQ_PSN:
-            self.req_psn = self.comp_psn = a.sq_psn
+            self.req_psn = self.comp_psn = self.sent_end = a.sq_psn
         self.state = new
         a.qp_state = a.cur_qp_state = new
         if new == RESET:

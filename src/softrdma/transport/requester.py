@@ -3,9 +3,16 @@
 Walks the send queue from ``qp.req_idx``, segmenting each message by the
 path MTU and numbering packets with 24-bit PSNs.  Stops when the QP may not
 send: not RTS (or SQD and the WQE not yet started), an RNR back-off running,
-128 PSNs unacknowledged (RC), a READ/ATOMIC beyond max_rd_atomic, or a
+the go-back window full (RC), a READ/ATOMIC beyond max_rd_atomic, or a
 fenced WQE behind an outstanding READ/ATOMIC.  AckReq goes on the last
-packet of each message and at least every 64 packets.
+packet of each message, at least every 64 packets, and on the packet that
+fills the window.
+
+The go-back window (``qp.cwnd``) is at most 128 unacknowledged PSNs, as in
+rxe.  Every go-back (a sequence NAK, an implied NAK, a timeout) halves it,
+down to 16; acknowledged PSNs grow it back by one per window's worth.  On a
+clean link it stays at 128; on a lossy one it keeps a single loss from
+costing 128 retransmissions (go-back-N re-sends everything in flight).
 
 Retransmission (go-back-N) is ``retry``: the completer calls it to restart
 from ``qp.comp_psn``; the WQEs keep their PSNs, so the packets are re-sent
@@ -28,6 +35,7 @@ from ..wire.opcodes import (
 )
 from . import completer                       # cycle: completer calls back into retry()
 from .counters import Counter
+from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, MIN_CWND  # noqa: F401 (re-exported)
 from .memory import LOCAL_READ
 from .wr import WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
 
@@ -42,8 +50,7 @@ QPS_ERR = S.IBV_QPS_ERR
 
 RTS, SQD = S.IBV_QPS_RTS, S.IBV_QPS_SQD
 RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
-MAX_UNACKED_PSNS = 128
-MAX_PKT_PER_ACK = 64
+
 SEND_FENCE = 1
 SEND_SOLICITED = 4
 
@@ -163,7 +170,7 @@ def run(qp, now: float) -> None:
                 continue
             if wqe.is_rd_atomic and qp.rd_atomic_out >= qp.max_rd_atomic:
                 break
-            if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= MAX_UNACKED_PSNS:
+            if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
                 break
             if not _start(qp, wqe):
                 wqe.state = WQE_ERROR
@@ -177,7 +184,7 @@ def run(qp, now: float) -> None:
             break                              # a READ/ATOMIC re-sent after a retry counts again
         # send this WQE's remaining packets, as far as the window allows
         if wqe.is_rd_atomic:
-            if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= MAX_UNACKED_PSNS:
+            if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
                 break
             _send_rd_atomic(qp, wqe, tx)
             qp.rd_atomic_out += 1
@@ -218,7 +225,7 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
     sent = 0
     done = False
     while True:
-        if rc and (psn - qp.comp_psn) & 0xFFFFFF >= MAX_UNACKED_PSNS:
+        if rc and (psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
             break
         rem = length - off
         if rem <= mtu:
@@ -236,7 +243,9 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
         ackreq = 0
         if rc:
             qp.noack_pkts += 1
-            if done or qp.noack_pkts >= MAX_PKT_PER_ACK:
+            # ask for an ACK at the end, every 64 packets, and when this
+            # packet fills the window (nothing more can go until it is ACKed)
+            if done or qp.noack_pkts >= MAX_PKT_PER_ACK or (psn + 1 - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
                 ackreq = BTH_ACKREQ
                 qp.noack_pkts = 0
         BTH.pack_into(buf, 0, info.opcode, flags | (pad << BTH_PAD_SHIFT), pkey, dqpn, ackreq | psn)
@@ -257,14 +266,14 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
             else:
                 gather(views, off, n, buf, hlen)
         tx.append((qp, buf, av))
-        if qp.resend_until is not None:
-            _count_resend(qp, psn)
         psn = (psn + 1) & 0xFFFFFF
         off += n
         sent += 1
         if done:
             break
     qp.req_psn = psn
+    if rc:
+        _advance_sent_end(qp, psn, sent)
     wqe.offset = off
     wqe.pkts_sent += sent
     cnt[SENT_PKTS] += sent
@@ -297,26 +306,47 @@ def _send_rd_atomic(qp, wqe, tx) -> None:
             ATMETH.pack_into(buf, info.atmeth, wqe.remote_addr, wqe.rkey, wqe.compare_add, 0)
     qp.tx.append((qp, buf, qp.av))
     qp.cnt[SENT_PKTS] += 1
-    if qp.resend_until is not None:
-        _count_resend(qp, psn)
     qp.req_psn = (wqe.last_psn + 1) & 0xFFFFFF
+    _advance_sent_end(qp, qp.req_psn, 1)
     wqe.pkts_sent = 1
     wqe.state = WQE_PENDING
 
 
-def _count_resend(qp, psn: int) -> None:
-    if psn_diff(psn, qp.resend_until) < 0:
-        qp.cnt[C.retransmitted_pkts] += 1
+def _advance_sent_end(qp, end: int, sent: int) -> None:
+    """After sending ``sent`` packets ending before PSN ``end``: count the
+    re-sent ones and move ``sent_end`` (the PSN after the highest ever sent)."""
+    behind = (qp.sent_end - end) & 0xFFFFFF
+    if behind < 0x800000:                  # all of them were sent before
+        qp.cnt[C.retransmitted_pkts] += sent
     else:
-        qp.resend_until = None
+        qp.cnt[C.retransmitted_pkts] += max(0, sent - (0x1000000 - behind))
+        qp.sent_end = end
+
+
+def skip_to(qp, psn: int) -> None:
+    """An ACK acknowledged PSNs this go-back pass had not re-sent yet (the
+    responder had them from the earlier pass): resume re-sending at ``psn``.
+    The completer has already retired the WQEs wholly covered."""
+    sq = qp.sq
+    qp.req_psn = psn
+    qp.req_idx = 0
+    for wqe in sq:
+        if wqe.state == WQE_POSTED:
+            break
+        if wqe.state != WQE_PROCESSING and wqe.state != WQE_PENDING:
+            continue
+        done = (psn - wqe.first_psn) & 0xFFFFFF
+        if done < 0x800000 and not wqe.is_rd_atomic:
+            wqe.state = WQE_PROCESSING
+            wqe.offset = min(done * qp.mtu, wqe.length)
+            wqe.pkts_sent = done
+        break
 
 
 def retry(qp, now: float) -> None:
     """Go back to ``qp.comp_psn``: re-send from the oldest unacknowledged
     packet.  The head WQE holds comp_psn (older ones are complete)."""
     sq = qp.sq
-    if qp.resend_until is None or psn_diff(qp.req_psn, qp.resend_until) > 0:
-        qp.resend_until = qp.req_psn          # PSNs below this were sent before
     qp.req_psn = qp.comp_psn
     qp.rd_atomic_out = 0
     qp.noack_pkts = 0
