@@ -795,3 +795,60 @@ def test_uc_responder_errors_drop_the_message_silently():
     assert pr.qb.state == IBV_QPS_RTS and pr.ba.stats.sent == 0
     assert [(w.wr_id, w.status, w.byte_len) for w in pr.qb.recv_cq.poll(5)] == [(1, 0, 8)]
     assert pr.mb.read(8) == b"payload!"
+
+
+def test_ack_for_psns_sent_before_a_go_back_moves_the_requester_forward():
+    # After a timeout the requester re-sends from comp_psn; the responder had
+    # everything already (only the ACK was lost), so its re-ACK names a PSN
+    # beyond what this pass has re-sent.  That ACK is no ghost: it completes
+    # the WQEs it covers and the requester resumes after it.
+    s = Solo(path_mtu=IBV_MTU_256, timeout=10, retry_cnt=3)
+    s.mr.write(os.urandom(8192))
+    for i in range(3):                    # three 8-packet WRITEs: PSNs 0..23
+        s.qp.post_send(SendWQE(i + 1, IBV_WR_RDMA_WRITE, [(s.mr.addr + 2048 * i, 2048, s.mr.lkey)],
+                               remote_addr=0x9000, rkey=5))
+    assert len(s.out()) == 24
+    s.qp.cwnd = 32.0
+    s.tick(s.qp.deadline)                 # timeout: go back to PSN 0, window halved to 16
+    resent = s.out()
+    assert [p.psn for p in resent] == list(range(16))
+    s.rx(O.RC_ACKNOWLEDGE, 19, aeth=(ACK, 2))    # re-ACK from the responder: up to PSN 19
+    assert [(w.wr_id, w.status) for w in s.scq.poll(5)] == [(1, IBV_WC_SUCCESS), (2, IBV_WC_SUCCESS)]
+    assert s.qp.comp_psn == 20
+    nxt = s.out()
+    assert [(p.name, p.psn) for p in nxt] == [("RC_RDMA_WRITE_MIDDLE", 20), ("RC_RDMA_WRITE_MIDDLE", 21),
+                                              ("RC_RDMA_WRITE_MIDDLE", 22), ("RC_RDMA_WRITE_LAST", 23)]
+    assert bytes(nxt[0].payload) == s.mr.read(256, 4096 + 4 * 256)
+    assert s.qp.cnt[C.dropped_ghost_response] == 0
+    s.rx(O.RC_ACKNOWLEDGE, 23, aeth=(ACK, 3))
+    assert [(w.wr_id, w.status) for w in s.scq.poll(5)] == [(3, IBV_WC_SUCCESS)]
+
+
+def test_ack_for_a_psn_never_sent_is_a_ghost():
+    s = Solo(path_mtu=IBV_MTU_256)
+    s.mr.write(os.urandom(512))
+    s.qp.post_send(SendWQE(1, IBV_WR_RDMA_WRITE, [(s.mr.addr, 512, s.mr.lkey)], remote_addr=0x9000, rkey=5))
+    assert len(s.out()) == 2
+    s.rx(O.RC_ACKNOWLEDGE, 2, aeth=(ACK, 1))      # PSN 2 was never sent
+    assert s.qp.cnt[C.dropped_ghost_response] == 1
+    assert len(s.scq) == 0 and s.qp.comp_psn == 0
+
+
+def test_go_back_window_halves_on_loss_and_regrows():
+    s = Solo(path_mtu=IBV_MTU_256, timeout=10, retry_cnt=7)
+    s.mr.write(os.urandom(1 << 16))
+    s.qp.post_send(SendWQE(1, IBV_WR_RDMA_WRITE, [(s.mr.addr, 256 * 200, s.mr.lkey)], remote_addr=0x9000,
+                           rkey=5))
+    first = s.out()
+    assert len(first) == 128 and first[-1].ackreq          # the window (128) fills: AckReq
+    s.rx(O.RC_ACKNOWLEDGE, 10, aeth=(0x60, 0))             # sequence NAK at 10: go back
+    again = s.out()
+    assert s.qp.cwnd == 64
+    assert [p.psn for p in again] == list(range(10, 74)) and again[-1].ackreq
+    s.rx(O.RC_ACKNOWLEDGE, 73, aeth=(ACK, 0))               # 64 PSNs acknowledged: +1 per window
+    assert s.qp.cwnd == pytest.approx(65)
+    for _ in range(10):                                     # repeated losses stop at the floor
+        s.qp.retry_psn = None
+        s.rx(O.RC_ACKNOWLEDGE, s.qp.comp_psn, aeth=(0x60, 0))
+        s.out()
+    assert s.qp.cwnd == 16
