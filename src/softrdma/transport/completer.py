@@ -27,7 +27,7 @@ import sys
 from ..enums import ibv_qp_state, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints
 from ..wire.headers import (
     AETH_ACK, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
-    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, BTH, RNR_TIMER_US, psn_diff,
+    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, RNR_TIMER_US, psn_diff,
 )
 from ..wire.opcodes import (
     ACK_MASK, ATOMIC_MASK, END_MASK, OP_ACKNOWLEDGE,
@@ -35,6 +35,7 @@ from ..wire.opcodes import (
 from . import requester
 from . import limits
 from .counters import Counter
+from .sgl import scatter
 from .wr import WC, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_PROCESSING
 
 S = ints(ibv_qp_state)
@@ -261,7 +262,7 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
             _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
             return
         (orig,) = ATMACK.unpack_from(pkt, info.atmack)
-        _scatter(wqe.views, 0, orig.to_bytes(8, _BYTEORDER), 0, 8)
+        scatter(wqe.views, 0, orig.to_bytes(8, _BYTEORDER), 0, 8)
         _finish_rd_atomic(qp, wqe, now)
         return
     # READ response: place the payload at this PSN's offset
@@ -281,7 +282,7 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
         _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
         return
     if n:
-        _scatter(wqe.views, off, pkt, hlen, n)
+        scatter(wqe.views, off, pkt, hlen, n)
     wqe.read_done = off + n
     qp.comp_psn = (psn + 1) & 0xFFFFFF
     _progress(qp, now, 1)
@@ -299,25 +300,6 @@ def _finish_rd_atomic(qp, wqe, now: float) -> None:
     _progress(qp, now, acked)
     retire(qp)
     requester.run(qp, now)
-
-
-def _scatter(views, off: int, src, at: int, n: int) -> None:
-    """Copy src[at:at+n] into the scatter list at byte offset ``off``."""
-    if len(views) == 1:
-        views[0][off:off + n] = src[at:at + n]
-        return
-    for v in views:
-        lv = len(v)
-        if off >= lv:
-            off -= lv
-            continue
-        k = min(lv - off, n)
-        v[off:off + k] = src[at:at + k]
-        at += k
-        n -= k
-        off = 0
-        if not n:
-            return
 
 
 def ack_timeout(qp, now: float) -> None:

@@ -36,7 +36,8 @@ from ..wire.opcodes import (
 from . import completer                       # cycle: completer calls back into retry()
 from .counters import Counter
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, MIN_CWND  # noqa: F401 (re-exported)
-from .memory import LOCAL_READ
+from .memory import LOCAL_READ, LOCAL_WRITE
+from .sgl import gather, resolve
 from .wr import WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
 
 S = ints(ibv_qp_state)
@@ -71,7 +72,6 @@ _SOLICITABLE = (WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM, WR.IBV_WR_SEND_WITH_INV
                 WR.IBV_WR_RDMA_WRITE_WITH_IMM)
 _ATOMIC_OPS = {WR.IBV_WR_ATOMIC_CMP_AND_SWP: OP_COMPARE_SWAP,
                WR.IBV_WR_ATOMIC_FETCH_AND_ADD: OP_FETCH_ADD}
-_LOCAL_WRITE = 1
 
 
 def _resolve(qp, wqe) -> bool:
@@ -80,37 +80,8 @@ def _resolve(qp, wqe) -> bool:
         wqe.views = [memoryview(wqe.inline_data)]
         return True
     # READ and ATOMIC write into the local buffers; the rest only read them.
-    access = _LOCAL_WRITE if wqe.is_rd_atomic else LOCAL_READ
-    mem, pd = qp.memory, qp.pd
-    views = []
-    for addr, length, lkey in wqe.sg_list:
-        if length == 0:
-            continue
-        v = mem.local_view(pd, lkey, addr, length, access)
-        if v is None:
-            return False
-        views.append(v)
-    wqe.views = views
-    return True
-
-
-def gather(views, off: int, n: int, out, at: int) -> None:
-    """Copy ``n`` bytes starting ``off`` into the scatter list into out[at:]."""
-    if len(views) == 1:
-        out[at:at + n] = views[0][off:off + n]
-        return
-    for v in views:
-        lv = len(v)
-        if off >= lv:
-            off -= lv
-            continue
-        k = min(lv - off, n)
-        out[at:at + k] = v[off:off + k]
-        at += k
-        n -= k
-        off = 0
-        if not n:
-            return
+    wqe.views = resolve(qp.memory, qp.pd, wqe.sg_list, LOCAL_WRITE if wqe.is_rd_atomic else LOCAL_READ)
+    return wqe.views is not None
 
 
 def _start(qp, wqe) -> bool:

@@ -40,13 +40,14 @@ from ..wire.headers import (
     AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
 )
 from ..wire.opcodes import (
-    ATOMIC_MASK, COMP_MASK, END_MASK, IETH_MASK, IMMDT_MASK, OP_ACKNOWLEDGE, OP_ATOMIC_ACKNOWLEDGE,
+    ATOMIC_MASK, END_MASK, IETH_MASK, IMMDT_MASK, OP_ACKNOWLEDGE, OP_ATOMIC_ACKNOWLEDGE,
     OP_COMPARE_SWAP, OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_LAST,
     OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE, READ_MASK, RWR_MASK,
     SEND_MASK, START_MASK, WRITE_MASK,
 )
 from .counters import Counter
 from .memory import LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_READ, REMOTE_WRITE
+from .sgl import resolve, scatter
 from .wr import WC
 
 EV = ints(ibv_event_type)
@@ -182,35 +183,8 @@ def _take_rwqe(qp):
 
 def _resolve_rwqe(qp, wqe) -> bool:
     if wqe.views is None:
-        mem, pd = qp.memory, qp.pd
-        views = []
-        for addr, length, lkey in wqe.sg_list:
-            if length == 0:
-                continue
-            v = mem.local_view(pd, lkey, addr, length, LOCAL_WRITE)
-            if v is None:
-                return False
-            views.append(v)
-        wqe.views = views
-    return True
-
-
-def _scatter(views, off: int, src, at: int, n: int) -> None:
-    if len(views) == 1:
-        views[0][off:off + n] = src[at:at + n]
-        return
-    for v in views:
-        lv = len(v)
-        if off >= lv:
-            off -= lv
-            continue
-        k = min(lv - off, n)
-        v[off:off + k] = src[at:at + k]
-        at += k
-        n -= k
-        off = 0
-        if not n:
-            return
+        wqe.views = resolve(qp.memory, qp.pd, wqe.sg_list, LOCAL_WRITE)
+    return wqe.views is not None
 
 
 def _return_rwqe(qp, wqe) -> None:
@@ -318,7 +292,7 @@ def _rc_send(qp, pkt, info, psn: int, mask: int) -> None:
         if len(views) == 1:
             views[0][off:off + n] = pkt[hlen:hlen + n]
         else:
-            _scatter(views, off, pkt, hlen, n)
+            scatter(views, off, pkt, hlen, n)
     off += n
     cnt = qp.cnt
     cnt[RCVD_BYTES] += n
@@ -377,34 +351,42 @@ def _rc_write(qp, pkt, info, psn: int, mask: int) -> None:
         _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
         return
     # --- CHK_RESOURCE (WRITE with immediate consumes a receive WQE at its end)
+    wqe = None
     if mask & RWR_MASK:
         wqe = _take_rwqe(qp)
         if wqe is None:
             _rnr(qp, psn)
             return
-    # --- EXECUTE
+    # --- EXECUTE, COMPLETE
+    _write_data(qp, pkt, info, mask, n, rem, wqe)
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+    if mask & END_MASK:
+        qp.msn += 1
+    # --- ACKNOWLEDGE
+    if pkt[8] & 0x80:
+        send_ack(qp, AETH_ACK_UNLIMITED, psn)
+
+
+def _write_data(qp, pkt, info, mask: int, n: int, rem: int, wqe) -> None:
+    """Place one checked RDMA WRITE packet; at the end of the message, the
+    receive completion of a WRITE with immediate (``wqe``)."""
     off = qp.resp_offset
     if n:
         qp.resp_view[off:off + n] = pkt[info.length:info.length + n]
     qp.resp_offset = off + n
     qp.resp_remaining = rem - n
-    qp.cnt[C.rcvd_bytes] += n
-    qp.resp_psn = (psn + 1) & 0xFFFFFF
-    if mask & END_MASK:
-        qp.resp_opcode = _NONE
-        qp.resp_view = None
-        qp.msn += 1
-        if mask & COMP_MASK:
-            (imm,) = IMMDT.unpack_from(pkt, info.immdt)
-            qp.cnt[C.rdma_recvs] += 1
-            qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, qp.qp_num,
-                               byte_len=off + n, imm_data=imm, src_qp=qp.dest_qpn,
-                               wc_flags=WF.IBV_WC_WITH_IMM),
-                            bool(pkt[1] & BTH_SE))
-    else:
+    qp.cnt[RCVD_BYTES] += n
+    if not mask & END_MASK:
         qp.resp_opcode = _IN_WRITE
-    if pkt[8] & 0x80:
-        send_ack(qp, AETH_ACK_UNLIMITED, psn)
+        return
+    qp.resp_opcode = _NONE
+    qp.resp_view = None
+    if wqe is not None:
+        (imm,) = IMMDT.unpack_from(pkt, info.immdt)
+        qp.cnt[RDMA_RECVS] += 1
+        qp.recv_cq.push(WC(wqe.wr_id, SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, qp.qp_num, off + n,
+                           imm, qp.dest_qpn, WF.IBV_WC_WITH_IMM),
+                        pkt[1] & BTH_SE)
 
 
 def _add_resource(qp, res: list) -> None:
@@ -532,7 +514,7 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
             _uc_drop_msg(qp, mask)
             return
         if n:
-            _scatter(wqe.views, off, pkt, info.length, n)
+            scatter(wqe.views, off, pkt, info.length, n)
         qp.resp_offset = off + n
         cnt[C.rcvd_bytes] += n
         if mask & END_MASK:
@@ -572,24 +554,7 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
         if wqe is None:
             _uc_drop_msg(qp, mask)
             return
-    off = qp.resp_offset
-    if n:
-        qp.resp_view[off:off + n] = pkt[info.length:info.length + n]
-    qp.resp_offset = off + n
-    qp.resp_remaining = rem - n
-    cnt[C.rcvd_bytes] += n
-    if mask & END_MASK:
-        qp.resp_opcode = _NONE
-        qp.resp_view = None
-        if wqe is not None:
-            (imm,) = IMMDT.unpack_from(pkt, info.immdt)
-            cnt[C.rdma_recvs] += 1
-            qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, qp.qp_num,
-                               byte_len=off + n, imm_data=imm, src_qp=qp.dest_qpn,
-                               wc_flags=WF.IBV_WC_WITH_IMM),
-                            bool(pkt[1] & BTH_SE))
-    else:
-        qp.resp_opcode = _IN_WRITE
+    _write_data(qp, pkt, info, mask, n, rem, wqe)
 
 
 def _uc_abandon(qp) -> None:
@@ -624,9 +589,9 @@ def _receive_ud(qp, pkt, info, grh) -> None:
     if n + GRH_BYTES > wqe.length:
         qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_LEN_ERR, WCO.IBV_WC_RECV, qp.qp_num))
         return
-    _scatter(wqe.views, 0, grh if grh is not None else bytes(GRH_BYTES), 0, GRH_BYTES)
+    scatter(wqe.views, 0, grh if grh is not None else bytes(GRH_BYTES), 0, GRH_BYTES)
     if n:
-        _scatter(wqe.views, GRH_BYTES, pkt, info.length, n)
+        scatter(wqe.views, GRH_BYTES, pkt, info.length, n)
     imm, flags = 0, WF.IBV_WC_GRH
     if info.mask & IMMDT_MASK:
         (imm,) = IMMDT.unpack_from(pkt, info.immdt)

@@ -18,7 +18,7 @@ from .errors import WireError
 from .headers import (
     AETH, ATMACK, ATMETH, BTH, BTH_ACKREQ, BTH_BECN, BTH_FECN, BTH_MIG, BTH_PAD_SHIFT,
     BTH_PSN_MASK, BTH_QPN_MASK, BTH_SE, BTH_TVER_MASK, DEFAULT_PKEY, DETH, DETH_SQP_MASK,
-    IETH, IMMDT, RETH, Aeth, AtomicEth, Deth, Reth, aeth_word,
+    IETH, IMMDT, RETH, Aeth, AtomicEth, Deth, Reth, aeth_word, pack_bth,
 )
 from .opcodes import OPCODE_TABLE, PAYLOAD_MASK, OpInfo, Opcode
 
@@ -55,11 +55,8 @@ def build(opcode: int, dqpn: int, psn: int, payload=b"", *, ackreq=False, se=Fal
         raise WireError("bad_length", f"{info.name} carries no payload")
     pad = pad_count(plen)
     buf = bytearray(info.length + plen + pad)
-    BTH.pack_into(buf, 0, opcode,
-                  (BTH_SE if se else 0) | (BTH_MIG if mig else 0) | (pad << BTH_PAD_SHIFT) | (tver & 0xF),
-                  pkey,
-                  (BTH_FECN if fecn else 0) | (BTH_BECN if becn else 0) | (dqpn & BTH_QPN_MASK),
-                  (BTH_ACKREQ if ackreq else 0) | (psn & BTH_PSN_MASK))
+    pack_bth(buf, opcode, dqpn, psn, se=se, mig=mig, pad=pad, tver=tver, pkey=pkey, fecn=fecn,
+             becn=becn, ackreq=ackreq)
     if deth is not None:
         DETH.pack_into(buf, info.deth, deth[0], deth[1] & DETH_SQP_MASK)
     if reth is not None:
