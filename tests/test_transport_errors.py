@@ -22,7 +22,7 @@ import pytest
 from softrdma.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
     IBV_ACCESS_REMOTE_WRITE, IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_QP_REQ_ERR, IBV_MTU_256,
-    IBV_MTU_1024, IBV_QPS_ERR, IBV_SEND_FENCE, IBV_WC_LOC_LEN_ERR,
+    IBV_MTU_1024, IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_FENCE, IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_PROT_ERR,
     IBV_WC_RDMA_READ, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RETRY_EXC_ERR,
     IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_CMP_AND_SWP,
     IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
@@ -852,3 +852,18 @@ def test_go_back_window_halves_on_loss_and_regrows():
         s.rx(O.RC_ACKNOWLEDGE, s.qp.comp_psn, aeth=(0x60, 0))
         s.out()
     assert s.qp.cwnd == 16
+
+
+def test_local_error_stops_the_requester_and_completes_in_order():
+    s = Solo(path_mtu=IBV_MTU_256)
+    s.mr.write(os.urandom(1024))
+    s.qp.post_send(SendWQE(1, IBV_WR_RDMA_WRITE, [(s.mr.addr, 512, s.mr.lkey)], remote_addr=0x9000, rkey=5))
+    s.qp.post_send(SendWQE(2, IBV_WR_RDMA_WRITE, [(s.mr.addr, 512, s.mr.lkey + 1)], remote_addr=0x9000,
+                           rkey=5))                                    # bad lkey
+    s.qp.post_send(SendWQE(3, IBV_WR_RDMA_WRITE, [(s.mr.addr, 512, s.mr.lkey)], remote_addr=0x9000, rkey=5))
+    assert [p.psn for p in s.out()] == [0, 1]                          # nothing after the bad WQE
+    assert len(s.scq) == 0 and s.qp.state == IBV_QPS_RTS
+    s.rx(O.RC_ACKNOWLEDGE, 1, aeth=(ACK, 1))
+    assert [(w.wr_id, w.status) for w in s.scq.poll(5)] == [
+        (1, IBV_WC_SUCCESS), (2, IBV_WC_LOC_PROT_ERR), (3, IBV_WC_WR_FLUSH_ERR)]
+    assert s.qp.state == IBV_QPS_ERR and s.out() == []

@@ -133,10 +133,12 @@ def run(qp, now: float) -> None:
                 break
             if wqe.opcode == WR_LOCAL_INV:
                 _local_op(qp, wqe)
+                if wqe.state == WQE_ERROR:     # nothing after it may go out
+                    qp.req_idx = idx
+                    completer.retire(qp)
+                    return
                 qp.req_idx = idx + 1
                 completer.retire(qp)
-                if qp.state == QPS_ERR:
-                    return
                 idx, nsq = qp.req_idx, len(sq)
                 continue
             if wqe.is_rd_atomic and qp.rd_atomic_out >= qp.max_rd_atomic:
@@ -144,10 +146,14 @@ def run(qp, now: float) -> None:
             if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
                 break
             if not _start(qp, wqe):
+                # A local error: nothing after this WQE goes out; it completes
+                # in error (QP -> ERR) once the WQEs before it have.
                 wqe.state = WQE_ERROR
-                qp.req_idx = idx + 1
+                qp.req_idx = idx
                 completer.retire(qp)
                 return
+        elif wst == WQE_ERROR:
+            break
         elif wst != WQE_PROCESSING:
             idx += 1
             continue
