@@ -1,0 +1,136 @@
+"""The binary ABI between the verbs library and the daemon: WQE and CQE slots.
+
+Like rdma-core's provider ABI headers, this is the one definition both
+sides compile against.  All little-endian, fixed offsets.
+
+Send WQE (``SEND_WQE_HDR``, 64 bytes, then SGEs or inline data)::
+
+     0 u64 wr_id           8 u8 opcode (ibv_wr_opcode)   9 u8 num_sge
+    10 u16 send_flags     12 u32 imm_data / invalidate_rkey (wire value)
+    16 u64 remote_addr    24 u32 rkey                     28 u32 inline_len
+    32 u64 compare_add    40 u64 swap
+    48 u32 ah_handle      52 u32 remote_qpn               56 u32 remote_qkey
+    60 u32 reserved
+  then num_sge x SGE (u64 addr, u32 length, u32 lkey), or inline_len bytes.
+
+Receive WQE (``RECV_WQE_HDR``, 16 bytes): u64 wr_id, u32 num_sge, u32 0,
+then SGEs.
+
+CQE (``CQE``, 64 bytes; byte 63 is the owner bit, written last)::
+
+     0 u64 wr_id           8 u32 byte_len    12 u32 imm_data / invalidated rkey
+    16 u32 qp_num         20 u32 src_qp      24 u32 vendor_err
+    28 u16 pkey_index     30 u16 slid        32 u8 status     33 u8 opcode
+    34 u16 wc_flags       36 u8 sl           37 u8 dlid_path_bits
+    38 u8 solicited       39..62 reserved    63 u8 owner
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..transport.wr import WC, RecvWQE, SendWQE
+
+SEND_WQE_HDR = struct.Struct("<QBBHIQIIQQIIII")
+RECV_WQE_HDR = struct.Struct("<QII")
+SGE = struct.Struct("<QII")
+CQE = struct.Struct("<QIIIIIHHBBHBBB")
+CQE_BYTES = 64
+CQE_OWNER = 63
+IBV_SEND_INLINE = 8
+
+assert SEND_WQE_HDR.size == 64 and RECV_WQE_HDR.size == 16 and SGE.size == 16 and CQE.size <= 63
+
+
+def send_slot_size(max_sge: int, max_inline: int) -> int:
+    """Smallest power of two holding the header and max_sge SGEs or the inline data."""
+    need = SEND_WQE_HDR.size + max(SGE.size * max(max_sge, 1), max_inline)
+    n = 64
+    while n < need:
+        n <<= 1
+    return n
+
+
+def recv_slot_size(max_sge: int) -> int:
+    need = RECV_WQE_HDR.size + SGE.size * max(max_sge, 1)
+    n = 32
+    while n < need:
+        n <<= 1
+    return n
+
+
+def encode_send_wqe(slot, wr_id: int, opcode: int, send_flags: int, sg_list=(), *, inline: bytes | None = None,
+                    imm_data: int = 0, remote_addr: int = 0, rkey: int = 0, compare_add: int = 0,
+                    swap: int = 0, ah_handle: int = 0, remote_qpn: int = 0, remote_qkey: int = 0) -> None:
+    """Write one send WQE into ``slot`` (a writable memoryview)."""
+    if inline is not None:
+        n = len(inline)
+        if SEND_WQE_HDR.size + n > len(slot):
+            raise ValueError("inline data does not fit the WQE slot")
+        SEND_WQE_HDR.pack_into(slot, 0, wr_id, opcode, 0, send_flags | IBV_SEND_INLINE, imm_data, remote_addr,
+                               rkey, n, compare_add, swap, ah_handle, remote_qpn, remote_qkey, 0)
+        slot[64:64 + n] = inline
+        return
+    nsge = len(sg_list)
+    if SEND_WQE_HDR.size + SGE.size * nsge > len(slot):
+        raise ValueError("too many SGEs for the WQE slot")
+    SEND_WQE_HDR.pack_into(slot, 0, wr_id, opcode, nsge, send_flags & ~IBV_SEND_INLINE, imm_data, remote_addr,
+                           rkey, 0, compare_add, swap, ah_handle, remote_qpn, remote_qkey, 0)
+    off = 64
+    for addr, length, lkey in sg_list:
+        SGE.pack_into(slot, off, addr, length, lkey)
+        off += 16
+
+
+def decode_send_wqe(slot, ah_lookup=None) -> SendWQE:
+    """Read a send WQE slot into the transport's ``SendWQE``.  ``ah_lookup``
+    turns an AH handle into an ``AddressVector`` (UD); untrusted lengths are
+    bounded by the slot (``ValueError`` if they overrun it)."""
+    (wr_id, opcode, nsge, flags, imm, raddr, rkey, inline_len, cmp_add, swap, ah, rqpn, rqkey,
+     _) = SEND_WQE_HDR.unpack_from(slot, 0)
+    av = ah_lookup(ah) if ah_lookup is not None and ah else None
+    if flags & IBV_SEND_INLINE:
+        if 64 + inline_len > len(slot):
+            raise ValueError("inline length overruns the WQE slot")
+        return SendWQE(wr_id, opcode, (), send_flags=flags, inline_data=bytes(slot[64:64 + inline_len]),
+                       imm_data=imm, invalidate_rkey=imm, remote_addr=raddr, rkey=rkey, compare_add=cmp_add,
+                       swap=swap, ah=av, remote_qpn=rqpn, remote_qkey=rqkey)
+    if 64 + 16 * nsge > len(slot):
+        raise ValueError("SGE count overruns the WQE slot")
+    sges = [SGE.unpack_from(slot, 64 + 16 * i) for i in range(nsge)]
+    return SendWQE(wr_id, opcode, sges, send_flags=flags, imm_data=imm, invalidate_rkey=imm, remote_addr=raddr,
+                   rkey=rkey, compare_add=cmp_add, swap=swap, ah=av, remote_qpn=rqpn, remote_qkey=rqkey)
+
+
+def encode_recv_wqe(slot, wr_id: int, sg_list) -> None:
+    nsge = len(sg_list)
+    if RECV_WQE_HDR.size + SGE.size * nsge > len(slot):
+        raise ValueError("too many SGEs for the WQE slot")
+    RECV_WQE_HDR.pack_into(slot, 0, wr_id, nsge, 0)
+    off = 16
+    for addr, length, lkey in sg_list:
+        SGE.pack_into(slot, off, addr, length, lkey)
+        off += 16
+
+
+def decode_recv_wqe(slot) -> RecvWQE:
+    wr_id, nsge, _ = RECV_WQE_HDR.unpack_from(slot, 0)
+    if 16 + 16 * nsge > len(slot):
+        raise ValueError("SGE count overruns the WQE slot")
+    return RecvWQE(wr_id, [SGE.unpack_from(slot, 16 + 16 * i) for i in range(nsge)])
+
+
+def write_cqe(slot, wc: WC, owner: int, solicited: bool = False) -> None:
+    """Fill a CQE slot; the owner byte goes last so a reader never sees a
+    half-written entry as valid."""
+    CQE.pack_into(slot, 0, wc.wr_id, wc.byte_len, wc.imm_data, wc.qp_num, wc.src_qp, wc.vendor_err,
+                  wc.pkey_index, wc.slid, wc.status, wc.opcode, wc.wc_flags, wc.sl, wc.dlid_path_bits,
+                  1 if solicited else 0)
+    slot[CQE_OWNER] = owner
+
+
+def read_cqe(slot) -> WC:
+    (wr_id, byte_len, imm, qp_num, src_qp, vendor_err, pkey_index, slid, status, opcode, wc_flags, sl,
+     dlid_path_bits, _) = CQE.unpack_from(slot, 0)
+    return WC(wr_id, status, opcode, qp_num, byte_len, imm, src_qp, wc_flags, pkey_index, vendor_err,
+              slid, sl, dlid_path_bits)

@@ -1,0 +1,131 @@
+"""The four ends of the shared queues: who writes what, and when.
+
+* ``WorkQueueProducer`` (library: post_send / post_recv / post_srq_recv) and
+  ``WorkQueueConsumer`` (daemon): WQE slots, producer/consumer indices, and
+  the doorbell rule -- ring only if the consumer said it sleeps.
+* ``CompletionQueueProducer`` (daemon) and ``CompletionQueueConsumer``
+  (library: poll_cq): CQE slots validated by the owner bit; the consumer
+  publishes its index so the producer can tell an overrun (the CQE is
+  dropped and the caller raises IBV_EVENT_CQ_ERR, as hardware does).
+  ``req_notify`` arms the ring; the producer reports when a push should
+  signal the completion channel (and disarms, one event per arm).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..transport.wr import WC
+from . import abi
+from .shm import NOTIFY_NEXT, NOTIFY_NONE, NOTIFY_SOLICITED, RING_CONSUMER_SLEEPING, Ring
+
+_DOORBELL = (1).to_bytes(8, "little")
+
+
+class WorkQueueProducer:
+    def __init__(self, ring: Ring, doorbell_fd: int | None = None):
+        self.ring = ring
+        self.doorbell_fd = doorbell_fd
+        self.head = ring.producer
+
+    def next_slot(self):
+        """The slot the next WQE goes to, or None if the queue is full."""
+        r = self.ring
+        if (self.head - r.consumer) & 0xFFFFFFFF >= r.nslots:
+            return None
+        return r.slot(self.head)
+
+    def commit(self, n: int = 1) -> None:
+        """Publish ``n`` written slots and ring the doorbell if needed."""
+        self.head = (self.head + n) & 0xFFFFFFFF
+        r = self.ring
+        r.producer = self.head
+        if self.doorbell_fd is not None and r.flags & RING_CONSUMER_SLEEPING:
+            os.write(self.doorbell_fd, _DOORBELL)
+
+
+class WorkQueueConsumer:
+    def __init__(self, ring: Ring):
+        self.ring = ring
+        self.tail = ring.consumer
+
+    def pending(self) -> int:
+        return (self.ring.producer - self.tail) & 0xFFFFFFFF
+
+    def take(self):
+        """The oldest unconsumed slot, or None.  Call ``release`` after use."""
+        r = self.ring
+        if r.producer == self.tail:
+            return None
+        return r.slot(self.tail)
+
+    def release(self, n: int = 1) -> None:
+        self.tail = (self.tail + n) & 0xFFFFFFFF
+        self.ring.consumer = self.tail
+
+    def sleep(self) -> bool:
+        """Announce that the doorbell is needed; False if work slipped in
+        meanwhile (then do not sleep)."""
+        r = self.ring
+        r.flags = r.flags | RING_CONSUMER_SLEEPING
+        if r.producer != self.tail:
+            r.flags = r.flags & ~RING_CONSUMER_SLEEPING
+            return False
+        return True
+
+    def wake(self) -> None:
+        r = self.ring
+        r.flags = r.flags & ~RING_CONSUMER_SLEEPING
+
+
+class CompletionQueueProducer:
+    def __init__(self, ring: Ring):
+        self.ring = ring
+        self.head = ring.producer
+        self.overrun = False
+
+    def push(self, wc: WC, solicited: bool = False) -> tuple[bool, bool]:
+        """Write one CQE.  Returns (stored, notify): ``stored`` False means
+        the CQ was full (overrun); ``notify`` True means the completion
+        channel must be signalled (the ring was armed and this CQE matches)."""
+        r = self.ring
+        if (self.head - r.consumer) & 0xFFFFFFFF >= r.nslots:
+            self.overrun = True
+            return False, False
+        abi.write_cqe(r.slot(self.head), wc, r.phase(self.head), solicited)
+        self.head = (self.head + 1) & 0xFFFFFFFF
+        r.producer = self.head
+        state, _ = r.notify
+        if state == NOTIFY_NEXT or (state == NOTIFY_SOLICITED and (solicited or wc.status != 0)):
+            r.disarm()
+            return True, True
+        return True, False
+
+
+class CompletionQueueConsumer:
+    def __init__(self, ring: Ring):
+        self.ring = ring
+        self.tail = ring.consumer
+
+    def poll(self, n: int = 1) -> list[WC]:
+        """Up to ``n`` completions, oldest first; no system call."""
+        r = self.ring
+        out = []
+        tail = self.tail
+        while len(out) < n:
+            slot = r.slot(tail)
+            if slot[abi.CQE_OWNER] != r.phase(tail):
+                break
+            out.append(abi.read_cqe(slot))
+            tail = (tail + 1) & 0xFFFFFFFF
+        if out:
+            self.tail = tail
+            r.consumer = tail
+        return out
+
+    def req_notify(self, solicited_only: bool = False) -> None:
+        self.ring.arm(solicited_only)
+
+    @property
+    def armed(self) -> bool:
+        return self.ring.notify[0] != NOTIFY_NONE
