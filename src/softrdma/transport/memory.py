@@ -27,15 +27,17 @@ class Memory(Protocol):
 class MR:
     __slots__ = ("pd", "addr", "length", "access", "lkey", "rkey", "buf", "view", "valid")
 
-    def __init__(self, pd, addr: int, length: int, access: int, lkey: int, rkey: int):
+    def __init__(self, pd, addr: int, length: int, access: int, lkey: int, rkey: int, buf=None):
         self.pd = pd
         self.addr = addr
         self.length = length
         self.access = access
         self.lkey = lkey
         self.rkey = rkey
-        self.buf = bytearray(length)
+        self.buf = bytearray(length) if buf is None else buf      # any writable buffer (shared memory)
         self.view = memoryview(self.buf)
+        if len(self.view) < length:
+            raise ValueError("MR buffer shorter than its length")
         self.valid = True
 
     def read(self, length: int, offset: int = 0) -> bytes:
@@ -46,9 +48,12 @@ class MR:
 
 
 class MemoryTable:
-    """MRs in ordinary bytearrays, at made-up virtual addresses.
+    """The MR table: key -> MR, and the checks of every access.
 
-    Keys are ``index << 8 | key`` as rxe makes them; lkey == rkey."""
+    ``reg_mr`` backs an MR with a fresh bytearray at a made-up address (the
+    simulator, tests); ``register`` takes the buffer and the address the
+    application sees (the daemon: a view of the app's shared memory).  Keys
+    are ``index << 8 | key`` as rxe makes them; lkey == rkey."""
 
     def __init__(self, base_addr: int = 0x7F0000000000):
         self._mrs: dict[int, MR] = {}     # index -> MR
@@ -57,13 +62,21 @@ class MemoryTable:
         self._key_byte = 0x5A
 
     def reg_mr(self, pd, length: int, access: int) -> MR:
-        access = int(access)
+        """An MR over fresh zeroed memory at a made-up address."""
+        mr = self.register(pd, self._next_addr, length, access)
+        self._next_addr += (length + 0xFFFF) & ~0xFFF    # page aligned, gaps between MRs
+        return mr
+
+    def register(self, pd, addr: int, length: int, access: int, buf=None) -> MR:
+        """An MR over ``buf`` (e.g. a shared-memory view) that the owner sees
+        at virtual address ``addr``; keys are allocated here."""
         index = self._next_index
+        if index >= 1 << 24:
+            raise MemoryError("MR key space exhausted")
         self._next_index += 1
         self._key_byte = (self._key_byte * 37 + 11) & 0xFF
         key = (index << 8) | self._key_byte
-        mr = MR(pd, self._next_addr, length, access, key, key)
-        self._next_addr += (length + 0xFFFF) & ~0xFFF    # page aligned, gaps between MRs
+        mr = MR(pd, addr, length, int(access), key, key, buf)
         self._mrs[index] = mr
         return mr
 
