@@ -13,8 +13,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo", help="two RC QPs moving data over a lossy simulated link")
     demo.add_arguments(p)
     p.set_defaults(func=demo.run)
+    p = sub.add_parser("daemon", help="the device daemon (softrdmad)", add_help=False)
+    p.set_defaults(func=None, daemon=True)
     p = sub.add_parser("version", help="print the version")
     p.set_defaults(func=lambda a: print(__import__("softrdma").__version__) or 0)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["daemon"]:
+        from .device.main import main as daemon_main
+        return daemon_main(argv[1:], prog="softrdma daemon")
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -1,0 +1,312 @@
+"""A device as the daemon hosts it: its port, its objects, its data path.
+
+``Device`` owns the MR table (``transport.memory.MemoryTable`` over the
+applications' shared memory), the QPs (``transport.QP``) and the
+shared-memory ends the applications talk to:
+
+* ``DevQP``: a QP with its SQ/RQ rings (``WorkQueueConsumer``) and doorbell;
+* ``DevCQ``: a CQ ring (``CompletionQueueProducer``); the transport pushes
+  WCs into it; an armed CQ signals its completion channel;
+* ``DevSRQ``: an SRQ ring feeding a ``transport.SRQ``.
+
+``Device.poll_rings`` moves posted WQEs into the transport, ``route`` sends
+what the transport emits (over the device's ``RoceSocket``, or straight to
+another device of the same daemon without a socket), ``deliver`` feeds
+received packets to QPs by destination QPN, ``tick`` fires QP timers.  The
+daemon's loop calls them; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+
+from ..enums import ibv_event_type, ibv_qp_state, ibv_wc_opcode, ibv_wc_status, ints
+from ..errors import VerbsError
+from ..transport.counters import Counter, RXE_HW_COUNTERS, new_counters
+from ..transport.memory import MemoryTable
+from ..transport.qp import QP, SRQ, DeviceCaps
+from ..transport.wr import WC, AddressVector
+from ..wire.errors import WireError
+from ..wire.icrc import ipv4_header, ipv6_header
+from ..wire.packet import check
+from . import abi
+from .net import RoceSocket, gid_to_ip
+from .queues import CompletionQueueProducer, WorkQueueConsumer
+
+EV = ints(ibv_event_type)
+ST = ints(ibv_wc_status)
+WCO = ints(ibv_wc_opcode)
+QPS = ints(ibv_qp_state)
+_HANDLE = struct.Struct("<I")
+
+
+class DevCQ:
+    def __init__(self, handle: int, ring, channel, owner):
+        self.handle = handle
+        self.ring = ring
+        self.producer = CompletionQueueProducer(ring)
+        self.channel = channel            # DevChannel or None
+        self.owner = owner
+        self.overrun_reported = False
+
+    def push(self, wc: WC, solicited=False) -> None:
+        stored, notify = self.producer.push(wc, bool(solicited))
+        if not stored:
+            if not self.overrun_reported:
+                self.overrun_reported = True
+                self.owner.event(EV.IBV_EVENT_CQ_ERR, cq=self.handle)
+            return
+        if notify and self.channel is not None:
+            self.channel.signal(self.handle)
+
+
+class DevChannel:
+    """A completion channel: a datagram socketpair; the daemon writes the
+    handle of the CQ that fired, ``get_cq_event`` reads it."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+        self.ours, self.theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.ours.setblocking(False)
+
+    def signal(self, cq_handle: int) -> None:
+        try:
+            self.ours.send(_HANDLE.pack(cq_handle))
+        except (BlockingIOError, OSError):
+            pass                           # the app stopped reading: events coalesce, as in the kernel
+
+    def close(self) -> None:
+        self.ours.close()
+        self.theirs.close()
+
+
+class DevQP:
+    def __init__(self, handle: int, qp: QP, sq, rq, doorbell: int, owner):
+        self.handle = handle
+        self.qp = qp
+        self.sq = WorkQueueConsumer(sq)
+        self.rq = WorkQueueConsumer(rq) if rq is not None else None
+        self.sq_ring, self.rq_ring = sq, rq
+        self.doorbell = doorbell
+        self.owner = owner
+
+
+class DevSRQ:
+    def __init__(self, handle: int, srq: SRQ, ring, doorbell: int, owner):
+        self.handle = handle
+        self.srq = srq
+        self.ring = ring
+        self.wq = WorkQueueConsumer(ring)
+        self.doorbell = doorbell
+        self.owner = owner
+
+
+class Device:
+    def __init__(self, name: str, netdev: str, addresses: list[str], *, mac: bytes = bytes(6),
+                 port: int = 4791, caps: DeviceCaps | None = None, bind: bool = True):
+        self.name = name
+        self.netdev = netdev
+        self.mac = mac
+        self.caps = caps or DeviceCaps(active_mtu=3)
+        self.memory = MemoryTable()
+        self.qps: dict[int, DevQP] = {}              # qp_num -> DevQP
+        self.srqs: list[DevSRQ] = []
+        self.tx: list = []                           # shared transport output of all QPs
+        self.events: list = []                       # shared transport async events
+        self.addresses = [str(ipaddress.ip_address(a)) for a in addresses]
+        self.gids = [self._gid(a) for a in self.addresses]
+        self.sockets: list[RoceSocket] = []
+        self.udp_port = port
+        if bind:
+            for a in self.addresses:
+                self.sockets.append(RoceSocket(a, port))
+        self._by_ip = {s.ip: s for s in self.sockets}
+        self._next_qpn = 0x11
+        self.counters = new_counters()               # of QPs already destroyed
+        self.rx_dropped = {"icrc": 0, "wire": 0, "unknown_qpn": 0}
+        self.state = 4                               # PORT_ACTIVE
+
+    @staticmethod
+    def _gid(addr: str) -> bytes:
+        a = ipaddress.ip_address(addr)
+        if a.version == 4:
+            return b"\x00" * 10 + b"\xff\xff" + a.packed
+        return a.packed
+
+    def close(self) -> None:
+        for s in self.sockets:
+            s.close()
+        self.sockets = []
+
+    # -- objects
+    def alloc_qpn(self) -> int:
+        while self._next_qpn in self.qps:
+            self._next_qpn = (self._next_qpn + 1) & 0xFFFFFF or 0x11
+        qpn = self._next_qpn
+        self._next_qpn = (qpn + 1) & 0xFFFFFF or 0x11
+        return qpn
+
+    def add_qp(self, dqp: DevQP) -> None:
+        self.qps[dqp.qp.qp_num] = dqp
+
+    def remove_qp(self, dqp: DevQP) -> None:
+        qp = dqp.qp
+        cnt = self.counters
+        for i, v in enumerate(qp.cnt):
+            cnt[i] += v
+        self.qps.pop(qp.qp_num, None)
+        self.tx[:] = [t for t in self.tx if t[0] is not qp]
+
+    def hw_counters(self) -> dict[str, int]:
+        tot = list(self.counters)
+        for d in self.qps.values():
+            for i, v in enumerate(d.qp.cnt):
+                tot[i] += v
+        return {c.name: tot[c] for c in RXE_HW_COUNTERS}
+
+    # -- data path
+    def poll_rings(self, now: float) -> bool:
+        """Move posted WQEs into the transport; True if any was found."""
+        busy = False
+        for srq in self.srqs:
+            wq = srq.wq
+            while (slot := wq.take()) is not None:
+                busy = True
+                try:
+                    srq.srq.post_recv(abi.decode_recv_wqe(slot))
+                except (ValueError, VerbsError):
+                    pass                           # a malformed WQE from the app: dropped (SRQ stays usable)
+                wq.release()
+        for dqp in list(self.qps.values()):
+            qp = dqp.qp
+            rq = dqp.rq
+            if rq is not None:
+                while (slot := rq.take()) is not None:
+                    busy = True
+                    try:
+                        wqe = abi.decode_recv_wqe(slot)
+                        rq.release()
+                        qp.post_recv(wqe)
+                    except (ValueError, VerbsError):
+                        self._wqe_error(dqp, slot, recv=True)
+            sq = dqp.sq
+            while (slot := sq.take()) is not None:
+                busy = True
+                try:
+                    wqe = abi.decode_send_wqe(slot, dqp.owner.ah_lookup)
+                    sq.release()
+                    qp.post_send(wqe, now)
+                except (ValueError, VerbsError):
+                    self._wqe_error(dqp, slot, recv=False)
+        return busy
+
+    def _wqe_error(self, dqp: DevQP, slot, recv: bool) -> None:
+        """A WQE the library should never have written: complete it with
+        IBV_WC_LOC_QP_OP_ERR and take the QP to ERR, as hardware does."""
+        wq = dqp.rq if recv else dqp.sq
+        wr_id = int.from_bytes(slot[0:8], "little")
+        wq.release()
+        qp = dqp.qp
+        cq = qp.recv_cq if recv else qp.send_cq
+        cq.push(WC(wr_id, ST.IBV_WC_LOC_QP_OP_ERR, WCO.IBV_WC_RECV if recv else WCO.IBV_WC_SEND, qp.qp_num))
+        qp.to_error()
+
+    def route(self, devices_by_ip: dict, now: float) -> bool:
+        """Send what the transport produced.  Same-daemon destinations get
+        the packet directly (no socket, no ICRC: nothing can corrupt it)."""
+        tx = self.tx
+        if not tx:
+            return False
+        items = tx[:]
+        tx.clear()
+        src_sock = self.sockets[0] if self.sockets else None
+        for qp, pkt, av in items:
+            dst_ip = gid_to_ip(av.dgid)
+            peer = devices_by_ip.get(dst_ip)
+            if peer is not None:
+                src_ip = self.addresses[av.sgid_index] if av.sgid_index < len(self.addresses) else \
+                    self.addresses[0]
+                peer.deliver_one(memoryview(pkt), ipaddress.ip_address(src_ip).packed,
+                                 ipaddress.ip_address(dst_ip).packed, now)
+            elif src_sock is not None:
+                sock = self.sockets[av.sgid_index] if av.sgid_index < len(self.sockets) else src_sock
+                sock.send(pkt, dst_ip, self.udp_port)
+        return True
+
+    def receive(self, sock: RoceSocket, now: float) -> None:
+        batch: dict[int, list] = {}
+        grhs: dict[int, list] = {}
+        for pkt, src, _sport in sock.recv():
+            try:
+                check(pkt)
+            except WireError:
+                self.rx_dropped["wire"] += 1
+                continue
+            dqpn = (pkt[5] << 16) | (pkt[6] << 8) | pkt[7]
+            if dqpn not in self.qps:
+                self.rx_dropped["unknown_qpn"] += 1
+                continue
+            batch.setdefault(dqpn, []).append(pkt)
+            grhs.setdefault(dqpn, []).append(_grh(src, sock.ip_bytes, len(pkt) + 4))
+        for dqpn, pkts in batch.items():
+            dqp = self.qps.get(dqpn)
+            if dqp is not None:
+                dqp.qp.receive_batch(pkts, now, grhs[dqpn])
+
+    def deliver_one(self, pkt, src: bytes, dst: bytes, now: float) -> None:
+        try:
+            check(pkt)
+        except WireError:
+            self.rx_dropped["wire"] += 1
+            return
+        dqpn = (pkt[5] << 16) | (pkt[6] << 8) | pkt[7]
+        dqp = self.qps.get(dqpn)
+        if dqp is None:
+            self.rx_dropped["unknown_qpn"] += 1
+            return
+        dqp.qp.receive(pkt, now, _grh(src, dst, len(pkt) + 4))
+
+    def tick(self, now: float) -> float | None:
+        """Fire due timers; return the earliest pending deadline."""
+        nxt = None
+        for dqp in self.qps.values():
+            qp = dqp.qp
+            d = qp.deadline
+            if d is None:
+                continue
+            if d <= now:
+                qp.tick(now)
+                d = qp.deadline
+                if d is None:
+                    continue
+            if nxt is None or d < nxt:
+                nxt = d
+        return nxt
+
+    def port_attrs(self) -> dict:
+        mtu = self.caps.active_mtu
+        return {"state": self.state, "max_mtu": self.caps.max_mtu, "active_mtu": mtu, "gid_tbl_len": 1024,
+                "port_cap_flags": 0x00010000, "max_msg_sz": self.caps.max_msg_sz, "pkey_tbl_len": 1,
+                "lid": 0, "sm_lid": 0, "lmc": 0, "max_vl_num": 1, "sm_sl": 0, "subnet_timeout": 0,
+                "init_type_reply": 0, "active_width": 1, "active_speed": 1, "phys_state": 5,
+                "link_layer": 2, "bad_pkey_cntr": 0, "qkey_viol_cntr": 0}
+
+    def av_from(self, d: dict) -> AddressVector:
+        return AddressVector(dgid=bytes.fromhex(d.get("dgid", "00" * 16)), sgid_index=d.get("sgid_index", 0),
+                             flow_label=d.get("flow_label", 0), hop_limit=d.get("hop_limit", 64),
+                             traffic_class=d.get("traffic_class", 0), sl=d.get("sl", 0), dlid=d.get("dlid", 0),
+                             port_num=d.get("port_num", 1), is_global=d.get("is_global", True))
+
+
+def _grh(src: bytes, dst: bytes, udp_payload_len: int) -> bytes:
+    """The 40-byte network header a UD receive buffer starts with (rxe's
+    layout: IPv4 in the last 20 bytes, IPv6 in all 40)."""
+    if len(src) == 4:
+        return bytes(20) + ipv4_header(src, dst, udp_payload_len)
+    return ipv6_header(src, dst, udp_payload_len)
+
+
+__all__ = ["Device", "DevQP", "DevCQ", "DevSRQ", "DevChannel", "Counter", "os"]

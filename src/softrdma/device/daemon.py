@@ -1,0 +1,553 @@
+"""softrdmad: the device daemon -- the control socket, the clients' objects,
+and the one loop that drives every device.
+
+One selector loop, one thread.  Inputs: the listening socket, each client's
+control connection, each device's UDP sockets, each QP/SRQ doorbell.  After
+any input, and while traffic flows, the loop polls the shared rings,
+routes what the transports produced, and fires QP timers.  After a quiet
+spell (``SPIN_S``) it tells every ring it sleeps (so the library rings the
+doorbell) and blocks until the next input or QP deadline.
+
+A client connection is the uverbs file of one Context: every object it
+creates belongs to it, and all of them are destroyed when it closes --
+whatever way the process ended.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import selectors
+import signal
+import socket
+import struct
+import time
+
+from ..enums import ibv_qp_attr_mask, ibv_qp_state, ints
+from ..errors import VerbsError
+from ..transport.qp import QP, SRQ, QPAttr, QPCap
+from . import abi
+from .control import ControlError, recv_msg, send_msg
+from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
+from .shm import Ring
+
+log = logging.getLogger("softrdmad")
+M = ints(ibv_qp_attr_mask)
+SPIN_S = 0.002
+SOCKET_NAME = "softrdmad.sock"
+PROTOCOL_VERSION = 1
+
+
+def default_run_dir() -> str:
+    env = os.environ.get("SOFTRDMA_RUN")
+    if env:
+        return env
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return os.path.join(xdg, "softrdma")
+    return f"/tmp/softrdma-{os.getuid()}"
+
+
+def _peer_cred(sock: socket.socket) -> tuple[int, int, int]:
+    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return pid, uid, gid
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+class Client:
+    """One control connection: its device and the objects it owns."""
+
+    def __init__(self, daemon: "Daemon", sock: socket.socket):
+        self.daemon = daemon
+        self.sock = sock
+        self.pid, self.uid, _ = _peer_cred(sock)
+        self.comm = _comm(self.pid)
+        self.device: Device | None = None
+        self.objects: dict[int, tuple[str, object]] = {}
+        self._next = 1
+
+    def add(self, kind: str, obj) -> int:
+        h = self._next
+        self._next += 1
+        self.objects[h] = (kind, obj)
+        return h
+
+    def get(self, h, kind: str):
+        entry = self.objects.get(h) if isinstance(h, int) else None
+        if entry is None or entry[0] != kind:
+            raise VerbsError(errno.EINVAL, f"no {kind} with handle {h!r}")
+        return entry[1]
+
+    def ah_lookup(self, h: int):
+        entry = self.objects.get(h)
+        return entry[1] if entry is not None and entry[0] == "ah" else None
+
+    def event(self, event_type: int, **kw) -> None:
+        try:
+            send_msg(self.sock, {"event": int(event_type), **kw})
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Destroy everything this client created (the process is gone)."""
+        dev = self.device
+        for h, (kind, obj) in sorted(self.objects.items(), reverse=True):
+            try:
+                self.daemon.destroy(self, kind, obj)
+            except Exception:                      # noqa: BLE001 -- cleanup must go on
+                log.exception("destroying %s %d", kind, h)
+        self.objects.clear()
+        if dev is not None:
+            dev.tx[:] = [t for t in dev.tx if t[0].qp_num in dev.qps]
+
+
+class Daemon:
+    def __init__(self, run_dir: str, devices: list[Device]):
+        self.run_dir = run_dir
+        self.devices = {d.name: d for d in devices}
+        self.sel = selectors.DefaultSelector()
+        self.clients: dict[int, Client] = {}
+        self.stopping = False
+        self.last_busy = time.monotonic()
+        self.sleeping = False
+        os.makedirs(run_dir, mode=0o700, exist_ok=True)
+        self.sock_path = os.path.join(run_dir, SOCKET_NAME)
+        try:
+            os.unlink(self.sock_path)
+        except FileNotFoundError:
+            pass
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        old = os.umask(0o077)                       # only our user (and root) may connect
+        try:
+            self.listener.bind(self.sock_path)
+        finally:
+            os.umask(old)
+        self.listener.listen(64)
+        self.listener.setblocking(False)
+        self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        for dev in devices:
+            for s in dev.sockets:
+                self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
+
+    @property
+    def by_ip(self) -> dict:
+        return {a: d for d in self.devices.values() for a in d.addresses}
+
+    # ------------------------------------------------------------ loop
+    def stop(self, *_):
+        self.stopping = True
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        try:
+            while not self.stopping:
+                self.step()
+        finally:
+            self.shutdown()
+
+    def step(self, max_wait: float = 0.5) -> None:
+        now = time.monotonic()
+        if now - self.last_busy < SPIN_S:
+            timeout = 0.0
+        else:
+            if not self.sleeping:
+                self._sleep_rings()
+            timeout = max_wait
+            for dev in self.devices.values():
+                d = dev.tick(now)
+                if d is not None:
+                    timeout = min(timeout, max(0.0, d - now))
+        for key, _ in self.sel.select(timeout):
+            kind, data = key.data
+            if kind == "udp":
+                dev, s = data
+                dev.receive(s, time.monotonic())
+                self._busy()
+            elif kind == "doorbell":
+                try:
+                    os.read(key.fd, 8)
+                except BlockingIOError:
+                    pass
+                self._busy()
+            elif kind == "client":
+                self._client_readable(data)
+            elif kind == "listen":
+                self._accept()
+        now = time.monotonic()
+        by_ip = self.by_ip
+        for dev in self.devices.values():
+            if dev.poll_rings(now):
+                self._busy()
+            dev.tick(now)
+            if dev.route(by_ip, now):
+                self._busy()
+            # loopback delivery may have produced more output (ACKs, responses)
+            while dev.tx or any(d.tx for d in self.devices.values()):
+                for d in self.devices.values():
+                    d.route(by_ip, now)
+            self._dispatch_events(dev)
+
+    def _busy(self) -> None:
+        self.last_busy = time.monotonic()
+        if self.sleeping:
+            self.sleeping = False
+            for dev in self.devices.values():
+                for dqp in dev.qps.values():
+                    dqp.sq.wake()
+                    if dqp.rq is not None:
+                        dqp.rq.wake()
+                for srq in dev.srqs:
+                    srq.wq.wake()
+
+    def _sleep_rings(self) -> None:
+        ok = True
+        for dev in self.devices.values():
+            for dqp in dev.qps.values():
+                ok &= dqp.sq.sleep()
+                if dqp.rq is not None:
+                    ok &= dqp.rq.sleep()
+            for srq in dev.srqs:
+                ok &= srq.wq.sleep()
+        if ok:
+            self.sleeping = True
+        else:
+            self._busy()
+
+    def _dispatch_events(self, dev: Device) -> None:
+        if not dev.events:
+            return
+        evs = dev.events[:]
+        dev.events.clear()
+        owners = {id(d.qp): d for d in dev.qps.values()}
+        for ev, obj in evs:
+            dqp = owners.get(id(obj))
+            if dqp is not None:
+                dqp.owner.event(ev, qp=dqp.handle)
+                continue
+            for srq in dev.srqs:
+                if srq.srq is obj:
+                    srq.owner.event(ev, srq=srq.handle)
+
+    # ------------------------------------------------------------ clients
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        client = Client(self, sock)
+        if client.uid not in (os.getuid(), 0):
+            sock.close()
+            return
+        self.clients[sock.fileno()] = client
+        self.sel.register(sock, selectors.EVENT_READ, ("client", client))
+
+    def _drop(self, client: Client) -> None:
+        try:
+            self.sel.unregister(client.sock)
+        except (KeyError, ValueError):
+            pass
+        self.clients.pop(client.sock.fileno(), None)
+        client.close()
+        client.sock.close()
+
+    def _client_readable(self, client: Client) -> None:
+        try:
+            msg, fds = recv_msg(client.sock)
+        except (ControlError, OSError):
+            self._drop(client)
+            return
+        if msg is None:
+            self._drop(client)
+            return
+        self._busy()                       # new queues must learn the daemon's sleep state too
+        seq = msg.get("seq")
+        try:
+            reply, out_fds = self.command(client, msg, fds)
+            reply = dict(reply or {}, seq=seq, errno=0)
+        except VerbsError as e:
+            reply, out_fds = {"seq": seq, "errno": e.errno, "msg": e.strerror}, []
+            for fd in fds:
+                os.close(fd)
+        except (KeyError, TypeError, ValueError) as e:
+            reply, out_fds = {"seq": seq, "errno": errno.EINVAL, "msg": f"bad request: {e}"}, []
+            for fd in fds:
+                os.close(fd)
+        try:
+            send_msg(client.sock, reply, out_fds)
+        except OSError:
+            self._drop(client)
+
+    # ------------------------------------------------------------ commands
+    def command(self, c: Client, m: dict, fds: list[int]):
+        op = m.get("op")
+        handler = getattr(self, f"cmd_{op}", None) if isinstance(op, str) else None
+        if handler is None:
+            raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
+        if op not in ("devices", "open", "resources") and c.device is None:
+            raise VerbsError(errno.EINVAL, "no device opened on this connection")
+        return handler(c, m, fds)
+
+    def cmd_devices(self, c, m, fds):
+        return {"version": PROTOCOL_VERSION,
+                "devices": [{"name": d.name, "netdev": d.netdev, "node_guid": _node_guid(d.mac)}
+                            for d in self.devices.values()]}, []
+
+    def cmd_open(self, c, m, fds):
+        dev = self.devices.get(m["device"])
+        if dev is None:
+            raise VerbsError(errno.ENODEV, f"no device {m['device']!r}")
+        c.device = dev
+        caps = dev.caps
+        return {"device": dev.name, "node_guid": _node_guid(dev.mac), "attr": {
+            "max_qp": 1 << 20, "max_qp_wr": caps.max_qp_wr, "max_sge": caps.max_sge,
+            "max_qp_rd_atom": caps.max_qp_rd_atom, "max_qp_init_rd_atom": caps.max_qp_init_rd_atom,
+            "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
+            "active_mtu": caps.active_mtu, "max_msg_sz": caps.max_msg_sz}}, []
+
+    def cmd_query_port(self, c, m, fds):
+        if m.get("port", 1) != 1:
+            raise VerbsError(errno.EINVAL, "port must be 1")
+        return {"attr": c.device.port_attrs()}, []
+
+    def cmd_query_gid(self, c, m, fds):
+        idx = m.get("index", 0)
+        gids = c.device.gids
+        gid = gids[idx] if 0 <= idx < len(gids) else bytes(16)
+        if not 0 <= idx < 1024:
+            raise VerbsError(errno.EINVAL, "GID index out of range")
+        return {"gid": gid.hex(), "type": "RoCE v2" if idx < len(gids) else None}, []
+
+    def cmd_alloc_pd(self, c, m, fds):
+        return {"pd": c.add("pd", object())}, []
+
+    def cmd_dealloc_pd(self, c, m, fds):
+        pd = c.get(m["pd"], "pd")
+        if any(o[0] in ("mr", "qp", "srq", "ah") and getattr(o[1], "pd", None) is pd for o in c.objects.values()):
+            raise VerbsError(errno.EBUSY, "PD still in use")
+        del c.objects[m["pd"]]
+        return {}, []
+
+    def cmd_reg_mr(self, c, m, fds):
+        if len(fds) != 1:
+            raise VerbsError(errno.EINVAL, "reg_mr needs the memory fd")
+        from .shm import SharedRegion
+        pd = c.get(m["pd"], "pd")
+        length = int(m["length"])
+        region = SharedRegion.attach(fds[0], length)
+        mr = c.device.memory.register(pd, int(m["addr"]), length, int(m["access"]), region.view[:length])
+        h = c.add("mr", (mr, region))
+        return {"mr": h, "lkey": mr.lkey, "rkey": mr.rkey}, []
+
+    def cmd_dereg_mr(self, c, m, fds):
+        obj = c.get(m["mr"], "mr")
+        self.destroy(c, "mr", obj)
+        del c.objects[m["mr"]]
+        return {}, []
+
+    def cmd_create_comp_channel(self, c, m, fds):
+        ch = DevChannel(0)
+        h = c.add("channel", ch)
+        ch.handle = h
+        return {"channel": h}, [ch.theirs.fileno()]
+
+    def cmd_destroy_comp_channel(self, c, m, fds):
+        ch = c.get(m["channel"], "channel")
+        if any(o[0] == "cq" and o[1].channel is ch for o in c.objects.values()):
+            raise VerbsError(errno.EBUSY, "completion channel still used by a CQ")
+        ch.close()
+        del c.objects[m["channel"]]
+        return {}, []
+
+    def cmd_create_cq(self, c, m, fds):
+        if len(fds) != 1:
+            raise VerbsError(errno.EINVAL, "create_cq needs the ring fd")
+        ring = Ring.attach(fds[0])
+        if ring.slot_size != abi.CQE_BYTES:
+            ring.close()
+            raise VerbsError(errno.EINVAL, "bad CQ ring")
+        ch = c.get(m["channel"], "channel") if m.get("channel") else None
+        cq = DevCQ(0, ring, ch, c)
+        cq.handle = c.add("cq", cq)
+        return {"cq": cq.handle}, []
+
+    def cmd_destroy_cq(self, c, m, fds):
+        cq = c.get(m["cq"], "cq")
+        if any(o[0] == "qp" and cq in (o[1].qp.send_cq, o[1].qp.recv_cq) for o in c.objects.values()):
+            raise VerbsError(errno.EBUSY, "CQ still used by a QP")
+        self.destroy(c, "cq", cq)
+        del c.objects[m["cq"]]
+        return {}, []
+
+    def cmd_create_qp(self, c, m, fds):
+        dev = c.device
+        pd = c.get(m["pd"], "pd")
+        scq = c.get(m["send_cq"], "cq")
+        rcq = c.get(m["recv_cq"], "cq")
+        srq = c.get(m["srq"], "srq") if m.get("srq") else None
+        need = 2 if srq is not None else 3
+        if len(fds) != need:
+            raise VerbsError(errno.EINVAL, f"create_qp needs {need} fds")
+        cap = QPCap(**m.get("cap", {}))
+        qp = QP(int(m["qp_type"]), dev.alloc_qpn(), pd=pd, memory=dev.memory, send_cq=scq, recv_cq=rcq,
+                cap=cap, srq=srq.srq if srq else None, sq_sig_all=bool(m.get("sq_sig_all")), caps=dev.caps,
+                tx=dev.tx, events=dev.events)
+        sq = Ring.attach(fds[0])
+        rq = Ring.attach(fds[1]) if srq is None else None
+        doorbell = fds[-1]
+        os.set_blocking(doorbell, False)
+        dqp = DevQP(0, qp, sq, rq, doorbell, c)
+        dqp.handle = c.add("qp", dqp)
+        dev.add_qp(dqp)
+        self.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dqp))
+        return {"qp": dqp.handle, "qp_num": qp.qp_num}, []
+
+    def cmd_modify_qp(self, c, m, fds):
+        dqp = c.get(m["qp"], "qp")
+        a = dict(m.get("attr", {}))
+        if "ah_attr" in a:
+            a["ah_attr"] = c.device.av_from(a["ah_attr"])
+        if "cap" in a:
+            a["cap"] = QPCap(**a["cap"])
+        dqp.qp.modify(QPAttr(**a), int(m["mask"]))
+        return {}, []
+
+    def cmd_query_qp(self, c, m, fds):
+        dqp = c.get(m["qp"], "qp")
+        a = dqp.qp.query()
+        out = {k: getattr(a, k) for k in ("qp_state", "cur_qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn",
+                                          "dest_qp_num", "qp_access_flags", "pkey_index", "sq_draining",
+                                          "max_rd_atomic", "max_dest_rd_atomic", "min_rnr_timer", "port_num",
+                                          "timeout", "retry_cnt", "rnr_retry", "en_sqd_async_notify")}
+        out = {k: int(v) for k, v in out.items()}
+        av = a.ah_attr
+        out["ah_attr"] = {"dgid": av.dgid.hex(), "sgid_index": av.sgid_index, "flow_label": av.flow_label,
+                          "hop_limit": av.hop_limit, "traffic_class": av.traffic_class, "sl": av.sl,
+                          "is_global": av.is_global, "port_num": av.port_num, "dlid": av.dlid}
+        cap = dqp.qp.cap
+        out["cap"] = {k: getattr(cap, k) for k in ("max_send_wr", "max_recv_wr", "max_send_sge",
+                                                   "max_recv_sge", "max_inline_data")}
+        return {"attr": out}, []
+
+    def cmd_destroy_qp(self, c, m, fds):
+        dqp = c.get(m["qp"], "qp")
+        self.destroy(c, "qp", dqp)
+        del c.objects[m["qp"]]
+        return {}, []
+
+    def cmd_create_srq(self, c, m, fds):
+        pd = c.get(m["pd"], "pd")
+        if len(fds) != 2:
+            raise VerbsError(errno.EINVAL, "create_srq needs 2 fds")
+        dev = c.device
+        srq = SRQ(int(m.get("max_wr", 256)), int(m.get("max_sge", 4)), int(m.get("srq_limit", 0)),
+                  events=dev.events)
+        srq.pd = pd
+        os.set_blocking(fds[1], False)
+        dsrq = DevSRQ(0, srq, Ring.attach(fds[0]), fds[1], c)
+        dsrq.handle = c.add("srq", dsrq)
+        dev.srqs.append(dsrq)
+        self.sel.register(fds[1], selectors.EVENT_READ, ("doorbell", dsrq))
+        return {"srq": dsrq.handle}, []
+
+    def cmd_modify_srq(self, c, m, fds):
+        c.get(m["srq"], "srq").srq.modify(int(m["srq_limit"]))
+        return {}, []
+
+    def cmd_destroy_srq(self, c, m, fds):
+        dsrq = c.get(m["srq"], "srq")
+        if any(o[0] == "qp" and o[1].qp.srq is dsrq.srq for o in c.objects.values()):
+            raise VerbsError(errno.EBUSY, "SRQ still used by a QP")
+        self.destroy(c, "srq", dsrq)
+        del c.objects[m["srq"]]
+        return {}, []
+
+    def cmd_create_ah(self, c, m, fds):
+        c.get(m["pd"], "pd")
+        av = c.device.av_from(m["attr"])
+        if not av.is_global:
+            raise VerbsError(errno.EINVAL, "RoCE address handles need a GRH")
+        return {"ah": c.add("ah", av)}, []
+
+    def cmd_destroy_ah(self, c, m, fds):
+        c.get(m["ah"], "ah")
+        del c.objects[m["ah"]]
+        return {}, []
+
+    def cmd_resources(self, c, m, fds):
+        """Every object of every client (``rdma resource show``)."""
+        out = []
+        for cl in self.clients.values():
+            for h, (kind, obj) in cl.objects.items():
+                r = {"pid": cl.pid, "comm": cl.comm, "kind": kind, "handle": h,
+                     "dev": cl.device.name if cl.device else None}
+                if kind == "qp":
+                    r.update(lqpn=obj.qp.qp_num, type=int(obj.qp.qp_type), state=int(obj.qp.state),
+                             rqpn=obj.qp.dest_qpn, sq_psn=obj.qp.req_psn, rq_psn=obj.qp.resp_psn)
+                elif kind == "mr":
+                    r.update(lkey=obj[0].lkey, rkey=obj[0].rkey, mrlen=obj[0].length)
+                elif kind == "cq":
+                    r.update(cqe=obj.ring.nslots - 1)
+                out.append(r)
+        return {"resources": out}, []
+
+    # ------------------------------------------------------------ teardown
+    def destroy(self, c: Client, kind: str, obj) -> None:
+        dev = c.device
+        if kind == "qp":
+            dev.remove_qp(obj)
+            try:
+                self.sel.unregister(obj.doorbell)
+            except (KeyError, ValueError):
+                pass
+            os.close(obj.doorbell)
+            obj.sq_ring.close()
+            if obj.rq_ring is not None:
+                obj.rq_ring.close()
+        elif kind == "srq":
+            dev.srqs.remove(obj)
+            try:
+                self.sel.unregister(obj.doorbell)
+            except (KeyError, ValueError):
+                pass
+            os.close(obj.doorbell)
+            obj.ring.close()
+        elif kind == "cq":
+            obj.ring.close()
+        elif kind == "mr":
+            mr, region = obj
+            dev.memory.dereg_mr(mr)
+            mr.view = None
+            mr.buf = None
+            region.close()
+        elif kind == "channel":
+            obj.close()
+
+    def shutdown(self) -> None:
+        for client in list(self.clients.values()):
+            self._drop(client)
+        for dev in self.devices.values():
+            dev.close()
+        self.sel.close()
+        self.listener.close()
+        try:
+            os.unlink(self.sock_path)
+        except FileNotFoundError:
+            pass
+
+
+def _node_guid(mac: bytes) -> str:
+    """rxe's node GUID from the MAC (EUI-64), as sysfs prints it."""
+    eui = bytes([mac[0] ^ 2, mac[1], mac[2], 0xFF, 0xFE, mac[3], mac[4], mac[5]])
+    return ":".join(eui[i:i + 2].hex() for i in range(0, 8, 2))
+
+
+__all__ = ["Daemon", "Client", "default_run_dir", "ibv_qp_state"]

@@ -1,0 +1,88 @@
+"""``softrdmad`` / ``softrdma daemon``: start the device daemon.
+
+    softrdmad [-f] [--run-dir DIR] [--device NAME:NETDEV ...]
+
+Foreground (``-f``) logs to stderr; background mode detaches, logs to
+RUN/softrdmad.log, and writes RUN/softrdmad.pid once the control socket
+accepts connections (so a starter can wait for the pid file).  SIGTERM
+shuts down cleanly: every client connection is closed and the socket and
+pid file are removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from .core import Device
+from .daemon import Daemon, default_run_dir
+from .netdev import active_mtu, netdev_info
+from ..transport.qp import DeviceCaps
+
+PID_NAME = "softrdmad.pid"
+LOG_NAME = "softrdmad.log"
+
+
+def build_parser(prog: str = "softrdmad") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="softrdma device daemon")
+    p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground, log to stderr")
+    p.add_argument("--run-dir", default=None, help="run directory (default: $SOFTRDMA_RUN, "
+                   "$XDG_RUNTIME_DIR/softrdma, or /tmp/softrdma-UID)")
+    p.add_argument("--device", action="append", metavar="NAME:NETDEV",
+                   help="a device to host (repeatable; default rxe0:lo)")
+    p.add_argument("--port", type=int, default=4791, help="UDP port (default 4791)")
+    return p
+
+
+def make_device(spec: str, port: int) -> Device:
+    name, _, netdev = spec.partition(":")
+    if not name or not netdev:
+        raise SystemExit(f"softrdmad: bad --device {spec!r}: expected NAME:NETDEV")
+    try:
+        info = netdev_info(netdev)
+    except LookupError as e:
+        raise SystemExit(f"softrdmad: {e}") from None
+    caps = DeviceCaps(active_mtu=active_mtu(info.mtu))
+    addrs = [a for a in info.addresses if ":" not in a] or info.addresses
+    return Device(name, netdev, addrs, mac=info.mac, port=port, caps=caps)
+
+
+def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
+    args = build_parser(prog).parse_args(argv)
+    run_dir = args.run_dir or default_run_dir()
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    devices = [make_device(s, args.port) for s in (args.device or ["rxe0:lo"])]
+    if not args.foreground:
+        if os.fork():
+            return 0
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        fd = os.open(os.path.join(run_dir, LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s softrdmad[%(process)d] %(message)s")
+    daemon = Daemon(run_dir, devices)
+    pid_path = os.path.join(run_dir, PID_NAME)
+    with open(pid_path + ".tmp", "w") as f:
+        f.write(f"{os.getpid()}\n")
+    os.replace(pid_path + ".tmp", pid_path)
+    logging.info("serving %s in %s", ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})"
+                                               for d in devices), run_dir)
+    try:
+        daemon.serve()
+    finally:
+        try:
+            os.unlink(pid_path)
+        except FileNotFoundError:
+            pass
+        logging.info("stopped")
+    return 0
+
+
+def entry() -> None:
+    sys.exit(main())

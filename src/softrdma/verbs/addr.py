@@ -1,0 +1,93 @@
+"""GID, GlobalRoute, AHAttr and AH, as pyverbs' addr module has them."""
+
+from __future__ import annotations
+
+import ipaddress
+
+
+class GID:
+    """A 16-byte GID; ``str()`` is the colon form pyverbs and sysfs print."""
+
+    def __init__(self, val: bytes | str | None = None):
+        if val is None:
+            raw = bytes(16)
+        elif isinstance(val, (bytes, bytearray)):
+            raw = bytes(val)
+        else:
+            raw = ipaddress.IPv6Address(val).packed if "::" in val or val.count(":") != 7 \
+                else bytes.fromhex(val.replace(":", ""))
+        if len(raw) != 16:
+            raise ValueError("a GID is 16 bytes")
+        self.raw = raw
+
+    @property
+    def gid(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        h = self.raw.hex()
+        return ":".join(h[i:i + 4] for i in range(0, 32, 4))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, GID) and other.raw == self.raw
+
+    def __hash__(self) -> int:
+        return hash(self.raw)
+
+    def __repr__(self) -> str:
+        return f"GID({str(self)!r})"
+
+
+class GlobalRoute:
+    def __init__(self, dgid: GID | None = None, flow_label: int = 0, sgid_index: int = 0, hop_limit: int = 1,
+                 traffic_class: int = 0):
+        self.dgid = dgid if dgid is not None else GID()
+        self.flow_label = flow_label
+        self.sgid_index = sgid_index
+        self.hop_limit = hop_limit
+        self.traffic_class = traffic_class
+
+
+class AHAttr:
+    def __init__(self, gr: GlobalRoute | None = None, is_global: int = 0, port_num: int = 1, dlid: int = 0,
+                 sl: int = 0, src_path_bits: int = 0, static_rate: int = 0):
+        self.gr = gr if gr is not None else GlobalRoute()
+        self.is_global = 1 if gr is not None else is_global
+        self.port_num = port_num
+        self.dlid = dlid
+        self.sl = sl
+        self.src_path_bits = src_path_bits
+        self.static_rate = static_rate
+
+    @property
+    def dgid(self):
+        return self.gr.dgid
+
+    def to_wire(self) -> dict:
+        g = self.gr
+        return {"dgid": g.dgid.raw.hex(), "sgid_index": g.sgid_index, "flow_label": g.flow_label,
+                "hop_limit": g.hop_limit, "traffic_class": g.traffic_class, "sl": self.sl, "dlid": self.dlid,
+                "port_num": self.port_num, "is_global": bool(self.is_global)}
+
+    @classmethod
+    def from_wire(cls, d: dict) -> "AHAttr":
+        gr = GlobalRoute(GID(bytes.fromhex(d["dgid"])), d["flow_label"], d["sgid_index"], d["hop_limit"],
+                         d["traffic_class"])
+        return cls(gr, int(d["is_global"]), d["port_num"], d["dlid"], d["sl"])
+
+
+class AH:
+    """An address handle for UD sends: ``AH(pd, attr=AHAttr(...))``."""
+
+    def __init__(self, pd, attr: AHAttr):
+        self.pd = pd
+        self.ah_attr = attr
+        reply, _ = pd.ctx.conn.call("create_ah", pd=pd.handle, attr=attr.to_wire())
+        self.handle = reply["ah"]
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if not self.pd.ctx.closed:
+                self.pd.ctx.conn.call("destroy_ah", ah=self.handle)

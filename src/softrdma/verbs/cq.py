@@ -1,0 +1,103 @@
+"""Completion queues and channels (pyverbs.cq): CQ, CompChannel, WC.
+
+``CQ.poll`` reads the shared CQ ring: no system call.  ``req_notify`` arms
+the ring; the daemon then writes this CQ's handle into the channel, which
+``get_cq_event`` reads (its ``fd`` works with select/poll/asyncio)."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import sys
+
+from ..device import abi
+from ..device.queues import CompletionQueueConsumer
+from ..device.shm import Ring
+from ..enums import IBV_WC_WITH_IMM
+from ..transport.wr import WC
+from .errors import PyverbsRDMAError
+
+_HANDLE = struct.Struct("<I")
+_LITTLE = sys.byteorder == "little"
+
+
+def bswap32(v: int) -> int:
+    return int.from_bytes(v.to_bytes(4, "big"), "little") if _LITTLE else v
+
+
+class CompChannel:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        reply, fds = ctx.conn.call("create_comp_channel")
+        self.handle = reply["channel"]
+        self.sock = socket.socket(fileno=fds[0])
+        self.fd = self.sock.fileno()
+        self.closed = False
+        self._cqs: dict[int, "CQ"] = {}
+
+    def get_cq_event(self, expected_cq=None, timeout: float | None = None):
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(4)
+        except socket.timeout:
+            raise PyverbsRDMAError("Failed to get CQ event: timed out", errno.EAGAIN) from None
+        (h,) = _HANDLE.unpack(data)
+        cq = self._cqs.get(h)
+        if expected_cq is not None and cq is not expected_cq:
+            raise PyverbsRDMAError("Received event on an unexpected CQ", errno.EINVAL)
+        if cq is not None:
+            cq.events_pending += 1
+        return cq
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if not self.ctx.closed and not self.ctx.conn.dead:
+                self.ctx.conn.call("destroy_comp_channel", channel=self.handle)
+            self.sock.close()
+
+
+class CQ:
+    def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0):
+        if cqe <= 0 or cqe > (1 << 22):
+            raise PyverbsRDMAError("Failed to create CQ", errno.EINVAL)
+        self.ctx = ctx
+        self.cq_context = cq_context
+        self.channel = channel
+        self.ring = Ring.create(cqe + 1, abi.CQE_BYTES, "softrdma-cq")
+        self.cqe = self.ring.nslots - 1
+        self.consumer = CompletionQueueConsumer(self.ring)
+        try:
+            reply, _ = ctx.conn.call("create_cq", fds=[self.ring.fd], cqe=self.cqe,
+                                     channel=channel.handle if channel else None)
+        except PyverbsRDMAError:
+            self.ring.close()
+            raise
+        self.handle = reply["cq"]
+        if channel is not None:
+            channel._cqs[self.handle] = self
+        self.events_pending = 0
+        self.closed = False
+
+    def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
+        wcs = self.consumer.poll(num_entries)
+        for wc in wcs:
+            if wc.wc_flags & IBV_WC_WITH_IMM:
+                wc.imm_data = bswap32(wc.imm_data)       # ibv_wc.imm_data is __be32
+        return len(wcs), wcs
+
+    def req_notify(self, solicited_only: bool = False) -> None:
+        self.consumer.req_notify(bool(solicited_only))
+
+    def ack_events(self, num_events: int) -> None:
+        self.events_pending = max(0, self.events_pending - num_events)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if not self.ctx.closed and not self.ctx.conn.dead:
+                self.ctx.conn.call("destroy_cq", cq=self.handle)
+            if self.channel is not None:
+                self.channel._cqs.pop(self.handle, None)
+            self.ring.close()

@@ -1,0 +1,152 @@
+"""Context (an opened device), device discovery, device/port attributes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+
+from ..device.daemon import SOCKET_NAME, default_run_dir
+from .addr import GID
+from .connection import Connection
+from .errors import PyverbsRDMAError
+
+
+def _socket_path() -> str:
+    return os.path.join(default_run_dir(), SOCKET_NAME)
+
+
+class _Attr:
+    """Attribute bag with a readable repr (pyverbs prints its attrs)."""
+
+    def __init__(self, d: dict):
+        self.__dict__.update(d)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
+class DeviceAttr(_Attr):
+    pass
+
+
+class PortAttr(_Attr):
+    pass
+
+
+class Device:
+    """One entry of get_device_list()."""
+
+    def __init__(self, name: str, node_guid: str, netdev: str):
+        self.name = name.encode()
+        self.node_guid = node_guid
+        self.netdev = netdev
+        self.guid = node_guid
+
+    def __repr__(self) -> str:
+        return f"Device {self.name.decode()}, node GUID {self.node_guid}"
+
+
+def get_device_list() -> list[Device]:
+    """The devices softrdmad serves (empty if none runs)."""
+    try:
+        conn = Connection(_socket_path())
+    except OSError:
+        return []
+    try:
+        reply, _ = conn.call("devices")
+    finally:
+        conn.close()
+    return [Device(d["name"], d["node_guid"], d["netdev"]) for d in reply["devices"]]
+
+
+class Context:
+    """An opened device: ``Context(name='rxe0')``."""
+
+    def __init__(self, name: str | bytes | None = None, **kw):
+        if isinstance(name, bytes):
+            name = name.decode()
+        try:
+            self.conn = Connection(_socket_path())
+        except OSError as e:
+            raise PyverbsRDMAError(f"Failed to open device {name}: softrdmad is not running ({e.strerror})",
+                                   errno.ENODEV) from None
+        if name is None:
+            devs = self.conn.call("devices")[0]["devices"]
+            if not devs:
+                self.conn.close()
+                raise PyverbsRDMAError("No IB devices found", errno.ENODEV)
+            name = devs[0]["name"]
+        try:
+            reply, _ = self.conn.call("open", device=name)
+        except PyverbsRDMAError:
+            self.conn.close()
+            raise
+        self.name = name
+        self.node_guid = reply["node_guid"]
+        self._attr = reply["attr"]
+        self.closed = False
+
+    # pyverbs' context manager protocol
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.conn.close()
+
+    @property
+    def num_comp_vectors(self) -> int:
+        return 1
+
+    def query_device(self) -> DeviceAttr:
+        a = self._attr
+        guid = self.node_guid.replace(":", "")
+        return DeviceAttr({
+            "fw_version": "0.1.0", "node_guid": self.node_guid, "sys_image_guid": self.node_guid,
+            "max_mr_size": (1 << 64) - 1, "page_size_cap": 0xFFFFF000, "vendor_id": 0xFFFFFF,
+            "vendor_part_id": 0, "hw_ver": 0, "max_qp": a["max_qp"], "max_qp_wr": a["max_qp_wr"],
+            "device_cap_flags": 0, "max_sge": a["max_sge"], "max_sge_rd": a["max_sge"], "max_cq": 1 << 16,
+            "max_cqe": (1 << 15) - 1, "max_mr": 1 << 16, "max_pd": 1 << 16,
+            "max_qp_rd_atom": a["max_qp_rd_atom"], "max_ee_rd_atom": 0, "max_res_rd_atom": 0,
+            "max_qp_init_rd_atom": a["max_qp_init_rd_atom"], "max_ee_init_rd_atom": 0, "atomic_caps": 1,
+            "max_ee": 0, "max_rdd": 0, "max_mw": 1 << 16, "max_raw_ipv6_qp": 0, "max_raw_ethy_qp": 0,
+            "max_mcast_grp": 8192, "max_mcast_qp_attach": 56, "max_total_mcast_qp_attach": 458752,
+            "max_ah": 1 << 15, "max_fmr": 0, "max_map_per_fmr": 0, "max_srq": 1 << 16,
+            "max_srq_wr": a["max_qp_wr"], "max_srq_sge": a["max_sge"], "max_pkeys": 1, "local_ca_ack_delay": 15,
+            "phys_port_cnt": 1, "guid": guid})
+
+    def query_device_ex(self):
+        return self.query_device()
+
+    def query_port(self, port_num: int = 1) -> PortAttr:
+        if port_num != 1:
+            raise PyverbsRDMAError(f"Failed to query port {port_num}", errno.EINVAL)
+        return PortAttr(self.conn.call("query_port", port=port_num)[0]["attr"])
+
+    def query_gid(self, port_num: int, index: int) -> GID:
+        reply, _ = self.conn.call("query_gid", port=port_num, index=index)
+        return GID(bytes.fromhex(reply["gid"]))
+
+    def query_gid_type(self, port_num: int, index: int) -> int:
+        reply, _ = self.conn.call("query_gid", port=port_num, index=index)
+        if reply["type"] is None:
+            raise PyverbsRDMAError("Failed to query gid type", errno.ENODATA)
+        return 2                                    # IBV_GID_TYPE_ROCE_V2
+
+    def get_async_event(self, timeout: float | None = None) -> dict:
+        """The next async event ({'event': ibv_event_type, 'qp'/'cq'/...})."""
+        conn = self.conn
+        conn.poll_events()
+        while not conn.events:
+            if conn.dead:
+                break
+            r, _, _ = select.select([conn], [], [], timeout)
+            if not r:
+                raise PyverbsRDMAError("Failed to get async event: timed out", errno.EAGAIN)
+            conn.poll_events()
+        return conn.events.popleft()

@@ -1,0 +1,63 @@
+"""Shared receive queues (pyverbs.srq): SRQ, SrqAttr, SrqInitAttr."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from ..device import abi
+from ..device.queues import WorkQueueProducer
+from ..device.shm import Ring
+from .errors import PyverbsRDMAError
+
+
+class SrqAttr:
+    def __init__(self, max_wr: int = 100, max_sge: int = 1, srq_limit: int = 0):
+        self.max_wr, self.max_sge, self.srq_limit = max_wr, max_sge, srq_limit
+
+
+class SrqInitAttr:
+    def __init__(self, attr: SrqAttr | None = None):
+        self.attr = attr or SrqAttr()
+
+
+class SRQ:
+    def __init__(self, pd, init_attr: SrqInitAttr):
+        a = init_attr.attr
+        self.pd = pd
+        self.max_sge = a.max_sge
+        self.ring = Ring.create(a.max_wr, abi.recv_slot_size(a.max_sge), "softrdma-srq")
+        self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:
+            reply, _ = pd.ctx.conn.call("create_srq", fds=[self.ring.fd, self.doorbell], pd=pd.handle,
+                                        max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit)
+        except PyverbsRDMAError:
+            self.ring.close()
+            os.close(self.doorbell)
+            raise
+        self.handle = reply["srq"]
+        self.wq = WorkQueueProducer(self.ring, self.doorbell)
+        self.closed = False
+
+    def post_recv(self, wr, bad_wr=None) -> None:
+        while wr is not None:
+            if len(wr.sg_list) > self.max_sge:
+                raise PyverbsRDMAError("Failed to post receive to SRQ", errno.EINVAL)
+            slot = self.wq.next_slot()
+            if slot is None:
+                raise PyverbsRDMAError("Failed to post receive to SRQ: queue full", errno.ENOMEM)
+            abi.encode_recv_wqe(slot, wr.wr_id, [s.as_tuple() for s in wr.sg_list])
+            self.wq.commit()
+            wr = wr.next_wr
+
+    def modify(self, attr: SrqAttr, attr_mask: int) -> None:
+        self.pd.ctx.conn.call("modify_srq", srq=self.handle, srq_limit=attr.srq_limit)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            ctx = self.pd.ctx
+            if not ctx.closed and not ctx.conn.dead:
+                ctx.conn.call("destroy_srq", srq=self.handle)
+            os.close(self.doorbell)
+            self.ring.close()

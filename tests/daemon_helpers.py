@@ -1,0 +1,45 @@
+"""Start a real softrdmad for a test, in its own run directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from softrdma.device.control import recv_msg, send_msg
+
+
+class RunningDaemon:
+    def __init__(self, run_dir: str, devices=("rxe0:lo",)):
+        self.run_dir = run_dir
+        args = [sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir", run_dir]
+        for d in devices:
+            args += ["--device", d]
+        self.log = open(os.path.join(run_dir, "test-daemon.log"), "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        sock = os.path.join(run_dir, "softrdmad.sock")
+        pid = os.path.join(run_dir, "softrdmad.pid")
+        end = time.monotonic() + 15
+        while not (os.path.exists(sock) and os.path.exists(pid)):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError("softrdmad did not start: " + open(self.log.name).read())
+            time.sleep(0.02)
+        self.env = {**os.environ, "SOFTRDMA_RUN": run_dir}
+
+    def resources(self) -> list[dict]:
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(os.path.join(self.run_dir, "softrdmad.sock"))
+        send_msg(s, {"op": "resources", "seq": 1})
+        msg, _ = recv_msg(s)
+        s.close()
+        return msg["resources"]
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(10)
+        self.log.close()
+        return rc
