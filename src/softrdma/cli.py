@@ -15,12 +15,28 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=demo.run)
     p = sub.add_parser("daemon", help="the device daemon (softrdmad)", add_help=False)
     p.set_defaults(func=None, daemon=True)
+    for name in sorted(__import__("softrdma.tools", fromlist=["TOOLS"]).TOOLS):
+        sub.add_parser(name, help=f"{name}, as the real tool", add_help=False)
     p = sub.add_parser("version", help="print the version")
     p.set_defaults(func=lambda a: print(__import__("softrdma").__version__) or 0)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["daemon"]:
         from .device.main import main as daemon_main
         return daemon_main(argv[1:], prog="softrdma daemon")
+    from .tools import TOOLS
+    if argv and argv[0] in TOOLS:
+        import importlib
+        try:
+            mod = importlib.import_module(TOOLS[argv[0]])
+        except ModuleNotFoundError as e:
+            print(f"softrdma: {argv[0]} is not built yet ({e.name})", file=sys.stderr)
+            return 1
+        try:
+            return mod.main(argv[1:], prog=argv[0])
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:
+            return 141
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

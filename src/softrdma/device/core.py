@@ -106,9 +106,11 @@ class DevSRQ:
 
 class Device:
     def __init__(self, name: str, netdev: str, addresses: list[str], *, mac: bytes = bytes(6),
-                 port: int = 4791, caps: DeviceCaps | None = None, bind: bool = True):
+                 port: int = 4791, caps: DeviceCaps | None = None, bind: bool = True, netdev_index: int = 0):
         self.name = name
         self.netdev = netdev
+        self.netdev_index = netdev_index
+        self.ifindex = 0                             # set by the daemon (rdma link's index)
         self.mac = mac
         self.caps = caps or DeviceCaps(active_mtu=3)
         self.memory = MemoryTable()

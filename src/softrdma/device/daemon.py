@@ -24,7 +24,7 @@ import socket
 import struct
 import time
 
-from ..enums import ibv_qp_attr_mask, ibv_qp_state, ints
+from ..enums import IBV_EVENT_DEVICE_FATAL, ibv_qp_attr_mask, ibv_qp_state, ints
 from ..errors import VerbsError
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
@@ -133,9 +133,11 @@ class Daemon:
         self.listener.listen(64)
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        self.devices = {}
+        self._next_ifindex = 0
+        self.udp_port = devices[0].udp_port if devices else 4791
         for dev in devices:
-            for s in dev.sockets:
-                self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
+            self.add_device(dev)
 
     @property
     def by_ip(self) -> dict:
@@ -292,7 +294,7 @@ class Daemon:
         handler = getattr(self, f"cmd_{op}", None) if isinstance(op, str) else None
         if handler is None:
             raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
-        if op not in ("devices", "open", "resources") and c.device is None:
+        if op not in ("devices", "open", "resources", "links", "link_add", "link_delete") and c.device is None:
             raise VerbsError(errno.EINVAL, "no device opened on this connection")
         return handler(c, m, fds)
 
@@ -481,6 +483,58 @@ class Daemon:
         c.get(m["ah"], "ah")
         del c.objects[m["ah"]]
         return {}, []
+
+    def cmd_links(self, c, m, fds):
+        """Devices and their port (``rdma link``/``rdma dev``, ibv_devinfo, ibstat)."""
+        out = []
+        for d in self.devices.values():
+            pa = d.port_attrs()
+            out.append({"ifindex": d.ifindex, "ifname": d.name, "port": 1, "netdev": d.netdev,
+                        "netdev_index": d.netdev_index, "node_guid": _node_guid(d.mac),
+                        "sys_image_guid": _node_guid(d.mac), "addresses": d.addresses,
+                        "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
+                        "clients": sum(1 for cl in self.clients.values() if cl.device is d)})
+        return {"links": out}, []
+
+    def cmd_link_add(self, c, m, fds):
+        from .main import make_device
+        name, netdev = str(m["name"]), str(m["netdev"])
+        if name in self.devices:
+            raise VerbsError(errno.EEXIST, f"device {name} already exists")
+        if any(d.netdev == netdev for d in self.devices.values()):
+            raise VerbsError(errno.EEXIST, f"{netdev} already has an RDMA link")
+        try:
+            dev = make_device(f"{name}:{netdev}", self.udp_port)
+        except SystemExit as e:
+            raise VerbsError(errno.ENODEV, str(e)) from None
+        except OSError as e:
+            raise VerbsError(e.errno or errno.EIO, str(e)) from None
+        self.add_device(dev)
+        return {"ifindex": dev.ifindex}, []
+
+    def cmd_link_delete(self, c, m, fds):
+        dev = self.devices.get(str(m["name"]))
+        if dev is None:
+            raise VerbsError(errno.ENODEV, f"no device {m['name']!r}")
+        for cl in list(self.clients.values()):
+            if cl.device is dev and cl is not c:
+                cl.event(IBV_EVENT_DEVICE_FATAL)
+                self._drop(cl)
+        for s in dev.sockets:
+            try:
+                self.sel.unregister(s.sock)
+            except (KeyError, ValueError):
+                pass
+        dev.close()
+        del self.devices[dev.name]
+        return {}, []
+
+    def add_device(self, dev: Device) -> None:
+        dev.ifindex = self._next_ifindex
+        self._next_ifindex += 1
+        self.devices[dev.name] = dev
+        for s in dev.sockets:
+            self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
 
     def cmd_resources(self, c, m, fds):
         """Every object of every client (``rdma resource show``)."""

@@ -46,7 +46,7 @@ def make_device(spec: str, port: int) -> Device:
         raise SystemExit(f"softrdmad: {e}") from None
     caps = DeviceCaps(active_mtu=active_mtu(info.mtu))
     addrs = [a for a in info.addresses if ":" not in a] or info.addresses
-    return Device(name, netdev, addrs, mac=info.mac, port=port, caps=caps)
+    return Device(name, netdev, addrs, mac=info.mac, port=port, caps=caps, netdev_index=info.index)
 
 
 def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:

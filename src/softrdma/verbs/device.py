@@ -47,6 +47,15 @@ class Device:
         return f"Device {self.name.decode()}, node GUID {self.node_guid}"
 
 
+def management() -> Connection:
+    """A control connection for management commands (links, link_add,
+    link_delete, resources), opened on no device."""
+    try:
+        return Connection(_socket_path())
+    except OSError as e:
+        raise PyverbsRDMAError(f"softrdmad is not running ({e.strerror})", errno.ENODEV) from None
+
+
 def get_device_list() -> list[Device]:
     """The devices softrdmad serves (empty if none runs)."""
     try:

@@ -1,0 +1,16 @@
+"""softrdma.tools: the RDMA tools users know, same flags, same output.
+
+Each tool is a module with ``main(argv: list[str]) -> int``; ``TOOLS`` maps
+the command name (as typed after ``softrdma``) to its module.  The tools
+use only the public verbs API (``softrdma.verbs``) and the daemon's
+management commands (``softrdma.verbs.device.management()``).
+"""
+
+TOOLS = {
+    "ibv_devices": "softrdma.tools.ibv_devices",
+    "ibv_devinfo": "softrdma.tools.ibv_devinfo",
+    "ibstat": "softrdma.tools.ibstat",
+    "ibv_rc_pingpong": "softrdma.tools.pingpong",
+    "ibv_ud_pingpong": "softrdma.tools.pingpong",
+    "rdma": "softrdma.tools.rdma",
+}
