@@ -24,6 +24,7 @@ from softrdma.enums import (
     IBV_WR_SEND_WITH_IMM,
 )
 
+IPV4_GID = 1             # on lo: fe80::(MAC) at 0, ::ffff:127.0.0.1 at 1
 ACC = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
 
 
@@ -55,7 +56,7 @@ def connect(qp_mod, addr_mod, q, peer_qpn, gid, **kw):
     a.dest_qp_num = peer_qpn
     a.max_dest_rd_atomic = a.max_rd_atomic = 4
     a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, kw.get("timeout", 14), 7, 7
-    a.ah_attr = addr_mod.AHAttr(gr=addr_mod.GlobalRoute(dgid=gid), is_global=1, port_num=1)
+    a.ah_attr = addr_mod.AHAttr(gr=addr_mod.GlobalRoute(dgid=gid, sgid_index=IPV4_GID), is_global=1, port_num=1)
     q.to_rts(a)
 
 
@@ -65,7 +66,11 @@ def test_device_list_and_queries(daemon):
     assert [d.name for d in devs] == [b"rxe0"]
     with device.Context(name="rxe0") as ctx:
         assert ctx.query_port(1).state == 4
-        assert str(ctx.query_gid(1, 0)) == "0000:0000:0000:0000:0000:ffff:7f00:0001"
+        # rxe's layout: the default GID from the MAC (lo: all zero) at 0, then the addresses
+        assert str(ctx.query_gid(1, 0)) == "fe80:0000:0000:0000:0200:00ff:fe00:0000"
+        assert str(ctx.query_gid(1, 1)) == "0000:0000:0000:0000:0000:ffff:7f00:0001"
+        assert str(ctx.query_gid(1, 2)) == "0000:0000:0000:0000:0000:0000:0000:0001"
+        assert str(ctx.query_gid(1, 3)) == "0000:0000:0000:0000:0000:0000:0000:0000"
         assert ctx.query_device().phys_port_cnt == 1
         with pytest.raises(Exception) as e:
             ctx.query_port(2)
@@ -84,7 +89,7 @@ def test_loopback_rc_every_opcode(daemon):
     cap = qp_m.QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=2, max_recv_sge=2, max_inline_data=64)
     qa = qp_m.QP(pd, qp_m.QPInitAttr(IBV_QPT_RC, scq=cqa, rcq=cqa, cap=cap))
     qb = qp_m.QP(pd, qp_m.QPInitAttr(IBV_QPT_RC, scq=cqb, rcq=cqb, cap=cap))
-    gid = ctx.query_gid(1, 0)
+    gid = ctx.query_gid(1, IPV4_GID)
     connect(qp_m, addr_m, qa, qb.qp_num, gid)
     connect(qp_m, addr_m, qb, qa.qp_num, gid)
     assert qa.qp_state == qb.qp_state == IBV_QPS_RTS
@@ -136,7 +141,8 @@ def test_loopback_ud_with_grh(daemon):
     qa = qp_m.QP(pd, qp_m.QPInitAttr(IBV_QPT_UD, scq=cq, rcq=cq, cap=qp_m.QPCap(4, 4)), attr)
     qb = qp_m.QP(pd, qp_m.QPInitAttr(IBV_QPT_UD, scq=cq, rcq=cq, cap=qp_m.QPCap(4, 4)), attr)
     assert qa.qp_state == IBV_QPS_RTS
-    ah = addr_m.AH(pd, addr_m.AHAttr(gr=addr_m.GlobalRoute(dgid=ctx.query_gid(1, 0)), is_global=1))
+    ah = addr_m.AH(pd, addr_m.AHAttr(gr=addr_m.GlobalRoute(dgid=ctx.query_gid(1, IPV4_GID), sgid_index=IPV4_GID),
+                                     is_global=1))
     mr.write(b"ud payload", 10)
     qb.post_recv(wr_m.RecvWR(5, 1, [wr_m.SGE(mr.buf + 1000, 40 + 64, mr.lkey)]))
     s = wr_m.SendWR(6, IBV_WR_SEND, 1, sg=[wr_m.SGE(mr.buf, 10, mr.lkey)])
@@ -189,7 +195,7 @@ CHILD = textwrap.dedent("""
     peer = json.loads(sys.stdin.readline())
     a = qp.QPAttr(); a.qp_access_flags = acc; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = peer["qpn"]
     a.max_dest_rd_atomic = a.max_rd_atomic = 1; a.min_rnr_timer = 12; a.timeout = 10; a.retry_cnt = 7; a.rnr_retry = 7
-    a.ah_attr = addr.AHAttr(gr=addr.GlobalRoute(dgid=ctx.query_gid(1, 0)), is_global=1)
+    a.ah_attr = addr.AHAttr(gr=addr.GlobalRoute(dgid=ctx.query_gid(1, 1), sgid_index=1), is_global=1)
     q.to_rts(a)
     m.write(bytes(range(256)) * 4096, 1 << 20)
     for i in range(10):
@@ -219,7 +225,7 @@ def test_two_processes_rdma_write_and_sigkill_leaves_nothing(daemon):
     q = qp_m.QP(pd, qp_m.QPInitAttr(IBV_QPT_RC, scq=cq, rcq=cq, cap=qp_m.QPCap(8, 8)))
     child = _child(daemon.env, "linger")
     info = json.loads(child.stdout.readline())
-    connect(qp_m, addr_m, q, info["qpn"], ctx.query_gid(1, 0), timeout=10)
+    connect(qp_m, addr_m, q, info["qpn"], ctx.query_gid(1, IPV4_GID), timeout=10)
     child.stdin.write(json.dumps({"qpn": q.qp_num, "rkey": mr.rkey, "addr": mr.buf}) + "\n")
     child.stdin.flush()
     assert child.stdout.readline().strip() == "done"

@@ -33,6 +33,7 @@ from ..wire.errors import WireError
 from ..wire.icrc import ipv4_header, ipv6_header
 from ..wire.packet import check
 from . import abi
+from .gid import GidTable
 from .net import RoceSocket, gid_to_ip
 from .queues import CompletionQueueProducer, WorkQueueConsumer
 
@@ -118,25 +119,47 @@ class Device:
         self.srqs: list[DevSRQ] = []
         self.tx: list = []                           # shared transport output of all QPs
         self.events: list = []                       # shared transport async events
-        self.addresses = [str(ipaddress.ip_address(a)) for a in addresses]
-        self.gids = [self._gid(a) for a in self.addresses]
+        ips = [ipaddress.ip_address(a) for a in addresses]
+        # the GID table covers every address (roce_gid_mgmt); sockets only the
+        # ones a UDP socket can bind without a scope (not IPv6 link-local)
+        self.gid_table = GidTable(netdev)
+        self.gid_table.sync(mac, ips)
+        self.addresses = [str(a) for a in ips if not a.is_link_local]
         self.sockets: list[RoceSocket] = []
         self.udp_port = port
         if bind:
             for a in self.addresses:
                 self.sockets.append(RoceSocket(a, port))
         self._by_ip = {s.ip: s for s in self.sockets}
+        self.traffic = {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0, "rx_bytes": 0}
         self._next_qpn = 0x11
         self.counters = new_counters()               # of QPs already destroyed
         self.rx_dropped = {"icrc": 0, "wire": 0, "unknown_qpn": 0}
         self.state = 4                               # PORT_ACTIVE
 
-    @staticmethod
-    def _gid(addr: str) -> bytes:
-        a = ipaddress.ip_address(addr)
-        if a.version == 4:
-            return b"\x00" * 10 + b"\xff\xff" + a.packed
-        return a.packed
+    def gid(self, index: int) -> bytes | None:
+        e = self.gid_table[index] if 0 <= index < self.gid_table.capacity else None
+        return e.gid if e is not None else None
+
+    @property
+    def gids(self) -> list[bytes]:
+        """GIDs by index up to the last used slot (free slots: zero GID)."""
+        used = dict((i, e.gid) for i, e in self.gid_table)
+        return [used.get(i, bytes(16)) for i in range(max(used) + 1)] if used else []
+
+    def set_addresses(self, mac: bytes, addresses) -> list:
+        """The netdev's addresses changed: follow them in the GID table."""
+        return self.gid_table.sync(mac, [ipaddress.ip_address(a) for a in addresses])
+
+    def _source(self, sgid_index: int) -> tuple[str, "RoceSocket | None"]:
+        g = self.gid(sgid_index)
+        if g is not None:
+            ip = gid_to_ip(g)
+            sock = self._by_ip.get(ip)
+            if sock is not None:
+                return ip, sock
+        sock = self.sockets[0] if self.sockets else None
+        return (sock.ip if sock else (self.addresses[0] if self.addresses else "0.0.0.0")), sock
 
     def close(self) -> None:
         for s in self.sockets:
@@ -224,18 +247,18 @@ class Device:
             return False
         items = tx[:]
         tx.clear()
-        src_sock = self.sockets[0] if self.sockets else None
+        traffic = self.traffic
         for qp, pkt, av in items:
             dst_ip = gid_to_ip(av.dgid)
+            src_ip, sock = self._source(av.sgid_index)
             peer = devices_by_ip.get(dst_ip)
             if peer is not None:
-                src_ip = self.addresses[av.sgid_index] if av.sgid_index < len(self.addresses) else \
-                    self.addresses[0]
                 peer.deliver_one(memoryview(pkt), ipaddress.ip_address(src_ip).packed,
                                  ipaddress.ip_address(dst_ip).packed, now)
-            elif src_sock is not None:
-                sock = self.sockets[av.sgid_index] if av.sgid_index < len(self.sockets) else src_sock
-                sock.send(pkt, dst_ip, self.udp_port)
+            elif sock is None or not sock.send(pkt, dst_ip, self.udp_port):
+                continue
+            traffic["tx_packets"] += 1
+            traffic["tx_bytes"] += len(pkt) + 4
         return True
 
     def receive(self, sock: RoceSocket, now: float) -> None:
@@ -252,6 +275,8 @@ class Device:
                 self.rx_dropped["unknown_qpn"] += 1
                 continue
             batch.setdefault(dqpn, []).append(pkt)
+            self.traffic["rx_packets"] += 1
+            self.traffic["rx_bytes"] += len(pkt) + 4
             grhs.setdefault(dqpn, []).append(_grh(src, sock.ip_bytes, len(pkt) + 4))
         for dqpn, pkts in batch.items():
             dqp = self.qps.get(dqpn)
@@ -269,6 +294,8 @@ class Device:
         if dqp is None:
             self.rx_dropped["unknown_qpn"] += 1
             return
+        self.traffic["rx_packets"] += 1
+        self.traffic["rx_bytes"] += len(pkt) + 4
         dqp.qp.receive(pkt, now, _grh(src, dst, len(pkt) + 4))
 
     def tick(self, now: float) -> float | None:

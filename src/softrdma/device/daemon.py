@@ -30,7 +30,9 @@ from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
 from .control import ControlError, recv_msg, send_msg
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
+from .net import gid_to_ip
 from .shm import Ring
+from .sysfs import SysfsTree, rxe_device_attrs, rxe_pma_counters
 
 log = logging.getLogger("softrdmad")
 M = ints(ibv_qp_attr_mask)
@@ -46,6 +48,9 @@ def default_run_dir() -> str:
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and os.path.isdir(xdg):
         return os.path.join(xdg, "softrdma")
+    # memory-backed like /run: the sysfs tree is thousands of small files
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return f"/dev/shm/softrdma-{os.getuid()}"
     return f"/tmp/softrdma-{os.getuid()}"
 
 
@@ -135,13 +140,17 @@ class Daemon:
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
         self.devices = {}
         self._next_ifindex = 0
+        self.sysfs = SysfsTree(os.path.join(run_dir, "sys"))
+        self.counters_at = 0.0
         self.udp_port = devices[0].udp_port if devices else 4791
         for dev in devices:
             self.add_device(dev)
 
     @property
     def by_ip(self) -> dict:
-        return {a: d for d in self.devices.values() for a in d.addresses}
+        """Every address any of our devices has a GID for -> that device
+        (packets to them are delivered without a socket)."""
+        return {gid_to_ip(e.gid): d for d in self.devices.values() for _, e in d.gid_table}
 
     # ------------------------------------------------------------ loop
     def stop(self, *_):
@@ -185,6 +194,9 @@ class Daemon:
             elif kind == "listen":
                 self._accept()
         now = time.monotonic()
+        if now - self.counters_at >= 1.0:
+            self.counters_at = now
+            self.refresh_sysfs()
         by_ip = self.by_ip
         for dev in self.devices.values():
             if dev.poll_rings(now):
@@ -322,11 +334,10 @@ class Daemon:
 
     def cmd_query_gid(self, c, m, fds):
         idx = m.get("index", 0)
-        gids = c.device.gids
-        gid = gids[idx] if 0 <= idx < len(gids) else bytes(16)
-        if not 0 <= idx < 1024:
+        if not isinstance(idx, int) or not 0 <= idx < c.device.gid_table.capacity:
             raise VerbsError(errno.EINVAL, "GID index out of range")
-        return {"gid": gid.hex(), "type": "RoCE v2" if idx < len(gids) else None}, []
+        gid = c.device.gid(idx)
+        return {"gid": (gid or bytes(16)).hex(), "type": "RoCE v2" if gid is not None else None}, []
 
     def cmd_alloc_pd(self, c, m, fds):
         return {"pd": c.add("pd", object())}, []
@@ -527,6 +538,7 @@ class Daemon:
                 pass
         dev.close()
         del self.devices[dev.name]
+        self.sysfs.remove_device(dev.name)
         return {}, []
 
     def add_device(self, dev: Device) -> None:
@@ -535,6 +547,23 @@ class Daemon:
         self.devices[dev.name] = dev
         for s in dev.sockets:
             self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
+        t = self.sysfs
+        t.add_device(dev.name, **rxe_device_attrs(dev.mac, dev.netdev))
+        t.set_port(dev.name, 1, state=dev.state, phys_state=5 if dev.state == 4 else 3)
+        t.set_gids(dev.name, 1, dev.gid_table)
+        t.set_pkeys(dev.name, 1)
+        self._write_counters(dev)
+
+    def _write_counters(self, dev: Device) -> None:
+        tr = dev.traffic
+        hw = dev.hw_counters()
+        self.sysfs.update_counters(dev.name, 1, rxe_pma_counters(tr["tx_bytes"], tr["rx_bytes"], tr["tx_packets"],
+                                                                 tr["rx_packets"]), hw)
+
+    def refresh_sysfs(self) -> None:
+        """Counters in the tree are current within a second."""
+        for dev in self.devices.values():
+            self._write_counters(dev)
 
     def cmd_resources(self, c, m, fds):
         """Every object of every client (``rdma resource show``)."""
@@ -590,6 +619,10 @@ class Daemon:
             self._drop(client)
         for dev in self.devices.values():
             dev.close()
+            try:
+                self.sysfs.remove_device(dev.name)
+            except (KeyError, LookupError, OSError):
+                pass
         self.sel.close()
         self.listener.close()
         try:

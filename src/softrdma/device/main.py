@@ -45,8 +45,7 @@ def make_device(spec: str, port: int) -> Device:
     except LookupError as e:
         raise SystemExit(f"softrdmad: {e}") from None
     caps = DeviceCaps(active_mtu=active_mtu(info.mtu))
-    addrs = [a for a in info.addresses if ":" not in a] or info.addresses
-    return Device(name, netdev, addrs, mac=info.mac, port=port, caps=caps, netdev_index=info.index)
+    return Device(name, netdev, info.addresses, mac=info.mac, port=port, caps=caps, netdev_index=info.index)
 
 
 def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
