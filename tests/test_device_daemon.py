@@ -265,3 +265,34 @@ def test_sigterm_removes_socket_and_pid_file(tmp_path):
     d = RunningDaemon(str(tmp_path))
     assert d.stop(signal.SIGTERM) == 0
     assert not os.path.exists(tmp_path / "softrdmad.sock") and not os.path.exists(tmp_path / "softrdmad.pid")
+
+
+def test_embedded_default_starts_a_daemon_once(tmp_path):
+    run = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
+    run = os.path.join(run, f"softrdma-test-{os.getpid()}")
+    env = {**os.environ, "SOFTRDMA_RUN": run}
+    env.pop("SOFTRDMA_AUTOSTART", None)
+    prog = ("from softrdma.verbs.device import get_device_list, Context\n"
+            "print([d.name.decode() for d in get_device_list()])\n"
+            "c = Context(name='rxe0'); print(c.query_port(1).state)\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["['rxe0']", "4"]
+        assert out.stderr.count("started one with rxe0 on lo") == 1
+        again = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and "started one" not in again.stderr      # the daemon is there now
+        env["SOFTRDMA_RUN"] = run + "-off"
+        env["SOFTRDMA_AUTOSTART"] = "0"
+        off = subprocess.run([sys.executable, "-c", "from softrdma.verbs.device import get_device_list;"
+                              "print(get_device_list())"], env=env, capture_output=True, text=True, timeout=60)
+        assert off.stdout.strip() == "[]" and not os.path.exists(run + "-off/softrdmad.sock")
+    finally:
+        from softrdma.device.main import running_pid
+        pid = running_pid(run)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            end = time.monotonic() + 5
+            while running_pid(run) and time.monotonic() < end:
+                time.sleep(0.05)
+        subprocess.run(["rm", "-rf", run, run + "-off"])

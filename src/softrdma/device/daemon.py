@@ -16,6 +16,7 @@ whatever way the process ended.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import selectors
@@ -38,6 +39,7 @@ log = logging.getLogger("softrdmad")
 M = ints(ibv_qp_attr_mask)
 SPIN_S = 0.002
 SOCKET_NAME = "softrdmad.sock"
+LOCK_NAME = "softrdmad.lock"
 PROTOCOL_VERSION = 1
 
 
@@ -124,6 +126,13 @@ class Daemon:
         self.last_busy = time.monotonic()
         self.sleeping = False
         os.makedirs(run_dir, mode=0o700, exist_ok=True)
+        # one daemon per run directory: the lock lives as long as we do
+        self.lock_fd = os.open(os.path.join(run_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.lock_fd)
+            raise SystemExit(f"softrdmad: another softrdmad already serves {run_dir}") from None
         self.sock_path = os.path.join(run_dir, SOCKET_NAME)
         try:
             os.unlink(self.sock_path)
@@ -629,6 +638,7 @@ class Daemon:
             os.unlink(self.sock_path)
         except FileNotFoundError:
             pass
+        os.close(self.lock_fd)
 
 
 def _node_guid(mac: bytes) -> str:

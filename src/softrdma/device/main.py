@@ -48,10 +48,24 @@ def make_device(spec: str, port: int) -> Device:
     return Device(name, netdev, info.addresses, mac=info.mac, port=port, caps=caps, netdev_index=info.index)
 
 
+def running_pid(run_dir: str) -> int | None:
+    """The pid of the daemon serving ``run_dir``, if one is alive."""
+    try:
+        with open(os.path.join(run_dir, PID_NAME)) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
 def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
     args = build_parser(prog).parse_args(argv)
     run_dir = args.run_dir or default_run_dir()
     os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    if running_pid(run_dir):
+        print(f"{prog}: already running in {run_dir} (pid {running_pid(run_dir)})", file=sys.stderr)
+        return 1
     devices = [make_device(s, args.port) for s in (args.device or ["rxe0:lo"])]
     if not args.foreground:
         if os.fork():

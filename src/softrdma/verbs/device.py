@@ -5,6 +5,9 @@ from __future__ import annotations
 import errno
 import os
 import select
+import subprocess
+import sys
+import time
 
 from ..device.daemon import SOCKET_NAME, default_run_dir
 from .addr import GID
@@ -14,6 +17,40 @@ from .errors import PyverbsRDMAError
 
 def _socket_path() -> str:
     return os.path.join(default_run_dir(), SOCKET_NAME)
+
+
+_announced = False
+
+
+def connect() -> Connection:
+    """A connection to this run directory's softrdmad.  If none runs, start
+    one with rxe0 on lo (the embedded default) and say so once on stderr;
+    SOFTRDMA_AUTOSTART=0 turns that off."""
+    global _announced
+    path = _socket_path()
+    try:
+        return Connection(path)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.ECONNREFUSED) or os.environ.get("SOFTRDMA_AUTOSTART", "1") == "0":
+            raise
+    run_dir = os.path.dirname(path)
+    proc = subprocess.run([sys.executable, "-m", "softrdma", "daemon", "--run-dir", run_dir],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            conn = Connection(path)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise OSError(errno.ENODEV, f"could not start softrdmad in {run_dir}: {proc.stderr.strip()}") \
+                    from None
+            time.sleep(0.02)
+    if not _announced:
+        _announced = True
+        print(f"softrdma: no softrdmad was running; started one with rxe0 on lo (run dir {run_dir})",
+              file=sys.stderr)
+    return conn
 
 
 class _Attr:
@@ -51,7 +88,7 @@ def management() -> Connection:
     """A control connection for management commands (links, link_add,
     link_delete, resources), opened on no device."""
     try:
-        return Connection(_socket_path())
+        return connect()
     except OSError as e:
         raise PyverbsRDMAError(f"softrdmad is not running ({e.strerror})", errno.ENODEV) from None
 
@@ -59,7 +96,7 @@ def management() -> Connection:
 def get_device_list() -> list[Device]:
     """The devices softrdmad serves (empty if none runs)."""
     try:
-        conn = Connection(_socket_path())
+        conn = connect()
     except OSError:
         return []
     try:
@@ -76,7 +113,7 @@ class Context:
         if isinstance(name, bytes):
             name = name.decode()
         try:
-            self.conn = Connection(_socket_path())
+            self.conn = connect()
         except OSError as e:
             raise PyverbsRDMAError(f"Failed to open device {name}: softrdmad is not running ({e.strerror})",
                                    errno.ENODEV) from None
