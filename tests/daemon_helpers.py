@@ -12,9 +12,11 @@ from softrdma.device.control import recv_msg, send_msg
 
 
 class RunningDaemon:
-    def __init__(self, run_dir: str, devices=("rxe0:lo",)):
+    def __init__(self, run_dir: str, devices=("rxe0:lo",), port: int = 0):
+        """``port`` 0: an ephemeral UDP port, so that test daemons (which talk
+        to themselves through the loopback path) never collide on 4791."""
         self.run_dir = run_dir
-        args = [sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir", run_dir]
+        args = [sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir", run_dir, "--port", str(port)]
         for d in devices:
             args += ["--device", d]
         self.log = open(os.path.join(run_dir, "test-daemon.log"), "w")

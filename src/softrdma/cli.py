@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=None, daemon=True)
     for name in sorted(__import__("softrdma.tools", fromlist=["TOOLS"]).TOOLS):
         sub.add_parser(name, help=f"{name}, as the real tool", add_help=False)
+    from . import runner
+    runner.add_parsers(sub)
     p = sub.add_parser("version", help="print the version")
     p.set_defaults(func=lambda a: print(__import__("softrdma").__version__) or 0)
     argv = sys.argv[1:] if argv is None else argv

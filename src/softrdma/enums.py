@@ -195,6 +195,53 @@ class ibv_event_type(IntEnum):
     IBV_EVENT_WQ_FATAL = 19
 
 
+class ibv_gid_type(IntEnum):
+    IBV_GID_TYPE_IB = 0
+    IBV_GID_TYPE_ROCE_V1 = 1
+    IBV_GID_TYPE_ROCE_V2 = 2
+
+
+class ibv_port_state(IntEnum):
+    IBV_PORT_NOP = 0
+    IBV_PORT_DOWN = 1
+    IBV_PORT_INIT = 2
+    IBV_PORT_ARMED = 3
+    IBV_PORT_ACTIVE = 4
+    IBV_PORT_ACTIVE_DEFER = 5
+
+
+class ibv_node_type(IntEnum):
+    IBV_NODE_UNKNOWN = -1
+    IBV_NODE_CA = 1
+    IBV_NODE_SWITCH = 2
+    IBV_NODE_ROUTER = 3
+    IBV_NODE_RNIC = 4
+    IBV_NODE_USNIC = 5
+    IBV_NODE_USNIC_UDP = 6
+    IBV_NODE_UNSPECIFIED = 7
+
+
+class ibv_transport_type(IntEnum):
+    IBV_TRANSPORT_UNKNOWN = -1
+    IBV_TRANSPORT_IB = 0
+    IBV_TRANSPORT_IWARP = 1
+    IBV_TRANSPORT_USNIC = 2
+    IBV_TRANSPORT_USNIC_UDP = 3
+    IBV_TRANSPORT_UNSPECIFIED = 4
+
+
+class ibv_link_layer(IntEnum):
+    IBV_LINK_LAYER_UNSPECIFIED = 0
+    IBV_LINK_LAYER_INFINIBAND = 1
+    IBV_LINK_LAYER_ETHERNET = 2
+
+
+class ibv_atomic_cap(IntEnum):
+    IBV_ATOMIC_NONE = 0
+    IBV_ATOMIC_HCA = 1
+    IBV_ATOMIC_GLOB = 2
+
+
 def ints(enum_cls) -> type:
     """A plain class whose attributes are the enum's values as ints.
 

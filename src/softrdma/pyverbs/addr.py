@@ -1,0 +1,1 @@
+from ..verbs.addr import AH, GID, AHAttr, GlobalRoute  # noqa: F401

@@ -1,0 +1,1 @@
+from ..enums import *  # noqa: F401,F403

@@ -1,0 +1,1 @@
+from ..verbs.errors import PyverbsError, PyverbsRDMAError, PyverbsUserError  # noqa: F401

@@ -1,0 +1,1 @@
+from ..verbs.wr import SGE, RecvWR, SendWR  # noqa: F401

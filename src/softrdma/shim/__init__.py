@@ -1,0 +1,1 @@
+"""Directories softrdma puts in front of PYTHONPATH (a ``pyverbs`` package)."""

@@ -1,0 +1,59 @@
+"""Unmodified pyverbs programs through ``softrdma run``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from daemon_helpers import RunningDaemon
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def shm_daemon():
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+    run = os.path.join(base, f"softrdma-pv-{os.getpid()}")
+    os.makedirs(run, exist_ok=True)
+    d = RunningDaemon(run)
+    yield d
+    d.stop()
+    subprocess.run(["rm", "-rf", run])
+
+
+def test_pyverbs_path_holds_a_pyverbs_package():
+    out = subprocess.run([sys.executable, "-m", "softrdma", "pyverbs-path"], capture_output=True, text=True)
+    path = out.stdout.strip()
+    assert out.returncode == 0 and os.path.isfile(os.path.join(path, "pyverbs", "__init__.py"))
+
+
+def test_unmodified_pyverbs_program_runs_through_softrdma_run(shm_daemon):
+    prog = os.path.join(HERE, "pyverbs_programs", "rc_all_ops.py")
+    env = {**shm_daemon.env}
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([sys.executable, "-m", "softrdma", "run", "--", sys.executable, prog], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("OK rxe0")
+    if os.geteuid() == 0:           # root: the program saw softrdma's devices in /sys/class/infiniband
+        assert "sysfs: ['rxe0'] 0xffff" in out.stdout
+    elif os.environ.get("CI") == "true":
+        pytest.fail("CI runs as root: the /sys/class overlay must be tested")
+
+
+def test_tool_names_are_on_path_inside_softrdma_run(shm_daemon):
+    out = subprocess.run([sys.executable, "-m", "softrdma", "run", "--no-sysfs", "--", "sh", "-c",
+                          "for t in ibv_devinfo rdma ibstat; do command -v $t; done"], env=shm_daemon.env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0
+    assert [os.path.basename(p) for p in out.stdout.split()] == ["ibv_devinfo", "rdma", "ibstat"]
+    assert all(p.startswith(shm_daemon.run_dir) for p in out.stdout.split())
+
+
+def test_without_pyverbs_path_the_real_pyverbs_is_not_ours():
+    out = subprocess.run([sys.executable, "-c", "import pyverbs"], capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode != 0 or "softrdma" not in out.stderr     # we never shadow pyverbs unasked
