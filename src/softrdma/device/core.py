@@ -41,6 +41,7 @@ EV = ints(ibv_event_type)
 ST = ints(ibv_wc_status)
 WCO = ints(ibv_wc_opcode)
 QPS = ints(ibv_qp_state)
+UD = 4                    # IBV_QPT_UD
 _HANDLE = struct.Struct("<I")
 
 
@@ -132,6 +133,7 @@ class Device:
                 self.sockets.append(RoceSocket(a, port))
         self._by_ip = {s.ip: s for s in self.sockets}
         self.traffic = {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0, "rx_bytes": 0}
+        self.route_cache: dict = {}
         self._next_qpn = 0x11
         self.counters = new_counters()               # of QPs already destroyed
         self.rx_dropped = {"icrc": 0, "wire": 0, "unknown_qpn": 0}
@@ -149,6 +151,7 @@ class Device:
 
     def set_addresses(self, mac: bytes, addresses) -> list:
         """The netdev's addresses changed: follow them in the GID table."""
+        self.route_cache.clear()
         return self.gid_table.sync(mac, [ipaddress.ip_address(a) for a in addresses])
 
     def _source(self, sgid_index: int) -> tuple[str, "RoceSocket | None"]:
@@ -247,19 +250,33 @@ class Device:
             return False
         items = tx[:]
         tx.clear()
-        traffic = self.traffic
+        cache = self.route_cache
+        port = self.udp_port
+        npkts = nbytes = 0
         for qp, pkt, av in items:
-            dst_ip = gid_to_ip(av.dgid)
-            src_ip, sock = self._source(av.sgid_index)
-            peer = devices_by_ip.get(dst_ip)
+            key = (av.dgid, av.sgid_index)
+            r = cache.get(key)
+            if r is None:
+                r = cache[key] = self._resolve_route(av, devices_by_ip)
+            peer, sock, dst_ip, src_b, dst_b = r
             if peer is not None:
-                peer.deliver_one(memoryview(pkt), ipaddress.ip_address(src_ip).packed,
-                                 ipaddress.ip_address(dst_ip).packed, now)
-            elif sock is None or not sock.send(pkt, dst_ip, self.udp_port):
+                peer.deliver_one(memoryview(pkt), src_b, dst_b, now)
+            elif sock is None or not sock.send(pkt, dst_ip, port):
                 continue
-            traffic["tx_packets"] += 1
-            traffic["tx_bytes"] += len(pkt) + 4
+            npkts += 1
+            nbytes += len(pkt) + 4
+        self.traffic["tx_packets"] += npkts
+        self.traffic["tx_bytes"] += nbytes
         return True
+
+    def _resolve_route(self, av, devices_by_ip: dict):
+        """(peer device or None, socket, destination IP, source and
+        destination address bytes) for an address vector; cached per
+        (dgid, sgid_index) in ``route_cache`` until addresses change."""
+        dst_ip = gid_to_ip(av.dgid)
+        src_ip, sock = self._source(av.sgid_index)
+        return (devices_by_ip.get(dst_ip), sock, dst_ip, ipaddress.ip_address(src_ip).packed,
+                ipaddress.ip_address(dst_ip).packed)
 
     def receive(self, sock: RoceSocket, now: float) -> None:
         batch: dict[int, list] = {}
@@ -277,11 +294,12 @@ class Device:
             batch.setdefault(dqpn, []).append(pkt)
             self.traffic["rx_packets"] += 1
             self.traffic["rx_bytes"] += len(pkt) + 4
-            grhs.setdefault(dqpn, []).append(_grh(src, sock.ip_bytes, len(pkt) + 4))
+            if self.qps[dqpn].qp.qp_type == UD:           # only UD receive buffers get the GRH
+                grhs.setdefault(dqpn, []).append(_grh(src, sock.ip_bytes, len(pkt) + 4))
         for dqpn, pkts in batch.items():
             dqp = self.qps.get(dqpn)
             if dqp is not None:
-                dqp.qp.receive_batch(pkts, now, grhs[dqpn])
+                dqp.qp.receive_batch(pkts, now, grhs.get(dqpn))
 
     def deliver_one(self, pkt, src: bytes, dst: bytes, now: float) -> None:
         try:
@@ -296,7 +314,8 @@ class Device:
             return
         self.traffic["rx_packets"] += 1
         self.traffic["rx_bytes"] += len(pkt) + 4
-        dqp.qp.receive(pkt, now, _grh(src, dst, len(pkt) + 4))
+        qp = dqp.qp
+        qp.receive(pkt, now, _grh(src, dst, len(pkt) + 4) if qp.qp_type == UD else None)
 
     def tick(self, now: float) -> float | None:
         """Fire due timers; return the earliest pending deadline."""

@@ -148,6 +148,7 @@ class Daemon:
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
         self.devices = {}
+        self._by_ip = None
         self._next_ifindex = 0
         self.sysfs = SysfsTree(os.path.join(run_dir, "sys"))
         self.counters_at = 0.0
@@ -159,7 +160,15 @@ class Daemon:
     def by_ip(self) -> dict:
         """Every address any of our devices has a GID for -> that device
         (packets to them are delivered without a socket)."""
-        return {gid_to_ip(e.gid): d for d in self.devices.values() for _, e in d.gid_table}
+        if self._by_ip is None:
+            self._by_ip = {gid_to_ip(e.gid): d for d in self.devices.values() for _, e in d.gid_table}
+        return self._by_ip
+
+    def topology_changed(self) -> None:
+        """Devices or addresses changed: forget every cached route."""
+        self._by_ip = None
+        for d in self.devices.values():
+            d.route_cache.clear()
 
     # ------------------------------------------------------------ loop
     def stop(self, *_):
@@ -176,11 +185,11 @@ class Daemon:
 
     def step(self, max_wait: float = 0.5) -> None:
         now = time.monotonic()
-        if now - self.last_busy < SPIN_S:
+        if now - self.last_busy >= SPIN_S and not self.sleeping:
+            self._sleep_rings()                 # fails (stays awake) if work slipped in
+        if not self.sleeping:
             timeout = 0.0
         else:
-            if not self.sleeping:
-                self._sleep_rings()
             timeout = max_wait
             for dev in self.devices.values():
                 d = dev.tick(now)
@@ -514,6 +523,10 @@ class Daemon:
                         "sys_image_guid": _node_guid(d.mac), "addresses": d.addresses,
                         "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
                         "clients": sum(1 for cl in self.clients.values() if cl.device is d)})
+            # what nldev's fill_dev_info sends for an rxe device (``rdma dev``): node type CA, no
+            # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
+            # docs/formats/ibv_devinfo.md infers), no CQ DIM; one port
+            out[-1].update(node_type=1, fw="", caps=0x01A23C76, dim=False, num_ports=1)
         return {"links": out}, []
 
     def cmd_link_add(self, c, m, fds):
@@ -547,6 +560,7 @@ class Daemon:
                 pass
         dev.close()
         del self.devices[dev.name]
+        self.topology_changed()
         self.sysfs.remove_device(dev.name)
         return {}, []
 
@@ -554,6 +568,7 @@ class Daemon:
         dev.ifindex = self._next_ifindex
         self._next_ifindex += 1
         self.devices[dev.name] = dev
+        self.topology_changed()
         for s in dev.sockets:
             self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
         t = self.sysfs
@@ -575,21 +590,88 @@ class Daemon:
             self._write_counters(dev)
 
     def cmd_resources(self, c, m, fds):
-        """Every object of every client (``rdma resource show``)."""
+        """Every object of every client (``rdma resource show``).
+
+        Besides the handle, each object carries what the kernel's restrack
+        reports for it: ``id`` -- its pdn/cqn/mrn/srqn (the lqpn for a QP) --
+        per device and kind from 0 and never reused (``xa_alloc_cyclic``),
+        given when an object is first listed, in creation order; ``ctxn``, the
+        id of its client's context; and per kind the kernel's fields (usecnt
+        as ``users``, the PD's and CQs' ids, the port once the QP left
+        RESET, ...).  ``contexts`` lists every context (client with a device)."""
+        ids = self.__dict__.setdefault("_restrack_ids", {})      # id(obj) -> (obj, restrack id)
+        nxt = self.__dict__.setdefault("_restrack_next", {})     # device name -> (device, {kind: next id})
+
+        def rid(dev, kind, obj):
+            e = ids.get(id(obj))
+            if e is not None and e[0] is obj:
+                return e[1]
+            d = nxt.get(dev.name)
+            if d is None or d[0] is not dev:
+                d = nxt[dev.name] = (dev, {})
+            n = d[1].get(kind, 0)
+            d[1][kind] = (n + 1) & 0xFFFFFFFF
+            ids[id(obj)] = (obj, n)                  # holding obj keeps id(obj) from being reused
+            return n
+
+        live = set()
+        for cl in self.clients.values():             # ids in creation order: clients, then handles
+            if cl.device is None:
+                continue
+            live.add(id(cl))
+            rid(cl.device, "ctx", cl)
+            for h in sorted(cl.objects):
+                kind, obj = cl.objects[h]
+                if kind in ("pd", "cq", "mr", "srq"):
+                    live.add(id(obj))
+                    rid(cl.device, kind, obj)
+        for k in [k for k in ids if k not in live]:
+            del ids[k]
         out = []
+        contexts = []
         for cl in self.clients.values():
-            for h, (kind, obj) in cl.objects.items():
+            dev = cl.device
+            if dev is not None:
+                contexts.append({"dev": dev.name, "ctxn": rid(dev, "ctx", cl), "pid": cl.pid, "comm": cl.comm})
+            objs = cl.objects
+            qps = [o for k, o in objs.values() if k == "qp"]
+            for h, (kind, obj) in objs.items():
                 r = {"pid": cl.pid, "comm": cl.comm, "kind": kind, "handle": h,
                      "dev": cl.device.name if cl.device else None}
+                if dev is not None:
+                    r["ctxn"] = rid(dev, "ctx", cl)
                 if kind == "qp":
                     r.update(lqpn=obj.qp.qp_num, type=int(obj.qp.qp_type), state=int(obj.qp.state),
                              rqpn=obj.qp.dest_qpn, sq_psn=obj.qp.req_psn, rq_psn=obj.qp.resp_psn)
+                    q = obj.qp
+                    pdn = next((rid(dev, "pd", o) for k, o in objs.values() if k == "pd" and o is q.pd), None)
+                    srqn = next((rid(dev, "srq", o) for k, o in objs.values() if k == "srq" and o.srq is q.srq),
+                                None) if q.srq is not None else None
+                    r.update(id=q.qp_num, pdn=pdn, srqn=srqn,
+                             port=int(q.attr.port_num) if int(q.state) != 0 else None,
+                             path_mig_state=int(q.attr.path_mig_state),
+                             path_mtu=int(dev.caps.active_mtu if int(q.qp_type) == 4 else q.attr.path_mtu),
+                             send_cqn=rid(dev, "cq", q.send_cq), recv_cqn=rid(dev, "cq", q.recv_cq))
                 elif kind == "mr":
                     r.update(lkey=obj[0].lkey, rkey=obj[0].rkey, mrlen=obj[0].length)
+                    pdn = next((rid(dev, "pd", o) for k, o in objs.values() if k == "pd" and o is obj[0].pd), None)
+                    r.update(id=rid(dev, "mr", obj), pdn=pdn, iova=obj[0].addr, access=obj[0].access)
                 elif kind == "cq":
                     r.update(cqe=obj.ring.nslots - 1)
+                    users = sum((d.qp.send_cq is obj) + (d.qp.recv_cq is obj) for d in qps)
+                    r.update(id=rid(dev, "cq", obj), users=users, dim=False)
+                elif kind == "pd":
+                    users = sum(1 for k, o in objs.values()
+                                if (k == "qp" and o.qp.pd is obj) or (k == "mr" and o[0].pd is obj)
+                                or (k == "srq" and o.srq.pd is obj))
+                    r.update(id=rid(dev, "pd", obj), users=users, local_dma_lkey=0)
+                elif kind == "srq":
+                    pdn = next((rid(dev, "pd", o) for k, o in objs.values() if k == "pd" and o is obj.srq.pd), None)
+                    r.update(id=rid(dev, "srq", obj), pdn=pdn, type=0,
+                             lqpn=sorted(d.qp.qp_num for d in qps if d.qp.srq is obj.srq),
+                             users=sum(1 for d in qps if d.qp.srq is obj.srq))
                 out.append(r)
-        return {"resources": out}, []
+        return {"resources": out, "contexts": contexts}, []
 
     # ------------------------------------------------------------ teardown
     def destroy(self, c: Client, kind: str, obj) -> None:
