@@ -183,7 +183,10 @@ class Daemon:
         finally:
             self.shutdown()
 
-    def step(self, max_wait: float = 0.5) -> None:
+    def step(self, max_wait: float = 0.05) -> None:
+        # max_wait bounds a sleep even when nothing is due: the sleep flag and
+        # the producer index are a Dekker pair, and CPython cannot issue the
+        # store-load fence that would make a lost doorbell impossible.
         now = time.monotonic()
         if now - self.last_busy >= SPIN_S and not self.sleeping:
             self._sleep_rings()                 # fails (stays awake) if work slipped in
