@@ -33,6 +33,7 @@ from ..wire.errors import WireError
 from ..wire.icrc import ipv4_header, ipv6_header
 from ..wire.packet import check
 from . import abi
+from .faults import Faults, FaultSettings
 from .gid import GidTable
 from .net import RoceSocket, gid_to_ip
 from .queues import CompletionQueueProducer, WorkQueueConsumer
@@ -134,6 +135,7 @@ class Device:
         self._by_ip = {s.ip: s for s in self.sockets}
         self.traffic = {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0, "rx_bytes": 0}
         self.route_cache: dict = {}
+        self.faults: Faults | None = None
         self._next_qpn = 0x11
         self.counters = new_counters()               # of QPs already destroyed
         self.rx_dropped = {"icrc": 0, "wire": 0, "unknown_qpn": 0}
@@ -252,12 +254,20 @@ class Device:
         tx.clear()
         cache = self.route_cache
         port = self.udp_port
+        faults = self.faults
         npkts = nbytes = 0
         for qp, pkt, av in items:
             key = (av.dgid, av.sgid_index)
             r = cache.get(key)
             if r is None:
                 r = cache[key] = self._resolve_route(av, devices_by_ip)
+            if faults is not None:
+                for due, bit in faults.fate(now):
+                    if due > now:
+                        faults.hold(due, (r, pkt, bit))
+                    else:
+                        self._transmit(r, pkt, bit, now)
+                continue
             peer, sock, dst_ip, src_b, dst_b = r
             if peer is not None:
                 peer.deliver_one(memoryview(pkt), src_b, dst_b, now)
@@ -268,6 +278,42 @@ class Device:
         self.traffic["tx_packets"] += npkts
         self.traffic["tx_bytes"] += nbytes
         return True
+
+    def _transmit(self, r, pkt, corrupt_bit, now: float) -> None:
+        """One packet through the fault path (delayed, duplicated, damaged)."""
+        peer, sock, dst_ip, src_b, dst_b = r
+        if peer is not None:
+            if corrupt_bit is not None:
+                self.rx_dropped["icrc"] += 1       # the ICRC would have caught it
+                return
+            peer.deliver_one(memoryview(pkt), src_b, dst_b, now)
+        elif sock is None or not sock.send(pkt, dst_ip, self.udp_port, corrupt_bit):
+            return
+        self.traffic["tx_packets"] += 1
+        self.traffic["tx_bytes"] += len(pkt) + 4
+
+    def flush_held(self, now: float) -> bool:
+        """Send the packets whose injected delay is over."""
+        f = self.faults
+        if f is None or not f.held:
+            return False
+        items = f.due(now)
+        for r, pkt, bit in items:
+            self._transmit(r, pkt, bit, now)
+        return bool(items)
+
+    def set_faults(self, settings: FaultSettings | None, seed: int | None = None) -> None:
+        if settings is None or not settings.active():
+            held = self.faults.held if self.faults is not None else []
+            self.faults = None
+            for _, _, (r, pkt, bit) in sorted(held):      # nothing held back is lost by switching off
+                self._transmit(r, pkt, bit, 0.0)
+        else:
+            old = self.faults
+            self.faults = Faults(settings, seed)
+            if old is not None:
+                self.faults.counters = old.counters
+                self.faults.held = old.held
 
     def _resolve_route(self, av, devices_by_ip: dict):
         """(peer device or None, socket, destination IP, source and

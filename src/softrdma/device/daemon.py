@@ -31,6 +31,7 @@ from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
 from .control import ControlError, recv_msg, send_msg
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
+from .faults import FaultSettings
 from .net import gid_to_ip
 from .shm import Ring
 from .sysfs import SysfsTree, rxe_device_attrs, rxe_pma_counters
@@ -198,6 +199,8 @@ class Daemon:
                 d = dev.tick(now)
                 if d is not None:
                     timeout = min(timeout, max(0.0, d - now))
+                if dev.faults is not None and dev.faults.held:
+                    timeout = min(timeout, max(0.0, dev.faults.next_due() - now))
         for key, _ in self.sel.select(timeout):
             kind, data = key.data
             if kind == "udp":
@@ -221,6 +224,8 @@ class Daemon:
         by_ip = self.by_ip
         for dev in self.devices.values():
             if dev.poll_rings(now):
+                self._busy()
+            if dev.faults is not None and dev.flush_held(now):
                 self._busy()
             dev.tick(now)
             if dev.route(by_ip, now):
@@ -327,7 +332,8 @@ class Daemon:
         handler = getattr(self, f"cmd_{op}", None) if isinstance(op, str) else None
         if handler is None:
             raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
-        if op not in ("devices", "open", "resources", "links", "link_add", "link_delete") and c.device is None:
+        if op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set") and \
+                c.device is None:
             raise VerbsError(errno.EINVAL, "no device opened on this connection")
         return handler(c, m, fds)
 
@@ -547,6 +553,20 @@ class Daemon:
             raise VerbsError(e.errno or errno.EIO, str(e)) from None
         self.add_device(dev)
         return {"ifindex": dev.ifindex}, []
+
+    def cmd_link_set(self, c, m, fds):
+        """Change a link's settings; now: ``faults`` (fault injection)."""
+        dev = self.devices.get(str(m["name"]))
+        if dev is None:
+            raise VerbsError(errno.ENODEV, f"no device {m['name']!r}")
+        if "faults" in m:
+            try:
+                settings = FaultSettings.from_dict(m["faults"] or {})
+            except (TypeError, ValueError) as e:
+                raise VerbsError(errno.EINVAL, f"bad faults: {e}") from None
+            dev.set_faults(settings, m.get("seed"))
+        return {"faults": dev.faults.settings.as_dict() if dev.faults else None,
+                "fault_counters": dict(vars(dev.faults.counters)) if dev.faults else None}, []
 
     def cmd_link_delete(self, c, m, fds):
         dev = self.devices.get(str(m["name"]))

@@ -78,9 +78,11 @@ class RoceSocket:
         self.sock.close()
 
     # -- send
-    def send(self, pkt, dst_ip: str, dport: int = ROCEV2_UDP_PORT) -> bool:
+    def send(self, pkt, dst_ip: str, dport: int = ROCEV2_UDP_PORT, corrupt_bit: int | None = None) -> bool:
         """Send one packet (BTH .. pad) with its ICRC.  False if the kernel
-        refused it (counted; the transport's retransmission covers it)."""
+        refused it (counted; the transport's retransmission covers it).
+        ``corrupt_bit``: fault injection -- flip that bit of the packet after
+        the ICRC was computed, as a damaged link would."""
         if self.v6:
             dst = ipaddress.IPv6Address(dst_ip).packed
             n = len(pkt) + 4
@@ -90,6 +92,9 @@ class RoceSocket:
             if flow is None or flow.dport != dport:
                 flow = self._flows[dst_ip] = Ipv4Flow(self.ip_bytes, socket.inet_aton(dst_ip), self.port, dport)
             crc = flow.icrc(pkt)
+        if corrupt_bit is not None:
+            pkt = bytearray(pkt)
+            pkt[(corrupt_bit >> 3) % len(pkt)] ^= 1 << (corrupt_bit & 7)
         try:
             self.sock.sendmsg([pkt, ICRC.pack(crc)], (), 0, (dst_ip, dport))
         except OSError as e:
