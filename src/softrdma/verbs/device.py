@@ -153,7 +153,7 @@ class Context:
         a = self._attr
         guid = self.node_guid.replace(":", "")
         return DeviceAttr({
-            "fw_version": "0.1.0", "node_guid": self.node_guid, "sys_image_guid": self.node_guid,
+            "fw_version": "0.0.0", "node_guid": self.node_guid, "sys_image_guid": self.node_guid,
             "max_mr_size": (1 << 64) - 1, "page_size_cap": 0xFFFFF000, "vendor_id": 0xFFFFFF,
             "vendor_part_id": 0, "hw_ver": 0, "max_qp": a["max_qp"], "max_qp_wr": a["max_qp_wr"],
             "device_cap_flags": 0, "max_sge": a["max_sge"], "max_sge_rd": a["max_sge"], "max_cq": 1 << 16,
