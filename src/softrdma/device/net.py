@@ -58,8 +58,15 @@ class RoceSocket:
         try:
             if not self.v6:
                 self.sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
-            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-                self.sock.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
+            # A go-back window of 128 packets must fit the receive buffer, or
+            # bursts overflow it and every overflow costs a retransmission.
+            # The *FORCE options pass net.core.rmem_max (root / CAP_NET_ADMIN).
+            for force, opt in ((getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF),
+                               (getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF)):
+                try:
+                    self.sock.setsockopt(socket.SOL_SOCKET, force, rcvbuf)
+                except OSError:
+                    self.sock.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
             self.sock.bind((self.ip, port))
         except OSError:
             self.sock.close()
@@ -68,6 +75,7 @@ class RoceSocket:
         self.port = self.sock.getsockname()[1]
         self.stats = NetStats()
         self._flows: dict[str, Ipv4Flow] = {}
+        self._addr_bytes: dict[str, bytes] = {}
         self._pool = [bytearray(MAX_DATAGRAM) for _ in range(pool)]
         self._views = [memoryview(b) for b in self._pool]
 
@@ -113,6 +121,7 @@ class RoceSocket:
         address bytes, source UDP port)."""
         out = []
         st = self.stats
+        addrs = self._addr_bytes
         recv_into = self.sock.recvfrom_into
         for view in self._views:
             try:
@@ -126,7 +135,9 @@ class RoceSocket:
             if n < MIN_ROCE_PAYLOAD:
                 st.rx_short += 1
                 continue
-            src = ipaddress.ip_address(addr[0]).packed
+            src = addrs.get(addr[0])
+            if src is None:
+                src = addrs[addr[0]] = ipaddress.ip_address(addr[0]).packed
             verdict, _ = verify(view[:n], src=src, dst=self.ip_bytes, sport=addr[1], dport=self.port)
             if verdict is Verdict.BAD:
                 st.rx_icrc_errors += 1

@@ -153,6 +153,9 @@ class Ipv4Flow:
         return bytes(ib_pkt) + ICRC.pack(self.icrc(ib_pkt))
 
 
+_V4_MASKED = struct.Struct(">BBHHHBBH4s4sHHHH")
+
+
 class Verdict(Enum):
     FULL = "full"
     ID_RECOVERED = "id_recovered"
@@ -208,7 +211,13 @@ def verify(udp_payload, *, ip_hdr=None, src: bytes | None = None, dst: bytes | N
             ip_hdr = ipv6_header(src, dst, n)
         else:
             # Baseline: ID 0, DF clear; the difference names the unseen bits.
-            calc = icrc(ipv4_header(src, dst, n, ident=0, df=False), udp_hdr, body)
+            # (The masked header has no checksum, so it is packed directly.)
+            calc = zlib.crc32(_V4_MASKED.pack(0x45, 0xFF, IPV4_HDR_BYTES + UDP_HDR_BYTES + n, 0, 0, 0xFF,
+                                              IPPROTO_UDP, 0xFFFF, src, dst, sport, dport, UDP_HDR_BYTES + n,
+                                              0xFFFF), _LRH_SEED)
+            calc = zlib.crc32(body[0:BTH_RESV8A_OFFSET], calc)
+            calc = zlib.crc32(b"\xff", calc)
+            calc = zlib.crc32(body[BTH_RESV8A_OFFSET + 1:], calc)
             delta = calc ^ wire
             combo = 0
             for pivot, vec, c in _id_basis(8 + IPV4_HDR_BYTES + UDP_HDR_BYTES + n - 4):

@@ -1,0 +1,80 @@
+"""Two network namespaces joined by a veth pair, each with its own
+softrdmad: two hosts on one machine (root only)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def need_root() -> None:
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI runs as root with iproute2: this test must run")
+        pytest.skip("needs root and iproute2 (network namespaces)")
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(args, check=check, capture_output=True, text=True)
+
+
+class TwoHosts:
+    """Namespaces A and B; A has 10.201.N.1 on its veth, B 10.201.N.2."""
+
+    def __init__(self, mtu: int = 1500):
+        tag = os.getpid() % 100000
+        self.ns = (f"srdma-a{tag}", f"srdma-b{tag}")
+        self.dev = (f"sra{tag}", f"srb{tag}")
+        net = tag % 250
+        self.ip = (f"10.201.{net}.1", f"10.201.{net}.2")
+        self.run_dirs = [f"/dev/shm/softrdma-ns{i}-{tag}" for i in range(2)]
+        self.daemons: list[subprocess.Popen] = []
+        for ns in self.ns:
+            sh("ip", "netns", "del", ns, check=False)
+        for ns in self.ns:
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name", self.dev[1],
+           "netns", self.ns[1])
+        for ns, dev, ip in zip(self.ns, self.dev, self.ip):
+            self.exec(ns, "ip", "link", "set", "lo", "up")
+            self.exec(ns, "ip", "link", "set", dev, "mtu", str(mtu), "up")
+            self.exec(ns, "ip", "addr", "add", f"{ip}/24", "dev", dev)
+
+    def exec(self, ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return sh("ip", "netns", "exec", ns, *args, check=check)
+
+    def popen(self, i: int, args: list[str], **kw) -> subprocess.Popen:
+        env = {**os.environ, "SOFTRDMA_RUN": self.run_dirs[i], "SOFTRDMA_AUTOSTART": "0"}
+        return subprocess.Popen(["ip", "netns", "exec", self.ns[i], *args], env=env, **kw)
+
+    def start_daemons(self) -> None:
+        for i in range(2):
+            os.makedirs(self.run_dirs[i], exist_ok=True)
+            log = open(os.path.join(self.run_dirs[i], "test-daemon.log"), "w")
+            self.daemons.append(self.popen(i, [sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir",
+                                               self.run_dirs[i], "--device", f"rxe0:{self.dev[i]}"],
+                                           stdout=log, stderr=subprocess.STDOUT))
+        for i in range(2):
+            end = time.monotonic() + 15
+            while not os.path.exists(os.path.join(self.run_dirs[i], "softrdmad.pid")):
+                if self.daemons[i].poll() is not None or time.monotonic() > end:
+                    raise RuntimeError(open(os.path.join(self.run_dirs[i], "test-daemon.log")).read())
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        for d in self.daemons:
+            if d.poll() is None:
+                d.terminate()
+                try:
+                    d.wait(10)
+                except subprocess.TimeoutExpired:
+                    d.kill()
+        for ns in self.ns:
+            sh("ip", "netns", "del", ns, check=False)
+        for r in self.run_dirs:
+            shutil.rmtree(r, ignore_errors=True)
