@@ -1,6 +1,6 @@
 """Move N MiB over one RC QP to a peer process, byte-exact.
 
-    rc_xfer.py server|client MIB
+    rc_xfer.py server|client MIB [QP_TIMEOUT]
 
 Each side prints its JSON address line, reads the peer's from stdin.  The
 client RDMA-WRITEs 8 MiB batches of seeded random data into the server's
@@ -18,6 +18,7 @@ from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC, IBV_WC_SUCCESS, IBV_WR_RDMA
 from softrdma.verbs import addr, cq, device, mr, pd, qp, wr
 
 role, total_mib = sys.argv[1], int(sys.argv[2])
+qp_timeout = int(sys.argv[3]) if len(sys.argv) > 3 else 14
 BATCH = 8 << 20
 ACC = 15
 ctx = device.Context(name="rxe0")
@@ -33,7 +34,7 @@ peer = json.loads(sys.stdin.readline())
 a = qp.QPAttr()
 a.qp_access_flags, a.path_mtu, a.dest_qp_num = ACC, IBV_MTU_1024, peer["qpn"]
 a.max_dest_rd_atomic = a.max_rd_atomic = 4
-a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 14, 7, 7
+a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, qp_timeout, 7, 7
 a.ah_attr = addr.AHAttr(gr=addr.GlobalRoute(dgid=addr.GID(bytes.fromhex(peer["gid"])), sgid_index=gid_index),
                         is_global=1)
 q.to_rts(a)
