@@ -74,8 +74,8 @@ def test_100mb_rc_byte_exact_under_kernel_loss_and_device_faults(hosts):
             f"print(m().call('link_set', name='rxe0', seed=3, faults={faults!r})[0])")
     env = {**os.environ, "SOFTRDMA_RUN": hosts.run_dirs[0], "SOFTRDMA_AUTOSTART": "0"}
     subprocess.run(["ip", "netns", "exec", hosts.ns[0], sys.executable, "-c", prog], env=env, check=True)
-    # a 4 ms ACK timeout: the default 67 ms makes every tail loss a long stall
-    res = _xfer(hosts, 104, qp_timeout=10)
+    # an 8 ms ACK timeout: the default 67 ms makes every tail loss a long stall
+    res = _xfer(hosts, 104, qp_timeout=11)
     assert res["server"] == {"batches": 13, "bad": 0}
     for ns in hosts.ns:
         drops = hosts.exec(ns, "nft", "list", "table", "inet", "softrdma_test").stdout

@@ -363,6 +363,15 @@ class Device:
         qp = dqp.qp
         qp.receive(pkt, now, _grh(src, dst, len(pkt) + 4) if qp.qp_type == UD else None)
 
+    def next_deadline(self) -> float | None:
+        """The earliest QP timer, without firing any."""
+        nxt = None
+        for dqp in self.qps.values():
+            d = dqp.qp.deadline
+            if d is not None and (nxt is None or d < nxt):
+                nxt = d
+        return nxt
+
     def tick(self, now: float) -> float | None:
         """Fire due timers; return the earliest pending deadline."""
         nxt = None

@@ -196,7 +196,9 @@ class Daemon:
         else:
             timeout = max_wait
             for dev in self.devices.values():
-                d = dev.tick(now)
+                # timers fire after the inputs are read (below): an ACK that
+                # waited in the socket while we were descheduled must count
+                d = dev.next_deadline()
                 if d is not None:
                     timeout = min(timeout, max(0.0, d - now))
                 if dev.faults is not None and dev.faults.held:
