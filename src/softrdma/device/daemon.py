@@ -533,7 +533,9 @@ class Daemon:
                         "netdev_index": d.netdev_index, "node_guid": _node_guid(d.mac),
                         "sys_image_guid": _node_guid(d.mac), "addresses": d.addresses,
                         "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
-                        "clients": sum(1 for cl in self.clients.values() if cl.device is d)})
+                        "clients": sum(1 for cl in self.clients.values() if cl.device is d),
+                        "udp": [[sk.ip, sk.port] for sk in d.sockets], "rx_dropped": dict(d.rx_dropped),
+                        "net": [dict(vars(sk.stats)) for sk in d.sockets]})
             # what nldev's fill_dev_info sends for an rxe device (``rdma dev``): node type CA, no
             # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
             # docs/formats/ibv_devinfo.md infers), no CQ DIM; one port
