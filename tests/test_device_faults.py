@@ -96,3 +96,22 @@ def test_rc_is_exact_under_loss_dup_reorder_delay_corruption(daemon):
     counters = m.call("link_set", name="rxe0")[0]["fault_counters"]
     assert all(counters[k] > 0 for k in ("lost", "duplicated", "reordered", "delayed", "corrupted")), counters
     assert m.call("link_set", name="rxe0", faults={})[0]["faults"] is None       # off again
+
+
+def test_rdma_link_set_faults_cli(daemon):
+    import subprocess
+    import sys
+    env = {**os.environ, "SOFTRDMA_RUN": daemon.run_dir}
+    r = subprocess.run([sys.executable, "-m", "softrdma", "rdma", "link", "set", "rxe0", "faults", "loss", "10%",
+                        "dup", "1%", "reorder", "5%", "delay", "1ms", "corrupt", "0.1%"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    f = device.management().call("link_set", name="rxe0")[0]["faults"]
+    assert (f["loss"], f["dup"], f["reorder"], f["delay"], f["corrupt"]) == pytest.approx((0.1, 0.01, 0.05, 0.001,
+                                                                                           0.001))
+    bad = subprocess.run([sys.executable, "-m", "softrdma", "rdma", "link", "set", "rxe0", "faults", "loss", "200%"],
+                         env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "rate" in bad.stderr and "Traceback" not in bad.stderr
+    off = subprocess.run([sys.executable, "-m", "softrdma", "rdma", "link", "set", "rxe0", "faults", "off"],
+                         env=env, capture_output=True, text=True)
+    assert off.returncode == 0 and device.management().call("link_set", name="rxe0")[0]["faults"] is None

@@ -98,6 +98,8 @@ HELP = ("Usage: {0} [ OPTIONS ] OBJECT {{ COMMAND | help }}\n"
 LINK_HELP = ("Usage: {0} link show [DEV/PORT_INDEX]\n"
              "Usage: {0} link add NAME type TYPE netdev NETDEV\n"
              "Usage: {0} link delete NAME\n")
+# softrdma's extension, left out of the help so that it prints what iproute2 prints:
+#   link set NAME faults { off | [loss P%] [dup P%] [reorder P%] [corrupt P%] [delay TIME] }
 DEV_HELP = ("Usage: {0} dev show [DEV]\n"
             "       {0} dev set [DEV] name DEVNAME\n"
             "       {0} dev set [DEV] netns NSNAME\n"
@@ -650,8 +652,56 @@ def cmd_link(rd: Rd) -> int:
 
         return rd.exec_require_dev(_del)
 
+    def link_set():
+        if rd.no_arg():
+            rd.err("Please provide a link name.")
+            return -errno.EINVAL
+        name = rd.argv0()
+        rd.arg_inc()
+        if not rd.argv_match("faults"):
+            rd.err(f"Unknown parameter '{rd.argv0() if not rd.no_arg() else ''}'.")
+            return -errno.EINVAL
+        rd.arg_inc()
+        try:
+            faults = parse_faults(rd.argv)
+        except ValueError as e:
+            rd.err(f"Error: {e}")
+            return -errno.EINVAL
+        rd.argv = []
+        return 0 if rd.call("link_set", name=name, faults=faults) is not None else -errno.EIO
+
     return rd.exec_cmd([(None, link_show), ("add", link_add), ("delete", link_del), ("show", link_show),
-                        ("list", link_show), ("help", link_help)], "link command")
+                        ("list", link_show), ("help", link_help), ("set", link_set)], "link command")
+
+
+_FAULT_RATES = ("loss", "dup", "reorder", "corrupt")
+_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "usec": 1e-6, "msec": 1e-3, "sec": 1.0}
+
+
+def parse_faults(args: list[str]) -> dict:
+    """softrdma's extension: ``faults off`` or ``faults [loss P] [dup P]
+    [reorder P] [corrupt P] [delay T]``, P as ``10%`` or a fraction, T as
+    ``1ms``/``100us``/``0.5s`` (netem's words)."""
+    if args == ["off"]:
+        return {}
+    if not args or len(args) % 2:
+        raise ValueError("faults needs KEY VALUE pairs: loss|dup|reorder|corrupt PERCENT, delay TIME, or 'off'")
+    out = {}
+    for key, val in zip(args[::2], args[1::2]):
+        if key in _FAULT_RATES:
+            v = float(val[:-1]) / 100 if val.endswith("%") else float(val)
+            if not 0 <= v <= 1:
+                raise ValueError(f"{key} {val}: a rate is 0..100%")
+            out[key] = v
+        elif key == "delay":
+            num = val.rstrip("abcdefghijklmnopqrstuvwxyz")
+            unit = val[len(num):] or "s"
+            if unit not in _UNITS:
+                raise ValueError(f"delay {val}: unit must be s, ms or us")
+            out["delay"] = float(num) * _UNITS[unit]
+        else:
+            raise ValueError(f"unknown fault '{key}'")
+    return out
 
 
 def _newlink(rd: Rd, name: str, ltype: str, netdev: str) -> int:
