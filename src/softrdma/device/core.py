@@ -151,10 +151,33 @@ class Device:
         used = dict((i, e.gid) for i, e in self.gid_table)
         return [used.get(i, bytes(16)) for i in range(max(used) + 1)] if used else []
 
-    def set_addresses(self, mac: bytes, addresses) -> list:
-        """The netdev's addresses changed: follow them in the GID table."""
+    def set_addresses(self, mac: bytes, addresses) -> tuple[list, list[RoceSocket], list[RoceSocket]]:
+        """The netdev's addresses changed: follow them in the GID table and
+        in the bound sockets.  Returns (GID changes, sockets opened, sockets
+        closed)."""
         self.route_cache.clear()
-        return self.gid_table.sync(mac, [ipaddress.ip_address(a) for a in addresses])
+        ips = [ipaddress.ip_address(a) for a in addresses]
+        changes = self.gid_table.sync(mac, ips)
+        self.mac = mac
+        want = [str(a) for a in ips if not a.is_link_local]
+        opened, closed = [], []
+        for sock in list(self.sockets):
+            if sock.ip not in want:
+                self.sockets.remove(sock)
+                sock.close()
+                closed.append(sock)
+        have = {sock.ip for sock in self.sockets}
+        for a in want:
+            if a not in have:
+                try:
+                    sock = RoceSocket(a, self.udp_port)
+                except OSError:
+                    continue                      # e.g. an IPv6 address still in DAD: next event retries
+                self.sockets.append(sock)
+                opened.append(sock)
+        self.addresses = want
+        self._by_ip = {sk.ip: sk for sk in self.sockets}
+        return changes, opened, closed
 
     def _source(self, sgid_index: int) -> tuple[str, "RoceSocket | None"]:
         g = self.gid(sgid_index)

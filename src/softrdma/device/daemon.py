@@ -25,7 +25,10 @@ import socket
 import struct
 import time
 
-from ..enums import IBV_EVENT_DEVICE_FATAL, ibv_qp_attr_mask, ibv_qp_state, ints
+from ..enums import (
+    IBV_EVENT_DEVICE_FATAL, IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR, ibv_qp_attr_mask,
+    ibv_qp_state, ints,
+)
 from ..errors import VerbsError
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
@@ -150,6 +153,16 @@ class Daemon:
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
         self.devices = {}
         self._by_ip = None
+        self.netlink = None
+        try:                                        # follow addresses and link state live
+            from pyroute2 import IPRoute
+            from pyroute2.netlink.rtnl import RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK
+            self.netlink = IPRoute()
+            self.netlink.bind(groups=RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_LINK)
+            self.sel.register(self.netlink.fileno(), selectors.EVENT_READ, ("netlink", None))
+        except Exception as e:                      # noqa: BLE001 -- no netlink: static addresses
+            log.warning("not following address changes: %s", e)
+            self.netlink = None
         self._next_ifindex = 0
         self.sysfs = SysfsTree(os.path.join(run_dir, "sys"))
         self.counters_at = 0.0
@@ -217,6 +230,8 @@ class Daemon:
                 self._busy()
             elif kind == "client":
                 self._client_readable(data)
+            elif kind == "netlink":
+                self._netlink_readable()
             elif kind == "listen":
                 self._accept()
         now = time.monotonic()
@@ -237,6 +252,50 @@ class Daemon:
                 for d in self.devices.values():
                     d.route(by_ip, now)
             self._dispatch_events(dev)
+
+    def _netlink_readable(self) -> None:
+        """Address or link changes: refresh the devices on that netdev."""
+        try:
+            msgs = self.netlink.get()
+        except Exception:                           # noqa: BLE001
+            return
+        touched = {m.get("index") for m in msgs}
+        for dev in self.devices.values():
+            if dev.netdev_index in touched:
+                self.refresh_netdev(dev)
+
+    def refresh_netdev(self, dev: Device) -> None:
+        from .netdev import netdev_info
+        try:
+            info = netdev_info(dev.netdev)
+        except LookupError:
+            info = None
+        if info is None or not info.up:
+            new_state = 1                           # PORT_DOWN
+        else:
+            new_state = 4
+        if info is not None:
+            changes, opened, closed = dev.set_addresses(info.mac, info.addresses)
+            for sk in closed:
+                try:
+                    self.sel.unregister(sk.sock)
+                except (KeyError, ValueError):
+                    pass
+            for sk in opened:
+                self.sel.register(sk.sock, selectors.EVENT_READ, ("udp", (dev, sk)))
+            if changes:
+                self.topology_changed()
+                self.sysfs.set_gids(dev.name, 1, dev.gid_table)
+                self._event_clients(dev, IBV_EVENT_GID_CHANGE)
+        if new_state != dev.state:
+            dev.state = new_state
+            self.sysfs.set_port(dev.name, 1, state=new_state, phys_state=5 if new_state == 4 else 3)
+            self._event_clients(dev, IBV_EVENT_PORT_ACTIVE if new_state == 4 else IBV_EVENT_PORT_ERR)
+
+    def _event_clients(self, dev: Device, ev: int) -> None:
+        for cl in self.clients.values():
+            if cl.device is dev:
+                cl.event(ev, port=1)
 
     def _busy(self) -> None:
         self.last_busy = time.monotonic()
@@ -741,6 +800,8 @@ class Daemon:
                 self.sysfs.remove_device(dev.name)
             except (KeyError, LookupError, OSError):
                 pass
+        if self.netlink is not None:
+            self.netlink.close()
         self.sel.close()
         self.listener.close()
         try:
