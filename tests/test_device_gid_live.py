@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from netns_helpers import need_root, sh
 
