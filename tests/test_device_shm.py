@@ -160,3 +160,32 @@ def test_cq_across_processes():
     _, status = os.waitpid(pid, 0)
     assert status == 0
     assert got == [(i, i * 3) for i in range(n)]
+
+
+def test_ring_indices_are_never_seen_half_written_across_processes():
+    # struct.pack_into zero-fills a field before writing it: an index stored
+    # that way can be read as 0 by the other process.  Whole-word stores can't.
+    ring = Ring.create(8, 64)
+    ring.producer = 1
+    pid = os.fork()
+    if pid == 0:
+        try:
+            r = Ring.attach(os.dup(ring.fd))
+            v = 1
+            for _ in range(300_000):
+                v = (v * 0x9E37 + 0x0101_0101) % 0xFFFF_FFFE + 1   # 1 .. 2^32-2: never 0
+                r.producer = v
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    zeros = 0
+    reads = 0
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        for _ in range(2000):
+            zeros += ring.producer == 0
+            reads += 1
+        if done:
+            break
+    assert status == 0
+    assert reads > 0 and zeros == 0

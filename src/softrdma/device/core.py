@@ -239,29 +239,38 @@ class Device:
             if rq is not None:
                 while (slot := rq.take()) is not None:
                     busy = True
+                    wr_id = int.from_bytes(slot[0:8], "little")
                     try:
                         wqe = abi.decode_recv_wqe(slot)
-                        rq.release()
+                    except ValueError:
+                        wqe = None
+                    rq.release()                  # exactly once per slot, whatever follows
+                    try:
+                        if wqe is None:
+                            raise ValueError("malformed receive WQE")
                         qp.post_recv(wqe)
                     except (ValueError, VerbsError):
-                        self._wqe_error(dqp, slot, recv=True)
+                        self._wqe_error(dqp, wr_id, recv=True)
             sq = dqp.sq
             while (slot := sq.take()) is not None:
                 busy = True
+                wr_id = int.from_bytes(slot[0:8], "little")
                 try:
                     wqe = abi.decode_send_wqe(slot, dqp.owner.ah_lookup)
-                    sq.release()
+                except ValueError:
+                    wqe = None
+                sq.release()
+                try:
+                    if wqe is None:
+                        raise ValueError("malformed send WQE")
                     qp.post_send(wqe, now)
                 except (ValueError, VerbsError):
-                    self._wqe_error(dqp, slot, recv=False)
+                    self._wqe_error(dqp, wr_id, recv=False)
         return busy
 
-    def _wqe_error(self, dqp: DevQP, slot, recv: bool) -> None:
+    def _wqe_error(self, dqp: DevQP, wr_id: int, recv: bool) -> None:
         """A WQE the library should never have written: complete it with
         IBV_WC_LOC_QP_OP_ERR and take the QP to ERR, as hardware does."""
-        wq = dqp.rq if recv else dqp.sq
-        wr_id = int.from_bytes(slot[0:8], "little")
-        wq.release()
         qp = dqp.qp
         cq = qp.recv_cq if recv else qp.send_cq
         cq.push(WC(wr_id, ST.IBV_WC_LOC_QP_OP_ERR, WCO.IBV_WC_RECV if recv else WCO.IBV_WC_SEND, qp.qp_num))

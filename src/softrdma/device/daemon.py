@@ -515,7 +515,7 @@ class Daemon:
         dqp = c.get(m["qp"], "qp")
         a = dict(m.get("attr", {}))
         if "ah_attr" in a:
-            a["ah_attr"] = c.device.av_from(a["ah_attr"])
+            a["ah_attr"] = self._checked_av(c, a["ah_attr"])
         if "cap" in a:
             a["cap"] = QPCap(**a["cap"])
         dqp.qp.modify(QPAttr(**a), int(m["mask"]))
@@ -571,9 +571,17 @@ class Daemon:
         del c.objects[m["srq"]]
         return {}, []
 
+    def _checked_av(self, c, d: dict):
+        """An address vector whose source GID exists (the kernel's
+        rdma_check_ah_attr / rdma_get_gid_attr fail with EINVAL otherwise)."""
+        av = c.device.av_from(d)
+        if c.device.gid(av.sgid_index) is None:
+            raise VerbsError(errno.EINVAL, f"no GID at sgid_index {av.sgid_index}")
+        return av
+
     def cmd_create_ah(self, c, m, fds):
         c.get(m["pd"], "pd")
-        av = c.device.av_from(m["attr"])
+        av = self._checked_av(c, m["attr"])
         if not av.is_global:
             raise VerbsError(errno.EINVAL, "RoCE address handles need a GRH")
         return {"ah": c.add("ah", av)}, []

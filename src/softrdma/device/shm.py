@@ -42,6 +42,8 @@ OFF_CONSUMER = 32
 OFF_FLAGS = 40
 OFF_NOTIFY = 44
 OFF_NOTIFY_SN = 48
+W_PRODUCER, W_CONSUMER, W_FLAGS, W_NOTIFY, W_NOTIFY_SN = (o // 4 for o in (OFF_PRODUCER, OFF_CONSUMER, OFF_FLAGS,
+                                                                         OFF_NOTIFY, OFF_NOTIFY_SN))
 
 RING_CONSUMER_SLEEPING = 1    # the consumer waits on its doorbell: write it
 
@@ -110,6 +112,10 @@ class Ring:
             raise ValueError("ring region too small")
         self.region = region
         self.buf = region.view
+        # The header words as one u32 array: item assignment is a single
+        # aligned 4-byte store, so the other process never sees a torn or
+        # zeroed index (struct.pack_into zero-fills its field before writing).
+        self.words = region.view[:HEADER_BYTES].cast("I")
         self.slot_size = slot_size
         self.nslots = nslots
         self.mask = nslots - 1
@@ -133,42 +139,44 @@ class Ring:
     def fd(self) -> int:
         return self.region.fd
 
-    # -- indices
+    # -- indices (whole-word loads and stores, see __init__)
     @property
     def producer(self) -> int:
-        return _U32.unpack_from(self.buf, OFF_PRODUCER)[0]
+        return self.words[W_PRODUCER]
 
     @producer.setter
     def producer(self, v: int) -> None:
-        _U32.pack_into(self.buf, OFF_PRODUCER, v & 0xFFFFFFFF)
+        self.words[W_PRODUCER] = v & 0xFFFFFFFF
 
     @property
     def consumer(self) -> int:
-        return _U32.unpack_from(self.buf, OFF_CONSUMER)[0]
+        return self.words[W_CONSUMER]
 
     @consumer.setter
     def consumer(self, v: int) -> None:
-        _U32.pack_into(self.buf, OFF_CONSUMER, v & 0xFFFFFFFF)
+        self.words[W_CONSUMER] = v & 0xFFFFFFFF
 
     @property
     def flags(self) -> int:
-        return _U32.unpack_from(self.buf, OFF_FLAGS)[0]
+        return self.words[W_FLAGS]
 
     @flags.setter
     def flags(self, v: int) -> None:
-        _U32.pack_into(self.buf, OFF_FLAGS, v)
+        self.words[W_FLAGS] = v & 0xFFFFFFFF
 
     @property
     def notify(self) -> tuple[int, int]:
         """(NOTIFY_* state, arm sequence number)."""
-        return _U32.unpack_from(self.buf, OFF_NOTIFY)[0], _U32.unpack_from(self.buf, OFF_NOTIFY_SN)[0]
+        w = self.words
+        return w[W_NOTIFY], w[W_NOTIFY_SN]
 
     def arm(self, solicited_only: bool) -> None:
-        _U32.pack_into(self.buf, OFF_NOTIFY_SN, (_U32.unpack_from(self.buf, OFF_NOTIFY_SN)[0] + 1) & 0xFFFFFFFF)
-        _U32.pack_into(self.buf, OFF_NOTIFY, NOTIFY_SOLICITED if solicited_only else NOTIFY_NEXT)
+        w = self.words
+        w[W_NOTIFY_SN] = (w[W_NOTIFY_SN] + 1) & 0xFFFFFFFF
+        w[W_NOTIFY] = NOTIFY_SOLICITED if solicited_only else NOTIFY_NEXT
 
     def disarm(self) -> None:
-        _U32.pack_into(self.buf, OFF_NOTIFY, NOTIFY_NONE)
+        self.words[W_NOTIFY] = NOTIFY_NONE
 
     # -- slots
     def slot_offset(self, index: int) -> int:
@@ -192,4 +200,5 @@ class Ring:
 
     def close(self) -> None:
         self.buf = None
+        self.words.release()
         self.region.close()

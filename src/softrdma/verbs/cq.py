@@ -42,6 +42,10 @@ class CompChannel:
             data = self.sock.recv(4)
         except socket.timeout:
             raise PyverbsRDMAError("Failed to get CQ event: timed out", errno.EAGAIN) from None
+        except OSError as e:
+            raise PyverbsRDMAError(f"Failed to get CQ event: {e.strerror}", e.errno or errno.EIO) from None
+        if len(data) != 4:                          # the daemon is gone: the channel closed
+            raise PyverbsRDMAError("Failed to get CQ event: the device is gone", errno.ENODEV)
         (h,) = _HANDLE.unpack(data)
         cq = self._cqs.get(h)
         if expected_cq is not None and cq is not expected_cq:
