@@ -30,7 +30,8 @@ import sys
 from ..device.sysfs import rate_str
 from ..verbs import device as verbs_device
 from ..verbs.errors import PyverbsError
-from .ibv_devinfo import GetoptLong, c_int, errno_of, strtol
+from .ibv_devinfo import errno_of
+from .libc import GetoptLong, c_int, strtol
 
 #: rxe's sysfs files that the daemon's ``links`` reply does not carry
 #: (docs/formats/ibstat.md, "Which sysfs files are read"), and the version

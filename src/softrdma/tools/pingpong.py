@@ -72,6 +72,7 @@ from ..enums import (
     IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE, IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC,
     IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_SUCCESS, IBV_WR_SEND, WC_STATUS_STR,
 )
+from .libc import GetoptLong, c_int, strtol, strtoul
 
 RECV_WRID = 1
 SEND_WRID = 2
@@ -200,11 +201,6 @@ def encode_dest(d: Dest) -> bytes:
     return msg
 
 
-def _c_int(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
-
-
 def decode_dest(msg: bytes) -> Dest:
     """sscanf(msg, "%x:%x:%x:%s") + wire_gid_to_gid(); fields sscanf could
     not fill are 0 (the C tool leaves them uninitialised)."""
@@ -215,7 +211,7 @@ def decode_dest(msg: bytes) -> Dest:
         v, pos = _scan_hex(s, pos)
         if v is None:
             break
-        vals.append(_c_int(v))
+        vals.append(c_int(v))
         if i < 2:
             if pos >= len(s) or s[pos] != ":":
                 break
@@ -242,41 +238,14 @@ class Drand48:
         return self.x >> 17
 
 
-def _strto(s: str, unsigned: bool) -> int:
-    """strtol/strtoul(s, NULL, 0) on LP64: the value as a C long/unsigned long."""
-    i, n = 0, len(s)
-    while i < n and s[i] in " \t\n\v\f\r":
-        i += 1
-    neg = False
-    if i < n and s[i] in "+-":
-        neg = s[i] == "-"
-        i += 1
-    base = 10
-    if s[i:i + 2].lower() == "0x" and i + 2 < n and s[i + 2] in "0123456789abcdefABCDEF":
-        base, i = 16, i + 2
-    elif s[i:i + 1] == "0":
-        base = 8
-    digits = "0123456789abcdef"[:base]
-    j = i
-    while j < n and s[j].lower() in digits:
-        j += 1
-    v = int(s[i:j], base) if j > i else 0
-    if unsigned:
-        if v > (1 << 64) - 1:
-            return (1 << 64) - 1                    # ERANGE: ULONG_MAX (sign ignored)
-        return (-v) & ((1 << 64) - 1) if neg else v
-    v = -v if neg else v
-    return max(-(1 << 63), min((1 << 63) - 1, v))  # ERANGE: LONG_MIN/LONG_MAX
-
-
 def strtoul_uint(s: str) -> int:
     """``unsigned int x = strtoul(optarg, NULL, 0)``."""
-    return _strto(s, True) & 0xFFFFFFFF
+    return strtoul(s) & 0xFFFFFFFF
 
 
 def strtol_int(s: str) -> int:
     """``int x = strtol(optarg, NULL, 0)``."""
-    return _c_int(_strto(s, False))
+    return c_int(strtol(s))
 
 
 def mtu_to_enum(mtu: int) -> int:
@@ -284,85 +253,6 @@ def mtu_to_enum(mtu: int) -> int:
     rejects those with the usage text)."""
     return {256: IBV_MTU_256, 512: IBV_MTU_512, 1024: IBV_MTU_1024, 2048: IBV_MTU_2048,
             4096: IBV_MTU_4096}.get(mtu, 0)
-
-
-class _BadOption(Exception):
-    pass
-
-
-def getopt_long(prog: str, argv: list[str], optstring: str, longopts) -> tuple[list[tuple[str, str | None]], list[str]]:
-    """GNU getopt_long with argument permutation: (options, operands).  On an
-    error it prints glibc's message to stderr and raises _BadOption (the
-    tools then print the usage and exit 1, as for getopt's '?')."""
-    takes = {}
-    i = 0
-    while i < len(optstring):
-        c = optstring[i]
-        has = optstring[i + 1:i + 2] == ":"
-        takes[c] = has
-        i += 2 if has else 1
-    opts: list[tuple[str, str | None]] = []
-    operands: list[str] = []
-    i = 0
-    n = len(argv)
-    while i < n:
-        a = argv[i]
-        if a == "--":
-            operands += argv[i + 1:]
-            break
-        if a.startswith("--"):
-            body = a[2:]
-            name, eq, value = body.partition("=")
-            exact = [lo for lo in longopts if lo[0] == name]
-            matches = exact or [lo for lo in longopts if lo[0].startswith(name)]
-            if len(matches) > 1:
-                print(f"{prog}: option '--{body}' is ambiguous; possibilities:"
-                      + "".join(f" '--{m[0]}'" for m in matches), file=sys.stderr)
-                raise _BadOption
-            if not matches:
-                print(f"{prog}: unrecognized option '--{body}'", file=sys.stderr)
-                raise _BadOption
-            lname, has_arg, val = matches[0]
-            i += 1
-            if eq:
-                if not has_arg:
-                    print(f"{prog}: option '--{lname}' doesn't allow an argument", file=sys.stderr)
-                    raise _BadOption
-                opts.append((val, value))
-            elif has_arg:
-                if i >= n:
-                    print(f"{prog}: option '--{lname}' requires an argument", file=sys.stderr)
-                    raise _BadOption
-                opts.append((val, argv[i]))
-                i += 1
-            else:
-                opts.append((val, None))
-            continue
-        if a.startswith("-") and a != "-":
-            j = 1
-            i += 1
-            while j < len(a):
-                c = a[j]
-                j += 1
-                if c not in takes or c == ":":
-                    print(f"{prog}: invalid option -- '{c}'", file=sys.stderr)
-                    raise _BadOption
-                if not takes[c]:
-                    opts.append((c, None))
-                    continue
-                if j < len(a):
-                    opts.append((c, a[j:]))
-                elif i < n:
-                    opts.append((c, argv[i]))
-                    i += 1
-                else:
-                    print(f"{prog}: option requires an argument -- '{c}'", file=sys.stderr)
-                    raise _BadOption
-                break
-            continue
-        operands.append(a)
-        i += 1
-    return opts, operands
 
 
 def _f32(x: float) -> float:
@@ -396,7 +286,7 @@ def result_lines(size: int, iters: int, elapsed_us: int) -> tuple[str, str]:
     per_iter = _div(usec, _f32(float(iters)))
     if not math.isnan(per_iter) and not math.isinf(per_iter):
         per_iter = _f32(per_iter)
-    line2 = f"{_c_int(iters)} iters in {secs} seconds = {_fmt2(per_iter)} usec/iter"
+    line2 = f"{c_int(iters)} iters in {secs} seconds = {_fmt2(per_iter)} usec/iter"
     return line1, line2
 
 
@@ -446,16 +336,14 @@ def parse_args(argv: list[str], prog: str, ud: bool) -> Options | int:
     usage text."""
     usage = (UD_USAGE if ud else RC_USAGE).format(prog)
     o = Options(ud=ud, size=1024 if ud else 4096)
-    try:
-        opts, operands = getopt_long(prog, argv, UD_OPTSTRING if ud else RC_OPTSTRING,
-                                     UD_LONGOPTS if ud else RC_LONGOPTS)
-    except _BadOption:
-        sys.stdout.write(usage)
-        return 1
-    for c, arg in opts:
+    getopt = GetoptLong(argv, prog, UD_OPTSTRING if ud else RC_OPTSTRING, UD_LONGOPTS if ud else RC_LONGOPTS)
+    for c, arg in getopt:
+        if c in ("?", ":"):                      # getopt already printed glibc's message
+            sys.stdout.write(usage)
+            return 1
         if c == "p":
             # RC: strtoul; UD: strtol into the same unsigned int -- identical after truncation
-            o.port = strtoul_uint(arg) if not ud else _strto(arg, False) & 0xFFFFFFFF
+            o.port = strtoul_uint(arg) if not ud else strtol(arg) & 0xFFFFFFFF
             if o.port > 65535:
                 sys.stdout.write(usage)
                 return 1
@@ -497,6 +385,7 @@ def parse_args(argv: list[str], prog: str, ud: bool) -> Options | int:
             o.use_dm = True
         elif c == "N":
             o.use_new_send = True
+    operands = getopt.operands
     if len(operands) == 1:
         o.servername = operands[0]
     elif operands:
@@ -625,8 +514,8 @@ class PingPong:
     def __init__(self, o: Options):
         self.o = o
         self.ctx = self.channel = self.pd = self.mr = self.cq = self.qp = self.ah = None
-        self.size = _c_int(o.size)                  # ctx->size is an int
-        self.rx_depth = _c_int(o.rx_depth)
+        self.size = c_int(o.size)                  # ctx->size is an int
+        self.rx_depth = c_int(o.rx_depth)
         self.send_flags = IBV_SEND_SIGNALED
         self.pending = 0
         self.page_size = mmap.PAGESIZE
@@ -639,7 +528,7 @@ class PingPong:
         from ..verbs import cq as cq_m, device as dev_m, mr as mr_m, pd as pd_m, qp as qp_m
         from ..verbs.errors import PyverbsError
         o = self.o
-        buf_len = _c_int(self.size + GRH_BYTES) if o.ud else self.size
+        buf_len = c_int(self.size + GRH_BYTES) if o.ud else self.size
         if buf_len < 0:                             # memalign(page_size, (size_t) negative int)
             _err("Couldn't allocate work buf.")
             return False
@@ -996,7 +885,7 @@ def _run(pp: PingPong, o: Options, dev_name: str, rng: Drand48) -> int:
                 sleep(POLL_NAP_S)
         for wc in wcs:
             err = None
-            wr_id = _c_int(wc.wr_id)
+            wr_id = c_int(wc.wr_id)
             if wc.status != IBV_WC_SUCCESS:
                 _err(f"Failed status {WC_STATUS_STR.get(int(wc.status), 'unknown')} ({int(wc.status)}) "
                      f"for wr_id {wr_id}")
