@@ -154,7 +154,7 @@ class Device:
     def set_addresses(self, mac: bytes, addresses) -> tuple[list, list[RoceSocket], list[RoceSocket]]:
         """The netdev's addresses changed: follow them in the GID table and
         in the bound sockets.  Returns (GID changes, sockets opened, sockets
-        closed)."""
+        retired); the caller unregisters the retired ones, then closes them."""
         self.route_cache.clear()
         ips = [ipaddress.ip_address(a) for a in addresses]
         changes = self.gid_table.sync(mac, ips)
@@ -164,7 +164,6 @@ class Device:
         for sock in list(self.sockets):
             if sock.ip not in want:
                 self.sockets.remove(sock)
-                sock.close()
                 closed.append(sock)
         have = {sock.ip for sock in self.sockets}
         for a in want:

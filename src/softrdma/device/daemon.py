@@ -281,6 +281,7 @@ class Daemon:
                     self.sel.unregister(sk.sock)
                 except (KeyError, ValueError):
                     pass
+                sk.close()
             for sk in opened:
                 self.sel.register(sk.sock, selectors.EVENT_READ, ("udp", (dev, sk)))
             if changes:
