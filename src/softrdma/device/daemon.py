@@ -216,7 +216,13 @@ class Daemon:
                     timeout = min(timeout, max(0.0, d - now))
                 if dev.faults is not None and dev.faults.held:
                     timeout = min(timeout, max(0.0, dev.faults.next_due() - now))
-        for key, _ in self.sel.select(timeout):
+        events = self.sel.select(timeout)
+        if not events and timeout == 0.0:
+            # spinning with nothing to do: give the core to the applications
+            # (two cores, busy-polling apps and daemons: without this every
+            # round trip waits for a scheduler tick)
+            os.sched_yield()
+        for key, _ in events:
             kind, data = key.data
             if kind == "udp":
                 dev, s = data
