@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,12 +66,10 @@ def udp_blast(seconds=1.0, size=1024) -> tuple[float, float]:
 
 
 def same_daemon(writes: int, pings: int) -> dict:
-    from daemon_helpers import RunningDaemon
+    from daemon_helpers import daemon_in_shm
     from softrdma.verbs import addr, cq, device, mr, pd, qp, wr
-    run = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None, prefix="softrdma-bench-")
-    d = RunningDaemon(run)
-    os.environ["SOFTRDMA_RUN"] = run
-    try:
+    with daemon_in_shm("bench") as d:
+        os.environ["SOFTRDMA_RUN"] = d.run_dir
         ctx = device.Context(name="rxe0")
         p = pd.PD(ctx)
         ma, mb = mr.MR(p, 1 << 20, 15), mr.MR(p, 1 << 20, 15)
@@ -118,9 +114,6 @@ def same_daemon(writes: int, pings: int) -> dict:
         ctx.close()
         return {"write_1MiB_Bps": write_bw, "pingpong_rtt_median_us": lat[len(lat) // 2] * 1e6,
                 "pingpong_rtt_p99_us": lat[int(len(lat) * 0.99)] * 1e6}
-    finally:
-        d.stop()
-        subprocess.run(["rm", "-rf", run])
 
 
 def across_namespaces(mib: int) -> dict | None:

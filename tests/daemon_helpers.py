@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from softrdma.device.control import recv_msg, send_msg
@@ -45,3 +48,19 @@ class RunningDaemon:
         rc = self.proc.wait(10)
         self.log.close()
         return rc
+
+
+@contextlib.contextmanager
+def daemon_in_shm(tag: str, **kw):
+    """A RunningDaemon whose run dir is on /dev/shm (its sysfs tree is
+    thousands of small files; a journalled disk makes that slow), removed
+    afterwards."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    run = os.path.join(base, f"softrdma-{tag}-{os.getpid()}")
+    os.makedirs(run, exist_ok=True)
+    d = RunningDaemon(run, **kw)
+    try:
+        yield d
+    finally:
+        d.stop()
+        shutil.rmtree(run, ignore_errors=True)

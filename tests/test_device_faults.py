@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from daemon_helpers import RunningDaemon
+from daemon_helpers import daemon_in_shm
 from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC, IBV_WC_SUCCESS, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND
 from softrdma.verbs import addr, cq, device, mr, pd, qp, wr
 from softrdma.verbs.errors import PyverbsRDMAError
@@ -19,14 +19,10 @@ ACC = 15
 
 
 @pytest.fixture
-def daemon(tmp_path, monkeypatch):
-    run = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path), f"softrdma-faults-{os.getpid()}")
-    os.makedirs(run, exist_ok=True)
-    d = RunningDaemon(run)
-    monkeypatch.setenv("SOFTRDMA_RUN", run)
-    yield d
-    d.stop()
-    os.system(f"rm -rf {run}")
+def daemon(monkeypatch):
+    with daemon_in_shm("faults") as d:
+        monkeypatch.setenv("SOFTRDMA_RUN", d.run_dir)
+        yield d
 
 
 def _pair(ctx):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from daemon_helpers import RunningDaemon
+from daemon_helpers import daemon_in_shm
 from softrdma import wire
 from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_WC_SUCCESS, IBV_WR_SEND
 from softrdma.verbs import addr, cq, device, mr, pd, qp, wr
@@ -21,14 +21,10 @@ N_DATAGRAMS = 100_000
 
 
 @pytest.fixture
-def daemon(monkeypatch, tmp_path):
-    run = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path), f"softrdma-fuzz-{os.getpid()}")
-    os.makedirs(run, exist_ok=True)
-    d = RunningDaemon(run)
-    monkeypatch.setenv("SOFTRDMA_RUN", run)
-    yield d
-    d.stop()
-    os.system(f"rm -rf {run}")
+def daemon(monkeypatch):
+    with daemon_in_shm("fuzz") as d:
+        monkeypatch.setenv("SOFTRDMA_RUN", d.run_dir)
+        yield d
 
 
 def _seen(mgmt) -> int:

@@ -8,20 +8,15 @@ import sys
 
 import pytest
 
-from daemon_helpers import RunningDaemon
+from daemon_helpers import daemon_in_shm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture
 def shm_daemon():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
-    run = os.path.join(base, f"softrdma-pv-{os.getpid()}")
-    os.makedirs(run, exist_ok=True)
-    d = RunningDaemon(run)
-    yield d
-    d.stop()
-    subprocess.run(["rm", "-rf", run])
+    with daemon_in_shm("pv") as d:
+        yield d
 
 
 def test_pyverbs_path_holds_a_pyverbs_package():

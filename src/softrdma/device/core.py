@@ -19,13 +19,12 @@ daemon's loop calls them; nothing here blocks.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import struct
 
-from ..enums import ibv_event_type, ibv_qp_state, ibv_wc_opcode, ibv_wc_status, ints
+from ..enums import ibv_event_type, ibv_wc_opcode, ibv_wc_status, ints
 from ..errors import VerbsError
-from ..transport.counters import Counter, RXE_HW_COUNTERS, new_counters
+from ..transport.counters import RXE_HW_COUNTERS, new_counters
 from ..transport.memory import MemoryTable
 from ..transport.qp import QP, SRQ, DeviceCaps
 from ..transport.wr import WC, AddressVector
@@ -41,7 +40,6 @@ from .queues import CompletionQueueProducer, WorkQueueConsumer
 EV = ints(ibv_event_type)
 ST = ints(ibv_wc_status)
 WCO = ints(ibv_wc_opcode)
-QPS = ints(ibv_qp_state)
 UD = 4                    # IBV_QPT_UD
 _HANDLE = struct.Struct("<I")
 
@@ -443,4 +441,4 @@ def _grh(src: bytes, dst: bytes, udp_payload_len: int) -> bytes:
     return ipv6_header(src, dst, udp_payload_len)
 
 
-__all__ = ["Device", "DevQP", "DevCQ", "DevSRQ", "DevChannel", "Counter", "os"]
+__all__ = ["Device", "DevQP", "DevCQ", "DevSRQ", "DevChannel"]

@@ -25,10 +25,7 @@ import socket
 import struct
 import time
 
-from ..enums import (
-    IBV_EVENT_DEVICE_FATAL, IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR, ibv_qp_attr_mask,
-    ibv_qp_state, ints,
-)
+from ..enums import IBV_EVENT_DEVICE_FATAL, IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
@@ -40,7 +37,6 @@ from .shm import Ring
 from .sysfs import SysfsTree, rxe_device_attrs, rxe_pma_counters
 
 log = logging.getLogger("softrdmad")
-M = ints(ibv_qp_attr_mask)
 SPIN_S = 0.002
 SOCKET_NAME = "softrdmad.sock"
 LOCK_NAME = "softrdmad.lock"
@@ -832,4 +828,4 @@ def _node_guid(mac: bytes) -> str:
     return ":".join(eui[i:i + 2].hex() for i in range(0, 8, 2))
 
 
-__all__ = ["Daemon", "Client", "default_run_dir", "ibv_qp_state"]
+__all__ = ["Daemon", "Client", "default_run_dir"]

@@ -35,7 +35,7 @@ from ..enums import (
 )
 from ..errors import einval, enomem, eopnotsupp
 from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
-from ..wire.opcodes import ACK_MASK, IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABLE, REQ_MASK, RESP_MASK
+from ..wire.opcodes import IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABLE, REQ_MASK, RESP_MASK
 from . import completer, requester, responder
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS
 from .counters import Counter, new_counters
@@ -568,4 +568,4 @@ class QP:
 
 
 __all__ = ["QP", "QPAttr", "QPCap", "SRQ", "DeviceCaps", "TRANSITIONS", "MAX_UNACKED_PSNS",
-           "MAX_PKT_PER_ACK", "timeout_seconds", "ACK_MASK"]
+           "MAX_PKT_PER_ACK", "timeout_seconds"]
