@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -40,8 +41,15 @@ def _xfer(h: TwoHosts, mib: int, timeout: float = 600, qp_timeout: int = 14) -> 
     srv.stdin.write(a)
     srv.stdin.flush()
     try:
-        cli_out, _ = cli.communicate(timeout=timeout)
-        srv_out, _ = srv.communicate(timeout=60)
+        # the server first: the client holds its QP open until the server is done
+        end = time.monotonic() + timeout
+        while srv.poll() is None and cli.poll() in (None, 0) and time.monotonic() < end:
+            time.sleep(0.1)
+        if srv.poll() is None:                  # the client failed or time ran out
+            time.sleep(5 if cli.poll() is not None else 0)
+            srv.kill()
+        srv_out, _ = srv.communicate(timeout=10)
+        cli_out, _ = cli.communicate(timeout=60)
     finally:
         for p in (cli, srv):
             if p.poll() is None:

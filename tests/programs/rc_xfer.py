@@ -6,7 +6,11 @@ Each side prints its JSON address line, reads the peer's from stdin.  The
 client RDMA-WRITEs 8 MiB batches of seeded random data into the server's
 MR, then SENDs the batch's SHA-256; the server hashes what landed (the SEND
 is ordered after the WRITEs), and answers with a SEND ("ok"/"bad"), which
-also tells the client the region is free again.  Both print a summary."""
+also tells the client the region is free again.  Both print a summary.
+
+The client keeps its QP until its stdin closes: the ACK of the server's
+last SEND may be lost, and the server's retransmission needs a live QP to
+be acknowledged (else it ends in IBV_WC_RETRY_EXC_ERR, as on real RC)."""
 
 import hashlib
 import json
@@ -90,3 +94,4 @@ else:
         post_recv(b + 1)
     dt = time.monotonic() - t0
     print(json.dumps({"batches": batches, "seconds": dt, "MBps": batches * BATCH / dt / 1e6}), flush=True)
+    sys.stdin.read()
