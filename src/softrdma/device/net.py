@@ -10,7 +10,8 @@ port.
 Receiving: ``recv`` drains the socket into a fixed pool of buffers (no
 per-packet allocation), checks the ICRC from the addresses and ports the
 socket reports -- FULL for IPv6, for IPv4 with the sender's IP ID recovered
-(``wire.icrc.verify``) -- and returns the packets without their ICRC, as
+(``wire.icrc.verify``), the ID then checked against what that peer sends
+(``ipid.PeerIds``) -- and returns the packets without their ICRC, as
 memoryviews into the pool, valid until the next ``recv``.  Bad ICRCs and
 short datagrams are dropped and counted, never raised.
 """
@@ -23,6 +24,7 @@ import socket
 from dataclasses import dataclass
 
 from ..wire.icrc import ICRC, ROCEV2_UDP_PORT, Ipv4Flow, Verdict, icrc, ipv6_header, udp_header, verify
+from .ipid import PeerIds
 
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
 IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
@@ -40,6 +42,7 @@ class NetStats:
     rx_icrc_errors: int = 0
     rx_short: int = 0
     rx_id_recovered: int = 0     # IPv4 ICRCs checked by recovering the sender's IP ID
+    rx_id_implausible: int = 0   # ... whose recovered ID that peer would not send: damaged (also in icrc errors)
 
 
 def gid_to_ip(gid: bytes) -> str:
@@ -76,6 +79,7 @@ class RoceSocket:
         self.stats = NetStats()
         self._flows: dict[str, Ipv4Flow] = {}
         self._addr_bytes: dict[str, bytes] = {}
+        self._peer_ids = PeerIds()
         self._pool = [bytearray(MAX_DATAGRAM) for _ in range(pool)]
         self._views = [memoryview(b) for b in self._pool]
 
@@ -123,6 +127,7 @@ class RoceSocket:
         st = self.stats
         addrs = self._addr_bytes
         recv_into = self.sock.recvfrom_into
+        accept_id = self._peer_ids.accept
         for view in self._views:
             try:
                 n, addr = recv_into(view)
@@ -138,11 +143,15 @@ class RoceSocket:
             src = addrs.get(addr[0])
             if src is None:
                 src = addrs[addr[0]] = ipaddress.ip_address(addr[0]).packed
-            verdict, _ = verify(view[:n], src=src, dst=self.ip_bytes, sport=addr[1], dport=self.port)
+            verdict, combo = verify(view[:n], src=src, dst=self.ip_bytes, sport=addr[1], dport=self.port)
             if verdict is Verdict.BAD:
                 st.rx_icrc_errors += 1
                 continue
             if verdict is Verdict.ID_RECOVERED:
+                if not accept_id(src, combo):
+                    st.rx_id_implausible += 1
+                    st.rx_icrc_errors += 1
+                    continue
                 st.rx_id_recovered += 1
             st.rx_packets += 1
             st.rx_bytes += n
