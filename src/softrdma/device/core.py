@@ -40,7 +40,7 @@ from .queues import CompletionQueueProducer, WorkQueueConsumer
 EV = ints(ibv_event_type)
 ST = ints(ibv_wc_status)
 WCO = ints(ibv_wc_opcode)
-UD = 4                    # IBV_QPT_UD
+RC, UD = 2, 4             # IBV_QPT_RC, IBV_QPT_UD
 _HANDLE = struct.Struct("<I")
 
 
@@ -201,6 +201,22 @@ class Device:
 
     def add_qp(self, dqp: DevQP) -> None:
         self.qps[dqp.qp.qp_num] = dqp
+        if dqp.qp.qp_type == RC:
+            dqp.qp.local_peer = self.local_peer
+
+    def local_peer(self, qp):
+        """The RC peer of ``qp`` if it lives in this daemon and nothing (fault
+        injection) stands between them: ``transport.loopback`` may then run
+        whole messages.  Known once the route has been resolved (by the
+        first packet)."""
+        if self.faults is not None:
+            return None
+        av = qp.av
+        r = self.route_cache.get((av.dgid, av.sgid_index))
+        if r is None or r[0] is None or r[0].faults is not None:
+            return None
+        dqp = r[0].qps.get(qp.dest_qpn)
+        return dqp.qp if dqp is not None else None
 
     def remove_qp(self, dqp: DevQP) -> None:
         qp = dqp.qp

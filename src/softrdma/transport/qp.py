@@ -250,6 +250,9 @@ class QP:
         self.tx = tx if tx is not None else []
         self.events = events if events is not None else []
         self.cnt = new_counters()
+        # set by the engine that hosts the QP: qp -> the peer QP when it is in
+        # the same engine and nothing lies between them (transport.loopback)
+        self.local_peer = None
         self.opclass = {RC: IB_OPCODE_RC, UC: IB_OPCODE_UC, UD: IB_OPCODE_UD}[qp_type]
         self._rx = _rx_table(qp_type, self.opclass)
         self.attr = QPAttr(cap=self.cap)

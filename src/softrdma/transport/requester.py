@@ -34,6 +34,7 @@ from ..wire.opcodes import (
     OP_SEND_ONLY_WITH_IMMEDIATE, OP_SEND_ONLY_WITH_INVALIDATE, OPCODE_TABLE,
 )
 from . import completer                       # cycle: completer calls back into retry()
+from . import loopback
 from .counters import Counter
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, MIN_CWND  # noqa: F401 (re-exported)
 from .memory import LOCAL_READ, LOCAL_WRITE
@@ -152,6 +153,13 @@ def run(qp, now: float) -> None:
                 qp.req_idx = idx
                 completer.retire(qp)
                 return
+            if idx == 0 and qp.local_peer is not None and qp.req_psn == qp.comp_psn:
+                peer = qp.local_peer(qp)
+                if peer is not None and loopback.execute(qp, peer, wqe):
+                    qp.req_idx = 1
+                    completer.retire(qp)
+                    idx, nsq = qp.req_idx, len(sq)
+                    continue
         elif wst == WQE_ERROR:
             break
         elif wst != WQE_PROCESSING:

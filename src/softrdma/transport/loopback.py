@@ -1,0 +1,157 @@
+"""Whole messages between two RC QPs of the same device engine, without packets.
+
+When a requester's peer QP is reachable in the same process (two QPs of one
+daemon, no fault injection or capture between them), a message can be
+executed at once instead of being cut into MTU packets that are built,
+parsed and acknowledged one by one: one memory copy from the source buffers
+to the destination, one receive completion, one send completion.  This is
+what makes same-host RDMA run at memory speed.
+
+It is a short cut, never a second protocol.  It is taken only when the
+packet path would certainly succeed the same way -- nothing in flight on
+either side, PSNs in step, every check the responder makes passed (op
+allowed by the QP's access flags, rkey/PD/bounds/access, a receive WQE
+present and large enough).  Anything else -- an RNR, a bad rkey, an op the
+short cut does not cover (ATOMIC, SEND_WITH_INV), a QP not in RTR/RTS --
+goes through the packets, which give the spec's NAKs, retries and errors.
+Both QPs' PSNs, MSN and counters advance exactly as if the packets had been
+exchanged (one ACK per message), so the two paths mix freely on one QP.
+"""
+
+from __future__ import annotations
+
+from ..enums import ibv_qp_state, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints
+from .counters import Counter
+from .memory import REMOTE_READ, REMOTE_WRITE
+from .responder import _NONE, _RES_READ, _add_resource, _resolve_rwqe
+from .sgl import gather, scatter
+from .wr import WC, WQE_DONE
+
+S = ints(ibv_qp_state)
+WR = ints(ibv_wr_opcode)
+WCO = ints(ibv_wc_opcode)
+WF = ints(ibv_wc_flags)
+ST = ints(ibv_wc_status)
+C = ints(Counter)
+RTR, RTS = S.IBV_QPS_RTR, S.IBV_QPS_RTS
+SEND, SEND_IMM = WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM
+WRITE, WRITE_IMM, READ = WR.IBV_WR_RDMA_WRITE, WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR.IBV_WR_RDMA_READ
+SEND_SOLICITED = 4
+SENT_PKTS, RCVD_PKTS, SENT_BYTES, RCVD_BYTES = C.sent_pkts, C.rcvd_pkts, C.sent_bytes, C.rcvd_bytes
+RDMA_SENDS, RDMA_RECVS = C.rdma_sends, C.rdma_recvs
+_OPS = frozenset((SEND, SEND_IMM, WRITE, WRITE_IMM, READ))
+
+
+def _source(views, length: int):
+    """The message bytes as one buffer (a view when there is one SGE)."""
+    if len(views) == 1:
+        return views[0]
+    buf = bytearray(length)
+    gather(views, 0, length, buf, 0)
+    return buf
+
+
+def _take_rwqe(peer, length: int):
+    """The receive WQE the message would consume, if it is there and fits;
+    else None and nothing taken (the packet path gives the RNR or error)."""
+    srq = peer.srq
+    rq = srq.rq if srq is not None else peer.rq
+    if not rq:
+        return None
+    wqe = rq[0]
+    if wqe.length < length or (wqe.views is None and not _resolve_rwqe(peer, wqe)):
+        return None
+    return srq.take() if srq is not None else rq.popleft()
+
+
+def execute(qp, peer, wqe) -> bool:
+    """Run the started ``wqe`` of ``qp`` against ``peer`` as one message.
+    True: done (``wqe`` is WQE_DONE, every effect applied); False: nothing
+    was touched, send it as packets."""
+    op = wqe.opcode
+    if (op not in _OPS or peer.state != RTR and peer.state != RTS or peer.resp_psn != qp.req_psn
+            or peer.resp_opcode != _NONE or peer.sent_psn_nak or peer.dest_qpn != qp.qp_num
+            or peer.ack_pending is not None or not peer.rc):
+        return False
+    length = wqe.length
+    access = peer.attr.qp_access_flags
+    rwqe = None
+    if op == READ:
+        if not access & REMOTE_READ or peer.max_dest_rd_atomic == 0:
+            return False
+        src = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_READ) \
+            if length else b""
+        if src is None:
+            return False
+        if length:
+            scatter(wqe.views, 0, src, 0, length)
+    elif op == WRITE or op == WRITE_IMM:
+        if not access & REMOTE_WRITE:
+            return False
+        dst = None
+        if length:
+            dst = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_WRITE)
+            if dst is None:
+                return False
+        if op == WRITE_IMM:
+            rwqe = _take_rwqe(peer, 0)
+            if rwqe is None:
+                return False
+        if length:
+            views = wqe.views
+            if len(views) == 1:
+                dst[:] = views[0]
+            else:
+                gather(views, 0, length, dst, 0)
+    else:
+        rwqe = _take_rwqe(peer, length)
+        if rwqe is None:
+            return False
+        if length:
+            scatter(rwqe.views, 0, _source(wqe.views, length), 0, length)
+    npkts = wqe.npkts
+    end = (qp.req_psn + npkts) & 0xFFFFFF
+    # the responder: ePSN, MSN, resources and counters as after the packets
+    peer.resp_psn = end
+    peer.msn += 1
+    pc = peer.cnt
+    if op == READ:
+        _add_resource(peer, [_RES_READ, wqe.first_psn, wqe.last_psn, wqe.remote_addr, wqe.rkey, length,
+                             peer.msn])
+        pc[C.rx_read_requests] += 1
+        pc[RCVD_PKTS] += 1
+        pc[SENT_PKTS] += npkts
+        pc[SENT_BYTES] += length
+    else:
+        pc[RCVD_PKTS] += npkts
+        pc[RCVD_BYTES] += length
+        pc[SENT_PKTS] += 1                               # the ACK
+        if op == WRITE or op == WRITE_IMM:
+            pc[C.rx_write_requests] += 1
+    if rwqe is not None:
+        pc[RDMA_RECVS] += 1
+        if op == WRITE_IMM:
+            wc = WC(rwqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, peer.qp_num, length,
+                    wqe.imm_data, qp.qp_num, WF.IBV_WC_WITH_IMM)
+        else:
+            wc = WC(rwqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, peer.qp_num, length,
+                    wqe.imm_data if op == SEND_IMM else 0, qp.qp_num,
+                    WF.IBV_WC_WITH_IMM if op == SEND_IMM else 0)
+        peer.recv_cq.push(wc, wqe.send_flags & SEND_SOLICITED)
+    # the requester: everything sent and acknowledged
+    qp.req_psn = qp.comp_psn = qp.sent_end = end
+    qc = qp.cnt
+    if op == READ:
+        qc[SENT_PKTS] += 1
+        qc[RCVD_PKTS] += npkts
+    else:
+        qc[SENT_PKTS] += npkts
+        qc[SENT_BYTES] += length
+        qc[RCVD_PKTS] += 1
+        qc[RDMA_SENDS] += 1
+    qp.retry_cnt = qp.retry_cnt_init
+    qp.rnr_retry = qp.rnr_retry_init
+    wqe.offset = length
+    wqe.pkts_sent = npkts
+    wqe.state = WQE_DONE
+    return True
