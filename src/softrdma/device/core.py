@@ -301,6 +301,7 @@ class Device:
         port = self.udp_port
         faults = self.faults
         npkts = nbytes = 0
+        bursts: dict = {}                              # (socket, destination) -> packets, in order
         for qp, pkt, av in items:
             key = (av.dgid, av.sgid_index)
             r = cache.get(key)
@@ -316,10 +317,22 @@ class Device:
             peer, sock, dst_ip, src_b, dst_b = r
             if peer is not None:
                 peer.deliver_one(memoryview(pkt), src_b, dst_b, now)
-            elif sock is None or not sock.send(pkt, dst_ip, port):
+            elif sock is None:
+                continue
+            else:
+                b = bursts.get((sock, dst_ip))
+                if b is None:
+                    bursts[(sock, dst_ip)] = [pkt]
+                else:
+                    b.append(pkt)
                 continue
             npkts += 1
             nbytes += len(pkt) + 4
+        for (sock, dst_ip), pkts in bursts.items():
+            tx0, by0 = sock.stats.tx_packets, sock.stats.tx_bytes
+            sock.send_burst(pkts, dst_ip, port)
+            npkts += sock.stats.tx_packets - tx0
+            nbytes += sock.stats.tx_bytes - by0
         self.traffic["tx_packets"] += npkts
         self.traffic["tx_bytes"] += nbytes
         return True

@@ -23,10 +23,11 @@ now someone else (e.g. rxe took over the address): back to lenient.
 
 from __future__ import annotations
 
+from ..wire.icrc import COMBO_DF as _DF
+
 SEGMENT_IDS = 128          # UDP_MAX_SEGMENTS: the most IDs one GSO send spans
 STRICT_AFTER = 4
 LENIENT_AFTER = 64
-_DF = 1 << 16
 
 
 class PeerIds:

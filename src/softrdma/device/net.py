@@ -1,19 +1,24 @@
 """RoCEv2 over a UDP socket: one bound address of a device port.
 
-Sending: the packet and its ICRC go out with one ``sendmsg`` (no copy of
-the packet).  An unconnected IPv4 socket with IP_PMTUDISC_DO makes Linux
-emit DF=1 and IP ID 0, so the ICRC over the IPv4 header the receiver will
-see is computable here (``wire.icrc.Ipv4Flow``).  The UDP source port is
-the socket's (4791): one socket serves every QP, and rxe accepts any source
-port.
+Sending: each packet and its ICRC go out without being copied together
+(``sendmsg`` with an iovec).  A burst of packets to one destination goes
+out as UDP GSO sends (``send_burst``): runs of equal-sized packets, up to
+64 KiB, in one system call each, which the kernel (or the NIC) cuts into
+datagrams.  An unconnected IPv4 socket with IP_PMTUDISC_DO makes Linux
+emit DF=1 and IP ID 0, and the segments of one GSO send IDs 0, 1, 2 ...,
+so the ICRC over the IPv4 header the receiver will see is computable here
+(``wire.icrc.Ipv4Flow``).  The UDP source port is the socket's (4791): one
+socket serves every QP, and rxe accepts any source port.
 
 Receiving: ``recv`` drains the socket into a fixed pool of buffers (no
-per-packet allocation), checks the ICRC from the addresses and ports the
-socket reports -- FULL for IPv6, for IPv4 with the sender's IP ID recovered
-(``wire.icrc.verify``), the ID then checked against what that peer sends
-(``ipid.PeerIds``) -- and returns the packets without their ICRC, as
-memoryviews into the pool, valid until the next ``recv``.  Bad ICRCs and
-short datagrams are dropped and counted, never raised.
+per-packet allocation).  UDP GRO is on, so a run of datagrams can arrive
+as one buffer with its segment size; it is cut back into datagrams with
+memoryview slices.  Each is checked: the ICRC from the addresses and ports
+the socket reports -- FULL for IPv6, for IPv4 with the sender's IP ID
+recovered (``wire.icrc.verify``), the ID then checked against what that
+peer sends (``ipid.PeerIds``).  ``recv`` returns the packets without their
+ICRC, as memoryviews into the pool, valid until the next ``recv``.  Bad
+ICRCs and short datagrams are dropped and counted, never raised.
 """
 
 from __future__ import annotations
@@ -21,14 +26,24 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+import struct
+import sys
 from dataclasses import dataclass
 
-from ..wire.icrc import ICRC, ROCEV2_UDP_PORT, Ipv4Flow, Verdict, icrc, ipv6_header, udp_header, verify
+from ..wire.icrc import COMBO_DF, ICRC, ROCEV2_UDP_PORT, Ipv4Flow, Verdict, icrc, ipv6_header, udp_header, verify
 from .ipid import PeerIds
 
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
 IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
-MAX_DATAGRAM = 9216           # jumbo frames: 4096 MTU packets fit with room to spare
+MAX_DATAGRAM = 65536          # a GRO buffer (a whole GSO send) or one jumbo datagram
+GSO_MAX_BYTES = 65000         # one GSO send: under the 65,507-byte UDP payload limit
+GSO_MAX_SEGS = 64             # ... and under UDP_MAX_SEGMENTS
+RX_BUDGET = 64                # datagrams per recv(): then the ACKs go out
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+_SEGSIZE = struct.Struct("=H")
+_GRO_CMSG = socket.CMSG_SPACE(4)
 MIN_ROCE_PAYLOAD = 16         # BTH + ICRC
 
 
@@ -37,10 +52,12 @@ class NetStats:
     tx_packets: int = 0
     tx_bytes: int = 0
     tx_errors: int = 0
+    tx_gso_sends: int = 0        # sendmsg calls that carried several packets
     rx_packets: int = 0
     rx_bytes: int = 0
     rx_icrc_errors: int = 0
     rx_short: int = 0
+    rx_gro_buffers: int = 0      # receives that carried several datagrams
     rx_id_recovered: int = 0     # IPv4 ICRCs checked by recovering the sender's IP ID
     rx_id_implausible: int = 0   # ... whose recovered ID that peer would not send: damaged (also in icrc errors)
 
@@ -75,6 +92,11 @@ class RoceSocket:
             self.sock.close()
             raise
         self.sock.setblocking(False)
+        try:
+            self.sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+        except OSError:                    # a kernel without UDP GRO (< 5.0): one datagram per recv
+            pass
+        self.gso = True                    # cleared if the kernel refuses UDP_SEGMENT
         self.port = self.sock.getsockname()[1]
         self.stats = NetStats()
         self._flows: dict[str, Ipv4Flow] = {}
@@ -110,8 +132,7 @@ class RoceSocket:
         try:
             self.sock.sendmsg([pkt, ICRC.pack(crc)], (), 0, (dst_ip, dport))
         except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.ENOBUFS, errno.EMSGSIZE, errno.ECONNREFUSED,
-                               errno.ENETUNREACH, errno.EHOSTUNREACH):
+            if e.errno not in _TX_DROPS:
                 raise
             self.stats.tx_errors += 1
             return False
@@ -119,41 +140,123 @@ class RoceSocket:
         self.stats.tx_bytes += len(pkt) + 4
         return True
 
+    def send_burst(self, pkts: list, dst_ip: str, dport: int = ROCEV2_UDP_PORT) -> int:
+        """Send ``pkts`` (in order) to one destination; runs of equal-sized
+        packets go as one UDP GSO send each.  Returns how many the kernel
+        took (the rest are counted as errors; retransmission covers them)."""
+        if self.v6 or not self.gso or len(pkts) == 1:
+            return sum(self.send(p, dst_ip, dport) for p in pkts)
+        flow = self._flows.get(dst_ip)
+        if flow is None or flow.dport != dport:
+            flow = self._flows[dst_ip] = Ipv4Flow(self.ip_bytes, socket.inet_aton(dst_ip), self.port, dport)
+        icrc4 = flow.icrc
+        pack = ICRC.pack
+        sendmsg = self.sock.sendmsg
+        addr = (dst_ip, dport)
+        st = self.stats
+        sent = 0
+        i, n = 0, len(pkts)
+        while i < n:
+            seg = len(pkts[i]) + 4
+            limit = min(GSO_MAX_SEGS, GSO_MAX_BYTES // seg)
+            iov = []
+            j = i
+            while j < n and j - i < limit:
+                size = len(pkts[j]) + 4
+                if size > seg:
+                    break
+                iov.append(pkts[j])
+                iov.append(pack(icrc4(pkts[j], j - i)))    # segment k gets IP ID k
+                j += 1
+                if size < seg:                             # a shorter one ends the run
+                    break
+            count = j - i
+            try:
+                if count == 1:
+                    sendmsg(iov, (), 0, addr)
+                else:
+                    sendmsg(iov, [(SOL_UDP, UDP_SEGMENT, _SEGSIZE.pack(seg))], 0, addr)
+                    st.tx_gso_sends += 1
+            except OSError as e:
+                if count > 1 and e.errno in (errno.EINVAL, errno.ENOPROTOOPT, errno.EIO):
+                    self.gso = False                       # no UDP GSO here: one by one from now on
+                    return sent + sum(self.send(p, dst_ip, dport) for p in pkts[i:])
+                if e.errno not in _TX_DROPS:
+                    raise
+                st.tx_errors += count
+                i = j
+                continue
+            st.tx_packets += count
+            st.tx_bytes += sum(len(p) + 4 for p in pkts[i:j])
+            sent += count
+            i = j
+        return sent
+
     # -- receive
-    def recv(self) -> list[tuple[memoryview, bytes, int]]:
-        """Up to ``pool`` verified packets: (packet without ICRC, source
-        address bytes, source UDP port)."""
+    def recv(self, budget: int = RX_BUDGET) -> list[tuple[memoryview, bytes, int]]:
+        """Verified packets, (packet without ICRC, source address bytes,
+        source UDP port), until ``budget`` datagrams or ``pool`` buffers
+        were read.  The budget (NAPI's weight) lets the caller send the ACKs
+        for a batch before the next one: the sender's window keeps moving."""
         out = []
         st = self.stats
         addrs = self._addr_bytes
-        recv_into = self.sock.recvfrom_into
+        recvmsg_into = self.sock.recvmsg_into
         accept_id = self._peer_ids.accept
+        ip_bytes, port = self.ip_bytes, self.port
+        ndgrams = 0
         for view in self._views:
+            if ndgrams >= budget:
+                break
             try:
-                n, addr = recv_into(view)
+                n, anc, _flags, addr = recvmsg_into([view], _GRO_CMSG)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as e:                    # ICMP errors surface here: not ours to act on
                 if e.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
                     continue
                 raise
-            if n < MIN_ROCE_PAYLOAD:
-                st.rx_short += 1
-                continue
             src = addrs.get(addr[0])
             if src is None:
                 src = addrs[addr[0]] = ipaddress.ip_address(addr[0]).packed
-            verdict, combo = verify(view[:n], src=src, dst=self.ip_bytes, sport=addr[1], dport=self.port)
-            if verdict is Verdict.BAD:
-                st.rx_icrc_errors += 1
+            sport = addr[1]
+            if n < MIN_ROCE_PAYLOAD:
+                st.rx_short += 1
+                ndgrams += 1
                 continue
-            if verdict is Verdict.ID_RECOVERED:
-                if not accept_id(src, combo):
-                    st.rx_id_implausible += 1
+            seg = n
+            if anc:
+                for level, kind, data in anc:
+                    if level == SOL_UDP and kind == UDP_GRO:
+                        seg = int.from_bytes(data[:4], sys.byteorder) or n   # 0 never comes; be safe
+                if seg < n:
+                    st.rx_gro_buffers += 1
+            k = 0
+            ndgrams += -(-n // seg)
+            for off in range(0, n, seg):
+                m = min(seg, n - off)
+                dgram = view[off:off + m]
+                if m < MIN_ROCE_PAYLOAD:
+                    st.rx_short += 1
+                    continue
+                # the k-th datagram of a GRO buffer is likely the k-th segment of a GSO send
+                verdict, combo = verify(dgram, src=src, dst=ip_bytes, sport=sport, dport=port,
+                                        expect=COMBO_DF | k)
+                k += 1
+                if verdict is Verdict.BAD:
                     st.rx_icrc_errors += 1
                     continue
-                st.rx_id_recovered += 1
-            st.rx_packets += 1
-            st.rx_bytes += n
-            out.append((view[:n - 4], src, addr[1]))
+                if verdict is Verdict.ID_RECOVERED:
+                    if not accept_id(src, combo):
+                        st.rx_id_implausible += 1
+                        st.rx_icrc_errors += 1
+                        continue
+                    st.rx_id_recovered += 1
+                st.rx_packets += 1
+                st.rx_bytes += m
+                out.append((dgram[:m - 4], src, sport))
         return out
+
+
+_TX_DROPS = frozenset((errno.EAGAIN, errno.ENOBUFS, errno.EMSGSIZE, errno.ECONNREFUSED, errno.ENETUNREACH,
+                       errno.EHOSTUNREACH))

@@ -52,6 +52,7 @@ _IPV4 = struct.Struct(">BBHHHBBH4s4s")
 _IPV6 = struct.Struct(">IHBB16s16s")
 _UDP = struct.Struct(">HHHH")
 IP_DF = 0x4000
+COMBO_DF = 1 << 16        # DF in a recovered ID/DF value (ident | df << 16)
 
 # CRC state after the 8 masked LRH bytes: every ICRC starts from here.
 _LRH_SEED = zlib.crc32(b"\xff" * 8)
@@ -138,10 +139,13 @@ class Ipv4Flow:
         self.src, self.dst, self.sport, self.dport = src, dst, sport, dport
         self.ident, self.df = ident, df
 
-    def icrc(self, ib_pkt) -> int:
+    def icrc(self, ib_pkt, ident: int | None = None) -> int:
+        """``ident``: this packet's IP ID if not the flow's (the i-th segment
+        of a UDP GSO send gets ID i)."""
         udp_len = UDP_HDR_BYTES + len(ib_pkt) + 4
         crc = zlib.crc32(self._MASKED.pack(
-            0x45, 0xFF, IPV4_HDR_BYTES + udp_len, self.ident, IP_DF if self.df else 0, 0xFF,
+            0x45, 0xFF, IPV4_HDR_BYTES + udp_len, self.ident if ident is None else ident,
+            IP_DF if self.df else 0, 0xFF,
             IPPROTO_UDP, 0xFFFF, self.src, self.dst, self.sport, self.dport, udp_len, 0xFFFF),
             _LRH_SEED)
         crc = zlib.crc32(ib_pkt[0:BTH_RESV8A_OFFSET], crc)
@@ -160,6 +164,18 @@ class Verdict(Enum):
     FULL = "full"
     ID_RECOVERED = "id_recovered"
     BAD = "bad"
+
+
+@lru_cache(maxsize=4096)
+def _combo_delta(total_len: int, combo: int) -> int:
+    """The CRC difference an ID/DF value (ident | df << 16) makes against
+    ID 0, DF clear (CRC-32 is linear: the XOR of its bits' differences)."""
+    zero = zlib.crc32(bytes(total_len))
+    msg = bytearray(total_len)
+    msg[8 + 4:8 + 6] = (combo & 0xFFFF).to_bytes(2, "big")
+    if combo & COMBO_DF:
+        msg[8 + 6] = 0x40
+    return zlib.crc32(msg) ^ zero
 
 
 @lru_cache(maxsize=64)
@@ -191,12 +207,13 @@ def _id_basis(total_len: int) -> tuple[tuple[int, int, int], ...]:
 
 
 def verify(udp_payload, *, ip_hdr=None, src: bytes | None = None, dst: bytes | None = None,
-           sport: int = 0, dport: int = ROCEV2_UDP_PORT) -> tuple[Verdict, int | None]:
+           sport: int = 0, dport: int = ROCEV2_UDP_PORT, expect: int = COMBO_DF) -> tuple[Verdict, int | None]:
     """Check the ICRC at the end of ``udp_payload``.
 
     With ``ip_hdr`` (the real header) the check is FULL.  Without it, pass the
     addresses (4 bytes for IPv4, 16 for IPv6) and ports from recvmsg: IPv6
-    is still FULL; IPv4 solves for the ID/DF bits (see module doc).  Returns
+    is still FULL; IPv4 solves for the ID/DF bits (see module doc); the
+    likely answer ``expect`` (ident | df << 16) is tried first.  Returns
     (verdict, recovered (ident | df << 16) or None)."""
     n = len(udp_payload)
     if n < 16:
@@ -219,8 +236,11 @@ def verify(udp_payload, *, ip_hdr=None, src: bytes | None = None, dst: bytes | N
             calc = zlib.crc32(b"\xff", calc)
             calc = zlib.crc32(body[BTH_RESV8A_OFFSET + 1:], calc)
             delta = calc ^ wire
+            total = 8 + IPV4_HDR_BYTES + UDP_HDR_BYTES + n - 4
+            if delta == _combo_delta(total, expect):
+                return Verdict.ID_RECOVERED, expect
             combo = 0
-            for pivot, vec, c in _id_basis(8 + IPV4_HDR_BYTES + UDP_HDR_BYTES + n - 4):
+            for pivot, vec, c in _id_basis(total):
                 if delta >> pivot & 1:
                     delta ^= vec
                     combo ^= c
