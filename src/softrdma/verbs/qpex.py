@@ -243,4 +243,5 @@ class QPEx(QP):
 
     def close(self) -> None:
         self._active = False
+        self._slot = None            # a view into the SQ ring, which close unmaps
         super().close()
