@@ -170,6 +170,86 @@ class ibv_wc_flags(IntFlag):
     IBV_WC_WITH_IMM = 1 << 1
     IBV_WC_IP_CSUM_OK = 1 << 2
     IBV_WC_WITH_INV = 1 << 3
+    IBV_WC_TM_SYNC_REQ = 1 << 4
+    IBV_WC_TM_MATCH = 1 << 5
+    IBV_WC_TM_DATA_VALID = 1 << 6
+
+
+class ibv_create_cq_wc_flags(IntFlag):
+    """ibv_cq_init_attr_ex.wc_flags: the fields an extended CQ reports."""
+    IBV_WC_EX_WITH_BYTE_LEN = 1 << 0
+    IBV_WC_EX_WITH_IMM = 1 << 1
+    IBV_WC_EX_WITH_QP_NUM = 1 << 2
+    IBV_WC_EX_WITH_SRC_QP = 1 << 3
+    IBV_WC_EX_WITH_SLID = 1 << 4
+    IBV_WC_EX_WITH_SL = 1 << 5
+    IBV_WC_EX_WITH_DLID_PATH_BITS = 1 << 6
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP = 1 << 7
+    IBV_WC_EX_WITH_CVLAN = 1 << 8
+    IBV_WC_EX_WITH_FLOW_TAG = 1 << 9
+    IBV_WC_EX_WITH_TM_INFO = 1 << 10
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK = 1 << 11
+    # verbs.h's anonymous enum: what every provider reports
+    IBV_WC_STANDARD_FLAGS = (1 << 7) - 1
+
+
+class ibv_cq_init_attr_mask(IntFlag):
+    IBV_CQ_INIT_ATTR_MASK_FLAGS = 1 << 0
+    IBV_CQ_INIT_ATTR_MASK_PD = 1 << 1
+
+
+class ibv_create_cq_attr_flags(IntFlag):
+    IBV_CREATE_CQ_ATTR_SINGLE_THREADED = 1 << 0
+    IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN = 1 << 1
+
+
+class ibv_qp_init_attr_mask(IntFlag):
+    IBV_QP_INIT_ATTR_PD = 1 << 0
+    IBV_QP_INIT_ATTR_XRCD = 1 << 1
+    IBV_QP_INIT_ATTR_CREATE_FLAGS = 1 << 2
+    IBV_QP_INIT_ATTR_MAX_TSO_HEADER = 1 << 3
+    IBV_QP_INIT_ATTR_IND_TABLE = 1 << 4
+    IBV_QP_INIT_ATTR_RX_HASH = 1 << 5
+    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS = 1 << 6
+
+
+class ibv_qp_create_flags(IntFlag):
+    IBV_QP_CREATE_BLOCK_SELF_MCAST_LB = 1 << 1
+    IBV_QP_CREATE_SCATTER_FCS = 1 << 8
+    IBV_QP_CREATE_CVLAN_STRIPPING = 1 << 9
+    IBV_QP_CREATE_SOURCE_QPN = 1 << 10
+    IBV_QP_CREATE_PCI_WRITE_END_PADDING = 1 << 11
+
+
+class ibv_qp_create_send_ops_flags(IntFlag):
+    """ibv_qp_init_attr_ex.send_ops_flags: the ibv_wr_* builders a QP gets."""
+    IBV_QP_EX_WITH_RDMA_WRITE = 1 << 0
+    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM = 1 << 1
+    IBV_QP_EX_WITH_SEND = 1 << 2
+    IBV_QP_EX_WITH_SEND_WITH_IMM = 1 << 3
+    IBV_QP_EX_WITH_RDMA_READ = 1 << 4
+    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP = 1 << 5
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD = 1 << 6
+    IBV_QP_EX_WITH_LOCAL_INV = 1 << 7
+    IBV_QP_EX_WITH_BIND_MW = 1 << 8
+    IBV_QP_EX_WITH_SEND_WITH_INV = 1 << 9
+    IBV_QP_EX_WITH_TSO = 1 << 10
+    IBV_QP_EX_WITH_FLUSH = 1 << 11
+    IBV_QP_EX_WITH_ATOMIC_WRITE = 1 << 12
+
+
+class ibv_odp_general_caps(IntFlag):
+    IBV_ODP_SUPPORT = 1 << 0
+    IBV_ODP_SUPPORT_IMPLICIT = 1 << 1
+
+
+class ibv_odp_transport_cap_bits(IntFlag):
+    IBV_ODP_SUPPORT_SEND = 1 << 0
+    IBV_ODP_SUPPORT_RECV = 1 << 1
+    IBV_ODP_SUPPORT_WRITE = 1 << 2
+    IBV_ODP_SUPPORT_READ = 1 << 3
+    IBV_ODP_SUPPORT_ATOMIC = 1 << 4
+    IBV_ODP_SUPPORT_SRQ_RECV = 1 << 5
 
 
 class ibv_event_type(IntEnum):

@@ -13,6 +13,10 @@ Send WQE (``SEND_WQE_HDR``, 64 bytes, then SGEs or inline data)::
     60 u32 reserved
   then num_sge x SGE (u64 addr, u32 length, u32 lkey), or inline_len bytes.
 
+``encode_send_wqe`` writes a whole send WQE (post_send, and the ibv_wr_*
+builders); ``set_send_wqe_sges``/``_inline``/``_ud`` rewrite the parts the
+ibv_wr_* setters give afterwards.
+
 Receive WQE (``RECV_WQE_HDR``, 16 bytes): u64 wr_id, u32 num_sge, u32 0,
 then SGEs.
 
@@ -35,11 +39,21 @@ SEND_WQE_HDR = struct.Struct("<QBBHIQIIQQIIII")
 RECV_WQE_HDR = struct.Struct("<QII")
 SGE = struct.Struct("<QII")
 CQE = struct.Struct("<QIIIIIHHBBHBBB")
+#: the CQE struct's values in order, for readers that unpack it themselves
+#: (the extended CQ reads one field at a time from the unpacked tuple)
+CQE_FIELDS = ("wr_id", "byte_len", "imm_data", "qp_num", "src_qp", "vendor_err", "pkey_index", "slid",
+              "status", "opcode", "wc_flags", "sl", "dlid_path_bits", "solicited")
 CQE_BYTES = 64
 CQE_OWNER = 63
 IBV_SEND_INLINE = 8
+# send WQE fields the ibv_wr_* setters rewrite after the builder wrote the header
+_NUM_SGE_AT, _FLAGS_AT, _INLINE_LEN_AT, _UD_AT = 9, 10, 28, 48
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_UD = struct.Struct("<III")                 # ah_handle, remote_qpn, remote_qkey
 
 assert SEND_WQE_HDR.size == 64 and RECV_WQE_HDR.size == 16 and SGE.size == 16 and CQE.size <= 63
+assert len(CQE_FIELDS) == len(CQE.unpack(bytes(CQE.size)))
 
 
 def send_slot_size(max_sge: int, max_inline: int) -> int:
@@ -80,6 +94,40 @@ def encode_send_wqe(slot, wr_id: int, opcode: int, send_flags: int, sg_list=(), 
     for addr, length, lkey in sg_list:
         SGE.pack_into(slot, off, addr, length, lkey)
         off += 16
+
+
+def set_send_wqe_sges(slot, sg_list) -> None:
+    """Give a WQE that ``encode_send_wqe`` wrote these SGEs instead of its
+    data (ibv_wr_set_sge / ibv_wr_set_sge_list)."""
+    nsge = len(sg_list)
+    if SEND_WQE_HDR.size + SGE.size * nsge > len(slot):
+        raise ValueError("too many SGEs for the WQE slot")
+    slot[_NUM_SGE_AT] = nsge
+    (flags,) = _U16.unpack_from(slot, _FLAGS_AT)
+    _U16.pack_into(slot, _FLAGS_AT, flags & ~IBV_SEND_INLINE)
+    _U32.pack_into(slot, _INLINE_LEN_AT, 0)
+    off = 64
+    for addr, length, lkey in sg_list:
+        SGE.pack_into(slot, off, addr, length, lkey)
+        off += 16
+
+
+def set_send_wqe_inline(slot, data: bytes) -> None:
+    """Give a WQE that ``encode_send_wqe`` wrote this inline data instead of
+    its data (ibv_wr_set_inline_data / ibv_wr_set_inline_data_list)."""
+    n = len(data)
+    if SEND_WQE_HDR.size + n > len(slot):
+        raise ValueError("inline data does not fit the WQE slot")
+    slot[_NUM_SGE_AT] = 0
+    (flags,) = _U16.unpack_from(slot, _FLAGS_AT)
+    _U16.pack_into(slot, _FLAGS_AT, flags | IBV_SEND_INLINE)
+    _U32.pack_into(slot, _INLINE_LEN_AT, n)
+    slot[64:64 + n] = data
+
+
+def set_send_wqe_ud(slot, ah_handle: int, remote_qpn: int, remote_qkey: int) -> None:
+    """The UD destination of a WQE that ``encode_send_wqe`` wrote (ibv_wr_set_ud_addr)."""
+    _UD.pack_into(slot, _UD_AT, ah_handle, remote_qpn, remote_qkey)
 
 
 def decode_send_wqe(slot, ah_lookup=None) -> SendWQE:

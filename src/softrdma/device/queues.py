@@ -4,9 +4,10 @@
   ``WorkQueueConsumer`` (daemon): WQE slots, producer/consumer indices, and
   the doorbell rule -- ring only if the consumer said it sleeps.
 * ``CompletionQueueProducer`` (daemon) and ``CompletionQueueConsumer``
-  (library: poll_cq): CQE slots validated by the owner bit; the consumer
-  publishes its index so the producer can tell an overrun (the CQE is
-  dropped and the caller raises IBV_EVENT_CQ_ERR, as hardware does).
+  (library: poll_cq, and the extended CQ's start_poll/next_poll/end_poll):
+  CQE slots validated by the owner bit; the consumer publishes its index
+  so the producer can tell an overrun (the CQE is dropped and the caller
+  raises IBV_EVENT_CQ_ERR, as hardware does).
   ``req_notify`` arms the ring; the producer reports when a push should
   signal the completion channel (and disarms, one event per arm).
 """
@@ -28,12 +29,14 @@ class WorkQueueProducer:
         self.doorbell_fd = doorbell_fd
         self.head = ring.producer
 
-    def next_slot(self):
-        """The slot the next WQE goes to, or None if the queue is full."""
+    def next_slot(self, k: int = 0):
+        """The slot the next WQE goes to, or None if the queue is full.
+        ``k`` > 0: the slot k places after it, for a batch of WQEs written
+        first and published by one ``commit(n)`` (ibv_wr_start..complete)."""
         r = self.ring
-        if (self.head - r.consumer) & 0xFFFFFFFF >= r.nslots:
+        if (self.head + k - r.consumer) & 0xFFFFFFFF >= r.nslots:
             return None
-        return r.slot(self.head)
+        return r.slot(self.head + k)
 
     def commit(self, n: int = 1) -> None:
         """Publish ``n`` written slots and ring the doorbell if needed."""
@@ -122,6 +125,22 @@ class CompletionQueueConsumer:
             self.tail = tail
             r.consumer = tail
         return out
+
+    def peek(self, i: int):
+        """The slot of the ``i``-th unconsumed CQE (0: the oldest) if the
+        producer has written it, else None.  Nothing is consumed: the
+        extended CQ walks a batch (ibv_start_poll/ibv_next_poll) and
+        releases it with ``consume`` (ibv_end_poll)."""
+        r = self.ring
+        idx = (self.tail + i) & 0xFFFFFFFF
+        slot = r.slot(idx)
+        return slot if slot[abi.CQE_OWNER] == r.phase(idx) else None
+
+    def consume(self, n: int) -> None:
+        """Release the ``n`` oldest CQEs, read through ``peek``."""
+        if n:
+            self.tail = (self.tail + n) & 0xFFFFFFFF
+            self.ring.consumer = self.tail
 
     def req_notify(self, solicited_only: bool = False) -> None:
         self.ring.arm(solicited_only)

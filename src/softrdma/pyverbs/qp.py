@@ -1,5 +1,2 @@
-from ..verbs.qp import QP, QPAttr, QPCap, QPInitAttr  # noqa: F401
-from ._unsupported import unsupported
-
-QPEx = unsupported("QPEx", "the extended QP (wr_*) API is not implemented yet")
-QPInitAttrEx = unsupported("QPInitAttrEx", "the extended QP (wr_*) API is not implemented yet")
+from ..verbs.qp import QP, QPAttr, QPCap, QPInitAttr, QPInitAttrEx  # noqa: F401
+from ..verbs.qpex import DataBuffer, QPEx  # noqa: F401

@@ -66,8 +66,9 @@ import time
 from dataclasses import dataclass
 
 from ..enums import (
-    IBV_ACCESS_LOCAL_WRITE, IBV_MTU_256, IBV_MTU_512, IBV_MTU_1024, IBV_MTU_2048, IBV_MTU_4096, IBV_QP_ACCESS_FLAGS,
-    IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC, IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER,
+    IBV_ACCESS_LOCAL_WRITE, IBV_MTU_256, IBV_MTU_512, IBV_MTU_1024, IBV_MTU_2048, IBV_MTU_4096, IBV_ODP_SUPPORT,
+    IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN,
+    IBV_QP_MAX_DEST_RD_ATOMIC, IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER,
     IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY,
     IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE, IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC,
     IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_SUCCESS, IBV_WR_SEND, WC_STATUS_STR,
@@ -566,16 +567,18 @@ class PingPong:
                 return False
             prog = "ibv_rc_pingpong"
             if o.use_odp:
-                # softrdma reports no ODP capability, so the real tool's first check fails
-                if not getattr(attrx, "odp_caps", None):
+                # the real tool's check; softrdma reports no ODP capability, so it fails
+                rc_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV
+                odp = attrx.odp_caps
+                if not odp.general_caps & IBV_ODP_SUPPORT or odp.rc_odp_caps & rc_caps != rc_caps:
                     _err("The device isn't ODP capable or does not support RC send and receive with ODP")
                     _err(f"{prog}: -{'O' if o.implicit_odp else 'o'}: {WHY_ODP}")
                     return False
-            if o.use_ts and not getattr(attrx, "completion_timestamp_mask", 0):
+            if o.use_ts and not attrx.completion_timestamp_mask:
                 _err("The device isn't completion timestamp capable")
                 _err(f"{prog}: -t: {WHY_TS}")
                 return False
-            if o.use_dm and not getattr(attrx, "max_dm_size", 0):
+            if o.use_dm and not attrx.max_dm_size:
                 _err("Device doesn't support dm allocation")
                 _err(f"{prog}: -j: {WHY_DM}")
                 return False

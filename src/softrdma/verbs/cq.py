@@ -1,4 +1,5 @@
-"""Completion queues and channels (pyverbs.cq): CQ, CompChannel, WC.
+"""Completion queues and channels (pyverbs.cq): CQ, CompChannel, WC, and
+``CompletionQueue``, the part CQ shares with the extended CQ (cqex.py).
 
 ``CQ.poll`` reads the shared CQ ring: no system call.  ``req_notify`` arms
 the ring; the daemon then writes this CQ's handle into the channel, which
@@ -63,10 +64,17 @@ class CompChannel:
             self.sock.close()
 
 
-class CQ:
+class CompletionQueue:
+    """What CQ and the extended CQ (``cqex.CQEX``) share: the CQE ring, the
+    daemon's CQ object, notification.  ``cqe`` is the capacity asked for;
+    the ring is the next power of two above it."""
+
     def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0):
         if cqe <= 0 or cqe > (1 << 22):
             raise PyverbsRDMAError("Failed to create CQ", errno.EINVAL)
+        if not 0 <= comp_vector < ctx.num_comp_vectors:       # the kernel's ib_uverbs create_cq check
+            raise PyverbsRDMAError(f"Failed to create CQ: comp_vector {comp_vector} not below num_comp_vectors"
+                                   f" {ctx.num_comp_vectors}", errno.EINVAL)
         self.ctx = ctx
         self.cq_context = cq_context
         self.channel = channel
@@ -85,6 +93,29 @@ class CQ:
         self.events_pending = 0
         self.closed = False
 
+    def req_notify(self, solicited_only: bool = False) -> None:
+        self.consumer.req_notify(bool(solicited_only))
+
+    def ack_events(self, num_events: int) -> None:
+        self.events_pending = max(0, self.events_pending - num_events)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if not self.ctx.closed and not self.ctx.conn.dead:
+                self.ctx.conn.call("destroy_cq", cq=self.handle)
+            if self.channel is not None:
+                self.channel._cqs.pop(self.handle, None)
+            self.ring.close()
+
+
+class CQ(CompletionQueue):
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         wcs = self.consumer.poll(num_entries)
         if not wcs:
@@ -96,18 +127,3 @@ class CQ:
             if wc.wc_flags & IBV_WC_WITH_IMM:
                 wc.imm_data = bswap32(wc.imm_data)       # ibv_wc.imm_data is __be32
         return len(wcs), wcs
-
-    def req_notify(self, solicited_only: bool = False) -> None:
-        self.consumer.req_notify(bool(solicited_only))
-
-    def ack_events(self, num_events: int) -> None:
-        self.events_pending = max(0, self.events_pending - num_events)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if not self.ctx.closed and not self.ctx.conn.dead:
-                self.ctx.conn.call("destroy_cq", cq=self.handle)
-            if self.channel is not None:
-                self.channel._cqs.pop(self.handle, None)
-            self.ring.close()

@@ -71,6 +71,42 @@ class PortAttr(_Attr):
     pass
 
 
+# ibv_device_attr_ex's capability groups, pyverbs' class names.  softrdma
+# has none of these features; like rxe it reports every one as 0.
+class ODPCaps(_Attr):
+    pass
+
+
+class TSOCaps(_Attr):
+    pass
+
+
+class RSSCaps(_Attr):
+    pass
+
+
+class PacketPacingCaps(_Attr):
+    pass
+
+
+class TMCaps(_Attr):
+    pass
+
+
+class CQModerationCaps(_Attr):
+    pass
+
+
+class PCIAtomicCaps(_Attr):
+    pass
+
+
+class DeviceAttrEx(_Attr):
+    """ibv_device_attr_ex as pyverbs has it (orig_attr, odp_caps, ...,
+    completion_timestamp_mask, hca_core_clock).  softrdma's object also
+    carries orig_attr's fields directly, as the tools read them."""
+
+
 class Device:
     """One entry of get_device_list()."""
 
@@ -166,8 +202,30 @@ class Context:
             "max_srq_wr": a["max_qp_wr"], "max_srq_sge": a["max_sge"], "max_pkeys": 1, "local_ca_ack_delay": 15,
             "phys_port_cnt": 1, "guid": guid})
 
-    def query_device_ex(self):
-        return self.query_device()
+    def query_device_ex(self) -> DeviceAttrEx:
+        """rxe's values: no ODP, TSO, RSS, pacing, tag matching, CQ
+        moderation or device memory, and no completion clock
+        (completion_timestamp_mask and hca_core_clock 0: an extended CQ
+        refuses IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, see cqex.py)."""
+        orig = self.query_device()
+        return DeviceAttrEx({
+            **vars(orig), "orig_attr": orig, "comp_mask": 0,
+            "odp_caps": ODPCaps({"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0, "ud_odp_caps": 0,
+                                 "xrc_odp_caps": 0}),
+            "completion_timestamp_mask": 0, "hca_core_clock": 0, "device_cap_flags_ex": orig.device_cap_flags,
+            "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
+            "rss_caps": RSSCaps({"supported_qpts": 0, "max_rwq_indirection_tables": 0,
+                                 "max_rwq_indirection_table_size": 0, "rx_hash_function": 0,
+                                 "rx_hash_fields_mask": 0}),
+            "max_wq_type_rq": 0,
+            "packet_pacing_caps": PacketPacingCaps({"qp_rate_limit_min": 0, "qp_rate_limit_max": 0,
+                                                    "supported_qpts": 0}),
+            "raw_packet_caps": 0,
+            "tm_caps": TMCaps({"max_rndv_hdr_size": 0, "max_num_tags": 0, "flags": 0, "max_ops": 0, "max_sge": 0}),
+            "cq_mod_caps": CQModerationCaps({"max_cq_count": 0, "max_cq_period": 0}),
+            "max_dm_size": 0,
+            "pci_atomic_caps": PCIAtomicCaps({"fetch_add": 0, "swap": 0, "compare_swap": 0}),
+            "phys_port_cnt_ex": orig.phys_port_cnt})
 
     def query_port(self, port_num: int = 1) -> PortAttr:
         if port_num != 1:

@@ -1,4 +1,8 @@
-"""Queue pairs (pyverbs.qp): QPCap, QPInitAttr, QPAttr, QP.
+"""Queue pairs (pyverbs.qp): QPCap, QPInitAttr, QPInitAttrEx, QPAttr, QP.
+
+A QP is created on a PD with QPInitAttr (ibv_create_qp) or on a Context
+with QPInitAttrEx (ibv_create_qp_ex, whose send_ops_flags this module
+checks; the extended QP's ibv_wr_* API is qpex.py).
 
 ``post_send``/``post_recv`` check the work request as a provider does
 (SGE count, inline size, queue room) and write it into the shared ring; the
@@ -16,15 +20,18 @@ from ..device import abi
 from ..device.queues import WorkQueueProducer
 from ..device.shm import Ring
 from ..enums import (
-    IBV_MTU_1024, IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC,
+    IBV_MTU_1024, IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_INIT_ATTR_CREATE_FLAGS,
+    IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_MAX_DEST_RD_ATOMIC,
     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
     IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
     IBV_SEND_INLINE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV,
     ibv_qp_attr_mask,
 )
+from ..enums import ibv_qp_create_send_ops_flags as X
 from .addr import AHAttr
 from .cq import bswap32
+from .device import Context
 from .errors import PyverbsRDMAError
 
 _IMM_OPS = (IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM)
@@ -34,6 +41,22 @@ _ATTR_NAME = {"state": "qp_state", "cur_state": "cur_qp_state", "access_flags": 
               "av": "ah_attr", "dest_qpn": "dest_qp_num", "max_qp_rd_atomic": "max_rd_atomic",
               "port": "port_num"}
 _NOT_SENT = ("alt_path", "path_mig_state", "rate_limit")     # the mask bit alone gets EOPNOTSUPP
+
+# ibv_wr_* builders an extended QP may ask for (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
+# per QP type: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS, less what the transport
+# does not carry (UC has no SEND with invalidate on the wire).
+_UD_SEND_OPS = X.IBV_QP_EX_WITH_SEND | X.IBV_QP_EX_WITH_SEND_WITH_IMM
+_UC_SEND_OPS = _UD_SEND_OPS | X.IBV_QP_EX_WITH_RDMA_WRITE | X.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+_RC_SEND_OPS = _UC_SEND_OPS | X.IBV_QP_EX_WITH_RDMA_READ | X.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
+    X.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | X.IBV_QP_EX_WITH_SEND_WITH_INV
+SEND_OPS = {IBV_QPT_RC: int(_RC_SEND_OPS), IBV_QPT_UC: int(_UC_SEND_OPS), IBV_QPT_UD: int(_UD_SEND_OPS)}
+# MEMORY WINDOWS (pending: the memory-window branch).  rxe also offers
+# IBV_QP_EX_WITH_BIND_MW (RC, UC) and IBV_QP_EX_WITH_LOCAL_INV (RC, UC); to
+# enable them, add them to _UC_SEND_OPS and implement QPEx.wr_bind_mw /
+# QPEx.wr_local_inv (verbs/qpex.py, the section marked the same way).
+MW_SEND_OPS = int(X.IBV_QP_EX_WITH_BIND_MW | X.IBV_QP_EX_WITH_LOCAL_INV)
+# the comp_mask bits rxe's create_qp_ex takes (check_qp_init_attr)
+_EX_COMP_MASK = int(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 
 
 class QPCap:
@@ -61,11 +84,63 @@ class QPInitAttr:
         self.sq_sig_all = sq_sig_all
 
 
+class QPInitAttrEx:
+    """ibv_qp_init_attr_ex, for QPs created on a Context (ibv_create_qp_ex);
+    ``send_ops_flags`` with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS in ``comp_mask``
+    gives a QPEx its ibv_wr_* builders."""
+
+    def __init__(self, qp_type: int = IBV_QPT_UD, qp_context=None, scq=None, rcq=None, srq=None,
+                 cap: QPCap | None = None, sq_sig_all: int = 0, comp_mask: int = 0, pd=None, xrcd=None,
+                 create_flags: int = 0, max_tso_header: int = 0, source_qpn: int = 0, hash_conf=None,
+                 ind_table=None, send_ops_flags: int = 0):
+        self.qp_type = qp_type
+        self.qp_context = qp_context
+        self.send_cq = scq
+        self.recv_cq = rcq
+        self.srq = srq
+        self.cap = cap or QPCap()
+        self.sq_sig_all = sq_sig_all
+        self.comp_mask = comp_mask
+        self.pd = pd
+        self.xrcd = xrcd
+        self.create_flags = create_flags
+        self.max_tso_header = max_tso_header
+        self.source_qpn = source_qpn
+        self.hash_conf = hash_conf
+        self.ind_table = ind_table
+        self.send_ops_flags = send_ops_flags
+
+    def checked_pd(self):
+        """The PD to create the QP on, after ibv_create_qp_ex's and rxe's
+        checks of the extended attributes (EOPNOTSUPP for what they refuse,
+        EINVAL without a PD)."""
+        mask = int(self.comp_mask)
+        if mask != IBV_QP_INIT_ATTR_PD:            # libibverbs: PD alone is plain ibv_create_qp
+            if mask & ~_EX_COMP_MASK:
+                raise PyverbsRDMAError(f"Failed to create QP: comp_mask 0x{mask:x} asks for XRC, TSO or RSS",
+                                       errno.EOPNOTSUPP)
+            if mask & IBV_QP_INIT_ATTR_CREATE_FLAGS and self.create_flags:
+                raise PyverbsRDMAError(f"Failed to create QP: create_flags 0x{int(self.create_flags):x}"
+                                       " not supported", errno.EOPNOTSUPP)
+            if mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS:
+                ops = int(self.send_ops_flags)
+                bad = ops & ~SEND_OPS.get(int(self.qp_type), 0)
+                if bad:
+                    names = ", ".join(f.name for f in X if f & bad) or hex(bad)
+                    why = " (memory windows are not implemented yet)" if bad & MW_SEND_OPS else ""
+                    raise PyverbsRDMAError(f"Failed to create QP: send_ops_flags {names} not supported on this"
+                                           f" QP type{why}", errno.EOPNOTSUPP)
+        if not mask & IBV_QP_INIT_ATTR_PD or self.pd is None:
+            raise PyverbsRDMAError("Failed to create QP: IBV_QP_INIT_ATTR_PD and a PD are required", errno.EINVAL)
+        return self.pd
+
+
 class QPAttr:
-    def __init__(self, qp_state: int = IBV_QPS_INIT, cur_qp_state: int = IBV_QPS_RESET):
+    def __init__(self, qp_state: int = IBV_QPS_INIT, cur_qp_state: int = IBV_QPS_RESET, port_num: int = 1,
+                 path_mtu: int = IBV_MTU_1024):
         self.qp_state = qp_state
         self.cur_qp_state = cur_qp_state
-        self.path_mtu = IBV_MTU_1024
+        self.path_mtu = path_mtu
         self.path_mig_state = 0
         self.qkey = 0
         self.rq_psn = 0
@@ -80,7 +155,7 @@ class QPAttr:
         self.max_rd_atomic = 0
         self.max_dest_rd_atomic = 0
         self.min_rnr_timer = 0
-        self.port_num = 1
+        self.port_num = port_num
         self.timeout = 0
         self.retry_cnt = 0
         self.rnr_retry = 0
@@ -98,7 +173,21 @@ class QPAttr:
 
 
 class QP:
-    def __init__(self, pd, init_attr: QPInitAttr, qp_attr: QPAttr | None = None):
+    """``QP(pd, QPInitAttr)`` (ibv_create_qp) or ``QP(ctx, QPInitAttrEx)``
+    (ibv_create_qp_ex), as pyverbs takes them."""
+
+    def __init__(self, creator, init_attr, qp_attr: QPAttr | None = None):
+        if isinstance(init_attr, QPInitAttrEx):
+            if not isinstance(creator, Context):
+                raise TypeError("a QP with QPInitAttrEx is created on a Context (ibv_create_qp_ex)")
+            pd = init_attr.checked_pd()
+            self.send_ops_flags = int(init_attr.send_ops_flags) \
+                if init_attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS else 0
+        elif isinstance(creator, Context):
+            raise TypeError("a QP created on a Context takes QPInitAttrEx (ibv_create_qp_ex)")
+        else:
+            pd = creator
+            self.send_ops_flags = 0
         self.pd = pd
         self.ctx = pd.ctx
         self.qp_type = init_attr.qp_type
