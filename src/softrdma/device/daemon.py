@@ -37,7 +37,7 @@ from .shm import Ring
 from .sysfs import SysfsTree, rxe_device_attrs, rxe_pma_counters
 
 log = logging.getLogger("softrdmad")
-SPIN_S = 0.002
+SPIN_S = float(os.environ.get("SOFTRDMA_SPIN_S", "0.002"))
 SOCKET_NAME = "softrdmad.sock"
 LOCK_NAME = "softrdmad.lock"
 PROTOCOL_VERSION = 1
