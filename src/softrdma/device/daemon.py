@@ -5,8 +5,9 @@ One selector loop, one thread.  Inputs: the listening socket, each client's
 control connection, each device's UDP sockets, each QP/SRQ doorbell.  After
 any input, and while traffic flows, the loop polls the shared rings,
 routes what the transports produced, and fires QP timers.  After a quiet
-spell (``SPIN_S``) it tells every ring it sleeps (so the library rings the
-doorbell) and blocks until the next input or QP deadline.
+spell (``SPIN_S``, 2 ms; env SOFTRDMA_SPIN_S for experiments) it tells
+every ring it sleeps (so the library rings the doorbell) and blocks until
+the next input or QP deadline.
 
 A client connection is the uverbs file of one Context: every object it
 creates belongs to it, and all of them are destroyed when it closes --
