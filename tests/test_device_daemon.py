@@ -19,7 +19,8 @@ from daemon_helpers import RunningDaemon
 from softrdma.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
     IBV_EVENT_DEVICE_FATAL, IBV_MTU_1024, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UD,
-    IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH, IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WC_WITH_IMM,
+    IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH, IBV_WC_REM_ACCESS_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_SUCCESS,
+    IBV_WC_WITH_IMM,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
     IBV_WR_SEND_WITH_IMM,
 )
@@ -296,3 +297,28 @@ def test_embedded_default_starts_a_daemon_once(tmp_path):
             while running_pid(run) and time.monotonic() < end:
                 time.sleep(0.05)
         subprocess.run(["rm", "-rf", run, run + "-off"])
+
+
+def test_send_queue_full_is_max_send_wr_outstanding_at_post_time(daemon):
+    """A send WQE holds its slot until it completes, as in hardware: with
+    max_send_wr=4 WRs in flight (to a QP that never answers), the fifth
+    post fails with ENOMEM at once -- not later as a LOC_QP_OP_ERR."""
+    device, pd, mr, cq, qp, addr, wr = _verbs()
+    from softrdma.verbs.errors import PyverbsRDMAError
+    ctx = device.Context(name="rxe0")
+    p = pd.PD(ctx)
+    m = mr.MR(p, 4096, ACC)
+    c = cq.CQ(ctx, 16)
+    q = qp.QP(p, qp.QPInitAttr(IBV_QPT_RC, scq=c, rcq=c, cap=qp.QPCap(max_send_wr=4, max_recv_wr=2)))
+    connect(qp, addr, q, 0xABCDE, ctx.query_gid(1, IPV4_GID), timeout=12)   # nobody there: no ACK ever
+    for i in range(4):
+        q.post_send(wr.SendWR(i, IBV_WR_SEND, 1, sg=[wr.SGE(m.buf, 8, m.lkey)]))
+    time.sleep(0.05)                                   # the daemon has read all four
+    with pytest.raises(PyverbsRDMAError) as e:
+        q.post_send(wr.SendWR(4, IBV_WR_SEND, 1, sg=[wr.SGE(m.buf, 8, m.lkey)]))
+    assert e.value.error_code == errno.ENOMEM
+    assert c.poll(8)[0] == 0                           # nothing failed in the meantime
+    # the retries run out (timeout 12 = 16.8 ms x 8 tries): the slots come back
+    got = wait(c, 4, timeout=10)
+    assert [w.status for w in got][:1] == [IBV_WC_RETRY_EXC_ERR]
+    ctx.close()

@@ -89,6 +89,10 @@ def test_work_queue_full_empty_and_doorbell_suppression():
         got.append(abi.decode_recv_wqe(slot).wr_id)
         cons.release()
     assert got == [0, 1, 2, 3]
+    assert prod.next_slot() is None                       # read is not done: the slots are still held
+    cons.publish(1)                                       # three finished, one still outstanding
+    assert prod.next_slot() is not None
+    cons.publish(0)
     assert cons.sleep()                                   # now it sleeps: the next post rings
     abi.encode_recv_wqe(prod.next_slot(), 4, [])
     prod.commit()

@@ -246,6 +246,7 @@ class Device:
                 except (ValueError, VerbsError):
                     pass                           # a malformed WQE from the app: dropped (SRQ stays usable)
                 wq.release()
+            wq.publish(len(srq.srq.rq))
         for dqp in list(self.qps.values()):
             qp = dqp.qp
             rq = dqp.rq
@@ -279,6 +280,9 @@ class Device:
                     qp.post_send(wqe, now)
                 except (ValueError, VerbsError):
                     self._wqe_error(dqp, wr_id, recv=False)
+            sq.publish(len(qp.sq))
+            if rq is not None:
+                rq.publish(len(qp.rq))
         return busy
 
     def _wqe_error(self, dqp: DevQP, wr_id: int, recv: bool) -> None:

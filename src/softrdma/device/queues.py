@@ -2,7 +2,9 @@
 
 * ``WorkQueueProducer`` (library: post_send / post_recv / post_srq_recv) and
   ``WorkQueueConsumer`` (daemon): WQE slots, producer/consumer indices, and
-  the doorbell rule -- ring only if the consumer said it sleeps.
+  the doorbell rule -- ring only if the consumer said it sleeps.  The
+  consumer index the daemon publishes counts finished WQEs, not read ones,
+  so the library's "queue full" is max_*_wr outstanding, as in hardware.
 * ``CompletionQueueProducer`` (daemon) and ``CompletionQueueConsumer``
   (library: poll_cq, and the extended CQ's start_poll/next_poll/end_poll):
   CQE slots validated by the owner bit; the consumer publishes its index
@@ -24,17 +26,22 @@ _DOORBELL = (1).to_bytes(8, "little")
 
 
 class WorkQueueProducer:
-    def __init__(self, ring: Ring, doorbell_fd: int | None = None):
+    """``capacity``: the most WQEs outstanding (posted and not yet completed
+    or consumed by a message), i.e. max_send_wr / max_recv_wr; the ring may
+    have more slots (a power of two)."""
+
+    def __init__(self, ring: Ring, doorbell_fd: int | None = None, capacity: int | None = None):
         self.ring = ring
         self.doorbell_fd = doorbell_fd
         self.head = ring.producer
+        self.capacity = ring.nslots if capacity is None else max(1, min(capacity, ring.nslots))
 
     def next_slot(self, k: int = 0):
         """The slot the next WQE goes to, or None if the queue is full.
         ``k`` > 0: the slot k places after it, for a batch of WQEs written
         first and published by one ``commit(n)`` (ibv_wr_start..complete)."""
         r = self.ring
-        if (self.head + k - r.consumer) & 0xFFFFFFFF >= r.nslots:
+        if (self.head + k - r.consumer) & 0xFFFFFFFF >= self.capacity:
             return None
         return r.slot(self.head + k)
 
@@ -63,8 +70,18 @@ class WorkQueueConsumer:
         return r.slot(self.tail)
 
     def release(self, n: int = 1) -> None:
+        """The slot was read: the next ``take`` looks at the one after it."""
         self.tail = (self.tail + n) & 0xFFFFFFFF
-        self.ring.consumer = self.tail
+
+    def publish(self, outstanding: int) -> None:
+        """Tell the producer which slots are free: all but the ``outstanding``
+        WQEs read and not finished yet (an SQ WQE until it completes, an RQ
+        WQE until a message takes it), as a hardware queue frees a slot only
+        when it is done with it -- so a full queue fails at post time."""
+        c = (self.tail - outstanding) & 0xFFFFFFFF
+        r = self.ring
+        if r.consumer != c:
+            r.consumer = c
 
     def sleep(self) -> bool:
         """Announce that the doorbell is needed; False if work slipped in

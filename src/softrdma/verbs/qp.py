@@ -212,8 +212,8 @@ class QP:
             raise
         self.handle = reply["qp"]
         self.qp_num = reply["qp_num"]
-        self.sq_wq = WorkQueueProducer(self.sq, self.doorbell)
-        self.rq_wq = WorkQueueProducer(self.rq, self.doorbell) if self.rq else None
+        self.sq_wq = WorkQueueProducer(self.sq, self.doorbell, max(cap.max_send_wr, 1))
+        self.rq_wq = WorkQueueProducer(self.rq, self.doorbell, max(cap.max_recv_wr, 1)) if self.rq else None
         self.closed = False
         if qp_attr is not None:
             if self.qp_type == IBV_QPT_UD:

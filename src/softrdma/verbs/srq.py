@@ -36,7 +36,7 @@ class SRQ:
             os.close(self.doorbell)
             raise
         self.handle = reply["srq"]
-        self.wq = WorkQueueProducer(self.ring, self.doorbell)
+        self.wq = WorkQueueProducer(self.ring, self.doorbell, a.max_wr)
         self.closed = False
 
     def post_recv(self, wr, bad_wr=None) -> None:
