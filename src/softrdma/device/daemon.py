@@ -27,6 +27,7 @@ import time
 
 from ..enums import IBV_EVENT_DEVICE_FATAL, IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
+from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
 from .control import ControlError, recv_msg, send_msg
@@ -437,6 +438,8 @@ class Daemon:
         pd = c.get(m["pd"], "pd")
         if any(o[0] in ("mr", "qp", "srq", "ah") and getattr(o[1], "pd", None) is pd for o in c.objects.values()):
             raise VerbsError(errno.EBUSY, "PD still in use")
+        if any(o[0] == "mw" and o[1].pd is pd for o in c.objects.values()):
+            raise VerbsError(errno.EBUSY, "PD still has memory windows")      # each holds a PD usecnt
         del c.objects[m["pd"]]
         return {}, []
 
@@ -453,8 +456,25 @@ class Daemon:
 
     def cmd_dereg_mr(self, c, m, fds):
         obj = c.get(m["mr"], "mr")
+        if obj[0].mws:                          # rxe_dereg_mr: not while windows are bound
+            raise VerbsError(errno.EINVAL, "memory windows are bound to the MR")
         self.destroy(c, "mr", obj)
         del c.objects[m["mr"]]
+        return {}, []
+
+    def cmd_alloc_mw(self, c, m, fds):
+        """ibv_alloc_mw: type 1 or 2 (uverbs: any other type is EINVAL)."""
+        pd = c.get(m["pd"], "pd")
+        mw_type = m.get("type")
+        if type(mw_type) is not int or mw_type not in (1, 2):
+            raise VerbsError(errno.EINVAL, f"memory window type {mw_type!r}")
+        mw = MW(c.device.memory, pd, mw_type)
+        return {"mw": c.add("mw", mw), "rkey": mw.rkey}, []
+
+    def cmd_dealloc_mw(self, c, m, fds):
+        mw = c.get(m["mw"], "mw")
+        self.destroy(c, "mw", mw)
+        del c.objects[m["mw"]]
         return {}, []
 
     def cmd_create_comp_channel(self, c, m, fds):
@@ -760,7 +780,7 @@ class Daemon:
                 elif kind == "pd":
                     users = sum(1 for k, o in objs.values()
                                 if (k == "qp" and o.qp.pd is obj) or (k == "mr" and o[0].pd is obj)
-                                or (k == "srq" and o.srq.pd is obj))
+                                or (k == "srq" and o.srq.pd is obj) or (k == "mw" and o.pd is obj))
                     r.update(id=rid(dev, "pd", obj), users=users, local_dma_lkey=0)
                 elif kind == "srq":
                     pdn = next((rid(dev, "pd", o) for k, o in objs.values() if k == "pd" and o is obj.srq.pd), None)
@@ -799,6 +819,8 @@ class Daemon:
             mr.view = None
             mr.buf = None
             region.close()
+        elif kind == "mw":
+            obj.dealloc()
         elif kind == "channel":
             obj.close()
 
