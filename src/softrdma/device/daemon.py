@@ -225,6 +225,10 @@ class Daemon:
                 dev, s = data
                 dev.receive(s, time.monotonic())
                 self._busy()
+            elif kind == "mcast":
+                dev, s = data
+                dev.mcast.receive(s, time.monotonic())
+                self._busy()
             elif kind == "doorbell":
                 try:
                     os.read(key.fd, 8)
@@ -567,6 +571,39 @@ class Daemon:
         del c.objects[m["qp"]]
         return {}, []
 
+    def _mcast_args(self, c, m):
+        dqp = c.get(m["qp"], "qp")
+        gid = bytes.fromhex(m["gid"])
+        lid = m.get("lid", 0)
+        if len(gid) != 16 or type(lid) is not int or not 0 <= lid <= 0xFFFF:
+            raise VerbsError(errno.EINVAL, "bad multicast GID or LID")
+        return dqp.qp, gid, lid
+
+    def cmd_attach_mcast(self, c, m, fds):
+        """ibv_attach_mcast; the device joins the group while any QP is attached."""
+        qp, gid, lid = self._mcast_args(c, m)
+        dev = c.device
+        opened = dev.mcast.attach(qp, gid, lid)
+        if opened is not None:
+            self.sel.register(opened.sock, selectors.EVENT_READ, ("mcast", (dev, opened)))
+        return {}, []
+
+    def cmd_detach_mcast(self, c, m, fds):
+        qp, gid, lid = self._mcast_args(c, m)
+        self._close_mcast_sockets([c.device.mcast.detach(qp, gid, lid)])
+        return {}, []
+
+    def _close_mcast_sockets(self, socks) -> None:
+        """Group sockets nobody is attached to any more: leave the group."""
+        for sk in socks:
+            if sk is None:
+                continue
+            try:
+                self.sel.unregister(sk.sock)
+            except (KeyError, ValueError):
+                pass
+            sk.close()
+
     def cmd_create_srq(self, c, m, fds):
         pd = c.get(m["pd"], "pd")
         if len(fds) != 2:
@@ -670,7 +707,7 @@ class Daemon:
             if cl.device is dev and cl is not c:
                 cl.event(IBV_EVENT_DEVICE_FATAL)
                 self._drop(cl)
-        for s in dev.sockets:
+        for s in [*dev.sockets, *dev.mcast.sockets.values()]:
             try:
                 self.sel.unregister(s.sock)
             except (KeyError, ValueError):
@@ -698,8 +735,10 @@ class Daemon:
     def _write_counters(self, dev: Device) -> None:
         tr = dev.traffic
         hw = dev.hw_counters()
-        self.sysfs.update_counters(dev.name, 1, rxe_pma_counters(tr["tx_bytes"], tr["rx_bytes"], tr["tx_packets"],
-                                                                 tr["rx_packets"]), hw)
+        pma = rxe_pma_counters(tr["tx_bytes"], tr["rx_bytes"], tr["tx_packets"], tr["rx_packets"])
+        # rxe's PMA leaves these 0; PortCountersExtended defines them, and the daemon knows them
+        pma.update(multicast_xmit_packets=dev.mcast.xmit_packets, multicast_rcv_packets=dev.mcast.rcv_packets)
+        self.sysfs.update_counters(dev.name, 1, pma, hw)
 
     def refresh_sysfs(self) -> None:
         """Counters in the tree are current within a second."""
@@ -794,6 +833,7 @@ class Daemon:
     def destroy(self, c: Client, kind: str, obj) -> None:
         dev = c.device
         if kind == "qp":
+            self._close_mcast_sockets(dev.mcast.detach_all(obj.qp))
             dev.remove_qp(obj)
             try:
                 self.sel.unregister(obj.doorbell)
