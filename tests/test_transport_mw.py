@@ -146,6 +146,7 @@ BIND_ERRORS = {
     "type_2_zero_length": (IBV_MW_TYPE_2, MR_ACC, RW, 0, 0, None),
     "type_2_already_bound": (IBV_MW_TYPE_2, MR_ACC, RW, 0, 64, "bind_first"),
     "type_2_qp_of_another_pd": (IBV_MW_TYPE_2, MR_ACC, RW, 0, 64, "mw_other_pd"),
+    "type_1_qp_of_another_pd": (IBV_MW_TYPE_1, MR_ACC, RW, 0, 64, "mw_other_pd"),
     "mr_of_another_pd": (IBV_MW_TYPE_1, MR_ACC, RW, 0, 64, "mr_other_pd"),
     "stale_mw_rkey": (IBV_MW_TYPE_1, MR_ACC, RW, 0, 64, "stale_key"),
     "deallocated_window": (IBV_MW_TYPE_1, MR_ACC, RW, 0, 64, "dealloc"),
@@ -158,7 +159,11 @@ def test_bind_errors_complete_with_mw_bind_err_and_the_qp_goes_to_err(case):
     mw_type, mr_acc, acc, off, length, setup = BIND_ERRORS[case]
     s = solo(mr_access=mr_acc)
     mr = s.mr
-    w = MW(s.mem, _pd_other() if setup == "mw_other_pd" else s.pd, mw_type)
+    mw_pd = s.pd
+    if setup == "mw_other_pd":           # window and MR in another PD than the QP's
+        mw_pd = _pd_other()
+        mr = s.mem.reg_mr(mw_pd, 4096, mr_acc)
+    w = MW(s.mem, mw_pd, mw_type)
     key = w.rkey
     if setup == "bind_first":
         assert do_bind(s, w, mr.addr, 64, RW).status == IBV_WC_SUCCESS

@@ -26,9 +26,7 @@ class Memory(Protocol):
 
 
 class MR:
-    __slots__ = ("pd", "addr", "length", "access", "lkey", "rkey", "buf", "view", "valid", "mws")
-
-    bound_qp = None        # only a type 2 memory window is bound to a QP
+    __slots__ = ("pd", "addr", "length", "access", "lkey", "rkey", "buf", "view", "valid", "mws", "bound_qp")
 
     def __init__(self, pd, addr: int, length: int, access: int, lkey: int, rkey: int, buf=None):
         self.pd = pd
@@ -43,6 +41,7 @@ class MR:
             raise ValueError("MR buffer shorter than its length")
         self.valid = True
         self.mws: list = []                  # memory windows bound to this MR
+        self.bound_qp = None                 # (only a type 2 memory window is bound to a QP)
 
     def invalidate(self) -> bool:
         """LOCAL_INV / SEND_WITH_INV of this MR's key: refused while windows

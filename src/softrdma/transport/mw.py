@@ -15,6 +15,8 @@ Types and states as rxe (type 1 and type 2B):
   VALID once bound, FREE again after LOCAL_INV / SEND_WITH_INV.
 
 Every bind check fails the WQE with IBV_WC_MW_BIND_ERR (rxe_do_local_ops).
+Beyond rxe, the binding QP and the MR must be in the window's PD for both
+types: the daemon's table holds every client's windows and MRs.
 A BIND_MW ``SendWQE`` carries the bind in the fields rxe's ``wr.mw`` union
 overlays (see ``bind_wqe``): ``invalidate_rkey`` the window's current rkey,
 ``rkey`` the new one (only its key byte is taken), ``remote_addr`` and
@@ -130,17 +132,18 @@ def bind(qp, wqe) -> int:
         mr = None
     if access & ~SUPPORTED_MW_ACCESS:
         return ST.IBV_WC_MW_BIND_ERR
+    if qp.pd is not mw.pd:            # C10-72 (rxe checks it for type 2 only; the daemon's windows
+        return ST.IBV_WC_MW_BIND_ERR  # belong to many clients: no QP binds another PD's window)
     if mw.type == TYPE_1:
         if mw.state != STATE_VALID or access & _ZERO_BASED:      # o10-36.2.2
             return ST.IBV_WC_MW_BIND_ERR
-    else:
-        if mw.state != STATE_FREE or qp.pd is not mw.pd:           # o10-37.2.30, C10-72
-            return ST.IBV_WC_MW_BIND_ERR
-        if mr is None:                                              # o10-37.2.40
-            return ST.IBV_WC_MW_BIND_ERR
+    elif mw.state != STATE_FREE:                                    # o10-37.2.30
+        return ST.IBV_WC_MW_BIND_ERR
+    if mw.type == TYPE_2 and mr is None:                            # o10-37.2.40
+        return ST.IBV_WC_MW_BIND_ERR
     if mr is not None:
-        # The window's memory is the MR owner's: same PD (C10-72; rxe leaves
-        # it to the library's EPERM for type 1 -- the daemon cannot).
+        # the MR must be in the window's PD: libibverbs' EPERM, which a
+        # daemon serving many processes cannot leave to the library
         if mr.pd is not mw.pd or mr.access & _ZERO_BASED:
             return ST.IBV_WC_MW_BIND_ERR
         if not mr.access & _MW_BIND:                                # C10-73
