@@ -19,7 +19,8 @@ from pyverbs.wr import SGE, SendWR
 
 SIZE = 4096
 ctx = Context(name=get_device_list()[0].name.decode())
-gid_index = next(i for i in range(16) if ctx.query_gid(port_num=1, index=i).gid.startswith("0000:0000:0000:0000:0000:ffff"))
+gid_index = next(i for i in range(16)
+                 if ctx.query_gid(port_num=1, index=i).gid.startswith("0000:0000:0000:0000:0000:ffff"))
 gid = ctx.query_gid(port_num=1, index=gid_index)
 pd = PD(ctx)
 QP_ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
