@@ -5,9 +5,9 @@ path MTU and numbering packets with 24-bit PSNs.  Stops when the QP may not
 send: not RTS (or SQD and the WQE not yet started), an RNR back-off running,
 the go-back window full (RC), a READ/ATOMIC beyond max_rd_atomic, or a
 fenced WQE behind an outstanding READ/ATOMIC.  LOCAL_INV and BIND_MW
-execute here, in SQ order, without the wire (``mw.local_op``).  AckReq goes on the last
-packet of each message, at least every 64 packets, and on the packet that
-fills the window.
+execute here, in SQ order, without the wire (``mw.local_op``).  AckReq goes
+on the last packet of each message, at least every 64 packets, and on the
+packet that fills the window.
 
 The go-back window (``qp.cwnd``) is at most 128 unacknowledged PSNs, as in
 rxe.  Every go-back (a sequence NAK, an implied NAK, a timeout) halves it,
