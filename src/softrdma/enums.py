@@ -86,6 +86,11 @@ class ibv_access_flags(IntFlag):
     IBV_ACCESS_RELAXED_ORDERING = 1 << 20
 
 
+class ibv_mw_type(IntEnum):
+    IBV_MW_TYPE_1 = 1
+    IBV_MW_TYPE_2 = 2
+
+
 class ibv_wr_opcode(IntEnum):
     IBV_WR_RDMA_WRITE = 0
     IBV_WR_RDMA_WRITE_WITH_IMM = 1

@@ -12,6 +12,11 @@ Send WQE (``SEND_WQE_HDR``, 64 bytes, then SGEs or inline data)::
     48 u32 ah_handle      52 u32 remote_qpn               56 u32 remote_qkey
     60 u32 reserved
   then num_sge x SGE (u64 addr, u32 length, u32 lkey), or inline_len bytes.
+  IBV_WR_BIND_MW overlays the bind on the same fields, as rxe's ``wr.mw``
+  union does (``transport.mw.bind_wqe``): imm_data = the window's current
+  rkey, rkey = its new rkey, remote_addr = the window's address,
+  compare_add = its length, swap = mw_access_flags, remote_qkey = the MR's
+  lkey; no SGEs.  IBV_WR_LOCAL_INV carries the key in imm_data.
 
 ``encode_send_wqe`` writes a whole send WQE (post_send, and the ibv_wr_*
 builders); ``set_send_wqe_sges``/``_inline``/``_ud`` rewrite the parts the

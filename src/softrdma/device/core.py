@@ -9,6 +9,8 @@ shared-memory ends the applications talk to:
   WCs into it; an armed CQ signals its completion channel;
 * ``DevSRQ``: an SRQ ring feeding a ``transport.SRQ``.
 
+UD multicast groups and their sockets are ``mcast`` (``device.mcast``).
+
 ``Device.poll_rings`` moves posted WQEs into the transport, ``route`` sends
 what the transport emits (over the device's ``RoceSocket``, or straight to
 another device of the same daemon without a socket), ``deliver`` feeds
@@ -34,6 +36,7 @@ from ..wire.packet import check
 from . import abi
 from .faults import Faults, FaultSettings
 from .gid import GidTable
+from .mcast import McastGroups, is_multicast_gid
 from .net import RoceSocket, gid_to_ip
 from .queues import CompletionQueueProducer, WorkQueueConsumer
 
@@ -138,6 +141,7 @@ class Device:
         self.counters = new_counters()               # of QPs already destroyed
         self.rx_dropped = {"icrc": 0, "wire": 0, "unknown_qpn": 0}
         self.state = 4                               # PORT_ACTIVE
+        self.mcast = McastGroups(self)               # UD multicast groups, their sockets
 
     def gid(self, index: int) -> bytes | None:
         e = self.gid_table[index] if 0 <= index < self.gid_table.capacity else None
@@ -190,6 +194,7 @@ class Device:
         for s in self.sockets:
             s.close()
         self.sockets = []
+        self.mcast.close()
 
     # -- objects
     def alloc_qpn(self) -> int:
@@ -213,8 +218,8 @@ class Device:
             return None
         av = qp.av
         r = self.route_cache.get((av.dgid, av.sgid_index))
-        if r is None or r[0] is None or r[0].faults is not None:
-            return None
+        if r is None or r[0].__class__ is not Device or r[0].faults is not None:
+            return None                               # not resolved, remote, a multicast fan-out, or faulty
         dqp = r[0].qps.get(qp.dest_qpn)
         return dqp.qp if dqp is not None else None
 
@@ -380,7 +385,10 @@ class Device:
     def _resolve_route(self, av, devices_by_ip: dict):
         """(peer device or None, socket, destination IP, source and
         destination address bytes) for an address vector; cached per
-        (dgid, sgid_index) in ``route_cache`` until addresses change."""
+        (dgid, sgid_index) in ``route_cache`` until addresses change.
+        A multicast GID routes to a ``mcast.Fanout`` in the peer's place."""
+        if is_multicast_gid(av.dgid):
+            return self.mcast.route(av, devices_by_ip)
         dst_ip = gid_to_ip(av.dgid)
         src_ip, sock = self._source(av.sgid_index)
         return (devices_by_ip.get(dst_ip), sock, dst_ip, ipaddress.ip_address(src_ip).packed,

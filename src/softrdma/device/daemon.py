@@ -28,6 +28,7 @@ import time
 
 from ..enums import IBV_EVENT_DEVICE_FATAL, IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
+from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
 from .control import ControlError, recv_msg, send_msg
@@ -224,6 +225,10 @@ class Daemon:
             if kind == "udp":
                 dev, s = data
                 dev.receive(s, time.monotonic())
+                self._busy()
+            elif kind == "mcast":
+                dev, s = data
+                dev.mcast.receive(s, time.monotonic())
                 self._busy()
             elif kind == "doorbell":
                 try:
@@ -438,6 +443,8 @@ class Daemon:
         pd = c.get(m["pd"], "pd")
         if any(o[0] in ("mr", "qp", "srq", "ah") and getattr(o[1], "pd", None) is pd for o in c.objects.values()):
             raise VerbsError(errno.EBUSY, "PD still in use")
+        if any(o[0] == "mw" and o[1].pd is pd for o in c.objects.values()):
+            raise VerbsError(errno.EBUSY, "PD still has memory windows")      # each holds a PD usecnt
         del c.objects[m["pd"]]
         return {}, []
 
@@ -454,8 +461,25 @@ class Daemon:
 
     def cmd_dereg_mr(self, c, m, fds):
         obj = c.get(m["mr"], "mr")
+        if obj[0].mws:                          # rxe_dereg_mr: not while windows are bound
+            raise VerbsError(errno.EINVAL, "memory windows are bound to the MR")
         self.destroy(c, "mr", obj)
         del c.objects[m["mr"]]
+        return {}, []
+
+    def cmd_alloc_mw(self, c, m, fds):
+        """ibv_alloc_mw: type 1 or 2 (uverbs: any other type is EINVAL)."""
+        pd = c.get(m["pd"], "pd")
+        mw_type = m.get("type")
+        if type(mw_type) is not int or mw_type not in (1, 2):
+            raise VerbsError(errno.EINVAL, f"memory window type {mw_type!r}")
+        mw = MW(c.device.memory, pd, mw_type)
+        return {"mw": c.add("mw", mw), "rkey": mw.rkey}, []
+
+    def cmd_dealloc_mw(self, c, m, fds):
+        mw = c.get(m["mw"], "mw")
+        self.destroy(c, "mw", mw)
+        del c.objects[m["mw"]]
         return {}, []
 
     def cmd_create_comp_channel(self, c, m, fds):
@@ -547,6 +571,39 @@ class Daemon:
         self.destroy(c, "qp", dqp)
         del c.objects[m["qp"]]
         return {}, []
+
+    def _mcast_args(self, c, m):
+        dqp = c.get(m["qp"], "qp")
+        gid = bytes.fromhex(m["gid"])
+        lid = m.get("lid", 0)
+        if len(gid) != 16 or type(lid) is not int or not 0 <= lid <= 0xFFFF:
+            raise VerbsError(errno.EINVAL, "bad multicast GID or LID")
+        return dqp.qp, gid, lid
+
+    def cmd_attach_mcast(self, c, m, fds):
+        """ibv_attach_mcast; the device joins the group while any QP is attached."""
+        qp, gid, lid = self._mcast_args(c, m)
+        dev = c.device
+        opened = dev.mcast.attach(qp, gid, lid)
+        if opened is not None:
+            self.sel.register(opened.sock, selectors.EVENT_READ, ("mcast", (dev, opened)))
+        return {}, []
+
+    def cmd_detach_mcast(self, c, m, fds):
+        qp, gid, lid = self._mcast_args(c, m)
+        self._close_mcast_sockets([c.device.mcast.detach(qp, gid, lid)])
+        return {}, []
+
+    def _close_mcast_sockets(self, socks) -> None:
+        """Group sockets nobody is attached to any more: leave the group."""
+        for sk in socks:
+            if sk is None:
+                continue
+            try:
+                self.sel.unregister(sk.sock)
+            except (KeyError, ValueError):
+                pass
+            sk.close()
 
     def cmd_create_srq(self, c, m, fds):
         pd = c.get(m["pd"], "pd")
@@ -651,7 +708,7 @@ class Daemon:
             if cl.device is dev and cl is not c:
                 cl.event(IBV_EVENT_DEVICE_FATAL)
                 self._drop(cl)
-        for s in dev.sockets:
+        for s in [*dev.sockets, *dev.mcast.sockets.values()]:
             try:
                 self.sel.unregister(s.sock)
             except (KeyError, ValueError):
@@ -679,8 +736,10 @@ class Daemon:
     def _write_counters(self, dev: Device) -> None:
         tr = dev.traffic
         hw = dev.hw_counters()
-        self.sysfs.update_counters(dev.name, 1, rxe_pma_counters(tr["tx_bytes"], tr["rx_bytes"], tr["tx_packets"],
-                                                                 tr["rx_packets"]), hw)
+        pma = rxe_pma_counters(tr["tx_bytes"], tr["rx_bytes"], tr["tx_packets"], tr["rx_packets"])
+        # rxe's PMA leaves these 0; PortCountersExtended defines them, and the daemon knows them
+        pma.update(multicast_xmit_packets=dev.mcast.xmit_packets, multicast_rcv_packets=dev.mcast.rcv_packets)
+        self.sysfs.update_counters(dev.name, 1, pma, hw)
 
     def refresh_sysfs(self) -> None:
         """Counters in the tree are current within a second."""
@@ -761,7 +820,7 @@ class Daemon:
                 elif kind == "pd":
                     users = sum(1 for k, o in objs.values()
                                 if (k == "qp" and o.qp.pd is obj) or (k == "mr" and o[0].pd is obj)
-                                or (k == "srq" and o.srq.pd is obj))
+                                or (k == "srq" and o.srq.pd is obj) or (k == "mw" and o.pd is obj))
                     r.update(id=rid(dev, "pd", obj), users=users, local_dma_lkey=0)
                 elif kind == "srq":
                     pdn = next((rid(dev, "pd", o) for k, o in objs.values() if k == "pd" and o is obj.srq.pd), None)
@@ -775,6 +834,7 @@ class Daemon:
     def destroy(self, c: Client, kind: str, obj) -> None:
         dev = c.device
         if kind == "qp":
+            self._close_mcast_sockets(dev.mcast.detach_all(obj.qp))
             dev.remove_qp(obj)
             try:
                 self.sel.unregister(obj.doorbell)
@@ -800,6 +860,8 @@ class Daemon:
             mr.view = None
             mr.buf = None
             region.close()
+        elif kind == "mw":
+            obj.dealloc()
         elif kind == "channel":
             obj.close()
 

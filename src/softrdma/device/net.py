@@ -87,7 +87,7 @@ class RoceSocket:
                     self.sock.setsockopt(socket.SOL_SOCKET, force, rcvbuf)
                 except OSError:
                     self.sock.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
-            self.sock.bind((self.ip, port))
+            self._bind(port)
         except OSError:
             self.sock.close()
             raise
@@ -104,6 +104,10 @@ class RoceSocket:
         self._peer_ids = PeerIds()
         self._pool = [bytearray(MAX_DATAGRAM) for _ in range(pool)]
         self._views = [memoryview(b) for b in self._pool]
+
+    def _bind(self, port: int) -> None:
+        """Bind the socket (``device.mcast.McastSocket`` binds a group)."""
+        self.sock.bind((self.ip, port))
 
     def fileno(self) -> int:
         return self.sock.fileno()

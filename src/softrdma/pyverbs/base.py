@@ -1,6 +1,7 @@
 """pyverbs.base: the common base class and the errno helper."""
 
 from ..verbs.errors import PyverbsRDMAError  # noqa: F401
+from ..verbs.wr import inc_rkey  # noqa: F401
 
 
 class PyverbsObject:
@@ -11,6 +12,3 @@ class PyverbsObject:
 class PyverbsCM(PyverbsObject):
     pass
 
-
-def inc_rkey(rkey: int) -> int:
-    return (rkey & ~0xFF) | ((rkey + 1) & 0xFF)

@@ -1,7 +1,9 @@
-from ..verbs.mr import MR  # noqa: F401
+from ..verbs.mr import MR, MW, MWBind, MWBindInfo  # noqa: F401
 from ._unsupported import unsupported
 
-MW = unsupported("MW", "memory windows are not implemented yet")
-MWBindInfo = unsupported("MWBindInfo", "memory windows are not implemented yet")
 DMMR = unsupported("DMMR", "device memory does not exist on a software device")
 DmaBufMR = unsupported("DmaBufMR", "dma-buf needs a kernel device")
+
+
+def mwtype2str(mw_type):
+    return {1: "IBV_MW_TYPE_1", 2: "IBV_MW_TYPE_2"}.get(mw_type, f"Unknown MW type ({mw_type})")

@@ -79,7 +79,7 @@ def execute(qp, peer, wqe) -> bool:
     if op == READ:
         if not access & REMOTE_READ or peer.max_dest_rd_atomic == 0:
             return False
-        src = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_READ) \
+        src = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_READ, peer) \
             if length else b""
         if src is None:
             return False
@@ -90,7 +90,7 @@ def execute(qp, peer, wqe) -> bool:
             return False
         dst = None
         if length:
-            dst = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_WRITE)
+            dst = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_WRITE, peer)
             if dst is None:
                 return False
         if op == WRITE_IMM:

@@ -20,12 +20,13 @@ LOCAL_READ = 0       # local reads need no access flag
 
 class Memory(Protocol):
     def local_view(self, pd: object, lkey: int, addr: int, length: int, access: int) -> memoryview | None: ...
-    def remote_view(self, pd: object, rkey: int, va: int, length: int, access: int) -> memoryview | None: ...
+    def remote_view(self, pd: object, rkey: int, va: int, length: int, access: int,
+                    qp: object = None) -> memoryview | None: ...
     def invalidate(self, pd: object, key: int) -> bool: ...
 
 
 class MR:
-    __slots__ = ("pd", "addr", "length", "access", "lkey", "rkey", "buf", "view", "valid")
+    __slots__ = ("pd", "addr", "length", "access", "lkey", "rkey", "buf", "view", "valid", "mws", "bound_qp")
 
     def __init__(self, pd, addr: int, length: int, access: int, lkey: int, rkey: int, buf=None):
         self.pd = pd
@@ -39,6 +40,16 @@ class MR:
         if len(self.view) < length:
             raise ValueError("MR buffer shorter than its length")
         self.valid = True
+        self.mws: list = []                  # memory windows bound to this MR
+        self.bound_qp = None                 # (only a type 2 memory window is bound to a QP)
+
+    def invalidate(self) -> bool:
+        """LOCAL_INV / SEND_WITH_INV of this MR's key: refused while windows
+        are bound to it (rxe_invalidate_mr: num_mw > 0 -> EINVAL)."""
+        if self.mws:
+            return False
+        self.valid = False
+        return True
 
     def read(self, length: int, offset: int = 0) -> bytes:
         return bytes(self.buf[offset:offset + length])
@@ -67,22 +78,41 @@ class MemoryTable:
         self._next_addr += (length + 0xFFFF) & ~0xFFF    # page aligned, gaps between MRs
         return mr
 
-    def register(self, pd, addr: int, length: int, access: int, buf=None) -> MR:
-        """An MR over ``buf`` (e.g. a shared-memory view) that the owner sees
-        at virtual address ``addr``; keys are allocated here."""
+    def _new_key(self) -> int:
         index = self._next_index
         if index >= 1 << 24:
             raise MemoryError("MR key space exhausted")
         self._next_index += 1
         self._key_byte = (self._key_byte * 37 + 11) & 0xFF
-        key = (index << 8) | self._key_byte
+        return (index << 8) | self._key_byte
+
+    def register(self, pd, addr: int, length: int, access: int, buf=None) -> MR:
+        """An MR over ``buf`` (e.g. a shared-memory view) that the owner sees
+        at virtual address ``addr``; keys are allocated here."""
+        key = self._new_key()
         mr = MR(pd, addr, length, int(access), key, key, buf)
-        self._mrs[index] = mr
+        self._mrs[key >> 8] = mr
         return mr
 
     def dereg_mr(self, mr: MR) -> None:
+        for mw in list(mr.mws):             # the owner is gone: its windows lose their memory
+            mw.unbind()
         mr.valid = False
         self._mrs.pop(mr.lkey >> 8, None)
+
+    def add_window(self, mw) -> int:
+        """Enter a memory window in the table; returns its first rkey."""
+        key = self._new_key()
+        self._mrs[key >> 8] = mw
+        return key
+
+    def remove_window(self, mw) -> None:
+        if self._mrs.get(mw.rkey >> 8) is mw:
+            del self._mrs[mw.rkey >> 8]
+
+    def lookup(self, key: int):
+        """The MR or window whose index ``key`` names (key byte unchecked)."""
+        return self._mrs.get(key >> 8)
 
     def local_view(self, pd, lkey, addr, length, access):
         mr = self._mrs.get(lkey >> 8)
@@ -93,9 +123,10 @@ class MemoryTable:
             return None
         return mr.view[off:off + length]
 
-    def remote_view(self, pd, rkey, va, length, access):
+    def remote_view(self, pd, rkey, va, length, access, qp=None):
         mr = self._mrs.get(rkey >> 8)
-        if mr is None or mr.rkey != rkey or mr.pd is not pd or not mr.valid or access & ~mr.access:
+        if mr is None or mr.rkey != rkey or mr.pd is not pd or not mr.valid or access & ~mr.access \
+                or (mr.bound_qp is not None and mr.bound_qp is not qp):
             return None
         off = va - mr.addr
         if off < 0 or length < 0 or off + length > mr.length:
@@ -103,11 +134,12 @@ class MemoryTable:
         return mr.view[off:off + length]
 
     def invalidate(self, pd, key):
+        """LOCAL_INV / SEND_WITH_INV: the MR or window ``key`` names, with
+        its own rules (``MR.invalidate``, ``mw.MW.invalidate``)."""
         mr = self._mrs.get(key >> 8)
         if mr is None or mr.rkey != key or mr.pd is not pd:
             return False
-        mr.valid = False
-        return True
+        return mr.invalidate()
 
 
 # plain ints: these are and-ed on every access

@@ -4,9 +4,10 @@ Walks the send queue from ``qp.req_idx``, segmenting each message by the
 path MTU and numbering packets with 24-bit PSNs.  Stops when the QP may not
 send: not RTS (or SQD and the WQE not yet started), an RNR back-off running,
 the go-back window full (RC), a READ/ATOMIC beyond max_rd_atomic, or a
-fenced WQE behind an outstanding READ/ATOMIC.  AckReq goes on the last
-packet of each message, at least every 64 packets, and on the packet that
-fills the window.
+fenced WQE behind an outstanding READ/ATOMIC.  LOCAL_INV and BIND_MW
+execute here, in SQ order, without the wire (``mw.local_op``).  AckReq goes
+on the last packet of each message, at least every 64 packets, and on the
+packet that fills the window.
 
 The go-back window (``qp.cwnd``) is at most 128 unacknowledged PSNs, as in
 rxe.  Every go-back (a sequence NAK, an implied NAK, a timeout) halves it,
@@ -35,6 +36,7 @@ from ..wire.opcodes import (
 )
 from . import completer                       # cycle: completer calls back into retry()
 from . import loopback
+from . import mw
 from .counters import Counter
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, MIN_CWND  # noqa: F401 (re-exported)
 from .memory import LOCAL_READ, LOCAL_WRITE
@@ -47,7 +49,7 @@ ST = ints(ibv_wc_status)
 WR = ints(ibv_wr_opcode)
 C = ints(Counter)
 SENT_PKTS, SENT_BYTES, RDMA_SENDS = C.sent_pkts, C.sent_bytes, C.rdma_sends
-WR_LOCAL_INV = WR.IBV_WR_LOCAL_INV
+LOCAL_OPS = mw.LOCAL_OPS
 QPS_ERR = S.IBV_QPS_ERR
 
 RTS, SQD = S.IBV_QPS_RTS, S.IBV_QPS_SQD
@@ -105,11 +107,12 @@ def _start(qp, wqe) -> bool:
 
 
 def _local_op(qp, wqe) -> None:
-    """LOCAL_INV executes in the requester, in order, without the wire."""
-    if qp.memory.invalidate(qp.pd, wqe.invalidate_rkey):
+    """LOCAL_INV / BIND_MW execute in the requester, in order, without the wire."""
+    status = mw.local_op(qp, wqe)
+    if status == ST.IBV_WC_SUCCESS:
         wqe.state = WQE_DONE
     else:
-        wqe.status = ST.IBV_WC_MW_BIND_ERR
+        wqe.status = status
         wqe.state = WQE_ERROR
 
 
@@ -132,7 +135,7 @@ def run(qp, now: float) -> None:
                 break
             if wqe.send_flags & SEND_FENCE and qp.rd_atomic_out:
                 break
-            if wqe.opcode == WR_LOCAL_INV:
+            if wqe.opcode in LOCAL_OPS:
                 _local_op(qp, wqe)
                 if wqe.state == WQE_ERROR:     # nothing after it may go out
                     qp.req_idx = idx

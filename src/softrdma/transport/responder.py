@@ -19,7 +19,9 @@ For RC it walks the checks in the spec's (and rxe's) order:
   fit the receive buffer / match the RETH length -> NAK invalid request
   (receive WC IBV_WC_LOC_LEN_ERR).
 * rkey: key, PD, bounds, access -> NAK remote access error; misaligned
-  ATOMIC -> NAK invalid request.
+  ATOMIC -> NAK invalid request.  An rkey may name a memory window
+  (``transport.mw``): the window's bounds and rights, and for type 2 the QP
+  it is bound to, are checked by the same ``remote_view``.
 Errors other than PSN/RNR move the responder's QP to ERR (async event
 QP_REQ_ERR / QP_ACCESS_ERR), after the NAK is queued.
 
@@ -336,7 +338,7 @@ def _rc_write(qp, pkt, info, psn: int, mask: int) -> None:
             return
         # --- CHK_RKEY
         if dma_len:
-            view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_WRITE)
+            view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_WRITE, qp)
             if view is None:
                 _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
                 return
@@ -403,7 +405,7 @@ def _rc_read(qp, pkt, info, psn: int) -> None:
         _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
         return
     if dma_len:
-        view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_READ)
+        view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_READ, qp)
         if view is None:
             _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
             return
@@ -423,7 +425,7 @@ def _rc_atomic(qp, pkt, info, psn: int) -> None:
     if qp.max_dest_rd_atomic == 0 or va & 7:
         _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
         return
-    view = qp.memory.remote_view(qp.pd, rkey, va, 8, REMOTE_ATOMIC)
+    view = qp.memory.remote_view(qp.pd, rkey, va, 8, REMOTE_ATOMIC, qp)
     if view is None:
         _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
         return
@@ -454,7 +456,7 @@ def _duplicate(qp, pkt, info, psn: int) -> None:
             if rkey != res[4] or va < res[3] or va + dma_len > res[3] + res[5]:
                 break
             if dma_len:
-                view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_READ)
+                view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_READ, qp)
                 if view is None:
                     break
             else:
@@ -537,7 +539,7 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
         return
     if mask & START_MASK:
         va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
-        view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_WRITE) if dma_len else None
+        view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_WRITE, qp) if dma_len else None
         if dma_len and view is None:
             _uc_drop_msg(qp, mask)
             return

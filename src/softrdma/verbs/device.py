@@ -10,6 +10,7 @@ import sys
 import time
 
 from ..device.daemon import SOCKET_NAME, default_run_dir
+from ..device.mcast import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from .addr import GID
 from .connection import Connection
 from .errors import PyverbsRDMAError
@@ -197,7 +198,8 @@ class Context:
             "max_qp_rd_atom": a["max_qp_rd_atom"], "max_ee_rd_atom": 0, "max_res_rd_atom": 0,
             "max_qp_init_rd_atom": a["max_qp_init_rd_atom"], "max_ee_init_rd_atom": 0, "atomic_caps": 1,
             "max_ee": 0, "max_rdd": 0, "max_mw": 1 << 16, "max_raw_ipv6_qp": 0, "max_raw_ethy_qp": 0,
-            "max_mcast_grp": 8192, "max_mcast_qp_attach": 56, "max_total_mcast_qp_attach": 458752,
+            "max_mcast_grp": MAX_MCAST_GRP, "max_mcast_qp_attach": MAX_MCAST_QP_ATTACH,
+            "max_total_mcast_qp_attach": MAX_TOTAL_MCAST_QP_ATTACH,
             "max_ah": 1 << 15, "max_fmr": 0, "max_map_per_fmr": 0, "max_srq": 1 << 16,
             "max_srq_wr": a["max_qp_wr"], "max_srq_sge": a["max_sge"], "max_pkeys": 1, "local_ca_ack_delay": 15,
             "phys_port_cnt": 1, "guid": guid})

@@ -1,5 +1,7 @@
-"""Memory region (pyverbs.mr.MR): memory the library allocates in shared
-memory, so the daemon reaches it without the process's help."""
+"""Memory regions and windows (pyverbs.mr): ``MR`` is memory the library
+allocates in shared memory, so the daemon reaches it without the process's
+help; ``MW`` a memory window the daemon allocates (ibv_alloc_mw), bound
+with ``QP.bind_mw`` (type 1) or an IBV_WR_BIND_MW work request (type 2)."""
 
 from __future__ import annotations
 
@@ -58,3 +60,53 @@ class MR:
             if not ctx.closed and not ctx.conn.dead:
                 ctx.conn.call("dereg_mr", mr=self.handle)
             self.region.close()
+
+
+class MWBindInfo:
+    """ibv_mw_bind_info: the MR range a bind gives the window, and its rights."""
+
+    def __init__(self, mr, addr: int, length: int, mw_access_flags: int):
+        self.mr = mr
+        self.addr = addr
+        self.length = length
+        self.mw_access_flags = int(mw_access_flags)
+
+
+class MWBind:
+    """ibv_mw_bind: a type 1 bind for ``QP.bind_mw``."""
+
+    def __init__(self, bind_info: MWBindInfo, send_flags: int, wr_id: int = 0):
+        self.bind_info = bind_info
+        self.send_flags = int(send_flags)
+        self.wr_id = wr_id
+
+
+class MW:
+    """ibv_mw: ``MW(pd, mw_type)``.  ``rkey`` is the window's current rkey
+    (``QP.bind_mw`` moves it to the bound one, as libibverbs does; for a
+    type 2 window the new rkey is the bind work request's ``rkey``)."""
+
+    def __init__(self, pd, mw_type: int):
+        self.pd = pd
+        self.type = int(mw_type)
+        reply, _ = pd.ctx.conn.call("alloc_mw", pd=pd.handle, type=self.type)
+        self.handle = reply["mw"]
+        self.rkey = reply["rkey"]
+        self.closed = False
+        pd.add_ref(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            ctx = self.pd.ctx
+            if not ctx.closed and not ctx.conn.dead:
+                ctx.conn.call("dealloc_mw", mw=self.handle)
+
+    def __repr__(self) -> str:
+        return f"MW(type {self.type}, rkey=0x{self.rkey:08x}, handle={self.handle})"

@@ -8,7 +8,9 @@ checks; the extended QP's ibv_wr_* API is qpex.py).
 (SGE count, inline size, queue room) and write it into the shared ring; the
 daemon's transport does the rest.  ``modify``/``query`` go over the control
 connection, where the transport checks every attribute (EINVAL etc. come
-back as PyverbsRDMAError)."""
+back as PyverbsRDMAError).  ``bind_mw`` is ibv_bind_mw (a type 1 window:
+libibverbs' checks, then a BIND_MW WQE); ``attach_mcast``/``detach_mcast``
+are ibv_attach_mcast/ibv_detach_mcast (UD QPs)."""
 
 from __future__ import annotations
 
@@ -25,16 +27,18 @@ from ..enums import (
     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
     IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
-    IBV_SEND_INLINE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV,
-    ibv_qp_attr_mask,
+    IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
+    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_attr_mask,
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
-from .addr import AHAttr
+from .addr import GID, AHAttr
 from .cq import bswap32
 from .device import Context
 from .errors import PyverbsRDMAError
+from .wr import inc_rkey
 
 _IMM_OPS = (IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM)
+_INV_OPS = (IBV_WR_SEND_WITH_INV, IBV_WR_LOCAL_INV)
 # mask bit -> QPAttr field sent to the daemon
 _FIELDS = [(int(b), b.name[len("IBV_QP_"):].lower()) for b in ibv_qp_attr_mask]
 _ATTR_NAME = {"state": "qp_state", "cur_state": "cur_qp_state", "access_flags": "qp_access_flags",
@@ -284,6 +288,10 @@ class QP:
 
     def post_send(self, wr, bad_wr=None) -> None:
         while wr is not None:
+            if wr.opcode == IBV_WR_BIND_MW:
+                self._post_bind(wr.wr_id, wr.send_flags, wr.mw, wr.rkey, wr.bind_info, bool(wr.sg_list))
+                wr = wr.next_wr
+                continue
             sges = [s.as_tuple() for s in wr.sg_list]
             inline = None
             if wr.send_flags & IBV_SEND_INLINE:
@@ -297,7 +305,7 @@ class QP:
                 raise PyverbsRDMAError("Failed to post send: queue full", errno.ENOMEM)
             if wr.opcode in _IMM_OPS:
                 imm = bswap32(wr.imm_data & 0xFFFFFFFF)      # ibv_send_wr.imm_data is __be32
-            elif wr.opcode == IBV_WR_SEND_WITH_INV:
+            elif wr.opcode in _INV_OPS:
                 imm = wr.invalidate_rkey
             else:
                 imm = 0
@@ -307,6 +315,45 @@ class QP:
                                 remote_qpn=wr.remote_qpn, remote_qkey=wr.remote_qkey)
             self.sq_wq.commit()
             wr = wr.next_wr
+
+    def _post_bind(self, wr_id: int, send_flags: int, mw, new_rkey: int, info, has_sges: bool) -> None:
+        """A BIND_MW WQE (the rxe provider's validate_send_wr: no SGEs, RC
+        or UC only)."""
+        if mw is None or info is None or has_sges or self.qp_type not in (IBV_QPT_RC, IBV_QPT_UC):
+            raise PyverbsRDMAError("Failed to post send: not a valid bind MW work request", errno.EINVAL)
+        slot = self.sq_wq.next_slot()
+        if slot is None:
+            raise PyverbsRDMAError("Failed to post send: queue full", errno.ENOMEM)
+        mr = info.mr
+        abi.encode_send_wqe(slot, wr_id, IBV_WR_BIND_MW, send_flags, (), imm_data=mw.rkey,
+                            remote_addr=info.addr, rkey=new_rkey, compare_add=info.length,
+                            swap=info.mw_access_flags, remote_qkey=mr.lkey if mr is not None else 0)
+        self.sq_wq.commit()
+
+    def bind_mw(self, mw, mw_bind) -> None:
+        """ibv_bind_mw: bind a type 1 window; its rkey becomes the new one
+        once the bind is posted (the completion tells whether it held)."""
+        info = mw_bind.bind_info
+        if mw.type != IBV_MW_TYPE_1 or (info.mr is None and (info.addr or info.length)) \
+                or info.mw_access_flags & IBV_ACCESS_ZERO_BASED:
+            raise PyverbsRDMAError("Failed to bind MW", errno.EINVAL)
+        if info.mr is not None and info.mr.pd is not mw.pd:
+            raise PyverbsRDMAError("Failed to bind MW", errno.EPERM)
+        new_rkey = inc_rkey(mw.rkey)
+        try:
+            self._post_bind(mw_bind.wr_id, mw_bind.send_flags, mw, new_rkey, info, False)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError("Failed to bind MW", e.error_code) from None
+        mw.rkey = new_rkey
+
+    # ---------------------------------------------------------------- multicast
+    def attach_mcast(self, gid, lid: int = 0) -> None:
+        """ibv_attach_mcast(qp, gid, lid): receive the group's UD sends (the
+        LID means nothing on RoCE)."""
+        self.ctx.conn.call("attach_mcast", qp=self.handle, gid=_gid_hex(gid), lid=int(lid))
+
+    def detach_mcast(self, gid, lid: int = 0) -> None:
+        self.ctx.conn.call("detach_mcast", qp=self.handle, gid=_gid_hex(gid), lid=int(lid))
 
     # ---------------------------------------------------------------- teardown
     def _release(self) -> None:
@@ -321,3 +368,8 @@ class QP:
             if not self.ctx.closed and not self.ctx.conn.dead:
                 self.ctx.conn.call("destroy_qp", qp=self.handle)
             self._release()
+
+
+def _gid_hex(gid) -> str:
+    raw = gid.raw if isinstance(gid, GID) else GID(gid).raw
+    return raw.hex()

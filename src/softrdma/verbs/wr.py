@@ -40,7 +40,18 @@ class SendWR:
         self.ah = None
         self.remote_qpn = 0
         self.remote_qkey = 0
-        self.invalidate_rkey = 0
+        self.mw = None
+        self.bind_info = None
+
+    # ibv_send_wr's imm_data and invalidate_rkey are one union member: pyverbs
+    # programs set ``imm_data`` to the rkey of a LOCAL_INV / SEND_WITH_INV
+    @property
+    def invalidate_rkey(self) -> int:
+        return self.imm_data
+
+    @invalidate_rkey.setter
+    def invalidate_rkey(self, rkey: int) -> None:
+        self.imm_data = rkey
 
     def set_wr_rdma(self, rkey: int, addr: int) -> None:
         self.rkey, self.remote_addr = rkey, addr
@@ -53,3 +64,15 @@ class SendWR:
 
     def set_inv_rkey(self, rkey: int) -> None:
         self.invalidate_rkey = rkey
+
+    def set_bind_wr(self, mw, bind_info) -> None:
+        """An IBV_WR_BIND_MW (type 2 window): the new rkey, the window's
+        current one with its key byte incremented, is ``self.rkey``."""
+        self.mw = mw
+        self.bind_info = bind_info
+        self.rkey = inc_rkey(mw.rkey)
+
+
+def inc_rkey(rkey: int) -> int:
+    """ibv_inc_rkey: the next key byte, same index."""
+    return (rkey & ~0xFF) | ((rkey + 1) & 0xFF)
