@@ -57,6 +57,12 @@ class DevCQ:
         self.overrun_reported = False
 
     def push(self, wc: WC, solicited=False) -> None:
+        # The WQE's queue slot is free before its completion is visible (as
+        # rxe advances the queue before posting the CQE): an application
+        # that posts again on seeing the CQE must find room.
+        dqp = self.owner.device.qps.get(wc.qp_num)
+        if dqp is not None:
+            dqp.publish()
         stored, notify = self.producer.push(wc, bool(solicited))
         if not stored:
             if not self.overrun_reported:
@@ -88,7 +94,7 @@ class DevChannel:
 
 
 class DevQP:
-    def __init__(self, handle: int, qp: QP, sq, rq, doorbell: int, owner):
+    def __init__(self, handle: int, qp: QP, sq, rq, doorbell: int, owner, srq: "DevSRQ | None" = None):
         self.handle = handle
         self.qp = qp
         self.sq = WorkQueueConsumer(sq)
@@ -96,6 +102,16 @@ class DevQP:
         self.sq_ring, self.rq_ring = sq, rq
         self.doorbell = doorbell
         self.owner = owner
+        self.srq = srq
+
+    def publish(self) -> None:
+        """Free the ring slots of the WQEs the transport is done with."""
+        qp = self.qp
+        self.sq.publish(len(qp.sq))
+        if self.rq is not None:
+            self.rq.publish(len(qp.rq))
+        elif self.srq is not None:
+            self.srq.wq.publish(len(self.srq.srq.rq))
 
 
 class DevSRQ:
@@ -285,9 +301,7 @@ class Device:
                     qp.post_send(wqe, now)
                 except (ValueError, VerbsError):
                     self._wqe_error(dqp, wr_id, recv=False)
-            sq.publish(len(qp.sq))
-            if rq is not None:
-                rq.publish(len(qp.rq))
+            dqp.publish()
         return busy
 
     def _wqe_error(self, dqp: DevQP, wr_id: int, recv: bool) -> None:

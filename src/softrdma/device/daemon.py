@@ -533,7 +533,7 @@ class Daemon:
         rq = Ring.attach(fds[1]) if srq is None else None
         doorbell = fds[-1]
         os.set_blocking(doorbell, False)
-        dqp = DevQP(0, qp, sq, rq, doorbell, c)
+        dqp = DevQP(0, qp, sq, rq, doorbell, c, srq)
         dqp.handle = c.add("qp", dqp)
         dev.add_qp(dqp)
         self.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dqp))
