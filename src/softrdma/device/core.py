@@ -210,11 +210,17 @@ class Device:
         self.qps.pop(qp.qp_num, None)
         self.tx[:] = [t for t in self.tx if t[0] is not qp]
 
-    def hw_counters(self) -> dict[str, int]:
+    def counter_totals(self) -> list[int]:
+        """Every counter (``transport.counters.Counter`` order) summed over
+        the live QPs and the destroyed ones."""
         tot = list(self.counters)
         for d in self.qps.values():
             for i, v in enumerate(d.qp.cnt):
                 tot[i] += v
+        return tot
+
+    def hw_counters(self) -> dict[str, int]:
+        tot = self.counter_totals()
         return {c.name: tot[c] for c in RXE_HW_COUNTERS}
 
     # -- data path
