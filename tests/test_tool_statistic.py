@@ -205,7 +205,7 @@ def test_per_qp_counters_match_the_traffic(env, capsys):
     assert [(e["cntn"], e["lqpn"], {k: e[k] for k in QP_NAMES}) for e in js] == [(1, [a], ca), (2, [b], cb)]
     # -p: one counter per line
     pretty = ok(capsys, "-p", "stat", "qp", "show", "link", "rxe0/1", "cntn", "1")
-    assert pretty == (f"link rxe0/1 cntn 1 \n" + "".join(f"    {k} {v} \n" for k, v in ca.items())
+    assert pretty == ("link rxe0/1 cntn 1 \n" + "".join(f"    {k} {v} \n" for k, v in ca.items())
                       + f"    LQPN: <{a}>\n")
     # filters (link first), numbers and ranges as iproute2's
     show = ["stat", "qp", "show", "link", "rxe0/1"]
@@ -363,7 +363,6 @@ CHILD = textwrap.dedent("""
 
 
 def test_auto_mode_by_pid(env, capsys):
-    from softrdma.verbs import cq, pd, qp
     assert run(capsys, "stat", "qp", "set", "link", "rxe0/1", "auto", "type,pid", "on") == (0, "", "")
     assert ok(capsys, "stat", "qp", "mode") == "link rxe0/1 mode qp auto type,pid on \n"
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -390,7 +389,6 @@ def test_auto_mode_by_pid(env, capsys):
     # the child's death destroyed its QP, and with it counter 1
     assert [e["cntn"] for e in parse_counters(ok(capsys, "stat", "qp", "show"))] == [2]
     mine.close()
-    del pd, cq, qp
 
 
 def test_bind_unbind_errors(env, capsys):

@@ -13,4 +13,5 @@ TOOLS = {
     "ibv_rc_pingpong": "softrdma.tools.pingpong",
     "ibv_ud_pingpong": "softrdma.tools.pingpong",
     "rdma": "softrdma.tools.rdma",
+    "top": "softrdma.tools.top",
 }
