@@ -15,3 +15,9 @@ TOOLS = {
     "rdma": "softrdma.tools.rdma",
     "top": "softrdma.tools.top",
 }
+
+#: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
+#: are "<name>, as the real tool")
+HELP = {
+    "top": "live view of every softrdma port and QP (rates, retransmits, NAKs, RNR, QP states)",
+}
