@@ -15,8 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=demo.run)
     p = sub.add_parser("daemon", help="the device daemon (softrdmad)", add_help=False)
     p.set_defaults(func=None, daemon=True)
-    for name in sorted(__import__("softrdma.tools", fromlist=["TOOLS"]).TOOLS):
-        sub.add_parser(name, help=f"{name}, as the real tool", add_help=False)
+    tools = __import__("softrdma.tools", fromlist=["TOOLS", "HELP"])
+    for name in sorted(tools.TOOLS):
+        sub.add_parser(name, help=tools.HELP.get(name, f"{name}, as the real tool"), add_help=False)
     from . import runner
     runner.add_parsers(sub)
     p = sub.add_parser("version", help="print the version")

@@ -224,6 +224,22 @@ class Device:
         self.qps[dqp.qp.qp_num] = dqp
         if dqp.qp.qp_type == RC:
             dqp.qp.local_peer = self.local_peer
+            dqp.qp.local_traffic = self._local_traffic
+
+    def _local_traffic(self, qp, peer, fwd, back) -> None:
+        """Port counts for a message ``transport.loopback`` ran without
+        packets: as if ``fwd`` went from this device to the peer's, ``back``
+        the other way."""
+        other = self.route_cache[(qp.av.dgid, qp.av.sgid_index)][0]
+        t, o = self.traffic, other.traffic
+        t["tx_packets"] += fwd[0]
+        t["tx_bytes"] += fwd[1]
+        o["rx_packets"] += fwd[0]
+        o["rx_bytes"] += fwd[1]
+        o["tx_packets"] += back[0]
+        o["tx_bytes"] += back[1]
+        t["rx_packets"] += back[0]
+        t["rx_bytes"] += back[1]
 
     def local_peer(self, qp):
         """The RC peer of ``qp`` if it lives in this daemon and nothing (fault
@@ -247,11 +263,17 @@ class Device:
         self.qps.pop(qp.qp_num, None)
         self.tx[:] = [t for t in self.tx if t[0] is not qp]
 
-    def hw_counters(self) -> dict[str, int]:
+    def counter_totals(self) -> list[int]:
+        """Every counter (``transport.counters.Counter`` order) summed over
+        the live QPs and the destroyed ones."""
         tot = list(self.counters)
         for d in self.qps.values():
             for i, v in enumerate(d.qp.cnt):
                 tot[i] += v
+        return tot
+
+    def hw_counters(self) -> dict[str, int]:
+        tot = self.counter_totals()
         return {c.name: tot[c] for c in RXE_HW_COUNTERS}
 
     # -- data path

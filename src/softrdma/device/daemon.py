@@ -36,7 +36,8 @@ from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from .faults import FaultSettings
 from .net import gid_to_ip
 from .shm import Ring
-from .sysfs import SysfsTree, rxe_device_attrs, rxe_pma_counters
+from .stat import StatCommands
+from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
 log = logging.getLogger("softrdmad")
 SPIN_S = float(os.environ.get("SOFTRDMA_SPIN_S", "0.002"))
@@ -118,7 +119,7 @@ class Client:
             dev.tx[:] = [t for t in dev.tx if t[0].qp_num in dev.qps]
 
 
-class Daemon:
+class Daemon(StatCommands):
     def __init__(self, run_dir: str, devices: list[Device]):
         self.run_dir = run_dir
         self.devices = {d.name: d for d in devices}
@@ -385,6 +386,8 @@ class Daemon:
             reply = dict(reply or {}, seq=seq, errno=0)
         except VerbsError as e:
             reply, out_fds = {"seq": seq, "errno": e.errno, "msg": e.strerror}, []
+            if getattr(e, "extack", None):          # netlink's extended ack message
+                reply["extack"] = e.extack
             for fd in fds:
                 os.close(fd)
         except (KeyError, TypeError, ValueError) as e:
@@ -402,7 +405,8 @@ class Daemon:
         handler = getattr(self, f"cmd_{op}", None) if isinstance(op, str) else None
         if handler is None:
             raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
-        if op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set") and \
+        if op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set",
+                      "stat_get", "stat_dump", "stat_set", "stat_del", "stat_get_status", "stat_snapshot") and \
                 c.device is None:
             raise VerbsError(errno.EINVAL, "no device opened on this connection")
         return handler(c, m, fds)
@@ -546,6 +550,7 @@ class Daemon:
             a["ah_attr"] = self._checked_av(c, a["ah_attr"])
         if "cap" in a:
             a["cap"] = QPCap(**a["cap"])
+        self.stat_modify_qp(c.device, dqp, a, int(m["mask"]))
         dqp.qp.modify(QPAttr(**a), int(m["mask"]))
         return {}, []
 
@@ -715,6 +720,7 @@ class Daemon:
                 pass
         dev.close()
         del self.devices[dev.name]
+        self.stat_device_removed(dev)
         self.topology_changed()
         self.sysfs.remove_device(dev.name)
         return {}, []
@@ -727,7 +733,7 @@ class Daemon:
         for s in dev.sockets:
             self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
         t = self.sysfs
-        t.add_device(dev.name, **rxe_device_attrs(dev.mac, dev.netdev))
+        t.add_device(dev.name, **softrdma_device_attrs(dev.mac, dev.netdev))
         t.set_port(dev.name, 1, state=dev.state, phys_state=5 if dev.state == 4 else 3)
         t.set_gids(dev.name, 1, dev.gid_table)
         t.set_pkeys(dev.name, 1)
@@ -835,6 +841,7 @@ class Daemon:
         dev = c.device
         if kind == "qp":
             self._close_mcast_sockets(dev.mcast.detach_all(obj.qp))
+            self.stat_destroy_qp(dev, obj)
             dev.remove_qp(obj)
             try:
                 self.sel.unregister(obj.doorbell)

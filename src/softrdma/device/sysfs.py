@@ -83,9 +83,18 @@ Who reads what:
 
 * node_exporter's infiniband collector (prometheus/procfs
   sysfs/class_infiniband.go): every entry of class/infiniband is a device;
-  ``fw_ver`` must exist, ``board_id``/``hca_type`` are optional; every entry
-  of ``ports`` must be a decimal number; ``state``/``phys_state`` must split
-  on ":" into exactly two parts, an integer and a name; ``rate``'s first
+  ``fw_ver`` must exist, and before procfs PR #556 (August 2023; Debian
+  12's node_exporter 1.5.0 and Ubuntu 22.04's 1.3.1 are older) so must
+  ``board_id``: a device without one fails the whole collector
+  ("infiniband statistics not found"), which is what happens to real rxe
+  there.  The daemon's devices therefore carry a ``board_id`` driver
+  attribute with an empty board id (``softrdma_device_attrs``): the
+  collector reads "" (what newer procfs reports when the file is absent),
+  and ibv_devinfo, which prints the line only for a non-empty read (the
+  trailing newline stripped), prints what it prints for rxe.  ``hca_type``
+  is optional in every version; every entry of ``ports`` must be a
+  decimal number; ``state``/``phys_state`` must split on ":" into exactly
+  two parts, an integer and a name; ``rate``'s first
   word is parsed as a float32 of Gb/s; ``counters`` and ``hw_counters``
   are read only if present, each regular file with one 128-byte read,
   whitespace-trimmed, parsed by Go's ParseUint(base 0) (decimal here, so
@@ -100,7 +109,8 @@ Who reads what:
   the umad devices, which this tree does not fake; its paths are fixed at
   /sys.)
 * ibv_devinfo: device and port attributes come from the uverbs device
-  (ioctl), not sysfs; it reads ``board_id`` from sysfs if the file exists.
+  (ioctl), not sysfs; it reads ``board_id`` from sysfs and prints it when
+  the read is non-empty.
 
 **Writes.**  Every file is written to ``root/.staging`` and moved into place
 with ``os.replace``, so a reader sees the old or the new content, never a
@@ -217,6 +227,14 @@ def rxe_device_attrs(mac: bytes | str, netdev: str) -> dict:
     guid = eui64(mac)
     return dict(node_guid=guid, sys_image_guid=guid, fw_ver="", node_desc="rxe",
                 node_type=1, parent=netdev, uverbs_abi_ver=RXE_UVERBS_ABI)
+
+
+def softrdma_device_attrs(mac: bytes | str, netdev: str) -> dict:
+    """What the daemon gives ``add_device``: rxe's attributes plus a
+    ``board_id`` driver attribute whose board id is empty (``"%.*s\n"`` of
+    "" is ``\n``), because node_exporter's collector before procfs PR #556
+    requires the file (see "Who reads what")."""
+    return dict(rxe_device_attrs(mac, netdev), board_id="")
 
 
 def rxe_pma_counters(sent_bytes: int = 0, rcvd_bytes: int = 0, sent_pkts: int = 0,

@@ -13,4 +13,11 @@ TOOLS = {
     "ibv_rc_pingpong": "softrdma.tools.pingpong",
     "ibv_ud_pingpong": "softrdma.tools.pingpong",
     "rdma": "softrdma.tools.rdma",
+    "top": "softrdma.tools.top",
+}
+
+#: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
+#: are "<name>, as the real tool")
+HELP = {
+    "top": "live view of every softrdma port and QP (rates, retransmits, NAKs, RNR, QP states)",
 }

@@ -11,7 +11,9 @@ RDMA netlink:
 * ``rdma dev [show [DEV]]``;
 * ``rdma resource [show [DEV]]`` (the per-device summary) and ``rdma resource
   show qp|cm_id|cq|mr|pd|ctx|srq [link DEV/PORT | dev DEV] [FILTER VALUE]...``
-  with iproute2's filters (numbers, ranges ``1-10,12``, strings, prefixes).
+  with iproute2's filters (numbers, ranges ``1-10,12``, strings, prefixes);
+* ``rdma statistic ...``: hw counters, per-QP counters, counter modes
+  (``rdma_stat``, with the daemon's ``stat_*`` commands).
 
 The kernel-side choices are the kernel's: a QP shows its port once it left
 RESET (``link rxe0/-`` before), keys (``rkey``, ``lkey``, ``local_dma_lkey``)
@@ -25,7 +27,7 @@ show`` wants DEV/PORT -- a bare DEV is "Wrong device name" (strict ports
 since 5.3) --, and an unknown command word prints "Unknown ... '...'." but
 exits 0 (``rd_exec_cmd`` returns 0).
 
-Not here (yet): ``statistic``, ``system``, ``dev set`` (the daemon cannot
+Not here (yet): ``system``, ``dev set`` (the daemon cannot
 rename devices or move them between namespaces), ``-r`` (accepted, no raw
 data: rxe has none), the CM's cm_ids (none exist until softrdma has a CM).
 """
@@ -366,13 +368,19 @@ class Rd:
         for d in self.dev_map:
             d.setdefault("num_ports", 1)
 
-    def call(self, op: str, **kw):
-        """One request; a failure is perror("error") in rd_recv_msg (returns None)."""
+    def call(self, op: str, quiet: bool = False, **kw):
+        """One request; a failure is the kernel's extended ack message, if
+        any ("Error: ...", nl_dump_ext_ack), then perror("error") in
+        rd_recv_msg -- nothing with ``quiet`` -- and returns None."""
         try:
             reply, fds = self.conn.call(op, **kw)
         except PyverbsError as e:
             code = e.error_code if e.error_code > 0 else errno.EIO
-            self.err(f"error: {os.strerror(code)}")
+            if not quiet:
+                extack = getattr(e, "extack", None)
+                if extack:
+                    self.err(f"Error: {extack}")
+                self.err(f"error: {os.strerror(code)}")
             return None
         for fd in fds:
             os.close(fd)
@@ -1100,7 +1108,12 @@ def rd_cmd(rd: Rd, args: list[str]) -> int:
     return rd.exec_cmd([(None, cmd_help), ("help", cmd_help), ("dev", lambda: cmd_dev(rd)),
                         ("link", lambda: cmd_link(rd)), ("resource", lambda: cmd_res(rd)),
                         ("system", lambda: cmd_not_here("system")(rd)),
-                        ("statistic", lambda: cmd_not_here("statistic")(rd))], "object")
+                        ("statistic", lambda: _cmd_stat(rd))], "object")
+
+
+def _cmd_stat(rd: Rd) -> int:
+    from .rdma_stat import cmd_stat        # rdma_stat builds on this module
+    return cmd_stat(rd)
 
 
 _LONG = {"version": ("V", False), "help": ("h", False), "json": ("j", False), "pretty": ("p", False),

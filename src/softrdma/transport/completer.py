@@ -283,6 +283,7 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
         return
     if n:
         scatter(wqe.views, off, pkt, hlen, n)
+    cnt[C.rcvd_bytes] += n                     # the responder counted them as sent_bytes
     wqe.read_done = off + n
     qp.comp_psn = (psn + 1) & 0xFFFFFF
     _progress(qp, now, 1)

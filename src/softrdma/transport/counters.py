@@ -48,6 +48,9 @@ class Counter(IntEnum):
 
 #: rxe's hw_counters, the names sysfs shows under ports/1/hw_counters/.
 RXE_HW_COUNTERS = tuple(c for c in Counter if c <= Counter.rdma_recvs)
+#: What an rdma counter (``rdma statistic qp``) shows for the QPs bound to
+#: it: every per-QP count; link_downed is the port's, no QP ever counts it.
+QP_COUNTERS = tuple(c for c in Counter if c is not Counter.link_downed)
 N_COUNTERS = len(Counter)
 
 

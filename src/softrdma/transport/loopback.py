@@ -15,12 +15,19 @@ present and large enough).  Anything else -- an RNR, a bad rkey, an op the
 short cut does not cover (ATOMIC, SEND_WITH_INV), a QP not in RTR/RTS --
 goes through the packets, which give the spec's NAKs, retries and errors.
 Both QPs' PSNs, MSN and counters advance exactly as if the packets had been
-exchanged (one ACK per message), so the two paths mix freely on one QP.
+exchanged (one ACK per message), so the two paths mix freely on one QP; the
+engine learns the packets and wire bytes that did not fly through
+``qp.local_traffic`` (port counters).
 """
 
 from __future__ import annotations
 
 from ..enums import ibv_qp_state, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints
+from ..wire.opcodes import (
+    OP_ACKNOWLEDGE, OP_RDMA_READ_REQUEST, OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_LAST,
+    OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE,
+)
+from . import requester                       # (requester imports this module: names read at call time)
 from .counters import Counter
 from .memory import REMOTE_READ, REMOTE_WRITE
 from .responder import _NONE, _RES_READ, _add_resource, _resolve_rwqe
@@ -40,6 +47,19 @@ SEND_SOLICITED = 4
 SENT_PKTS, RCVD_PKTS, SENT_BYTES, RCVD_BYTES = C.sent_pkts, C.rcvd_pkts, C.sent_bytes, C.rcvd_bytes
 RDMA_SENDS, RDMA_RECVS = C.rdma_sends, C.rdma_recvs
 _OPS = frozenset((SEND, SEND_IMM, WRITE, WRITE_IMM, READ))
+_READ_RESPONSES = (OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_LAST,
+                   OP_RDMA_READ_RESPONSE_ONLY)
+
+
+def _wire_bytes(opclass: int, ops, length: int, mtu: int, npkts: int) -> int:
+    """UDP payload bytes (headers, payload, pad, ICRC) of a message cut
+    into ``npkts`` packets by the (first, middle, last, only) ``ops``."""
+    hdr = OPCODE_TABLE
+    if npkts == 1:
+        return hdr[opclass | ops[3]].length + length + (-length & 3) + 4
+    rem = length - (npkts - 1) * mtu
+    return (hdr[opclass | ops[0]].length + (npkts - 2) * hdr[opclass | ops[1]].length
+            + hdr[opclass | ops[2]].length + length + (-rem & 3) + 4 * npkts)
 
 
 def _source(views, length: int):
@@ -144,11 +164,22 @@ def execute(qp, peer, wqe) -> bool:
     if op == READ:
         qc[SENT_PKTS] += 1
         qc[RCVD_PKTS] += npkts
+        qc[RCVD_BYTES] += length
     else:
         qc[SENT_PKTS] += npkts
         qc[SENT_BYTES] += length
         qc[RCVD_PKTS] += 1
         qc[RDMA_SENDS] += 1
+    account = qp.local_traffic
+    if account is not None:
+        oc = qp.opclass
+        if op == READ:
+            fwd = (1, OPCODE_TABLE[oc | OP_RDMA_READ_REQUEST].length + 4)
+            back = (npkts, _wire_bytes(oc, _READ_RESPONSES, length, qp.mtu, npkts))
+        else:
+            fwd = (npkts, _wire_bytes(oc, requester._SEGMENT_OPS[op], length, qp.mtu, npkts))
+            back = (1, OPCODE_TABLE[oc | OP_ACKNOWLEDGE].length + 4)
+        account(qp, peer, fwd, back)
     qp.retry_cnt = qp.retry_cnt_init
     qp.rnr_retry = qp.rnr_retry_init
     wqe.offset = length

@@ -253,6 +253,7 @@ class QP:
         # set by the engine that hosts the QP: qp -> the peer QP when it is in
         # the same engine and nothing lies between them (transport.loopback)
         self.local_peer = None
+        self.local_traffic = None      # (qp, peer, (pkts, bytes) to peer, (pkts, bytes) back): port counts
         self.opclass = {RC: IB_OPCODE_RC, UC: IB_OPCODE_UC, UD: IB_OPCODE_UD}[qp_type]
         self._rx = _rx_table(qp_type, self.opclass)
         self.attr = QPAttr(cap=self.cap)

@@ -67,7 +67,9 @@ class Connection:
         if err:
             for fd in got:
                 os.close(fd)
-            raise PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: {msg.get('msg', os.strerror(err))}", err)
+            exc = PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: {msg.get('msg', os.strerror(err))}", err)
+            exc.extack = msg.get("extack")        # the netlink-style extended ack, if the daemon gave one
+            raise exc
         return msg, got
 
     def poll_events(self) -> None:
