@@ -18,11 +18,12 @@ from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.addr import AH, AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQ, CQEX, CompChannel, CqInitAttrEx, PollCqAttr
 from softrdma.pyverbs.device import Context
-from softrdma.pyverbs.mr import MR
+from softrdma.pyverbs.base import inc_rkey
+from softrdma.pyverbs.mr import MR, MW, MWBind, MWBindInfo
 from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
 from softrdma.pyverbs.qp import QP, DataBuffer, QPAttr, QPCap, QPEx, QPInitAttr, QPInitAttrEx
-from softrdma.pyverbs.wr import SGE, RecvWR
+from softrdma.pyverbs.wr import SGE, RecvWR, SendWR
 from softrdma.transport.wr import WC
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,6 +33,7 @@ EX_MASK = e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
 RC_OPS = (e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_SEND_WITH_IMM | e.IBV_QP_EX_WITH_SEND_WITH_INV
           | e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | e.IBV_QP_EX_WITH_RDMA_READ
           | e.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | e.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+MW_OPS = e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_BIND_MW | e.IBV_QP_EX_WITH_LOCAL_INV
 UD_QKEY = 0x11111111
 
 
@@ -361,6 +363,165 @@ def test_qpex_ud_send_and_send_imm(ctx):
     assert mb.read(512, 40) == data and mb.read(33, 1024 + 40) == data[:33]
 
 
+# --------------------------------------------------------------------- QPEx and memory windows
+def mw_pair(ctx):
+    """qa (every RC op) writes into qb's MR; qb (WRITE, BIND_MW, LOCAL_INV)
+    binds and invalidates windows on it."""
+    pd = PD(ctx)
+    cqa, cqb = cqex(ctx), cqex(ctx)
+    qa, qb = qpex(ctx, pd, cqa), qpex(ctx, pd, cqb, ops=MW_OPS)
+    connect_rc(ctx, qa, qb)
+    ma, mb = MR(pd, 1 << 16, ACC), MR(pd, 1 << 16, ACC | e.IBV_ACCESS_MW_BIND)
+    return pd, (qa, cqa, ma), (qb, cqb, mb)
+
+
+def write_through(a, rkey: int, raddr: int, length: int, wr_id: int, offset: int = 0) -> int:
+    """An RDMA WRITE of ``length`` bytes of a's MR; its completion status."""
+    qa, cqa, ma = a
+    qa.wr_start()
+    qa.wr_id, qa.wr_flags = wr_id, e.IBV_SEND_SIGNALED
+    qa.wr_rdma_write(rkey, raddr)
+    qa.wr_set_sge(SGE(ma.buf + offset, length, ma.lkey))
+    qa.wr_complete()
+    (wc,) = poll_ex(cqa, 1)
+    assert wc["wr_id"] == wr_id
+    return wc["status"]
+
+
+def test_qpex_wr_bind_mw_type_2_then_writes_inside_and_outside_the_window(ctx):
+    pd, a, (qb, cqb, mb) = mw_pair(ctx)
+    ma = a[2]
+    mw = MW(pd, e.IBV_MW_TYPE_2)
+    old_rkey = mw.rkey
+    key = inc_rkey(mw.rkey)
+    win = mb.buf + 8192
+    # the bind and an unrelated WRITE in one batch: the bind is an ordinary WQE of it
+    qb.wr_start()
+    qb.wr_id, qb.wr_flags = 0x77, e.IBV_SEND_SIGNALED
+    qb.wr_bind_mw(mw, key, MWBindInfo(mb, win, 4096, e.IBV_ACCESS_REMOTE_WRITE))
+    qb.wr_id = 0x78
+    qb.wr_rdma_write(ma.rkey, ma.buf + 60000)
+    qb.wr_set_inline_data(mb.buf, 4)
+    assert qb.sq.producer == 0
+    qb.wr_complete()
+    assert [(w["wr_id"], w["status"], w["opcode"]) for w in poll_ex(cqb, 2)] == [
+        (0x77, e.IBV_WC_SUCCESS, e.IBV_WC_BIND_MW), (0x78, e.IBV_WC_SUCCESS, e.IBV_WC_RDMA_WRITE)]
+    assert ma.read(4, 60000) == mb.read(4)
+    assert mw.rkey == old_rkey               # as in C, wr_bind_mw leaves it: the caller keeps the new rkey
+    data = os.urandom(512)
+    ma.write(data, len(data))
+    assert write_through(a, key, win + 4096 - 512, 512, 1) == e.IBV_WC_SUCCESS      # the window's last bytes
+    assert mb.read(512, 8192 + 4096 - 512) == data
+    assert write_through(a, key, win, 16, 2, offset=100) == e.IBV_WC_SUCCESS
+    assert mb.read(16, 8192) == data[100:116]
+    assert mb.read(8, 8192 - 8) == bytes(8)                                         # nothing before it
+    assert write_through(a, key, win + 4096 - 4, 8, 3) == e.IBV_WC_REM_ACCESS_ERR   # 4 bytes past its end
+    assert mb.read(8, 8192 + 4096 - 4) == data[508:] + bytes(4)                   # none of it landed
+
+
+def test_qpex_wr_local_inv_takes_the_window_away(ctx):
+    pd, a, (qb, cqb, mb) = mw_pair(ctx)
+    mw = MW(pd, e.IBV_MW_TYPE_2)
+    key = inc_rkey(mw.rkey)
+    qb.wr_start()
+    qb.wr_id, qb.wr_flags = 5, e.IBV_SEND_SIGNALED
+    qb.wr_bind_mw(mw, key, MWBindInfo(mb, mb.buf, 1024, e.IBV_ACCESS_REMOTE_WRITE))
+    qb.wr_complete()
+    assert [(w["wr_id"], w["status"], w["opcode"]) for w in poll_ex(cqb, 1)] == [
+        (5, e.IBV_WC_SUCCESS, e.IBV_WC_BIND_MW)]
+    a[2].write(b"bound", 5)
+    assert write_through(a, key, mb.buf + 10, 5, 1) == e.IBV_WC_SUCCESS
+    assert mb.read(5, 10) == b"bound"
+    qb.wr_start()
+    qb.wr_id = 6
+    qb.wr_local_inv(key)
+    qb.wr_complete()
+    assert [(w["wr_id"], w["status"], w["opcode"]) for w in poll_ex(cqb, 1)] == [
+        (6, e.IBV_WC_SUCCESS, e.IBV_WC_LOCAL_INV)]
+    a[2].write(b"gone!", 5)
+    assert write_through(a, mb.rkey, mb.buf + 20, 5, 2) == e.IBV_WC_SUCCESS      # the MR's own rkey still works
+    assert write_through(a, key, mb.buf + 10, 5, 3) == e.IBV_WC_REM_ACCESS_ERR   # the window's does not
+    assert mb.read(15, 10) == b"bound" + bytes(5) + b"gone!"
+
+
+def test_qpex_writes_the_wqes_post_send_and_bind_mw_write(ctx, monkeypatch):
+    """Byte for byte: wr_bind_mw = post_send(IBV_WR_BIND_MW) = QP.bind_mw for
+    the same bind, wr_local_inv = post_send(IBV_WR_LOCAL_INV).  Compared in
+    the SQ's first slot, never published (commit is a no-op here)."""
+    pd = PD(ctx)
+    cq = cqex(ctx)
+    q = qpex(ctx, pd, cq, ops=MW_OPS)
+    mr = MR(pd, 4096, ACC | e.IBV_ACCESS_MW_BIND)
+    mw1, mw2 = MW(pd, e.IBV_MW_TYPE_1), MW(pd, e.IBV_MW_TYPE_2)
+    monkeypatch.setattr(q.sq_wq, "commit", lambda n=1: None)
+    flags = e.IBV_SEND_SIGNALED | e.IBV_SEND_FENCE
+
+    def via_qpex(build) -> bytes:
+        q.wr_start()
+        q.wr_id, q.wr_flags = 0x1234, flags
+        build()
+        wqe = bytes(q.sq_wq.next_slot())
+        q.wr_abort()
+        q.sq_wq.next_slot()[:] = bytes(len(wqe))
+        return wqe
+
+    def via_post_send(post) -> bytes:
+        post()
+        wqe = bytes(q.sq_wq.next_slot())
+        q.sq_wq.next_slot()[:] = bytes(len(wqe))
+        return wqe
+
+    info = MWBindInfo(mr, mr.buf + 64, 512, e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ)
+    wr = SendWR(0x1234, e.IBV_WR_BIND_MW, send_flags=flags)
+    wr.set_bind_wr(mw2, info)
+    posted = via_post_send(lambda: q.post_send(wr))
+    assert posted[8] == e.IBV_WR_BIND_MW and posted != bytes(len(posted))
+    assert via_qpex(lambda: q.wr_bind_mw(mw2, inc_rkey(mw2.rkey), info)) == posted
+    key1 = inc_rkey(mw1.rkey)
+    built = via_qpex(lambda: q.wr_bind_mw(mw1, key1, info))
+    assert via_post_send(lambda: q.bind_mw(mw1, MWBind(info, flags, wr_id=0x1234))) == built
+    assert mw1.rkey == key1                  # ibv_bind_mw moves the type 1 window's rkey
+    inv = SendWR(0x1234, e.IBV_WR_LOCAL_INV, send_flags=flags)
+    inv.imm_data = 0xA1B2C3D4
+    assert via_qpex(lambda: q.wr_local_inv(0xA1B2C3D4)) == via_post_send(lambda: q.post_send(inv))
+    assert q.sq.producer == 0
+
+
+def test_qpex_memory_window_batch_errors(ctx):
+    pd = PD(ctx)
+    cq = cqex(ctx)
+    q = qpex(ctx, pd, cq, ops=MW_OPS)
+    no_mw = qpex(ctx, pd, cq)                # RC_OPS: neither BIND_MW nor LOCAL_INV
+    mr = MR(pd, 4096, ACC | e.IBV_ACCESS_MW_BIND)
+    mw = MW(pd, e.IBV_MW_TYPE_2)
+    info = MWBindInfo(mr, mr.buf, 64, e.IBV_ACCESS_REMOTE_WRITE)
+    sge = SGE(mr.buf, 8, mr.lkey)
+
+    def bind():
+        q.wr_bind_mw(mw, inc_rkey(mw.rkey), info)
+
+    # a bind carries no data (rxe's validate_send_wr); inline data is for SEND and WRITE only
+    assert _failed_batch(q, lambda: (bind(), q.wr_set_sge(sge))) == errno.EINVAL
+    assert _failed_batch(q, lambda: (bind(), q.wr_set_sge_list(1, [sge]))) == errno.EINVAL
+    assert _failed_batch(q, lambda: (bind(), q.wr_set_inline_data(mr.buf, 4))) == errno.EINVAL
+    assert _failed_batch(q, lambda: (q.wr_local_inv(1), q.wr_set_inline_data(mr.buf, 4))) == errno.EINVAL
+    assert _failed_batch(q, lambda: q.wr_bind_mw(None, 0, None)) == errno.EINVAL
+    # not in send_ops_flags: libibverbs' NULL callback, EINVAL at once
+    assert _failed_batch(no_mw, lambda: no_mw.wr_bind_mw(mw, inc_rkey(mw.rkey), info)) == errno.EINVAL
+    no_mw.wr_start()
+    assert errno_of(no_mw.wr_bind_mw, mw, 0, info) == errno.EINVAL
+    assert errno_of(no_mw.wr_local_inv, 0) == errno.EINVAL
+    no_mw.wr_abort()
+    assert errno_of(q.wr_local_inv, 0) == errno.EINVAL         # outside wr_start
+    # a zero-length SGE is no data (rxe), so that batch is fine -- aborted here
+    q.wr_start()
+    bind()
+    q.wr_set_sge(SGE(mr.buf, 0, mr.lkey))
+    q.wr_set_sge_list(0, [])
+    q.wr_abort()
+    assert q.sq.producer == 0 and no_mw.sq.producer == 0
+
+
 # --------------------------------------------------------------------- batches and errors
 def test_wr_abort_discards_the_batch(ctx):
     pd = PD(ctx)
@@ -479,8 +640,8 @@ def test_unsupported_operations_are_eopnotsupp(ctx):
     pd = PD(ctx)
     cq = cqex(ctx)
     q = qpex(ctx, pd, cq)
-    for call, args in ((q.wr_bind_mw, (None, 0, None)), (q.wr_local_inv, (0,)), (q.wr_set_xrc_srqn, (0,)),
-                       (q.wr_send_tso, (0, 0, 0)), (q.wr_atomic_write, (0, 0, b"")), (q.wr_flush, (0, 0, 0, 0, 0))):
+    for call, args in ((q.wr_set_xrc_srqn, (0,)), (q.wr_send_tso, (0, 0, 0)), (q.wr_atomic_write, (0, 0, b"")),
+                       (q.wr_flush, (0, 0, 0, 0, 0))):
         assert errno_of(call, *args) == errno.EOPNOTSUPP
         q.wr_start()
         assert errno_of(call, *args) == errno.EOPNOTSUPP
@@ -495,9 +656,14 @@ def test_qp_ex_creation_checks(ctx):
         return QPEx(ctx, QPInitAttrEx(qp_type=qp_type, scq=cq, rcq=cq, pd=the_pd, comp_mask=mask,
                                       send_ops_flags=ops, **kw))
 
-    # what rdma-core's test_qpex.py skips on (EOPNOTSUPP): memory windows (for now), ops the QP type lacks
-    assert errno_of(create, e.IBV_QPT_RC, e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_BIND_MW) == errno.EOPNOTSUPP
-    assert errno_of(create, e.IBV_QPT_RC, e.IBV_QP_EX_WITH_LOCAL_INV) == errno.EOPNOTSUPP
+    # what rdma-core's test_qpex.py skips on (EOPNOTSUPP): ops the QP type lacks in rxe's
+    # RXE_SUP_*_QP_SEND_OPS_FLAGS (BIND_MW on RC and UC, LOCAL_INV on RC only)
+    rc = create(e.IBV_QPT_RC, e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_BIND_MW | e.IBV_QP_EX_WITH_LOCAL_INV)
+    assert rc.send_ops_flags == e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_BIND_MW | e.IBV_QP_EX_WITH_LOCAL_INV
+    assert create(e.IBV_QPT_UC, e.IBV_QP_EX_WITH_BIND_MW).send_ops_flags == e.IBV_QP_EX_WITH_BIND_MW
+    assert errno_of(create, e.IBV_QPT_UC, e.IBV_QP_EX_WITH_LOCAL_INV) == errno.EOPNOTSUPP
+    assert errno_of(create, e.IBV_QPT_UD, e.IBV_QP_EX_WITH_BIND_MW) == errno.EOPNOTSUPP
+    assert errno_of(create, e.IBV_QPT_UD, e.IBV_QP_EX_WITH_LOCAL_INV) == errno.EOPNOTSUPP
     assert errno_of(create, e.IBV_QPT_UD, e.IBV_QP_EX_WITH_RDMA_WRITE) == errno.EOPNOTSUPP
     assert errno_of(create, e.IBV_QPT_UC, e.IBV_QP_EX_WITH_RDMA_READ) == errno.EOPNOTSUPP
     assert errno_of(create, e.IBV_QPT_RC, e.IBV_QP_EX_WITH_TSO) == errno.EOPNOTSUPP
@@ -532,4 +698,4 @@ def test_pyverbs_program_with_qpex_and_cqex_through_softrdma_run(daemon):
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "OK rc_send rc_send_imm rc_write rc_write_imm rc_read " \
-        "rc_cmp_swp rc_fetch_add ud_send ud_send_imm skipped: rc_bind_mw"
+        "rc_cmp_swp rc_fetch_add ud_send ud_send_imm rc_bind_mw skipped:"

@@ -3,7 +3,9 @@
 tests/base.py and tests/utils.py): client and server resources, each with
 an extended CQ and an extended QP created for one opcode, then ping-pong
 traffic posted with the ibv_wr_* API and polled with
-start_poll/poll_next/end_poll, data checked byte for byte.  It imports
+start_poll/poll_next/end_poll, data checked byte for byte; rc_bind_mw
+binds type 2 memory windows with wr_bind_mw and WRITEs through them, as
+test_qp_ex_rc_bind_mw does (plus the window that works).  It imports
 ``pyverbs``, not softrdma; a case whose resources the device refuses with
 EOPNOTSUPP is skipped, as rdma-core's tests skip it."""
 
@@ -15,9 +17,10 @@ import time
 
 import pyverbs.enums as e
 from pyverbs.addr import AH, AHAttr, GlobalRoute
+from pyverbs.base import inc_rkey
 from pyverbs.cq import CQEX, CqInitAttrEx, PollCqAttr
 from pyverbs.device import Context, get_device_list
-from pyverbs.mr import MR
+from pyverbs.mr import MR, MW, MWBindInfo
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.qp import QPAttr, QPCap, QPEx, QPInitAttrEx
@@ -206,6 +209,44 @@ def atomic_traffic(client, server, send_op):
             raise PyverbsError(f"atomic {i}: returned {old}, remote now {now}")
 
 
+def bind_mw(res, mw, rkey, bind_info):
+    """One signaled wr_bind_mw, completed."""
+    qp = res.qp
+    qp.wr_start()
+    qp.wr_id = 0x123
+    qp.wr_flags = e.IBV_SEND_SIGNALED
+    qp.wr_bind_mw(mw, rkey, bind_info)
+    qp.wr_complete()
+    poll_cq_ex(res.cq)
+
+
+def bind_mw_traffic(client, server, send_op):
+    """Each side binds a type 2 window with remote write over its whole MR
+    and the other side's WRITEs go through the window's new rkey
+    (rdma_traffic); then, as rdma-core's test_qp_ex_rc_bind_mw, the server
+    binds a window without remote write and the client's WRITE through it
+    fails with a remote access error."""
+    for res, peer in ((client, server), (server, client)):
+        mw = MW(res.pd, mw_type=e.IBV_MW_TYPE_2)
+        new_key = inc_rkey(mw.rkey)
+        bind_mw(res, mw, new_key, MWBindInfo(res.mr, res.mr.buf, res.mr.length, e.IBV_ACCESS_REMOTE_WRITE))
+        peer.rkey = new_key
+    rdma_traffic(client, server, e.IBV_QP_EX_WITH_RDMA_WRITE)
+    mw = MW(server.pd, mw_type=e.IBV_MW_TYPE_2)
+    new_key = inc_rkey(mw.rkey)
+    bind_mw(server, mw, new_key, MWBindInfo(server.mr, server.mr.buf, server.mr.length, e.IBV_ACCESS_LOCAL_WRITE))
+    client.rkey = new_key
+    try:
+        post_send_ex(client, send_elements(client, b"x"), e.IBV_QP_EX_WITH_RDMA_WRITE)
+        poll_cq_ex(client.cq)
+    except PyverbsRDMAError as ex:
+        if ex.error_code != e.IBV_WC_REM_ACCESS_ERR:
+            raise
+    else:
+        raise PyverbsError("a WRITE through a window without remote write succeeded")
+    validate(server.mr.read(server.msg_size, 0), b"s", server.msg_size)     # what it held: no "x" landed
+
+
 CASES = [
     ("rc_send", e.IBV_QPT_RC, e.IBV_QP_EX_WITH_SEND, 0, traffic),
     ("rc_send_imm", e.IBV_QPT_RC, e.IBV_QP_EX_WITH_SEND_WITH_IMM, 0, traffic),
@@ -218,7 +259,7 @@ CASES = [
     ("ud_send", e.IBV_QPT_UD, e.IBV_QP_EX_WITH_SEND, 0, traffic),
     ("ud_send_imm", e.IBV_QPT_UD, e.IBV_QP_EX_WITH_SEND_WITH_IMM, 0, traffic),
     ("rc_bind_mw", e.IBV_QPT_RC, e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_BIND_MW,
-     e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_MW_BIND, None),
+     e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_MW_BIND, bind_mw_traffic),
 ]
 
 

@@ -1,7 +1,8 @@
 """Memory regions and windows (pyverbs.mr): ``MR`` is memory the library
 allocates in shared memory, so the daemon reaches it without the process's
 help; ``MW`` a memory window the daemon allocates (ibv_alloc_mw), bound
-with ``QP.bind_mw`` (type 1) or an IBV_WR_BIND_MW work request (type 2)."""
+with ``QP.bind_mw`` (type 1) or an IBV_WR_BIND_MW work request (type 2:
+``SendWR.set_bind_wr`` or ``QPEx.wr_bind_mw``)."""
 
 from __future__ import annotations
 

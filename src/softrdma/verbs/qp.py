@@ -47,18 +47,15 @@ _ATTR_NAME = {"state": "qp_state", "cur_state": "cur_qp_state", "access_flags": 
 _NOT_SENT = ("alt_path", "path_mig_state", "rate_limit")     # the mask bit alone gets EOPNOTSUPP
 
 # ibv_wr_* builders an extended QP may ask for (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
-# per QP type: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS, less what the transport
-# does not carry (UC has no SEND with invalidate on the wire).
+# per QP type: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS (BIND_MW on RC and UC,
+# LOCAL_INV on RC only), less what the transport does not carry (UC has no
+# SEND with invalidate on the wire).
 _UD_SEND_OPS = X.IBV_QP_EX_WITH_SEND | X.IBV_QP_EX_WITH_SEND_WITH_IMM
-_UC_SEND_OPS = _UD_SEND_OPS | X.IBV_QP_EX_WITH_RDMA_WRITE | X.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+_UC_SEND_OPS = _UD_SEND_OPS | X.IBV_QP_EX_WITH_RDMA_WRITE | X.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
+    X.IBV_QP_EX_WITH_BIND_MW
 _RC_SEND_OPS = _UC_SEND_OPS | X.IBV_QP_EX_WITH_RDMA_READ | X.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
-    X.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | X.IBV_QP_EX_WITH_SEND_WITH_INV
+    X.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | X.IBV_QP_EX_WITH_SEND_WITH_INV | X.IBV_QP_EX_WITH_LOCAL_INV
 SEND_OPS = {IBV_QPT_RC: int(_RC_SEND_OPS), IBV_QPT_UC: int(_UC_SEND_OPS), IBV_QPT_UD: int(_UD_SEND_OPS)}
-# MEMORY WINDOWS (pending: the memory-window branch).  rxe also offers
-# IBV_QP_EX_WITH_BIND_MW (RC, UC) and IBV_QP_EX_WITH_LOCAL_INV (RC, UC); to
-# enable them, add them to _UC_SEND_OPS and implement QPEx.wr_bind_mw /
-# QPEx.wr_local_inv (verbs/qpex.py, the section marked the same way).
-MW_SEND_OPS = int(X.IBV_QP_EX_WITH_BIND_MW | X.IBV_QP_EX_WITH_LOCAL_INV)
 # the comp_mask bits rxe's create_qp_ex takes (check_qp_init_attr)
 _EX_COMP_MASK = int(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 
@@ -131,9 +128,8 @@ class QPInitAttrEx:
                 bad = ops & ~SEND_OPS.get(int(self.qp_type), 0)
                 if bad:
                     names = ", ".join(f.name for f in X if f & bad) or hex(bad)
-                    why = " (memory windows are not implemented yet)" if bad & MW_SEND_OPS else ""
                     raise PyverbsRDMAError(f"Failed to create QP: send_ops_flags {names} not supported on this"
-                                           f" QP type{why}", errno.EOPNOTSUPP)
+                                           " QP type", errno.EOPNOTSUPP)
         if not mask & IBV_QP_INIT_ATTR_PD or self.pd is None:
             raise PyverbsRDMAError("Failed to create QP: IBV_QP_INIT_ATTR_PD and a PD are required", errno.EINVAL)
         return self.pd
@@ -324,10 +320,7 @@ class QP:
         slot = self.sq_wq.next_slot()
         if slot is None:
             raise PyverbsRDMAError("Failed to post send: queue full", errno.ENOMEM)
-        mr = info.mr
-        abi.encode_send_wqe(slot, wr_id, IBV_WR_BIND_MW, send_flags, (), imm_data=mw.rkey,
-                            remote_addr=info.addr, rkey=new_rkey, compare_add=info.length,
-                            swap=info.mw_access_flags, remote_qkey=mr.lkey if mr is not None else 0)
+        encode_bind_wqe(slot, wr_id, send_flags, mw, new_rkey, info)
         self.sq_wq.commit()
 
     def bind_mw(self, mw, mw_bind) -> None:
@@ -368,6 +361,16 @@ class QP:
             if not self.ctx.closed and not self.ctx.conn.dead:
                 self.ctx.conn.call("destroy_qp", qp=self.handle)
             self._release()
+
+
+def encode_bind_wqe(slot, wr_id: int, send_flags: int, mw, new_rkey: int, info) -> None:
+    """Write the BIND_MW WQE that binds ``mw`` to ``info`` (an MWBindInfo)
+    with ``new_rkey``, laid out as device/abi.py says: the one writer of a
+    bind, for ``post_send``/``bind_mw`` and for ``QPEx.wr_bind_mw``."""
+    mr = info.mr
+    abi.encode_send_wqe(slot, wr_id, IBV_WR_BIND_MW, send_flags, (), imm_data=mw.rkey,
+                        remote_addr=info.addr, rkey=new_rkey, compare_add=info.length,
+                        swap=info.mw_access_flags, remote_qkey=mr.lkey if mr is not None else 0)
 
 
 def _gid_hex(gid) -> str:

@@ -12,7 +12,8 @@ sleeps); ``wr_abort`` discards it.
 Errors, as ibv_wr_post(3) has them: builders and setters do not fail; a
 problem found while building (queue full, too many SGEs, inline data above
 max_inline_data: ENOSPC as in rxe; a setter with no WR, inline data on an
-opcode that carries none, a UD WR without ``wr_set_ud_addr``: EINVAL) makes
+opcode that carries none or SGEs on a bind MW, a UD WR without
+``wr_set_ud_addr``: EINVAL) makes
 ``wr_complete`` fail and post nothing.  What C cannot survive fails at
 once: a builder for an opcode the QP was not created with
 (``send_ops_flags``) is a NULL provider callback in libibverbs and raises
@@ -27,14 +28,15 @@ import errno
 
 from ..device import abi
 from ..enums import (
-    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_RDMA_READ,
-    IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND,
-    IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QPT_UD, IBV_WR_ATOMIC_CMP_AND_SWP,
-    IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
-    IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_create_send_ops_flags,
+    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_BIND_MW,
+    IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_RDMA_WRITE,
+    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM,
+    IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QPT_UD, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM,
+    IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_create_send_ops_flags,
 )
 from .errors import PyverbsRDMAError
-from .qp import QP, QPInitAttrEx
+from .qp import QP, QPInitAttrEx, encode_bind_wqe
 
 _M32 = 0xFFFFFFFF
 # opcodes that carry local data; inline data only for SEND and RDMA WRITE (ibv_wr_post(3))
@@ -104,28 +106,39 @@ class QPEx(QP):
         self._spoil(err, why)
         raise PyverbsRDMAError(why, err)
 
-    def _build(self, flag: int, name: str, opcode: int, imm: int = 0, raddr: int = 0, rkey: int = 0,
-               compare_add: int = 0, swap: int = 0) -> None:
+    def _next_slot(self, flag: int, name: str):
+        """The free slot a builder writes its WQE into, or None if the
+        batch is (now) spoiled."""
         if not self._active:
             raise PyverbsRDMAError(f"{name}: outside wr_start/wr_complete", errno.EINVAL)
         if not self.send_ops_flags & flag:
             self._fail(errno.EINVAL, f"{name}: {ibv_qp_create_send_ops_flags(flag).name} was not in the QP's"
                                      " send_ops_flags (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)")
         if self._err:
-            return
+            return None
         if self._need_ud:
             self._spoil(errno.EINVAL, "a UD work request needs wr_set_ud_addr")
-            return
+            return None
         slot = self.sq_wq.next_slot(self._n)
         if slot is None:
             self._spoil(errno.ENOSPC, "send queue full")
-            return
-        abi.encode_send_wqe(slot, self.wr_id, opcode, self.wr_flags, (), imm_data=imm, remote_addr=raddr,
-                            rkey=rkey, compare_add=compare_add, swap=swap)
+        return slot
+
+    def _built(self, slot, opcode: int) -> None:
+        """The WQE in ``slot`` is the batch's next one (the setters' target)."""
         self._slot = slot
         self._opcode = opcode
         self._n += 1
         self._need_ud = self.qp_type == IBV_QPT_UD
+
+    def _build(self, flag: int, name: str, opcode: int, imm: int = 0, raddr: int = 0, rkey: int = 0,
+               compare_add: int = 0, swap: int = 0) -> None:
+        slot = self._next_slot(flag, name)
+        if slot is None:
+            return
+        abi.encode_send_wqe(slot, self.wr_id, opcode, self.wr_flags, (), imm_data=imm, remote_addr=raddr,
+                            rkey=rkey, compare_add=compare_add, swap=swap)
+        self._built(slot, opcode)
 
     def _last(self, name: str):
         """The WQE a setter completes, or None if the batch is spoiled."""
@@ -167,16 +180,41 @@ class QPEx(QP):
         self._build(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, "wr_atomic_fetch_add", IBV_WR_ATOMIC_FETCH_AND_ADD,
                     raddr=remote_addr, rkey=rkey, compare_add=add)
 
+    def wr_bind_mw(self, mw, rkey: int, bind_info) -> None:
+        """Bind ``mw`` (type 2; a type 1 window too, as ibv_bind_mw's WR
+        does) to ``bind_info``'s MR range, its key byte taken from ``rkey``
+        (pyverbs: ``inc_rkey(mw.rkey)``).  As in rxe, ``mw.rkey`` is left
+        alone: the window answers to the new rkey once the bind completes.
+        The WQE is the one ``QP.post_send`` writes for IBV_WR_BIND_MW."""
+        slot = self._next_slot(IBV_QP_EX_WITH_BIND_MW, "wr_bind_mw")
+        if slot is None:
+            return
+        if mw is None or bind_info is None:
+            self._spoil(errno.EINVAL, "wr_bind_mw needs an MW and an MWBindInfo")
+            return
+        encode_bind_wqe(slot, self.wr_id, self.wr_flags, mw, rkey, bind_info)
+        self._built(slot, IBV_WR_BIND_MW)
+
+    def wr_local_inv(self, invalidate_rkey: int) -> None:
+        self._build(IBV_QP_EX_WITH_LOCAL_INV, "wr_local_inv", IBV_WR_LOCAL_INV, imm=invalidate_rkey & _M32)
+
     # ------------------------------------------------------------ setters
     def wr_set_sge(self, sge) -> None:
         slot = self._last("wr_set_sge")
-        if slot is not None:
-            # rxe: a zero-length SGE leaves the WR without data
-            abi.set_send_wqe_sges(slot, [(sge.addr, sge.length, sge.lkey)] if sge.length else [])
+        if slot is None:
+            return
+        if sge.length and self._opcode == IBV_WR_BIND_MW:
+            self._spoil(errno.EINVAL, "wr_set_sge: a bind MW work request carries no data")
+            return
+        # rxe: a zero-length SGE leaves the WR without data
+        abi.set_send_wqe_sges(slot, [(sge.addr, sge.length, sge.lkey)] if sge.length else [])
 
     def wr_set_sge_list(self, num_sge: int, sg_list) -> None:
         slot = self._last("wr_set_sge_list")
         if slot is None:
+            return
+        if num_sge and self._opcode == IBV_WR_BIND_MW:
+            self._spoil(errno.EINVAL, "wr_set_sge_list: a bind MW work request carries no data")
             return
         if num_sge > self.cap.max_send_sge:
             self._spoil(errno.ENOSPC, f"{num_sge} SGEs > max_send_sge {self.cap.max_send_sge}")
@@ -218,16 +256,6 @@ class QPEx(QP):
         if not self._active:
             raise PyverbsRDMAError(f"{name}: {why}", errno.EOPNOTSUPP)
         self._fail(errno.EOPNOTSUPP, f"{name}: {why}")
-
-    # MEMORY WINDOWS (pending: the memory-window branch).  Enable together
-    # with IBV_QP_EX_WITH_BIND_MW / IBV_QP_EX_WITH_LOCAL_INV in
-    # verbs/qp.py SEND_OPS (see MW_SEND_OPS there).
-    def wr_bind_mw(self, mw, rkey: int, bind_info) -> None:
-        self._unsupported("wr_bind_mw", "memory windows are not implemented yet")
-
-    def wr_local_inv(self, invalidate_rkey: int) -> None:
-        self._unsupported("wr_local_inv", "memory windows are not implemented yet")
-    # END MEMORY WINDOWS
 
     def wr_set_xrc_srqn(self, remote_srqn: int) -> None:
         self._unsupported("wr_set_xrc_srqn", "softrdma has no XRC")
