@@ -317,6 +317,11 @@ class Sniffer:
         self.pkts = 0
         self.bytes = 0
         self.dumped = 0                         # pcap record bytes (ibdump's dumped_bytes)
+        self.is_eth = True
+
+    def full(self) -> bool:
+        """-M: the memory buffer holds its <size> bytes; capture ends."""
+        return self.cfg.mem_mode and self.dumped >= self.cfg.mem_size
 
     def say(self, text: str) -> None:
         """ibdump's my_printf: stdout unless silent."""
@@ -437,12 +442,12 @@ class Sniffer:
         self.say("\nReady to capture (Press ^c to stop):\n")
         t_print = printed = 0
         gone = broken = False
-        full = lambda: cfg.mem_mode and self.dumped >= cfg.mem_size   # noqa: E731
+        full = self.full
         try:
             while not self.stop and not full():
                 recs = cap.read(READ_BUDGET)
                 if recs:
-                    self.write(writer, recs, full)
+                    self.write(writer, recs)
                     if cfg.to_stdout:
                         f.flush()
                 elif not cap.wait(WAIT_S):
@@ -459,7 +464,7 @@ class Sniffer:
                 stats = cap.stop()
                 if not full():                  # what the daemon recorded before the stop
                     while recs := cap.read(READ_BUDGET):
-                        self.write(writer, recs, full)
+                        self.write(writer, recs)
                         if full():
                             break
                 if sink is f:
@@ -500,7 +505,7 @@ class Sniffer:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
-    def write(self, writer: PcapWriter, recs, full) -> None:
+    def write(self, writer: PcapWriter, recs) -> None:
         qps = self.cfg.src_qps
         for p in recs:
             if qps is not None and p.qpn not in qps:
@@ -520,7 +525,7 @@ class Sniffer:
             self.pkts += 1
             self.bytes += len(frame)
             self.dumped += PCAP_RECORD_BYTES + len(frame)
-            if full():
+            if self.full():
                 return
 
 
