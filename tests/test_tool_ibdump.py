@@ -24,7 +24,6 @@ import signal
 import struct
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -38,7 +37,7 @@ from softrdma.sim import connect_qps
 from softrdma.tools import ibdump
 from softrdma.transport.cq import CompletionQueue
 from softrdma.transport.qp import QP, QPCap
-from softrdma.transport.wr import AddressVector, SendWQE, RecvWQE
+from softrdma.transport.wr import AddressVector, RecvWQE, SendWQE
 from softrdma.wire.opcodes import OPCODE_TABLE, Opcode
 from test_wire_tshark import PAYLOAD_HEURISTICS, tshark  # noqa: F401 -- the tshark fixture
 
@@ -65,7 +64,7 @@ class _End:
     def __init__(self, dev: Device):
         self.dev = dev
 
-    def av_to(self, other: "_End") -> AddressVector:
+    def av_to(self, other: _End) -> AddressVector:
         ip = ipaddress.ip_address(other.dev.addresses[0]).packed
         return AddressVector(dgid=bytes(10) + b"\xff\xff" + ip)
 
@@ -93,7 +92,7 @@ def _send(devs, by_ip, qa, qb, ma, mb, size: int, wr_id: int) -> None:
     qb.post_recv(RecvWQE(wr_id, [(mb.addr, size, mb.lkey)]))
     qa.post_send(SendWQE(wr_id, IBV_WR_SEND, [(ma.addr, size, ma.lkey)]), time.monotonic())
     for _ in range(100):
-        if not any([d.route(by_ip, time.monotonic()) for d in devs]):
+        if not [d for d in devs if d.route(by_ip, time.monotonic())]:
             break
     assert [(w.wr_id, w.status) for w in qa.send_cq.poll(4)] == [(wr_id, 0)]
     assert [(w.wr_id, w.status) for w in qb.recv_cq.poll(4)] == [(wr_id, 0)]
@@ -134,7 +133,7 @@ def test_receiving_device_records_rx_and_a_packet_to_itself_is_recorded_once():
     b.add_capture(rx_only)
     _send((a, b), by_ip, qa, qb, ma, mb, 2000, 1)
     assert [(g[0], g[1], g[6][0]) for g in rx_only.got] == [(RX, qb.qp_num, 0), (RX, qb.qp_num, 2)]
-    s, b2, qs, qt, ms, mt, by_ip = _setup(same_device=True)
+    s, _, qs, qt, ms, mt, by_ip = _setup(same_device=True)
     both = Counting()
     s.add_capture(both)
     _send((s,), by_ip, qs, qt, ms, mt, 2000, 1)
@@ -287,8 +286,9 @@ def _ops(d) -> dict:
 def read_pcap(path) -> list[tuple[int, bytes, int]]:
     """(timestamp ns, frame, original length) per record of a classic
     nanosecond pcap (the test's own reader)."""
-    data = open(path, "rb").read() if isinstance(path, str) else path
-    magic, vmaj, vmin, _, _, snap, link = struct.unpack_from("<IHHiIII", data)
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, vmaj, vmin, _, _, _, link = struct.unpack_from("<IHHiIII", data)
     assert (magic, vmaj, vmin, link) == (0xA1B23C4D, 2, 4, 1)
     out, off = [], 24
     while off < len(data):
@@ -401,11 +401,11 @@ def test_every_opcode_is_captured_decoded_with_the_transports_psns(daemon, tshar
     req, _, _ = expected(info["uc_ops"], info["psn_c"], base=0x20)
     assert [(op, psn) for op, qp, psn in got if qp == d] == req
     assert not [1 for op, qp, psn in got if qp == c]
-    # UD over IPv6: E's two SENDs, DETH source QP E
+    # UD (over IPv6 ::1 when lo has it): E's two SENDs, DETH source QP E
+    ip, lo = ("ipv6", "::1") if ud["ipv6"] else ("ip", "127.0.0.1")
     ud_rows = [r for r in rows if int(r["infiniband.bth.destqp"], 16) == ud["f"]]
-    assert [(_row(r)[0], _row(r)[2], r["ipv6.src"], r["ipv6.dst"], int(r["infiniband.deth.srcqp"], 16))
-            for r in ud_rows] == [(0x64, ud["psn_e"], "::1", "::1", ud["e"]),
-                                  (0x65, ud["psn_e"] + 1, "::1", "::1", ud["e"])]
+    assert [(_row(r)[0], _row(r)[2], r[ip + ".src"], r[ip + ".dst"], int(r["infiniband.deth.srcqp"], 16))
+            for r in ud_rows] == [(0x64, ud["psn_e"], lo, lo, ud["e"]), (0x65, ud["psn_e"] + 1, lo, lo, ud["e"])]
     # every opcode softrdma's transports send is there (CNPs are never sent)
     assert {op for op, _, _ in got} == {i.opcode for i in OPCODE_TABLE if i is not None and i.opcode != Opcode.CNP}
     assert all(r["kind"] != "capture" for r in daemon.resources())           # closed with the tool
@@ -489,6 +489,8 @@ def test_writer_thread_and_direction_and_src_qp_filters(tmp_path):
 
 
 def test_damaged_packets_carry_the_bad_icrc_they_had(daemon, tmp_path):
+    """Fault injection flips a bit after the ICRC is computed: each damaged
+    packet is in the capture with the flipped bit, so its ICRC fails."""
     pcap = str(tmp_path / "bad.pcap")
     env = _env(daemon)
     m = subprocess.run([sys.executable, "-c", "from softrdma.verbs.device import management as m; "

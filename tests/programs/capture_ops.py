@@ -6,8 +6,8 @@ capture of it has a known packet sequence.
 
 RC (path MTU 1024, A's send PSN just below the 24-bit wrap): A sends to B
 the OPS below in order, then B sends one SEND to A.  UC (same MTU): C sends
-UC_OPS to D.  UD over the device's IPv6 GID (::1) if it has one: E sends
-one SEND and one SEND with immediate to F.  Prints one JSON line: the QP
+UC_OPS to D.  UD over the device's IPv6 GID ::1 (IPv4 if it has none): E
+sends one SEND and one SEND with immediate to F.  Prints one JSON line: the QP
 numbers, PSNs and the GIDs used; the test derives the packets from OPS."""
 
 import json
@@ -117,23 +117,22 @@ mem.write(b"b" * 64, 64)
 qb.post_send(wr.SendWR(400, IBV_WR_SEND, 1, sg=[wr.SGE(mem.buf, 64, mem.lkey)]))
 wait(2)
 run(qc, UC_OPS, 0x70000)
-ud = {}
-if "v6" in gids:
-    qe, qf = new_qp(IBV_QPT_UD), new_qp(IBV_QPT_UD)
-    for q, psn in ((qe, PSN_E), (qf, 0)):
-        a = qp.QPAttr()
-        a.qkey, a.sq_psn = QKEY, psn
-        q.to_rts(a)
-    for i in range(2):
-        qf.post_recv(wr.RecvWR(500 + i, 1, [wr.SGE(mem.buf + 0x80000 + 8192 * i, 4096, mem.lkey)]))
-    ah = addr.AH(p, addr.AHAttr(gr=addr.GlobalRoute(dgid=ctx.query_gid(1, gids["v6"]), sgid_index=gids["v6"]),
-                                is_global=1))
-    for k, op in enumerate((IBV_WR_SEND, IBV_WR_SEND_WITH_IMM)):
-        w = wr.SendWR(600 + k, op, 1, sg=[wr.SGE(mem.buf, 200, mem.lkey)], imm_data=0x2000 + k)
-        w.set_wr_ud(ah, qf.qp_num, QKEY)
-        qe.post_send(w)
-        wait(2)
-    ud = {"e": qe.qp_num, "f": qf.qp_num, "psn_e": PSN_E}
+ud_gid = gids.get("v6", gids["v4"])
+qe, qf = new_qp(IBV_QPT_UD), new_qp(IBV_QPT_UD)
+for q, psn in ((qe, PSN_E), (qf, 0)):
+    a = qp.QPAttr()
+    a.qkey, a.sq_psn = QKEY, psn
+    q.to_rts(a)
+for i in range(2):
+    qf.post_recv(wr.RecvWR(500 + i, 1, [wr.SGE(mem.buf + 0x80000 + 8192 * i, 4096, mem.lkey)]))
+ah = addr.AH(p, addr.AHAttr(gr=addr.GlobalRoute(dgid=ctx.query_gid(1, ud_gid), sgid_index=ud_gid),
+                            is_global=1))
+for k, op in enumerate((IBV_WR_SEND, IBV_WR_SEND_WITH_IMM)):
+    w = wr.SendWR(600 + k, op, 1, sg=[wr.SGE(mem.buf, 200, mem.lkey)], imm_data=0x2000 + k)
+    w.set_wr_ud(ah, qf.qp_num, QKEY)
+    qe.post_send(w)
+    wait(2)
+ud = {"e": qe.qp_num, "f": qf.qp_num, "psn_e": PSN_E, "ipv6": "v6" in gids}
 print(json.dumps({"a": qa.qp_num, "b": qb.qp_num, "c": qc.qp_num, "d": qd.qp_num, "psn_a": PSN_A, "psn_b": PSN_B,
                   "psn_c": PSN_C, "ud": ud, "ops": [(n, s) for n, _, s in OPS],
                   "uc_ops": [(n, s) for n, _, s in UC_OPS]}), flush=True)

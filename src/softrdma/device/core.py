@@ -439,7 +439,7 @@ class Device:
             if dqp is not None:
                 dqp.qp.receive_batch(pkts, now, grhs.get(dqpn))
 
-    def deliver_one(self, pkt, src: bytes, dst: bytes, now: float, sender: "Device | None" = None) -> None:
+    def deliver_one(self, pkt, src: bytes, dst: bytes, now: float, sender: Device | None = None) -> None:
         """A packet from ``sender``, a device of this daemon (the loopback
         path: no socket, no ICRC)."""
         tap = self.tap
