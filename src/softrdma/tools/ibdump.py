@@ -48,6 +48,7 @@ import time
 
 from .libc import GetoptLong, c_int, strtol, strtoul
 from ..device.capture import BOTH, MAX_LOG2_ENTRIES, RX, TX, slot_size
+from ..verbs.errors import PyverbsError
 from ..wire.pcap import PcapWriter, roce_frame
 
 DEFAULT_FILE = "sniffer.pcap"
@@ -351,14 +352,16 @@ class Sniffer:
             if ctx is not None:
                 ctx.close()
             if f is not None and not cfg.to_stdout:
-                f.close()
+                try:
+                    f.close()
+                except OSError:
+                    pass                        # what failed to reach the file was reported already
 
     def create(self):
         """ibdump's resources_create, in its order; (None, None, file) and
         the real message on a failure."""
         from ..verbs.capture import PacketCapture
         from ..verbs.device import Context, get_device_list
-        from ..verbs.errors import PyverbsError
         cfg = self.cfg
         self.say("searching for IB devices in host\n")
         if cfg.to_stdout:
@@ -436,9 +439,13 @@ class Sniffer:
             sink = _ThreadSink(f, cfg.mem_size)
         else:
             sink = f
-        writer = PcapWriter(sink)
-        if sink is f and cfg.to_stdout:
-            f.flush()
+        try:
+            writer = PcapWriter(sink)
+            if sink is f:
+                f.flush()
+        except OSError:
+            _err("-E- Failed writing to output file.")
+            return 1
         self.say("\nReady to capture (Press ^c to stop):\n")
         t_print = printed = 0
         gone = broken = False
@@ -474,8 +481,11 @@ class Sniffer:
             stats = None
             try:
                 stats = cap.stop()
-            except Exception:                   # noqa: BLE001 -- the summary still matters more
+            except PyverbsError:                # the daemon went too: the summary without its counters
                 pass
+        except OSError as e:                    # the disk is full, ...
+            _err(f"-E- Failed writing to file: {e.strerror}")
+            return 1
         if gone:
             _err("-E- poll CQ failed: softrdmad closed the connection")
             _err("-E- poll completion failed")
