@@ -271,7 +271,8 @@ class Ibdump:
         return sum(1 for r in self.d.resources() if r["kind"] == "capture")
 
     def stop(self, sig=signal.SIGINT) -> tuple[int, bytes, str]:
-        if self.proc.poll() is None:
+        """Send ``sig`` (0: none, wait for the tool to end by itself)."""
+        if sig and self.proc.poll() is None:
             self.proc.send_signal(sig)
         out, err = self.proc.communicate(timeout=30)
         return self.proc.returncode, self.head + (out or b""), err.decode()
@@ -456,8 +457,7 @@ def test_mem_mode_stops_by_itself_when_its_buffer_is_full(daemon, tmp_path):
     pcap = str(tmp_path / "mem.pcap")
     tool = Ibdump(daemon, "-M", "3000", "-w", pcap)
     _ops(daemon)
-    rc = tool.proc.wait(30)                           # no signal: the buffer filled
-    rc, out, err = tool.stop()
+    rc, out, err = tool.stop(sig=0)                   # no signal: the buffer filled
     out = out.decode()
     assert rc == 0 and "Interrupted" not in out
     assert out.endswith(f"\nBuffer full ...\n-I- Wrote file {pcap}\n")
@@ -525,7 +525,17 @@ def test_errors_on_the_device(daemon, tmp_path):
     rc, err = run("-w", "/nonexistent/dir/x.pcap")
     assert (rc, err) == (1, "-E- Failed to open file /nonexistent/dir/x.pcap: No such file or directory\n"
                             "-E- failed to create resources\n")
+    assert run("-w", "/dev/full", "-s") == (1, "-E- Failed writing to output file.\n")
     assert all(r["kind"] != "capture" for r in daemon.resources())
+
+
+def test_the_daemon_going_away_ends_the_capture():
+    with daemon_in_shm("ibdump-gone") as d:
+        tool = Ibdump(d, "-s", "-w", os.devnull)
+        d.proc.terminate()
+        rc, out, err = tool.stop(sig=0)
+    assert (rc, out, err) == (1, b"", "-E- poll CQ failed: softrdmad closed the connection\n"
+                                      "-E- poll completion failed\n")
 
 
 # --------------------------------------------------------------------------- 4. across two namespaces
