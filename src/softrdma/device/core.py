@@ -16,6 +16,12 @@ what the transport emits (over the device's ``RoceSocket``, or straight to
 another device of the same daemon without a socket), ``deliver`` feeds
 received packets to QPs by destination QPN, ``tick`` fires QP timers.  The
 daemon's loop calls them; nothing here blocks.
+
+Capture (``device.capture``): while ``Device.tap`` is set, every packet the
+device sends or receives -- socket and loopback paths, fault path included
+-- is handed to it; when it is None the only cost is that test.  While a
+capture is open on either end, ``local_peer`` returns None: the traffic
+goes as packets, so that the capture sees them.
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ from ..transport.memory import MemoryTable
 from ..transport.qp import QP, SRQ, DeviceCaps
 from ..transport.wr import WC, AddressVector
 from ..wire.errors import WireError
-from ..wire.icrc import ipv4_header, ipv6_header
+from ..wire.icrc import ROCEV2_UDP_PORT, ipv4_header, ipv6_header
 from ..wire.packet import check
 from . import abi
-from .faults import Faults, FaultSettings
+from .capture import NO_CORRUPTION, RX, TX, Capture, Tap
+from .faults import Faults, FaultSettings, corrupt_position
 from .gid import GidTable
 from .mcast import McastGroups, is_multicast_gid
 from .net import RoceSocket, gid_to_ip
@@ -153,6 +160,7 @@ class Device:
         self.traffic = {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0, "rx_bytes": 0}
         self.route_cache: dict = {}
         self.faults: Faults | None = None
+        self.tap: Tap | None = None                  # set while a capture is open
         self._next_qpn = 0x11
         self.counters = new_counters()               # of QPs already destroyed
         self.rx_dropped = {"icrc": 0, "wire": 0, "unknown_qpn": 0}
@@ -243,15 +251,16 @@ class Device:
 
     def local_peer(self, qp):
         """The RC peer of ``qp`` if it lives in this daemon and nothing (fault
-        injection) stands between them: ``transport.loopback`` may then run
-        whole messages.  Known once the route has been resolved (by the
-        first packet)."""
-        if self.faults is not None:
+        injection, a capture on either device) stands between them:
+        ``transport.loopback`` may then run whole messages.  Known once the
+        route has been resolved (by the first packet)."""
+        if self.faults is not None or self.tap is not None:
             return None
         av = qp.av
         r = self.route_cache.get((av.dgid, av.sgid_index))
-        if r is None or r[0].__class__ is not Device or r[0].faults is not None:
-            return None                               # not resolved, remote, a multicast fan-out, or faulty
+        if r is None or r[0].__class__ is not Device or r[0].faults is not None or r[0].tap is not None:
+            return None                               # not resolved, remote, a multicast fan-out,
+                                                      # faulty, or captured
         dqp = r[0].qps.get(qp.dest_qpn)
         return dqp.qp if dqp is not None else None
 
@@ -262,6 +271,18 @@ class Device:
             cnt[i] += v
         self.qps.pop(qp.qp_num, None)
         self.tx[:] = [t for t in self.tx if t[0] is not qp]
+
+    def add_capture(self, cap: Capture) -> None:
+        if self.tap is None:
+            self.tap = Tap()
+        self.tap.captures.append(cap)
+
+    def remove_capture(self, cap: Capture) -> None:
+        tap = self.tap
+        if tap is not None and cap in tap.captures:
+            tap.captures.remove(cap)
+            if not tap.captures:
+                self.tap = None
 
     def counter_totals(self) -> list[int]:
         """Every counter (``transport.counters.Counter`` order) summed over
@@ -345,6 +366,7 @@ class Device:
         cache = self.route_cache
         port = self.udp_port
         faults = self.faults
+        tap = self.tap
         npkts = nbytes = 0
         bursts: dict = {}                              # (socket, destination) -> packets, in order
         for qp, pkt, av in items:
@@ -355,16 +377,20 @@ class Device:
             if faults is not None:
                 for due, bit in faults.fate(now):
                     if due > now:
-                        faults.hold(due, (r, pkt, bit))
+                        faults.hold(due, (r, qp.qp_num, pkt, bit))
                     else:
-                        self._transmit(r, pkt, bit, now)
+                        self._transmit(r, qp.qp_num, pkt, bit, now)
                 continue
             peer, sock, dst_ip, src_b, dst_b = r
             if peer is not None:
-                peer.deliver_one(memoryview(pkt), src_b, dst_b, now)
+                if tap is not None:
+                    tap.packet(TX, qp.qp_num, src_b, dst_b, ROCEV2_UDP_PORT, ROCEV2_UDP_PORT, pkt)
+                peer.deliver_one(memoryview(pkt), src_b, dst_b, now, self)
             elif sock is None:
                 continue
             else:
+                if tap is not None:
+                    tap.packet(TX, qp.qp_num, src_b, dst_b, sock.port, port, pkt)
                 b = bursts.get((sock, dst_ip))
                 if b is None:
                     bursts[(sock, dst_ip)] = [pkt]
@@ -382,14 +408,20 @@ class Device:
         self.traffic["tx_bytes"] += nbytes
         return True
 
-    def _transmit(self, r, pkt, corrupt_bit, now: float) -> None:
-        """One packet through the fault path (delayed, duplicated, damaged)."""
+    def _transmit(self, r, qpn: int, pkt, corrupt_bit, now: float) -> None:
+        """One packet of QP ``qpn`` through the fault path (delayed,
+        duplicated, damaged)."""
         peer, sock, dst_ip, src_b, dst_b = r
+        tap = self.tap
+        if tap is not None and (peer is not None or sock is not None):
+            sport, dport = (ROCEV2_UDP_PORT, ROCEV2_UDP_PORT) if peer is not None else (sock.port, self.udp_port)
+            flipped = NO_CORRUPTION if corrupt_bit is None else corrupt_position(corrupt_bit, len(pkt))
+            tap.packet(TX, qpn, src_b, dst_b, sport, dport, pkt, flipped)
         if peer is not None:
             if corrupt_bit is not None:
                 self.rx_dropped["icrc"] += 1       # the ICRC would have caught it
                 return
-            peer.deliver_one(memoryview(pkt), src_b, dst_b, now)
+            peer.deliver_one(memoryview(pkt), src_b, dst_b, now, self)
         elif sock is None or not sock.send(pkt, dst_ip, self.udp_port, corrupt_bit):
             return
         self.traffic["tx_packets"] += 1
@@ -401,16 +433,16 @@ class Device:
         if f is None or not f.held:
             return False
         items = f.due(now)
-        for r, pkt, bit in items:
-            self._transmit(r, pkt, bit, now)
+        for r, qpn, pkt, bit in items:
+            self._transmit(r, qpn, pkt, bit, now)
         return bool(items)
 
     def set_faults(self, settings: FaultSettings | None, seed: int | None = None) -> None:
         if settings is None or not settings.active():
             held = self.faults.held if self.faults is not None else []
             self.faults = None
-            for _, _, (r, pkt, bit) in sorted(held):      # nothing held back is lost by switching off
-                self._transmit(r, pkt, bit, 0.0)
+            for _, _, (r, qpn, pkt, bit) in sorted(held):      # nothing held back is lost by switching off
+                self._transmit(r, qpn, pkt, bit, 0.0)
         else:
             old = self.faults
             self.faults = Faults(settings, seed)
@@ -433,7 +465,10 @@ class Device:
     def receive(self, sock: RoceSocket, now: float) -> None:
         batch: dict[int, list] = {}
         grhs: dict[int, list] = {}
-        for pkt, src, _sport in sock.recv():
+        tap = self.tap
+        for pkt, src, sport in sock.recv():
+            if tap is not None:                # every packet that arrived whole, malformed ones too
+                tap.packet(RX, (pkt[5] << 16) | (pkt[6] << 8) | pkt[7], src, sock.ip_bytes, sport, sock.port, pkt)
             try:
                 check(pkt)
             except WireError:
@@ -453,7 +488,13 @@ class Device:
             if dqp is not None:
                 dqp.qp.receive_batch(pkts, now, grhs.get(dqpn))
 
-    def deliver_one(self, pkt, src: bytes, dst: bytes, now: float) -> None:
+    def deliver_one(self, pkt, src: bytes, dst: bytes, now: float, sender: Device | None = None) -> None:
+        """A packet from ``sender``, a device of this daemon (the loopback
+        path: no socket, no ICRC)."""
+        tap = self.tap
+        if tap is not None and sender is not self:    # a packet to itself: captured once, as TX
+            tap.packet(RX, (pkt[5] << 16) | (pkt[6] << 8) | pkt[7], src, dst, ROCEV2_UDP_PORT, ROCEV2_UDP_PORT,
+                       pkt)
         try:
             check(pkt)
         except WireError:

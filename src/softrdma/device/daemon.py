@@ -31,6 +31,7 @@ from ..errors import VerbsError
 from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
+from .capture import BOTH, Capture
 from .control import ControlError, recv_msg, send_msg
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from .faults import FaultSettings
@@ -657,6 +658,40 @@ class Daemon(StatCommands):
         del c.objects[m["ah"]]
         return {}, []
 
+    def cmd_capture_start(self, c, m, fds):
+        """Capture the opened device's packets into the caller's ring (fds:
+        the ring's memfd, an eventfd the daemon writes when the reader
+        sleeps); ``directions``: capture.RX, TX or BOTH."""
+        if len(fds) != 2:
+            raise VerbsError(errno.EINVAL, "capture_start needs the ring fd and the doorbell fd")
+        dev = c.device
+        directions = int(m.get("directions", BOTH))
+        own = os.dup(fds[0])            # the ring's own fd: the caller closes fds[0] if this fails
+        try:
+            ring = Ring.attach(own)
+        except (ValueError, OSError) as e:
+            os.close(own)
+            raise VerbsError(errno.EINVAL, f"bad capture ring: {e}") from None
+        try:
+            cap = Capture(ring, fds[1], directions, dev.caps.max_mtu)
+        except ValueError as e:
+            ring.close()
+            raise VerbsError(errno.EINVAL, str(e)) from None
+        os.close(fds[0])
+        os.set_blocking(fds[1], False)
+        cap.handle = c.add("capture", cap)
+        dev.add_capture(cap)
+        return {"capture": cap.handle, "entries": ring.nslots}, []
+
+    def cmd_capture_stop(self, c, m, fds):
+        """Stop a capture; its counters (packets, bytes, dropped) in the reply.
+        What is in the ring stays there for the reader."""
+        cap = c.get(m["capture"], "capture")
+        stats = cap.stats()
+        self.destroy(c, "capture", cap)
+        del c.objects[m["capture"]]
+        return stats, []
+
     def cmd_links(self, c, m, fds):
         """Devices and their port (``rdma link``/``rdma dev``, ibv_devinfo, ibstat)."""
         out = []
@@ -870,6 +905,9 @@ class Daemon(StatCommands):
         elif kind == "mw":
             obj.dealloc()
         elif kind == "channel":
+            obj.close()
+        elif kind == "capture":
+            dev.remove_capture(obj)
             obj.close()
 
     def shutdown(self) -> None:

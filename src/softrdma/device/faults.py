@@ -43,6 +43,12 @@ class FaultSettings:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+def corrupt_position(bit: int, nbytes: int) -> int:
+    """The bit of an ``nbytes``-long packet that corrupt bit ``bit`` (from
+    ``Faults.fate``) flips: byte ``pos >> 3``, mask ``1 << (pos & 7)``."""
+    return ((bit >> 3) % nbytes) << 3 | (bit & 7)
+
+
 @dataclass
 class FaultCounters:
     lost: int = 0

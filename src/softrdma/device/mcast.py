@@ -117,7 +117,7 @@ class Fanout:
         self.port = port
         self.groups = groups
 
-    def deliver_one(self, pkt, src: bytes, dst: bytes, now: float) -> None:
+    def deliver_one(self, pkt, src: bytes, dst: bytes, now: float, sender=None) -> None:
         for dev in self.devices:
             dev.mcast.deliver(pkt, src, dst, now)
         self.groups.xmit_packets += 1

@@ -31,6 +31,7 @@ import sys
 from dataclasses import dataclass
 
 from ..wire.icrc import COMBO_DF, ICRC, ROCEV2_UDP_PORT, Ipv4Flow, Verdict, icrc, ipv6_header, udp_header, verify
+from .faults import corrupt_position
 from .ipid import PeerIds
 
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
@@ -132,7 +133,8 @@ class RoceSocket:
             crc = flow.icrc(pkt)
         if corrupt_bit is not None:
             pkt = bytearray(pkt)
-            pkt[(corrupt_bit >> 3) % len(pkt)] ^= 1 << (corrupt_bit & 7)
+            pos = corrupt_position(corrupt_bit, len(pkt))
+            pkt[pos >> 3] ^= 1 << (pos & 7)
         try:
             self.sock.sendmsg([pkt, ICRC.pack(crc)], (), 0, (dst_ip, dport))
         except OSError as e:

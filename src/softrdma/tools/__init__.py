@@ -10,6 +10,7 @@ TOOLS = {
     "ibv_devices": "softrdma.tools.ibv_devices",
     "ibv_devinfo": "softrdma.tools.ibv_devinfo",
     "ibstat": "softrdma.tools.ibstat",
+    "ibdump": "softrdma.tools.ibdump",
     "ibv_rc_pingpong": "softrdma.tools.pingpong",
     "ibv_ud_pingpong": "softrdma.tools.pingpong",
     "rdma": "softrdma.tools.rdma",

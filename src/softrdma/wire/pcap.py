@@ -1,8 +1,8 @@
 """pcap output of RoCEv2 packets as Ethernet + IP + UDP 4791 frames.
 
 Wireshark/tshark decode UDP port 4791 as RoCEv2 ("RRoCE") with nothing
-configured, so a frame built here opens decoded.  Used by the tests now
-and by ``ibdump`` later.
+configured, so a frame built here opens decoded.  Used by ``ibdump``
+(softrdma.tools.ibdump) and the tests.
 """
 
 from __future__ import annotations
@@ -21,13 +21,17 @@ ETH_P_IP = 0x0800
 ETH_P_IPV6 = 0x86DD
 
 
-def ethernet(payload: bytes, ethertype: int, src=b"\x02\x00\x00\x00\x00\x01",
-             dst=b"\x02\x00\x00\x00\x00\x02") -> bytes:
+MAC_SRC = b"\x02\x00\x00\x00\x00\x01"
+MAC_DST = b"\x02\x00\x00\x00\x00\x02"
+
+
+def ethernet(payload: bytes, ethertype: int, src=MAC_SRC, dst=MAC_DST) -> bytes:
     return dst + src + struct.pack(">H", ethertype) + payload
 
 
 def roce_frame(ib_pkt, src: bytes, dst: bytes, *, sport: int, dport=ROCEV2_UDP_PORT,
-               ident=0, df=True, ttl=64, tos=0, icrc_value: int | None = None) -> bytes:
+               ident=0, df=True, ttl=64, tos=0, icrc_value: int | None = None,
+               src_mac: bytes = MAC_SRC, dst_mac: bytes = MAC_DST) -> bytes:
     """Ethernet frame carrying ``ib_pkt`` with its ICRC.  ``src``/``dst`` are
     4-byte (IPv4) or 16-byte (IPv6) addresses."""
     n = len(ib_pkt) + 4
@@ -39,7 +43,7 @@ def roce_frame(ib_pkt, src: bytes, dst: bytes, *, sport: int, dport=ROCEV2_UDP_P
         etype = ETH_P_IPV6
     udp = udp_header(sport, dport, n)
     crc = icrc(ip, udp, ib_pkt) if icrc_value is None else icrc_value
-    return ethernet(ip + udp + bytes(ib_pkt) + ICRC.pack(crc), etype)
+    return ethernet(ip + udp + bytes(ib_pkt) + ICRC.pack(crc), etype, src_mac, dst_mac)
 
 
 class PcapWriter:
@@ -50,11 +54,14 @@ class PcapWriter:
         self.snaplen = snaplen
         f.write(_GLOBAL.pack(PCAP_MAGIC_NSEC, 2, 4, 0, 0, snaplen, linktype))
 
-    def write(self, frame, ts: float | None = None, ts_ns: int | None = None) -> None:
+    def write(self, frame, ts: float | None = None, ts_ns: int | None = None, orig_len: int | None = None) -> None:
+        """One record; ``orig_len``: the frame's length on the wire when
+        ``frame`` is only its first bytes."""
         if ts_ns is None:
             ts_ns = time.time_ns() if ts is None else int(ts * 1e9)
         cap = frame[:self.snaplen]
-        self.f.write(_RECORD.pack(ts_ns // 1_000_000_000, ts_ns % 1_000_000_000, len(cap), len(frame)))
+        self.f.write(_RECORD.pack(ts_ns // 1_000_000_000, ts_ns % 1_000_000_000, len(cap),
+                                  len(frame) if orig_len is None else orig_len))
         self.f.write(cap)
 
     def flush(self) -> None:

@@ -1,0 +1,129 @@
+"""Packet capture: the tap on a device's data path and the ring a capture
+tool (``ibdump``) reads.
+
+Owns:
+
+* ``Tap`` -- the captures open on one device.  ``Device.tap`` is None while
+  there are none, so the data path pays one attribute test per packet when
+  capture is off.  While it is set, the device calls ``Tap.packet`` for
+  every RoCEv2 packet it hands to the network or to another device of the
+  daemon (TX) and for every packet it takes in (RX): socket and loopback
+  paths alike.  A packet a device sends to itself is recorded once, as TX
+  (Linux's packet sockets drop the looped-back copy the same way).
+* ``Capture`` -- the daemon's end of one capture: the producer of a
+  shared-memory ``Ring`` the tool created (its memory is the tool's, as
+  ibdump's receive buffers are), the tool's eventfd doorbell, counters.
+  ``put`` never blocks and never grows anything: a full ring drops the
+  record and counts it (``dropped``), which the tool reports at exit.
+* the record layout both ends use (``RECORD``, then the packet bytes).
+
+A record is the packet as the device saw it -- BTH to pad, no ICRC: the
+socket path strips it on receive and computes it on send, the loopback
+path never has one -- with what the tool needs to rebuild the frame:
+CLOCK_REALTIME in nanoseconds taken at the tap, the IP addresses and UDP
+ports, the local QP number, and for a packet the fault injector damaged,
+which bit it flipped after the ICRC was computed.  The tool computes the
+ICRC over the frame it writes; a bit recorded as flipped is flipped in the
+frame, so the frame carries the bad ICRC the wire carried.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from time import time_ns
+
+from ..enums import mtu_to_bytes
+from ..wire.opcodes import OPCODE_TABLE
+from .queues import WorkQueueProducer
+from .shm import RING_CONSUMER_SLEEPING, Ring
+
+# Directions, as bits: a capture asks for RX, TX or both.
+RX = 1
+TX = 2
+BOTH = RX | TX
+
+NO_CORRUPTION = 0xFFFFFFFF
+# ts_ns, caplen, wire length, local QPN, direction, address length, sport,
+# dport, (2 pad), flipped bit or NO_CORRUPTION, source and destination
+# address (4 or 16 bytes, zero-padded to 16)
+RECORD = struct.Struct("<QIIIBBHHxxI16s16s")
+assert RECORD.size == 64
+
+# The longest packet a device of max MTU ``m`` emits: the longest header
+# run of any opcode (atomic requests: BTH + AtomicETH), the MTU, the pad.
+MAX_HEADER_BYTES = max(i.length for i in OPCODE_TABLE if i is not None)
+MAX_LOG2_ENTRIES = 20          # 2^20 entries of ~4 KiB: 4 GiB of the tool's memory
+_DOORBELL = (1).to_bytes(8, "little")
+
+
+def slot_size(max_mtu: int) -> int:
+    """Bytes per ring entry for a device whose largest ibv_mtu is
+    ``max_mtu``: one record header and the longest packet, 64-byte aligned."""
+    need = RECORD.size + MAX_HEADER_BYTES + mtu_to_bytes(max_mtu) + 3
+    return (need + 63) & ~63
+
+
+class Capture:
+    """One capture as the daemon holds it."""
+
+    def __init__(self, ring: Ring, doorbell: int, directions: int, max_mtu: int):
+        if directions not in (RX, TX, BOTH):
+            raise ValueError(f"directions must be {RX} (rx), {TX} (tx) or {BOTH} (both), not {directions}")
+        if ring.slot_size < slot_size(max_mtu):
+            raise ValueError(f"capture entries of {ring.slot_size} bytes cannot hold this device's packets "
+                             f"({slot_size(max_mtu)} needed)")
+        if ring.nslots > 1 << MAX_LOG2_ENTRIES:
+            raise ValueError(f"at most 2^{MAX_LOG2_ENTRIES} capture entries")
+        self.handle = 0
+        self.ring = ring
+        self.producer = WorkQueueProducer(ring)        # no doorbell there: rung below, errors ignored
+        self.doorbell = doorbell
+        self.directions = directions
+        self.room = ring.slot_size - RECORD.size
+        self.packets = 0
+        self.bytes = 0
+        self.dropped = 0
+
+    def put(self, ts: int, direction: int, qpn: int, src: bytes, dst: bytes, sport: int, dport: int,
+            pkt, corrupt: int) -> None:
+        slot = self.producer.next_slot()
+        if slot is None:
+            self.dropped += 1
+            return
+        n = len(pkt)
+        c = n if n <= self.room else self.room         # only a foreign oversized packet is cut
+        RECORD.pack_into(slot, 0, ts, c, n, qpn, direction, len(src), sport, dport, corrupt, src, dst)
+        slot[RECORD.size:RECORD.size + c] = pkt if c == n else pkt[:c]
+        self.producer.commit()
+        self.packets += 1
+        self.bytes += n
+        if self.ring.flags & RING_CONSUMER_SLEEPING:
+            try:
+                os.write(self.doorbell, _DOORBELL)
+            except OSError:
+                pass          # not an eventfd, or a full one: the reader polls within 50 ms regardless
+
+    def stats(self) -> dict:
+        return {"packets": self.packets, "bytes": self.bytes, "dropped": self.dropped}
+
+    def close(self) -> None:
+        self.ring.close()
+        os.close(self.doorbell)
+
+
+class Tap:
+    """The captures of one device (``Device.tap`` while there is one)."""
+
+    def __init__(self):
+        self.captures: list[Capture] = []
+
+    def packet(self, direction: int, qpn: int, src: bytes, dst: bytes, sport: int, dport: int, pkt,
+               corrupt: int = NO_CORRUPTION) -> None:
+        ts = time_ns()
+        for cap in self.captures:
+            if cap.directions & direction:
+                cap.put(ts, direction, qpn, src, dst, sport, dport, pkt, corrupt)
+
+
+__all__ = ["Capture", "Tap", "RECORD", "RX", "TX", "BOTH", "NO_CORRUPTION", "MAX_LOG2_ENTRIES", "slot_size"]
