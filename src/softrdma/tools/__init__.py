@@ -13,4 +13,12 @@ TOOLS = {
     "ibv_rc_pingpong": "softrdma.tools.pingpong",
     "ibv_ud_pingpong": "softrdma.tools.pingpong",
     "rdma": "softrdma.tools.rdma",
+    "ib_send_bw": "softrdma.tools.perftest",
+    "ib_write_bw": "softrdma.tools.perftest",
+    "ib_read_bw": "softrdma.tools.perftest",
+    "ib_atomic_bw": "softrdma.tools.perftest",
+    "ib_send_lat": "softrdma.tools.perftest",
+    "ib_write_lat": "softrdma.tools.perftest",
+    "ib_read_lat": "softrdma.tools.perftest",
+    "ib_atomic_lat": "softrdma.tools.perftest",
 }
