@@ -69,6 +69,10 @@ MIN_GID_IX, MAX_GID_IX = 0, 64
 MIN_QP_NUM, MAX_QP_NUM = 1, 16384
 MIN_RX, MAX_RX = 1, 16384
 UC_MAX_RX = 16000
+# Not in the stored source (perftest_parameters.h): an SRQ of this many
+# receives holds every message of a short UC/UD run, so the lossy transports
+# drop nothing while the receiver re-posts.
+MIN_SRQ_UD_RX_DEPTH = 1024           # above DEF_RX_SEND, or the next rule would undo it
 MIN_CQ_MOD, MAX_CQ_MOD = 1, 1024
 MAX_INLINE, MAX_INLINE_UD = 912, 884
 MIN_EQ_NUM, MAX_EQ_NUM = 0, 2048
@@ -933,8 +937,11 @@ def force_dependencies(p: Params) -> None:
             p.tx_depth = p.iters
         if p.verb in (SEND, WRITE_IMM) and p.rx_depth > p.iters:
             p.rx_depth = p.iters
-        if p.connection_type in (UD, UC) and p.rx_depth == DEF_RX_SEND:
-            p.rx_depth = min(p.iters, UC_MAX_RX)
+        if p.connection_type in (UD, UC):
+            if p.use_srq and p.iters <= MIN_SRQ_UD_RX_DEPTH:
+                p.rx_depth = MIN_SRQ_UD_RX_DEPTH
+            if p.rx_depth == DEF_RX_SEND:
+                p.rx_depth = min(p.iters, UC_MAX_RX)
     if p.size > MSG_SIZE_CQ_MOD_LIMIT and p.connection_type != UD and p.test_method != RUN_ALL \
             and not p.use_event:
         if not p.req_cq_mod:

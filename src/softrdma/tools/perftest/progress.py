@@ -28,6 +28,13 @@ _MIN_INTERVAL = 0.2
 class Progress:
     def __init__(self, stream=None, enabled: bool | None = None):
         self.stream = stream if stream is not None else sys.stderr
+        self.shown = False
+        self.last = 0.0
+        self.enabled = False
+        self.configure(enabled)
+
+    def configure(self, enabled: bool | None = None) -> None:
+        """On or off by the rules above (``enabled`` None: decide)."""
         if enabled is None:
             force = os.environ.get("SOFTRDMA_PROGRESS")
             if force in ("0", "1"):
@@ -38,8 +45,6 @@ class Progress:
                 except (AttributeError, ValueError):
                     enabled = False
         self.enabled = enabled
-        self.shown = False
-        self.last = 0.0
 
     def update(self, text: str, force: bool = False) -> None:
         if not self.enabled:
@@ -64,9 +69,9 @@ PROGRESS = Progress(enabled=False)
 
 
 def start() -> Progress:
-    """The progress line of this run (enabled per the rules above)."""
-    global PROGRESS
-    PROGRESS = Progress()
+    """Turn the progress line of this run on or off per the rules above."""
+    PROGRESS.stream = sys.stderr
+    PROGRESS.configure()
     return PROGRESS
 
 

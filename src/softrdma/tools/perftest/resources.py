@@ -107,7 +107,8 @@ class Resources:
         self.cache_line_size = p.cache_line_size
         self.size = p.size
         self.buff_size = 0
-        self.gid_cache: dict[int, tuple[bytes, int | None]] = {}
+        self.gid_cache: dict[int, bytes | None] = {}
+        self.gid_type_cache: dict[int, bool] = {}
         self.send_wrs: list = []              # per QP: the posted WR (chain of post_list WRs)
         self.recv_wrs: list = []
         self.my_addr: list[int] = []
@@ -385,31 +386,36 @@ class Resources:
         return True
 
     # ------------------------------------------------------------------ GIDs
-    def _gid(self, index: int) -> tuple[bytes | None, bool]:
-        """(gid, has_type) of a GID table slot, each slot asked once."""
+    def _gid(self, index: int) -> bytes | None:
+        """The GID in a table slot (each slot asked once)."""
         from ...verbs.errors import PyverbsError
         if index not in self.gid_cache:
             try:
-                raw = self.ctx.query_gid(self.p.ib_port, index).raw
+                self.gid_cache[index] = self.ctx.query_gid(self.p.ib_port, index).raw
             except PyverbsError:
-                raw = None
+                self.gid_cache[index] = None
+        return self.gid_cache[index]
+
+    def _gid_typed(self, index: int) -> bool:
+        """ibv_query_gid_type() succeeds for the slot (asked once, and only
+        when the comparison needs it, as in perftest)."""
+        from ...verbs.errors import PyverbsError
+        if index not in self.gid_type_cache:
             try:
                 self.ctx.query_gid_type(self.p.ib_port, index)
-                typed = True
+                self.gid_type_cache[index] = True
             except PyverbsError:
-                typed = False
-            self.gid_cache[index] = (raw, typed)
-        return self.gid_cache[index]
+                self.gid_type_cache[index] = False
+        return self.gid_type_cache[index]
 
     def best_gid_index(self) -> int:
         """get_best_gid_index(): walk the table keeping the better of the
         current pick and each rival -- an IPv4-mapped GID beats one that is
         not (the reverse with --ipv6), then RoCE v2 beats v1 (softrdma's are
-        all RoCE v2)."""
+        all RoCE v2, so that step never changes the pick)."""
         best = 0
         for i in range(1, self.port_attr.gid_tbl_len):
-            g, g_typed = self._gid(best)
-            r, r_typed = self._gid(i)
+            g, r = self._gid(best), self._gid(i)
             if g is None or r is None:
                 return -1
             v4, v4_rival = ipv6_addr_v4mapped(g), ipv6_addr_v4mapped(r)
@@ -417,7 +423,7 @@ class Resources:
                 best = i
             elif not v4_rival and v4 and self.p.ipv6:
                 best = i
-            elif not g_typed or not r_typed:
+            elif not self._gid_typed(best) or not self._gid_typed(i):
                 continue
             # both RoCE v2: EQUAL, the current pick stays
         return best
@@ -429,7 +435,7 @@ class Resources:
         if p.gid_index != -1:
             if self.query_port(p.ib_port) is None:
                 return None
-            raw, _ = self._gid(p.gid_index)
+            raw = self._gid(p.gid_index)
             if raw is None:
                 return None
             gid = raw

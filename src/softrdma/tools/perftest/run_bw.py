@@ -66,6 +66,34 @@ def notify_events(res) -> bool:
     return True
 
 
+class Events:
+    """-e: sleep on the completion channel when a poll found nothing.
+
+    perftest waits for an event before each poll; a poll takes at most 16
+    completions, so when more were waiting than one poll takes, the rest
+    would never raise another event (the CQ is re-armed after they came)
+    and the loop would sleep for ever.  Waiting only after an empty poll
+    drains the CQ first -- ``run_iter_bw_server``'s do/while does the same.
+    Without -e, ``wait()`` is never called."""
+
+    __slots__ = ("res", "need")
+
+    def __init__(self, res):
+        self.res = res
+        self.need = True
+
+    def before_poll(self) -> bool:
+        """Sleep for an event if the last poll was empty; False on error."""
+        if self.need:
+            self.need = False
+            return notify_events(self.res)
+        return True
+
+    def polled(self, ne: int) -> None:
+        if not ne:
+            self.need = True
+
+
 def comp_error_send(wc, scnt: int, ccnt: int) -> None:
     _err(" Completion with error at client\n")
     _err(f" Failed status {int(wc.status)}: wr_id {int(wc.wr_id)} syndrom 0x{int(wc.vendor_err):x}\n")
@@ -157,6 +185,7 @@ def run_iter_bw(res, p: P.Params, run: Run) -> bool:
     sending_burst = False
     burst_iter = 0
     idle = Idle()
+    events = Events(res) if p.use_event else None
     show = PROGRESS.enabled
     state = dur.poll() if dur else P.END_STATE
     sig = IBV_SEND_SIGNALED
@@ -197,9 +226,11 @@ def run_iter_bw(res, p: P.Params, run: Run) -> bool:
                         sending_burst = False
             scnt[index] = s
         if totccnt < tot_iters or (dur is not None and totccnt < totscnt):
-            if p.use_event and not notify_events(res):
+            if events is not None and not events.before_poll():
                 return False
             ne, wcs = poll(CTX_POLL_BATCH)
+            if events is not None:
+                events.polled(ne)
             if ne:
                 idle.reset()
                 for wc in wcs:
@@ -286,13 +317,16 @@ def run_iter_bw_server(res, p: P.Params, run: Run) -> bool:
     first_rx = True
     alive = _Alive() if p.test_type == P.ITERATIONS else None
     idle = Idle()
+    events = Events(res) if p.use_event else None
     show = PROGRESS.enabled
     while rcnt < tot_iters or (dur is not None and dur.poll() != P.END_STATE) or \
             (p.test_type == P.DURATION and dur is None):
-        if p.use_event and not notify_events(res):
+        if events is not None and not events.before_poll():
             _err(" Failed to notify events to CQ")
             return False
         ne, wcs = poll(CTX_POLL_BATCH)
+        if events is not None:
+            events.polled(ne)
         if ne:
             idle.reset()
             if first_rx:
@@ -365,6 +399,9 @@ def run_iter_bi(res, p: P.Params, run: Run) -> bool:
     totscnt = totccnt = totrcnt = 0
     sig = IBV_SEND_SIGNALED
     idle = Idle()
+    events = Events(res) if p.use_event else None
+    if events is not None:
+        events.need = False                 # the first round polls without waiting
     while (dur is not None and dur.poll() != P.END_STATE) or totccnt < tot_iters or totrcnt < tot_iters or \
             (p.test_type == P.DURATION and dur is None):
         progressed = False
@@ -391,7 +428,7 @@ def run_iter_bi(res, p: P.Params, run: Run) -> bool:
                 totscnt += post_list
                 progressed = True
             scnt[index] = s
-        if p.use_event and not notify_events(res):
+        if events is not None and not progressed and not events.before_poll():
             _err("Failed to notify events to CQ")
             return False
         ne, wcs = res.recv_cq.poll(p.rx_depth)
@@ -438,9 +475,11 @@ def run_iter_bi(res, p: P.Params, run: Run) -> bool:
                         tcompleted[totccnt - 1] = now()
                 if sampling:
                     p.iters += comp_inc
+        if events is not None:
+            events.polled(progressed)
         if progressed:
             idle.reset()
-        else:
+        elif events is None:
             idle.wait()
         if PROGRESS.enabled:
             if dur is not None:

@@ -17,7 +17,7 @@ import sys
 from ...enums import IBV_SEND_SIGNALED, IBV_WC_SUCCESS
 from . import params as P
 from .progress import PROGRESS
-from .run_bw import comp_error_recv, comp_error_send, notify_events, _repost
+from .run_bw import Events, comp_error_recv, comp_error_send, _repost
 from .timing import Duration, Idle, now
 
 _SPIN = 64
@@ -133,6 +133,7 @@ def run_iter_lat(res, p: P.Params, run: LatRun) -> bool:
     scnt = 0
     show = PROGRESS.enabled
     idle = Idle()
+    events = Events(res) if p.use_event else None
     while scnt < iters or (dur is not None and dur.poll() != P.END_STATE):
         _gap(p)
         if dur is None:
@@ -145,11 +146,13 @@ def run_iter_lat(res, p: P.Params, run: LatRun) -> bool:
             return False
         if dur is not None and dur.state == P.END_STATE:
             break
-        if p.use_event and not notify_events(res):
-            return False
         idle.reset()
         while True:
+            if events is not None and not events.before_poll():
+                return False
             ne, wcs = poll(1)
+            if events is not None:
+                events.polled(ne)
             if ne:
                 if wcs[0].status != IBV_WC_SUCCESS:
                     comp_error_send(wcs[0], scnt, scnt)
@@ -157,9 +160,8 @@ def run_iter_lat(res, p: P.Params, run: LatRun) -> bool:
                 if dur is not None and dur.poll() == P.SAMPLE_STATE:
                     p.iters += 1
                 break
-            if p.use_event:
-                break
-            idle.wait()
+            if events is None:
+                idle.wait()
         if show:
             _show(p, scnt, dur)
     return True
@@ -185,15 +187,18 @@ def run_iter_lat_send(res, p: P.Params, run: LatRun) -> bool:
     scnt = rcnt = 0
     show = PROGRESS.enabled
     idle = Idle()
+    events = Events(res) if p.use_event else None
     while scnt < iters or rcnt < iters or (dur is not None and dur.poll() != P.END_STATE) or \
             (p.test_type == P.DURATION and dur is None):
         if (rcnt < iters or p.test_type == P.DURATION) and not (scnt < 1 and client):
-            if p.use_event and not notify_events(res):
-                _err(" Failed to notify events to CQ")
-                return False
             idle.reset()
             while True:
+                if events is not None and not events.before_poll():
+                    _err(" Failed to notify events to CQ")
+                    return False
                 ne, wcs = rpoll(1)
+                if events is not None:
+                    events.polled(ne)
                 if dur is not None and dur.state == P.END_STATE:
                     break
                 if ne:
@@ -216,11 +221,10 @@ def run_iter_lat_send(res, p: P.Params, run: LatRun) -> bool:
                             _err(f"Couldn't post recv: rcnt={rcnt}\n")
                             return False
                     break
-                if p.use_event:
-                    break
                 if dur is not None and dur.poll() == P.END_STATE:
                     break
-                idle.wait()
+                if events is None:
+                    idle.wait()
         if scnt < iters or (p.test_type == P.DURATION and (dur is None or dur.poll() != P.END_STATE)):
             _gap(p)
             if p.test_type == P.ITERATIONS:
@@ -237,18 +241,18 @@ def run_iter_lat_send(res, p: P.Params, run: LatRun) -> bool:
                 _err(f"Couldn't post send: scnt={scnt} \n")
                 return False
             if signal:
-                if p.use_event and not notify_events(res):
-                    _err(" Failed to notify events to CQ")
-                    return False
                 idle.reset()
                 while True:
+                    if events is not None and not events.before_poll():
+                        _err(" Failed to notify events to CQ")
+                        return False
                     ne, wcs = spoll(1)
-                    if ne or p.use_event:
+                    if events is not None:
+                        events.polled(ne)
+                    if ne:
                         break
-                    idle.wait()
-                if not ne:
-                    _err("poll on Send CQ failed 0\n")
-                    return False
+                    if events is None:
+                        idle.wait()
                 if wcs[0].status != IBV_WC_SUCCESS:
                     comp_error_send(wcs[0], scnt, scnt)
                     return False
