@@ -19,6 +19,8 @@ from ..transport.wr import WC
 from .errors import PyverbsRDMAError
 
 _HANDLE = struct.Struct("<I")
+# a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) for every CQE polled
+_WITH_IMM = int(IBV_WC_WITH_IMM)
 _LITTLE = sys.byteorder == "little"
 
 
@@ -87,7 +89,7 @@ class CQ:
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         wcs = self.consumer.poll(num_entries)
         for wc in wcs:
-            if wc.wc_flags & IBV_WC_WITH_IMM:
+            if wc.wc_flags & _WITH_IMM:
                 wc.imm_data = bswap32(wc.imm_data)       # ibv_wc.imm_data is __be32
         return len(wcs), wcs
 

@@ -22,7 +22,7 @@ from . import params as P
 from .comm import BwReport, Comm, CommError, version_float
 from .progress import PROGRESS, out
 from .report import (
-    print_bw_header, print_full_bw_report, print_lat_header, print_pingpong_data, print_report_bw,
+    bw_title, print_bw_header, print_full_bw_report, print_lat_header, print_pingpong_data, print_report_bw,
     print_report_lat, print_report_lat_duration, print_test_info,
 )
 from .resources import Resources, SetupError, ipv6_addr_v4mapped, mtu_size
@@ -171,17 +171,11 @@ def _report_both(t: Test, my: BwReport, rem: BwReport) -> None:
     p = t.p
     if p.report_both and p.duplex:
         out(P.RESULT_LINE + "\n Local results: \n" + P.RESULT_LINE)
-        print_bw_header_only(p)
+        out(bw_title(p))
         print_full_bw_report(p, my, None)
         out(P.RESULT_LINE + "\n Remote results: \n" + P.RESULT_LINE)
-        print_bw_header_only(p)
+        out(bw_title(p))
         print_full_bw_report(p, rem, None)
-
-
-def print_bw_header_only(p: P.Params) -> None:
-    from .report import RESULT_EXT, RESULT_EXT_CPU_UTIL, RESULT_FMT, RESULT_FMT_G
-    out((RESULT_FMT if p.report_fmt == P.MBS else RESULT_FMT_G)
-        + (RESULT_EXT_CPU_UTIL if p.cpu_util_enable else RESULT_EXT))
 
 
 def _sweep_sizes(p: P.Params) -> range:
@@ -279,7 +273,7 @@ def send_bw(t: Test) -> int:
     sends = p.machine == P.CLIENT or p.duplex
     recvs = p.machine == P.SERVER or p.duplex
 
-    def one_size() -> BwReport | None:
+    def one_size() -> tuple[BwReport, BwReport | None]:
         if sends:
             res.set_send_wqes(t.rem)
         if recvs and not res.set_recv_wqes():
@@ -296,11 +290,11 @@ def send_bw(t: Test) -> int:
         if not ok:
             raise Failed(17)
         my = print_report_bw(p, run, BwReport())
+        rem = None
         if p.duplex and p.test_type != P.DURATION:
             rem = t.xchg_bw_reports(my)
             print_full_bw_report(p, my, rem)
-            return rem
-        return None
+        return my, rem
 
     if p.test_method == P.RUN_ALL:
         sizes = _sweep_sizes(p)
@@ -312,9 +306,9 @@ def send_bw(t: Test) -> int:
             if p.check_alive_exited:
                 break
     elif p.test_method == P.RUN_REGULAR:
-        my_run = one_size()
-        if p.report_both and p.duplex and my_run is not None:
-            pass                                    # printed below from the kept reports
+        my, rem = one_size()
+        if rem is not None:
+            _report_both(t, my, rem)
     else:
         if p.machine == P.CLIENT:
             res.set_send_wqes(t.rem)

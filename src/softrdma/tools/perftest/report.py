@@ -196,10 +196,15 @@ def print_pingpong_data(p: P.Params, d: Dest, remote: bool, print_gid_index: int
     out(pingpong_data(p, d, remote, print_gid_index))
 
 
+def bw_title(p: P.Params) -> str:
+    """RESULT_FMT or RESULT_FMT_G, and its line end."""
+    return (RESULT_FMT if p.report_fmt == P.MBS else RESULT_FMT_G) + \
+        (RESULT_EXT_CPU_UTIL if p.cpu_util_enable else RESULT_EXT)
+
+
 def print_bw_header(p: P.Params) -> None:
     if p.output == P.FULL_VERBOSITY:
-        out(P.RESULT_LINE + (RESULT_FMT if p.report_fmt == P.MBS else RESULT_FMT_G)
-            + (RESULT_EXT_CPU_UTIL if p.cpu_util_enable else RESULT_EXT))
+        out(P.RESULT_LINE + bw_title(p))
 
 
 def print_lat_header(p: P.Params) -> None:

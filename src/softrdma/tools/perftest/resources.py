@@ -34,6 +34,7 @@ from ...enums import (
 from . import params as P
 from .comm import Dest
 
+IBV_SEND_SIGNALED = int(IBV_SEND_SIGNALED)     # a plain int: the run loops store and test it per message
 IBV_LINK_LAYER_INFINIBAND = 1
 IBV_LINK_LAYER_ETHERNET = 2
 IBV_PORT_ACTIVE = 4
@@ -401,6 +402,10 @@ class Resources:
         when the comparison needs it, as in perftest)."""
         from ...verbs.errors import PyverbsError
         if index not in self.gid_type_cache:
+            if self._gid(index) == bytes(16):
+                # an empty slot: ibv_query_gid_type() fails for it (ENODATA), no need to ask
+                self.gid_type_cache[index] = False
+                return False
             try:
                 self.ctx.query_gid_type(self.p.ib_port, index)
                 self.gid_type_cache[index] = True

@@ -14,11 +14,15 @@ from __future__ import annotations
 import os
 import sys
 
-from ...enums import IBV_SEND_SIGNALED, IBV_WC_SUCCESS
+from ...enums import ibv_send_flags as _F, ibv_wc_status as _S
 from . import params as P
 from .progress import PROGRESS
 from .run_bw import Events, comp_error_recv, comp_error_send, _repost
 from .timing import Duration, Idle, now
+
+# plain ints on the per-message paths (an IntFlag operation builds enum members)
+IBV_SEND_SIGNALED = int(_F.IBV_SEND_SIGNALED)
+IBV_WC_SUCCESS = int(_S.IBV_WC_SUCCESS)
 
 _SPIN = 64
 
