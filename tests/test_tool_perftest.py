@@ -558,7 +558,7 @@ class FakePeerQP:
     """The RDMA half of a fake perftest peer: one RC QP and an MR the other
     side writes into, made with the verbs library as perftest makes them."""
 
-    def __init__(self, daemon, size: int):
+    def __init__(self, daemon, size: int, remote_access=None):
         from softrdma.enums import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, IBV_QPT_RC
         from softrdma.verbs import cq, device, mr, pd, qp
         os.environ["SOFTRDMA_RUN"] = daemon.run_dir
@@ -569,12 +569,13 @@ class FakePeerQP:
         self.gid = self.ctx.query_gid(1, self.gid_index).raw
         self.pd = pd.PD(self.ctx)
         self.size = size
-        self.mr = mr.MR(self.pd, 2 * max(size, 4096), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+        remote = IBV_ACCESS_REMOTE_WRITE if remote_access is None else remote_access
+        self.mr = mr.MR(self.pd, 2 * max(size, 4096), IBV_ACCESS_LOCAL_WRITE | remote)
         self.cq = cq.CQ(self.ctx, 128)
         self.qp = qp.QP(self.pd, qp.QPInitAttr(IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=qp.QPCap(64, 1, 1, 1),
                                                sq_sig_all=0))
         a = qp.QPAttr()
-        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
+        a.qp_access_flags = remote
         self.qp.to_init(a)
         self.psn = 0x31E5DA
 
@@ -635,32 +636,36 @@ def test_fake_perftest_server_against_client(daemon):
         lsock.settimeout(20)
         s, _ = lsock.accept()
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # the step numbers are NOTES.md's table
         # 1. versions (the server reads first)
         assert read_exact(s, 16) == b"6.24" + bytes(12)
         s.sendall(b"6.06" + bytes(10) + b"\x00\x00")
-        # 2. cycle buffer, cache line size: big-endian ints
+        # 2, 3. cycle buffer, cache line size: big-endian ints
         assert read_exact(s, 4) == struct.pack(">i", os.sysconf("SC_PAGESIZE"))
         s.sendall(b"\x00\x00\x10\x00")
         assert struct.unpack(">i", read_exact(s, 4))[0] in (32, 64, 128)
         s.sendall(b"\x00\x00\x00\x40")
-        # 3. the MTU enum, "%d" in two bytes; rxe's "3" (1024) wins against softrdma's 4096 on lo
+        # 4. the MTU enum, "%d" in two bytes; rxe's "3" (1024) wins against softrdma's 4096 on lo
         assert read_exact(s, 2) == b"5\x00"
         s.sendall(b"3\x00")
-        # 4. the keys
+        # 5. the keys; then both sides move their QPs to RTR (the client on to RTS)
         raw = read_exact(s, 108)
         m = KEYS_GID.match(raw)
         assert m and m[2] == b"0001" and m[8] == b"00000000", raw
         rem = C.decode_keys(raw, True)
         assert rem.gid == peer.gid
+        s.sendall(C.encode_keys(peer.keys()))
         peer.connect(rem, rts=False)
+        # 6. the keys again, after both sides printed their local ones
+        assert read_exact(s, 108) == raw
         s.sendall(C.encode_keys(peer.keys()))
-        # 5. after RTR; then the client writes n x size into our MR
-        assert KEYS_GID.match(read_exact(s, 108))
+        # 7. "after RTR"; then the client writes n x size into our MR
+        assert read_exact(s, 108) == raw
         s.sendall(C.encode_keys(peer.keys()))
-        # 6. end of the test
-        assert KEYS_GID.match(read_exact(s, 108, timeout=30))
+        # 8. end of the test
+        assert read_exact(s, 108, timeout=30) == raw
         s.sendall(C.encode_keys(peer.keys()))
-        # 7. reports: five fields, 8 bytes each; the 4.5-0.17 server sends uninitialised values
+        # 9. reports: five fields, 8 bytes each; the 4.5-0.17 server sends uninitialised values
         fields = []
         for _ in range(5):
             fields.append(read_exact(s, 8))
@@ -668,8 +673,8 @@ def test_fake_perftest_server_against_client(daemon):
         assert struct.unpack(">Q", fields[0])[0] == size and struct.unpack(">Q", fields[1])[0] == n
         peak, avg, rate = (struct.unpack(">d", f)[0] for f in fields[2:])
         assert avg > 0 and rate > 0 and peak >= avg * 0.5
-        # 8. close: keys, then "done\0" from both
-        assert KEYS_GID.match(read_exact(s, 108))
+        # 10, 11. close: keys, then "done\0" from both
+        assert read_exact(s, 108) == raw
         s.sendall(C.encode_keys(peer.keys()))
         assert read_exact(s, 5) == b"done\x00"
         s.sendall(b"done\x00")
@@ -691,49 +696,42 @@ def test_fake_perftest_server_against_client(daemon):
         peer.close()
 
 
-@pytest.mark.parametrize("version", ["6.06", "5.30"])
-def test_fake_perftest_client_against_server(daemon, version):
-    """A perftest client against softrdma's ib_write_bw server: the server
-    prints the numbers the client reports, exactly; an old client (5.30:
-    no system data, a 4-byte MTU message, 4-byte iterations) is served in
-    its format."""
+def test_fake_perftest_client_against_server(daemon):
+    """A perftest client ("6.06", NOTES.md's steps) against softrdma's
+    ib_write_bw server: the server prints the numbers the client reports,
+    exactly."""
     port = free_port()
     srv = start_server(daemon, "ib_write_bw", ["-s", "4096", "-n", "5000"], port)
     peer = FakePeerQP(daemon, 4096)
-    old = version == "5.30"
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=20)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        time.sleep(0.2)
-        s.sendall(version.encode().ljust(16, b"\0"))          # client writes first
+        s.sendall(b"6.06".ljust(16, b"\0"))                   # 1. the client writes first
         assert read_exact(s, 16) == b"6.24" + bytes(12)
-        if not old:
-            s.sendall(b"\x00\x00\x10\x00")
-            assert read_exact(s, 4) == struct.pack(">i", os.sysconf("SC_PAGESIZE"))
-            s.sendall(b"\x00\x00\x00\x40")
-            read_exact(s, 4)
-            s.sendall(b"3\x00")
-            assert read_exact(s, 2) == b"5\x00"
-        else:
-            s.sendall(b"3\x00\x00\x00")
-            assert read_exact(s, 4) == b"5\x00\x00\x00"
-        s.sendall(C.encode_keys(peer.keys()))
-        rem = C.decode_keys(read_exact(s, 108), True)
+        s.sendall(b"\x00\x00\x10\x00")                        # 2.
+        assert read_exact(s, 4) == struct.pack(">i", os.sysconf("SC_PAGESIZE"))
+        s.sendall(b"\x00\x00\x00\x40")                        # 3.
+        read_exact(s, 4)
+        s.sendall(b"3\x00")                                    # 4.
+        assert read_exact(s, 2) == b"5\x00"
+        s.sendall(C.encode_keys(peer.keys()))                 # 5.
+        raw = read_exact(s, 108)
+        rem = C.decode_keys(raw, True)
         assert rem.out_reads == 1 and rem.rkey and rem.vaddr
         peer.connect(rem, rts=True)
-        s.sendall(C.encode_keys(peer.keys()))                 # after RTR
-        KEYS_GID.match(read_exact(s, 108))
+        for _ in range(2):                                    # 6., 7. (after RTR)
+            s.sendall(C.encode_keys(peer.keys()))
+            assert read_exact(s, 108) == raw
         peer.write_all(rem, 20)
-        s.sendall(C.encode_keys(peer.keys()))                 # end of the test
-        read_exact(s, 108)
-        iters = struct.pack(">I", 5000) if old else struct.pack(">Q", 5000)
-        for mine, n in ((struct.pack(">Q", 65536), 8), (iters, len(iters)), (be_double(44.5), 8),
-                        (be_double(35.8), 8), (be_double(0.000573), 8)):
+        s.sendall(C.encode_keys(peer.keys()))                 # 8. end of the test
+        assert read_exact(s, 108) == raw
+        for mine in (struct.pack(">Q", 65536), struct.pack(">Q", 5000), be_double(44.5), be_double(35.8),
+                     be_double(0.000573)):                    # 9.
             s.sendall(mine)
-            read_exact(s, n)
-        s.sendall(C.encode_keys(peer.keys()))                 # close
-        read_exact(s, 108)
-        s.sendall(b"done\x00")
+            read_exact(s, 8)
+        s.sendall(C.encode_keys(peer.keys()))                 # 10. close
+        assert read_exact(s, 108) == raw
+        s.sendall(b"done\x00")                                # 11.
         out, err = (b.decode() for b in srv.communicate(timeout=20))
         assert srv.returncode == 0, (out, err)
         assert " 65536      5000             44.50              35.80  \t\t     0.000573" in out.splitlines()
@@ -744,6 +742,73 @@ def test_fake_perftest_client_against_server(daemon, version):
             srv.kill()
             srv.communicate()
         peer.close()
+
+
+def test_fake_perftest_server_against_read_lat_client(daemon):
+    """The latency tools of the RDMA verbs exchange keys four times before
+    the test (one more than the bandwidth tools); the ib_read_lat server
+    only answers the client's READs and closes."""
+    from softrdma.enums import IBV_ACCESS_REMOTE_READ
+    port = free_port()
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", port))
+    lsock.listen(1)
+    peer = FakePeerQP(daemon, 64, remote_access=IBV_ACCESS_REMOTE_READ)
+    cli = subprocess.Popen([sys.executable, "-m", "softrdma", "ib_read_lat", "-p", str(port), "-n", "50", "-s",
+                            "64", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=tool_env(daemon))
+    try:
+        lsock.settimeout(20)
+        s, _ = lsock.accept()
+        assert read_exact(s, 16) == b"6.24" + bytes(12)
+        s.sendall(b"6.06".ljust(16, b"\0"))
+        for mine, n in ((b"\x00\x00\x10\x00", 4), (b"\x00\x00\x00\x40", 4), (b"3\x00", 2)):
+            read_exact(s, n)
+            s.sendall(mine)
+        raw = read_exact(s, 108)
+        assert KEYS_GID.match(raw)[2] == b"0080"                # out_reads 128 for READ
+        rem = C.decode_keys(raw, True)
+        for k in range(4):                                      # extra, per QP, per QP + print, after RTR
+            if k:
+                assert read_exact(s, 108) == raw
+            s.sendall(C.encode_keys(peer.keys(out_reads=128)))
+            if k == 1:
+                peer.connect(rem, rts=False)
+        assert read_exact(s, 108, timeout=30) == raw            # the client is done: close
+        s.sendall(C.encode_keys(peer.keys(out_reads=128)))
+        assert read_exact(s, 5) == b"done\x00"
+        s.sendall(b"done\x00")
+        out, err = cli.communicate(timeout=20)
+        assert cli.returncode == 0, (out, err)
+        assert rows(out, LAT_ROW)[0][:2] == (64, 50)
+        s.close()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+        lsock.close()
+        peer.close()
+
+
+def test_peer_older_than_5_70_is_refused(daemon):
+    """perftest's check_version_compatibility(): right after the versions."""
+    port = free_port()
+    srv = start_server(daemon, "ib_send_bw", [], port)
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=20)
+        s.sendall(b"5.60".ljust(16, b"\0"))
+        assert read_exact(s, 16) == b"6.24" + bytes(12)
+        out, err = (b.decode() for b in srv.communicate(timeout=20))
+        assert (srv.returncode, err) == (1, "Current implementation is not compatible with versions older than"
+                                            " 5.70\n")
+        s.settimeout(5)
+        assert s.recv(16) == b""
+        s.close()
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.communicate()
 
 
 def test_client_without_server_fails_cleanly(daemon):

@@ -5,10 +5,10 @@ prints, and the exit codes.
 
 The setup every program shares (``_setup``): device, link check, the TCP
 connection (``ib_write_bw`` sleeps a second after it, as perftest does),
-versions, system data, MTU, the test information block, resources, keys,
-the address lines, the key exchange per QP (``ib_write_lat`` and
-``ib_read_lat``/``ib_atomic_lat`` exchange once more before it), the GID
-compatibility check, RTR/RTS, and the key exchange after RTR.
+versions (a peer older than 5.70 is refused, as perftest refuses it),
+system data, MTU, resources, keys, the test information block, then the
+key exchanges around RTR/RTS -- three before the test, four for
+``ib_write_lat``/``ib_read_lat``/``ib_atomic_lat``; see ``_setup``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,24 @@ class Test:
         return self.comm.close_connection(self.my[0], lenient=lenient)
 
 
-def _setup(t: Test, extra_shake: bool = False, sleep_after_connect: bool = False) -> None:
+_SHAKE = "Failed to exchange data between server and clients\n"
+
+
+def _setup(t: Test, kind: str) -> None:
+    """Everything before the test, in perftest's order.  ``kind``:
+
+    * ``"rdma_bw"`` (ib_write_bw, ib_read_bw, ib_atomic_bw): keys per QP,
+      RTR/RTS, print the local keys, keys per QP again and print the peer's,
+      one more exchange "after moving qp to RTR";
+    * ``"lat"`` (ib_write_lat, ib_read_lat, ib_atomic_lat): the same with
+      one extra exchange first;
+    * ``"send"`` (ib_send_bw, ib_send_lat): keys per QP, RTR/RTS, the
+      exchange after RTR, then print the local keys, keys per QP again and
+      print the peer's.
+
+    So three key exchanges before the test (four for the latency tests of
+    the RDMA verbs) -- what NOTES.md recorded from perftest 4.5-0.17.
+    """
     p, res, comm = t.p, t.res, t.comm
     if not res.open_device():
         raise Failed(1)
@@ -89,13 +106,18 @@ def _setup(t: Test, extra_shake: bool = False, sleep_after_connect: bool = False
     if not comm.connect():
         _err(" Unable to init the socket connection\n")
         raise Failed(1)
-    if sleep_after_connect:
-        time.sleep(1)
+    if p.verb in (P.WRITE, P.WRITE_IMM) and p.tst == P.BW:
+        time.sleep(1)                                   # ib_write_bw only, as perftest does
     try:
         if not p.dont_xchg_versions:
             p.rem_version = comm.exchange_versions(p.version)
         rem_vers = version_float(p.rem_version)
         t.rem_version = rem_vers
+        # check_version_compatibility(); perftest also fails it after
+        # --dont_xchg_versions (rem_version stays empty), we skip it then
+        if not p.dont_xchg_versions and rem_vers < 5.70:
+            _err("Current implementation is not compatible with versions older than 5.70\n")
+            raise Failed(1)
         if rem_vers >= 5.32 and not p.dont_xchg_versions:
             rcb, rcl = comm.exchange_sys_data(p.cycle_buffer, p.cache_line_size)
             p.cycle_buffer = max(p.cycle_buffer, rcb)
@@ -117,12 +139,10 @@ def _setup(t: Test, extra_shake: bool = False, sleep_after_connect: bool = False
             _err(f" Max msg size in UD is MTU {mtu_size(p.curr_mtu)}\n")
             _err(" Changing to this MTU\n")
             p.size = mtu_size(p.curr_mtu)
-            res.size = p.size
         else:
             _err(" Max message size in UD cannot be greater than MTU \n")
             _err(" Couldn't get context for the device\n")
             raise Failed(1)
-    print_test_info(p)
     res.size = p.size
     try:
         if not res.init():
@@ -136,20 +156,27 @@ def _setup(t: Test, extra_shake: bool = False, sleep_after_connect: bool = False
         raise Failed(1)
     t.my = my
     t.rem = [None] * len(my)
-    for d in my:
-        print_pingpong_data(p, d, False, p.gid_index)
-    if extra_shake:
-        t.hand_shake(0)
+    print_test_info(p)
+    first = (" " if p.verb == P.WRITE and p.tst == P.BW else "") + _SHAKE
+    if kind == "lat":
+        t.hand_shake(0, _SHAKE)
     for i in range(len(my)):
-        t.hand_shake(i)
-        print_pingpong_data(p, t.rem[i], True, p.gid_index)
+        t.hand_shake(i, first)
     if ipv6_addr_v4mapped(my[0].gid) != ipv6_addr_v4mapped(t.rem[0].gid):
         _err("\n Found Incompatibility issue with GID types.\n")
         _err(" Please Try to use a different IP version.\n\n")
         raise Failed(1)
     if not res.connect(t.rem, t.my):
         raise Failed(1)
-    t.hand_shake(0)
+    if kind == "send":
+        t.hand_shake(0, _SHAKE)
+    for d in my:
+        print_pingpong_data(p, d, False, p.gid_index)
+    for i in range(len(my)):
+        t.hand_shake(i, " " + _SHAKE)
+        print_pingpong_data(p, t.rem[i], True, p.gid_index)
+    if kind != "send":
+        t.hand_shake(0, first)
 
 
 def _limits(p: P.Params) -> int:
@@ -170,10 +197,11 @@ def _result_line(p: P.Params) -> None:
 def _report_both(t: Test, my: BwReport, rem: BwReport) -> None:
     p = t.p
     if p.report_both and p.duplex:
-        out(P.RESULT_LINE + "\n Local results: \n" + P.RESULT_LINE)
+        blank = "" if p.verb == P.ATOMIC else " "         # ib_atomic_bw prints no trailing blank
+        out(P.RESULT_LINE + f"\n Local results:{blank}\n" + P.RESULT_LINE)
         out(bw_title(p))
         print_full_bw_report(p, my, None)
-        out(P.RESULT_LINE + "\n Remote results: \n" + P.RESULT_LINE)
+        out(P.RESULT_LINE + f"\n Remote results:{blank}\n" + P.RESULT_LINE)
         out(bw_title(p))
         print_full_bw_report(p, rem, None)
 
@@ -192,21 +220,30 @@ def _progress_size(p: P.Params, i: int, top: int) -> None:
 
 # --------------------------------------------------------------------------- ib_write_bw / ib_read_bw / ib_atomic_bw
 def rdma_bw(t: Test) -> int:
+    """write_bw.c, read_bw.c and atomic_bw.c (ib_atomic_bw cannot get -a:
+    its size is fixed)."""
     p, res = t.p, t.res
-    _setup(t, sleep_after_connect=p.verb in (P.WRITE, P.WRITE_IMM))
+    _setup(t, "rdma_bw")
     print_bw_header(p)
     if p.machine == P.SERVER and not p.duplex:
         # the server only waits: it learns the client's results and prints them
-        t.hand_shake(0, " Failed to exchange data between server and clients\n")
+        t.hand_shake(0, " " + _SHAKE)
         rem = t.xchg_bw_reports(BwReport())
-        print_full_bw_report(p, rem, None)
+        if p.test_method != P.RUN_INFINITELY or p.verb == P.ATOMIC:
+            print_full_bw_report(p, rem, None)
+        else:
+            out(" Client closed connection\n")
+        if p.verb == P.ATOMIC:
+            _result_line(p)
         if not t.close_connection():
             _err("Failed to close connection between server and client\n")
             return 1
-        _result_line(p)
+        if p.verb != P.ATOMIC:
+            _result_line(p)
         return 0 if res.destroy() else 1
     if p.use_event:
         res.send_cq.req_notify(False)
+    sync_msg = "Failed to sync between server and client between different msg sizes\n"
     my = BwReport()
     if p.test_method == P.RUN_ALL:
         sizes = _sweep_sizes(p)
@@ -217,13 +254,15 @@ def rdma_bw(t: Test) -> int:
             if not perform_warm_up(res, p):
                 return 1
             if p.duplex:
-                t.hand_shake(0, "Failed to sync between server and client between different msg sizes\n")
+                t.hand_shake(0, sync_msg)
             run = Run(p)
             if not run_iter_bw(res, p, run):
+                if p.verb == P.READ:
+                    return 17
                 _err(" Failed to complete run_iter_bw function successfully\n")
                 return 1
             if p.duplex:
-                t.hand_shake(0, "Failed to sync between server and client between different msg sizes\n")
+                t.hand_shake(0, sync_msg)
             my = print_report_bw(p, run, BwReport())
             if p.duplex:
                 rem = t.xchg_bw_reports(my)
@@ -233,10 +272,11 @@ def rdma_bw(t: Test) -> int:
         if not perform_warm_up(res, p):
             return 1
         if p.duplex:
-            t.hand_shake(0, "Failed to sync between server and client between different msg sizes\n")
+            t.hand_shake(0, sync_msg)
         run = Run(p)
         if not run_iter_bw(res, p, run):
-            _err(" Failed to complete run_iter_bw function successfully\n")
+            _err(" Error occurred in run_iter function\n" if p.verb == P.ATOMIC
+                 else " Failed to complete run_iter_bw function successfully\n")
             return 1
         my = print_report_bw(p, run, BwReport())
         if p.duplex:
@@ -247,11 +287,12 @@ def rdma_bw(t: Test) -> int:
         res.set_send_wqes(t.rem)
         run = Run(p)
         if not run_iter_bw_infinitely(res, p, run, lambda r: print_report_bw(p, r)):
-            _err(" Error occured while running infinitely! aborting ...\n")
+            _err({P.READ: " Error occurred while running! aborting ...\n"}.get(
+                p.verb, " Error occurred while running infinitely! aborting ...\n"))
             return 1
     _result_line(p)
     if p.machine == P.CLIENT and not p.duplex:
-        t.hand_shake(0, " Failed to exchange data between server and clients\n")
+        t.hand_shake(0, " " + _SHAKE)
         t.xchg_bw_reports(my)
     if not t.close_connection():
         _err("Failed to close connection between server and client\n")
@@ -265,7 +306,7 @@ def rdma_bw(t: Test) -> int:
 # --------------------------------------------------------------------------- ib_send_bw
 def send_bw(t: Test) -> int:
     p, res = t.p, t.res
-    _setup(t)
+    _setup(t, "send")
     if p.use_event:
         res.send_cq.req_notify(False)
         res.recv_cq.req_notify(False)
@@ -319,17 +360,17 @@ def send_bw(t: Test) -> int:
         if p.machine == P.CLIENT:
             run = Run(p)
             if not run_iter_bw_infinitely(res, p, run, lambda r: print_report_bw(p, r)):
-                _err(" Error occured while running infinitely! aborting ...\n")
+                _err(" Error occurred while running infinitely! aborting ...\n")
                 return 1
         elif not run_iter_bw_infinitely_server(res, p):
-            _err(" Error occured while running infinitely on server! aborting ...\n")
+            _err(" Error occurred while running infinitely on server! aborting ...\n")
             return 1
     _result_line(p)
     if not t.close_connection():
         _err(" Failed to close connection between server and client\n")
         _err(" Trying to close this side resources\n")
     if not res.destroy():
-        _err("Couldn't Destory all SEND resources\n")
+        _err("Couldn't destroy all SEND resources\n")
         return 1
     return _limits(p)
 
@@ -344,7 +385,7 @@ def _lat_report(p: P.Params, run: LatRun) -> None:
 
 def write_lat(t: Test) -> int:
     p, res = t.p, t.res
-    _setup(t, extra_shake=True)
+    _setup(t, "lat")
     res.set_send_wqes(t.rem)
     print_lat_header(p)
     sizes = range(1, 24) if p.test_method == P.RUN_ALL else [None]
@@ -368,7 +409,7 @@ def write_lat(t: Test) -> int:
 def read_lat(t: Test) -> int:
     """ib_read_lat and ib_atomic_lat: only the client posts."""
     p, res = t.p, t.res
-    _setup(t, extra_shake=True)
+    _setup(t, "lat")
     if p.machine == P.SERVER:
         if not t.close_connection():
             _err("Failed to close connection between server and client\n")
@@ -387,7 +428,7 @@ def read_lat(t: Test) -> int:
             _progress_size(p, i, 24)
         run = LatRun(p)
         if not run_iter_lat(res, p, run):
-            return 17 if i is not None else 18
+            return 17
         _lat_report(p, run)
     if not t.close_connection():
         _err("Failed to close connection between server and client\n")
@@ -399,7 +440,7 @@ def read_lat(t: Test) -> int:
 
 def send_lat(t: Test) -> int:
     p, res = t.p, t.res
-    _setup(t)
+    _setup(t, "send")
     if p.use_event:
         res.send_cq.req_notify(False)
         res.recv_cq.req_notify(False)
