@@ -15,6 +15,14 @@ TOOLS = {
     "ibv_ud_pingpong": "softrdma.tools.pingpong",
     "rdma": "softrdma.tools.rdma",
     "top": "softrdma.tools.top",
+    "ib_send_bw": "softrdma.tools.perftest",
+    "ib_write_bw": "softrdma.tools.perftest",
+    "ib_read_bw": "softrdma.tools.perftest",
+    "ib_atomic_bw": "softrdma.tools.perftest",
+    "ib_send_lat": "softrdma.tools.perftest",
+    "ib_write_lat": "softrdma.tools.perftest",
+    "ib_read_lat": "softrdma.tools.perftest",
+    "ib_atomic_lat": "softrdma.tools.perftest",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest

@@ -21,6 +21,8 @@ from ..transport.wr import WC
 from .errors import PyverbsRDMAError
 
 _HANDLE = struct.Struct("<I")
+# a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) for every CQE polled
+_WITH_IMM = int(IBV_WC_WITH_IMM)
 _LITTLE = sys.byteorder == "little"
 
 
@@ -124,6 +126,6 @@ class CQ(CompletionQueue):
             sched_yield()
             return 0, wcs
         for wc in wcs:
-            if wc.wc_flags & IBV_WC_WITH_IMM:
+            if wc.wc_flags & _WITH_IMM:
                 wc.imm_data = bswap32(wc.imm_data)       # ibv_wc.imm_data is __be32
         return len(wcs), wcs

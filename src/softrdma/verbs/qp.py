@@ -45,6 +45,8 @@ _ATTR_NAME = {"state": "qp_state", "cur_state": "cur_qp_state", "access_flags": 
               "av": "ah_attr", "dest_qpn": "dest_qp_num", "max_qp_rd_atomic": "max_rd_atomic",
               "port": "port_num"}
 _NOT_SENT = ("alt_path", "path_mig_state", "rate_limit")     # the mask bit alone gets EOPNOTSUPP
+# a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) on every post
+_SEND_INLINE = int(IBV_SEND_INLINE)
 
 # ibv_wr_* builders an extended QP may ask for (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
 # per QP type: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS (BIND_MW on RC and UC,
@@ -290,7 +292,7 @@ class QP:
                 continue
             sges = [s.as_tuple() for s in wr.sg_list]
             inline = None
-            if wr.send_flags & IBV_SEND_INLINE:
+            if wr.send_flags & _SEND_INLINE:
                 inline = b"".join(ctypes.string_at(a, n) for a, n, _ in sges)
                 if len(inline) > self.cap.max_inline_data:
                     raise PyverbsRDMAError("Failed to post send: inline data exceeds max_inline_data", errno.EINVAL)
