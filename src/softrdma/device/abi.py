@@ -150,7 +150,7 @@ def decode_send_wqe(slot, ah_lookup=None) -> SendWQE:
                        swap=swap, ah=av, remote_qpn=rqpn, remote_qkey=rqkey)
     if 64 + 16 * nsge > len(slot):
         raise ValueError("SGE count overruns the WQE slot")
-    sges = [SGE.unpack_from(slot, 64 + 16 * i) for i in range(nsge)]
+    sges = [SGE.unpack_from(slot, 64)] if nsge == 1 else [SGE.unpack_from(slot, 64 + 16 * i) for i in range(nsge)]
     return SendWQE(wr_id, opcode, sges, send_flags=flags, imm_data=imm, invalidate_rkey=imm, remote_addr=raddr,
                    rkey=rkey, compare_add=cmp_add, swap=swap, ah=av, remote_qpn=rqpn, remote_qkey=rqkey)
 
@@ -170,6 +170,8 @@ def decode_recv_wqe(slot) -> RecvWQE:
     wr_id, nsge, _ = RECV_WQE_HDR.unpack_from(slot, 0)
     if 16 + 16 * nsge > len(slot):
         raise ValueError("SGE count overruns the WQE slot")
+    if nsge == 1:
+        return RecvWQE(wr_id, [SGE.unpack_from(slot, 16)])
     return RecvWQE(wr_id, [SGE.unpack_from(slot, 16 + 16 * i) for i in range(nsge)])
 
 

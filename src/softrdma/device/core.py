@@ -51,6 +51,7 @@ EV = ints(ibv_event_type)
 ST = ints(ibv_wc_status)
 WCO = ints(ibv_wc_opcode)
 RC, UD = 2, 4             # IBV_QPT_RC, IBV_QPT_UD
+WC_RECV_BIT = int(WCO.IBV_WC_RECV)   # ibv_wc_opcode: every receive opcode has this bit (128)
 _HANDLE = struct.Struct("<I")
 
 
@@ -61,15 +62,19 @@ class DevCQ:
         self.producer = CompletionQueueProducer(ring)
         self.channel = channel            # DevChannel or None
         self.owner = owner
+        self.qps = owner.device.qps       # the device's QPs by number (the dict lives as long as the device)
         self.overrun_reported = False
 
     def push(self, wc: WC, solicited=False) -> None:
         # The WQE's queue slot is free before its completion is visible (as
         # rxe advances the queue before posting the CQE): an application
         # that posts again on seeing the CQE must find room.
-        dqp = self.owner.device.qps.get(wc.qp_num)
+        dqp = self.qps.get(wc.qp_num)
         if dqp is not None:
-            dqp.publish()
+            if wc.opcode & WC_RECV_BIT:
+                dqp.publish_rq()
+            else:
+                dqp.publish_sq()
         stored, notify = self.producer.push(wc, bool(solicited))
         if not stored:
             if not self.overrun_reported:
@@ -110,6 +115,15 @@ class DevQP:
         self.doorbell = doorbell
         self.owner = owner
         self.srq = srq
+
+    def publish_sq(self) -> None:
+        self.sq.publish(len(self.qp.sq))
+
+    def publish_rq(self) -> None:
+        if self.rq is not None:
+            self.rq.publish(len(self.qp.rq))
+        elif self.srq is not None:
+            self.srq.wq.publish(len(self.srq.srq.rq))
 
     def publish(self) -> None:
         """Free the ring slots of the WQEs the transport is done with."""
@@ -262,7 +276,17 @@ class Device:
             return None                               # not resolved, remote, a multicast fan-out,
                                                       # faulty, or captured
         dqp = r[0].qps.get(qp.dest_qpn)
-        return dqp.qp if dqp is not None else None
+        if dqp is None:
+            return None
+        # receives posted but not yet read from the peer's ring count too:
+        # else a SEND that finds none would take the packets (and an RNR)
+        peer = dqp.qp
+        if dqp.rq is not None:
+            if not peer.rq:
+                r[0]._pull_rq(dqp)
+        elif dqp.srq is not None and not dqp.srq.srq.rq:
+            r[0]._pull_srq(dqp.srq)
+        return peer
 
     def remove_qp(self, dqp: DevQP) -> None:
         qp = dqp.qp
@@ -302,50 +326,61 @@ class Device:
         """Move posted WQEs into the transport; True if any was found."""
         busy = False
         for srq in self.srqs:
-            wq = srq.wq
-            while (slot := wq.take()) is not None:
-                busy = True
-                try:
-                    srq.srq.post_recv(abi.decode_recv_wqe(slot))
-                except (ValueError, VerbsError):
-                    pass                           # a malformed WQE from the app: dropped (SRQ stays usable)
-                wq.release()
-            wq.publish(len(srq.srq.rq))
+            busy |= self._pull_srq(srq)
         for dqp in list(self.qps.values()):
             qp = dqp.qp
-            rq = dqp.rq
-            if rq is not None:
-                while (slot := rq.take()) is not None:
-                    busy = True
-                    wr_id = int.from_bytes(slot[0:8], "little")
-                    try:
-                        wqe = abi.decode_recv_wqe(slot)
-                    except ValueError:
-                        wqe = None
-                    rq.release()                  # exactly once per slot, whatever follows
-                    try:
-                        if wqe is None:
-                            raise ValueError("malformed receive WQE")
-                        qp.post_recv(wqe)
-                    except (ValueError, VerbsError):
-                        self._wqe_error(dqp, wr_id, recv=True)
+            if dqp.rq is not None:
+                busy |= self._pull_rq(dqp)
             sq = dqp.sq
             while (slot := sq.take()) is not None:
                 busy = True
-                wr_id = int.from_bytes(slot[0:8], "little")
                 try:
                     wqe = abi.decode_send_wqe(slot, dqp.owner.ah_lookup)
                 except ValueError:
                     wqe = None
+                    wr_id = int.from_bytes(slot[0:8], "little")
                 sq.release()
                 try:
                     if wqe is None:
                         raise ValueError("malformed send WQE")
                     qp.post_send(wqe, now)
                 except (ValueError, VerbsError):
-                    self._wqe_error(dqp, wr_id, recv=False)
+                    self._wqe_error(dqp, wqe.wr_id if wqe is not None else wr_id, recv=False)
             dqp.publish()
         return busy
+
+    def _pull_srq(self, srq: DevSRQ) -> bool:
+        wq = srq.wq
+        found = False
+        while (slot := wq.take()) is not None:
+            found = True
+            try:
+                srq.srq.post_recv(abi.decode_recv_wqe(slot))
+            except (ValueError, VerbsError):
+                pass                           # a malformed WQE from the app: dropped (SRQ stays usable)
+            wq.release()
+        wq.publish(len(srq.srq.rq))
+        return found
+
+    def _pull_rq(self, dqp: DevQP) -> bool:
+        rq = dqp.rq
+        qp = dqp.qp
+        found = False
+        while (slot := rq.take()) is not None:
+            found = True
+            try:
+                wqe = abi.decode_recv_wqe(slot)
+            except ValueError:
+                wqe = None
+                wr_id = int.from_bytes(slot[0:8], "little")
+            rq.release()                  # exactly once per slot, whatever follows
+            try:
+                if wqe is None:
+                    raise ValueError("malformed receive WQE")
+                qp.post_recv(wqe)
+            except (ValueError, VerbsError):
+                self._wqe_error(dqp, wqe.wr_id if wqe is not None else wr_id, recv=True)
+        return found
 
     def _wqe_error(self, dqp: DevQP, wr_id: int, recv: bool) -> None:
         """A WQE the library should never have written: complete it with
