@@ -140,3 +140,51 @@ def test_pingpong_with_kernel_rxe(vm, tmp_path, kind, softrdma_role, mtu):
     assert seen >= iters and ok == seen, (seen, ok)
     print(f"{tool} mtu {mtu} softrdma {softrdma_role}: {seen} packets from rxe, all ICRC FULL; host: "
           f"{LINE.search(out).group(0)}; guest: {LINE.search(g.stdout).group(0)}")
+
+
+_BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.M)
+_LAT_ROW = re.compile(r"^\s*(\d+)\s+(\d+)(\s+[\d.]+){5,7}\s*$", re.M)
+
+
+@pytest.mark.parametrize("tool,size", [("ib_write_bw", 65536), ("ib_read_bw", 65536), ("ib_send_bw", 65536),
+                                       ("ib_atomic_bw", 8), ("ib_write_lat", 2)])
+@pytest.mark.parametrize("softrdma_role", ["client", "server"])
+def test_perftest_with_kernel_rxe(vm, tmp_path, tool, size, softrdma_role):
+    """softrdma's perftest against the guest's real perftest 4.5 (which says
+    6.06 on the wire), both roles: the run completes on both sides and each
+    prints its result row; every packet from rxe has a FULL ICRC."""
+    iters = 100 if tool.endswith("lat") else 200
+    common = ["-d", "rxe0", "-x", str(vm["gid_index"]), "-n", str(iters), "-F"]
+    if tool != "ib_atomic_bw":
+        common += ["-s", str(size)]
+    pcap = str(tmp_path / "cap.pcap")
+    cap = _capture(pcap)
+    try:
+        if softrdma_role == "client":
+            import threading
+            res = {}
+            t = threading.Thread(target=lambda: res.update(g=guest(f"timeout 100 {tool} {' '.join(common)}",
+                                                                   timeout=120)))
+            t.start()
+            time.sleep(4)
+            host = _host(vm, [tool, *common, GUEST_IP])
+            t.join(130)
+            g = res["g"]
+        else:
+            host = _host(vm, [tool, *common])
+            time.sleep(2)
+            g = guest(f"timeout 100 {tool} {' '.join(common)} 10.77.0.1", timeout=120)
+        out, _ = host.communicate(timeout=130)
+    finally:
+        time.sleep(0.5)
+        cap.terminate()
+        cap.wait(10)
+    assert host.returncode == 0, out
+    assert g.returncode == 0, g.stdout + g.stderr
+    row = _LAT_ROW if tool.endswith("lat") else _BW_ROW
+    client_out = out if softrdma_role == "client" else g.stdout
+    m = row.search(client_out)
+    assert m and int(m.group(1)) == (size if tool != "ib_atomic_bw" else 8) and int(m.group(2)) == iters, client_out
+    seen, ok = _verify_capture(pcap)
+    print(f"{tool} softrdma {softrdma_role}: {seen} packets from rxe, {ok} ICRC FULL; row: {m.group(0).strip()}")
+    assert seen > 0 and ok == seen, (seen, ok)
