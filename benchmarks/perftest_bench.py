@@ -3,7 +3,7 @@
 
 One run measures:
   * the limits: a memoryview copy (1 MiB and 64 KiB), a plain Python UDP
-    blast (one sendto per 1 KiB datagram) and the same with UDP GSO (64 KiB
+    blast (one sendto per 1 KiB datagram) and the same with UDP GSO (60 KiB
     sends of 4 KiB segments), each between the two network namespaces when
     run as root (else on loopback);
   * (a) one daemon: ib_{write,read,send}_bw -a and ib_{write,read,send}_lat -a
@@ -254,7 +254,7 @@ def write_report(r: dict, outdir: str, cmdline: str) -> None:
              f"| memoryview copy 64 KiB | {lim['memcpy_64KiB_Bps'] / 1e6:,.0f} MB/s |"]
     for k, what in (("udp_1KiB", "plain Python UDP blast, 1 KiB datagrams"),
                     ("udp_4KiB", "plain Python UDP blast, 4 KiB datagrams"),
-                    ("udp_gso", "Python UDP with GSO, 64 KiB sends of 4 KiB segments")):
+                    ("udp_gso", "Python UDP with GSO, 60 KiB sends of 4 KiB segments")):
         if k in lim:
             lines.append(f"| {what} ({lim['path']}) | {lim[k]['sent_Bps'] / 1e6:,.0f} MB/s sent, "
                          f"{lim[k]['received_Bps'] / 1e6:,.0f} MB/s received |")
