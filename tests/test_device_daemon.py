@@ -322,3 +322,34 @@ def test_send_queue_full_is_max_send_wr_outstanding_at_post_time(daemon):
     got = wait(c, 4, timeout=10)
     assert [w.status for w in got][:1] == [IBV_WC_RETRY_EXC_ERR]
     ctx.close()
+
+
+def test_a_pd_in_use_is_busy_and_closing_it_closes_what_was_made_on_it(daemon):
+    """ibv_dealloc_pd of a PD that still has an MR, QP, SRQ or AH fails with
+    EBUSY; pyverbs' PD.close() closes them first, so it succeeds and leaves
+    nothing behind."""
+    device, pd, mr, cq, qp, addr, wr = _verbs()
+    from softrdma.verbs import srq as srq_mod
+    from softrdma.verbs.errors import PyverbsRDMAError
+    ctx = device.Context(name="rxe0")
+    p = pd.PD(ctx)
+    m = mr.MR(p, 4096, ACC)
+    c = cq.CQ(ctx, 8)
+    q = qp.QP(p, qp.QPInitAttr(IBV_QPT_RC, scq=c, rcq=c, cap=qp.QPCap(4, 4)))
+    s = srq_mod.SRQ(p, srq_mod.SrqInitAttr(srq_mod.SrqAttr(max_wr=4)))
+    ah = addr.AH(p, addr.AHAttr(gr=addr.GlobalRoute(dgid=ctx.query_gid(1, IPV4_GID), sgid_index=IPV4_GID),
+                                is_global=1, port_num=1))
+    for obj in (s, q, ah, None):                     # busy while any of them is left
+        with pytest.raises(PyverbsRDMAError) as e:
+            ctx.conn.call("dealloc_pd", pd=p.handle)
+        assert e.value.error_code == errno.EBUSY
+        if obj is not None:
+            obj.close()
+    kinds = sorted(r["kind"] for r in daemon.resources())
+    assert kinds == ["cq", "mr", "pd"]
+    q2 = qp.QP(p, qp.QPInitAttr(IBV_QPT_RC, scq=c, rcq=c, cap=qp.QPCap(4, 4)))
+    p.close()                                        # closes the QP and the MR, then the PD
+    assert m.closed and q2.closed
+    assert sorted(r["kind"] for r in daemon.resources()) == ["cq"]
+    c.close()
+    ctx.close()

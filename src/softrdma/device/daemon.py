@@ -83,6 +83,7 @@ class Client:
         self.comm = _comm(self.pid)
         self.device: Device | None = None
         self.objects: dict[int, tuple[str, object]] = {}
+        self.ah_pd: dict[int, object] = {}          # AH handle -> its PD (an AddressVector has none)
         self._next = 1
 
     def add(self, kind: str, obj) -> int:
@@ -96,6 +97,21 @@ class Client:
         if entry is None or entry[0] != kind:
             raise VerbsError(errno.EINVAL, f"no {kind} with handle {h!r}")
         return entry[1]
+
+    def pd_of(self, h: int):
+        """The PD object ``h`` was made on (None for what has no PD)."""
+        kind, obj = self.objects[h]
+        if kind == "mr":
+            return obj[0].pd
+        if kind == "qp":
+            return obj.qp.pd
+        if kind == "srq":
+            return obj.srq.pd
+        if kind == "mw":
+            return obj.pd
+        if kind == "ah":
+            return self.ah_pd.get(h)
+        return None
 
     def ah_lookup(self, h: int):
         entry = self.objects.get(h)
@@ -446,10 +462,9 @@ class Daemon(StatCommands):
 
     def cmd_dealloc_pd(self, c, m, fds):
         pd = c.get(m["pd"], "pd")
-        if any(o[0] in ("mr", "qp", "srq", "ah") and getattr(o[1], "pd", None) is pd for o in c.objects.values()):
+        # every MR, MW, QP, SRQ and AH holds a use count on its PD (ib_dealloc_pd_user's EBUSY)
+        if any(c.pd_of(h) is pd for h in c.objects):
             raise VerbsError(errno.EBUSY, "PD still in use")
-        if any(o[0] == "mw" and o[1].pd is pd for o in c.objects.values()):
-            raise VerbsError(errno.EBUSY, "PD still has memory windows")      # each holds a PD usecnt
         del c.objects[m["pd"]]
         return {}, []
 
@@ -651,11 +666,14 @@ class Daemon(StatCommands):
         av = self._checked_av(c, m["attr"])
         if not av.is_global:
             raise VerbsError(errno.EINVAL, "RoCE address handles need a GRH")
-        return {"ah": c.add("ah", av)}, []
+        h = c.add("ah", av)
+        c.ah_pd[h] = c.get(m["pd"], "pd")
+        return {"ah": h}, []
 
     def cmd_destroy_ah(self, c, m, fds):
         c.get(m["ah"], "ah")
         del c.objects[m["ah"]]
+        c.ah_pd.pop(m["ah"], None)
         return {}, []
 
     def cmd_capture_start(self, c, m, fds):

@@ -85,6 +85,7 @@ class AH:
         reply, _ = pd.ctx.conn.call("create_ah", pd=pd.handle, attr=attr.to_wire())
         self.handle = reply["ah"]
         self.closed = False
+        self.pd.add_ref(self)
 
     def close(self) -> None:
         if not self.closed:

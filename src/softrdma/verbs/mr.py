@@ -34,6 +34,7 @@ class MR:
         self.lkey = reply["lkey"]
         self.rkey = reply["rkey"]
         self.closed = False
+        self.pd.add_ref(self)
 
     def write(self, data, length: int | None = None, offset: int = 0) -> None:
         if isinstance(data, str):

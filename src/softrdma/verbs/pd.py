@@ -14,7 +14,8 @@ class PD:
 
     def add_ref(self, obj) -> None:
         """Objects the PD closes first when it is closed (as pyverbs'
-        close_weakrefs); memory windows hold the PD busy until then."""
+        close_weakrefs): every MR, MW, QP, SRQ and AH made on it holds the
+        PD busy (ibv_dealloc_pd's EBUSY) until then."""
         self._refs.add(obj)
 
     def __enter__(self):
@@ -25,8 +26,16 @@ class PD:
 
     def close(self) -> None:
         if not self.closed:
-            for mw in list(self._refs):
-                mw.close()
+            from .addr import AH          # (they import this module)
+            from .mr import MR, MW
+            from .qp import QP
+            from .srq import SRQ
+            order = (SRQ, QP, AH, MW, MR)     # pyverbs' close_weakrefs order
+
+            def rank(obj) -> int:
+                return next((i for i, c in enumerate(order) if isinstance(obj, c)), len(order))
+            for obj in sorted(self._refs, key=rank):
+                obj.close()
             self.closed = True
             if not self.ctx.closed and not self.ctx.conn.dead:
                 self.ctx.conn.call("dealloc_pd", pd=self.handle)

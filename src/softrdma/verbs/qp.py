@@ -217,6 +217,7 @@ class QP:
         self.sq_wq = WorkQueueProducer(self.sq, self.doorbell, max(cap.max_send_wr, 1))
         self.rq_wq = WorkQueueProducer(self.rq, self.doorbell, max(cap.max_recv_wr, 1)) if self.rq else None
         self.closed = False
+        self.pd.add_ref(self)
         if qp_attr is not None:
             if self.qp_type == IBV_QPT_UD:
                 self.to_rts(qp_attr)

@@ -38,6 +38,7 @@ class SRQ:
         self.handle = reply["srq"]
         self.wq = WorkQueueProducer(self.ring, self.doorbell, a.max_wr)
         self.closed = False
+        self.pd.add_ref(self)
 
     def post_recv(self, wr, bad_wr=None) -> None:
         while wr is not None:
