@@ -5,6 +5,9 @@
 * ``packet``  -- build/parse whole packets (and the CNP) from the table
 * ``icrc``    -- IP/UDP headers, the ICRC as rxe computes it, verification
 * ``pcap``    -- Ethernet/IP/UDP frames and pcap files for capture tools
+* ``mad``     -- the common MAD header and the 256-byte MAD (ib_mad.h)
+* ``cm``      -- the IB CM messages from one field table (ibta_vol1_c12.h)
+* ``cma``     -- rdma_cm's service IDs and private-data header (cma.c)
 
 No I/O, no clocks.  Untrusted input raises only ``WireError``.
 """
