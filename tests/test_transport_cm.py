@@ -159,6 +159,7 @@ def test_reject_with_private_data():
     assert ev.type == E.REJ_RECEIVED and ev.cm_id is a_id
     assert ev.msg["reason"] == RejReason.CONSUMER_DEFINED
     assert ev.private_data[:7] == b"go away"
+    assert ev.msg["local_comm_id"] == 0    # cm_format_rej in REQ_RCVD
     assert a_id.state == S.IDLE and w.a.deadline is None
 
 
@@ -388,8 +389,17 @@ def test_stale_conn_same_remote_qp():
     assert ev.cm_id is a2 and ev.msg["reason"] == RejReason.STALE_CONN
 
 
+def test_lap_dropped_on_roce():
+    w = Wire()
+    a_id, b_id = establish(w)
+    w.b.receive(encode_mad("LAP", local_comm_id=a_id.local_id, remote_comm_id=b_id.local_id),
+                GID_A, w.now)
+    assert w.b.mads == [] and w.b.cm_rx_msgs[9] == 1 and b_id.state == S.ESTABLISHED
+
+
 def test_lap_answered_apr_unsupported():
     w = Wire()
+    w.b.answer_lap = True
     a_id, b_id = establish(w)
     w.b.receive(encode_mad("LAP", local_comm_id=a_id.local_id, remote_comm_id=b_id.local_id),
                 GID_A, w.now)

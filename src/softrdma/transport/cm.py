@@ -31,8 +31,8 @@ What the kernel does, and so this does:
   STALE_CONN, ``destroy`` in REQ_SENT -> TIMEOUT (with the CA GUID as ARI,
   found by the other side through its remote-ID table), the consumer's
   ``reject`` with its reason and private data.
-* LAP (path migration is not implemented): answered by an APR with status
-  UNSUPPORTED; APRs are dropped.
+* LAP/APR (path migration is not implemented): dropped, as the kernel does
+  on a RoCE port; ``answer_lap=True`` answers a LAP with APR(UNSUPPORTED).
 * Transaction IDs: the agent's ``hi_tid`` << 32 | the local comm ID for
   requests, the request's TID for responses (cm_form_tid).  Comm IDs are
   random, nonzero, 32 bits.
@@ -276,10 +276,11 @@ class CmAgent:
     """The CM of one port."""
 
     def __init__(self, ca_guid: int, gid: bytes, *, hi_tid: int = 1, rng: random.Random | None = None,
-                 now: float = 0.0):
+                 now: float = 0.0, answer_lap: bool = False):
         self.ca_guid = ca_guid
         self.gid = bytes(gid)
         self.hi_tid = hi_tid & 0xFFFFFFFF
+        self.answer_lap = answer_lap
         self.rng = rng or random.Random()
         self.now = now
         self.ids: dict[int, CmId] = {}
@@ -519,7 +520,8 @@ class CmAgent:
                 msg_rejected = CmMsgResponse.REP
             else:
                 msg_rejected = CmMsgResponse.OTHER
-        self._out(cm_id, "REJ", {"local_comm_id": cm_id.local_id, "remote_comm_id": cm_id.remote_id,
+        local = 0 if cm_id.state == CmState.REQ_RCVD else cm_id.local_id   # cm_format_rej
+        self._out(cm_id, "REJ", {"local_comm_id": local, "remote_comm_id": cm_id.remote_id,
                                      "message_rejected": msg_rejected, "reason": int(reason),
                                      "ari": bytes(ari), "private_data": pd})
 
@@ -862,7 +864,11 @@ class CmAgent:
         self._event(CmEventType.DREP_RECEIVED, cm_id, m)
 
     def _rx_lap(self, m: dict, src: bytes) -> None:
-        """No path migration: the spec's answer, an APR with status UNSUPPORTED."""
+        """No path migration.  The kernel drops LAPs (and APRs) on a RoCE port
+        (cm_lap_handler: -EINVAL); with ``answer_lap`` the spec's answer, an
+        APR with status UNSUPPORTED, goes back instead."""
+        if not self.answer_lap:
+            return
         cm_id = self._lookup(m["remote_comm_id"], m["local_comm_id"])
         if cm_id is None or cm_id.state != CmState.ESTABLISHED:
             return
