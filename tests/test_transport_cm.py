@@ -495,3 +495,38 @@ def test_garbage_dropped_and_counted():
         w.b.mads.clear()
         w.b.events.clear()
     assert w.b.rx_drops >= n_bad
+
+
+def test_sidr():
+    from softrdma.wire.cm import SidrStatus
+    w = Wire()
+    w.b.listen(SID)
+    w.dup = lambda src, m: m.attr == "SIDR_REQ"
+    a_id = w.a.sidr_request(SID, GID_B, private_data=b"ud?")
+    assert a_id.state == S.SIDR_REQ_SENT
+    w.run()
+    (ev,) = w.events(w.b)
+    assert ev.type == E.SIDR_REQ_RECEIVED and ev.private_data[:3] == b"ud?"
+    assert ev.cm_id.state == S.SIDR_REQ_RCVD
+    assert w.b.cm_rx_duplicates[7] == 1
+    w.b.sidr_reply(ev.cm_id, qp_num=0x99, qkey=0x11111111, private_data=b"here")
+    assert ev.cm_id.state == S.IDLE
+    w.run()
+    (rev,) = w.events(w.a)
+    assert rev.type == E.SIDR_REP_RECEIVED and rev.msg["status"] == SidrStatus.SUCCESS
+    assert a_id.remote_qpn == 0x99 and a_id.remote_qkey == 0x11111111
+    assert a_id.state == S.IDLE and w.a.deadline is None
+    # no listener: UNSUPPORTED
+    w.a.sidr_request(SID + 5, GID_B)
+    w.run()
+    (rev,) = w.events(w.a)
+    assert rev.msg["status"] == SidrStatus.UNSUPPORTED
+    # lost: retried, then SIDR_REQ_ERROR
+    w.drop = lambda src, m: True
+    s_id = w.a.sidr_request(SID, GID_B, timeout_ms=100, max_cm_retries=2)
+    while not w.a.events:
+        w.advance_to_deadline()
+        w.run()
+    (rev,) = w.events(w.a)
+    assert rev.type == E.SIDR_REQ_ERROR and rev.cm_id is s_id and w.now == pytest.approx(0.3)
+    assert w.a.cm_tx_retries[7] == 2

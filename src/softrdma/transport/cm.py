@@ -41,6 +41,10 @@ What the kernel does, and so this does:
   ``CmAttr - 0x10`` (CM_REQ_COUNTER ... CM_APR_COUNTER); ``rx_drops``
   counts the MADs ``decode`` refused.
 * ``qp_attrs(cm_id, "RTR"/"RTS")`` -- ib_cm_init_qp_attr.
+* SIDR (UD): ``sidr_request`` / ``sidr_reply``; no listener -> SIDR_REP
+  status UNSUPPORTED (cm_reject_sidr_req); duplicates by (request ID,
+  source GID) counted and dropped; no answer after the retries ->
+  SIDR_REQ_ERROR.
 """
 
 from __future__ import annotations
@@ -225,6 +229,7 @@ class CmId:
         self.qp_type = QP_TYPE_RC
         self.local_qpn = 0
         self.remote_qpn = 0
+        self.remote_qkey = 0
         self.sq_psn = 0
         self.rq_psn = 0
         self.path_mtu = 3
@@ -287,6 +292,7 @@ class CmAgent:
         self.listens: list[CmId] = []
         self.remote_ids: dict[tuple[int, int], CmId] = {}
         self.remote_qpns: dict[tuple[int, int], CmId] = {}
+        self.remote_sidr: dict[tuple[int, bytes], CmId] = {}
         self.mads: list[OutMad] = []
         self.events: list[CmEvent] = []
         n = len(COUNTER_NAMES)
@@ -332,6 +338,8 @@ class CmAgent:
     def _unlink(self, cm_id: CmId) -> None:
         if cm_id.remote_key is not None and self.remote_ids.get(cm_id.remote_key) is cm_id:
             del self.remote_ids[cm_id.remote_key]
+        if cm_id.remote_key is not None and self.remote_sidr.get(cm_id.remote_key) is cm_id:
+            del self.remote_sidr[cm_id.remote_key]
         cm_id.remote_key = None
         if cm_id.qpn_key is not None and self.remote_qpns.get(cm_id.qpn_key) is cm_id:
             del self.remote_qpns[cm_id.qpn_key]
@@ -637,6 +645,9 @@ class CmAgent:
         elif state == CmState.DREQ_SENT:
             self._enter_timewait(cm_id)
             self._event(CmEventType.DREQ_ERROR, cm_id)
+        elif state == CmState.SIDR_REQ_SENT:
+            cm_id.state = CmState.IDLE
+            self._event(CmEventType.SIDR_REQ_ERROR, cm_id)
 
     # --- receive -------------------------------------------------------------------------------
     def receive(self, mad: bytes, src_gid: bytes, now: float) -> None:
@@ -663,6 +674,12 @@ class CmAgent:
         self.cm_tx_msgs[_INDEX[attr]] += 1
         self._emit(dest, attr, self._mad(attr, tid, fields))
 
+    def _find_listen(self, service_id: int) -> CmId | None:
+        for lid in self.listens:                      # cm_find_listen
+            if service_id & lid.service_mask == lid.service_id:
+                return lid
+        return None
+
     def _rx_req(self, m: dict, src: bytes) -> None:
         key = (m["local_comm_id"], m["local_ca_guid"])
         cur = self.remote_ids.get(key)
@@ -681,11 +698,7 @@ class CmAgent:
                 "local_comm_id": 0, "remote_comm_id": m["local_comm_id"],
                 "message_rejected": CmMsgResponse.REQ, "reason": reason})
 
-        listener = None
-        for lid in self.listens:                      # cm_find_listen
-            if m["service_id"] & lid.service_mask == lid.service_id:
-                listener = lid
-                break
+        listener = self._find_listen(m["service_id"])
         if listener is None:
             rej(RejReason.INVALID_SERVICE_ID)
             return
@@ -880,9 +893,74 @@ class CmAgent:
         return                                          # we never send a LAP
 
     def _rx_sidr_req(self, m: dict, src: bytes) -> None:
-        self._issue(src, "SIDR_REP", m["tid"], {"requestid": m["requestid"],
-                                                   "status": SidrStatus.UNSUPPORTED,
-                                                   "serviceid": m["serviceid"]})
+        """cm_sidr_req_handler."""
+        key = (m["requestid"], src)
+        if key in self.remote_sidr:                    # cm_insert_remote_sidr
+            self.cm_rx_duplicates[_INDEX["SIDR_REQ"]] += 1
+            return
+        listener = self._find_listen(m["serviceid"])
+        if listener is None:                           # cm_reject_sidr_req
+            self._issue(src, "SIDR_REP", m["tid"], {"requestid": m["requestid"],
+                                                    "status": SidrStatus.UNSUPPORTED,
+                                                    "serviceid": m["serviceid"]})
+            return
+        cm_id = self.create_id(listener.context)
+        cm_id.remote_id = m["requestid"]
+        cm_id.remote_gid = src
+        cm_id.tid = m["tid"]
+        cm_id.service_id = m["serviceid"]
+        cm_id.pkey = m["partition_key"]
+        cm_id.qp_type = QP_TYPE_UD
+        cm_id.remote_key = key
+        self.remote_sidr[key] = cm_id
+        cm_id.state = CmState.SIDR_REQ_RCVD
+        self._event(CmEventType.SIDR_REQ_RECEIVED, cm_id, m, listen_id=listener)
 
     def _rx_sidr_rep(self, m: dict, src: bytes) -> None:
-        return
+        """cm_sidr_rep_handler."""
+        cm_id = self._lookup(m["requestid"], 0)
+        if cm_id is None or cm_id.state != CmState.SIDR_REQ_SENT:
+            return
+        self._cancel(cm_id)
+        cm_id.state = CmState.IDLE
+        if m["status"] == SidrStatus.SUCCESS:
+            cm_id.remote_qpn = m["qpn"]
+            cm_id.remote_qkey = m["q_key"]
+        self._event(CmEventType.SIDR_REP_RECEIVED, cm_id, m)
+
+    # --- SIDR (UD service ID resolution) ----------------------------------------------------------
+    def sidr_request(self, service_id: int, dest_gid: bytes, *, pkey: int = 0xFFFF,
+                     private_data: bytes = b"", timeout_ms: int = 1000, max_cm_retries: int = 3,
+                     now: float | None = None, context=None) -> CmId:
+        """ib_send_cm_sidr_req: which UD QP (and Q_Key) serves ``service_id``?"""
+        if now is not None:
+            self.now = now
+        pd = _pd(private_data, "SIDR_REQ")
+        cm_id = self.create_id(context)
+        cm_id.qp_type = QP_TYPE_UD
+        cm_id.service_id = service_id
+        cm_id.remote_gid = bytes(dest_gid)
+        cm_id.pkey = pkey
+        cm_id.timeout_ms = timeout_ms
+        cm_id.max_cm_retries = max_cm_retries
+        cm_id.tid = (self.hi_tid << 32) | cm_id.local_id
+        cm_id.state = CmState.SIDR_REQ_SENT
+        self._send_retried(cm_id, "SIDR_REQ", {"requestid": cm_id.local_id, "partition_key": pkey,
+                                               "serviceid": service_id, "private_data": pd})
+        return cm_id
+
+    def sidr_reply(self, cm_id: CmId, status: int = SidrStatus.SUCCESS, *, qp_num: int = 0,
+                   qkey: int = 0, private_data: bytes = b"", info: bytes = b"",
+                   now: float | None = None) -> None:
+        """ib_send_cm_sidr_rep: answer a SIDR_REQ_RECEIVED; the ID goes back to IDLE."""
+        if now is not None:
+            self.now = now
+        if cm_id.state != CmState.SIDR_REQ_RCVD:
+            raise ValueError(f"sidr_reply in {cm_id.state.name} (EINVAL)")
+        pd = _pd(private_data, "SIDR_REP")
+        self._out(cm_id, "SIDR_REP", {"requestid": cm_id.remote_id, "status": int(status),
+                                      "qpn": qp_num, "serviceid": cm_id.service_id,
+                                      "q_key": qkey, "additional_information": bytes(info),
+                                      "private_data": pd})
+        cm_id.state = CmState.IDLE
+        self._unlink(cm_id)
