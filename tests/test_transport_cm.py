@@ -530,3 +530,22 @@ def test_sidr():
     (rev,) = w.events(w.a)
     assert rev.type == E.SIDR_REQ_ERROR and rev.cm_id is s_id and w.now == pytest.approx(0.3)
     assert w.a.cm_tx_retries[7] == 2
+
+
+def test_rtu_lost_comm_est_then_late_rtu_duplicate():
+    w = Wire()
+    w.b.listen(SID)
+    a_id = w.a.connect(params())
+    w.run()
+    (ev,) = w.events(w.b)
+    b_id = ev.cm_id
+    w.b.accept(b_id, AcceptParams(qp_num=2))
+    w.run()
+    w.events(w.a)
+    w.drop = lambda src, m: m.attr == "RTU"
+    w.a.send_rtu(a_id)
+    w.run()
+    assert b_id.state == S.REP_SENT
+    w.b.established(b_id)        # first data packet on the QP
+    assert [e.type for e in w.events(w.b)] == [E.USER_ESTABLISHED]
+    assert b_id.state == S.ESTABLISHED and w.b.deadline is None

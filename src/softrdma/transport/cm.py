@@ -6,7 +6,8 @@ are ``ib_cm_state``'s.  No sockets, threads or clocks:
 
 * inputs are calls -- ``listen``, ``connect`` (REQ), ``receive(mad, src_gid,
   now)``, ``accept`` (REP), ``reject`` (REJ), ``send_rtu``, ``disconnect``
-  (DREQ), ``send_drep``, ``send_mra``, ``destroy``, ``tick(now)``;
+  (DREQ), ``send_drep``, ``send_mra``, ``established`` (COMM_EST),
+  ``sidr_request``/``sidr_reply``, ``destroy``, ``tick(now)``;
 * outputs are two lists the caller drains: ``mads`` (``OutMad``: the 256
   bytes and the destination GID) and ``events`` (``CmEvent``), and
   ``deadline``, when ``tick`` wants to be called next.
@@ -493,6 +494,19 @@ class CmAgent:
         cm_id.private_data = pd
         cm_id.state = CmState.ESTABLISHED
         self._out(cm_id, "RTU", self._rtu_fields(cm_id))
+
+    def established(self, cm_id: CmId, now: float | None = None) -> None:
+        """ib_cm_notify(IB_EVENT_COMM_EST): the passive QP got a packet before
+        the RTU, so the connection is up (cm_establish: USER_ESTABLISHED)."""
+        if now is not None:
+            self.now = now
+        if cm_id.state == CmState.ESTABLISHED:
+            return
+        if cm_id.state not in (CmState.REP_SENT, CmState.MRA_REP_RCVD):
+            raise ValueError(f"established in {cm_id.state.name} (EISCONN/EINVAL)")
+        self._cancel(cm_id)
+        cm_id.state = CmState.ESTABLISHED
+        self._event(CmEventType.USER_ESTABLISHED, cm_id)
 
     def _rtu_fields(self, cm_id: CmId) -> dict:
         return {"local_comm_id": cm_id.local_id, "remote_comm_id": cm_id.remote_id,
