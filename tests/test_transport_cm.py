@@ -549,3 +549,22 @@ def test_rtu_lost_comm_est_then_late_rtu_duplicate():
     w.b.established(b_id)        # first data packet on the QP
     assert [e.type for e in w.events(w.b)] == [E.USER_ESTABLISHED]
     assert b_id.state == S.ESTABLISHED and w.b.deadline is None
+
+
+def test_qp_attrs_bring_transport_qps_to_rts():
+    """The CM's attributes are accepted by the transport's QP.modify as they are."""
+    from transport_helpers import new_qp
+
+    from softrdma.enums import ibv_qp_state as QPS
+    from softrdma.transport.cm import to_qp_attr
+
+    w = Wire()
+    a_id, b_id = establish(w, path_mtu=5)
+    for agent, cm_id in ((w.a, a_id), (w.b, b_id)):
+        qp = new_qp()
+        for st in ("INIT", "RTR", "RTS"):
+            qp.modify(*to_qp_attr(agent.qp_attrs(cm_id, st)))
+        assert qp.attr.qp_state == QPS.IBV_QPS_RTS
+        assert qp.attr.dest_qp_num == cm_id.remote_qpn
+        assert qp.attr.ah_attr.dgid == cm_id.remote_gid
+        assert qp.attr.rq_psn == cm_id.rq_psn and qp.attr.sq_psn == cm_id.sq_psn

@@ -54,6 +54,8 @@ import random
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from ..enums import ibv_qp_attr_mask as M
+from ..enums import ibv_qp_state as QPS
 from ..wire.cm import (
     PRIVATE_DATA_SIZE,
     AprStatus,
@@ -590,21 +592,25 @@ class CmAgent:
         self._out(cm_id, "DREP", self._drep_fields(cm_id, pd))
 
     # --- QP attributes ------------------------------------------------------------------------
-    def qp_attrs(self, cm_id: CmId, qp_state: str) -> dict:
-        """ib_cm_init_qp_attr: the attributes (and their mask names) of a
-        modify to INIT, RTR or RTS, named as the transport's QPAttr."""
+    def qp_attrs(self, cm_id: CmId, qp_state) -> dict:
+        """ib_cm_init_qp_attr: the attributes of a modify to INIT, RTR or RTS
+        ("INIT"/"RTR"/"RTS" or IBV_QPS_*), named as the transport's QPAttr
+        (``ah_attr`` as AddressVector's keywords); ``to_qp_attr`` makes the
+        QPAttr and its mask."""
+        if not isinstance(qp_state, str):
+            qp_state = {1: "INIT", 2: "RTR", 3: "RTS"}.get(int(qp_state), str(qp_state))
         if cm_id.state not in (CmState.REQ_SENT, CmState.MRA_REQ_RCVD, CmState.REQ_RCVD,
                                CmState.MRA_REQ_SENT, CmState.REP_RCVD, CmState.MRA_REP_SENT,
                                CmState.REP_SENT, CmState.MRA_REP_RCVD, CmState.ESTABLISHED):
             raise ValueError(f"qp_attrs in {cm_id.state.name} (EINVAL)")
         rc = cm_id.qp_type == QP_TYPE_RC
         if qp_state == "INIT":
-            return {"qp_state": "INIT", "port_num": 1, "pkey_index": 0,
+            return {"qp_state": int(QPS.IBV_QPS_INIT), "port_num": 1, "pkey_index": 0,
                     "qp_access_flags": 0x7 if rc else 0x3}
         if qp_state == "RTR":
             if cm_id.state in (CmState.REQ_SENT, CmState.MRA_REQ_RCVD):
                 raise ValueError("RTR attributes before the REP (EINVAL)")
-            a = {"qp_state": "RTR",
+            a = {"qp_state": int(QPS.IBV_QPS_RTR),
                  "ah_attr": {"dgid": cm_id.remote_gid, "sgid_index": 0,
                              "flow_label": cm_id.flow_label, "hop_limit": cm_id.hop_limit,
                              "traffic_class": cm_id.traffic_class, "sl": cm_id.sl,
@@ -619,7 +625,7 @@ class CmAgent:
             if cm_id.state not in (CmState.REP_RCVD, CmState.MRA_REP_SENT, CmState.REP_SENT,
                                    CmState.MRA_REP_RCVD, CmState.ESTABLISHED):
                 raise ValueError(f"RTS attributes in {cm_id.state.name} (EINVAL)")
-            a = {"qp_state": "RTS", "sq_psn": cm_id.sq_psn}
+            a = {"qp_state": int(QPS.IBV_QPS_RTS), "sq_psn": cm_id.sq_psn}
             if rc:
                 a.update(timeout=cm_id.ack_timeout, retry_cnt=cm_id.retry_count,
                          rnr_retry=cm_id.rnr_retry_count, max_rd_atomic=cm_id.initiator_depth)
@@ -978,3 +984,24 @@ class CmAgent:
                                       "private_data": pd})
         cm_id.state = CmState.IDLE
         self._unlink(cm_id)
+
+
+_MASK_OF = {"qp_state": M.IBV_QP_STATE, "port_num": M.IBV_QP_PORT, "pkey_index": M.IBV_QP_PKEY_INDEX,
+            "qp_access_flags": M.IBV_QP_ACCESS_FLAGS, "ah_attr": M.IBV_QP_AV,
+            "path_mtu": M.IBV_QP_PATH_MTU, "dest_qp_num": M.IBV_QP_DEST_QPN, "rq_psn": M.IBV_QP_RQ_PSN,
+            "max_dest_rd_atomic": M.IBV_QP_MAX_DEST_RD_ATOMIC, "min_rnr_timer": M.IBV_QP_MIN_RNR_TIMER,
+            "sq_psn": M.IBV_QP_SQ_PSN, "timeout": M.IBV_QP_TIMEOUT, "retry_cnt": M.IBV_QP_RETRY_CNT,
+            "rnr_retry": M.IBV_QP_RNR_RETRY, "max_rd_atomic": M.IBV_QP_MAX_QP_RD_ATOMIC}
+
+
+def to_qp_attr(attrs: dict):
+    """``qp_attrs``' dict -> (transport QPAttr, ibv_qp_attr_mask) for ``QP.modify``."""
+    from .qp import QPAttr
+    from .wr import AddressVector
+    kw = dict(attrs)
+    if "ah_attr" in kw:
+        kw["ah_attr"] = AddressVector(**kw["ah_attr"])
+    mask = 0
+    for k in kw:
+        mask |= _MASK_OF[k]
+    return QPAttr(**kw), mask
