@@ -357,9 +357,7 @@ class CmAgent:
     def _enter_timewait(self, cm_id: CmId) -> None:
         """cm_enter_timewait: wait for the packets of the old QP to die."""
         self._cancel(cm_id)
-        if cm_id.qpn_key is not None and self.remote_qpns.get(cm_id.qpn_key) is cm_id:
-            del self.remote_qpns[cm_id.qpn_key]   # cm_remove_remote(): the QPN may be reused
-        cm_id.qpn_key = None
+        self._unlink(cm_id)        # cm_remove_remote(): remote ID and QPN may be reused
         cm_id.state = CmState.TIMEWAIT
         cm_id.timewait_deadline = self.now + cm_convert_to_ms(cm_id.ack_timeout) / 1000.0
 
