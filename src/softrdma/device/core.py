@@ -102,7 +102,8 @@ class DevChannel:
 
     def close(self) -> None:
         self.ours.close()
-        self.theirs.close()
+        if self.theirs is not None:         # None once handed to the application
+            self.theirs.close()
 
 
 class DevQP:
