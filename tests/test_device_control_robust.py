@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -211,6 +212,37 @@ def test_unsealed_memory_is_refused_so_shrinking_it_cannot_kill_the_daemon(daemo
         os.ftruncate(fd, 0)
     c.close()
     assert_serves(daemon)
+
+
+# ------------------------------------------------------------------ 3. signals during start-up
+STARTUP = textwrap.dedent("""
+    import os, signal, sys
+    from softrdma.device import daemon as D, main as M
+    where, run = sys.argv[1], sys.argv[2]
+    if where == "socket":                  # the socket exists, the pid file not yet
+        init = D.Daemon.__init__
+        def patched(self, *a, **k):
+            init(self, *a, **k)
+            os.kill(os.getpid(), signal.SIGTERM)
+        D.Daemon.__init__ = patched
+    else:                                  # the pid file just appeared, serve() has not begun
+        replace = os.replace
+        def patched(src, dst):
+            replace(src, dst)
+            if dst.endswith("softrdmad.pid"):
+                os.kill(os.getpid(), signal.SIGTERM)
+        os.replace = patched
+    sys.exit(M.main(["-f", "--run-dir", run, "--port", "0"]))
+""")
+
+
+@pytest.mark.parametrize("where", ["socket", "pid"])
+def test_sigterm_during_startup_leaves_nothing_behind(tmp_path, where):
+    out = subprocess.run([sys.executable, "-c", STARTUP, where, str(tmp_path)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert not (tmp_path / "softrdmad.sock").exists()
+    assert not (tmp_path / "softrdmad.pid").exists()
 
 
 # ------------------------------------------------------------------ 4. replies longer than a record
