@@ -291,6 +291,25 @@ def test_a_client_that_does_not_read_cannot_stall_the_daemon(daemon):
     c.close()
 
 
+def test_a_producer_index_far_ahead_costs_one_ring_per_pass(daemon):
+    """A process writes its SQ/RQ producer index 2^31 slots ahead (no honest
+    producer is ever more than a ring ahead): the daemon takes a ring's
+    worth per pass -- LOC_QP_OP_ERR, the QP in ERR -- and serves the others."""
+    c = Raw(daemon.run_dir)
+    h = setup_objects(c)
+    sq, rq_ = ring_fd(4, abi.send_slot_size(1, 0)), ring_fd(4, abi.recv_slot_size(1))
+    bell = os.eventfd(0, os.EFD_CLOEXEC)
+    c.ok("create_qp", fds=[sq, rq_, bell], pd=h["pd"], send_cq=h["cq"], recv_cq=h["cq"], qp_type=2,
+         cap={"max_send_wr": 4, "max_recv_wr": 4, "max_send_sge": 1, "max_recv_sge": 1})
+    for fd in (sq, rq_):
+        os.pwrite(fd, struct.pack("<I", 1 << 31), 16)            # the producer index
+    os.write(bell, (1).to_bytes(8, "little"))
+    probe(daemon, seconds=1.0)
+    assert daemon.proc.poll() is None
+    c.close()
+    assert_serves(daemon)
+
+
 # ------------------------------------------------------------------ 5. malformed requests
 def test_malformed_records_get_errno_replies(daemon):
     c = Raw(daemon.run_dir)
