@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import RunningDaemon, daemon_in_shm
 from softrdma.device import abi
 from softrdma.device.control import MAX_MSG, recv_msg, send_msg
 from softrdma.device.shm import HEADER_BYTES, MAGIC
@@ -308,6 +308,38 @@ def test_a_producer_index_far_ahead_costs_one_ring_per_pass(daemon):
     assert daemon.proc.poll() is None
     c.close()
     assert_serves(daemon)
+
+
+def test_a_connection_keeps_its_device_and_loses_it_with_the_link(tmp_path):
+    """A connection is one device's context for its whole life (a second
+    open of another device is EINVAL), and ``link delete`` of the device
+    the caller itself has open destroys the caller's objects too."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
+    run = os.path.join(base, f"softrdma-robust2-{os.getpid()}")
+    os.makedirs(run, exist_ok=True)
+    d = RunningDaemon(run, devices=("rxe0:lo", "rxe1:lo"))
+    try:
+        c = Raw(run)
+        c.ok("open", device="rxe1")
+        c.ok("open", device="rxe1")                                  # the same one again: fine
+        r = c.call("open", device="rxe0")
+        assert r["errno"] == errno.EINVAL, r
+        setup = c.ok("alloc_pd")
+        fd = ring_fd(16, abi.CQE_BYTES)
+        c.ok("create_cq", fds=[fd])
+        os.close(fd)
+        assert {r["kind"] for r in d.resources() if r["dev"] == "rxe1"} == {"pd", "cq"}
+        c.ok("link_delete", name="rxe1")
+        assert [r for r in d.resources() if r["dev"] == "rxe1"] == []
+        r = c.call("alloc_pd")
+        assert r["errno"] == errno.EINVAL, r                         # no device any more
+        assert c.call("dealloc_pd", pd=setup["pd"])["errno"] == errno.EINVAL
+        c.close()
+        assert d.proc.poll() is None
+    finally:
+        d.stop()
+        import shutil
+        shutil.rmtree(run, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ 5. malformed requests
