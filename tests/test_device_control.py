@@ -27,7 +27,12 @@ def pair():
 def send_bg(sock, msg, fds=()) -> threading.Thread:
     """send_msg from another thread: a long message fills the socket buffer
     before the reader starts."""
-    t = threading.Thread(target=send_msg, args=(sock, msg, fds), daemon=True)
+    def send():
+        try:
+            send_msg(sock, msg, fds)
+        except OSError:                 # the reader gave up on the message and closed: fine
+            pass
+    t = threading.Thread(target=send, daemon=True)
     t.start()
     return t
 
