@@ -46,6 +46,56 @@ def test_ring_rounds_to_power_of_two_and_attach_validates():
         Ring.attach(os.dup(bad.fd))
 
 
+def test_regions_are_sealed_against_shrinking():
+    """The library's memfds (MR buffers, rings) cannot be cut under the
+    daemon's mapping: a shrink would make its next access SIGBUS."""
+    import fcntl
+    for region in (SharedRegion(8192), Ring.create(8, 64).region):
+        assert fcntl.fcntl(region.fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
+        with pytest.raises(PermissionError):
+            os.ftruncate(region.fd, 0)
+        os.ftruncate(region.fd, region.size * 2)                   # growing is harmless
+        region.close()
+
+
+def test_map_refuses_memory_its_owner_could_shrink():
+    unsealed = os.memfd_create("x", os.MFD_CLOEXEC)
+    sealable = os.memfd_create("y", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    r, w = os.pipe()
+    good = Ring.create(4, 64)
+    for fd in (unsealed, sealable):
+        os.ftruncate(fd, 8192)
+        os.pwrite(fd, bytes(good.region.view[:16]), 0)           # a valid ring header
+        with pytest.raises(ValueError, match="sealed"):
+            SharedRegion.map_fd(fd, 4096)
+        with pytest.raises(ValueError, match="sealed"):
+            Ring.map_fd(fd)
+    for fd in (r, w):
+        with pytest.raises(ValueError, match="not a memfd"):
+            SharedRegion.map_fd(fd, 4096)
+    with pytest.raises(ValueError, match="4096 needed"):
+        SharedRegion.map_fd(SharedRegion(1024).fd, 4096)
+    for fd in (unsealed, sealable, r, w):
+        os.close(fd)
+    good.close()
+
+
+def test_map_fd_leaves_the_fd_to_its_owner():
+    a = SharedRegion(4096)
+    b = SharedRegion.map_fd(a.fd, 4096)
+    assert b.fd == -1
+    a.view[:5] = b"hello"
+    assert bytes(b.view[:5]) == b"hello"
+    b.close()
+    os.fstat(a.fd)                                               # still open: map_fd did not take it
+    ring = Ring.create(4, 64)
+    other = Ring.map_fd(ring.fd)
+    other.close()
+    os.fstat(ring.fd)
+    ring.close()
+    a.close()
+
+
 def test_send_wqe_round_trip_sges_and_inline():
     slot = memoryview(bytearray(abi.send_slot_size(4, 64)))
     abi.encode_send_wqe(slot, 7, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, [(0x1000, 64, 0x101), (0x2000, 8, 0x202)],

@@ -102,7 +102,8 @@ class DevChannel:
 
     def close(self) -> None:
         self.ours.close()
-        self.theirs.close()
+        if self.theirs is not None:         # None once handed to the application
+            self.theirs.close()
 
 
 class DevQP:
@@ -323,7 +324,10 @@ class Device:
 
     # -- data path
     def poll_rings(self, now: float) -> bool:
-        """Move posted WQEs into the transport; True if any was found."""
+        """Move posted WQEs into the transport; True if any was found.  At
+        most a ring's worth per queue and pass (an honest producer is never
+        further ahead; a producer index written far ahead by a broken or
+        hostile process costs one ring per pass, not a loop of 2^31)."""
         busy = False
         for srq in self.srqs:
             busy |= self._pull_srq(srq)
@@ -332,7 +336,9 @@ class Device:
             if dqp.rq is not None:
                 busy |= self._pull_rq(dqp)
             sq = dqp.sq
-            while (slot := sq.take()) is not None:
+            budget = sq.ring.nslots
+            while budget and (slot := sq.take()) is not None:
+                budget -= 1
                 busy = True
                 try:
                     wqe = abi.decode_send_wqe(slot, dqp.owner.ah_lookup)
@@ -352,7 +358,9 @@ class Device:
     def _pull_srq(self, srq: DevSRQ) -> bool:
         wq = srq.wq
         found = False
-        while (slot := wq.take()) is not None:
+        budget = wq.ring.nslots
+        while budget and (slot := wq.take()) is not None:
+            budget -= 1
             found = True
             try:
                 srq.srq.post_recv(abi.decode_recv_wqe(slot))
@@ -366,7 +374,9 @@ class Device:
         rq = dqp.rq
         qp = dqp.qp
         found = False
-        while (slot := rq.take()) is not None:
+        budget = rq.ring.nslots
+        while budget and (slot := rq.take()) is not None:
+            budget -= 1
             found = True
             try:
                 wqe = abi.decode_recv_wqe(slot)

@@ -16,6 +16,9 @@ whatever way the process ended.
 
 from __future__ import annotations
 
+import array
+import collections
+import contextlib
 import errno
 import fcntl
 import logging
@@ -31,8 +34,9 @@ from ..errors import VerbsError
 from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
+from . import request as rq
 from .capture import BOTH, Capture
-from .control import ControlError, recv_msg, send_msg
+from .control import MAX_MSG, ControlError, encode, recv_msg
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from .faults import FaultSettings
 from .net import gid_to_ip
@@ -73,8 +77,21 @@ def _comm(pid: int) -> str:
         return "?"
 
 
+#: records queued for a client that does not read its socket, past which
+#: further async events for it are dropped (and counted); replies are never
+#: dropped, and a client with anything queued is not read from until the
+#: queue drains, so replies cannot pile up
+MAX_QUEUED = 1024
+
+
 class Client:
-    """One control connection: its device and the objects it owns."""
+    """One control connection: its device and the objects it owns.
+
+    Everything sent to the client goes through ``send``: the socket is
+    non-blocking, and what it cannot take now waits in ``outbox`` (records
+    with the fds they carry, which the outbox owns) until the socket is
+    writable -- a process that stops reading its socket never blocks the
+    daemon's loop."""
 
     def __init__(self, daemon: "Daemon", sock: socket.socket):
         self.daemon = daemon
@@ -85,6 +102,9 @@ class Client:
         self.objects: dict[int, tuple[str, object]] = {}
         self.ah_pd: dict[int, object] = {}          # AH handle -> its PD (an AddressVector has none)
         self._next = 1
+        self.outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
+        self.broken = False                 # a send failed: the connection is dropped on its next event
+        self.events_dropped = 0
 
     def add(self, kind: str, obj) -> int:
         h = self._next
@@ -93,7 +113,7 @@ class Client:
         return h
 
     def get(self, h, kind: str):
-        entry = self.objects.get(h) if isinstance(h, int) else None
+        entry = self.objects.get(h) if type(h) is int else None
         if entry is None or entry[0] != kind:
             raise VerbsError(errno.EINVAL, f"no {kind} with handle {h!r}")
         return entry[1]
@@ -118,10 +138,54 @@ class Client:
         return entry[1] if entry is not None and entry[0] == "ah" else None
 
     def event(self, event_type: int, **kw) -> None:
+        self.send({"event": int(event_type), **kw}, event=True)
+
+    def send(self, msg: dict, fds=(), event: bool = False) -> None:
+        """Send ``msg`` now, or queue what the socket cannot take.  ``fds``
+        become the send's: each is closed once it went out (or could not)."""
+        fds = list(fds)
         try:
-            send_msg(self.sock, {"event": int(event_type), **kw})
-        except OSError:
-            pass
+            records = encode(msg)
+        except (TypeError, ValueError) as e:          # a handler's bug: tell the client, keep going
+            log.error("cannot encode a message for pid %d: %s", self.pid, e)
+            records = encode({"seq": msg.get("seq"), "errno": errno.EIO, "msg": "reply could not be encoded"})
+            _close_fds(fds)
+            fds = []
+        if self.broken or (event and len(self.outbox) >= MAX_QUEUED):
+            if event and not self.broken:
+                self.events_dropped += 1
+            _close_fds(fds)
+            return
+        queued = bool(self.outbox)
+        for i, data in enumerate(records):
+            if not self.outbox:
+                try:
+                    self._send_record(data, fds if i == 0 else ())
+                    if i == 0:
+                        _close_fds(fds)
+                    continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    self.broken = True            # the peer is gone: dropped when its EOF or HUP is seen
+                    if i == 0:
+                        _close_fds(fds)
+                    return
+            self.outbox.append((data, fds if i == 0 else []))
+        if self.outbox and not queued:
+            self.daemon.client_interest(self)     # wait for room; read nothing from it meanwhile
+
+    def _send_record(self, data: bytes, fds) -> None:
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        self.sock.sendmsg([data], anc)
+
+    def flush(self) -> None:
+        """Send what waits while the socket takes it (OSError: the peer is gone)."""
+        while self.outbox:
+            data, fds = self.outbox[0]
+            self._send_record(data, fds)
+            self.outbox.popleft()
+            _close_fds(fds)
 
     def close(self) -> None:
         """Destroy everything this client created (the process is gone)."""
@@ -134,6 +198,15 @@ class Client:
         self.objects.clear()
         if dev is not None:
             dev.tx[:] = [t for t in dev.tx if t[0].qp_num in dev.qps]
+
+
+def _close_fds(fds) -> None:
+    """Close fds this process owns: each exactly once, by its one owner."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError as e:                        # would be a double close: a bug, never fatal
+            log.error("closing fd %d: %s", fd, e)
 
 
 class Daemon(StatCommands):
@@ -164,6 +237,18 @@ class Daemon(StatCommands):
             self.listener.bind(self.sock_path)
         finally:
             os.umask(old)
+        try:
+            self._setup(devices)
+        except BaseException:                       # leave no socket behind
+            self.listener.close()
+            try:
+                os.unlink(self.sock_path)
+            except FileNotFoundError:
+                pass
+            os.close(self.lock_fd)
+            raise
+
+    def _setup(self, devices: list[Device]) -> None:
         self.listener.listen(64)
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
@@ -180,7 +265,7 @@ class Daemon(StatCommands):
             log.warning("not following address changes: %s", e)
             self.netlink = None
         self._next_ifindex = 0
-        self.sysfs = SysfsTree(os.path.join(run_dir, "sys"))
+        self.sysfs = SysfsTree(os.path.join(self.run_dir, "sys"))
         self.counters_at = 0.0
         self.udp_port = devices[0].udp_port if devices else 4791
         for dev in devices:
@@ -238,7 +323,13 @@ class Daemon(StatCommands):
             # (two cores, busy-polling apps and daemons: without this every
             # round trip waits for a scheduler tick)
             os.sched_yield()
+        fd_map = self.sel.get_map()
         for key, _ in events:
+            if fd_map.get(key.fd) is not key:
+                # closed or re-registered by an event handled before this one
+                # (a client dropped with its doorbells): never touch its fd,
+                # whose number may already name something else
+                continue
             kind, data = key.data
             if kind == "udp":
                 dev, s = data
@@ -251,11 +342,14 @@ class Daemon(StatCommands):
             elif kind == "doorbell":
                 try:
                     os.read(key.fd, 8)
-                except BlockingIOError:
+                except OSError:                 # nothing there (an eventfd is all create_* accept)
                     pass
                 self._busy()
             elif kind == "client":
-                self._client_readable(data)
+                if data.outbox or data.broken:
+                    self._client_writable(data)
+                else:
+                    self._client_readable(data)
             elif kind == "netlink":
                 self._netlink_readable()
             elif kind == "listen":
@@ -371,12 +465,31 @@ class Daemon(StatCommands):
             sock, _ = self.listener.accept()
         except BlockingIOError:
             return
-        client = Client(self, sock)
+        except OSError as e:                        # EMFILE, ENFILE, ENOBUFS...: the caller sees a reset
+            log.warning("cannot accept a control connection: %s", e)
+            return
+        try:
+            client = Client(self, sock)
+        except OSError:                             # gone before we asked who it is
+            sock.close()
+            return
         if client.uid not in (os.getuid(), 0):
             sock.close()
             return
+        sock.setblocking(False)
         self.clients[sock.fileno()] = client
         self.sel.register(sock, selectors.EVENT_READ, ("client", client))
+
+    def client_interest(self, client: Client) -> None:
+        """Read a client's requests while nothing waits to go to it; else
+        wait until its socket takes more (and read nothing meanwhile: the
+        replies of a process that does not read them cannot pile up)."""
+        want = selectors.EVENT_WRITE if client.outbox else selectors.EVENT_READ
+        try:
+            if self.sel.get_key(client.sock).events != want:
+                self.sel.modify(client.sock, want, ("client", client))
+        except (KeyError, ValueError):              # dropped already
+            pass
 
     def _drop(self, client: Client) -> None:
         try:
@@ -385,36 +498,75 @@ class Daemon(StatCommands):
             pass
         self.clients.pop(client.sock.fileno(), None)
         client.close()
+        client.broken = True                        # nothing more is sent to it
+        while client.outbox:
+            _close_fds(client.outbox.popleft()[1])
         client.sock.close()
+
+    def _client_writable(self, client: Client) -> None:
+        if client.broken:
+            self._drop(client)
+            return
+        try:
+            client.flush()
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(client)
+            return
+        self.client_interest(client)
 
     def _client_readable(self, client: Client) -> None:
         try:
-            msg, fds = recv_msg(client.sock)
-        except (ControlError, OSError):
+            msg, fds = recv_msg(client.sock, max_bytes=MAX_MSG)
+        except ControlError as e:                   # garbage, or too long: say so, keep the connection
+            client.send({"seq": None, "errno": e.errno, "msg": e.strerror})
+            return
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
             self._drop(client)
             return
-        if msg is None:
+        if msg is None or client.broken:
+            _close_fds(fds)
             self._drop(client)
             return
         self._busy()                       # new queues must learn the daemon's sleep state too
+        try:
+            reply, out_fds = self.run_command(client, msg, fds)
+        finally:
+            # The request's fds are the dispatcher's, whatever the command
+            # did: a command that keeps one keeps its own dup (or just the
+            # mapping of a memfd), so each is closed here, exactly once.
+            _close_fds(fds)
+        client.send(reply, out_fds)
+
+    def run_command(self, client: Client, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """The reply to one request, never an exception: every failure is
+        an errno reply (``out_fds``, new fds the reply carries, belong to it)."""
         seq = msg.get("seq")
+        if not (seq is None or (type(seq) is int and -(1 << 63) <= seq < 1 << 64)
+                or (isinstance(seq, str) and len(seq) <= 64)):
+            return {"seq": None, "errno": errno.EINVAL, "msg": "bad request: seq must be an integer"}, []
         try:
             reply, out_fds = self.command(client, msg, fds)
-            reply = dict(reply or {}, seq=seq, errno=0)
+            return dict(reply or {}, seq=seq, errno=0), out_fds
         except VerbsError as e:
-            reply, out_fds = {"seq": seq, "errno": e.errno, "msg": e.strerror}, []
+            reply = {"seq": seq, "errno": e.errno, "msg": e.strerror}
             if getattr(e, "extack", None):          # netlink's extended ack message
                 reply["extack"] = e.extack
-            for fd in fds:
-                os.close(fd)
-        except (KeyError, TypeError, ValueError) as e:
-            reply, out_fds = {"seq": seq, "errno": errno.EINVAL, "msg": f"bad request: {e}"}, []
-            for fd in fds:
-                os.close(fd)
-        try:
-            send_msg(client.sock, reply, out_fds)
-        except OSError:
-            self._drop(client)
+        except KeyError as e:
+            reply = {"seq": seq, "errno": errno.EINVAL, "msg": f"bad request: missing field {e}"}
+        except (TypeError, ValueError, OverflowError, struct.error) as e:
+            reply = {"seq": seq, "errno": errno.EINVAL, "msg": f"bad request: {e}"}
+        except OSError as e:
+            reply = {"seq": seq, "errno": e.errno or errno.EIO, "msg": e.strerror or str(e)}
+        except MemoryError:
+            reply = {"seq": seq, "errno": errno.ENOMEM, "msg": "out of memory"}
+        except Exception as e:                      # a bug must not take the daemon down
+            log.exception("command %r from pid %d failed", msg.get("op"), client.pid)
+            reply = {"seq": seq, "errno": errno.EIO, "msg": f"internal error: {type(e).__name__}: {e}"}
+        return reply, []
 
     # ------------------------------------------------------------ commands
     def command(self, c: Client, m: dict, fds: list[int]):
@@ -434,9 +586,13 @@ class Daemon(StatCommands):
                             for d in self.devices.values()]}, []
 
     def cmd_open(self, c, m, fds):
-        dev = self.devices.get(m["device"])
+        name = rq.string(m, "device")
+        dev = self.devices.get(name)
         if dev is None:
-            raise VerbsError(errno.ENODEV, f"no device {m['device']!r}")
+            raise VerbsError(errno.ENODEV, f"no device {name!r}")
+        if c.device is not None and c.device is not dev:
+            # a uverbs file belongs to one device for its whole life
+            raise VerbsError(errno.EINVAL, f"this connection has {c.device.name} open")
         c.device = dev
         caps = dev.caps
         return {"device": dev.name, "node_guid": _node_guid(dev.mac), "attr": {
@@ -452,16 +608,49 @@ class Daemon(StatCommands):
 
     def cmd_query_gid(self, c, m, fds):
         idx = m.get("index", 0)
-        if not isinstance(idx, int) or not 0 <= idx < c.device.gid_table.capacity:
+        if type(idx) is not int or not 0 <= idx < c.device.gid_table.capacity:
             raise VerbsError(errno.EINVAL, "GID index out of range")
         gid = c.device.gid(idx)
         return {"gid": (gid or bytes(16)).hex(), "type": "RoCE v2" if gid is not None else None}, []
+
+    # -- the client's fds: the dispatcher (_client_readable) owns and closes
+    #    every fd a request brought; a command keeps only what these give it
+    def _ring(self, fd: int, what: str, *, slot_size: int | None = None, min_slot: int = 1) -> Ring:
+        """The ring in the memfd ``fd`` (mapped: the fd itself stays the
+        dispatcher's); EINVAL if it is no sealed memfd holding a ring with
+        the slots the queue needs."""
+        try:
+            ring = Ring.map_fd(fd)
+        except ValueError as e:
+            raise VerbsError(errno.EINVAL, f"bad {what} ring: {e}") from None
+        if (slot_size is not None and ring.slot_size != slot_size) or ring.slot_size < min_slot:
+            got = ring.slot_size
+            ring.close()
+            raise VerbsError(errno.EINVAL, f"bad {what} ring: slots of {got} bytes, "
+                                           f"{slot_size or min_slot} needed")
+        return ring
+
+    @staticmethod
+    def _eventfd(fd: int, what: str) -> int:
+        """Our own non-blocking duplicate of the eventfd ``fd`` (the caller
+        owns the duplicate); EINVAL for any other kind of fd -- the loop
+        reads and writes doorbells and must never meet a file, a pipe end
+        or a socket there."""
+        try:
+            kind = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            kind = None if os.path.isdir("/proc/self/fd") else "anon_inode:[eventfd]"   # no /proc: trust it
+        if kind != "anon_inode:[eventfd]":
+            raise VerbsError(errno.EINVAL, f"the {what} doorbell must be an eventfd")
+        own = os.dup(fd)
+        os.set_blocking(own, False)
+        return own
 
     def cmd_alloc_pd(self, c, m, fds):
         return {"pd": c.add("pd", object())}, []
 
     def cmd_dealloc_pd(self, c, m, fds):
-        pd = c.get(m["pd"], "pd")
+        pd = c.get(m.get("pd"), "pd")
         # every MR, MW, QP, SRQ and AH holds a use count on its PD (ib_dealloc_pd_user's EBUSY)
         if any(c.pd_of(h) is pd for h in c.objects):
             raise VerbsError(errno.EBUSY, "PD still in use")
@@ -469,18 +658,29 @@ class Daemon(StatCommands):
         return {}, []
 
     def cmd_reg_mr(self, c, m, fds):
+        pd = c.get(m.get("pd"), "pd")
+        length = rq.uint(m, "length", rq.U64, lo=1)
+        addr = rq.uint(m, "addr", rq.U64)
+        access = rq.uint(m, "access", rq.U32)
+        if addr + length - 1 > rq.U64:                 # ib_umem_get: the range wraps
+            raise VerbsError(errno.EINVAL, "addr + length overflows")
         if len(fds) != 1:
             raise VerbsError(errno.EINVAL, "reg_mr needs the memory fd")
         from .shm import SharedRegion
-        pd = c.get(m["pd"], "pd")
-        length = int(m["length"])
-        region = SharedRegion.attach(fds[0], length)
-        mr = c.device.memory.register(pd, int(m["addr"]), length, int(m["access"]), region.view[:length])
+        try:
+            region = SharedRegion.map_fd(fds[0], length)
+        except ValueError as e:
+            raise VerbsError(errno.EINVAL, f"bad MR memory: {e}") from None
+        try:
+            mr = c.device.memory.register(pd, addr, length, access, region.view[:length])
+        except BaseException:
+            region.close()
+            raise
         h = c.add("mr", (mr, region))
         return {"mr": h, "lkey": mr.lkey, "rkey": mr.rkey}, []
 
     def cmd_dereg_mr(self, c, m, fds):
-        obj = c.get(m["mr"], "mr")
+        obj = c.get(m.get("mr"), "mr")
         if obj[0].mws:                          # rxe_dereg_mr: not while windows are bound
             raise VerbsError(errno.EINVAL, "memory windows are bound to the MR")
         self.destroy(c, "mr", obj)
@@ -489,7 +689,7 @@ class Daemon(StatCommands):
 
     def cmd_alloc_mw(self, c, m, fds):
         """ibv_alloc_mw: type 1 or 2 (uverbs: any other type is EINVAL)."""
-        pd = c.get(m["pd"], "pd")
+        pd = c.get(m.get("pd"), "pd")
         mw_type = m.get("type")
         if type(mw_type) is not int or mw_type not in (1, 2):
             raise VerbsError(errno.EINVAL, f"memory window type {mw_type!r}")
@@ -497,7 +697,7 @@ class Daemon(StatCommands):
         return {"mw": c.add("mw", mw), "rkey": mw.rkey}, []
 
     def cmd_dealloc_mw(self, c, m, fds):
-        mw = c.get(m["mw"], "mw")
+        mw = c.get(m.get("mw"), "mw")
         self.destroy(c, "mw", mw)
         del c.objects[m["mw"]]
         return {}, []
@@ -506,10 +706,13 @@ class Daemon(StatCommands):
         ch = DevChannel(0)
         h = c.add("channel", ch)
         ch.handle = h
-        return {"channel": h}, [ch.theirs.fileno()]
+        # the application's end goes with the reply (which closes our copy
+        # once sent); the daemon keeps its own end only
+        theirs, ch.theirs = ch.theirs, None
+        return {"channel": h}, [theirs.detach()]
 
     def cmd_destroy_comp_channel(self, c, m, fds):
-        ch = c.get(m["channel"], "channel")
+        ch = c.get(m.get("channel"), "channel")
         if any(o[0] == "cq" and o[1].channel is ch for o in c.objects.values()):
             raise VerbsError(errno.EBUSY, "completion channel still used by a CQ")
         ch.close()
@@ -519,17 +722,14 @@ class Daemon(StatCommands):
     def cmd_create_cq(self, c, m, fds):
         if len(fds) != 1:
             raise VerbsError(errno.EINVAL, "create_cq needs the ring fd")
-        ring = Ring.attach(fds[0])
-        if ring.slot_size != abi.CQE_BYTES:
-            ring.close()
-            raise VerbsError(errno.EINVAL, "bad CQ ring")
         ch = c.get(m["channel"], "channel") if m.get("channel") else None
+        ring = self._ring(fds[0], "CQ", slot_size=abi.CQE_BYTES)
         cq = DevCQ(0, ring, ch, c)
         cq.handle = c.add("cq", cq)
         return {"cq": cq.handle}, []
 
     def cmd_destroy_cq(self, c, m, fds):
-        cq = c.get(m["cq"], "cq")
+        cq = c.get(m.get("cq"), "cq")
         if any(o[0] == "qp" and cq in (o[1].qp.send_cq, o[1].qp.recv_cq) for o in c.objects.values()):
             raise VerbsError(errno.EBUSY, "CQ still used by a QP")
         self.destroy(c, "cq", cq)
@@ -538,40 +738,49 @@ class Daemon(StatCommands):
 
     def cmd_create_qp(self, c, m, fds):
         dev = c.device
-        pd = c.get(m["pd"], "pd")
-        scq = c.get(m["send_cq"], "cq")
-        rcq = c.get(m["recv_cq"], "cq")
+        pd = c.get(m.get("pd"), "pd")
+        scq = c.get(m.get("send_cq"), "cq")
+        rcq = c.get(m.get("recv_cq"), "cq")
         srq = c.get(m["srq"], "srq") if m.get("srq") else None
         need = 2 if srq is not None else 3
         if len(fds) != need:
             raise VerbsError(errno.EINVAL, f"create_qp needs {need} fds")
-        cap = QPCap(**m.get("cap", {}))
-        qp = QP(int(m["qp_type"]), dev.alloc_qpn(), pd=pd, memory=dev.memory, send_cq=scq, recv_cq=rcq,
+        cap = QPCap(**rq.fields(rq.obj(m, "cap", {}), rq.QP_CAP, "cap"))
+        qp = QP(rq.uint(m, "qp_type"), dev.alloc_qpn(), pd=pd, memory=dev.memory, send_cq=scq, recv_cq=rcq,
                 cap=cap, srq=srq.srq if srq else None, sq_sig_all=bool(m.get("sq_sig_all")), caps=dev.caps,
                 tx=dev.tx, events=dev.events)
-        sq = Ring.attach(fds[0])
-        rq = Ring.attach(fds[1]) if srq is None else None
-        doorbell = fds[-1]
-        os.set_blocking(doorbell, False)
-        dqp = DevQP(0, qp, sq, rq, doorbell, c, srq)
+        with contextlib.ExitStack() as undo:            # every step undone if a later one fails
+            sq = self._ring(fds[0], "send queue", min_slot=abi.send_slot_size(cap.max_send_sge,
+                                                                               cap.max_inline_data))
+            undo.callback(sq.close)
+            rqr = None
+            if srq is None:
+                rqr = self._ring(fds[1], "receive queue", min_slot=abi.recv_slot_size(cap.max_recv_sge))
+                undo.callback(rqr.close)
+            doorbell = self._eventfd(fds[-1], "QP")
+            undo.callback(os.close, doorbell)
+            dqp = DevQP(0, qp, sq, rqr, doorbell, c, srq)
+            self.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dqp))
+            undo.pop_all()
         dqp.handle = c.add("qp", dqp)
         dev.add_qp(dqp)
-        self.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dqp))
         return {"qp": dqp.handle, "qp_num": qp.qp_num}, []
 
     def cmd_modify_qp(self, c, m, fds):
-        dqp = c.get(m["qp"], "qp")
-        a = dict(m.get("attr", {}))
-        if "ah_attr" in a:
-            a["ah_attr"] = self._checked_av(c, a["ah_attr"])
-        if "cap" in a:
-            a["cap"] = QPCap(**a["cap"])
-        self.stat_modify_qp(c.device, dqp, a, int(m["mask"]))
-        dqp.qp.modify(QPAttr(**a), int(m["mask"]))
+        dqp = c.get(m.get("qp"), "qp")
+        mask = rq.uint(m, "mask")
+        raw = rq.obj(m, "attr", {})
+        a = rq.fields({k: v for k, v in raw.items() if k not in ("ah_attr", "cap")}, rq.QP_ATTR, "attr")
+        if "ah_attr" in raw:
+            a["ah_attr"] = self._checked_av(c, raw["ah_attr"])
+        if "cap" in raw:
+            a["cap"] = QPCap(**rq.fields(rq.obj(raw, "cap"), rq.QP_CAP, "cap"))
+        self.stat_modify_qp(c.device, dqp, a, mask)
+        dqp.qp.modify(QPAttr(**a), mask)
         return {}, []
 
     def cmd_query_qp(self, c, m, fds):
-        dqp = c.get(m["qp"], "qp")
+        dqp = c.get(m.get("qp"), "qp")
         a = dqp.qp.query()
         out = {k: getattr(a, k) for k in ("qp_state", "cur_qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn",
                                           "dest_qp_num", "qp_access_flags", "pkey_index", "sq_draining",
@@ -588,15 +797,19 @@ class Daemon(StatCommands):
         return {"attr": out}, []
 
     def cmd_destroy_qp(self, c, m, fds):
-        dqp = c.get(m["qp"], "qp")
+        dqp = c.get(m.get("qp"), "qp")
         self.destroy(c, "qp", dqp)
         del c.objects[m["qp"]]
         return {}, []
 
     def _mcast_args(self, c, m):
-        dqp = c.get(m["qp"], "qp")
-        gid = bytes.fromhex(m["gid"])
+        dqp = c.get(m.get("qp"), "qp")
+        g = m.get("gid")
         lid = m.get("lid", 0)
+        try:
+            gid = bytes.fromhex(g) if isinstance(g, str) else b""
+        except ValueError:
+            gid = b""
         if len(gid) != 16 or type(lid) is not int or not 0 <= lid <= 0xFFFF:
             raise VerbsError(errno.EINVAL, "bad multicast GID or LID")
         return dqp.qp, gid, lid
@@ -627,26 +840,31 @@ class Daemon(StatCommands):
             sk.close()
 
     def cmd_create_srq(self, c, m, fds):
-        pd = c.get(m["pd"], "pd")
+        pd = c.get(m.get("pd"), "pd")
         if len(fds) != 2:
             raise VerbsError(errno.EINVAL, "create_srq needs 2 fds")
         dev = c.device
-        srq = SRQ(int(m.get("max_wr", 256)), int(m.get("max_sge", 4)), int(m.get("srq_limit", 0)),
-                  events=dev.events)
+        max_wr, max_sge = rq.uint(m, "max_wr", rq.U32, 256), rq.uint(m, "max_sge", rq.U32, 4)
+        srq = SRQ(max_wr, max_sge, rq.uint(m, "srq_limit", rq.U32, 0), events=dev.events)
         srq.pd = pd
-        os.set_blocking(fds[1], False)
-        dsrq = DevSRQ(0, srq, Ring.attach(fds[0]), fds[1], c)
+        with contextlib.ExitStack() as undo:
+            ring = self._ring(fds[0], "SRQ", min_slot=abi.recv_slot_size(max_sge))
+            undo.callback(ring.close)
+            doorbell = self._eventfd(fds[1], "SRQ")
+            undo.callback(os.close, doorbell)
+            dsrq = DevSRQ(0, srq, ring, doorbell, c)
+            self.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dsrq))
+            undo.pop_all()
         dsrq.handle = c.add("srq", dsrq)
         dev.srqs.append(dsrq)
-        self.sel.register(fds[1], selectors.EVENT_READ, ("doorbell", dsrq))
         return {"srq": dsrq.handle}, []
 
     def cmd_modify_srq(self, c, m, fds):
-        c.get(m["srq"], "srq").srq.modify(int(m["srq_limit"]))
+        c.get(m.get("srq"), "srq").srq.modify(rq.uint(m, "srq_limit"))
         return {}, []
 
     def cmd_destroy_srq(self, c, m, fds):
-        dsrq = c.get(m["srq"], "srq")
+        dsrq = c.get(m.get("srq"), "srq")
         if any(o[0] == "qp" and o[1].qp.srq is dsrq.srq for o in c.objects.values()):
             raise VerbsError(errno.EBUSY, "SRQ still used by a QP")
         self.destroy(c, "srq", dsrq)
@@ -655,23 +873,31 @@ class Daemon(StatCommands):
 
     def _checked_av(self, c, d: dict):
         """An address vector whose source GID exists (the kernel's
-        rdma_check_ah_attr / rdma_get_gid_attr fail with EINVAL otherwise)."""
-        av = c.device.av_from(d)
+        rdma_check_ah_attr / rdma_get_gid_attr fail with EINVAL otherwise);
+        every field fits its ibv_ah_attr field first."""
+        f = rq.ah_attr(d)
+        if "dgid" in f:
+            f["dgid"] = f["dgid"].hex()
+        f.pop("src_path_bits", None)
+        f.pop("static_rate", None)
+        if "flow_label" in f:
+            f["flow_label"] &= 0xFFFFF                   # 20 bits on the wire; the rest is ignored
+        av = c.device.av_from(f)
         if c.device.gid(av.sgid_index) is None:
             raise VerbsError(errno.EINVAL, f"no GID at sgid_index {av.sgid_index}")
         return av
 
     def cmd_create_ah(self, c, m, fds):
-        c.get(m["pd"], "pd")
-        av = self._checked_av(c, m["attr"])
+        pd = c.get(m.get("pd"), "pd")
+        av = self._checked_av(c, m.get("attr"))
         if not av.is_global:
             raise VerbsError(errno.EINVAL, "RoCE address handles need a GRH")
         h = c.add("ah", av)
-        c.ah_pd[h] = c.get(m["pd"], "pd")
+        c.ah_pd[h] = pd
         return {"ah": h}, []
 
     def cmd_destroy_ah(self, c, m, fds):
-        c.get(m["ah"], "ah")
+        c.get(m.get("ah"), "ah")
         del c.objects[m["ah"]]
         c.ah_pd.pop(m["ah"], None)
         return {}, []
@@ -683,20 +909,17 @@ class Daemon(StatCommands):
         if len(fds) != 2:
             raise VerbsError(errno.EINVAL, "capture_start needs the ring fd and the doorbell fd")
         dev = c.device
-        directions = int(m.get("directions", BOTH))
-        own = os.dup(fds[0])            # the ring's own fd: the caller closes fds[0] if this fails
-        try:
-            ring = Ring.attach(own)
-        except (ValueError, OSError) as e:
-            os.close(own)
-            raise VerbsError(errno.EINVAL, f"bad capture ring: {e}") from None
-        try:
-            cap = Capture(ring, fds[1], directions, dev.caps.max_mtu)
-        except ValueError as e:
-            ring.close()
-            raise VerbsError(errno.EINVAL, str(e)) from None
-        os.close(fds[0])
-        os.set_blocking(fds[1], False)
+        directions = rq.uint(m, "directions", rq.U32, BOTH)
+        with contextlib.ExitStack() as undo:
+            ring = self._ring(fds[0], "capture")
+            undo.callback(ring.close)
+            doorbell = self._eventfd(fds[1], "capture")
+            undo.callback(os.close, doorbell)
+            try:
+                cap = Capture(ring, doorbell, directions, dev.caps.max_mtu)
+            except ValueError as e:
+                raise VerbsError(errno.EINVAL, str(e)) from None
+            undo.pop_all()
         cap.handle = c.add("capture", cap)
         dev.add_capture(cap)
         return {"capture": cap.handle, "entries": ring.nslots}, []
@@ -704,7 +927,7 @@ class Daemon(StatCommands):
     def cmd_capture_stop(self, c, m, fds):
         """Stop a capture; its counters (packets, bytes, dropped) in the reply.
         What is in the ring stays there for the reader."""
-        cap = c.get(m["capture"], "capture")
+        cap = c.get(m.get("capture"), "capture")
         stats = cap.stats()
         self.destroy(c, "capture", cap)
         del c.objects[m["capture"]]
@@ -730,7 +953,7 @@ class Daemon(StatCommands):
 
     def cmd_link_add(self, c, m, fds):
         from .main import make_device
-        name, netdev = str(m["name"]), str(m["netdev"])
+        name, netdev = _link_name(m, "name", 63), _link_name(m, "netdev", 15)
         if name in self.devices:
             raise VerbsError(errno.EEXIST, f"device {name} already exists")
         if any(d.netdev == netdev for d in self.devices.values()):
@@ -746,26 +969,33 @@ class Daemon(StatCommands):
 
     def cmd_link_set(self, c, m, fds):
         """Change a link's settings; now: ``faults`` (fault injection)."""
-        dev = self.devices.get(str(m["name"]))
+        name = rq.string(m, "name")
+        dev = self.devices.get(name)
         if dev is None:
-            raise VerbsError(errno.ENODEV, f"no device {m['name']!r}")
+            raise VerbsError(errno.ENODEV, f"no device {name!r}")
         if "faults" in m:
+            seed = rq.uint(m, "seed", rq.U64, None)
             try:
-                settings = FaultSettings.from_dict(m["faults"] or {})
+                settings = FaultSettings.from_dict(rq.obj(m, "faults", {}))
             except (TypeError, ValueError) as e:
                 raise VerbsError(errno.EINVAL, f"bad faults: {e}") from None
-            dev.set_faults(settings, m.get("seed"))
+            dev.set_faults(settings, seed)
         return {"faults": dev.faults.settings.as_dict() if dev.faults else None,
                 "fault_counters": dict(vars(dev.faults.counters)) if dev.faults else None}, []
 
     def cmd_link_delete(self, c, m, fds):
-        dev = self.devices.get(str(m["name"]))
+        name = rq.string(m, "name")
+        dev = self.devices.get(name)
         if dev is None:
-            raise VerbsError(errno.ENODEV, f"no device {m['name']!r}")
+            raise VerbsError(errno.ENODEV, f"no device {name!r}")
         for cl in list(self.clients.values()):
             if cl.device is dev and cl is not c:
                 cl.event(IBV_EVENT_DEVICE_FATAL)
                 self._drop(cl)
+        if c.device is dev:                  # the caller's own context: disassociated, its objects gone
+            c.close()
+            c.device = None
+            c.event(IBV_EVENT_DEVICE_FATAL)
         for s in [*dev.sockets, *dev.mcast.sockets.values()]:
             try:
                 self.sel.unregister(s.sock)
@@ -850,7 +1080,28 @@ class Daemon(StatCommands):
             if dev is not None:
                 contexts.append({"dev": dev.name, "ctxn": rid(dev, "ctx", cl), "pid": cl.pid, "comm": cl.comm})
             objs = cl.objects
+            # one pass over the client's objects for what the entries refer to
+            # (thousands of objects must not cost thousands of passes each)
             qps = [o for k, o in objs.values() if k == "qp"]
+            pds = {id(o): o for k, o in objs.values() if k == "pd"}
+            srqs = {id(o.srq): o for k, o in objs.values() if k == "srq"}
+            pd_users: dict[int, int] = collections.Counter()
+            for k, o in objs.values():
+                p = (o.qp.pd if k == "qp" else o[0].pd if k == "mr" else o.srq.pd if k == "srq"
+                     else o.pd if k == "mw" else None)
+                if p is not None:
+                    pd_users[id(p)] += 1
+            cq_users: dict[int, int] = collections.Counter()
+            srq_qpns: dict[int, list] = collections.defaultdict(list)
+            for d in qps:
+                cq_users[id(d.qp.send_cq)] += 1
+                cq_users[id(d.qp.recv_cq)] += 1
+                if d.qp.srq is not None:
+                    srq_qpns[id(d.qp.srq)].append(d.qp.qp_num)
+
+            def pdn(pd, dev=dev, pds=pds):
+                return rid(dev, "pd", pd) if pds.get(id(pd)) is pd else None
+
             for h, (kind, obj) in objs.items():
                 r = {"pid": cl.pid, "comm": cl.comm, "kind": kind, "handle": h,
                      "dev": cl.device.name if cl.device else None}
@@ -860,32 +1111,23 @@ class Daemon(StatCommands):
                     r.update(lqpn=obj.qp.qp_num, type=int(obj.qp.qp_type), state=int(obj.qp.state),
                              rqpn=obj.qp.dest_qpn, sq_psn=obj.qp.req_psn, rq_psn=obj.qp.resp_psn)
                     q = obj.qp
-                    pdn = next((rid(dev, "pd", o) for k, o in objs.values() if k == "pd" and o is q.pd), None)
-                    srqn = next((rid(dev, "srq", o) for k, o in objs.values() if k == "srq" and o.srq is q.srq),
-                                None) if q.srq is not None else None
-                    r.update(id=q.qp_num, pdn=pdn, srqn=srqn,
+                    s = srqs.get(id(q.srq)) if q.srq is not None else None
+                    r.update(id=q.qp_num, pdn=pdn(q.pd), srqn=rid(dev, "srq", s) if s is not None else None,
                              port=int(q.attr.port_num) if int(q.state) != 0 else None,
                              path_mig_state=int(q.attr.path_mig_state),
                              path_mtu=int(dev.caps.active_mtu if int(q.qp_type) == 4 else q.attr.path_mtu),
                              send_cqn=rid(dev, "cq", q.send_cq), recv_cqn=rid(dev, "cq", q.recv_cq))
                 elif kind == "mr":
                     r.update(lkey=obj[0].lkey, rkey=obj[0].rkey, mrlen=obj[0].length)
-                    pdn = next((rid(dev, "pd", o) for k, o in objs.values() if k == "pd" and o is obj[0].pd), None)
-                    r.update(id=rid(dev, "mr", obj), pdn=pdn, iova=obj[0].addr, access=obj[0].access)
+                    r.update(id=rid(dev, "mr", obj), pdn=pdn(obj[0].pd), iova=obj[0].addr, access=obj[0].access)
                 elif kind == "cq":
                     r.update(cqe=obj.ring.nslots - 1)
-                    users = sum((d.qp.send_cq is obj) + (d.qp.recv_cq is obj) for d in qps)
-                    r.update(id=rid(dev, "cq", obj), users=users, dim=False)
+                    r.update(id=rid(dev, "cq", obj), users=cq_users[id(obj)], dim=False)
                 elif kind == "pd":
-                    users = sum(1 for k, o in objs.values()
-                                if (k == "qp" and o.qp.pd is obj) or (k == "mr" and o[0].pd is obj)
-                                or (k == "srq" and o.srq.pd is obj) or (k == "mw" and o.pd is obj))
-                    r.update(id=rid(dev, "pd", obj), users=users, local_dma_lkey=0)
+                    r.update(id=rid(dev, "pd", obj), users=pd_users[id(obj)], local_dma_lkey=0)
                 elif kind == "srq":
-                    pdn = next((rid(dev, "pd", o) for k, o in objs.values() if k == "pd" and o is obj.srq.pd), None)
-                    r.update(id=rid(dev, "srq", obj), pdn=pdn, type=0,
-                             lqpn=sorted(d.qp.qp_num for d in qps if d.qp.srq is obj.srq),
-                             users=sum(1 for d in qps if d.qp.srq is obj.srq))
+                    lq = srq_qpns.get(id(obj.srq), [])
+                    r.update(id=rid(dev, "srq", obj), pdn=pdn(obj.srq.pd), type=0, lqpn=sorted(lq), users=len(lq))
                 out.append(r)
         return {"resources": out, "contexts": contexts}, []
 
@@ -946,6 +1188,16 @@ class Daemon(StatCommands):
         except FileNotFoundError:
             pass
         os.close(self.lock_fd)
+
+
+def _link_name(m: dict, key: str, max_len: int) -> str:
+    """A device or netdev name: what the kernel accepts as one (a file name
+    in sysfs: no '/', not '.' or '..', no '%' -- nldev_newlink)."""
+    v = rq.string(m, key, max_len)
+    if not v or v in (".", "..") or any(ch in v for ch in "/%:") or not v.isprintable() or any(
+            ch.isspace() for ch in v):
+        raise VerbsError(errno.EINVAL, f"{key}: bad name {v!r}")
+    return v
 
 
 def _node_guid(mac: bytes) -> str:

@@ -13,6 +13,7 @@ counts are kept for ``rdma link show -d`` / the tests.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -32,6 +33,8 @@ class FaultSettings:
     @classmethod
     def from_dict(cls, d: dict) -> "FaultSettings":
         f = cls(**{k: float(v) for k, v in d.items() if k in cls.__dataclass_fields__})
+        if not all(math.isfinite(v) for v in vars(f).values() if isinstance(v, float)):
+            raise ValueError("fault settings must be finite numbers")
         for name in ("loss", "dup", "reorder", "corrupt"):
             if not 0.0 <= getattr(f, name) <= 1.0:
                 raise ValueError(f"{name} must be a fraction between 0 and 1")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from .core import Device
@@ -79,23 +80,49 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s softrdmad[%(process)d] %(message)s")
+    # SIGTERM/SIGINT only ask to stop from before the socket and the pid file
+    # exist: a signal in between (a starter that saw the socket, or the pid
+    # file, and stops us at once) must still remove both, never kill us with
+    # the default action and leave them behind.
+    stop = _StopRequest()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     daemon = Daemon(run_dir, devices)
+    stop.daemon = daemon
+    if stop.requested:
+        daemon.stop()
     pid_path = os.path.join(run_dir, PID_NAME)
-    with open(pid_path + ".tmp", "w") as f:
-        f.write(f"{os.getpid()}\n")
-    os.replace(pid_path + ".tmp", pid_path)
-    logging.info("serving %s in %s", ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})"
-                                               for d in devices), run_dir)
+    serving = False
     try:
-        daemon.serve()
+        with open(pid_path + ".tmp", "w") as f:
+            f.write(f"{os.getpid()}\n")
+        os.replace(pid_path + ".tmp", pid_path)
+        logging.info("serving %s in %s", ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})"
+                                                   for d in devices), run_dir)
+        serving = True
+        daemon.serve()                  # returns at once if a stop came already; shuts down either way
     finally:
-        try:
-            os.unlink(pid_path)
-        except FileNotFoundError:
-            pass
+        if not serving:
+            daemon.shutdown()
+        for path in (pid_path + ".tmp", pid_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
         logging.info("stopped")
     return 0
 
 
-def entry() -> None:
-    sys.exit(main())
+class _StopRequest:
+    """The early SIGTERM/SIGINT handler: a stop asked for before the daemon
+    exists is remembered and handed to it (``Daemon.serve`` installs its own
+    handler later)."""
+
+    def __init__(self):
+        self.daemon = None
+        self.requested = False
+
+    def __call__(self, *_):
+        self.requested = True
+        if self.daemon is not None:
+            self.daemon.stop()

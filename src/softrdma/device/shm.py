@@ -29,8 +29,10 @@ consumer index is still published so the producer can detect overrun.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
+import stat
 import struct
 
 MAGIC = 0x474E5253            # 'SRNG' little-endian
@@ -53,30 +55,50 @@ NOTIFY_SOLICITED = 2          # ibv_req_notify_cq(cq, 1)
 
 
 class SharedRegion:
-    """A memfd of ``size`` bytes mapped shared; ``fd`` for SCM_RIGHTS."""
+    """A memfd of ``size`` bytes mapped shared; ``fd`` for SCM_RIGHTS.
+
+    The creator's memfd is sealed against shrinking (F_SEAL_SHRINK) once it
+    has its size: the peer maps it, and a file cut under a mapping makes
+    every access past the new end SIGBUS -- a process that shrank the
+    memory it handed to the daemon could kill it.  The other side maps a
+    region with ``map_fd``/``attach``, which refuse an fd without that seal
+    or shorter than needed."""
 
     def __init__(self, size: int, name: str = "softrdma", fd: int | None = None):
         if size <= 0:
             raise ValueError("size must be positive")
         self.size = size
+        self.closed = False
         own = fd is None
         if own:
-            fd = os.memfd_create(name, os.MFD_CLOEXEC)
+            fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             try:
                 os.ftruncate(fd, size)
-            except OSError:
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+                self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            except BaseException:
                 os.close(fd)
                 raise
-        elif os.fstat(fd).st_size < size:
-            raise ValueError(f"shared memory fd holds {os.fstat(fd).st_size} bytes, {size} needed")
-        self.fd = fd
-        self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self.fd = fd
+        else:
+            check_sealed(fd, size)
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self.fd = -1                 # the mapping is all we need; the fd stays its owner's
         self.view = memoryview(self.mm)
 
     @classmethod
-    def attach(cls, fd: int, size: int) -> "SharedRegion":
-        """Map a region received from the peer (takes ownership of ``fd``)."""
+    def map_fd(cls, fd: int, size: int) -> "SharedRegion":
+        """Map ``size`` bytes of a sealed memfd received from the peer.  The
+        fd stays the caller's (to close); the mapping lives on without it.
+        ValueError if the fd is not such a memfd or is too short."""
         return cls(size, fd=fd)
+
+    @classmethod
+    def attach(cls, fd: int, size: int) -> "SharedRegion":
+        """``map_fd``, then close ``fd`` (ownership taken on success only)."""
+        region = cls.map_fd(fd, size)
+        os.close(fd)
+        return region
 
     @property
     def address(self) -> int:
@@ -84,8 +106,9 @@ class SharedRegion:
         return ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
 
     def close(self) -> None:
-        if self.fd < 0:
+        if self.closed:
             return
+        self.closed = True
         self.view.release()
         try:
             self.mm.close()
@@ -93,8 +116,30 @@ class SharedRegion:
             # Views of the region are still alive somewhere; the mapping
             # goes when they do.  The fd can go now.
             pass
-        os.close(self.fd)
-        self.fd = -1
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def check_sealed(fd: int, size: int) -> None:
+    """ValueError unless ``fd`` is a memfd sealed against shrinking
+    (F_SEAL_SHRINK) that holds at least ``size`` bytes: only such memory can
+    be mapped without the peer being able to make our accesses SIGBUS."""
+    try:
+        st = os.fstat(fd)
+    except OSError as e:
+        raise ValueError(f"fd {fd}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("shared memory fd is not a memfd")
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        raise ValueError("shared memory fd is not a memfd (no seals)") from None
+    if not seals & fcntl.F_SEAL_SHRINK:
+        raise ValueError("shared memory fd is not sealed against shrinking (memfd_create with"
+                         " MFD_ALLOW_SEALING, then F_ADD_SEALS F_SEAL_SHRINK)")
+    if st.st_size < size:
+        raise ValueError(f"shared memory fd holds {st.st_size} bytes, {size} needed")
 
 
 class Ring:
@@ -131,9 +176,32 @@ class Ring:
         return cls(region)
 
     @classmethod
+    def map_fd(cls, fd: int) -> "Ring":
+        """The ring in a sealed memfd from the peer (``SharedRegion.map_fd``:
+        the fd stays the caller's).  ValueError if it is no ring."""
+        check_sealed(fd, HEADER_BYTES)
+        try:
+            hdr = os.pread(fd, HEADER_BYTES, 0)
+        except OSError as e:
+            raise ValueError(f"cannot read the ring header: {e.strerror}") from None
+        magic, slot_size, nslots = _HDR.unpack_from(hdr.ljust(HEADER_BYTES, b"\0"), 0)
+        if magic != MAGIC or nslots & (nslots - 1) or not nslots or not slot_size:
+            raise ValueError("not a softrdma ring")
+        # map what the header says the ring needs (Ring() checks it again in
+        # the mapping: the peer may rewrite the header meanwhile)
+        region = SharedRegion.map_fd(fd, HEADER_BYTES + nslots * slot_size)
+        try:
+            return cls(region)
+        except BaseException:
+            region.close()
+            raise
+
+    @classmethod
     def attach(cls, fd: int) -> "Ring":
-        size = os.fstat(fd).st_size
-        return cls(SharedRegion.attach(fd, size))
+        """``map_fd``, then close ``fd`` (ownership taken on success only)."""
+        ring = cls.map_fd(fd)
+        os.close(fd)
+        return ring
 
     @property
     def fd(self) -> int:
