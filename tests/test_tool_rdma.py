@@ -463,6 +463,14 @@ def test_link_add_and_delete(monkeypatch, capsys):
         assert run(capsys, "dev", "show", "rxe1") == (
             0, f"1: rxe1: node_type ca node_guid {guid} sys_image_guid {guid} \n", "")
         assert run(capsys, "res", "show", "rxe1") == (0, "1: rxe1: pd 0 cq 0 qp 0 cm_id 0 mr 0 ctx 0 srq 0 \n", "")
+        # NEWLINK/DELLINK need CAP_NET_ADMIN (RDMA_NL_ADMIN_PERM, checked before anything else)
+        drop = ["setpriv", "--bounding-set", "-net_admin", "--inh-caps", "-net_admin", sys.executable, "-m",
+                "softrdma", "rdma"]
+        for args in (["link", "add", "rxe3", "type", "rxe", "netdev", NETDEV], ["link", "delete", "rxe1"],
+                     ["link", "set", "rxe1", "faults", "loss", "1%"]):
+            r = subprocess.run(drop + args, capture_output=True, text=True, env=dict(os.environ), timeout=60)
+            assert (r.returncode, r.stdout, r.stderr) == (1, "", "error: Operation not permitted\n"), args
+        assert "rxe1" in run(capsys, "link")[1] and "rxe3" not in run(capsys, "link")[1]
         # the kernel's errors, in nldev_newlink's order
         assert run(capsys, "link", "add", "rxe1", "type", "rxe", "netdev", NETDEV) == (1, "", "error: File exists\n")
         assert run(capsys, "link", "add", "rxe2", "type", "rxe", "netdev", NETDEV) == (1, "", "error: File exists\n")

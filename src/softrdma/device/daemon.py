@@ -41,7 +41,7 @@ from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from .faults import FaultSettings
 from .net import gid_to_ip
 from .shm import Ring
-from .stat import StatCommands
+from .stat import StatCommands, net_admin
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
 log = logging.getLogger("softrdmad")
@@ -951,8 +951,16 @@ class Daemon(StatCommands):
             out[-1].update(node_type=1, fw="", caps=0x01A23C76, dim=False, num_ports=1)
         return {"links": out}, []
 
+    @staticmethod
+    def _link_admin(c) -> None:
+        """RDMA_NLDEV_CMD_NEWLINK/DELLINK (and softrdma's link set) carry
+        RDMA_NL_ADMIN_PERM: EPERM without CAP_NET_ADMIN."""
+        if not net_admin(c.pid):
+            raise VerbsError(errno.EPERM, "CAP_NET_ADMIN is required to change links")
+
     def cmd_link_add(self, c, m, fds):
         from .main import make_device
+        self._link_admin(c)
         name, netdev = _link_name(m, "name", 63), _link_name(m, "netdev", 15)
         if name in self.devices:
             raise VerbsError(errno.EEXIST, f"device {name} already exists")
@@ -969,6 +977,7 @@ class Daemon(StatCommands):
 
     def cmd_link_set(self, c, m, fds):
         """Change a link's settings; now: ``faults`` (fault injection)."""
+        self._link_admin(c)
         name = rq.string(m, "name")
         dev = self.devices.get(name)
         if dev is None:
@@ -984,6 +993,7 @@ class Daemon(StatCommands):
                 "fault_counters": dict(vars(dev.faults.counters)) if dev.faults else None}, []
 
     def cmd_link_delete(self, c, m, fds):
+        self._link_admin(c)
         name = rq.string(m, "name")
         dev = self.devices.get(name)
         if dev is None:
