@@ -96,18 +96,16 @@ else:
 def udp_blast(hosts, mode: str, size: int, secs: float = 2.0) -> dict:
     """Sender and receiver rates (bytes/s) of a plain Python UDP blast."""
     port = 47000 + (os.getpid() % 1000)
-    if hosts is not None:
-        rx = hosts.popen(1, [sys.executable, "-c", _BLAST, "rx", hosts.ip[1], str(port), "0", "0"],
-                         stdout=subprocess.PIPE, text=True)
-        rx.stdout.readline()
-        tx = hosts.popen(0, [sys.executable, "-c", _BLAST, mode, hosts.ip[1], str(port), str(size), str(secs)],
-                         stdout=subprocess.PIPE, text=True)
-    else:
-        rx = subprocess.Popen([sys.executable, "-c", _BLAST, "rx", "127.0.0.1", str(port), "0", "0"],
-                              stdout=subprocess.PIPE, text=True)
-        rx.stdout.readline()
-        tx = subprocess.Popen([sys.executable, "-c", _BLAST, mode, "127.0.0.1", str(port), str(size), str(secs)],
-                              stdout=subprocess.PIPE, text=True)
+    dst = hosts.ip[1] if hosts is not None else "127.0.0.1"
+
+    def start(side: int, *args):
+        cmd = [sys.executable, "-c", _BLAST, *args]
+        if hosts is not None:
+            return hosts.popen(side, cmd, stdout=subprocess.PIPE, text=True)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    rx = start(1, "rx", dst, str(port), "0", "0")
+    rx.stdout.readline()
+    tx = start(0, mode, dst, str(port), str(size), str(secs))
     sent = float(tx.communicate(timeout=60)[0].strip() or 0)
     got = float(rx.communicate(timeout=60)[0].strip() or 0)
     return {"sent_Bps": sent, "received_Bps": got}

@@ -128,12 +128,8 @@ class DevQP:
 
     def publish(self) -> None:
         """Free the ring slots of the WQEs the transport is done with."""
-        qp = self.qp
-        self.sq.publish(len(qp.sq))
-        if self.rq is not None:
-            self.rq.publish(len(qp.rq))
-        elif self.srq is not None:
-            self.srq.wq.publish(len(self.srq.srq.rq))
+        self.publish_sq()
+        self.publish_rq()
 
 
 class DevSRQ:

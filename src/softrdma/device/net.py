@@ -117,6 +117,13 @@ class RoceSocket:
         self.sock.close()
 
     # -- send
+    def _flow(self, dst_ip: str, dport: int) -> Ipv4Flow:
+        """The cached ICRC context of the IPv4 flow to ``dst_ip``:``dport``."""
+        flow = self._flows.get(dst_ip)
+        if flow is None or flow.dport != dport:
+            flow = self._flows[dst_ip] = Ipv4Flow(self.ip_bytes, socket.inet_aton(dst_ip), self.port, dport)
+        return flow
+
     def send(self, pkt, dst_ip: str, dport: int = ROCEV2_UDP_PORT, corrupt_bit: int | None = None) -> bool:
         """Send one packet (BTH .. pad) with its ICRC.  False if the kernel
         refused it (counted; the transport's retransmission covers it).
@@ -127,10 +134,7 @@ class RoceSocket:
             n = len(pkt) + 4
             crc = icrc(ipv6_header(self.ip_bytes, dst, n), udp_header(self.port, dport, n), pkt)
         else:
-            flow = self._flows.get(dst_ip)
-            if flow is None or flow.dport != dport:
-                flow = self._flows[dst_ip] = Ipv4Flow(self.ip_bytes, socket.inet_aton(dst_ip), self.port, dport)
-            crc = flow.icrc(pkt)
+            crc = self._flow(dst_ip, dport).icrc(pkt)
         if corrupt_bit is not None:
             pkt = bytearray(pkt)
             pos = corrupt_position(corrupt_bit, len(pkt))
@@ -152,10 +156,7 @@ class RoceSocket:
         took (the rest are counted as errors; retransmission covers them)."""
         if self.v6 or not self.gso or len(pkts) == 1:
             return sum(self.send(p, dst_ip, dport) for p in pkts)
-        flow = self._flows.get(dst_ip)
-        if flow is None or flow.dport != dport:
-            flow = self._flows[dst_ip] = Ipv4Flow(self.ip_bytes, socket.inet_aton(dst_ip), self.port, dport)
-        icrc4 = flow.icrc
+        icrc4 = self._flow(dst_ip, dport).icrc
         pack = ICRC.pack
         sendmsg = self.sock.sendmsg
         addr = (dst_ip, dport)
@@ -167,10 +168,12 @@ class RoceSocket:
             limit = min(GSO_MAX_SEGS, GSO_MAX_BYTES // seg)
             iov = []
             j = i
+            nbytes = 0
             while j < n and j - i < limit:
                 size = len(pkts[j]) + 4
                 if size > seg:
                     break
+                nbytes += size
                 iov.append(pkts[j])
                 iov.append(pack(icrc4(pkts[j], j - i)))    # segment k gets IP ID k
                 j += 1
@@ -193,7 +196,7 @@ class RoceSocket:
                 i = j
                 continue
             st.tx_packets += count
-            st.tx_bytes += sum(len(p) + 4 for p in pkts[i:j])
+            st.tx_bytes += nbytes
             sent += count
             i = j
         return sent
