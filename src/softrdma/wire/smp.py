@@ -127,7 +127,7 @@ WIDTH_CODE = {v: k for k, v in LINK_WIDTH.items()}
 # LinkSpeed (SDR/DDR/QDR) and LinkSpeedExt (FDR/EDR/HDR) codes; FDR10 is
 # Mellanox's ExtendedPortInfo and is not modelled.
 LINK_SPEED = {"SDR": (1, 0), "DDR": (2, 0), "QDR": (4, 0), "FDR": (4, 1), "EDR": (4, 2),
-              "HDR": (4, 4)}
+              "HDR": (4, 4), "NDR": (4, 8)}
 
 # PortInfo.CapabilityMask bits used here (IBA 14.2.5.6, table 155)
 CAP_IS_SM = 1 << 1
