@@ -47,7 +47,8 @@ class Delivery(NamedTuple):
     ``dropped`` means the fabric lost the request and this is it coming
     back to its sender with ``status`` ETIMEDOUT; otherwise status is 0
     and the receiver is whoever listens on (port, qp) (for a response: the
-    client named by its TID)."""
+    client named by its TID).  ``spontaneous`` marks a trap the fabric
+    raised itself: if nobody listens it is simply lost."""
 
     port: Port
     qp: int
@@ -57,6 +58,7 @@ class Delivery(NamedTuple):
     sqp: int
     status: int = 0
     dropped: bool = False
+    spontaneous: bool = False     # made by the fabric (a trap), not caused by the sender
 
 
 class Drop(Exception):
@@ -360,4 +362,5 @@ class Router:
             if self.log:
                 self.log(f"trap 128 from {node.nodeid!r} lost: {e}")
             return
-        self._pending.append(Delivery(dest, 0, bytes(mad), p0.lid, p0.smlid, 0))
+        self._pending.append(Delivery(dest, 0, bytes(mad), p0.lid, p0.smlid, 0,
+                                      spontaneous=True))
