@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import select
 import selectors
 import shlex
 import socket
@@ -108,7 +109,9 @@ class Server:
     def _out_socket(self, idx: int) -> socket.socket:
         s = self._sock()
         s.bind((self.host, self.udp_port + idx + 1) if self.remote else self._name(f"out{idx}"))
-        s.settimeout(SEND_TIMEOUT)
+        # non-blocking: a socket with a timeout would make Python wait for
+        # readability before every recv, MSG_DONTWAIT or not
+        s.setblocking(False)
         return s
 
     def close(self):
@@ -124,6 +127,8 @@ class Server:
 
     # --- logging -------------------------------------------------------------------------------
     def log(self, msg: str):
+        if self.verbose > 1:
+            msg = f"{time.time():.3f} {msg}"
         print(msg, file=self.out, flush=True)
 
     def _log_drop(self, msg: str):
@@ -322,6 +327,10 @@ class Server:
         if len(mad) >= 16 and not mad[3] & 0x80:
             tid = int.from_bytes(mad[8:16], "big")
             mad[8:16] = ibsim.tid_with_client(tid, c.idx).to_bytes(8, "big")
+        if self.verbose > 1:
+            self.log(f"fabric: client {c.idx} -> class {mad[1]:#x} method {mad[3]:#x} attr "
+                     f"{int.from_bytes(mad[16:18], 'big'):#x} slid {req.slid} dlid {req.dlid} "
+                     f"dqp {req.dqp} tid {int.from_bytes(mad[8:16], 'big'):#x}")
         for d in self.router.inject(c.port, mad, req.slid, req.dlid, req.sqp, req.dqp):
             if d.dropped:
                 self.stats["dropped"] += 1
@@ -337,6 +346,8 @@ class Server:
                              f"class {d.mad[1]:#x} attr {int.from_bytes(d.mad[16:18], 'big'):#x}")
                 self._send(c, mad, req.dlid, req.slid, req.sqp, req.dqp, ibsim.ETIMEDOUT, None)
                 continue
+            if self.verbose > 1:
+                self.log(f"fabric:   -> client {to.idx} at {d.port.name} qp {d.qp}")
             self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, c)
 
     def _find(self, d) -> Client | None:
@@ -361,7 +372,13 @@ class Server:
         (umad2sim takes the peer's LID from slid), dqp = its QP."""
         pkt = ibsim.build_request(dlid, slid, dqp, sqp, mad, status, 256)
         try:
-            to.sock.send(pkt)
+            try:
+                to.sock.send(pkt)
+            except BlockingIOError:
+                # the client's queue is full: give it a moment, as ibsim retries EAGAIN
+                if not select.select([], [to.sock], [], SEND_TIMEOUT)[1]:
+                    raise OSError(errno.EAGAIN, "client not reading") from None
+                to.sock.send(pkt)
             return True
         except OSError as e:
             self._release(to, f"send failed: {e.strerror or e}")
