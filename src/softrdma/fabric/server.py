@@ -48,11 +48,12 @@ _CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\]$')
 
 
 class Client:
-    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr")
+    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr", "congested")
 
     def __init__(self, idx, pid, port, qp, issm, sock, addr):
         self.idx, self.pid, self.port, self.qp, self.issm = idx, pid, port, qp, issm
         self.sock, self.addr = sock, addr
+        self.congested = False     # its queue stayed full: drop, do not wait, until it reads
 
 
 class Server:
@@ -102,9 +103,15 @@ class Server:
             raise FabricError(f"cannot bind @{self.base}:{CONTROL_NAME}: {e.strerror}") from None
         self.control.setblocking(False)
         self.sel.register(self.control, selectors.EVENT_READ, self._on_control)
+        self.pending_commands = []
         if self.console is not None:
-            os.set_blocking(self.console.fileno(), False)
-            self.sel.register(self.console, selectors.EVENT_READ, self._on_console)
+            try:
+                self.sel.register(self.console, selectors.EVENT_READ, self._on_console)
+                os.set_blocking(self.console.fileno(), False)
+            except PermissionError:
+                # a regular file or /dev/null (epoll refuses those): its commands, once
+                self.pending_commands = [("stdin", ln) for ln in self.console.read().splitlines()
+                                         if ln.strip()]
 
     def _out_socket(self, idx: int) -> socket.socket:
         s = self._sock()
@@ -137,6 +144,8 @@ class Server:
     # --- the loop --------------------------------------------------------------------------------
     def serve_forever(self):
         self.running = True
+        for _, line in self.pending_commands:
+            self.log(self.command(line))
         while self.running:
             self.run_once(LIVENESS_INTERVAL)
 
@@ -375,11 +384,19 @@ class Server:
             try:
                 to.sock.send(pkt)
             except BlockingIOError:
-                # the client's queue is full: give it a moment, as ibsim retries EAGAIN
-                if not select.select([], [to.sock], [], SEND_TIMEOUT)[1]:
-                    raise OSError(errno.EAGAIN, "client not reading") from None
+                # the client's queue is full: give it a moment once (ibsim spins on
+                # EAGAIN); a client that still does not read loses MADs, not its slot
+                if to.congested or not select.select([], [to.sock], [], SEND_TIMEOUT)[1]:
+                    to.congested = True
+                    self.stats["dropped"] += 1
+                    return False
                 to.sock.send(pkt)
+            to.congested = False
             return True
+        except BlockingIOError:
+            to.congested = True
+            self.stats["dropped"] += 1
+            return False
         except OSError as e:
             self._release(to, f"send failed: {e.strerror or e}")
             if sender is not None and sender is not to and self.clients.get(sender.idx) is sender:
