@@ -23,7 +23,7 @@ from softrdma.wire.ibsim import SimCtlType
 SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 TOOLS = ("opensm", "ibnetdiscover", "ibstat", "smpquery", "ibroute", "perfquery", "ibtracert",
-         "sminfo", "iblinkinfo", "ibsim")
+         "sminfo", "iblinkinfo", "ibportstate", "ibsim")
 
 if os.environ.get("CI") != "true" and shutil.which("opensm") is None:
     pytest.skip("opensm not installed (apt-get install opensm ibsim-utils infiniband-diags)",
@@ -169,6 +169,9 @@ def test_opensm_and_diags(fab):
     assert int(re.search(r"PortXmitPkts:\.+(\d+)", pq).group(1)) > 0
     px = fab.tool("perfquery", "-x", str(hosts["host0001"]), "1")
     assert int(re.search(r"PortRcvPkts:\.+(\d+)", px).group(1)) > 0
+    # the neighbour query: LID-routed to the leaf, one directed hop (ibsim drops it)
+    ps = fab.tool("ibportstate", str(leaf), "5")
+    assert "Peer PortInfo" in ps and "DR path slid" in ps
     il = fab.tool("iblinkinfo")
     assert il.count("Active/  LinkUp") >= 32
 

@@ -44,7 +44,7 @@ from .route import Router
 LIVENESS_INTERVAL = 1.0
 SEND_TIMEOUT = 1.0
 CONTROL_NAME = "softrdma"
-_CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\]$')
+_CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\](.*)$')
 
 
 class Client:
@@ -434,28 +434,29 @@ class Server:
                     return f"error: no client {args[0]}"
                 self._release(c, "console X")
                 return "ok"
+            rest = line.strip()[len(words[0]):].strip()
             if cmd in ("unlink", "relink", "link"):
-                if cmd == "link" and args[:1] in (["down"], ["up"]):
+                down = cmd == "unlink"
+                if cmd == "link":
+                    if args[:1] not in (["down"], ["up"]):
+                        return "error: usage: link down|up NODE PORT"
                     down = args[0] == "down"
-                    port = self._port_arg(args[1:])
-                else:
-                    down = cmd == "unlink"
-                    port = self._port_arg([line.split(None, 1)[1].strip()] if len(words) > 1
-                                          else [])
+                    rest = rest.split(None, 1)[1] if len(args) > 1 else ""
+                port, extra = self._port_arg(rest)
+                if extra:
+                    return f"error: unexpected {' '.join(extra)!r}"
                 ev = self.router.link_down(port) if down else self.router.link_up(port)
                 self._deliver_unsolicited(ev)
                 return f"ok {port.name} {'down' if down else 'up'}, {len(ev)} trap(s)"
             if cmd == "error":
-                port = self._port_arg(args[:-1] if len(args) in (2, 3) and
-                                      not _CONSOLE_PORT_RE.match(args[0]) else args[:1])
-                rest = args[2:] if not _CONSOLE_PORT_RE.match(args[0]) else args[1:]
-                if not rest:
+                port, extra = self._port_arg(rest)
+                if not 1 <= len(extra) <= 2:
                     return "error: usage: error NODE PORT RATE [ATTR]"
-                rate = int(rest[0], 0)
+                rate = int(extra[0], 0)
                 if not 0 <= rate <= 100:
                     return "error: rate is a percentage 0..100"
                 port.err_rate = rate
-                port.err_attr = int(rest[1], 0) if len(rest) > 1 else 0
+                port.err_attr = int(extra[1], 0) if len(extra) > 1 else 0
                 return f"ok {port.name} drops {rate}%"
             if cmd == "verbose":
                 self.verbose = int(args[0]) if args else 1
@@ -472,17 +473,18 @@ class Server:
             return f"error: {e}"
         return f"error: unknown command {words[0]!r} (try help)"
 
-    def _port_arg(self, args):
-        if len(args) == 1:
-            m = _CONSOLE_PORT_RE.match(args[0])
-            if not m:
-                raise FabricError(f'expected "node"[port], got {args[0]!r}')
-            name, num = m.group(1), int(m.group(2))
-        elif len(args) == 2:
-            name, num = args[0], int(args[1], 0)
+    def _port_arg(self, text: str):
+        """A port as ibsim's console writes it ("node"[p]) or as NODE PORT;
+        returns (port, remaining words)."""
+        m = _CONSOLE_PORT_RE.match(text)
+        if m:
+            name, num, more = m.group(1), int(m.group(2)), m.group(3).split()
         else:
-            raise FabricError("expected NODE PORT")
-        return self.fabric.node(name).port(num)
+            w = shlex.split(text)
+            if len(w) < 2:
+                raise FabricError('expected "node"[port] or NODE PORT')
+            name, num, more = w[0], int(w[1], 0), w[2:]
+        return self.fabric.node(name).port(num), more
 
     def _on_console(self, f):
         try:
