@@ -39,7 +39,6 @@ class Physp:
     lmc: int = 0
     state: int = 0          # PortInfo PortState (1 Down, 2 Init, 3 Armed, 4 Active)
     phys_state: int = 0
-    dr_path: tuple[int, ...] = ()   # directed route from the SM to this port's node
     port_info: bytes = field(default=b"", repr=False)  # last PortInfo seen (raw 64 bytes)
 
     def healthy(self) -> bool:
@@ -58,6 +57,7 @@ class Node:
     # switches: SwitchInfo (raw) and the LFT the SM last computed (new_lft)
     switch_info: bytes = field(default=b"", repr=False)
     lft_cap: int = 0
+    dr_path: tuple[int, ...] = ()   # directed route from the SM's node (output ports)
 
     @property
     def is_switch(self) -> bool:

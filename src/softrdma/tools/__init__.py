@@ -23,10 +23,12 @@ TOOLS = {
     "ib_write_lat": "softrdma.tools.perftest",
     "ib_read_lat": "softrdma.tools.perftest",
     "ib_atomic_lat": "softrdma.tools.perftest",
+    "opensm": "softrdma.sm.main",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
 #: are "<name>, as the real tool")
 HELP = {
     "top": "live view of every softrdma port and QP (rates, retransmits, NAKs, RNR, QP states)",
+    "opensm": "subnet manager with opensm's options and routing (minhop, updn, ftree) over ibsim's protocol",
 }

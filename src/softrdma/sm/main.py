@@ -1,0 +1,315 @@
+"""``softrdma opensm``: the subnet manager's command line, with opensm's main options.
+
+Attaches to an ibsim-protocol fabric (the real ibsim or ``softrdma fabric
+serve``; see ``umad``), runs heavy sweeps (``sweep``) and prints/logs what
+opensm does ("Entering DISCOVERING state", "Entering MASTER state",
+"SUBNET UP").  ``-o`` sweeps once and exits; otherwise it stays resident,
+re-sweeping every ``-s`` seconds and at once on a trap.  Options opensm has
+but this SM does not implement are refused with a message, never ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from . import log as L
+from .guid2lid import Guid2Lid
+from .mad_queue import MadQueue
+from .routing import ENGINES
+from .sweep import HeavySweep
+from .umad import IbsimPort, TransportError, drive
+
+VERSION = "OpenSM 3.3.23 (softrdma)"
+
+#: opensm.conf keys this SM reads (-F) and writes (-c), with opensm's defaults
+CONF_KEYS = {
+    "guid": "0x0000000000000000",
+    "sm_priority": "0",
+    "lmc": "0",
+    "sweep_interval": "10",
+    "max_wire_smps": "4",
+    "routing_engine": "(null)",
+    "root_guid_file": "(null)",
+    "log_flags": "0x03",
+    "log_file": "/var/log/opensm.log",
+    "dump_files_dir": "/var/log",
+    "force_log_flush": "FALSE",
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+
+
+def build_parser(prog: str = "opensm") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="softrdma's subnet manager, opensm's options "
+                                "(runs against an ibsim-protocol fabric: ibsim or softrdma fabric serve)")
+    p.add_argument("-g", "--guid", type=_int, help="port GUID to bind to (must be the attached node's port)")
+    p.add_argument("-p", "--priority", type=_int, default=None, help="SM priority 0..15")
+    p.add_argument("-R", "--routing_engine", help="routing engine: minhop, updn or ftree")
+    p.add_argument("-a", "--root_guid_file", help="root switch GUIDs (updn, ftree)")
+    p.add_argument("-u", "--cn_guid_file", help="compute node GUIDs (ftree): not supported")
+    p.add_argument("-o", "--once", action="store_true", help="one heavy sweep, then exit")
+    p.add_argument("-s", "--sweep", type=_int, default=None, help="sweep interval in seconds (0: none)")
+    p.add_argument("-f", "--log_file", help="log file ('-' for stdout)")
+    p.add_argument("-e", "--erase_log_file", action="store_true", help="truncate the log file first")
+    p.add_argument("-B", "--daemon", action="store_true", help="run in the background")
+    p.add_argument("-d", "--debug", type=_int, action="append", default=[],
+                   help="debug: 0 none, 1 ignore other SMs, 2 force log flushing")
+    p.add_argument("-D", "--log_flags", type=_int, default=None, help="log flags (0x40: routing dumps)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more log (-v: 0x07, -vv: 0x0f)")
+    p.add_argument("-V", action="store_true", help="maximum log (0xff) and flushing")
+    p.add_argument("-F", "--config", help="opensm.conf to read")
+    p.add_argument("-c", "--create-config", metavar="FILE", help="write the configuration and exit")
+    p.add_argument("-l", "--lmc", type=_int, default=None, help="LMC (only 0 is supported)")
+    p.add_argument("--dump_files_dir", help="where -D 0x40 dumps go")
+    p.add_argument("--max_wire_smps", type=_int, default=None, help="SMPs in flight (default 32)")
+    p.add_argument("--version", action="version", version=VERSION)
+    return p
+
+
+def read_config(path: str) -> dict[str, str]:
+    conf = {}
+    try:
+        text = open(path).read()
+    except OSError as e:
+        raise UsageError(f"cannot read config file {path}: {e.strerror}") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, val = line.partition(" ")
+        val = val.strip()
+        if key not in CONF_KEYS:
+            raise UsageError(f"{path}:{n}: unsupported option {key!r} (supported: {', '.join(CONF_KEYS)})")
+        conf[key] = val
+    return conf
+
+
+def write_config(path: str, conf: dict[str, str]) -> None:
+    with open(path, "w") as f:
+        f.write("#\n# DEVICE ATTRIBUTES OPTIONS\n# (softrdma opensm: the options it implements)\n#\n")
+        for k, v in conf.items():
+            f.write(f"{k} {v}\n\n")
+
+
+def settings(a: argparse.Namespace) -> dict:
+    conf = dict(CONF_KEYS)
+    if a.config:
+        conf.update(read_config(a.config))
+
+    def pick(cli, key):
+        return cli if cli is not None else conf[key]
+    s = {
+        "guid": a.guid if a.guid is not None else _int(conf["guid"]),
+        "priority": pick(a.priority, "sm_priority"),
+        "lmc": pick(a.lmc, "lmc"),
+        "sweep": pick(a.sweep, "sweep_interval"),
+        "wire": a.max_wire_smps if a.max_wire_smps is not None else 32,
+        "engine": a.routing_engine or (None if conf["routing_engine"] == "(null)" else conf["routing_engine"]),
+        "roots": a.root_guid_file or (None if conf["root_guid_file"] == "(null)" else conf["root_guid_file"]),
+        "flags": a.log_flags if a.log_flags is not None else _int(conf["log_flags"]),
+        "log_file": a.log_file or conf["log_file"],
+        "dump_dir": a.dump_files_dir or os.environ.get("OSM_TMP_DIR") or conf["dump_files_dir"],
+    }
+    for k in ("priority", "lmc", "sweep"):
+        s[k] = int(s[k], 0) if isinstance(s[k], str) else s[k]
+    if a.V:
+        s["flags"] = 0xFF
+    elif a.verbose:
+        s["flags"] |= 0x04 if a.verbose == 1 else 0x0C
+    eng = (s["engine"] or "minhop").split(",")
+    if len(eng) > 1:
+        raise UsageError(f"routing engine chains ({s['engine']}) are not supported: give one engine")
+    if eng[0] not in ENGINES:
+        raise UsageError(f"unsupported routing engine {eng[0]!r} (supported: {', '.join(ENGINES)})")
+    s["engine"] = eng[0]
+    if not 0 <= s["priority"] <= 15:
+        raise UsageError("SM priority must be 0..15")
+    if s["lmc"] != 0:
+        raise UsageError(f"LMC {s['lmc']} is not supported (only 0)")
+    if a.cn_guid_file:
+        raise UsageError("-u/--cn_guid_file is not supported (ftree treats every CA as a compute node)")
+    for d in a.debug:
+        if d not in (0, 1, 2):
+            raise UsageError(f"-d {d} is not supported (0, 1 and 2 are)")
+    if s["sweep"] < 0:
+        raise UsageError("sweep interval must be >= 0")
+    if s["wire"] < 1:
+        raise UsageError("max_wire_smps must be >= 1")
+    return s
+
+
+def read_roots(path: str | None) -> set[int]:
+    if not path:
+        return set()
+    try:
+        text = open(path).read()
+    except OSError as e:
+        raise UsageError(f"cannot read root GUID file {path}: {e.strerror}") from None
+    roots = set()
+    for line in text.split("\n"):
+        line = line.split("#")[0].strip()
+        if line:
+            try:
+                roots.add(int(line, 16))
+            except ValueError:
+                raise UsageError(f"{path}: poorly formatted GUID {line!r}") from None
+    return roots
+
+
+def _daemonize() -> None:
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    fd = os.open(os.devnull, os.O_RDWR)
+    for i in (0, 1, 2):
+        os.dup2(fd, i)
+
+
+def run(s: dict, log: L.Log, once: bool, out=sys.stdout) -> int:
+    cache = os.environ.get("OSM_CACHE_DIR", "/var/cache/opensm")
+    g2l_path = os.path.join(cache, "guid2lid")
+    try:
+        g2l = Guid2Lid.loads(open(g2l_path).read())
+    except OSError:
+        g2l = Guid2Lid()
+    roots = read_roots(s["roots"])
+    try:
+        port = IbsimPort()
+    except TransportError as e:
+        log.error(f"ERR 3A0F: {e}")
+        print(f"opensm: {e}", file=sys.stderr)
+        return 1
+    stop = []
+    resweep = []
+
+    def on_signal(signum, frame):
+        stop.append(signum)
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def on_unsolicited(mad):
+        if mad[3] == 0x05:          # Trap(): a port changed state somewhere; re-sweep
+            resweep.append(1)
+    try:
+        log.info(f"{VERSION}: attached to ibsim as client {port.client} at node \"{port.attached}\"")
+        previous = None
+        first = True
+        rc = 0
+        while True:
+            q = MadQueue()
+            sweep = HeavySweep(q, log, s["engine"], roots, g2l, s["lmc"], previous)
+            if first:
+                print("Entering DISCOVERING state\n", file=out, flush=True)
+                log.sys("Entering DISCOVERING state")
+            t0 = time.monotonic()
+            drive(q, sweep, port, window=s["wire"], on_unsolicited=on_unsolicited)
+            sub = sweep.subnet
+            if first:
+                sm = sub.ports[sub.sm_port_guid]
+                if s["guid"] and s["guid"] != sm.guid:
+                    raise UsageError(f"port GUID 0x{s['guid']:016x} is not the attached port "
+                                     f"(0x{sm.guid:016x}); set SIM_HOST to the node to attach to")
+                print("Entering MASTER state\n", file=out, flush=True)
+                log.sys("Entering MASTER state")
+            t1 = time.monotonic()
+            nsw = sum(1 for n in sub.nodes.values() if n.is_switch)
+            log.info(f"heavy sweep: {len(sub.nodes)} nodes ({nsw} switches), {q.sent} SMPs, "
+                     f"{q.timeouts} timeouts, {t1 - t0:.3f} s")
+            _dumps(s, log, sweep, g2l, g2l_path)
+            if sweep.failed or sweep.disc.errors:
+                log.error(f"ERR 3A10: {sweep.failed + sweep.disc.errors} SMPs failed in the sweep")
+                rc = 1
+            if first or sweep.failed == 0:
+                print("SUBNET UP\n", file=out, flush=True)
+                log.sys("SUBNET UP")
+            previous = sweep.programmed()
+            first = False
+            if once:
+                return rc
+            deadline = time.monotonic() + (s["sweep"] or 1e9)
+            while not stop and not resweep and time.monotonic() < deadline:
+                import select
+                r, _, _ = select.select([port], [], [], 0.2)
+                if r:
+                    for status, mad in port.recv_all():
+                        if not status:
+                            on_unsolicited(mad)
+            if stop:
+                log.sys("Exiting SM")
+                return 0
+            resweep.clear()
+    except TransportError as e:
+        log.error(f"ERR 3A11: {e}")
+        print(f"opensm: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        port.close()
+
+
+def _dumps(s: dict, log: L.Log, sweep: HeavySweep, g2l: Guid2Lid, g2l_path: str) -> None:
+    try:
+        os.makedirs(os.path.dirname(g2l_path), exist_ok=True)
+        with open(g2l_path, "w") as f:
+            f.write(g2l.dumps())
+    except OSError as e:
+        log.error(f"ERR 6D04: cannot write {g2l_path}: {e.strerror}")
+    if s["flags"] & L.ROUTING:
+        path = os.path.join(s["dump_dir"], "opensm-lfts.dump")
+        try:
+            with open(path, "w") as f:
+                f.write(sweep.lft_dump())
+        except OSError as e:
+            log.error(f"ERR 4A02: cannot write {path}: {e.strerror}")
+
+
+def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
+    parser = build_parser(prog)
+    a = parser.parse_args(argv)
+    try:
+        s = settings(a)
+    except UsageError as e:
+        parser.error(str(e))
+    if a.create_config:
+        conf = dict(CONF_KEYS, guid="0x%016x" % s["guid"], sm_priority=str(s["priority"]),
+                    lmc=str(s["lmc"]), sweep_interval=str(s["sweep"]), max_wire_smps=str(s["wire"]),
+                    routing_engine=s["engine"], root_guid_file=s["roots"] or "(null)",
+                    log_flags="0x%02x" % s["flags"], log_file=s["log_file"], dump_files_dir=s["dump_dir"])
+        write_config(a.create_config, conf)
+        print(f"opensm: configuration written to {a.create_config}")
+        return 0
+    print("-------------------------------------------------\n" + VERSION +
+          f"\nCommand Line Arguments:\n Log File: {s['log_file']}\n"
+          "-------------------------------------------------", flush=True)
+    try:
+        log = L.Log(s["log_file"], s["flags"], append=not a.erase_log_file)
+    except OSError as e:
+        parser.error(f"cannot open log file {s['log_file']}: {e.strerror}")
+    if a.daemon:
+        _daemonize()
+    try:
+        return run(s, log, a.once)
+    except UsageError as e:
+        print(f"opensm: {e}", file=sys.stderr)
+        return 2
+    finally:
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

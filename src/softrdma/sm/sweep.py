@@ -1,0 +1,171 @@
+"""One heavy sweep (opensm's osm_state_mgr heavy-sweep path), sans-IO, phase after phase.
+
+discovery → LIDs (lid_mgr; PortInfo Set of LID/LMC/SMLID on end ports whose
+LID or SM LID changes) → routing (the chosen engine, minhop fallback) →
+SwitchInfo Set (LinearFDBTop, LifeTime) → LFT blocks Set (block i of every
+switch, then block i+1, as opensm pipelines them; only blocks that changed
+since the last sweep) → every linked port in INIT set ARMED, then every
+ARMED port set ACTIVE → SUBNET UP.
+
+Each phase submits its SMPs to the ``MadQueue``; the driver calls ``poll``
+whenever the queue runs idle, which starts the next phase.  Port state Sets
+carry LinkState only (PhysLinkState, speeds and widths left at "no change"
+or their current values), the rest of PortInfo as last read.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..wire.mad import Method
+from ..wire.smp import PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp, smp_data
+from . import lft_dump, log as L
+from .discovery import Discovery, dr_status
+from .guid2lid import Guid2Lid
+from .lid_mgr import assign_lids
+from .mad_queue import MadQueue
+from .routing import compute
+from .subnet import NO_PATH, Node, Physp, Subnet
+
+PORT_INIT, PORT_ARMED, PORT_ACTIVE = 2, 3, 4
+PACKET_LIFE_TIME = 0x12          # opensm's default packet_life_time
+LFT_BLOCK = 64
+
+
+class HeavySweep:
+    def __init__(self, q: MadQueue, log: L.Log, engine: str = "minhop", roots=None,
+                 g2l: Guid2Lid | None = None, lmc: int = 0, previous: dict[int, bytes] | None = None):
+        self.q = q
+        self.log = log
+        self.engine = engine
+        self.roots = set(roots or ())
+        self.g2l = g2l if g2l is not None else Guid2Lid()
+        self.lmc = lmc
+        self.previous = previous or {}      # switch GUID -> LFT this SM programmed before
+        self.disc = Discovery(q, log)
+        self.subnet: Subnet = self.disc.subnet
+        self.lfts: dict[Node, bytearray] = {}
+        self.engine_used = ""
+        self.phase = "init"
+        self.done = False
+        self.failed = 0
+        self.times: dict[str, float] = {}
+        self._phases = [self._lids, self._route, self._arm, self._activate, self._up]
+
+    # -- driving ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.times["start"] = time.monotonic()
+        self.phase = "discovering"
+        self.disc.start()
+
+    def poll(self) -> None:
+        """Called when the queue is idle: start the next phase (which may submit nothing)."""
+        while self.q.idle and not self.done and self._phases:
+            self.times[self.phase] = time.monotonic()
+            self._phases.pop(0)()
+
+    # -- phases ----------------------------------------------------------------------------
+    def _set(self, node: Node, attr: int, mod: int, data: bytes, what: str) -> None:
+        def cb(r, what=what):
+            if r is None:
+                self.failed += 1
+                self.log.error(f"{what}: timeout")
+            elif dr_status(r):
+                self.failed += 1
+                self.log.error(f"{what}: MAD status {dr_status(r):#x}")
+        self.q.submit(build_dr_smp(Method.SET, attr, node.dr_path, mod, data), cb)
+
+    def _lids(self) -> None:
+        sub = self.subnet
+        self.log.verbose(f"discovered {len(sub.nodes)} nodes, "
+                         f"{sum(1 for n in sub.nodes.values() if n.is_switch)} switches")
+        if sub.sm_node is None:
+            raise RuntimeError("discovery found no SM node")
+        self.phase = "lids"
+        assign_lids(sub, self.g2l, self.lmc)
+        sm_lid = sub.ports[sub.sm_port_guid].lid
+        self.sm_lid = sm_lid
+        for p in sub.end_ports():
+            if not p.port_info:
+                continue
+            pi = PORT_INFO.decode(p.port_info)
+            if pi["Lid"] == p.lid and pi["SMLid"] == sm_lid and pi["LMC"] == p.lmc:
+                continue
+            data = bytearray(p.port_info)
+            PORT_INFO.encode_into(data, 0, Lid=p.lid, SMLid=sm_lid, LMC=p.lmc, LinkState=0,
+                                  PhysLinkState=0)
+            p.port_info = bytes(data)
+            self._set(p.node, SmpAttr.PORT_INFO, p.num, bytes(data),
+                      f"PortInfo Set LID {p.lid} on 0x{p.guid:016x}")
+
+    def _route(self) -> None:
+        self.phase = "routing"
+        sub = self.subnet
+        existing = {sw: self.previous[sw.guid] for sw in sub.switches() if sw.guid in self.previous}
+        self.engine_used, self.lfts = compute(sub, self.engine, self.roots, existing or None)
+        if self.engine_used != self.engine:
+            self.log.info(f"{self.engine}: cannot route this subnet, falling back to minhop")
+        self.log.info(f"{self.engine_used} tables configured on all switches")
+        self.times["routed"] = time.monotonic()
+        max_lid = sub.max_lid()
+        for sw in sub.switches():
+            si = bytearray(sw.switch_info or bytes(SWITCH_INFO.size))
+            cur = SWITCH_INFO.decode(si)
+            if cur["LinearFdbTop"] != max_lid or cur["LifeTime"] != PACKET_LIFE_TIME or cur["StateChange"]:
+                SWITCH_INFO.encode_into(si, 0, LinearFdbTop=max_lid, LifeTime=PACKET_LIFE_TIME)
+                self._set(sw, SmpAttr.SWITCH_INFO, 0, bytes(si), f"SwitchInfo Set on 0x{sw.guid:016x}")
+        nblocks = max_lid // LFT_BLOCK + 1
+        for b in range(nblocks):
+            for sw in sub.switches():
+                new = self.lfts[sw]
+                blk = bytes(new[b * LFT_BLOCK:(b + 1) * LFT_BLOCK]).ljust(LFT_BLOCK, bytes([NO_PATH]))
+                old = self.previous.get(sw.guid)
+                if old is not None and bytes(old[b * LFT_BLOCK:(b + 1) * LFT_BLOCK]).ljust(
+                        LFT_BLOCK, bytes([NO_PATH])) == blk:
+                    continue
+                self._set(sw, SmpAttr.LINEAR_FWD_TABLE, b, blk, f"LFT block {b} Set on 0x{sw.guid:016x}")
+
+    def _linked_ports(self):
+        for node in self.subnet.nodes.values():
+            for num, p in node.ports.items():
+                if num and p.remote is not None and p.port_info:
+                    yield p
+
+    def _port_state(self, p: Physp, state: int) -> None:
+        data = bytearray(p.port_info)
+        PORT_INFO.encode_into(data, 0, LinkState=state, PhysLinkState=0)
+        if not (p.node.is_switch and p.num):
+            PORT_INFO.encode_into(data, 0, Lid=p.lid, SMLid=self.sm_lid, LMC=p.lmc)
+
+        def cb(r, p=p):
+            if r is None or dr_status(r):
+                self.failed += 1
+                self.log.error(f"PortInfo Set state {state} on 0x{p.node.guid:016x} port {p.num} failed")
+                return
+            p.port_info = bytes(smp_data(r)[:PORT_INFO.size])
+            p.state = PORT_INFO.get(p.port_info, "LinkState")
+        self.q.submit(build_dr_smp(Method.SET, SmpAttr.PORT_INFO, p.node.dr_path, p.num, bytes(data)), cb)
+
+    def _arm(self) -> None:
+        self.phase = "arming"
+        for p in self._linked_ports():
+            if p.state == PORT_INIT:
+                self._port_state(p, PORT_ARMED)
+
+    def _activate(self) -> None:
+        self.phase = "activating"
+        for p in self._linked_ports():
+            if p.state == PORT_ARMED:
+                self._port_state(p, PORT_ACTIVE)
+
+    def _up(self) -> None:
+        self.phase = "up"
+        self.done = True
+        self.times["up"] = time.monotonic()
+
+    # -- results ---------------------------------------------------------------------------
+    def lft_dump(self) -> str:
+        return lft_dump.dumps(self.subnet, self.lfts)
+
+    def programmed(self) -> dict[int, bytes]:
+        return {sw.guid: bytes(lft) for sw, lft in self.lfts.items()}

@@ -1,0 +1,154 @@
+"""The SM's MAD transport: an ibsim client (what libumad2sim does for opensm), and the driver loop.
+
+``IbsimPort`` speaks ibsim's client protocol (softrdma.wire.ibsim): it binds
+``@<base>:ctl<pid>`` and ``@<base>:in<pid>`` (abstract AF_UNIX names with the
+trailing NUL), sends CONNECT with issm set to ``@<base>:ctl`` (so ibsim
+hands it unsolicited QP0 MADs, as to an SM), and exchanges one
+``sim_request`` datagram per MAD with ``@<base>:out<client index>``.  With
+``IBSIM_SERVER_NAME``/``IBSIM_SERVER_PORT`` set it uses ibsim's UDP remote
+mode instead (ctl on PORT, data on PORT+1+index).  ``IBSIM_SOCKNAME`` and
+``SIM_HOST`` mean what they mean to umad2sim.  Works against the real ibsim
+and against ``softrdma fabric serve``.
+
+``drive(queue, sm, port, window, timeout)`` runs a sans-IO SM state machine
+to completion: keeps up to ``window`` MADs in flight, matches answers,
+expires and re-sends late ones.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+
+from ..wire import ibsim
+from ..wire.errors import WireError
+from .mad_queue import MadQueue
+
+QP0 = 0
+
+
+class TransportError(Exception):
+    pass
+
+
+class IbsimPort:
+    def __init__(self, sockname: str | None = None, node: str | None = None, issm: bool = True,
+                 server: str | None = None, server_port: int | None = None, timeout: float = 3.0):
+        env = os.environ
+        self.base = sockname or env.get("IBSIM_SOCKNAME") or ibsim.SIM_BASENAME
+        self.node = node if node is not None else env.get("SIM_HOST", "")
+        server = server or env.get("IBSIM_SERVER_NAME")
+        self.remote = bool(server)
+        pid = os.getpid()
+        try:
+            if self.remote:
+                port = int(server_port or env.get("IBSIM_SERVER_PORT") or ibsim.IBSIM_DEFAULT_SERVER_PORT)
+                self.ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                self.ctl.bind(("", 0))
+                self.ctl.connect((server, port))
+                self.data = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                self.data.bind(("", 0))
+                me = self.data.getsockname()[1]
+            else:
+                self.ctl = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self.ctl.bind(ibsim.abstract_name(self.base, f"ctl{pid}"))
+                self.ctl.connect(ibsim.abstract_name(self.base, "ctl"))
+                self.data = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self.data.bind(ibsim.abstract_name(self.base, f"in{pid}"))
+                me = pid
+        except OSError as e:
+            where = f"{server}" if self.remote else f"@{self.base}:ctl"
+            raise TransportError(f"cannot reach the ibsim server at {where}: {e.strerror or e}") from None
+        self.ctl.settimeout(timeout)
+        reply = self._ctl(ibsim.SimCtlType.CONNECT,
+                          ibsim.build_client_info(me, 0, 1 if issm else 0, self.node))
+        info = ibsim.parse_client_info(reply.data)
+        self.client = info.id
+        self.attached = info.nodeid
+        if self.remote:
+            self.data.connect((server, port + 1 + self.client))
+        else:
+            self.data.connect(ibsim.abstract_name(self.base, f"out{self.client}"))
+        self.data.setblocking(False)
+
+    def _ctl(self, type_: int, data=b"") -> ibsim.SimCtl:
+        try:
+            self.ctl.send(ibsim.build_ctl(type_, data, getattr(self, "client", 0)))
+            reply = ibsim.parse_ctl(self.ctl.recv(4096))
+        except (OSError, WireError) as e:
+            raise TransportError(f"ibsim control request {ibsim.SimCtlType(type_).name} failed: {e}") from None
+        if reply.type == ibsim.SimCtlType.ERROR:
+            raise TransportError(f"ibsim refused {ibsim.SimCtlType(type_).name}"
+                                 + (" (an SM is already attached to that node?)"
+                                    if type_ == ibsim.SimCtlType.CONNECT else ""))
+        return reply
+
+    def fileno(self) -> int:
+        return self.data.fileno()
+
+    def send(self, mad: bytes, dlid: int = 0xFFFF) -> None:
+        # a directed-route SMP leaves with the permissive SLID as well (umad2sim does so):
+        # with SLID 0 ibsim would LID-route the answer to the SM port, LID 0 before the sweep
+        self.data.send(ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, QP0, QP0, mad))
+
+    def recv_all(self) -> list[tuple[int, bytes]]:
+        """(status, MAD) of every datagram waiting."""
+        out = []
+        while True:
+            try:
+                buf = self.data.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return out
+            try:
+                req = ibsim.parse_request(buf)
+            except WireError:
+                continue
+            out.append((req.status, req.mad[:256]))
+
+    def close(self) -> None:
+        try:
+            self.ctl.send(ibsim.build_ctl(ibsim.SimCtlType.DISCONNECT, b"", self.client))
+        except OSError:
+            pass
+        self.ctl.close()
+        self.data.close()
+
+
+def drive(q: MadQueue, sm, port: IbsimPort, window: int = 32, timeout: float = 0.2,
+          on_unsolicited=None, deadline: float | None = None) -> None:
+    """Run ``sm`` (with ``start``, ``poll``, ``done``) over ``port`` until done."""
+    sent_at: dict[int, float] = {}
+    sm.start()
+    sm.poll()
+    while not sm.done:
+        for tid, mad in q.take(window):
+            sent_at[tid] = time.monotonic()
+            try:
+                port.send(mad)
+            except BlockingIOError:
+                select.select([], [port.fileno()], [], timeout)
+                port.send(mad)
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
+            raise TransportError("sweep did not finish in time")
+        wait = min((t + timeout for t in sent_at.values()), default=now + timeout) - now
+        r, _, _ = select.select([port], [], [], max(0.0, wait))
+        if r:
+            for status, mad in port.recv_all():
+                if status:
+                    # ibsim could not deliver it (ETIMEDOUT): let the timer re-send it
+                    continue
+                if mad[3] & 0x80:                       # a response (GetResp)
+                    tid = int.from_bytes(mad[8:16], "big") & 0xFFFFFFFF
+                    sent_at.pop(tid, None)
+                    q.deliver(mad)
+                elif on_unsolicited is not None:
+                    on_unsolicited(mad)
+        now = time.monotonic()
+        for tid in [t for t, s in sent_at.items() if now - s >= timeout]:
+            del sent_at[tid]
+            q.expire(tid)
+        if q.idle:
+            sm.poll()
