@@ -10,7 +10,8 @@ Order and rules as opensm on an LMC-0 subnet:
 
 So a fresh subnet numbers the SM port 1 and then the ports in GUID-key
 order, and a re-sweep keeps every LID.  Each decision is written back to
-the guid2lid records (insertion order is what opensm's file order follows).
+the guid2lid records, in processing order (opensm's file order follows the
+insertion order; records of absent ports are kept, after the present ones).
 Switch port 0 gets one LID whatever the LMC (no enhanced port 0 here).
 """
 
@@ -65,4 +66,9 @@ def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0) -> list[Physp]:
         p.lid = lid
         p.lmc = 0 if p.node.is_switch else lmc
         g2l.set(p.guid, lid, lid + n - 1)
+    # opensm rebuilds the table at every master sweep: a restored file comes out in the
+    # same order as a fresh one (checked with two opensm runs on one cache)
+    present = {p.guid for p in order}
+    g2l.map = {**{p.guid: g2l.map[p.guid] for p in order},
+               **{g: v for g, v in g2l.map.items() if g not in present}}
     return changed

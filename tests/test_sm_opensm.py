@@ -1,0 +1,173 @@
+"""End to end: `softrdma opensm` sweeps a real ibsim fabric (and softrdma's own fabric server),
+then the real infiniband-diags read back what it programmed.
+
+The LIDs (ibnetdiscover) and every switch's LFT (ibroute) must equal what
+the real opensm 3.3.23 programmed on the same topology (tests/data/opensm),
+and the SM's own opensm-lfts.dump and guid2lid files must be byte for byte
+opensm's.  Needs opensm, ibsim-utils and infiniband-diags: skipped when they
+are missing, except in CI (CI=true), where that is a failure.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sm_helpers import SIMSO, fixture, have_ibsim, need_ibsim
+from softrdma.sm import lft_dump
+
+pytestmark = need_ibsim()
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+_seq = [0]
+
+
+def _base():
+    _seq[0] += 1
+    return f"smt{os.getpid()}n{_seq[0]}"
+
+
+def _env(base, tmp, **extra):
+    env = dict(os.environ, IBSIM_SOCKNAME=base, PYTHONPATH=SRC, OSM_CACHE_DIR=str(tmp),
+               OSM_TMP_DIR=str(tmp))
+    env.pop("LD_PRELOAD", None)
+    env.pop("SIM_HOST", None)
+    env.update(extra)
+    return env
+
+
+def _wait_bound(base, timeout=10.0):
+    want = f"@{base}:ctl".encode()
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with open("/proc/net/unix", "rb") as f:
+            if want in f.read():        # shown as @<base>:ctl@ (the name ends in a NUL)
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing bound {want!r}")
+
+
+@pytest.fixture
+def fabric(tmp_path, request):
+    """(base, tmp, topo) with a fabric server running topo; param: (topo, server)."""
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing (CI=true)")
+    topo, server = request.param
+    net = tmp_path / f"{topo}.net"
+    net.write_text(fixture(topo + ".net.xz"))
+    (tmp_path / "roots").write_text(fixture(topo + ".roots"))
+    base = _base()
+    if server == "ibsim":
+        cmd = ["ibsim", "-s", "-n", str(net)]
+    else:
+        cmd = [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(base, tmp_path), stdin=subprocess.DEVNULL,
+                            stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        _wait_bound(base)
+        yield base, tmp_path, topo
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _opensm(base, tmp, *args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "softrdma", "opensm", *args], cwd=tmp,
+                          env=_env(base, tmp), capture_output=True, text=True, timeout=timeout)
+
+
+def _diag(base, tmp, *cmd):
+    r = subprocess.run(list(cmd), cwd=tmp, env=_env(base, tmp, LD_PRELOAD=SIMSO),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _check_against_opensm(base, tmp, topo, engine):
+    """The diags see opensm's LIDs and LFTs; the SM's dump files are opensm's."""
+    assert (tmp / "opensm-lfts.dump").read_text() == fixture(f"{topo}.{engine}.lfts.xz")
+    assert (tmp / "guid2lid").read_text() == fixture(f"{topo}.{engine}.guid2lid.xz")
+    want = lft_dump.loads(fixture(f"{topo}.{engine}.lfts.xz"))
+    g2l = {int(g, 16): int(lo, 16) for g, lo, _ in
+           (ln.split() for ln in fixture(f"{topo}.{engine}.guid2lid.xz").splitlines() if ln.strip())}
+    net = _diag(base, tmp, "ibnetdiscover")
+    seen = {}
+    for m in re.finditer(r'^\[\d+\]\s+"[SH]-[0-9a-f]+"\[\d+\]\((\w+)\)\s+#\s+"[^"]*"\s+lid (\d+)', net, re.M):
+        seen[int(m.group(1), 16)] = int(m.group(2))
+    for m in re.finditer(r'^Switch\s+\d+\s+"S-([0-9a-f]+)".*base port 0 lid (\d+)', net, re.M):
+        seen[int(m.group(1), 16)] = int(m.group(2))
+    assert seen == g2l
+    for sw_guid, table in want.items():
+        out = _diag(base, tmp, "ibroute", str(g2l[sw_guid]))
+        got = {int(m.group(1), 16): int(m.group(2))
+               for m in re.finditer(r"^(0x[0-9a-f]+) (\d+) ", out, re.M)}
+        assert got == table, f"switch 0x{sw_guid:016x}"
+
+
+@pytest.mark.parametrize("fabric", [("ft2_324", "ibsim")], indirect=True)
+def test_updn_on_ibsim_as_opensm(fabric):
+    base, tmp, topo = fabric
+    r = _opensm(base, tmp, "-o", "-R", "updn", "-a", str(tmp / "roots"), "-D", "0x43",
+                "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUBNET UP" in r.stdout
+    log = (tmp / "osm.log").read_text()
+    assert "SUBNET UP" in log and "updn tables configured on all switches" in log
+    _check_against_opensm(base, tmp, topo, "updn")
+
+
+@pytest.mark.parametrize("fabric", [("ft2_64", "ibsim")], indirect=True)
+def test_minhop_then_resweep_keeps_everything(fabric):
+    base, tmp, topo = fabric
+    args = ["-o", "-D", "0x43", "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log")]
+    r = _opensm(base, tmp, *args)
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "minhop")
+    # a second SM run finds LIDs programmed and a guid2lid: nothing changes
+    r = _opensm(base, tmp, *args)
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "minhop")
+
+
+@pytest.mark.parametrize("fabric", [("ft2_64", "softrdma")], indirect=True)
+def test_updn_on_softrdma_fabric_server(fabric):
+    base, tmp, topo = fabric
+    r = _opensm(base, tmp, "-o", "-R", "updn", "-a", str(tmp / "roots"), "-D", "0x43",
+                "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "updn")
+
+
+def test_no_fabric_is_a_clear_error(tmp_path):
+    r = _opensm(_base(), tmp_path, "-o", "-f", str(tmp_path / "osm.log"), timeout=30)
+    assert r.returncode == 1
+    assert "cannot reach the ibsim server" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["-R", "lash"], "unsupported routing engine 'lash'"),
+    (["-R", "updn,minhop"], "routing engine chains"),
+    (["-l", "1"], "LMC 1 is not supported"),
+    (["-u", "cns"], "cn_guid_file is not supported"),
+    (["-d", "3"], "-d 3 is not supported"),
+    (["-p", "16"], "priority must be 0..15"),
+    (["-s", "x"], "invalid number"),
+])
+def test_bad_options_fail_like_argparse(tmp_path, args, msg):
+    r = _opensm(_base(), tmp_path, *args, timeout=30)
+    assert r.returncode == 2
+    assert msg in r.stderr and "usage:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_config_file_round_trip(tmp_path):
+    conf = tmp_path / "opensm.conf"
+    r = _opensm(_base(), tmp_path, "-R", "updn", "-s", "5", "-c", str(conf), timeout=30)
+    assert r.returncode == 0, r.stderr
+    text = conf.read_text()
+    assert "routing_engine updn" in text and "sweep_interval 5" in text
+    conf.write_text(text + "qos TRUE\n")
+    r = _opensm(_base(), tmp_path, "-F", str(conf), "-o", timeout=30)
+    assert r.returncode == 2 and "unsupported option 'qos'" in r.stderr
