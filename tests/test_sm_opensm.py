@@ -107,16 +107,17 @@ def _check_against_opensm(base, tmp, topo, engine):
         assert got == table, f"switch 0x{sw_guid:016x}"
 
 
+@pytest.mark.parametrize("engine", ["updn", "ftree"])
 @pytest.mark.parametrize("fabric", [("ft2_324", "ibsim")], indirect=True)
-def test_updn_on_ibsim_as_opensm(fabric):
+def test_on_ibsim_as_opensm(fabric, engine):
     base, tmp, topo = fabric
-    r = _opensm(base, tmp, "-o", "-R", "updn", "-a", str(tmp / "roots"), "-D", "0x43",
+    r = _opensm(base, tmp, "-o", "-R", engine, "-a", str(tmp / "roots"), "-D", "0x43",
                 "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUBNET UP" in r.stdout
     log = (tmp / "osm.log").read_text()
-    assert "SUBNET UP" in log and "updn tables configured on all switches" in log
-    _check_against_opensm(base, tmp, topo, "updn")
+    assert "SUBNET UP" in log and f"{engine} tables configured on all switches" in log
+    _check_against_opensm(base, tmp, topo, engine)
 
 
 @pytest.mark.parametrize("fabric", [("ft2_64", "ibsim")], indirect=True)

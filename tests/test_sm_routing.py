@@ -4,7 +4,7 @@ The fixtures (tests/data/opensm, see its README) are opensm 3.3.23's
 opensm-lfts.dump and guid2lid after one heavy sweep of a fresh ibsim fabric.
 The subnet is built straight from the same .net (tests/sm_helpers.load_net),
 as discovery would find it; LIDs, LFTs and the guid2lid file must come out
-byte for byte the same for minhop and updn.  ftree: see test_ftree_*.
+byte for byte the same, for minhop, updn and ftree alike.
 """
 
 import pytest
@@ -13,7 +13,7 @@ from sm_helpers import fixture, load_net, roots
 from softrdma.sm import checks, lft_dump
 from softrdma.sm.guid2lid import Guid2Lid
 from softrdma.sm.lid_mgr import assign_lids
-from softrdma.sm.routing import compute, updn
+from softrdma.sm.routing import compute
 
 TOPOS = ["ft2_64", "ft2_324", "ft3_648"]
 
@@ -32,7 +32,7 @@ def test_lids_and_guid2lid_as_opensm(topo):
     assert s.ports[s.sm_port_guid].lid == 1
 
 
-@pytest.mark.parametrize("engine", ["minhop", "updn"])
+@pytest.mark.parametrize("engine", ["minhop", "updn", "ftree"])
 @pytest.mark.parametrize("topo", TOPOS)
 def test_lfts_identical_to_opensm(topo, engine):
     s, _ = build(topo)
@@ -41,12 +41,45 @@ def test_lfts_identical_to_opensm(topo, engine):
     assert lft_dump.dumps(s, lfts) == fixture(f"{topo}.{engine}.lfts.xz")
 
 
+@pytest.mark.parametrize("engine", ["updn", "ftree"])
 @pytest.mark.parametrize("topo", ["ft2_324", "ft3_648"])
-def test_updn_reaches_all_and_is_deadlock_free(topo):
+def test_reaches_all_and_is_deadlock_free(topo, engine):
     s, _ = build(topo)
-    lfts = updn.route(s, roots(topo))
+    used, lfts = compute(s, engine, roots(topo))
+    assert used == engine
     assert checks.unreachable(s, lfts) == []
     assert checks.credit_loop(s, lfts) is None
+
+
+@pytest.mark.parametrize("topo", ["ft2_324", "ft3_648"])
+def test_ftree_finds_the_roots_itself(topo):
+    # without -a, ftree ranks from the CAs up: same tree, every CA pair routed, no credit loop,
+    # and the worst link carries no more routes than opensm's own (rooted) ftree
+    s, _ = build(topo)
+    used, lfts = compute(s, "ftree", set())
+    assert used == "ftree"
+    assert checks.unreachable(s, lfts) == []
+    assert checks.credit_loop(s, lfts) is None
+    ref = {}
+    for guid, table in lft_dump.loads(fixture(f"{topo}.ftree.lfts.xz")).items():
+        lft = bytearray([0xFF]) * (max(table) + 1)
+        for lid, port in table.items():
+            lft[lid] = port
+        ref[s.nodes[guid]] = lft
+    assert max(checks.link_loads(s, lfts).values()) <= max(checks.link_loads(s, ref).values())
+
+
+def test_ftree_on_a_single_switch_falls_back_to_minhop():
+    s, _ = build("ft2_64")
+    # cut the spines away: four separate leaves are no fat tree
+    for sw in s.switches():
+        if sw.desc.startswith("spine"):
+            for p in sw.ports.values():
+                if p.remote is not None:
+                    p.remote.remote = None
+                    p.remote = None
+    used, _ = compute(s, "ftree", roots("ft2_64"))
+    assert used == "minhop"
 
 
 def test_lid_manager_keeps_lids_on_resweep():

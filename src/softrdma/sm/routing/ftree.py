@@ -1,0 +1,434 @@
+"""ftree: fat-tree routing (osm_ucast_ftree.c), with opensm's indexing and load counters.
+
+The fabric is ranked (BFS from the root GUIDs when given, else from the
+leaves up), every switch's links are grouped by remote node into DOWN, UP
+and SIBLING port groups, and switches get *tuples* by a BFS from the first
+leaf in GUID order (the groups of non-leaf switches are sorted by the remote
+tuple).  Then, leaf by leaf in tuple order and CA by CA in port order:
+
+* the leaf routes the CA's LID out of its port, and "goes up": the least
+  loaded UP group (fewest down-going routes, then the less loaded remote,
+  then the bigger remote port GUID; a bubble sort as opensm's, whose
+  tie-breaks matter) and in it the least loaded port carries the main path;
+  the other UP groups get secondary paths (first least loaded port, no
+  counting);
+* every switch reached "goes down" through all its DOWN groups but the one
+  it came from, to set the up-going routes of the switches below (least
+  loaded port by up-going count).
+
+Leaves with fewer CAs than the fullest leaf route dummy CAs (counters only).
+Switch LIDs are routed last as secondary paths.  Reverse hops, I/O nodes
+and compute-node files are not implemented (opensm's defaults: none).
+Not a fat tree (no CA, CAs on different ranks, ...) → ``RoutingError`` and
+opensm's minhop fallback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+
+from . import RoutingError
+from ..subnet import NO_PATH, Node, Subnet, net_key
+
+TUPLE_LEN = 8
+DOWN, SAME, UP = -1, 0, 1
+
+
+class _Port:
+    __slots__ = ("num", "remote_num", "counter_up", "counter_down")
+
+    def __init__(self, num, remote_num):
+        self.num, self.remote_num = num, remote_num
+        self.counter_up = self.counter_down = 0
+
+
+class _Group:
+    __slots__ = ("base_lid", "remote_base_lid", "remote_key", "owner", "remote", "remote_is_sw",
+                 "ports", "counter_up", "counter_down")
+
+    def __init__(self, base_lid, remote_base_lid, remote_port_guid, owner, remote, remote_is_sw):
+        self.base_lid, self.remote_base_lid = base_lid, remote_base_lid
+        self.remote_key = net_key(remote_port_guid)     # opensm compares the net-order GUID
+        self.owner, self.remote, self.remote_is_sw = owner, remote, remote_is_sw
+        self.ports: list[_Port] = []
+        self.counter_up = self.counter_down = 0
+
+    def add_port(self, num, remote_num):
+        if all(p.num != num for p in self.ports):
+            self.ports.append(_Port(num, remote_num))
+
+
+class _Sw:
+    def __init__(self, node: Node, max_lid: int):
+        self.node = node
+        self.rank = 0xFFFFFFFF
+        self.tuple = (0xFF,) * TUPLE_LEN
+        self.base_lid = node.base_lid()
+        self.groups = {DOWN: [], SAME: [], UP: []}
+        self.is_leaf = False
+        self.down_idx = 0
+        self.hops = bytearray([NO_PATH]) * (max_lid + 1)
+        self.lft = bytearray([NO_PATH]) * (max_lid + 1)
+        self.min_counter_down = 0
+        self.counter_up_changed = False
+
+    def add_port(self, num, rnum, rlid, rguid, remote, remote_is_sw, direction):
+        groups = self.groups[direction]
+        for g in groups:
+            if g.remote_base_lid == rlid:
+                break
+        else:
+            g = _Group(self.base_lid, rlid, rguid, self, remote, remote_is_sw)
+            groups.append(g)
+        g.add_port(num, rnum)
+
+
+class _Hca:
+    def __init__(self, node: Node):
+        self.node = node
+        self.up: list[_Group] = []
+        self.cn_num = 0
+
+
+class FatTree:
+    def __init__(self, subnet: Subnet, roots: set[int]):
+        self.subnet = subnet
+        self.roots = roots
+        self.max_lid = subnet.max_lid()
+        self.sws = {n: _Sw(n, self.max_lid) for n in subnet.switches()}
+        self.hcas = {n: _Hca(n) for n in sorted((n for n in subnet.nodes.values() if n.type == 1),
+                                                key=lambda n: net_key(n.guid))}
+        self.by_tuple: dict[tuple, _Sw] = {}
+        self.leaf_rank = 0
+        self.leaves: list[_Sw] = []
+        self.max_cn_per_leaf = 0
+
+    # -- construction (construct_fabric) --------------------------------------------------
+    def build(self) -> None:
+        if len(self.sws) < 2 or len(self.hcas) < 2:
+            raise RoutingError("not a fat tree: fewer than 2 switches or 2 CAs")
+        self._rank()
+        self._ports()
+        if not any(h.cn_num for h in self.hcas.values()):
+            raise RoutingError("no compute nodes")
+        self._leaf_rank()
+        if not 2 <= self.leaf_rank + 1 <= 8:
+            raise RoutingError(f"fabric rank {self.leaf_rank + 1} (should be 2..8)")
+        for h in self.hcas.values():
+            for g in h.up:
+                sw = g.remote
+                if not sw.is_leaf:
+                    sw.is_leaf = True
+                    if sw.rank != self.leaf_rank:
+                        raise RoutingError("CAs hang off switches of different ranks")
+        self._index()
+        at_leaf = sorted((s for s in self.sws.values() if s.rank == self.leaf_rank),
+                         key=lambda s: s.tuple)
+        idx = [i for i, s in enumerate(at_leaf) if s.is_leaf]
+        if len(idx) < 2:
+            raise RoutingError("fewer than two leaf switches")
+        self.leaves = at_leaf[idx[0]:idx[-1] + 1]
+        for sw in self.leaves:
+            n = sum(g.remote.cn_num for g in sw.groups[DOWN] if not g.remote_is_sw)
+            self.max_cn_per_leaf = max(self.max_cn_per_leaf, n)
+        if not self.roots:
+            self._validate()
+
+    def _sw_links(self, node: Node):
+        for n in range(1, node.num_ports + 1):
+            ph = node.ports.get(n)
+            if ph is not None and ph.remote is not None and ph.healthy():
+                yield n, ph, ph.remote
+
+    def _rank(self) -> None:
+        q = deque()
+        if self.roots:
+            for guid in self.roots:
+                node = self.subnet.nodes.get(guid)
+                if node is not None and node in self.sws:
+                    self.sws[node].rank = 0
+                    q.append(self.sws[node])
+            if not q:
+                raise RoutingError("no valid roots supplied")
+        else:
+            for h in self.hcas.values():
+                for n, ph in sorted(h.node.ports.items()):
+                    r = ph.remote
+                    if r is None:
+                        continue
+                    if r.node.type == 1:
+                        raise RoutingError("CA connected directly to another CA")
+                    if r.node.is_switch:
+                        sw = self.sws[r.node]
+                        if sw.rank == 0xFFFFFFFF or sw.rank > 0:
+                            sw.rank = 0
+                            q.append(sw)
+        max_rank = 0
+        while q:
+            sw = q.popleft()
+            for _, _, r in self._sw_links(sw.node):
+                if r.node.is_switch:
+                    rs = self.sws[r.node]
+                    if rs.rank == 0xFFFFFFFF or rs.rank > sw.rank + 1:
+                        rs.rank = sw.rank + 1
+                        max_rank = rs.rank
+                        q.append(rs)
+        self.max_rank = max_rank
+        if not self.roots:
+            for sw in self.sws.values():
+                sw.rank = max_rank - sw.rank
+
+    def _ports(self) -> None:
+        for h in self.hcas.values():
+            for n, ph in sorted(h.node.ports.items()):
+                r = ph.remote
+                if r is None or not ph.healthy() or not r.node.is_switch:
+                    continue
+                h.cn_num += 1           # no cn_guid_file: every CA port is a compute node
+                rsw = self.sws[r.node]
+                for g in h.up:
+                    if g.remote_base_lid == rsw.base_lid:
+                        break
+                else:
+                    g = _Group(ph.lid, rsw.base_lid, r.guid, h, rsw, True)
+                    h.up.append(g)
+                g.add_port(n, r.num)
+        for sw in self.sws.values():
+            for n, ph, r in self._sw_links(sw.node):
+                if r.node is sw.node:
+                    continue
+                if r.node.is_switch:
+                    rs = self.sws[r.node]
+                    d = UP if sw.rank > rs.rank else SAME if sw.rank == rs.rank else DOWN
+                    sw.add_port(n, r.num, rs.base_lid, r.guid, rs, True, d)
+                elif r.node.type == 1:
+                    sw.add_port(n, r.num, r.lid, r.guid, self.hcas[r.node], False, DOWN)
+
+    def _leaf_rank(self) -> None:
+        if not self.roots:
+            self.leaf_rank = self.max_rank
+            return
+        for h in self.hcas.values():
+            if h.cn_num:
+                self.leaf_rank = h.up[0].remote.rank
+                return
+
+    def _new_tuple(self, frm: tuple, direction: int) -> tuple:
+        t = list(frm)
+        if direction == DOWN:
+            t[0] += 1
+            var = frm[0] + 1
+        else:
+            t[0] -= 1
+            var = frm[0]
+        for i in range(0xFF):
+            t[var] = i
+            if tuple(t) not in self.by_tuple:
+                return tuple(t)
+        return (0xFF,) * TUPLE_LEN
+
+    def _assign(self, sw: _Sw, t: tuple) -> None:
+        sw.tuple = t
+        self.by_tuple[t] = sw
+
+    def _index(self) -> None:
+        start = next(s for s in self.sws.values() if s.is_leaf)
+        first = [0xFF] * TUPLE_LEN
+        first[0] = start.rank
+        for i in range(1, start.rank + 1):
+            first[i] = 0
+        self._assign(start, tuple(first))
+        q = deque([start])
+        while q:
+            sw = q.popleft()
+            if sw.rank < self.leaf_rank:
+                for g in sw.groups[DOWN]:
+                    if not g.remote_is_sw or g.remote.tuple[0] != 0xFF:
+                        continue
+                    self._assign(g.remote, self._new_tuple(sw.tuple, DOWN))
+                    q.append(g.remote)
+                sw.groups[DOWN].sort(key=lambda g: g.remote.tuple if g.remote_is_sw else (0xFF,) * 8)
+            if sw.rank != 0:
+                for g in sw.groups[UP]:
+                    if g.remote.tuple[0] != 0xFF:
+                        continue
+                    self._assign(g.remote, self._new_tuple(sw.tuple, UP))
+                    q.append(g.remote)
+                sw.groups[UP].sort(key=lambda g: g.remote.tuple)
+
+    def _validate(self) -> None:
+        ref: dict[int, _Sw] = {}
+        top = self.leaf_rank
+        for sw in self.sws.values():
+            r = ref.setdefault(sw.rank, sw)
+            if r is sw:
+                continue
+            if len(r.groups[UP]) != len(sw.groups[UP]) or \
+                    (sw.rank != top and len(r.groups[DOWN]) != len(sw.groups[DOWN])):
+                raise RoutingError("not a fat tree: switches of one rank differ")
+
+    # -- routing (do_routing) --------------------------------------------------------------
+    @staticmethod
+    def _sort_up(groups: list[_Group]) -> None:
+        if not groups or not groups[0].owner.counter_up_changed:
+            return
+        _bubble(groups, lambda a, b: a.counter_up < b.counter_up)
+        groups[0].owner.counter_up_changed = False
+
+    @staticmethod
+    def _less_down(p1: _Group, p2: _Group) -> bool:
+        """port_group_compare_load_down(p1, p2) < 0, with its uint32-in-int arithmetic."""
+        t = _i32(p1.counter_down - p2.counter_down)
+        if t > 0:
+            return False
+        if t < 0:
+            return True
+        t = _i32(p1.remote.min_counter_down - p2.remote.min_counter_down)
+        if t > 0:
+            return False
+        return not p1.remote_key > p2.remote_key
+
+    def _up_by_down(self, sw: _Sw, prev: _Sw | None, lid: int, real: bool, main: bool,
+                    is_sw: bool, hops: int) -> bool:
+        down = sw.groups[DOWN]
+        if not down:
+            return False
+        self._sort_up(down)
+        sibs = sw.groups[SAME]
+        if sibs:
+            _bubble(sibs, lambda a, b: a.counter_up < b.counter_up)
+        created = False
+        n = len(down) + (len(sibs) if real else 0)
+        for k in range(n):
+            g = down[k] if k < len(down) else sibs[k - len(down)]
+            if not g.remote_is_sw:
+                created = True
+                continue
+            if prev is not None and g.remote_base_lid == prev.base_lid:
+                continue
+            pmin = None
+            for p in g.ports:
+                if pmin is None or p.counter_up < pmin.counter_up:
+                    pmin = p
+            rsw = g.remote
+            least = rsw.hops[lid]
+            if least != NO_PATH and hops + 1 >= least:
+                continue
+            if real:
+                rsw.lft[lid] = pmin.remote_num
+                rsw.hops[lid] = hops + 1
+            routed = self._up_by_down(rsw, None, lid, real, main, is_sw, hops + 1)
+            created |= routed
+            if routed:
+                pmin.counter_up += 1
+                g.counter_up += 1
+                sw.counter_up_changed = True
+        if created:
+            sw.down_idx = (sw.down_idx + 1) % len(down)
+        return created
+
+    def _down_by_up(self, sw: _Sw, prev: _Sw | None, lid: int, real: bool, main: bool,
+                    is_sw: bool, hops: int) -> bool:
+        created = self._up_by_down(sw, prev, lid, real, main, is_sw, hops)
+        if sw.rank == 0:
+            return created              # no reverse hops (max_reverse_hops 0)
+        ups = sw.groups[UP]
+        _bubble(ups, self._less_down)
+        gmin = ups[0]
+        pmin = None
+        for p in gmin.ports:
+            if pmin is None or p.counter_down < pmin.counter_down:
+                pmin = p
+        rsw = gmin.remote
+        if main:
+            gmin.counter_down += 1
+            pmin.counter_down += 1
+            if gmin.counter_down == rsw.min_counter_down + 1:
+                rsw.min_counter_down = min((g.counter_down for g in rsw.groups[DOWN]), default=1 << 30)
+            if real and (rsw.lft[lid] == NO_PATH or hops + 1 < rsw.hops[lid]):
+                rsw.lft[lid] = pmin.remote_num
+                rsw.hops[lid] = hops + 1
+                created |= self._down_by_up(rsw, sw, lid, real, main, is_sw, hops + 1)
+        if not real:
+            return created
+        for g in ups[1 if main else 0:]:
+            rsw = g.remote
+            if rsw.lft[lid] != NO_PATH and hops + 1 >= rsw.hops[lid]:
+                continue
+            p = None
+            for q in g.ports:
+                if p is None or q.counter_down < p.counter_down:
+                    p = q
+            rsw.lft[lid] = p.remote_num
+            rsw.hops[lid] = hops + 1
+            created |= self._down_by_up(rsw, sw, lid, True, False, is_sw, hops + 1)
+        sibs = sw.groups[SAME]
+        if sibs:
+            _bubble(sibs, self._less_down)
+        for g in sibs:
+            rsw = g.remote
+            if rsw.lft[lid] != NO_PATH and hops + 1 >= rsw.hops[lid]:
+                continue
+            p = None
+            for q in g.ports:
+                if p is None or q.counter_down < p.counter_down:
+                    p = q
+            rsw.lft[lid] = p.remote_num
+            rsw.hops[lid] = hops + 1
+            routed = self._down_by_up(rsw, sw, lid, True, False, is_sw, hops + 1)
+            created |= routed
+            if routed:
+                gmin.counter_down += 1
+                pmin.counter_down += 1
+        return created
+
+    def route(self) -> dict[Node, bytearray]:
+        for sw in self.leaves:
+            routed = 0
+            for g in sw.groups[DOWN]:
+                if g.remote_is_sw or not g.remote.cn_num:
+                    continue
+                lid = g.remote_base_lid
+                sw.lft[lid] = g.ports[0].num
+                sw.hops[lid] = 1
+                self._down_by_up(sw, None, lid, True, True, False, 1)
+                routed += 1
+            for _ in range(self.max_cn_per_leaf - routed):
+                self._down_by_up(sw, None, 0, False, True, False, 1)
+        for sw in self.sws.values():
+            sw.lft[sw.base_lid] = 0
+            sw.hops[sw.base_lid] = 0
+            self._down_by_up(sw, None, sw.base_lid, True, False, True, 0)
+        # fabric_route_roots only fills hop tables unless connect_roots is set: no LFT change
+        return {sw.node: sw.lft for sw in self.sws.values()}
+
+
+def _i32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x & 0x80000000 else x
+
+
+def _bubble(a: list, less) -> None:
+    """opensm's bubble sorts: swap neighbours while a[j] 'less' a[j-1]."""
+    n = len(a)
+    i = 0
+    swapped = True
+    while swapped:
+        swapped = False
+        for j in range(1, n - i):
+            if less(a[j], a[j - 1]):
+                a[j - 1], a[j] = a[j], a[j - 1]
+                swapped = True
+        i += 1
+
+
+def route(subnet: Subnet, roots=None, existing=None) -> dict[Node, bytearray]:
+    ft = FatTree(subnet, set(roots or ()))
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 10000))
+    try:
+        ft.build()
+        return ft.route()
+    finally:
+        sys.setrecursionlimit(old)
