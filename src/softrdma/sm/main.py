@@ -227,8 +227,12 @@ def run(s: dict, log: L.Log, once: bool, out=sys.stdout) -> int:
                 log.sys("Entering MASTER state")
             t1 = time.monotonic()
             nsw = sum(1 for n in sub.nodes.values() if n.is_switch)
+            tm = sweep.times
             log.info(f"heavy sweep: {len(sub.nodes)} nodes ({nsw} switches), {q.sent} SMPs, "
-                     f"{q.timeouts} timeouts, {t1 - t0:.3f} s")
+                     f"{q.timeouts} timeouts, {t1 - t0:.3f} s (discovery "
+                     f"{tm['discovering'] - tm['start']:.3f}, LIDs {tm['lids'] - tm['discovering']:.3f}, "
+                     f"routing {tm['routed'] - tm['lids']:.3f}, LFTs {tm['routing'] - tm['routed']:.3f}, "
+                     f"port states {tm['up'] - tm['routing']:.3f})")
             _dumps(s, log, sweep, g2l, g2l_path)
             if sweep.failed or sweep.disc.errors:
                 log.error(f"ERR 3A10: {sweep.failed + sweep.disc.errors} SMPs failed in the sweep")

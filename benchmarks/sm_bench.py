@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Heavy sweep to SUBNET UP: `softrdma opensm -o` vs the real `opensm -o`, same ibsim, same run.
+
+For each round and each SM: a fresh `ibsim -s -n` on the topology (so every
+sweep is a first boot: no LIDs, no LFTs, no guid2lid), then the SM with
+`-o -R ENGINE -a ROOTS`; wall time of the process, and the sweep time from
+its log (first line to the "SUBNET UP" line).  Prints one row per run and
+the medians.
+
+    python3 benchmarks/sm_bench.py ft2 --leaves 64 --spines 32 --hosts-per-leaf 32 --radix 64 \
+        [-R minhop] [--rounds 3]
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+GEN = os.path.join(ROOT, "tests", "data", "opensm", "gen_fattree.py")
+SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
+_TS = re.compile(r"^(\w{3} \d\d \d\d:\d\d:\d\d) (\d{6})")
+
+
+def _stamp(line):
+    m = _TS.match(line)
+    if not m:
+        return None
+    t = datetime.strptime("2000 " + m.group(1), "%Y %b %d %H:%M:%S")
+    return t.timestamp() + int(m.group(2)) / 1e6
+
+
+def sweep_time(log):
+    lines = open(log, errors="replace").read().splitlines()
+    stamps = [(s, ln) for ln in lines if (s := _stamp(ln)) is not None]
+    up = [s for s, ln in stamps if "SUBNET UP" in ln]
+    return (up[0] - stamps[0][0]) if up and stamps else float("nan")
+
+
+def one(work, net, roots, sm, engine, n, extra=()):
+    base = f"smb{os.getpid()}{sm}{n}"
+    d = os.path.join(work, f"{sm}{n}")
+    os.makedirs(d)
+    env = dict(os.environ, IBSIM_SOCKNAME=base, OSM_TMP_DIR=d, OSM_CACHE_DIR=d,
+               PYTHONPATH=os.path.join(ROOT, "src"))
+    env.pop("LD_PRELOAD", None)
+    sim = subprocess.Popen(["ibsim", "-s", "-N", "4096", "-P", "16384", "-n", net], cwd=d, env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        log = os.path.join(d, "osm.log")
+        args = ["-o", "-R", engine, "-a", roots, "-f", log, "-D", "0x43", "--dump_files_dir", d, *extra]
+        if sm == "opensm":
+            cmd, env2 = ["opensm", *args], dict(env, LD_PRELOAD=SIMSO)
+        else:
+            cmd, env2 = [sys.executable, "-m", "softrdma", "opensm", *args], env
+        t = time.monotonic()
+        subprocess.run(cmd, cwd=d, env=env2, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=600, check=True)
+        wall = time.monotonic() - t
+        with open(os.path.join(d, "opensm-lfts.dump")) as f:
+            dump = f.read()
+        return wall, sweep_time(log), dump
+    finally:
+        sim.terminate()
+        sim.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-R", default="minhop")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--wire", type=int, default=None, help="--max_wire_smps of softrdma's SM (opensm's is 4)")
+    a, gen_args = ap.parse_known_args()
+    with tempfile.TemporaryDirectory(prefix="smbench") as work:
+        net = os.path.join(work, "topo.net")
+        subprocess.run([sys.executable, GEN, *gen_args, "-o", net], check=True, stdout=subprocess.DEVNULL)
+        res = {"opensm": [], "softrdma": []}
+        ref = None
+        for n in range(a.rounds):
+            for sm in res:
+                # opensm has no such option (max_wire_smps in its config, default 4)
+                extra = ["--max_wire_smps", str(a.wire)] if a.wire and sm == "softrdma" else []
+                wall, sw, dump = one(work, net, net + ".roots", sm, a.R, n, extra)
+                res[sm].append((wall, sw))
+                same = "" if sm == "opensm" else \
+                    f", LFT dump {'identical to' if dump == ref else 'DIFFERENT from'} opensm's"
+                ref = dump if sm == "opensm" else ref
+                print(f"round {n} {sm:8s} -R {a.R}: wall {wall:.3f} s, sweep to SUBNET UP {sw:.3f} s{same}",
+                      flush=True)
+        for sm, rows in res.items():
+            print(f"median {sm:8s}: wall {statistics.median(r[0] for r in rows):.3f} s, "
+                  f"sweep {statistics.median(r[1] for r in rows):.3f} s")
+
+
+if __name__ == "__main__":
+    main()
