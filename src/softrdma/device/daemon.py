@@ -36,10 +36,12 @@ from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
 from . import request as rq
 from .capture import BOTH, Capture
+from .cm_commands import CmCommands
 from .control import MAX_MSG, ControlError, encode, recv_msg
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from .faults import FaultSettings
 from .net import gid_to_ip
+from .rdma_cm import RdmaCm
 from .shm import Ring
 from .stat import StatCommands, net_admin
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
@@ -197,7 +199,7 @@ class Client:
                 log.exception("destroying %s %d", kind, h)
         self.objects.clear()
         if dev is not None:
-            dev.tx[:] = [t for t in dev.tx if t[0].qp_num in dev.qps]
+            dev.tx[:] = [t for t in dev.tx if t[0].qp_num in dev.qps or t[0] is dev.gsi]
 
 
 def _close_fds(fds) -> None:
@@ -209,7 +211,7 @@ def _close_fds(fds) -> None:
             log.error("closing fd %d: %s", fd, e)
 
 
-class Daemon(StatCommands):
+class Daemon(StatCommands, CmCommands):
     def __init__(self, run_dir: str, devices: list[Device]):
         self.run_dir = run_dir
         self.devices = {d.name: d for d in devices}
@@ -265,6 +267,7 @@ class Daemon(StatCommands):
             log.warning("not following address changes: %s", e)
             self.netlink = None
         self._next_ifindex = 0
+        self.rdma_cm = RdmaCm(self)
         self.sysfs = SysfsTree(os.path.join(self.run_dir, "sys"))
         self.counters_at = 0.0
         self.udp_port = devices[0].udp_port if devices else 4791
@@ -317,6 +320,9 @@ class Daemon(StatCommands):
                     timeout = min(timeout, max(0.0, d - now))
                 if dev.faults is not None and dev.faults.held:
                     timeout = min(timeout, max(0.0, dev.faults.next_due() - now))
+                d = self.rdma_cm_deadline(dev)
+                if d is not None:
+                    timeout = min(timeout, max(0.001, d - now))
         events = self.sel.select(timeout)
         if not events and timeout == 0.0:
             # spinning with nothing to do: give the core to the applications
@@ -372,6 +378,27 @@ class Daemon(StatCommands):
                 for d in self.devices.values():
                     d.route(by_ip, now)
             self._dispatch_events(dev)
+        rc = self.rdma_cm
+        rc.poll(self.devices.values(), now)
+        if any(d.tx for d in self.devices.values()):
+            self._busy()
+            while any(d.tx for d in self.devices.values()):
+                for d in self.devices.values():
+                    d.route(by_ip, now)
+        if rc.outq:
+            rc.flush()
+
+    @staticmethod
+    def rdma_cm_deadline(dev) -> float | None:
+        cm = getattr(dev, "cm", None)
+        if cm is None or not cm.ids:
+            return dev.gsi.deadline
+        d, g = cm.deadline, dev.gsi.deadline
+        return g if d is None else d if g is None else min(d, g)
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
 
     def _netlink_readable(self) -> None:
         """Address or link changes: refresh the devices on that netdev."""
@@ -540,6 +567,8 @@ class Daemon(StatCommands):
             # mapping of a memfd), so each is closed here, exactly once.
             _close_fds(fds)
         client.send(reply, out_fds)
+        if self.rdma_cm.outq:                 # events a request caused go after its reply
+            self.rdma_cm.flush()
 
     def run_command(self, client: Client, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         """The reply to one request, never an exception: every failure is
@@ -574,7 +603,7 @@ class Daemon(StatCommands):
         handler = getattr(self, f"cmd_{op}", None) if isinstance(op, str) else None
         if handler is None:
             raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
-        if op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set",
+        if not op.startswith("cm_") and op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set",
                       "stat_get", "stat_dump", "stat_set", "stat_del", "stat_get_status", "stat_snapshot") and \
                 c.device is None:
             raise VerbsError(errno.EINVAL, "no device opened on this connection")
@@ -1013,6 +1042,7 @@ class Daemon(StatCommands):
                 pass
         dev.close()
         del self.devices[dev.name]
+        self.rdma_cm.device_removed(dev)
         self.stat_device_removed(dev)
         self.topology_changed()
         self.sysfs.remove_device(dev.name)
@@ -1023,6 +1053,8 @@ class Daemon(StatCommands):
         self._next_ifindex += 1
         self.devices[dev.name] = dev
         self.topology_changed()
+        self.rdma_cm.add_device(dev, int(_node_guid(dev.mac).replace(":", ""), 16))
+        self.rdma_cm.device_added(dev)
         for s in dev.sockets:
             self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
         t = self.sysfs
@@ -1179,6 +1211,8 @@ class Daemon(StatCommands):
         elif kind == "capture":
             dev.remove_capture(obj)
             obj.close()
+        elif kind == "cm_id":
+            self.rdma_cm.destroy_id(obj)
 
     def shutdown(self) -> None:
         for client in list(self.clients.values()):
