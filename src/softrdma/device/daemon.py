@@ -31,6 +31,7 @@ import time
 
 from ..enums import IBV_EVENT_DEVICE_FATAL, IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
+from ..transport.cm import COUNTER_NAMES as CM_COUNTER_NAMES
 from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
@@ -973,6 +974,8 @@ class Daemon(StatCommands, CmCommands):
                         "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
                         "clients": sum(1 for cl in self.clients.values() if cl.device is d),
                         "udp": [[sk.ip, sk.port] for sk in d.sockets], "rx_dropped": dict(d.rx_dropped),
+                        "gsi": {**d.gsi.counters, "rx_dropped": dict(d.gsi.rx_dropped),
+                                "cm_rx_drops": d.cm.rx_drops if getattr(d, "cm", None) else 0},
                         "net": [dict(vars(sk.stats)) for sk in d.sockets]})
             # what nldev's fill_dev_info sends for an rxe device (``rdma dev``): node type CA, no
             # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
@@ -1071,6 +1074,11 @@ class Daemon(StatCommands, CmCommands):
         # rxe's PMA leaves these 0; PortCountersExtended defines them, and the daemon knows them
         pma.update(multicast_xmit_packets=dev.mcast.xmit_packets, multicast_rcv_packets=dev.mcast.rcv_packets)
         self.sysfs.update_counters(dev.name, 1, pma, hw)
+        cm = getattr(dev, "cm", None)
+        if cm is not None:
+            self.sysfs.update_cm_counters(dev.name, 1, {
+                g: dict(zip(CM_COUNTER_NAMES, getattr(cm, g)))
+                for g in ("cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs", "cm_rx_duplicates")})
 
     def refresh_sysfs(self) -> None:
         """Counters in the tree are current within a second."""

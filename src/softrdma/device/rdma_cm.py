@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import random
 import socket
 
@@ -68,8 +69,10 @@ IDLE, ADDR_QUERY, ADDR_RESOLVED, ROUTE_QUERY, ROUTE_RESOLVED, CONNECT, DISCONNEC
 STATE_NAMES = ("IDLE", "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_QUERY", "ROUTE_RESOLVED", "CONNECT",
                "DISCONNECT", "ADDR_BOUND", "LISTEN", "DEVICE_REMOVAL", "DESTROYING")
 
-CMA_CM_RESPONSE_TIMEOUT = 20
-CMA_MAX_CM_RETRIES = 15
+# cma.c's constants; the environment may shorten them (tests of the
+# timeout paths: 15 retries of 4.6 s each are 73 s)
+CMA_CM_RESPONSE_TIMEOUT = int(os.environ.get("SOFTRDMA_CMA_RESPONSE_TIMEOUT", "20"))
+CMA_MAX_CM_RETRIES = int(os.environ.get("SOFTRDMA_CMA_MAX_RETRIES", "15"))
 CMA_IBOE_PACKET_LIFETIME = 16
 CMA_CM_MRA_SERVICE_TIMEOUT = 24        # CMA_CM_MRA_SETTING without IB_CM_MRA_FLAG_DELAY
 MAX_BACKLOG = 1024                     # ucma's max_backlog

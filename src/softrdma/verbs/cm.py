@@ -475,7 +475,10 @@ class CmId:
         self.closed = True
         self.destroy_qp()
         if self._own_pd and self.pd is not None:
-            self.pd.close()
+            try:                 # rdma_destroy_ep ignores ibv_dealloc_pd's EBUSY (an MR the app keeps)
+                self.pd.close()
+            except PyverbsRDMAError:
+                pass
             self.pd = None
         try:
             if not self.channel.closed:
