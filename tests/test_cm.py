@@ -331,3 +331,28 @@ def test_across_namespaces():
             assert crc == 0 and src == 0, (mode, cout, sout)
     finally:
         h.close()
+
+
+def test_rdma_resource_show_cm_id(daemon):
+    """iproute2's fields for a listening and a connected rdma_cm ID."""
+    from softrdma.verbs.cm import CmId, EventChannel
+    os.environ["SOFTRDMA_RUN"] = daemon.run_dir
+    ch = EventChannel()
+    listen = CmId(ch)
+    listen.bind_addr("127.0.0.1", 7690)
+    listen.listen()
+    unbound = CmId(ch)                       # no device yet: not listed, as in the kernel
+    env = _env(daemon)
+    r = subprocess.run([sys.executable, "-m", "softrdma", "rdma", "resource", "show", "cm_id"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if "src-addr 127.0.0.1:7690" in ln]
+    assert len(lines) == 1, r.stdout
+    assert lines[0].startswith("link rxe0/1 state LISTEN ps TCP pid ")
+    assert "dst-addr 0.0.0.0:0" in lines[0] and "cm-idn " in lines[0]
+    r = subprocess.run([sys.executable, "-m", "softrdma", "rdma", "res"], env=env, capture_output=True,
+                       text=True, timeout=30)
+    assert "cm_id 1 " in r.stdout or "cm_id 1" in r.stdout.split("mr")[0], r.stdout
+    unbound.destroy()
+    listen.destroy()
+    ch.close()

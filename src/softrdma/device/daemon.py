@@ -1112,15 +1112,17 @@ class Daemon(StatCommands, CmCommands):
 
         live = set()
         for cl in self.clients.values():             # ids in creation order: clients, then handles
-            if cl.device is None:
-                continue
-            live.add(id(cl))
-            rid(cl.device, "ctx", cl)
+            if cl.device is not None:
+                live.add(id(cl))
+                rid(cl.device, "ctx", cl)
             for h in sorted(cl.objects):
                 kind, obj = cl.objects[h]
-                if kind in ("pd", "cq", "mr", "srq"):
+                if kind in ("pd", "cq", "mr", "srq") and cl.device is not None:
                     live.add(id(obj))
                     rid(cl.device, kind, obj)
+                elif kind == "cm_id" and obj.dev is not None:
+                    live.add(id(obj))
+                    rid(obj.dev, kind, obj)
         for k in [k for k in ids if k not in live]:
             del ids[k]
         out = []
@@ -1175,6 +1177,14 @@ class Daemon(StatCommands, CmCommands):
                     r.update(id=rid(dev, "cq", obj), users=cq_users[id(obj)], dim=False)
                 elif kind == "pd":
                     r.update(id=rid(dev, "pd", obj), users=pd_users[id(obj)], local_dma_lkey=0)
+                elif kind == "cm_id":
+                    # fill_res_cm_id_entry: only IDs on a device; no lqpn (a user QP is
+                    # not the kernel's cm_id->qp)
+                    if obj.dev is not None:
+                        r.update(dev=obj.dev.name, port=1, id=rid(obj.dev, "cm_id", obj), ps=obj.ps,
+                                 state=obj.state, src_addr=[str(obj.src_ip or "0.0.0.0"), obj.src_port],
+                                 dst_addr=[str(obj.dst_ip or ("0.0.0.0" if obj.family == 4 else "::")),
+                                           obj.dst_port])
                 elif kind == "srq":
                     lq = srq_qpns.get(id(obj.srq), [])
                     r.update(id=rid(dev, "srq", obj), pdn=pdn(obj.srq.pd), type=0, lqpn=sorted(lq), users=len(lq))
