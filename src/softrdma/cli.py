@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(name, help=tools.HELP.get(name, f"{name}, as the real tool"), add_help=False)
     from . import runner
     runner.add_parsers(sub)
+    from .fabric import cli as fabric_cli
+    p = sub.add_parser("fabric", help="a simulated IB fabric for opensm and the diags (ibsim protocol)")
+    fabric_cli.add_arguments(p)
+    p.set_defaults(func=fabric_cli.run)
     p = sub.add_parser("version", help="print the version")
     p.set_defaults(func=lambda a: print(__import__("softrdma").__version__) or 0)
     argv = sys.argv[1:] if argv is None else argv

@@ -1,0 +1,366 @@
+"""Moving MADs through the fabric: directed routes, LID routes, traps.
+
+Owns :class:`Router`, whose :meth:`Router.inject` is the one entry point
+a server calls with a MAD that a client sent from a port.  It returns the
+MADs that come out somewhere as :class:`Delivery` rows: a response of an
+SMA/PMA, a MAD for an SM or other client on some port (SMInfo, traps, SA
+queries, responses from a client), or the MAD back to its sender with
+``status=ETIMEDOUT`` when the fabric dropped it (ibsim's convention).
+
+Directed routes follow IBA 14.2.2: the hop pointer and the initial path
+on the way out (each node records its arrival port in the return path),
+the return path with the D bit set on the way back, and the LID-routed
+part before the directed part when DrSLID is not the permissive LID
+(``ibportstate``'s and ``iblinkinfo -S``'s neighbour queries; ibsim drops
+those).  A LID-routed part *after* the directed part (DrDLID) is not
+supported and is dropped with a reason.  LID routes go hop by hop
+through the LFTs the SM programmed, honouring LinearFDBTop and the
+logical port states.  Every link crossed bumps the PortCounters of both
+ends.  Link up/down events set SwitchInfo.PortStateChange and produce
+trap 128 to the switch's SM LID.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import NamedTuple
+
+from ..wire import smp
+from ..wire.ibsim import ETIMEDOUT
+from ..wire.mad import IB_MGMT_MAD_SIZE, MgmtClass, Method
+from ..wire.smp import IB_LID_PERMISSIVE, PhysState, PortState
+from . import agents, model
+from .model import Fabric, Port
+
+#: PortXmitData/PortRcvData units (4 octets) of one MAD packet on the wire:
+#: LRH 8 + BTH 12 + DETH 8 + MAD 256 + ICRC 4 = 288 octets.
+MAD_WORDS = 72
+MAX_HOPS = 64
+
+_SMP_CLASSES = (MgmtClass.SUBN_LID_ROUTED, MgmtClass.SUBN_DIRECTED_ROUTE)
+_TRAP_REPRESS = Method.TRAP_REPRESS
+
+
+class Delivery(NamedTuple):
+    """A MAD that leaves the fabric at ``port`` for destination QP ``qp``.
+
+    ``dropped`` means the fabric lost the request and this is it coming
+    back to its sender with ``status`` ETIMEDOUT; otherwise status is 0
+    and the receiver is whoever listens on (port, qp) (for a response: the
+    client named by its TID).  ``spontaneous`` marks a trap the fabric
+    raised itself: if nobody listens it is simply lost."""
+
+    port: Port
+    qp: int
+    mad: bytes
+    slid: int
+    dlid: int
+    sqp: int
+    status: int = 0
+    dropped: bool = False
+    spontaneous: bool = False     # made by the fabric (a trap), not caused by the sender
+
+
+class Drop(Exception):
+    """Internal: the MAD is lost here (the reason goes to the log)."""
+
+
+class Router:
+    """Routes MADs over one :class:`~softrdma.fabric.model.Fabric`.
+
+    Randomness (the `error` drop rate) comes from a seeded generator, so
+    runs are reproducible; there is no clock.  ``log`` receives a line per
+    dropped MAD when set."""
+
+    def __init__(self, fabric: Fabric, seed: int = 0, log=None):
+        self.fabric = fabric
+        self.sma = agents.Sma(self)
+        self.pma = agents.Pma()
+        self.rng = random.Random(seed)
+        self.log = log
+        self.trap_tid = 0
+        self.dropped = 0
+        self._pending: list[Delivery] = []
+
+    # --- the entry point ------------------------------------------------------------------
+    def inject(self, port: Port, mad, slid: int, dlid: int, sqp: int, dqp: int) -> list[Delivery]:
+        """A MAD sent by a client on ``port``; what comes out of the fabric."""
+        mad = bytearray(mad)
+        self._pending = []
+        try:
+            if len(mad) != IB_MGMT_MAD_SIZE:
+                raise Drop(f"MAD of {len(mad)} bytes")
+            if mad[0] != 1 or mad[2] > 2:
+                raise Drop(f"base version {mad[0]} / class version {mad[2]}")
+            method = mad[3]
+            if method == _TRAP_REPRESS:
+                return []                      # the SMA does not resend traps: nothing to stop
+            if mad[1] == MgmtClass.SUBN_DIRECTED_ROUTE:
+                out = self._directed(port, mad, dlid, sqp, dqp)
+            else:
+                out = self._lid_routed(port, mad, slid, dlid, sqp, dqp)
+        except Drop as e:
+            self.dropped += 1
+            if self.log:
+                self.log(f"drop from {port.name}: {e}")
+            out = [Delivery(port, sqp, bytes(mad), dlid, slid, dqp, ETIMEDOUT, True)]
+        return self._pending + out
+
+    # --- LID routing ---------------------------------------------------------------------
+    def _lid_routed(self, port, mad, slid, dlid, sqp, dqp):
+        base = port.node.ports[0] if port.node.is_switch else port
+        if slid == 0:
+            slid = base.lid
+        smp_class = mad[1] == MgmtClass.SUBN_LID_ROUTED
+        if dlid == IB_LID_PERMISSIVE:
+            dest, arrival = base, port.num
+        elif dlid == 0 or dlid >= model.MCAST_LID_BASE:
+            raise Drop(f"DLID {dlid:#x} is not a unicast LID")
+        else:
+            dest, arrival = self.lid_route(port, dlid, smp_class)
+        return self._arrive(dest, arrival, mad, slid, dlid, sqp, dqp)
+
+    def lid_route(self, start: Port, dlid: int, smp_class: bool = True) -> tuple[Port, int]:
+        """(destination port, number of the port it entered the node by)."""
+        node = start.node
+        if node.is_switch:
+            cur_num = start.num
+        else:
+            if start.has_lid(dlid):
+                return start, start.num
+            cur = self._cross(start, smp_class)
+            node, cur_num = cur.node, cur.num
+            if not node.is_switch:
+                if cur.has_lid(dlid):
+                    return cur, cur_num
+                raise Drop(f"{cur.name} does not own LID {dlid}")
+        for _ in range(MAX_HOPS):
+            p0 = node.ports[0]
+            if p0.has_lid(dlid):
+                return p0, cur_num
+            out_num = node.lft_get(dlid) if dlid <= node.lft_top else 0xFF
+            if out_num == 0 or out_num > node.nports:
+                if cur_num:
+                    node.ports[cur_num].counters()[model.PC_RCV_SW_RELAY_ERRORS] += 1
+                raise Drop(f'"{node.nodeid}": no LFT entry for LID {dlid}')
+            cur = self._cross(node.ports[out_num], smp_class)
+            node, cur_num = cur.node, cur.num
+            if not node.is_switch:
+                if cur.has_lid(dlid):
+                    return cur, cur_num
+                raise Drop(f"{cur.name} reached for LID {dlid} it does not own")
+        raise Drop(f"LID {dlid}: more than {MAX_HOPS} hops (LFT loop)")
+
+    def _cross(self, out: Port, smp_class: bool, logical: bool = True) -> Port:
+        """Send over ``out``'s link: checks, counters, the port on the other side.
+        SMPs (VL15) need both ends at least Init; other MADs need an Active
+        sender and a receiver at least Armed (IBA 7.2)."""
+        r = out.remote
+        if r is None or out.phys != PhysState.LINK_UP or r.phys != PhysState.LINK_UP:
+            out.counters()[model.PC_XMIT_DISCARDS] += 1
+            raise Drop(f"{out.name}: link not up")
+        if logical:
+            if smp_class:
+                ok = out.state >= PortState.INIT and r.state >= PortState.INIT
+            else:
+                ok = out.state == PortState.ACTIVE and r.state >= PortState.ARMED
+            if not ok:
+                out.counters()[model.PC_XMIT_DISCARDS] += 1
+                raise Drop(f"{out.name} -> {r.name}: port states "
+                           f"{PortState(out.state).name}/{PortState(r.state).name}")
+        if out.err_rate and not out.err_attr and self.rng.randrange(100) < out.err_rate:
+            out.counters()[model.PC_XMIT_DISCARDS] += 1
+            raise Drop(f"{out.name}: error rate {out.err_rate}%")
+        pc = out.counters()
+        pc[model.PC_XMIT_PKTS] += 1
+        pc[model.PC_XMIT_DATA] += MAD_WORDS
+        pc = r.counters()
+        pc[model.PC_RCV_PKTS] += 1
+        pc[model.PC_RCV_DATA] += MAD_WORDS
+        return r
+
+    # --- directed routes -------------------------------------------------------------------
+    def _directed(self, port, mad, dlid, sqp, dqp):
+        dr = smp.parse_dr(mad)
+        response = bool(mad[3] & 0x80)
+        if dr.direction != response:
+            raise Drop(f"D bit {dr.direction} on a {'response' if response else 'request'}")
+        if dr.hop_cnt > smp.DR_MAX_HOPS:
+            raise Drop(f"hop count {dr.hop_cnt}")
+        if response:
+            dest = self._dr_return(port, mad, dr)
+            return [Delivery(dest, 0, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, sqp)]
+        if dr.hop_ptr != 0:
+            raise Drop(f"hop pointer {dr.hop_ptr} on a new request")
+        if dr.dr_dlid != IB_LID_PERMISSIVE:
+            raise Drop("DrDLID (LID-routed part after the directed part) is not supported")
+        cur = port
+        if dr.dr_slid != IB_LID_PERMISSIVE:
+            # LID-routed to the node where the directed part starts
+            cur, _ = self.lid_route(port, dlid, True)
+        path = mad[smp.DR_PATH_OFFSET:smp.DR_PATH_OFFSET + 64]
+        for i in range(1, dr.hop_cnt + 1):
+            node = cur.node
+            if i > 1 and not node.is_switch:
+                raise Drop(f'"{node.nodeid}" is not a switch but the path goes on (hop {i})')
+            o = path[i]
+            if not 1 <= o <= node.nports:
+                raise Drop(f'"{node.nodeid}" has no port {o} (hop {i})')
+            cur = self._cross(node.ports[o], True, logical=False)
+            mad[smp.DR_RPATH_OFFSET + i] = cur.num
+        smp.set_dr_hop_ptr(mad, dr.hop_cnt + 1)
+        node = cur.node
+        arrival = cur.num
+        dest = node.ports[0] if node.is_switch else cur
+        attr, mod = (mad[16] << 8) | mad[17], int.from_bytes(mad[20:24], "big")
+        method = mad[3]
+        if self.sma.handles(method, attr):
+            if self._agent_drops(dest, cur, attr):
+                raise Drop(f"{cur.name}: error rate")
+            status, data = self.sma.process(node, arrival, method, attr, mod,
+                                            mad[64:64 + smp.SMP_DATA_SIZE])
+            mad[3] = Method.GET_RESP
+            smp.set_dr_word(mad, 1, status, dr.hop_cnt + 1, dr.hop_cnt)
+            mad[64:64 + smp.SMP_DATA_SIZE] = data
+            back = self._dr_return(cur, mad, smp.parse_dr(mad))
+            return [Delivery(back, sqp, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, dqp)]
+        # SMInfo, traps: for the SM on that port
+        return [Delivery(dest, dqp, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, sqp)]
+
+    def _dr_return(self, start: Port, mad, dr) -> Port:
+        """Walk a D=1 SMP back along its return path; the port it reaches."""
+        if dr.dr_dlid != IB_LID_PERMISSIVE:
+            raise Drop("DrDLID (LID-routed part after the directed part) is not supported")
+        rpath = mad[smp.DR_RPATH_OFFSET:smp.DR_RPATH_OFFSET + 64]
+        cur = start
+        for hp in range(dr.hop_cnt, 0, -1):
+            node = cur.node
+            if hp < dr.hop_cnt and not node.is_switch:
+                raise Drop(f'"{node.nodeid}" is not a switch but the return path goes on')
+            o = rpath[hp]
+            if not 1 <= o <= node.nports:
+                raise Drop(f'"{node.nodeid}" has no port {o} (return hop {hp})')
+            cur = self._cross(node.ports[o], True, logical=False)
+        smp.set_dr_hop_ptr(mad, 0)
+        if dr.dr_slid != IB_LID_PERMISSIVE:
+            cur, _ = self.lid_route(cur, dr.dr_slid, True)
+        return cur
+
+    # --- arrival at an end port -------------------------------------------------------------
+    def _agent_drops(self, dest: Port, arrived: Port, attr: int) -> bool:
+        p = arrived if arrived.err_rate else dest
+        return bool(p.err_rate and (not p.err_attr or p.err_attr == attr)
+                    and self.rng.randrange(100) < p.err_rate)
+
+    def _arrive(self, dest: Port, arrival: int, mad, slid, dlid, sqp, dqp):
+        node = dest.node
+        cls, method = mad[1], mad[3]
+        attr, mod = (mad[16] << 8) | mad[17], int.from_bytes(mad[20:24], "big")
+        response = bool(method & 0x80)
+        agent = None
+        if not response:
+            if cls == MgmtClass.SUBN_LID_ROUTED and self.sma.handles(method, attr):
+                agent, size = self.sma, smp.SMP_DATA_SIZE
+            elif cls == MgmtClass.PERF_MGMT:
+                agent, size = self.pma, smp.GS_DATA_SIZE
+        if agent is None:
+            return [Delivery(dest, dqp, bytes(mad), slid, dlid, sqp)]
+        arrived_port = node.ports[arrival] if arrival else dest
+        if self._agent_drops(dest, arrived_port, attr):
+            raise Drop(f"{arrived_port.name}: error rate")
+        if method not in (Method.GET, Method.SET):
+            status, data = smp.SmpStatus.METHOD_UNSUPPORTED, mad[64:64 + size]
+        else:
+            status, data = agent.process(node, arrival or (dest.num or 0), method, attr, mod,
+                                         mad[64:64 + size])
+        mad[3] = Method.GET_RESP
+        mad[4:6] = status.to_bytes(2, "big")
+        mad[64:64 + len(data)] = data
+        rslid = dlid if dlid != IB_LID_PERMISSIVE else dest.lid
+        if slid == IB_LID_PERMISSIVE or slid == 0:
+            raise Drop("no LID to send the response to")
+        back, _ = self.lid_route(dest, slid, cls == MgmtClass.SUBN_LID_ROUTED)
+        return [Delivery(back, sqp, bytes(mad), rslid, slid, dqp)]
+
+    # --- link events (also the SMA's PortInfo Set effects) ---------------------------------
+    def disable(self, p: Port) -> None:
+        self._link_change(p, PhysState.DISABLED)
+
+    def enable(self, p: Port) -> None:
+        if p.phys != PhysState.DISABLED:
+            return
+        p.phys = PhysState.POLLING
+        r = p.remote
+        if r is not None and r.phys != PhysState.DISABLED:
+            self._link_change(p, PhysState.LINK_UP)
+
+    def retrain(self, p: Port) -> None:
+        """PortInfo Set PortState=Down: the link drops and trains again to Init."""
+        r = p.remote
+        if r is None or p.phys != PhysState.LINK_UP:
+            p.state = PortState.DOWN
+            return
+        for q in (p, r):
+            q.state = PortState.INIT
+        if r.node.is_switch:
+            r.node.state_change = 1
+
+    def link_down(self, p: Port) -> list[Delivery]:
+        """The `link down` command / ibsim's Unlink: the cable goes dark."""
+        self._pending = []
+        self._link_change(p, PhysState.POLLING)
+        return self._pending
+
+    def link_up(self, p: Port) -> list[Delivery]:
+        self._pending = []
+        if p.remote is None:
+            raise model.FabricError(f"{p.name} has no cable")
+        if p.phys == PhysState.DISABLED:
+            p.phys = PhysState.POLLING
+        self._link_change(p, PhysState.LINK_UP)
+        return self._pending
+
+    def _link_change(self, p: Port, phys: int) -> None:
+        r = p.remote
+        ends = [p] if r is None else [p, r]
+        was_up = p.phys == PhysState.LINK_UP and r is not None and r.phys == PhysState.LINK_UP
+        if phys == PhysState.LINK_UP:
+            if r is None or r.phys == PhysState.DISABLED or was_up:
+                return
+            for q in ends:
+                q.phys = PhysState.LINK_UP
+                q.state = PortState.INIT
+        else:
+            p.phys = phys
+            p.state = PortState.DOWN
+            if r is not None:
+                if r.phys == PhysState.LINK_UP:
+                    r.phys = PhysState.POLLING
+                r.state = PortState.DOWN
+            if was_up:
+                for q in ends:
+                    q.counters()[model.PC_LINK_DOWNED] += 1
+            else:
+                return
+        for q in ends:
+            if q.node.is_switch:
+                q.node.state_change = 1
+                self._trap128(q.node)
+
+    def _trap128(self, node) -> None:
+        p0 = node.ports[0]
+        if not p0.lid or not p0.smlid:
+            return
+        data = smp.NOTICE.encode(NoticeIsGeneric=1, NoticeType=1, NoticeProducerType=2,
+                                 NoticeTrapNumber=smp.TRAP_LINK_STATE_CHANGE,
+                                 NoticeIssuerLID=p0.lid, NoticeDataLID=p0.lid)
+        self.trap_tid = (self.trap_tid + 1) & 0xFFFFFFFF
+        mad = smp.build_smp(Method.TRAP, smp.SmpAttr.NOTICE, 0, data, tid=self.trap_tid)
+        try:
+            dest, _ = self.lid_route(p0, p0.smlid, True)
+        except Drop as e:
+            if self.log:
+                self.log(f"trap 128 from {node.nodeid!r} lost: {e}")
+            return
+        self._pending.append(Delivery(dest, 0, bytes(mad), p0.lid, p0.smlid, 0,
+                                      spontaneous=True))

@@ -1,0 +1,518 @@
+"""``softrdma fabric serve``: the fabric behind ibsim's client protocol.
+
+Owns the sockets and the client table.  Speaks exactly what umad2sim
+(Debian's libumad2sim.so, LD_PRELOADed into opensm and the diags) speaks
+to ibsim: AF_UNIX datagrams in the abstract namespace, ``@<base>:ctl``
+for control and ``@<base>:out<n>`` per client, names *with* the trailing
+NUL; or, with ``-r``, UDP on ``<host>:<port>`` and ``<port>+n+1`` (bound to
+127.0.0.1 unless told otherwise).  Control requests are answered with the
+same 80-byte struct (type ERROR on failure); each MAD is one 288-byte
+``sim_request``.  As ibsim: requests get the client index in TID bits
+48..63 and responses find their client by it, unsolicited QP0/QP1 MADs go
+to the client with issm set on the port, QP>1 is matched by qp, and a
+dropped MAD comes back to its sender with status ETIMEDOUT.
+
+Unlike ibsim: any number of clients (out sockets are made on demand); a
+client whose socket is gone (killed without DISCONNECT) loses its slot
+on the first failed send or at the next liveness check, which looks for
+its ``@<base>:in<pid>`` socket in /proc/net/unix; link events come from
+``softrdma fabric link ...`` over a control socket ``@<base>:softrdma``
+as well as from ibsim's console commands on stdin.  All fabric behaviour
+is route.Router's: this module only moves bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import select
+import selectors
+import shlex
+import socket
+import struct
+import sys
+import time
+
+from ..wire import ibsim
+from ..wire.errors import WireError
+from ..wire.ibsim import SimCtlType
+from . import agents, model
+from .model import Fabric, FabricError
+from .route import Router
+
+LIVENESS_INTERVAL = 1.0
+SEND_TIMEOUT = 1.0
+CONTROL_NAME = "softrdma"
+_CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\]$')
+
+
+class Client:
+    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr")
+
+    def __init__(self, idx, pid, port, qp, issm, sock, addr):
+        self.idx, self.pid, self.port, self.qp, self.issm = idx, pid, port, qp, issm
+        self.sock, self.addr = sock, addr
+
+
+class Server:
+    def __init__(self, fabric: Fabric, base: str = ibsim.SIM_BASENAME, *, remote: bool = False,
+                 host: str = "127.0.0.1", port: int = ibsim.IBSIM_DEFAULT_SERVER_PORT,
+                 verbose: int = 0, out=sys.stderr, console=None, seed: int = 0):
+        self.fabric = fabric
+        self.base = base
+        self.remote = remote
+        self.host = host
+        self.udp_port = port
+        self.verbose = verbose
+        self.out = out
+        self.router = Router(fabric, seed=seed, log=self._log_drop if verbose else None)
+        self.clients: dict[int, Client] = {}
+        self.sel = selectors.DefaultSelector()
+        self.running = False
+        self.console = console
+        self.stats = {"mads": 0, "ctl": 0, "bad": 0, "dropped": 0, "released": 0}
+        self._next_liveness = 0.0
+        self._open()
+
+    # --- sockets -----------------------------------------------------------------------------
+    def _name(self, what: str):
+        return ibsim.abstract_name(self.base, what)
+
+    def _sock(self):
+        s = socket.socket(socket.AF_INET if self.remote else socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        return s
+
+    def _open(self):
+        self.ctl = self._sock()
+        try:
+            self.ctl.bind((self.host, self.udp_port) if self.remote else self._name("ctl"))
+        except OSError as e:
+            self.ctl.close()
+            where = f"{self.host}:{self.udp_port}" if self.remote else f"@{self.base}:ctl"
+            raise FabricError(f"cannot bind {where}: {e.strerror} (another server running?)") \
+                from None
+        self.ctl.setblocking(False)
+        self.sel.register(self.ctl, selectors.EVENT_READ, self._on_ctl)
+        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            self.control.bind(self._name(CONTROL_NAME))
+        except OSError as e:
+            raise FabricError(f"cannot bind @{self.base}:{CONTROL_NAME}: {e.strerror}") from None
+        self.control.setblocking(False)
+        self.sel.register(self.control, selectors.EVENT_READ, self._on_control)
+        if self.console is not None:
+            os.set_blocking(self.console.fileno(), False)
+            self.sel.register(self.console, selectors.EVENT_READ, self._on_console)
+
+    def _out_socket(self, idx: int) -> socket.socket:
+        s = self._sock()
+        s.bind((self.host, self.udp_port + idx + 1) if self.remote else self._name(f"out{idx}"))
+        # non-blocking: a socket with a timeout would make Python wait for
+        # readability before every recv, MSG_DONTWAIT or not
+        s.setblocking(False)
+        return s
+
+    def close(self):
+        for c in list(self.clients.values()):
+            self._release(c, "server exit")
+        for s in (self.ctl, self.control):
+            try:
+                self.sel.unregister(s)
+            except (KeyError, ValueError):
+                pass
+            s.close()
+        self.sel.close()
+
+    # --- logging -------------------------------------------------------------------------------
+    def log(self, msg: str):
+        if self.verbose > 1:
+            msg = f"{time.time():.3f} {msg}"
+        print(msg, file=self.out, flush=True)
+
+    def _log_drop(self, msg: str):
+        self.log(f"fabric: {msg}")
+
+    # --- the loop --------------------------------------------------------------------------------
+    def serve_forever(self):
+        self.running = True
+        while self.running:
+            self.run_once(LIVENESS_INTERVAL)
+
+    def run_once(self, timeout: float):
+        for key, _ in self.sel.select(timeout):
+            try:
+                key.data(key.fileobj)
+            except (WireError, FabricError) as e:      # never let one datagram stop us
+                self.stats["bad"] += 1
+                if self.verbose:
+                    self.log(f"fabric: bad input: {e}")
+        now = time.monotonic()
+        if now >= self._next_liveness:
+            self._next_liveness = now + LIVENESS_INTERVAL
+            self.check_liveness()
+
+    # --- control requests ----------------------------------------------------------------------
+    def _on_ctl(self, sock):
+        for _ in range(64):
+            try:
+                buf, addr = sock.recvfrom(512)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            self.stats["ctl"] += 1
+            try:
+                ctl = ibsim.parse_ctl(buf)
+            except WireError as e:
+                self.stats["bad"] += 1
+                if self.verbose:
+                    self.log(f"fabric: ctl datagram dropped: {e}")
+                continue                       # ibsim answers nothing either
+            reply = self._ctl(ctl, addr)
+            try:
+                sock.sendto(reply, addr)
+            except OSError as e:
+                if self.verbose:
+                    self.log(f"fabric: cannot answer ctl: {e.strerror}")
+
+    def _ctl(self, ctl, addr) -> bytes:
+        t, data = ctl.type, ctl.data
+        err = ibsim.build_ctl(SimCtlType.ERROR, data, ctl.clientid, ctl.len)
+        if t == SimCtlType.CONNECT:
+            return self._connect(ctl, addr) or err
+        c = self.clients.get(ctl.clientid)
+        if c is None:
+            if self.verbose:
+                self.log(f"fabric: ctl type {t} from unknown client {ctl.clientid}")
+            return err
+        p, node = c.port, c.port.node
+        if t == SimCtlType.DISCONNECT:
+            self._release(c, "disconnect")
+            out = data
+        elif t == SimCtlType.GET_PORT:
+            base = node.ports[0] if node.is_switch else p
+            out = ibsim.SIM_PORT.pack(base.lid, p.state)
+        elif t == SimCtlType.GET_VENDOR:
+            out = ibsim.build_vendor(node.vendid, node.devid, node.revision, 1)
+        elif t == SimCtlType.GET_GID:
+            out = struct.pack(">Q", p.gid_prefix) + struct.pack("<Q", node.guid)
+        elif t == SimCtlType.GET_GUID:
+            out = struct.pack("<Q", node.guid)
+        elif t == SimCtlType.GET_NODEINFO:
+            out = agents.node_info(node, p.num)
+        elif t == SimCtlType.GET_PORTINFO:
+            num = data[0]
+            q = node.ports[num] if 0 < num <= node.nports else p
+            out = agents.port_info(node, q, q.num)
+        elif t == SimCtlType.SET_ISSM:
+            issm = ibsim.parse_issm(data)
+            if issm and any(o.issm and o.port.node is node and o is not c
+                            for o in self.clients.values()):
+                return err
+            c.issm = bool(issm)
+            p.has_sm = bool(issm)
+            out = data
+        elif t == SimCtlType.GET_PKEYS:
+            cap = node.pkey_cap(p)
+            table = p.pkeys if p.pkeys is not None else [model.DEFAULT_PKEY]
+            out = ibsim.build_pkeys(list(table[:min(32, cap)]))
+        else:
+            if self.verbose:
+                self.log(f"fabric: bad ctl type {t}")
+            return err
+        return ibsim.build_ctl(t, bytes(out).ljust(ibsim.SIM_CTL_MAX_DATA, b"\0"), ctl.clientid,
+                               ctl.len)
+
+    def _connect(self, ctl, addr):
+        info = ibsim.parse_client_info(ctl.data)
+        try:
+            if info.nodeid:
+                node = self.fabric.node(info.nodeid)
+                port = node.ports[0] if node.is_switch else node.ports[1]
+            else:
+                port = self.fabric.default_port
+        except FabricError as e:
+            self.log(f"fabric: client pid {info.id} attempt to attach to unknown host: {e}")
+            return None
+        if info.issm and any(o.issm and o.port.node is port.node for o in self.clients.values()):
+            self.log(f'fabric: client pid {info.id}: SM already exists on "{port.node.nodeid}"')
+            return None
+        idx = 0
+        while idx in self.clients:
+            idx += 1
+        if self.remote:
+            caddr = (addr[0], info.id)
+        else:
+            caddr = self._name(f"in{info.id}")
+        try:
+            s = self._out_socket(idx)
+        except OSError as e:
+            self.log(f"fabric: cannot open out{idx}: {e.strerror}")
+            return None
+        try:
+            s.connect(caddr)
+        except OSError as e:
+            self.log(f"fabric: cannot reach client pid {info.id}: {e.strerror}")
+            s.close()
+            return None
+        c = Client(idx, info.id, port, info.qp, bool(info.issm), s, caddr)
+        if c.issm:
+            port.has_sm = True
+        self.clients[idx] = c
+        self.sel.register(s, selectors.EVENT_READ, lambda sock, c=c: self._on_data(c))
+        if self.verbose:
+            self.log(f'fabric: client {idx} (pid {info.id}) attached at "{port.node.nodeid}" '
+                     f"port {port.num}")
+        reply = ibsim.build_client_info(idx, info.qp, info.issm, port.node.nodeid)
+        return ibsim.build_ctl(SimCtlType.CONNECT, reply.ljust(ibsim.SIM_CTL_MAX_DATA, b"\0"),
+                               ctl.clientid, ctl.len)
+
+    def _release(self, c: Client, why: str):
+        if self.clients.get(c.idx) is not c:
+            return
+        del self.clients[c.idx]
+        if c.issm:
+            c.port.has_sm = False
+        try:
+            self.sel.unregister(c.sock)
+        except (KeyError, ValueError):
+            pass
+        c.sock.close()          # frees out<n>: the next client with this index binds it anew
+        self.stats["released"] += why != "disconnect"
+        if self.verbose:
+            self.log(f"fabric: client {c.idx} (pid {c.pid}) released: {why}")
+
+    def check_liveness(self):
+        """Release clients whose in-socket no longer exists (killed, no DISCONNECT)."""
+        if self.remote or not self.clients:
+            return
+        try:
+            with open("/proc/net/unix", "rb") as f:
+                table = f.read()
+        except OSError:
+            return
+        for c in list(self.clients.values()):
+            if f"@{self.base}:in{c.pid}@".encode() not in table and \
+                    f"@{self.base}:in{c.pid}\n".encode() not in table:
+                self._release(c, "socket gone")
+
+    # --- MADs --------------------------------------------------------------------------------------
+    def _on_data(self, c: Client):
+        sock = c.sock
+        for _ in range(64):
+            try:
+                buf = sock.recv(1024, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno in (errno.ECONNREFUSED, errno.ENOTCONN):
+                    self._release(c, "connection refused")
+                return
+            self.handle_request(c, buf)
+            if self.clients.get(c.idx) is not c:
+                return
+
+    def handle_request(self, c: Client, buf: bytes):
+        try:
+            req = ibsim.parse_request(buf)
+        except WireError as e:
+            self.stats["bad"] += 1
+            if self.verbose:
+                self.log(f"fabric: client {c.idx}: {e}")
+            return
+        self.stats["mads"] += 1
+        mad = bytearray(req.mad)
+        if len(mad) >= 16 and not mad[3] & 0x80:
+            tid = int.from_bytes(mad[8:16], "big")
+            mad[8:16] = ibsim.tid_with_client(tid, c.idx).to_bytes(8, "big")
+        if self.verbose > 1:
+            self.log(f"fabric: client {c.idx} -> class {mad[1]:#x} method {mad[3]:#x} attr "
+                     f"{int.from_bytes(mad[16:18], 'big'):#x} slid {req.slid} dlid {req.dlid} "
+                     f"dqp {req.dqp} tid {int.from_bytes(mad[8:16], 'big'):#x}")
+        for d in self.router.inject(c.port, mad, req.slid, req.dlid, req.sqp, req.dqp):
+            if d.dropped:
+                self.stats["dropped"] += 1
+                self._send(c, d.mad, d.dlid, d.slid, d.qp, d.sqp, d.status, None)
+                continue
+            to = self._find(d)
+            if to is None:
+                if d.spontaneous:
+                    continue                         # a trap with no SM listening: lost
+                self.stats["dropped"] += 1
+                if self.verbose:
+                    self.log(f"fabric: nobody listens on {d.port.name} qp {d.qp}: "
+                             f"class {d.mad[1]:#x} attr {int.from_bytes(d.mad[16:18], 'big'):#x}")
+                self._send(c, mad, req.dlid, req.slid, req.sqp, req.dqp, ibsim.ETIMEDOUT, None)
+                continue
+            if self.verbose > 1:
+                self.log(f"fabric:   -> client {to.idx} at {d.port.name} qp {d.qp}")
+            self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, c)
+
+    def _find(self, d) -> Client | None:
+        port = d.port
+        if d.mad[3] & 0x80:
+            idx = int.from_bytes(d.mad[8:10], "big")
+            c = self.clients.get(idx)
+            if c is not None and c.port is port:
+                return c
+        for c in self.clients.values():
+            if c.port is not port:
+                continue
+            if d.qp > 1:
+                if c.qp == d.qp:
+                    return c
+            elif not d.mad[3] & 0x80 and c.issm:
+                return c
+        return None
+
+    def _send(self, to: Client, mad, slid, dlid, sqp, dqp, status, sender):
+        """One sim_request to ``to``: slid/dlid as the receiver sees them
+        (umad2sim takes the peer's LID from slid), dqp = its QP."""
+        pkt = ibsim.build_request(dlid, slid, dqp, sqp, mad, status, 256)
+        try:
+            try:
+                to.sock.send(pkt)
+            except BlockingIOError:
+                # the client's queue is full: give it a moment, as ibsim retries EAGAIN
+                if not select.select([], [to.sock], [], SEND_TIMEOUT)[1]:
+                    raise OSError(errno.EAGAIN, "client not reading") from None
+                to.sock.send(pkt)
+            return True
+        except OSError as e:
+            self._release(to, f"send failed: {e.strerror or e}")
+            if sender is not None and sender is not to and self.clients.get(sender.idx) is sender:
+                self._send(sender, mad, dlid, slid, dqp, sqp, ibsim.ETIMEDOUT, None)
+            return False
+
+    def _deliver_unsolicited(self, deliveries):
+        for d in deliveries:
+            to = self._find(d)
+            if to is not None:
+                self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, None)
+
+    # --- commands: console (ibsim's names) and the control socket ------------------------------
+    def command(self, line: str) -> str:
+        """Run one command; returns the answer text (first word 'ok' or 'error:')."""
+        try:
+            words = shlex.split(line)
+        except ValueError as e:
+            return f"error: {e}"
+        if not words:
+            return "ok"
+        cmd, args = words[0].lower(), words[1:]
+        try:
+            if cmd in ("quit", "q"):
+                self.running = False
+                return "ok quitting"
+            if cmd in ("attached", "a"):
+                return "ok\n" + "\n".join(
+                    f'Client {c.idx}: pid {c.pid} connected at "{c.port.node.nodeid}" port '
+                    f"{c.port.num}, lid {c.port.lid}, qp {c.qp} {'SM' if c.issm else ''}"
+                    for c in sorted(self.clients.values(), key=lambda c: c.idx))
+            if cmd == "x":
+                c = self.clients.get(int(args[0]))
+                if c is None:
+                    return f"error: no client {args[0]}"
+                self._release(c, "console X")
+                return "ok"
+            if cmd in ("unlink", "relink", "link"):
+                if cmd == "link" and args[:1] in (["down"], ["up"]):
+                    down = args[0] == "down"
+                    port = self._port_arg(args[1:])
+                else:
+                    down = cmd == "unlink"
+                    port = self._port_arg([line.split(None, 1)[1].strip()] if len(words) > 1
+                                          else [])
+                ev = self.router.link_down(port) if down else self.router.link_up(port)
+                self._deliver_unsolicited(ev)
+                return f"ok {port.name} {'down' if down else 'up'}, {len(ev)} trap(s)"
+            if cmd == "error":
+                port = self._port_arg(args[:-1] if len(args) in (2, 3) and
+                                      not _CONSOLE_PORT_RE.match(args[0]) else args[:1])
+                rest = args[2:] if not _CONSOLE_PORT_RE.match(args[0]) else args[1:]
+                if not rest:
+                    return "error: usage: error NODE PORT RATE [ATTR]"
+                rate = int(rest[0], 0)
+                if not 0 <= rate <= 100:
+                    return "error: rate is a percentage 0..100"
+                port.err_rate = rate
+                port.err_attr = int(rest[1], 0) if len(rest) > 1 else 0
+                return f"ok {port.name} drops {rate}%"
+            if cmd == "verbose":
+                self.verbose = int(args[0]) if args else 1
+                self.router.log = self._log_drop if self.verbose else None
+                return "ok"
+            if cmd == "stats":
+                return "ok " + " ".join(f"{k}={v}" for k, v in self.stats.items()) + \
+                    f" clients={len(self.clients)}"
+            if cmd in ("help", "?"):
+                return ("ok commands: Attached, X <n>, Unlink \"node\"[p], ReLink \"node\"[p], "
+                        "link down|up NODE PORT, error NODE PORT RATE [ATTR], Verbose [n], "
+                        "stats, Quit")
+        except (FabricError, IndexError, ValueError) as e:
+            return f"error: {e}"
+        return f"error: unknown command {words[0]!r} (try help)"
+
+    def _port_arg(self, args):
+        if len(args) == 1:
+            m = _CONSOLE_PORT_RE.match(args[0])
+            if not m:
+                raise FabricError(f'expected "node"[port], got {args[0]!r}')
+            name, num = m.group(1), int(m.group(2))
+        elif len(args) == 2:
+            name, num = args[0], int(args[1], 0)
+        else:
+            raise FabricError("expected NODE PORT")
+        return self.fabric.node(name).port(num)
+
+    def _on_console(self, f):
+        try:
+            data = os.read(f.fileno(), 4096)
+        except BlockingIOError:
+            return
+        if not data:
+            self.sel.unregister(f)              # stdin closed: keep serving
+            return
+        for line in data.decode(errors="replace").splitlines():
+            ans = self.command(line)
+            self.log(ans)
+
+    def _on_control(self, sock):
+        try:
+            buf, addr = sock.recvfrom(4096)
+        except OSError:
+            return
+        ans = self.command(buf.decode(errors="replace"))
+        if addr:
+            try:
+                sock.sendto(ans.encode(), addr)
+            except OSError:
+                pass
+
+    def run_commands(self, commands):
+        """The .net file's ``do`` lines."""
+        for where, cmd in commands:
+            ans = self.command(cmd)
+            if ans.startswith("error"):
+                raise FabricError(f"{where}: do {cmd}: {ans}")
+
+
+def control(base: str, line: str, timeout: float = 5.0) -> str:
+    """Send one command to a running server's control socket; its answer."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.bind(ibsim.abstract_name(base, f"softrdma-cli{os.getpid()}"))
+        s.settimeout(timeout)
+        try:
+            s.sendto(line.encode(), ibsim.abstract_name(base, CONTROL_NAME))
+        except (ConnectionRefusedError, FileNotFoundError):
+            raise FabricError(f"no fabric server on @{base} (is `softrdma fabric serve` "
+                              f"running with IBSIM_SOCKNAME={base}?)") from None
+        try:
+            return s.recv(65536).decode(errors="replace")
+        except socket.timeout:
+            raise FabricError(f"fabric server on @{base} did not answer") from None
+    finally:
+        s.close()
