@@ -244,7 +244,8 @@ class Router:
         smp.set_dr_hop_ptr(mad, 0)
         if dr.dr_slid != IB_LID_PERMISSIVE:
             cur, _ = self.lid_route(cur, dr.dr_slid, True)
-        return cur
+        # on a switch the requester (an SM) sits behind port 0
+        return cur.node.ports[0] if cur.node.is_switch else cur
 
     # --- arrival at an end port -------------------------------------------------------------
     def _agent_drops(self, dest: Port, arrived: Port, attr: int) -> bool:

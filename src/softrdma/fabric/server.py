@@ -44,15 +44,16 @@ from .route import Router
 LIVENESS_INTERVAL = 1.0
 SEND_TIMEOUT = 1.0
 CONTROL_NAME = "softrdma"
-_CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\]$')
+_CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\](.*)$')
 
 
 class Client:
-    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr")
+    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr", "congested")
 
     def __init__(self, idx, pid, port, qp, issm, sock, addr):
         self.idx, self.pid, self.port, self.qp, self.issm = idx, pid, port, qp, issm
         self.sock, self.addr = sock, addr
+        self.congested = False     # its queue stayed full: drop, do not wait, until it reads
 
 
 class Server:
@@ -102,9 +103,15 @@ class Server:
             raise FabricError(f"cannot bind @{self.base}:{CONTROL_NAME}: {e.strerror}") from None
         self.control.setblocking(False)
         self.sel.register(self.control, selectors.EVENT_READ, self._on_control)
+        self.pending_commands = []
         if self.console is not None:
-            os.set_blocking(self.console.fileno(), False)
-            self.sel.register(self.console, selectors.EVENT_READ, self._on_console)
+            try:
+                self.sel.register(self.console, selectors.EVENT_READ, self._on_console)
+                os.set_blocking(self.console.fileno(), False)
+            except PermissionError:
+                # a regular file or /dev/null (epoll refuses those): its commands, once
+                self.pending_commands = [("stdin", ln) for ln in self.console.read().splitlines()
+                                         if ln.strip()]
 
     def _out_socket(self, idx: int) -> socket.socket:
         s = self._sock()
@@ -137,6 +144,8 @@ class Server:
     # --- the loop --------------------------------------------------------------------------------
     def serve_forever(self):
         self.running = True
+        for _, line in self.pending_commands:
+            self.log(self.command(line))
         while self.running:
             self.run_once(LIVENESS_INTERVAL)
 
@@ -375,11 +384,19 @@ class Server:
             try:
                 to.sock.send(pkt)
             except BlockingIOError:
-                # the client's queue is full: give it a moment, as ibsim retries EAGAIN
-                if not select.select([], [to.sock], [], SEND_TIMEOUT)[1]:
-                    raise OSError(errno.EAGAIN, "client not reading") from None
+                # the client's queue is full: give it a moment once (ibsim spins on
+                # EAGAIN); a client that still does not read loses MADs, not its slot
+                if to.congested or not select.select([], [to.sock], [], SEND_TIMEOUT)[1]:
+                    to.congested = True
+                    self.stats["dropped"] += 1
+                    return False
                 to.sock.send(pkt)
+            to.congested = False
             return True
+        except BlockingIOError:
+            to.congested = True
+            self.stats["dropped"] += 1
+            return False
         except OSError as e:
             self._release(to, f"send failed: {e.strerror or e}")
             if sender is not None and sender is not to and self.clients.get(sender.idx) is sender:
@@ -417,28 +434,29 @@ class Server:
                     return f"error: no client {args[0]}"
                 self._release(c, "console X")
                 return "ok"
+            rest = line.strip()[len(words[0]):].strip()
             if cmd in ("unlink", "relink", "link"):
-                if cmd == "link" and args[:1] in (["down"], ["up"]):
+                down = cmd == "unlink"
+                if cmd == "link":
+                    if args[:1] not in (["down"], ["up"]):
+                        return "error: usage: link down|up NODE PORT"
                     down = args[0] == "down"
-                    port = self._port_arg(args[1:])
-                else:
-                    down = cmd == "unlink"
-                    port = self._port_arg([line.split(None, 1)[1].strip()] if len(words) > 1
-                                          else [])
+                    rest = rest.split(None, 1)[1] if len(args) > 1 else ""
+                port, extra = self._port_arg(rest)
+                if extra:
+                    return f"error: unexpected {' '.join(extra)!r}"
                 ev = self.router.link_down(port) if down else self.router.link_up(port)
                 self._deliver_unsolicited(ev)
                 return f"ok {port.name} {'down' if down else 'up'}, {len(ev)} trap(s)"
             if cmd == "error":
-                port = self._port_arg(args[:-1] if len(args) in (2, 3) and
-                                      not _CONSOLE_PORT_RE.match(args[0]) else args[:1])
-                rest = args[2:] if not _CONSOLE_PORT_RE.match(args[0]) else args[1:]
-                if not rest:
+                port, extra = self._port_arg(rest)
+                if not 1 <= len(extra) <= 2:
                     return "error: usage: error NODE PORT RATE [ATTR]"
-                rate = int(rest[0], 0)
+                rate = int(extra[0], 0)
                 if not 0 <= rate <= 100:
                     return "error: rate is a percentage 0..100"
                 port.err_rate = rate
-                port.err_attr = int(rest[1], 0) if len(rest) > 1 else 0
+                port.err_attr = int(extra[1], 0) if len(extra) > 1 else 0
                 return f"ok {port.name} drops {rate}%"
             if cmd == "verbose":
                 self.verbose = int(args[0]) if args else 1
@@ -455,17 +473,18 @@ class Server:
             return f"error: {e}"
         return f"error: unknown command {words[0]!r} (try help)"
 
-    def _port_arg(self, args):
-        if len(args) == 1:
-            m = _CONSOLE_PORT_RE.match(args[0])
-            if not m:
-                raise FabricError(f'expected "node"[port], got {args[0]!r}')
-            name, num = m.group(1), int(m.group(2))
-        elif len(args) == 2:
-            name, num = args[0], int(args[1], 0)
+    def _port_arg(self, text: str):
+        """A port as ibsim's console writes it ("node"[p]) or as NODE PORT;
+        returns (port, remaining words)."""
+        m = _CONSOLE_PORT_RE.match(text)
+        if m:
+            name, num, more = m.group(1), int(m.group(2)), m.group(3).split()
         else:
-            raise FabricError("expected NODE PORT")
-        return self.fabric.node(name).port(num)
+            w = shlex.split(text)
+            if len(w) < 2:
+                raise FabricError('expected "node"[port] or NODE PORT')
+            name, num, more = w[0], int(w[1], 0), w[2:]
+        return self.fabric.node(name).port(num), more
 
     def _on_console(self, f):
         try:
