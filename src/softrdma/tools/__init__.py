@@ -23,6 +23,7 @@ TOOLS = {
     "ib_write_lat": "softrdma.tools.perftest",
     "ib_read_lat": "softrdma.tools.perftest",
     "ib_atomic_lat": "softrdma.tools.perftest",
+    "rping": "softrdma.tools.rping",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
