@@ -110,7 +110,7 @@ def _serve(a) -> int:
     srv = Server(fabric, base, remote=a.remote, host=a.host, port=a.listen, verbose=a.verbose,
                  console=None if a.no_console else sys.stdin, seed=a.seed)
     try:
-        srv.run_commands(getattr(fabric, "commands", []))
+        srv.run_commands(fabric.commands)
         where = f"udp {a.host}:{a.listen}" if a.remote else f"@{base}:ctl"
         print(f"softrdma fabric: {st['nodes']} nodes ({st['switches']} switches, {st['cas']} CAs,"
               f" {st['links']} links) loaded in {dt:.2f} s, max RSS {_rss_mb():.0f} MB; "
