@@ -348,9 +348,18 @@ def test_link_events_reach_a_resident_opensm(fab):
                          fab.tool("smpquery", "-D", "portinfo", "0,1,5,3", "1"))
         bad = fab.cli("link", "down", "nosuchnode", "1")
         assert bad.returncode == 1 and "no node" in bad.stderr
-    finally:
-        sm.terminate()
+        # SIGKILL: no DISCONNECT; ibsim would keep the SM slot and refuse the next SM
+        sm.kill()
         sm.wait(10)
+        t = time.monotonic() + 5
+        while " SM" in fab.cli("cmd", "attached").stdout and time.monotonic() < t:
+            time.sleep(0.2)
+        assert " SM" not in fab.cli("cmd", "attached").stdout
+        fab.opensm("again.log")
+    finally:
+        if sm.poll() is None:
+            sm.terminate()
+            sm.wait(10)
 
 
 def test_remote_udp_mode(tmp_path):

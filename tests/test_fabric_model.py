@@ -295,3 +295,24 @@ def test_generators_roundtrip(tmp_path):
     assert t.stats()["links"] == 16 + 32
     with pytest.raises(FabricError):
         gen.fat_tree2(4, 2, 40, radix=36)
+
+
+def test_4096_hosts_load_compact(tmp_path):
+    """The issue's scale: 4096 hosts (64 leaves + 64 spines, radix 128) written,
+    parsed and routed; ports carry no per-instance dict."""
+    import time
+    f, roots = gen.fat_tree2(leaves=64, spines=64, hosts_per_leaf=64, radix=128)
+    p = tmp_path / "big.net"
+    topo.dump(f, str(p))
+    t0 = time.perf_counter()
+    g = topo.load(str(p))
+    dt = time.perf_counter() - t0
+    assert g.stats() == dict(nodes=4224, switches=128, cas=4096, ports=4096 + 128 * 129,
+                             links=8192)
+    assert dt < 10, dt
+    port = g.by_id["host4096"].ports[1]
+    assert not hasattr(port, "__dict__") and not hasattr(port.node, "__dict__")
+    r = route.Router(g)
+    out = r.inject(g.by_id["host0001"].ports[1],
+                   smp.build_dr_smp(GET, SmpAttr.NODE_DESC, [1, 65, 64, 64]), 0xFFFF, 0xFFFF, 0, 0)
+    assert smp.decode_node_desc(out[0].mad[64:128]) == "host4096"
