@@ -356,3 +356,32 @@ def test_rdma_resource_show_cm_id(daemon):
     unbound.destroy()
     listen.destroy()
     ch.close()
+
+
+def test_ack_timeout_option_reaches_rts(daemon):
+    """RDMA_OPTION_ID_ACK_TIMEOUT overrides the CM's local ACK timeout in
+    init_qp_attr (rdma_init_qp_attr's timeout_set)."""
+    from softrdma.verbs.cm import CmId, EventChannel
+    from softrdma.verbs.qp import QPCap, QPInitAttr
+    os.environ["SOFTRDMA_RUN"] = daemon.run_dir
+    sch, cch = EventChannel(), EventChannel()
+    listen = CmId(sch)
+    listen.bind_addr("127.0.0.1", 7695)
+    listen.listen()
+    c = CmId(cch)
+    c.resolve_addr(None, "127.0.0.1", 7695)
+    cch.get_event(5)
+    c.set_option("ack_timeout", 19)
+    c.resolve_route()
+    cch.get_event(5)
+    c.create_qp(QPInitAttr(qp_type=2, cap=QPCap(1, 1)))
+    c.connect()
+    ev = sch.get_event(10)
+    ev.id.create_qp(QPInitAttr(qp_type=2, cap=QPCap(1, 1)))
+    ev.id.accept()
+    assert cch.get_event(10).event_str == "RDMA_CM_EVENT_ESTABLISHED"
+    assert c.qp.query(0x1fffff)[0].timeout == 19
+    for x in (c, ev.id, listen):
+        x.destroy()
+    sch.close()
+    cch.close()

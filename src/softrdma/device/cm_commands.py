@@ -80,6 +80,8 @@ class CmCommands:
             cid.reuseaddr = bool(v)
         elif opt == "tos":
             cid.tos, cid.tos_set = rq.uint(m, "value", rq.U8), True
+        elif opt == "ack_timeout":                  # rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)
+            cid.timeout = rq.uint(m, "value", 31)
         elif opt == "afonly":
             rq.uint(m, "value", rq.U32)
         else:

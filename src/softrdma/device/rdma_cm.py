@@ -113,6 +113,7 @@ class CmaId:
         self.reuseaddr = False
         self.tos = 0
         self.tos_set = False
+        self.timeout: int | None = None    # RDMA_OPTION_ID_ACK_TIMEOUT
         self.mtu = 3
         self.mcast: dict[bytes, dict] = {}
         self.destroyed = False
@@ -524,6 +525,8 @@ class RdmaCm:
             a["ah_attr"] = dict(a["ah_attr"], sgid_index=idx or 0, dgid=a["ah_attr"]["dgid"].hex())
         if qp_state == 2:
             a["rq_psn"] = cid.seq_num
+        if "timeout" in a and cid.timeout is not None:
+            a["timeout"] = cid.timeout
         return a
 
     # -- multicast -------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from ..verbs.wr import SGE, RecvWR, SendWR
 from .librdmacm_enums import (
     RAI_PASSIVE,
     RDMA_OPTION_ID,
+    RDMA_OPTION_ID_ACK_TIMEOUT,
     RDMA_OPTION_ID_AFONLY,
     RDMA_OPTION_ID_REUSEADDR,
     RDMA_OPTION_ID_TOS,
@@ -306,8 +307,9 @@ class CMID:
     def accept(self, param: ConnParam | None = None):
         self._need().accept(param.to_dict() if param is not None else None)
 
-    def reject(self, private_data=None):
-        self._need().reject(bytes(private_data or b""))
+    def reject(self, private_data=None, private_data_len=0):
+        data = bytes(private_data or b"")
+        self._need().reject(data[:private_data_len] if private_data_len else data)
 
     def establish(self):
         self._need().establish()
@@ -319,7 +321,7 @@ class CMID:
         if level != RDMA_OPTION_ID:
             raise PyverbsRDMAError("Failed to set option", errno.ENOSYS)
         name = {RDMA_OPTION_ID_TOS: "tos", RDMA_OPTION_ID_REUSEADDR: "reuseaddr",
-                RDMA_OPTION_ID_AFONLY: "afonly"}.get(optname)
+                RDMA_OPTION_ID_AFONLY: "afonly", RDMA_OPTION_ID_ACK_TIMEOUT: "ack_timeout"}.get(optname)
         if name is None:
             raise PyverbsRDMAError("Failed to set option", errno.ENOSYS)
         self._need().set_option(name, int(optval))

@@ -42,7 +42,6 @@ from ..enums import (
 from ..enums import rdma_cm_event_type as EV
 from ..transport.cm import qp_attr_mask
 from .addr import AHAttr
-from .connection import Connection
 from .errors import PyverbsRDMAError
 
 RDMA_PS_IPOIB, RDMA_PS_IB, RDMA_PS_TCP, RDMA_PS_UDP = 0x0002, 0x013F, 0x0106, 0x0111
@@ -51,14 +50,15 @@ RDMA_MAX_INIT_DEPTH = 0xFF
 _QPT_NAME = {IBV_QPT_RC: "RC", IBV_QPT_UC: "UC", IBV_QPT_UD: "UD"}
 _PS_QPT = {RDMA_PS_TCP: IBV_QPT_RC, RDMA_PS_UDP: IBV_QPT_UD, RDMA_PS_IPOIB: IBV_QPT_UD, RDMA_PS_IB: IBV_QPT_RC}
 
-_contexts: dict[str, object] = {}       # device name -> Context (one per process, as librdmacm's)
+_contexts: dict[tuple[str, str], object] = {}   # (daemon socket, device) -> Context (one per process, as librdmacm's)
 
 
 def _context(name: str):
-    ctx = _contexts.get(name)
-    if ctx is None or getattr(ctx, "closed", False):
-        from .device import Context
-        ctx = _contexts[name] = Context(name=name)
+    from .device import Context, _socket_path
+    key = (_socket_path(), name)
+    ctx = _contexts.get(key)
+    if ctx is None or getattr(ctx, "closed", False) or ctx.conn.dead:
+        ctx = _contexts[key] = Context(name=name)
     return ctx
 
 
@@ -92,9 +92,9 @@ class EventChannel:
     """rdma_create_event_channel."""
 
     def __init__(self):
-        from .device import _socket_path
+        from .device import connect
         try:
-            self.conn = Connection(_socket_path())
+            self.conn = connect()             # rdma_create_event_channel: the embedded default starts too
         except OSError as e:
             raise _err("Failed to create CM event channel (is softrdmad running?)", errno.ENODEV, str(e)) from None
         self.ids: dict[int, CmId] = {}

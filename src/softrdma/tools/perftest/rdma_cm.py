@@ -33,8 +33,7 @@ With -R perftest sets ``use_rdma_cm`` too, so there is no TCP connection:
 
 One rdma_cm QP only (perftest's own check of older releases says so for -q
 above 1); RC only.  The ACK-timeout option (``RDMA_OPTION_ID_ACK_TIMEOUT``)
-is not set: softrdma's CMID.set_option does not take it yet, so the CM's
-default local ACK timeout stands.
+is not set, so the CM's default local ACK timeout stands.
 """
 
 from __future__ import annotations
