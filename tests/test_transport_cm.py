@@ -72,6 +72,7 @@ def params(**kw):
     kw.setdefault("dest_gid", GID_B)
     kw.setdefault("qp_num", 0x11)
     kw.setdefault("starting_psn", 0x1234)
+    kw.setdefault("packet_life_time", 16)        # the timings below are worked out for 16
     return ConnectParams(**kw)
 
 
@@ -128,7 +129,7 @@ def test_establish_qp_attrs_match():
     assert ar["min_rnr_timer"] == br["min_rnr_timer"] == 0
     assert bt["retry_cnt"] == at["retry_cnt"] == 5
     assert bt["rnr_retry"] == 6 and at["rnr_retry"] == 7   # active: the REP's rnr_retry_count
-    assert at["timeout"] >= 17 and bt["timeout"] == 17
+    assert at["timeout"] >= 17 and bt["timeout"] == 17      # cm_ack_timeout(15, life time 16)
     assert w.a.cm_tx_msgs[REQ] == w.b.cm_rx_msgs[REQ] == 1
     assert w.b.cm_tx_msgs[REP] == w.a.cm_rx_msgs[REP] == 1
     assert w.a.cm_tx_msgs[RTU] == w.b.cm_rx_msgs[RTU] == 1

@@ -73,7 +73,7 @@ STATE_NAMES = ("IDLE", "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_QUERY", "ROUTE_RESO
 # timeout paths: 15 retries of 4.6 s each are 73 s)
 CMA_CM_RESPONSE_TIMEOUT = int(os.environ.get("SOFTRDMA_CMA_RESPONSE_TIMEOUT", "20"))
 CMA_MAX_CM_RETRIES = int(os.environ.get("SOFTRDMA_CMA_MAX_RETRIES", "15"))
-CMA_IBOE_PACKET_LIFETIME = 16
+CMA_IBOE_PACKET_LIFETIME = 18         # as the 6.1 kernel of the reference peer (later kernels: 16)
 CMA_CM_MRA_SERVICE_TIMEOUT = 24        # CMA_CM_MRA_SETTING without IB_CM_MRA_FLAG_DELAY
 MAX_BACKLOG = 1024                     # ucma's max_backlog
 LOCAL_PORT_RANGE = (32768, 60999)      # net.ipv4.ip_local_port_range's default
@@ -149,7 +149,9 @@ class RdmaCm:
     # -- devices -----------------------------------------------------------------------------
     def add_device(self, dev, node_guid: int) -> None:
         gid = next((e.gid for i, e in dev.gid_table if i), bytes(16))
-        agent = CmAgent(node_guid, gid, hi_tid=self.rng.getrandbits(32), rng=self.rng)
+        # the MAD layer's hi_tid is a small per-agent number (ib_mad_client_id)
+        self._agents = getattr(self, "_agents", 0) + 1
+        agent = CmAgent(node_guid, gid, hi_tid=self._agents, rng=self.rng)
         dev.cm = agent
         dev.gsi.register(MgmtClass.CM, agent)
 
@@ -430,7 +432,8 @@ class RdmaCm:
             local_cm_response_timeout=CMA_CM_RESPONSE_TIMEOUT,
             retry_count=min(7, p["retry_count"]), rnr_retry_count=min(7, p["rnr_retry_count"]),
             max_cm_retries=CMA_MAX_CM_RETRIES, srq=bool(p["srq"]), path_mtu=cid.mtu,
-            packet_life_time=CMA_IBOE_PACKET_LIFETIME, traffic_class=cid.tos, hop_limit=64),
+            packet_life_time=CMA_IBOE_PACKET_LIFETIME, traffic_class=cid.tos, hop_limit=64,
+            flow_label=_roce_udp_flow_label(cid), flow_control=p["flow_control"]),
             now=self.daemon_now(), context=cid)
 
     def daemon_now(self) -> float:
@@ -456,7 +459,8 @@ class RdmaCm:
                 cm.accept(cid.ib, AcceptParams(
                     qp_num=p["qp_num"], starting_psn=cid.seq_num, private_data=private_data,
                     responder_resources=p["responder_resources"], initiator_depth=p["initiator_depth"],
-                    rnr_retry_count=min(7, p["rnr_retry_count"]), srq=bool(p["srq"])), now=now)
+                    rnr_retry_count=min(7, p["rnr_retry_count"]), srq=bool(p["srq"]),
+                    flow_control=p["flow_control"]), now=now)
             else:
                 cm.send_rtu(cid.ib, now=now)
         except ValueError as e:
@@ -682,6 +686,12 @@ class RdmaCm:
             for h, (kind, obj) in list(client.objects.items()):
                 if kind == "cm_id" and not obj.destroyed:
                     yield client, obj
+
+
+def _roce_udp_flow_label(cid: CmaId) -> int:
+    """cma_get_roce_udp_flow_label: from the ports (IPv4, or IPv6 without a
+    flow label of its own): sport * 31 + dport, 20 bits."""
+    return (cid.src_port * 31 + cid.dst_port) & 0xFFFFF
 
 
 def _pd_hex(m: dict, msg: str) -> str:

@@ -193,7 +193,8 @@ class ConnectParams:
     srq: bool = False
     # path
     path_mtu: int = 3            # enum ib_mtu: IB_MTU_1024
-    packet_life_time: int = 16   # CMA_IBOE_PACKET_LIFETIME
+    packet_life_time: int = 18   # CMA_IBOE_PACKET_LIFETIME (6.1)
+    flow_control: int = 1
     pkey: int = 0xFFFF
     flow_label: int = 0
     traffic_class: int = 0
@@ -218,6 +219,7 @@ class AcceptParams:
     rnr_retry_count: int = 7
     srq: bool = False
     qkey: int = 0
+    flow_control: int = 1
 
 
 class CmId:
@@ -290,10 +292,11 @@ class CmAgent:
     """The CM of one port."""
 
     def __init__(self, ca_guid: int, gid: bytes, *, hi_tid: int = 1, rng: random.Random | None = None,
-                 now: float = 0.0, answer_lap: bool = False):
+                 now: float = 0.0, answer_lap: bool = False, ca_ack_delay: int = 15):
         self.ca_guid = ca_guid
         self.gid = bytes(gid)
         self.hi_tid = hi_tid & 0xFFFFFFFF
+        self.ca_ack_delay = ca_ack_delay          # the device's local CA ACK delay (rxe: 15)
         self.answer_lap = answer_lap
         self.rng = rng or random.Random()
         self.now = now
@@ -446,7 +449,7 @@ class CmAgent:
         cm_id.retry_count = p.retry_count
         cm_id.rnr_retry_count = p.rnr_retry_count
         cm_id.packet_life_time = p.packet_life_time
-        cm_id.ack_timeout = min(31, p.packet_life_time + 1)
+        cm_id.ack_timeout = cm_ack_timeout(self.ca_ack_delay, p.packet_life_time)   # cm_format_req
         cm_id.flow_label, cm_id.traffic_class = p.flow_label, p.traffic_class
         cm_id.hop_limit, cm_id.sl, cm_id.pkey = p.hop_limit, p.sl, p.pkey
         cm_id.timeout_ms = (cm_convert_to_ms(p.packet_life_time) * 2
@@ -459,7 +462,7 @@ class CmAgent:
             "responder_resources": p.responder_resources, "initiator_depth": p.initiator_depth,
             "remote_cm_response_timeout": p.remote_cm_response_timeout,
             "transport_service_type": RC if p.qp_type == QP_TYPE_RC else UC,
-            "end_to_end_flow_control": 1, "starting_psn": cm_id.rq_psn,
+            "end_to_end_flow_control": p.flow_control, "starting_psn": cm_id.rq_psn,
             "local_cm_response_timeout": p.local_cm_response_timeout,
             "retry_count": p.retry_count, "partition_key": p.pkey,
             "path_packet_payload_mtu": p.path_mtu, "rnr_retry_count": p.rnr_retry_count,
@@ -491,7 +494,7 @@ class CmAgent:
             "local_qpn": p.qp_num, "starting_psn": cm_id.rq_psn,
             "responder_resources": p.responder_resources, "initiator_depth": p.initiator_depth,
             "target_ack_delay": p.target_ack_delay, "failover_accepted": p.failover_accepted,
-            "end_to_end_flow_control": 1, "rnr_retry_count": p.rnr_retry_count, "srq": int(p.srq),
+            "end_to_end_flow_control": p.flow_control, "rnr_retry_count": p.rnr_retry_count, "srq": int(p.srq),
             "local_ca_guid": self.ca_guid, "private_data": pd,
         }
         cm_id.state = CmState.REP_SENT
