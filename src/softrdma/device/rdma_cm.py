@@ -151,7 +151,9 @@ class RdmaCm:
         gid = next((e.gid for i, e in dev.gid_table if i), bytes(16))
         # the MAD layer's hi_tid is a small per-agent number (ib_mad_client_id)
         self._agents = getattr(self, "_agents", 0) + 1
-        agent = CmAgent(node_guid, gid, hi_tid=self._agents, rng=self.rng)
+        # LAP: no path migration here; the issue asks for the spec's answer
+        # (APR status UNSUPPORTED) where the kernel's RoCE port stays silent
+        agent = CmAgent(node_guid, gid, hi_tid=self._agents, rng=self.rng, answer_lap=True)
         dev.cm = agent
         dev.gsi.register(MgmtClass.CM, agent)
 
