@@ -116,6 +116,7 @@ def run_pair(srv_args, cli_args, env=None, popen=None):
     (["-x"], "ucmatose: invalid option -- 'x'\n"),
     (["-s"], "ucmatose: option requires an argument -- 's'\n"),
     (["-c", "2", "-C"], "ucmatose: option requires an argument -- 'C'\n"),
+    (["--help"], "ucmatose: invalid option -- '-'\n"),
 ])
 def test_bad_arguments_give_the_usage(args, err):
     r = ucmatose(args, {**os.environ, "SOFTRDMA_AUTOSTART": "0"})

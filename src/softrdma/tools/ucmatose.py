@@ -550,9 +550,18 @@ def _close(obj) -> None:
         pass
 
 
+class Getopt(GetoptLong):
+    """Plain getopt: no long options, so ``--word`` is the option '-'
+    (cmatose stops at the first error, the rest of the word is not read)."""
+
+    def _long(self, body: str, i: int):
+        self._err("invalid option -- '-'")
+        return i, ("?", None)
+
+
 def parse(argv: list[str], prog: str) -> Options | int:
     o = Options()
-    for op, optarg in GetoptLong(argv, prog, OPTSTRING):
+    for op, optarg in Getopt(argv, prog, OPTSTRING):
         if op == "s":
             o.dst_addr = optarg
         elif op == "b":
