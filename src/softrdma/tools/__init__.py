@@ -26,6 +26,7 @@ TOOLS = {
     "opensm": "softrdma.sm.main",
     "rping": "softrdma.tools.rping",
     "ucmatose": "softrdma.tools.ucmatose",
+    "udaddy": "softrdma.tools.udaddy",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest

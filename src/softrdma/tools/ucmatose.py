@@ -95,6 +95,7 @@ class Options:
         self.numeric = False            # RAI_NUMERICHOST
         self.af_ib = False              # -f gid: RAI_FAMILY, AF_IB
         self.port_space = None          # RDMA_PS_TCP unless -P ib
+        self.socktype = socket.SOCK_STREAM  # rdma_getaddrinfo's for the port space (udaddy: datagram)
 
 
 class GaiError(Exception):
@@ -112,7 +113,7 @@ def _getaddrinfo(node: str | None, service: str | None, o: Options, passive: boo
         raise GaiError(socket.EAI_FAMILY, "ai_family not supported")
     flags = (socket.AI_PASSIVE if passive else 0) | (socket.AI_NUMERICHOST if o.numeric else 0)
     try:
-        res = socket.getaddrinfo(node, service, 0, socket.SOCK_STREAM, 0, flags)
+        res = socket.getaddrinfo(node, service, 0, o.socktype, 0, flags)
     except socket.gaierror as e:
         raise GaiError(e.errno, e.strerror) from None
     except UnicodeError:
