@@ -14,6 +14,11 @@
   server;
 * a client without a server: ``cmatose: event: RDMA_CM_EVENT_REJECTED,
   error: 8``, ``return status 8``.
+
+udaddy (softrdma.tools.udaddy, docs/formats/udaddy.md) the same way: usage,
+``-c 10 -C 10`` on one daemon and across two namespaces (SIDR, UD SENDs
+with immediate, the server's reply address from the GRH), UNREACHABLE
+without a server, the MTU check.
 """
 
 from __future__ import annotations
@@ -264,5 +269,99 @@ def test_ten_connections_across_two_namespaces():
             popen=popen)
         assert (src, sout, serr) == (0, SERVER_OUT, ""), (sout, serr)
         assert (crc, cout, cerr) == (0, CLIENT_OUT, ""), (cout, cerr)
+    finally:
+        h.close()
+
+
+# =========================================================================== udaddy (docs/formats/udaddy.md)
+UD_USAGE = ("usage: udaddy\n"
+            "\t[-s server_address]\n"
+            "\t[-b bind_address]\n"
+            "\t[-f address_format]\n"
+            "\t    name, ip, ipv6, or gid\n"
+            "\t[-P port_space]\n"
+            "\t    udp or ipoib\n"
+            "\t[-c connections]\n"
+            "\t[-C message_count]\n"
+            "\t[-S message_size]\n"
+            "\t[-t type_of_service]\n"
+            "\t[-p port_space - 0x111 for UDP (default), 0x2 for IPOIB]\n")
+UD_SERVER_OUT = ("udaddy: starting server\n"
+                 "receiving data transfers\n"
+                 "sending replies\n"
+                 "data transfers complete\n"
+                 "test complete\n"
+                 "return status 0\n")
+UD_CLIENT_OUT = ("udaddy: starting client\n"
+                 "udaddy: connecting\n"
+                 "initiating data transfers\n"
+                 "receiving data transfers\n"
+                 "data transfers complete\n"
+                 "test complete\n"
+                 "return status 0\n")
+
+
+def udcmd(*args):
+    return [sys.executable, "-m", "softrdma", "udaddy", *args]
+
+
+def ud_pair(srv_args, cli_args, env=None, popen=None):
+    popen = popen or (lambda i, a, **kw: subprocess.Popen(udcmd(*a), env=env, **kw))
+    return run_pair(srv_args, cli_args, popen=popen)
+
+
+@pytest.mark.parametrize("args,err", [
+    (["-x"], "udaddy: invalid option -- 'x'\n"),
+    (["-m"], "udaddy: invalid option -- 'm'\n"),                   # cmatose's, not udaddy's
+    (["-s", "127.0.0.1", "-P"], "udaddy: option requires an argument -- 'P'\n"),
+])
+def test_udaddy_bad_arguments(args, err):
+    r = subprocess.run(udcmd(*args), capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "SOFTRDMA_AUTOSTART": "0"})
+    assert (r.returncode, r.stdout, r.stderr) == (1, UD_USAGE, err), r
+
+
+def test_udaddy_ten_connections_one_daemon(daemon):
+    (crc, cout, cerr), (src, sout, serr) = ud_pair(["-c", "10", "-C", "10"],
+                                                   ["-s", "127.0.0.1", "-c", "10", "-C", "10"], env_of(daemon))
+    assert (src, sout, serr) == (0, UD_SERVER_OUT, ""), (sout, serr)
+    assert (crc, cout, cerr) == (0, UD_CLIENT_OUT, ""), (cout, cerr)
+
+
+def test_udaddy_errors(daemon):
+    env = env_of(daemon)
+    # nobody listens on 7174: the SIDR REP's status 1 (IB_SIDR_UNSUPPORTED)
+    r = subprocess.run(udcmd("-s", "127.0.0.1"), capture_output=True, text=True, timeout=30, env=env)
+    assert r.stdout == ("udaddy: starting client\n"
+                        "udaddy: connecting\n"
+                        "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1\n"
+                        "test complete\n"
+                        "return status 1\n") and r.returncode == 1, r
+    # a message larger than the active MTU (lo: 4096)
+    r = subprocess.run(udcmd("-s", "127.0.0.1", "-S", "5000"), capture_output=True, text=True, timeout=30, env=env)
+    assert r.stdout == ("udaddy: starting client\n"
+                        "udaddy: connecting\n"
+                        "udaddy: message_size 5000 is larger than active mtu 4096\n"
+                        "test complete\n"
+                        "return status -22\n") and r.returncode == 234, r
+    # -p is the port space: rdma_create_id refuses 0x999, alloc_nodes fails: exit 1, nothing printed
+    r = subprocess.run(udcmd("-s", "127.0.0.1", "-p", "0x999"), capture_output=True, text=True, timeout=30, env=env)
+    assert (r.returncode, r.stdout) == (1, ""), r
+    assert "Traceback" not in r.stderr
+
+
+def test_udaddy_across_two_namespaces():
+    need_root()
+    h = TwoHosts()
+    try:
+        h.start_daemons()
+
+        def popen(i, args, **kw):
+            return h.popen(i, udcmd(*args), **kw)
+        (crc, cout, cerr), (src, sout, serr) = run_pair(
+            ["-b", h.ip[0], "-c", "10", "-C", "10"], ["-s", h.ip[0], "-b", h.ip[1], "-c", "10", "-C", "10"],
+            popen=popen)
+        assert (src, sout, serr) == (0, UD_SERVER_OUT, ""), (sout, serr)
+        assert (crc, cout, cerr) == (0, UD_CLIENT_OUT, ""), (cout, cerr)
     finally:
         h.close()
