@@ -25,6 +25,8 @@ TOOLS = {
     "ib_atomic_lat": "softrdma.tools.perftest",
     "opensm": "softrdma.sm.main",
     "rping": "softrdma.tools.rping",
+    "ucmatose": "softrdma.tools.ucmatose",
+    "udaddy": "softrdma.tools.udaddy",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
