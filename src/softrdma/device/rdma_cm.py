@@ -515,6 +515,10 @@ class RdmaCm:
                 if cid.qp_type == QP_TYPE_UD:
                     if not cid.qkey and cid.ps in (PortSpace.UDP, PortSpace.IB):
                         cid.qkey = RDMA_UDP_QKEY
+                    elif not cid.qkey:
+                        # cma_set_qkey: IPoIB's Q_Key is the broadcast group's, from the
+                        # SA -- a RoCE port has none to ask
+                        raise VerbsError(errno.EINVAL, "no Q_Key for the IPoIB port space on RoCE (no SA)")
                     a["qkey"] = cid.qkey
                 else:
                     a["qp_access_flags"] = 0
