@@ -294,3 +294,27 @@ def test_cm_messages_match_kernel(vm):
         compared.append(kind)
     assert {"REQ", "REP", "RTU", "DREQ", "DREP"} <= set(compared), compared
     print("CM messages identical to the kernel's but per-connection fields:", compared)
+
+
+@pytest.mark.parametrize("tool", ["ucmatose", "udaddy"])
+@pytest.mark.parametrize("softrdma_role", ["server", "client"])
+def test_cm_tools_with_kernel_rxe(vm, tool, softrdma_role):
+    """librdmacm's ucmatose (RC, many connections) and udaddy (UD via SIDR)
+    against softrdma's, both roles: both sides end with 'return status 0'."""
+    n = ["-c", "5", "-C", "5"]
+    if softrdma_role == "server":
+        host = _host(vm, [tool, *n])
+        time.sleep(2)
+        g = guest(f"timeout 60 {tool} -s 10.77.0.1 {' '.join(n)}", timeout=90)
+    else:
+        import threading
+        res = {}
+        t = threading.Thread(target=lambda: res.update(g=guest(f"timeout 60 {tool} {' '.join(n)}", timeout=90)))
+        t.start()
+        time.sleep(4)
+        host = _host(vm, [tool, "-s", GUEST_IP, *n])
+        t.join(100)
+        g = res["g"]
+    out, _ = host.communicate(timeout=90)
+    assert host.returncode == 0 and out.rstrip().endswith("return status 0"), out
+    assert g.returncode == 0 and g.stdout.rstrip().endswith("return status 0"), g.stdout + g.stderr
