@@ -194,7 +194,7 @@ def run(s: dict, log: L.Log, once: bool, out=sys.stdout) -> int:
         g2l = Guid2Lid.loads(open(g2l_path).read())
     except OSError:
         g2l = Guid2Lid()
-    roots = read_roots(s["roots"])
+    roots = s["root_set"] if "root_set" in s else read_roots(s["roots"])
     try:
         port = IbsimPort()
     except TransportError as e:
@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
     a = parser.parse_args(argv)
     try:
         s = settings(a)
+        s["root_set"] = read_roots(s["roots"])
     except UsageError as e:
         parser.error(str(e))
     if a.create_config:
