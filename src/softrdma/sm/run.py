@@ -9,13 +9,12 @@ STANDBY (poll the master's SMInfo every ``sminfo_polling_timeout``; take
 over after ``polling_retry_number`` misses or on HANDOVER).  Requests that
 arrive meanwhile (SMInfo, traps, SA) are answered by ``agent.Agent`` even
 in the middle of a sweep.  The decisions are the sans-IO modules'; this
-module only owns time and the port.
+module only owns time (the port and its sockets are ``umad``'s).
 """
 
 from __future__ import annotations
 
 import os
-import select
 import time
 
 from ..wire.mad import Method
@@ -76,8 +75,7 @@ class SmLoop:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            r, _, _ = select.select([self.port], [], [], min(left, 0.2))
-            if r:
+            if self.port.wait(min(left, 0.2)):
                 for req in self.port.recv_all():
                     if not req.status and not req.mad[3] & 0x80:
                         self._unsolicited(req)

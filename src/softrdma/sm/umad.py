@@ -102,6 +102,10 @@ class IbsimPort:
             select.select([], [self.data], [], 1.0)
             self.data.send(ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, dqp, sqp, mad))
 
+    def wait(self, timeout: float) -> bool:
+        """True when a datagram is waiting (within ``timeout`` seconds)."""
+        return bool(select.select([self.data], [], [], max(0.0, timeout))[0])
+
     def recv_all(self) -> list[ibsim.SimRequest]:
         """Every datagram waiting (status, SLID and source QP say where it came from)."""
         out = []
