@@ -96,3 +96,19 @@ def test_dr_with_lid_routed_start():
     assert pi["LocalPort"] == 1 and f.by_id["host0002"].ports[1].guid
     ni = r.inject(h, smp.build_dr_smp(1, smp.SmpAttr.NODE_INFO, [2], dr_slid=1), 0, 3, 0, 0)
     assert smp.NODE_INFO.decode(ni[0].mad, 64)["Guid"] == f.by_id["host0002"].guid
+
+
+def test_do_lines_run_at_start(tmp_path):
+    from softrdma.fabric import topo
+    p = tmp_path / "d.net"
+    p.write_text('Switch 2 "s"\n[1] "h"[1]\nCa 1 "h"\n[1] "s"[1]\ndo Unlink "s"[1]\n')
+    f = topo.load(str(p))
+    assert f.commands and f.commands[0][1] == 'Unlink "s"[1]'
+    s = Server(f, f"dot{os.getpid()}")
+    try:
+        s.run_commands(f.commands)
+        assert f.by_id["s"].ports[1].phys != PhysState.LINK_UP
+        with pytest.raises(FabricError, match=":9: do Frobnicate"):
+            s.run_commands([("d.net:9", "Frobnicate")])
+    finally:
+        s.close()

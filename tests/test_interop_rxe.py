@@ -153,8 +153,22 @@ def test_perftest_with_kernel_rxe(vm, tmp_path, tool, size, softrdma_role):
     """softrdma's perftest against the guest's real perftest 4.5 (which says
     6.06 on the wire), both roles: the run completes on both sides and each
     prints its result row; every packet from rxe has a FULL ICRC."""
+    _perftest(vm, tmp_path, tool, size, softrdma_role, [])
+
+
+@pytest.mark.parametrize("tool,size", [("ib_write_bw", 65536), ("ib_send_lat", 2), ("ib_read_bw", 65536)])
+@pytest.mark.parametrize("softrdma_role", ["client", "server"])
+def test_perftest_rdma_cm_with_kernel_rxe(vm, tmp_path, tool, size, softrdma_role):
+    """``-R``: the QPs connected by rdma_cm -- softrdma's CM against the
+    kernel's ib_cm and the guest's librdmacm, both roles."""
+    _perftest(vm, tmp_path, tool, size, softrdma_role, ["-R"])
+
+
+def _perftest(vm, tmp_path, tool, size, softrdma_role, extra):
     iters = 100 if tool.endswith("lat") else 200
-    common = ["-d", "rxe0", "-x", str(vm["gid_index"]), "-n", str(iters), "-F"]
+    common = ["-d", "rxe0", "-n", str(iters), "-F", *extra]
+    if not extra:
+        common += ["-x", str(vm["gid_index"])]
     if tool != "ib_atomic_bw":
         common += ["-s", str(size)]
     pcap = str(tmp_path / "cap.pcap")
@@ -188,3 +202,95 @@ def test_perftest_with_kernel_rxe(vm, tmp_path, tool, size, softrdma_role):
     seen, ok = _verify_capture(pcap)
     print(f"{tool} softrdma {softrdma_role}: {seen} packets from rxe, {ok} ICRC FULL; row: {m.group(0).strip()}")
     assert seen > 0 and ok == seen, (seen, ok)
+
+
+# -- rdma_cm: rping, and the CM's messages compared with the kernel's ---------------------------------
+
+#: fields that differ per connection by nature: IDs, QPNs, PSNs, GUIDs, GIDs,
+#: the flow label (hashed from the ports), the TID (agent number and comm ID)
+_PER_CONNECTION = {"tid", "local_comm_id", "remote_comm_id", "local_qpn", "starting_psn", "local_ca_guid",
+                   "primary_local_port_gid", "primary_remote_port_gid", "primary_flow_label", "remote_qpn_eecn"}
+_CM_SEEN: dict = {}
+
+
+def _cm_messages(path) -> list:
+    """(sender IP, packet summary, decoded CM message) for every MAD to QP1."""
+    from softrdma.wire.cm import decode
+    from softrdma.wire.packet import parse
+    data = open(path, "rb").read()
+    endian = "<" if struct.unpack_from("<I", data)[0] in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    off, out = 24, []
+    while off + 16 <= len(data):
+        _, _, caplen, _ = struct.unpack_from(endian + "IIII", data, off)
+        frame = data[off + 16:off + 16 + caplen]
+        off += 16 + caplen
+        ip = frame[14:]
+        ihl = (ip[0] & 0xF) * 4
+        pkt = ip[ihl + 8:-4]
+        if (pkt[5] << 16 | pkt[6] << 8 | pkt[7]) != 1:
+            continue
+        p = parse(pkt)
+        mad = bytes(p.payload)
+        summary = {"opcode": p.opcode, "pkey": p.pkey, "qkey": p.deth.qkey, "sqp": p.deth[1], "len": len(mad),
+                   "mad_hdr": mad[0:4].hex() + mad[16:18].hex(), "ttl": ip[8]}
+        out.append((".".join(map(str, ip[12:16])), summary, decode(mad)))
+    return out
+
+
+@pytest.mark.parametrize("softrdma_role", ["server", "client"])
+def test_rping_with_kernel_rxe(vm, tmp_path, softrdma_role):
+    """softrdma rping against the guest's librdmacm rping, both roles, 10
+    verified pings; every packet from rxe has a FULL ICRC."""
+    pcap = str(tmp_path / "cap.pcap")
+    cap = _capture(pcap)
+    try:
+        if softrdma_role == "server":
+            host = _host(vm, ["rping", "-s", "-v", "-V", "-a", "10.77.0.1", "-C", "10"])
+            time.sleep(2)
+            g = guest("timeout 60 rping -c -v -V -a 10.77.0.1 -C 10", timeout=90)
+        else:
+            import threading
+            res = {}
+            t = threading.Thread(target=lambda: res.update(g=guest(
+                f"timeout 60 rping -s -v -V -a {GUEST_IP} -C 10", timeout=90)))
+            t.start()
+            time.sleep(4)
+            host = _host(vm, ["rping", "-c", "-v", "-V", "-a", GUEST_IP, "-C", "10"])
+            t.join(100)
+            g = res["g"]
+        out, _ = host.communicate(timeout=90)
+    finally:
+        time.sleep(0.5)
+        cap.terminate()
+        cap.wait(10)
+    assert host.returncode == 0, out
+    assert g.returncode == 0, g.stdout + g.stderr
+    client_out = g.stdout if softrdma_role == "server" else out
+    assert client_out.count("ping data: rdma-ping-") == 10, client_out
+    seen, ok = _verify_capture(pcap)
+    assert seen > 0 and ok == seen, (seen, ok)
+    for src, summary, m in _cm_messages(pcap):
+        who = "kernel" if src == GUEST_IP else "softrdma"
+        _CM_SEEN.setdefault((who, m["message"]), (summary, m))
+    print(f"rping softrdma {softrdma_role}: {seen} packets from rxe, all ICRC FULL")
+
+
+def test_cm_messages_match_kernel(vm):
+    """Every CM message both sides sent in the rping runs above (REQ, REP,
+    RTU, DREQ, DREP): softrdma's has the kernel's packet framing (opcode,
+    P_Key, Q_Key, source QP, MAD header) and the kernel's value in every
+    field that is not per connection."""
+    kinds = sorted({k for _, k in _CM_SEEN})
+    if not kinds:
+        pytest.skip("run with test_rping_with_kernel_rxe (it records the messages)")
+    compared = []
+    for kind in kinds:
+        if ("kernel", kind) not in _CM_SEEN or ("softrdma", kind) not in _CM_SEEN:
+            continue
+        (ks, km), (ss, sm) = _CM_SEEN[("kernel", kind)], _CM_SEEN[("softrdma", kind)]
+        assert ss == ks, (kind, ss, ks)
+        diff = {f: (sm[f], km[f]) for f in km if f not in _PER_CONNECTION and f != "private_data" and sm[f] != km[f]}
+        assert not diff, (kind, diff)
+        compared.append(kind)
+    assert {"REQ", "REP", "RTU", "DREQ", "DREP"} <= set(compared), compared
+    print("CM messages identical to the kernel's but per-connection fields:", compared)

@@ -263,8 +263,6 @@ def test_defaults_and_dependencies(capsys):
 
 
 @pytest.mark.parametrize("tool,argv,msg", [
-    ("ib_write_bw", ["-R"], "ib_write_bw: -R/--rdma_cm: rdma_cm is not available yet"),
-    ("ib_read_lat", ["-z"], "ib_read_lat: -z/--comm_rdma_cm: rdma_cm is not available yet"),
     ("ib_send_bw", ["-g"], "ib_send_bw: -g/--mcg: softrdma devices have no multicast"),
     ("ib_write_bw", ["--odp"], "ib_write_bw: --odp: softrdma has no on-demand paging"),
     ("ib_send_bw", ["-B", "00:11:22:33:44:55"], "ib_send_bw: -B: belongs to the raw_ethernet_* tests"),

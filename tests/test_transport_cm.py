@@ -72,6 +72,7 @@ def params(**kw):
     kw.setdefault("dest_gid", GID_B)
     kw.setdefault("qp_num", 0x11)
     kw.setdefault("starting_psn", 0x1234)
+    kw.setdefault("packet_life_time", 16)        # the timings below are worked out for 16
     return ConnectParams(**kw)
 
 
@@ -115,8 +116,10 @@ def test_establish_qp_attrs_match():
     ar, br = w.a.qp_attrs(a_id, "RTR"), w.b.qp_attrs(b_id, "RTR")
     at, bt = w.a.qp_attrs(a_id, "RTS"), w.b.qp_attrs(b_id, "RTS")
     assert ar["dest_qp_num"] == 0x22 and br["dest_qp_num"] == 0x11
-    assert ar["rq_psn"] == bt["sq_psn"] == 0x5678
-    assert br["rq_psn"] == at["sq_psn"] == 0x1234
+    # a CM message's starting PSN is the one its receiver sends with
+    # (cm_req_handler / cm_rep_handler: sq_psn = the message's starting PSN)
+    assert ar["rq_psn"] == bt["sq_psn"] == 0x1234
+    assert br["rq_psn"] == at["sq_psn"] == 0x5678
     assert ar["path_mtu"] == br["path_mtu"] == 5
     assert ar["ah_attr"]["dgid"] == GID_B and br["ah_attr"]["dgid"] == GID_A
     # the REP's values are final (ib_send_cm_rep / cm_rep_handler): each side's
@@ -126,7 +129,7 @@ def test_establish_qp_attrs_match():
     assert ar["min_rnr_timer"] == br["min_rnr_timer"] == 0
     assert bt["retry_cnt"] == at["retry_cnt"] == 5
     assert bt["rnr_retry"] == 6 and at["rnr_retry"] == 7   # active: the REP's rnr_retry_count
-    assert at["timeout"] >= 17 and bt["timeout"] == 17
+    assert at["timeout"] >= 17 and bt["timeout"] == 17      # cm_ack_timeout(15, life time 16)
     assert w.a.cm_tx_msgs[REQ] == w.b.cm_rx_msgs[REQ] == 1
     assert w.b.cm_tx_msgs[REP] == w.a.cm_rx_msgs[REP] == 1
     assert w.a.cm_tx_msgs[RTU] == w.b.cm_rx_msgs[RTU] == 1
@@ -417,7 +420,7 @@ def test_hundred_connections():
     assert len(evs) == 100 and all(e.type == E.REQ_RECEIVED for e in evs)
     for e in evs:
         w.b.accept(e.cm_id, AcceptParams(qp_num=1000 + e.cm_id.remote_qpn,
-                                         starting_psn=e.cm_id.rq_psn + 1))
+                                         starting_psn=e.cm_id.sq_psn + 1))
     w.run()
     evs = w.events(w.a)
     assert len(evs) == 100
@@ -431,7 +434,7 @@ def test_hundred_connections():
         b_id = w.b.ids[a_id.remote_id]
         assert b_id.state == S.ESTABLISHED and b_id.remote_id == a_id.local_id
         assert w.a.qp_attrs(a_id, "RTR")["dest_qp_num"] == 1000 + a_id.local_qpn
-        assert w.a.qp_attrs(a_id, "RTR")["rq_psn"] == a_id.sq_psn + 1
+        assert w.a.qp_attrs(a_id, "RTS")["sq_psn"] == w.a.qp_attrs(a_id, "RTR")["rq_psn"] + 1
         assert w.b.qp_attrs(b_id, "RTR")["dest_qp_num"] == a_id.local_qpn
     for a_id in a_ids:
         w.a.disconnect(a_id)

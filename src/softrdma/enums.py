@@ -1,4 +1,5 @@
-"""libibverbs' enums (verbs.h), the one place every layer takes them from.
+"""libibverbs' enums (verbs.h) and librdmacm's (rdma_cma.h), the one place
+every layer takes them from.
 
 Values are the ABI values of rdma-core's <infiniband/verbs.h>, so a work
 completion or a QP attribute mask means the same number here as in C, and
@@ -327,6 +328,34 @@ class ibv_atomic_cap(IntEnum):
     IBV_ATOMIC_GLOB = 2
 
 
+class rdma_cm_event_type(IntEnum):
+    """enum rdma_cm_event_type (rdma/rdma_cma.h)."""
+
+    RDMA_CM_EVENT_ADDR_RESOLVED = 0
+    RDMA_CM_EVENT_ADDR_ERROR = 1
+    RDMA_CM_EVENT_ROUTE_RESOLVED = 2
+    RDMA_CM_EVENT_ROUTE_ERROR = 3
+    RDMA_CM_EVENT_CONNECT_REQUEST = 4
+    RDMA_CM_EVENT_CONNECT_RESPONSE = 5
+    RDMA_CM_EVENT_CONNECT_ERROR = 6
+    RDMA_CM_EVENT_UNREACHABLE = 7
+    RDMA_CM_EVENT_REJECTED = 8
+    RDMA_CM_EVENT_ESTABLISHED = 9
+    RDMA_CM_EVENT_DISCONNECTED = 10
+    RDMA_CM_EVENT_DEVICE_REMOVAL = 11
+    RDMA_CM_EVENT_MULTICAST_JOIN = 12
+    RDMA_CM_EVENT_MULTICAST_ERROR = 13
+    RDMA_CM_EVENT_ADDR_CHANGE = 14
+    RDMA_CM_EVENT_TIMEWAIT_EXIT = 15
+
+
+#: rdma_event_str()'s names (librdmacm cma.c)
+RDMA_CM_EVENT_STR = {e.value: e.name for e in rdma_cm_event_type}
+
+#: the Q_Key of rdma_cm's UDP port space (RDMA_UDP_QKEY)
+RDMA_UDP_QKEY = 0x01234567
+
+
 def ints(enum_cls) -> type:
     """A plain class whose attributes are the enum's values as ints.
 
@@ -339,6 +368,6 @@ def ints(enum_cls) -> type:
 # Flatten every enum's members into this module's namespace, as pyverbs'
 # enums module does (``from softrdma.enums import IBV_WC_SUCCESS``).
 for _e in list(globals().values()):
-    if isinstance(_e, type) and issubclass(_e, (IntEnum, IntFlag)) and _e.__name__.startswith("ibv_"):
+    if isinstance(_e, type) and issubclass(_e, (IntEnum, IntFlag)) and _e.__name__.startswith(("ibv_", "rdma_")):
         globals().update(_e.__members__)
 del _e

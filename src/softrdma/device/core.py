@@ -43,6 +43,7 @@ from . import abi
 from .capture import NO_CORRUPTION, RX, TX, Capture, Tap
 from .faults import Faults, FaultSettings, corrupt_position
 from .gid import GidTable
+from .gsi import Gsi
 from .mcast import McastGroups, is_multicast_gid
 from .net import RoceSocket, gid_to_ip
 from .queues import CompletionQueueProducer, WorkQueueConsumer
@@ -177,6 +178,7 @@ class Device:
         self.rx_dropped = {"icrc": 0, "wire": 0, "unknown_qpn": 0}
         self.state = 4                               # PORT_ACTIVE
         self.mcast = McastGroups(self)               # UD multicast groups, their sockets
+        self.gsi = Gsi(self)                         # QP1: MADs (the CM)
 
     def gid(self, index: int) -> bytes | None:
         e = self.gid_table[index] if 0 <= index < self.gid_table.capacity else None
@@ -517,7 +519,12 @@ class Device:
                 continue
             dqpn = (pkt[5] << 16) | (pkt[6] << 8) | pkt[7]
             if dqpn not in self.qps:
-                self.rx_dropped["unknown_qpn"] += 1
+                if dqpn == 1:
+                    self.traffic["rx_packets"] += 1
+                    self.traffic["rx_bytes"] += len(pkt) + 4
+                    self.gsi.receive(pkt, src, sock.ip_bytes, now)
+                else:
+                    self.rx_dropped["unknown_qpn"] += 1
                 continue
             batch.setdefault(dqpn, []).append(pkt)
             self.traffic["rx_packets"] += 1
@@ -544,7 +551,12 @@ class Device:
         dqpn = (pkt[5] << 16) | (pkt[6] << 8) | pkt[7]
         dqp = self.qps.get(dqpn)
         if dqp is None:
-            self.rx_dropped["unknown_qpn"] += 1
+            if dqpn == 1:
+                self.traffic["rx_packets"] += 1
+                self.traffic["rx_bytes"] += len(pkt) + 4
+                self.gsi.receive(pkt, src, dst, now)
+            else:
+                self.rx_dropped["unknown_qpn"] += 1
             return
         self.traffic["rx_packets"] += 1
         self.traffic["rx_bytes"] += len(pkt) + 4

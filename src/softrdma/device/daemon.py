@@ -31,15 +31,18 @@ import time
 
 from ..enums import IBV_EVENT_DEVICE_FATAL, IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
+from ..transport.cm import COUNTER_NAMES as CM_COUNTER_NAMES
 from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
 from . import request as rq
 from .capture import BOTH, Capture
+from .cm_commands import CmCommands
 from .control import MAX_MSG, ControlError, encode, recv_msg
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from .faults import FaultSettings
 from .net import gid_to_ip
+from .rdma_cm import RdmaCm
 from .shm import Ring
 from .stat import StatCommands, net_admin
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
@@ -197,7 +200,7 @@ class Client:
                 log.exception("destroying %s %d", kind, h)
         self.objects.clear()
         if dev is not None:
-            dev.tx[:] = [t for t in dev.tx if t[0].qp_num in dev.qps]
+            dev.tx[:] = [t for t in dev.tx if t[0].qp_num in dev.qps or t[0] is dev.gsi]
 
 
 def _close_fds(fds) -> None:
@@ -209,7 +212,7 @@ def _close_fds(fds) -> None:
             log.error("closing fd %d: %s", fd, e)
 
 
-class Daemon(StatCommands):
+class Daemon(StatCommands, CmCommands):
     def __init__(self, run_dir: str, devices: list[Device]):
         self.run_dir = run_dir
         self.devices = {d.name: d for d in devices}
@@ -265,6 +268,7 @@ class Daemon(StatCommands):
             log.warning("not following address changes: %s", e)
             self.netlink = None
         self._next_ifindex = 0
+        self.rdma_cm = RdmaCm(self)
         self.sysfs = SysfsTree(os.path.join(self.run_dir, "sys"))
         self.counters_at = 0.0
         self.udp_port = devices[0].udp_port if devices else 4791
@@ -317,6 +321,9 @@ class Daemon(StatCommands):
                     timeout = min(timeout, max(0.0, d - now))
                 if dev.faults is not None and dev.faults.held:
                     timeout = min(timeout, max(0.0, dev.faults.next_due() - now))
+                d = self.rdma_cm_deadline(dev)
+                if d is not None:
+                    timeout = min(timeout, max(0.001, d - now))
         events = self.sel.select(timeout)
         if not events and timeout == 0.0:
             # spinning with nothing to do: give the core to the applications
@@ -372,6 +379,27 @@ class Daemon(StatCommands):
                 for d in self.devices.values():
                     d.route(by_ip, now)
             self._dispatch_events(dev)
+        rc = self.rdma_cm
+        rc.poll(self.devices.values(), now)
+        if any(d.tx for d in self.devices.values()):
+            self._busy()
+            while any(d.tx for d in self.devices.values()):
+                for d in self.devices.values():
+                    d.route(by_ip, now)
+        if rc.outq:
+            rc.flush()
+
+    @staticmethod
+    def rdma_cm_deadline(dev) -> float | None:
+        cm = getattr(dev, "cm", None)
+        if cm is None or not cm.ids:
+            return dev.gsi.deadline
+        d, g = cm.deadline, dev.gsi.deadline
+        return g if d is None else d if g is None else min(d, g)
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
 
     def _netlink_readable(self) -> None:
         """Address or link changes: refresh the devices on that netdev."""
@@ -540,6 +568,8 @@ class Daemon(StatCommands):
             # mapping of a memfd), so each is closed here, exactly once.
             _close_fds(fds)
         client.send(reply, out_fds)
+        if self.rdma_cm.outq:                 # events a request caused go after its reply
+            self.rdma_cm.flush()
 
     def run_command(self, client: Client, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         """The reply to one request, never an exception: every failure is
@@ -574,7 +604,7 @@ class Daemon(StatCommands):
         handler = getattr(self, f"cmd_{op}", None) if isinstance(op, str) else None
         if handler is None:
             raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
-        if op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set",
+        if not op.startswith("cm_") and op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set",
                       "stat_get", "stat_dump", "stat_set", "stat_del", "stat_get_status", "stat_snapshot") and \
                 c.device is None:
             raise VerbsError(errno.EINVAL, "no device opened on this connection")
@@ -944,6 +974,8 @@ class Daemon(StatCommands):
                         "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
                         "clients": sum(1 for cl in self.clients.values() if cl.device is d),
                         "udp": [[sk.ip, sk.port] for sk in d.sockets], "rx_dropped": dict(d.rx_dropped),
+                        "gsi": {**d.gsi.counters, "rx_dropped": dict(d.gsi.rx_dropped),
+                                "cm_rx_drops": d.cm.rx_drops if getattr(d, "cm", None) else 0},
                         "net": [dict(vars(sk.stats)) for sk in d.sockets]})
             # what nldev's fill_dev_info sends for an rxe device (``rdma dev``): node type CA, no
             # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
@@ -1013,6 +1045,7 @@ class Daemon(StatCommands):
                 pass
         dev.close()
         del self.devices[dev.name]
+        self.rdma_cm.device_removed(dev)
         self.stat_device_removed(dev)
         self.topology_changed()
         self.sysfs.remove_device(dev.name)
@@ -1023,6 +1056,8 @@ class Daemon(StatCommands):
         self._next_ifindex += 1
         self.devices[dev.name] = dev
         self.topology_changed()
+        self.rdma_cm.add_device(dev, int(_node_guid(dev.mac).replace(":", ""), 16))
+        self.rdma_cm.device_added(dev)
         for s in dev.sockets:
             self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
         t = self.sysfs
@@ -1039,6 +1074,11 @@ class Daemon(StatCommands):
         # rxe's PMA leaves these 0; PortCountersExtended defines them, and the daemon knows them
         pma.update(multicast_xmit_packets=dev.mcast.xmit_packets, multicast_rcv_packets=dev.mcast.rcv_packets)
         self.sysfs.update_counters(dev.name, 1, pma, hw)
+        cm = getattr(dev, "cm", None)
+        if cm is not None:
+            self.sysfs.update_cm_counters(dev.name, 1, {
+                g: dict(zip(CM_COUNTER_NAMES, getattr(cm, g)))
+                for g in ("cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs", "cm_rx_duplicates")})
 
     def refresh_sysfs(self) -> None:
         """Counters in the tree are current within a second."""
@@ -1072,15 +1112,17 @@ class Daemon(StatCommands):
 
         live = set()
         for cl in self.clients.values():             # ids in creation order: clients, then handles
-            if cl.device is None:
-                continue
-            live.add(id(cl))
-            rid(cl.device, "ctx", cl)
+            if cl.device is not None:
+                live.add(id(cl))
+                rid(cl.device, "ctx", cl)
             for h in sorted(cl.objects):
                 kind, obj = cl.objects[h]
-                if kind in ("pd", "cq", "mr", "srq"):
+                if kind in ("pd", "cq", "mr", "srq") and cl.device is not None:
                     live.add(id(obj))
                     rid(cl.device, kind, obj)
+                elif kind == "cm_id" and obj.dev is not None:
+                    live.add(id(obj))
+                    rid(obj.dev, kind, obj)
         for k in [k for k in ids if k not in live]:
             del ids[k]
         out = []
@@ -1135,6 +1177,14 @@ class Daemon(StatCommands):
                     r.update(id=rid(dev, "cq", obj), users=cq_users[id(obj)], dim=False)
                 elif kind == "pd":
                     r.update(id=rid(dev, "pd", obj), users=pd_users[id(obj)], local_dma_lkey=0)
+                elif kind == "cm_id":
+                    # fill_res_cm_id_entry: only IDs on a device; no lqpn (a user QP is
+                    # not the kernel's cm_id->qp)
+                    if obj.dev is not None:
+                        r.update(dev=obj.dev.name, port=1, id=rid(obj.dev, "cm_id", obj), ps=obj.ps,
+                                 state=obj.state, src_addr=[str(obj.src_ip or "0.0.0.0"), obj.src_port],
+                                 dst_addr=[str(obj.dst_ip or ("0.0.0.0" if obj.family == 4 else "::")),
+                                           obj.dst_port])
                 elif kind == "srq":
                     lq = srq_qpns.get(id(obj.srq), [])
                     r.update(id=rid(dev, "srq", obj), pdn=pdn(obj.srq.pd), type=0, lqpn=sorted(lq), users=len(lq))
@@ -1179,6 +1229,8 @@ class Daemon(StatCommands):
         elif kind == "capture":
             dev.remove_capture(obj)
             obj.close()
+        elif kind == "cm_id":
+            self.rdma_cm.destroy_id(obj)
 
     def shutdown(self) -> None:
         for client in list(self.clients.values()):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import logging
 import socket
 import struct
 import sys
@@ -100,6 +101,7 @@ class RoceSocket:
         self.gso = True                    # cleared if the kernel refuses UDP_SEGMENT
         self.port = self.sock.getsockname()[1]
         self.stats = NetStats()
+        self.tx_error_seen: set = set()       # (destination, errno) already logged
         self._flows: dict[str, Ipv4Flow] = {}
         self._addr_bytes: dict[str, bytes] = {}
         self._peer_ids = PeerIds()
@@ -142,8 +144,11 @@ class RoceSocket:
         try:
             self.sock.sendmsg([pkt, ICRC.pack(crc)], (), 0, (dst_ip, dport))
         except OSError as e:
+            # whatever the kernel refuses (a destination it cannot send to from
+            # this address: EINVAL, EPERM from a firewall, ...) is one lost packet,
+            # never the daemon's end
             if e.errno not in _TX_DROPS:
-                raise
+                _log_tx_error(self, e, dst_ip)
             self.stats.tx_errors += 1
             return False
         self.stats.tx_packets += 1
@@ -191,7 +196,7 @@ class RoceSocket:
                     self.gso = False                       # no UDP GSO here: one by one from now on
                     return sent + sum(self.send(p, dst_ip, dport) for p in pkts[i:])
                 if e.errno not in _TX_DROPS:
-                    raise
+                    _log_tx_error(self, e, dst_ip)
                 st.tx_errors += count
                 i = j
                 continue
@@ -265,6 +270,12 @@ class RoceSocket:
                 st.rx_bytes += m
                 out.append((dgram[:m - 4], src, sport))
         return out
+
+
+def _log_tx_error(sock: "RoceSocket", e: OSError, dst_ip: str) -> None:
+    if (dst_ip, e.errno) not in sock.tx_error_seen:
+        sock.tx_error_seen.add((dst_ip, e.errno))
+        logging.getLogger("softrdmad").warning("sending from %s to %s: %s", sock.ip, dst_ip, e)
 
 
 _TX_DROPS = frozenset((errno.EAGAIN, errno.ENOBUFS, errno.EMSGSIZE, errno.ECONNREFUSED, errno.ENETUNREACH,

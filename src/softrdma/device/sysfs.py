@@ -284,6 +284,7 @@ class SysfsTree:
         self.root = Path(root)
         self.ib_class = self.root / "class" / "infiniband"
         self.verbs_class = self.root / "class" / "infiniband_verbs"
+        self.cm_class = self.root / "class" / "infiniband_cm"
         self.lifespan_ms = lifespan_ms
         self._staging = self.root / ".staging"
         self._tag = f"{os.getpid()}-{id(self):x}"
@@ -400,11 +401,23 @@ class SysfsTree:
         self._put(u / "abi_version", f"{uverbs_abi_ver}\n")
         return d
 
+    def update_cm_counters(self, dev: str, port: int, groups: Mapping[str, Mapping[str, int]]) -> None:
+        """ib_cm's counters: class/infiniband_cm/DEV/PORT/GROUP/MESSAGE, the
+        groups cm_tx_msgs, cm_tx_retries, cm_rx_msgs, cm_rx_duplicates and
+        the messages req, mra, rej, rep, rtu, dreq, drep, sidr_req,
+        sidr_rep, lap, apr (cm.c's cm_counter_attr)."""
+        base = self.cm_class / _check_name("device", dev) / str(int(port))
+        for group, values in groups.items():
+            g = base / _check_name("counter group", group)
+            g.mkdir(parents=True, exist_ok=True)
+            for name, v in values.items():
+                self._put(g / _check_name("counter", name), f"{_u64(name, v)}\n")
+
     def remove_device(self, name: str) -> None:
         """Remove the device's directory and its uverbs entry."""
         d = self._require(name)
         n = self._uverbs.pop(name)
-        for path in (d, self.verbs_class / f"uverbs{n}"):
+        for path in (d, self.verbs_class / f"uverbs{n}", self.cm_class / name):
             shutil.rmtree(path, ignore_errors=True)
             prefix = os.fspath(path) + os.sep
             for key in [k for k in self._written if k.startswith(prefix)]:

@@ -110,7 +110,7 @@ def _serve(a) -> int:
     srv = Server(fabric, base, remote=a.remote, host=a.host, port=a.listen, verbose=a.verbose,
                  console=None if a.no_console else sys.stdin, seed=a.seed)
     try:
-        srv.run_commands(getattr(fabric, "commands", []))
+        srv.run_commands(fabric.commands)
         where = f"udp {a.host}:{a.listen}" if a.remote else f"@{base}:ctl"
         print(f"softrdma fabric: {st['nodes']} nodes ({st['switches']} switches, {st['cas']} CAs,"
               f" {st['links']} links) loaded in {dt:.2f} s, max RSS {_rss_mb():.0f} MB; "
@@ -138,9 +138,9 @@ def _gen(a) -> int:
             hpl = a.hosts // leaves
         else:
             leaves = a.leaves or 4
-        spines = a.spines or min(k - hpl, k)
-        if leaves * max(1, (k - hpl) // spines) > k and not a.spines:
-            spines = max(1, min(k - hpl, k))
+        if hpl >= k:
+            raise FabricError(f"{hpl} hosts a leaf leave no uplinks on radix-{k} leaves")
+        spines = a.spines or k - hpl          # default: one uplink from each leaf to each spine
         if leaves > k:
             raise FabricError(f"{leaves} leaves do not fit on radix-{k} spines: use ft3 or a "
                               f"larger --radix")

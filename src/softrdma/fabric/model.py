@@ -227,6 +227,7 @@ class Fabric:
         self.by_id: dict[str, Node] = {}
         self.by_guid: dict[int, Node] = {}
         self.by_desc: dict[str, Node] = {}
+        self.commands: list[tuple[str, str]] = []   # a .net file's `do` lines: (where, command)
 
     def add_node(self, node: Node) -> Node:
         if node.nodeid in self.by_id:

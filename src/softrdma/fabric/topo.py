@@ -54,7 +54,6 @@ class TopoError(FabricError):
 class _Parser:
     def __init__(self):
         self.fabric = Fabric()
-        self.fabric.commands = []
         self.guid = {NodeType.SWITCH: SW_GUID_START, NodeType.CA: CA_GUID_START,
                      NodeType.ROUTER: RT_GUID_START}
         self.sysguid = 0

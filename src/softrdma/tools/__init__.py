@@ -25,6 +25,7 @@ TOOLS = {
     "ib_read_lat": "softrdma.tools.perftest",
     "ib_atomic_lat": "softrdma.tools.perftest",
     "opensm": "softrdma.sm.main",
+    "rping": "softrdma.tools.rping",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest

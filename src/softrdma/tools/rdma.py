@@ -29,7 +29,7 @@ exits 0 (``rd_exec_cmd`` returns 0).
 
 Not here (yet): ``system``, ``dev set`` (the daemon cannot
 rename devices or move them between namespaces), ``-r`` (accepted, no raw
-data: rxe has none), the CM's cm_ids (none exist until softrdma has a CM).
+data: rxe has none), the CM's cm_ids (rdma_cm IDs that have a device).
 """
 
 from __future__ import annotations
@@ -874,9 +874,44 @@ def res_qp(rd: Rd) -> int:
     return 0
 
 
+CM_ID_STATES = ("IDLE", "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_QUERY", "ROUTE_RESOLVED", "CONNECT",
+                "DISCONNECT", "ADDR_BOUND", "LISTEN", "DEVICE_REMOVAL", "DESTROYING")
+CM_ID_PS = {0x0002: "IPoIB", 0x013F: "IPoIB", 0x0106: "TCP", 0x0111: "UDP"}   # res-cmid.c's (IB prints IPoIB)
+
+
 def res_cm_id(rd: Rd) -> int:
-    """No connection manager yet: no cm_id exists (a device without any)."""
-    return 0 if rd.resources() is not None else -errno.EIO
+    """res_cm_id_parse_cb: link, state, ps, pid, comm, cm-idn, src-addr, dst-addr."""
+    ids = _objects(rd, "cm_id")
+    if ids is None:
+        return -errno.EIO
+    for r in ids:
+        port = r.get("port") or 0
+        if port and port != rd.port_idx:
+            continue
+        ps = CM_ID_PS.get(r["ps"], "---")
+        st = CM_ID_STATES[r["state"]] if r["state"] < len(CM_ID_STATES) else "UNKNOWN"
+        if rd.str_filtered("ps", ps) or rd.str_filtered("state", st):
+            continue
+        src, sport = r["src_addr"]
+        dst, dport = r["dst_addr"]
+        if rd.str_filtered("src-addr", src) or rd.filtered("src-port", sport):
+            continue
+        if rd.str_filtered("dst-addr", dst) or rd.filtered("dst-port", dport):
+            continue
+        pid, comm = _pid_comm(rd, r)
+        if rd.filtered("pid", pid or 0) or rd.filtered("cm-idn", r.get("id", 0)):
+            continue
+        rd.open_obj()
+        rd.print_link(r.get("port"))
+        rd.pr("state", st, f"state {st} ")
+        rd.pr("ps", ps, f"ps {ps} ")
+        rd.u("pid", pid or 0)
+        rd.comm(comm)
+        rd.u("cm-idn", r.get("id", 0))
+        rd.pr("src-addr", f"{src}:{sport}", f"src-addr {src}:{sport} ")
+        rd.pr("dst-addr", f"{dst}:{dport}", f"dst-addr {dst}:{dport} ")
+        rd.newline()
+    return 0
 
 
 def res_cq(rd: Rd) -> int:

@@ -78,6 +78,7 @@ __all__ = [
     "ConnectParams",
     "OutMad",
     "cm_convert_to_ms",
+    "qp_attr_mask",
 ]
 
 
@@ -155,6 +156,8 @@ class OutMad:
     dest_gid: bytes
     data: bytes
     attr: str
+    #: the local GID it leaves from (the connection's; the agent's by default)
+    src_gid: bytes = b""
 
 
 @dataclass
@@ -190,13 +193,16 @@ class ConnectParams:
     srq: bool = False
     # path
     path_mtu: int = 3            # enum ib_mtu: IB_MTU_1024
-    packet_life_time: int = 16   # CMA_IBOE_PACKET_LIFETIME
+    packet_life_time: int = 18   # CMA_IBOE_PACKET_LIFETIME (6.1)
+    flow_control: int = 1
     pkey: int = 0xFFFF
     flow_label: int = 0
     traffic_class: int = 0
     hop_limit: int = 64
     sl: int = 0
     qkey: int = 0
+    #: the local GID the connection uses (the agent's when empty)
+    local_gid: bytes = b""
 
 
 @dataclass
@@ -213,6 +219,7 @@ class AcceptParams:
     rnr_retry_count: int = 7
     srq: bool = False
     qkey: int = 0
+    flow_control: int = 1
 
 
 class CmId:
@@ -227,6 +234,7 @@ class CmId:
         self.service_id = 0
         self.service_mask = 0
         self.remote_gid = bytes(16)
+        self.local_gid = bytes(16)
         self.remote_ca_guid = 0
         self.tid = 0
         self.qp_type = QP_TYPE_RC
@@ -284,10 +292,11 @@ class CmAgent:
     """The CM of one port."""
 
     def __init__(self, ca_guid: int, gid: bytes, *, hi_tid: int = 1, rng: random.Random | None = None,
-                 now: float = 0.0, answer_lap: bool = False):
+                 now: float = 0.0, answer_lap: bool = False, ca_ack_delay: int = 15):
         self.ca_guid = ca_guid
         self.gid = bytes(gid)
         self.hi_tid = hi_tid & 0xFFFFFFFF
+        self.ca_ack_delay = ca_ack_delay          # the device's local CA ACK delay (rxe: 15)
         self.answer_lap = answer_lap
         self.rng = rng or random.Random()
         self.now = now
@@ -304,6 +313,7 @@ class CmAgent:
         self.cm_rx_msgs = [0] * n
         self.cm_rx_duplicates = [0] * n
         self.rx_drops = 0
+        self._rx_dst = self.gid
 
     # --- ids ---------------------------------------------------------------------------
     def create_id(self, context=None) -> CmId:
@@ -334,6 +344,9 @@ class CmAgent:
             self._cancel(cm_id)
         elif s == CmState.DREQ_RCVD:
             self._out(cm_id, "DREP", self._drep_fields(cm_id, b""))
+        elif s == CmState.SIDR_REQ_RCVD:                 # cm_reject_sidr_req
+            self._out(cm_id, "SIDR_REP", {"requestid": cm_id.remote_id, "status": SidrStatus.REJECT,
+                                          "serviceid": cm_id.service_id})
         self._unlink(cm_id)
         self.ids.pop(cm_id.local_id, None)
         cm_id.state = CmState.IDLE
@@ -365,14 +378,14 @@ class CmAgent:
     def _mad(self, attr: str, tid: int, fields: dict) -> bytes:
         return bytes(encode_mad(attr, tid=tid, **fields))
 
-    def _emit(self, dest: bytes, attr: str, mad: bytes) -> None:
-        self.mads.append(OutMad(dest, mad, attr))
+    def _emit(self, dest: bytes, attr: str, mad: bytes, src: bytes = b"") -> None:
+        self.mads.append(OutMad(dest, mad, attr, src or self.gid))
 
     def _out(self, cm_id: CmId, attr: str, fields: dict) -> bytes:
         """Send an unretried message (a response)."""
         mad = self._mad(attr, cm_id.tid, fields)
         self.cm_tx_msgs[_INDEX[attr]] += 1
-        self._emit(cm_id.remote_gid, attr, mad)
+        self._emit(cm_id.remote_gid, attr, mad, cm_id.local_gid)
         return mad
 
     def _send_retried(self, cm_id: CmId, attr: str, fields: dict) -> None:
@@ -385,7 +398,7 @@ class CmAgent:
         cm_id.msg_timeout_s = cm_id.timeout_ms / 1000.0
         cm_id.msg_deadline = self.now + cm_id.msg_timeout_s
         self.cm_tx_msgs[_INDEX[attr]] += 1
-        self._emit(cm_id.remote_gid, attr, mad)
+        self._emit(cm_id.remote_gid, attr, mad, cm_id.local_gid)
 
     def _cancel(self, cm_id: CmId) -> None:
         cm_id.msg = None
@@ -423,16 +436,20 @@ class CmAgent:
         cm_id = self.create_id(context)
         cm_id.service_id = p.service_id
         cm_id.remote_gid = bytes(p.dest_gid)
+        cm_id.local_gid = bytes(p.local_gid) if p.local_gid else self.gid
         cm_id.qp_type = p.qp_type
         cm_id.local_qpn = p.qp_num
-        cm_id.sq_psn = p.starting_psn & 0xFFFFFF
+        # the REQ's starting PSN is the one the passive side sends with, i.e.
+        # our receive PSN (cm_req_handler: sq_psn = REQ starting PSN; rdma_cm
+        # sets rq_psn = its seq_num, the same number)
+        cm_id.rq_psn = p.starting_psn & 0xFFFFFF
         cm_id.path_mtu = p.path_mtu
         cm_id.responder_resources = p.responder_resources
         cm_id.initiator_depth = p.initiator_depth
         cm_id.retry_count = p.retry_count
         cm_id.rnr_retry_count = p.rnr_retry_count
         cm_id.packet_life_time = p.packet_life_time
-        cm_id.ack_timeout = min(31, p.packet_life_time + 1)
+        cm_id.ack_timeout = cm_ack_timeout(self.ca_ack_delay, p.packet_life_time)   # cm_format_req
         cm_id.flow_label, cm_id.traffic_class = p.flow_label, p.traffic_class
         cm_id.hop_limit, cm_id.sl, cm_id.pkey = p.hop_limit, p.sl, p.pkey
         cm_id.timeout_ms = (cm_convert_to_ms(p.packet_life_time) * 2
@@ -445,13 +462,13 @@ class CmAgent:
             "responder_resources": p.responder_resources, "initiator_depth": p.initiator_depth,
             "remote_cm_response_timeout": p.remote_cm_response_timeout,
             "transport_service_type": RC if p.qp_type == QP_TYPE_RC else UC,
-            "end_to_end_flow_control": 1, "starting_psn": cm_id.sq_psn,
+            "end_to_end_flow_control": p.flow_control, "starting_psn": cm_id.rq_psn,
             "local_cm_response_timeout": p.local_cm_response_timeout,
             "retry_count": p.retry_count, "partition_key": p.pkey,
             "path_packet_payload_mtu": p.path_mtu, "rnr_retry_count": p.rnr_retry_count,
             "max_cm_retries": p.max_cm_retries, "srq": int(p.srq),
             "primary_local_port_lid": 0xFFFF, "primary_remote_port_lid": 0xFFFF,
-            "primary_local_port_gid": self.gid, "primary_remote_port_gid": cm_id.remote_gid,
+            "primary_local_port_gid": cm_id.local_gid, "primary_remote_port_gid": cm_id.remote_gid,
             "primary_flow_label": p.flow_label, "primary_packet_rate": 0,
             "primary_traffic_class": p.traffic_class, "primary_hop_limit": p.hop_limit,
             "primary_sl": p.sl, "primary_subnet_local": 0,
@@ -469,15 +486,15 @@ class CmAgent:
             raise ValueError(f"accept in {cm_id.state.name} (EINVAL)")
         pd = _pd(p.private_data, "REP")
         cm_id.local_qpn = p.qp_num
-        cm_id.sq_psn = p.starting_psn & 0xFFFFFF
+        cm_id.rq_psn = p.starting_psn & 0xFFFFFF          # as the REQ's: what the peer sends with
         cm_id.responder_resources = p.responder_resources
         cm_id.initiator_depth = p.initiator_depth
         fields = {
             "local_comm_id": cm_id.local_id, "remote_comm_id": cm_id.remote_id, "local_q_key": p.qkey,
-            "local_qpn": p.qp_num, "starting_psn": cm_id.sq_psn,
+            "local_qpn": p.qp_num, "starting_psn": cm_id.rq_psn,
             "responder_resources": p.responder_resources, "initiator_depth": p.initiator_depth,
             "target_ack_delay": p.target_ack_delay, "failover_accepted": p.failover_accepted,
-            "end_to_end_flow_control": 1, "rnr_retry_count": p.rnr_retry_count, "srq": int(p.srq),
+            "end_to_end_flow_control": p.flow_control, "rnr_retry_count": p.rnr_retry_count, "srq": int(p.srq),
             "local_ca_guid": self.ca_guid, "private_data": pd,
         }
         cm_id.state = CmState.REP_SENT
@@ -548,8 +565,10 @@ class CmAgent:
                                      "ari": bytes(ari), "private_data": pd})
 
     def send_mra(self, cm_id: CmId, service_timeout: int = 20, private_data: bytes = b"",
-                 now: float | None = None) -> None:
-        """ib_send_cm_mra: ask the peer to wait ``service_timeout`` (IBA time) longer."""
+                 now: float | None = None, delay: bool = False) -> None:
+        """ib_send_cm_mra: ask the peer to wait ``service_timeout`` (IBA time)
+        longer.  ``delay`` (IB_CM_MRA_FLAG_DELAY, what rdma_cm uses) sends
+        nothing now: the MRA only answers the peer's retries."""
         if now is not None:
             self.now = now
         pd = _pd(private_data, "MRA")
@@ -560,9 +579,16 @@ class CmAgent:
         else:
             raise ValueError(f"send_mra in {cm_id.state.name} (EINVAL)")
         cm_id.state = new
-        cm_id.mra_msg = self._out(cm_id, "MRA", {
-            "local_comm_id": cm_id.local_id, "remote_comm_id": cm_id.remote_id,
-            "message_mraed": mraed, "service_timeout": service_timeout, "private_data": pd})
+        fields = {"local_comm_id": cm_id.local_id, "remote_comm_id": cm_id.remote_id,
+                  "message_mraed": mraed, "service_timeout": service_timeout, "private_data": pd}
+        if delay:
+            cm_id.mra_msg = self._mad("MRA", cm_id.tid, fields)
+        else:
+            cm_id.mra_msg = self._out(cm_id, "MRA", fields)
+
+    def _resend_mra(self, cm_id: CmId) -> None:
+        self.cm_tx_msgs[_INDEX["MRA"]] += 1
+        self._emit(cm_id.remote_gid, "MRA", cm_id.mra_msg, cm_id.local_gid)
 
     def disconnect(self, cm_id: CmId, private_data: bytes = b"", now: float | None = None) -> None:
         """ib_send_cm_dreq."""
@@ -603,8 +629,11 @@ class CmAgent:
             raise ValueError(f"qp_attrs in {cm_id.state.name} (EINVAL)")
         rc = cm_id.qp_type == QP_TYPE_RC
         if qp_state == "INIT":
+            # cm_init_qp_init_attr: remote write, plus read/atomic when
+            # the peer may have reads outstanding with us
+            flags = 0x2 | (0xC if cm_id.responder_resources else 0)
             return {"qp_state": int(QPS.IBV_QPS_INIT), "port_num": 1, "pkey_index": 0,
-                    "qp_access_flags": 0x7 if rc else 0x3}
+                    "qp_access_flags": flags}
         if qp_state == "RTR":
             if cm_id.state in (CmState.REQ_SENT, CmState.MRA_REQ_RCVD):
                 raise ValueError("RTR attributes before the REP (EINVAL)")
@@ -620,8 +649,10 @@ class CmAgent:
                 a["min_rnr_timer"] = 0
             return a
         if qp_state == "RTS":
-            if cm_id.state not in (CmState.REP_RCVD, CmState.MRA_REP_SENT, CmState.REP_SENT,
-                                   CmState.MRA_REP_RCVD, CmState.ESTABLISHED):
+            # cm_init_qp_rts_attr: the passive side goes to RTS before its REP
+            if cm_id.state not in (CmState.REQ_RCVD, CmState.MRA_REQ_SENT, CmState.REP_RCVD,
+                                   CmState.MRA_REP_SENT, CmState.REP_SENT, CmState.MRA_REP_RCVD,
+                                   CmState.ESTABLISHED):
                 raise ValueError(f"RTS attributes in {cm_id.state.name} (EINVAL)")
             a = {"qp_state": int(QPS.IBV_QPS_RTS), "sq_psn": cm_id.sq_psn}
             if rc:
@@ -648,7 +679,7 @@ class CmAgent:
             cm_id.msg_retries += 1
             cm_id.msg_deadline = self.now + cm_id.msg_timeout_s
             self.cm_tx_retries[_INDEX[cm_id.msg_attr]] += 1
-            self._emit(cm_id.remote_gid, cm_id.msg_attr, cm_id.msg)
+            self._emit(cm_id.remote_gid, cm_id.msg_attr, cm_id.msg, cm_id.local_gid)
             return
         state = cm_id.msg_state           # cm_process_send_error
         self._cancel(cm_id)
@@ -668,9 +699,11 @@ class CmAgent:
             self._event(CmEventType.SIDR_REQ_ERROR, cm_id)
 
     # --- receive -------------------------------------------------------------------------------
-    def receive(self, mad: bytes, src_gid: bytes, now: float) -> None:
-        """A CM MAD from ``src_gid``; anything ``decode`` refuses is counted and dropped."""
+    def receive(self, mad: bytes, src_gid: bytes, now: float, dst_gid: bytes = b"") -> None:
+        """A CM MAD from ``src_gid`` (to our ``dst_gid``); anything ``decode``
+        refuses is counted and dropped."""
         self.now = now
+        self._rx_dst = bytes(dst_gid) or self.gid
         try:
             m = decode(mad)
         except WireError:
@@ -690,7 +723,7 @@ class CmAgent:
     def _issue(self, dest: bytes, attr: str, tid: int, fields: dict) -> None:
         """A response for no cm_id (cm_issue_rej, cm_issue_drep)."""
         self.cm_tx_msgs[_INDEX[attr]] += 1
-        self._emit(dest, attr, self._mad(attr, tid, fields))
+        self._emit(dest, attr, self._mad(attr, tid, fields), self._rx_dst)
 
     def _find_listen(self, service_id: int) -> CmId | None:
         for lid in self.listens:                      # cm_find_listen
@@ -704,7 +737,7 @@ class CmAgent:
         if cur is not None:                           # cm_dup_req_handler
             self.cm_rx_duplicates[_INDEX["REQ"]] += 1
             if cur.state == CmState.MRA_REQ_SENT and cur.mra_msg is not None:
-                self._emit(cur.remote_gid, "MRA", cur.mra_msg)
+                self._resend_mra(cur)
             elif cur.state == CmState.TIMEWAIT:
                 self._issue(src, "REJ", m["tid"], {
                     "local_comm_id": cur.local_id, "remote_comm_id": m["local_comm_id"],
@@ -732,11 +765,12 @@ class CmAgent:
         cm_id.remote_id = m["local_comm_id"]
         cm_id.remote_ca_guid = m["local_ca_guid"]
         cm_id.remote_gid = src
+        cm_id.local_gid = self._rx_dst
         cm_id.tid = m["tid"]
         cm_id.service_id = m["service_id"]
         cm_id.qp_type = QP_TYPE_RC if tst == RC else QP_TYPE_UC
         cm_id.remote_qpn = m["local_qpn"]
-        cm_id.rq_psn = m["starting_psn"]
+        cm_id.sq_psn = m["starting_psn"]
         cm_id.path_mtu = m["path_packet_payload_mtu"]
         cm_id.responder_resources = m["initiator_depth"]
         cm_id.initiator_depth = m["responder_resources"]
@@ -775,7 +809,7 @@ class CmAgent:
         cm_id.remote_key = key
         self.remote_ids[key] = cm_id
         cm_id.remote_qpn = m["local_qpn"]
-        cm_id.rq_psn = m["starting_psn"]
+        cm_id.sq_psn = m["starting_psn"]
         # what the passive side grants: its responder resources bound our reads
         cm_id.initiator_depth = m["responder_resources"]
         cm_id.responder_resources = m["initiator_depth"]
@@ -794,7 +828,7 @@ class CmAgent:
         if cm_id.state == CmState.ESTABLISHED:
             self._out(cm_id, "RTU", self._rtu_fields(cm_id))
         elif cm_id.state == CmState.MRA_REP_SENT and cm_id.mra_msg is not None:
-            self._emit(cm_id.remote_gid, "MRA", cm_id.mra_msg)
+            self._resend_mra(cm_id)
 
     def _rx_rtu(self, m: dict, src: bytes) -> None:
         cm_id = self._lookup(m["remote_comm_id"], m["local_comm_id"])
@@ -925,6 +959,7 @@ class CmAgent:
         cm_id = self.create_id(listener.context)
         cm_id.remote_id = m["requestid"]
         cm_id.remote_gid = src
+        cm_id.local_gid = self._rx_dst
         cm_id.tid = m["tid"]
         cm_id.service_id = m["serviceid"]
         cm_id.pkey = m["partition_key"]
@@ -947,7 +982,7 @@ class CmAgent:
         self._event(CmEventType.SIDR_REP_RECEIVED, cm_id, m)
 
     # --- SIDR (UD service ID resolution) ----------------------------------------------------------
-    def sidr_request(self, service_id: int, dest_gid: bytes, *, pkey: int = 0xFFFF,
+    def sidr_request(self, service_id: int, dest_gid: bytes, *, pkey: int = 0xFFFF, local_gid: bytes = b"",
                      private_data: bytes = b"", timeout_ms: int = 1000, max_cm_retries: int = 3,
                      now: float | None = None, context=None) -> CmId:
         """ib_send_cm_sidr_req: which UD QP (and Q_Key) serves ``service_id``?"""
@@ -958,6 +993,7 @@ class CmAgent:
         cm_id.qp_type = QP_TYPE_UD
         cm_id.service_id = service_id
         cm_id.remote_gid = bytes(dest_gid)
+        cm_id.local_gid = bytes(local_gid) if local_gid else self.gid
         cm_id.pkey = pkey
         cm_id.timeout_ms = timeout_ms
         cm_id.max_cm_retries = max_cm_retries
@@ -989,7 +1025,16 @@ _MASK_OF = {"qp_state": M.IBV_QP_STATE, "port_num": M.IBV_QP_PORT, "pkey_index":
             "path_mtu": M.IBV_QP_PATH_MTU, "dest_qp_num": M.IBV_QP_DEST_QPN, "rq_psn": M.IBV_QP_RQ_PSN,
             "max_dest_rd_atomic": M.IBV_QP_MAX_DEST_RD_ATOMIC, "min_rnr_timer": M.IBV_QP_MIN_RNR_TIMER,
             "sq_psn": M.IBV_QP_SQ_PSN, "timeout": M.IBV_QP_TIMEOUT, "retry_cnt": M.IBV_QP_RETRY_CNT,
-            "rnr_retry": M.IBV_QP_RNR_RETRY, "max_rd_atomic": M.IBV_QP_MAX_QP_RD_ATOMIC}
+            "rnr_retry": M.IBV_QP_RNR_RETRY, "max_rd_atomic": M.IBV_QP_MAX_QP_RD_ATOMIC,
+            "qkey": M.IBV_QP_QKEY}
+
+
+def qp_attr_mask(attrs: dict) -> int:
+    """The ibv_qp_attr_mask of a ``qp_attrs``-style dict (its keys)."""
+    mask = 0
+    for k in attrs:
+        mask |= _MASK_OF[k]
+    return int(mask)
 
 
 def to_qp_attr(attrs: dict):
@@ -999,7 +1044,4 @@ def to_qp_attr(attrs: dict):
     kw = dict(attrs)
     if "ah_attr" in kw:
         kw["ah_attr"] = AddressVector(**kw["ah_attr"])
-    mask = 0
-    for k in kw:
-        mask |= _MASK_OF[k]
-    return QPAttr(**kw), mask
+    return QPAttr(**kw), qp_attr_mask(attrs)

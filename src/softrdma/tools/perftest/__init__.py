@@ -13,6 +13,7 @@ Modules and what they own:
 =============  ==============================================================
 params.py      option table, usage(), parser(), force_dependecies()
 comm.py        the out-of-band exchange over TCP (versions, MTU, keys, reports)
+rdma_cm.py     -R/-z: the same exchange over an rdma_cm QP; -R's test QP by rdma_cm
 resources.py   device, link/MTU checks, MR/CQ/QP/SRQ, GID choice, WR templates
 timing.py      clock, the -D state machine, the idle policy of the loops
 run_bw.py      run_iter_bw / _server / _bi / _infinitely, warm-up
@@ -24,8 +25,8 @@ flows.py       the eight programs' main()
 
 Where softrdma's build of perftest differs from a Mellanox build: there is
 one posting path (``ibv_post_send``; the header shows ``ibv_wr* API : OFF``
-as perftest does when built without the ``ibv_wr_*`` API), no rdma_cm yet
-(``-R``/``-z`` fail with a message saying so), no multicast, raw Ethernet,
+as perftest does when built without the ``ibv_wr_*`` API), ``-R`` on one RC
+QP only (rdma_cm.py), no multicast, raw Ethernet,
 GPU memory, ODP, null MR or hardware rate limiter (each fails with a clear
 message), and the clock is ``perf_counter_ns`` (see report.py).
 """

@@ -53,7 +53,12 @@ class Test:
     def __init__(self, p: P.Params):
         self.p = p
         self.res = Resources(p)
-        self.comm = Comm(p.servername, p.port, p.ai_family_v6, p.source_ip)
+        if p.use_rdma_cm:
+            from .rdma_cm import RdmaComm
+            self.comm = RdmaComm(p)
+        else:
+            self.comm = Comm(p.servername, p.port, p.ai_family_v6, p.source_ip)
+        self.cma = None
         self.my: list = []
         self.rem: list = []
         self.rem_version = 0.0
@@ -75,6 +80,21 @@ class Test:
 
     def close_connection(self, lenient: bool = False) -> bool:
         return self.comm.close_connection(self.my[0], lenient=lenient)
+
+    def destroy(self) -> bool:
+        """destroy_ctx() of the test resources (-R: the rdma_cm
+        disconnect first), then the exchange's resources."""
+        if self.p.work_rdma_cm:
+            from . import rdma_cm
+            rdma_cm.disconnect_nodes(self)
+            ok = self.res.destroy()
+            rdma_cm.close(self)
+            self.comm.close()
+            return ok
+        ok = self.res.destroy()
+        if self.p.use_rdma_cm:
+            self.comm.close()
+        return ok
 
 
 _SHAKE = "Failed to exchange data between server and clients\n"
@@ -144,11 +164,21 @@ def _setup(t: Test, kind: str) -> None:
             _err(" Couldn't get context for the device\n")
             raise Failed(1)
     res.size = p.size
-    try:
-        if not res.init():
+    if p.work_rdma_cm:
+        from .rdma_cm import create_rdma_cm_connection
+        try:
+            ok = create_rdma_cm_connection(t)
+        except SetupError:
+            ok = False
+        if not ok:
+            _err("Failed to create RDMA CM connection with resources.\n")
             raise Failed(1)
-    except SetupError:
-        raise Failed(1)
+    else:
+        try:
+            if not res.init():
+                raise Failed(1)
+        except SetupError:
+            raise Failed(1)
     rng = Drand48(os.getpid() * int(time.time()))
     my = res.set_up_connection(rng)
     if my is None:
@@ -162,12 +192,13 @@ def _setup(t: Test, kind: str) -> None:
         t.hand_shake(0, _SHAKE)
     for i in range(len(my)):
         t.hand_shake(i, first)
-    if ipv6_addr_v4mapped(my[0].gid) != ipv6_addr_v4mapped(t.rem[0].gid):
-        _err("\n Found Incompatibility issue with GID types.\n")
-        _err(" Please Try to use a different IP version.\n\n")
-        raise Failed(1)
-    if not res.connect(t.rem, t.my):
-        raise Failed(1)
+    if not p.work_rdma_cm:
+        if ipv6_addr_v4mapped(my[0].gid) != ipv6_addr_v4mapped(t.rem[0].gid):
+            _err("\n Found Incompatibility issue with GID types.\n")
+            _err(" Please Try to use a different IP version.\n\n")
+            raise Failed(1)
+        if not res.connect(t.rem, t.my):
+            raise Failed(1)
     if kind == "send":
         t.hand_shake(0, _SHAKE)
     for d in my:
@@ -240,7 +271,7 @@ def rdma_bw(t: Test) -> int:
             return 1
         if p.verb != P.ATOMIC:
             _result_line(p)
-        return 0 if res.destroy() else 1
+        return 0 if t.destroy() else 1
     if p.use_event:
         res.send_cq.req_notify(False)
     sync_msg = "Failed to sync between server and client between different msg sizes\n"
@@ -300,7 +331,7 @@ def rdma_bw(t: Test) -> int:
     rc = _limits(p)
     if rc:
         return rc
-    return 0 if res.destroy() else 1
+    return 0 if t.destroy() else 1
 
 
 # --------------------------------------------------------------------------- ib_send_bw
@@ -369,7 +400,7 @@ def send_bw(t: Test) -> int:
     if not t.close_connection():
         _err(" Failed to close connection between server and client\n")
         _err(" Trying to close this side resources\n")
-    if not res.destroy():
+    if not t.destroy():
         _err("Couldn't destroy all SEND resources\n")
         return 1
     return _limits(p)
@@ -402,7 +433,7 @@ def write_lat(t: Test) -> int:
     # perftest's ib_write_lat ends without a closing exchange; a peer that
     # still does one (older releases) gets it, one that does not is no error
     t.close_connection(lenient=True)
-    res.destroy()
+    t.destroy()
     return 0
 
 
@@ -415,7 +446,7 @@ def read_lat(t: Test) -> int:
             _err("Failed to close connection between server and client\n")
             return 1
         _result_line(p)
-        res.destroy()
+        t.destroy()
         return 0
     if p.use_event:
         res.send_cq.req_notify(False)
@@ -434,7 +465,7 @@ def read_lat(t: Test) -> int:
         _err("Failed to close connection between server and client\n")
         return 1
     _result_line(p)
-    res.destroy()
+    t.destroy()
     return 0
 
 
@@ -463,7 +494,7 @@ def send_lat(t: Test) -> int:
     if not t.close_connection():
         _err("Failed to close connection between server and client\n")
         _err(" Trying to close this side resources\n")
-    return 0 if res.destroy() else 1
+    return 0 if t.destroy() else 1
 
 
 FLOWS = {

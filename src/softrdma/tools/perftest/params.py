@@ -125,12 +125,9 @@ _LONG_INDEX = {o[0]: i for i, o in enumerate(LONG_OPTIONS)}
 # Options of perftest's table that have nothing to act on here.  Each is
 # parsed like perftest parses it (so its errors are perftest's), then
 # refused: the tool prints why and exits 1.
-WHY_RDMA_CM = "rdma_cm is not available yet in softrdma (no connection manager); use the default Ethernet exchange"
 WHY_RAW_ETH = ("belongs to the raw_ethernet_* tests, which softrdma does not provide (softrdma devices have no raw"
                " packet QPs)")
 UNSUPPORTED = {
-    "R": "-R/--rdma_cm: " + WHY_RDMA_CM,
-    "z": "-z/--comm_rdma_cm: " + WHY_RDMA_CM,
     "g": "-g/--mcg: softrdma devices have no multicast (ibv_attach_mcast is not implemented)",
     "M": "-M/--MGID: softrdma devices have no multicast (ibv_attach_mcast is not implemented)",
     "W": ("-W/--report-counters: perftest's counter reader is not built into softrdma's perftest; read"
@@ -722,7 +719,8 @@ def _short(p: Params, c: str, optarg: str | None, prog: str) -> None:
             p.use_rdma_cm = True
         if c == "g":
             p.use_mcg = True
-        p.unsupported.append(UNSUPPORTED[c])
+        if c not in ("R", "z"):
+            p.unsupported.append(UNSUPPORTED[c])
     elif c == "s":
         arg = optarg
         factor = 1
@@ -1022,6 +1020,15 @@ def force_dependencies(p: Params) -> None:
         if p.dualport:
             _out(RESULT_LINE)
             _out(" Perftest still doesn't support Dual Port with rdma_cm\n")
+            raise _Exit(1)
+        if p.num_of_qps > 1:
+            # perftest's own check before it had one rdma_cm node per QP
+            _out(RESULT_LINE)
+            _out(" Perftest only supports 1 rmda_cm QP for now\n")
+            raise _Exit(1)
+        if p.connection_type == UD:
+            _out(RESULT_LINE)
+            _out(" softrdma's perftest runs -R on RC only (UD over rdma_cm is not built yet)\n")
             raise _Exit(1)
         p.use_rdma_cm = True
     elif p.tos != DEF_TOS:

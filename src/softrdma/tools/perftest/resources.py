@@ -114,6 +114,8 @@ class Resources:
         self.recv_wrs: list = []
         self.my_addr: list[int] = []
         self.rem_addr: list[int] = []
+        self.cm_id = None                     # -R: the rdma_cm ID whose QP this is
+        self.own_ctx = None                   # -R: the context open_device() opened
 
     # ------------------------------------------------------------------ device
     def open_device(self) -> bool:
@@ -242,11 +244,18 @@ class Resources:
         return enum
 
     # ------------------------------------------------------------------ ctx_init()
-    def init(self) -> bool:
-        """alloc_ctx() + ctx_init(): buffer, PD, MR(s), CQs, SRQ, QPs in INIT."""
+    def init(self, cm_id=None) -> bool:
+        """alloc_ctx() + ctx_init(): buffer, PD, MR(s), CQs, SRQ, QPs in INIT.
+
+        With ``cm_id`` (-R: ``ctx->context = cm_id->verbs`` and
+        ``rdma_create_qp``) the objects are made on the rdma_cm ID's device
+        context and PD, and the ID creates the QP (the CM moves it to INIT)."""
         from ...verbs import cq as cq_m, mr as mr_m, pd as pd_m, qp as qp_m, srq as srq_m
         from ...verbs.errors import PyverbsError
         p = self.p
+        self.cm_id = cm_id
+        if cm_id is not None:
+            self.own_ctx, self.ctx = self.ctx, cm_id.context
         nq = p.num_of_qps
         bsz = buff_size(self.size, self.cycle_buffer)
         self.buff_size = bsz * 2 * nq
@@ -265,7 +274,7 @@ class Resources:
                      f" -X {p.eq_num} names none\n")
                 return False
         try:
-            self.pd = pd_m.PD(self.ctx)
+            self.pd = cm_id.pd if cm_id is not None else pd_m.PD(self.ctx)
         except PyverbsError:
             _err("Couldn't allocate PD\n")
             return False
@@ -325,9 +334,17 @@ class Resources:
             else:
                 cap = qp_m.QPCap(max_send_wr=p.tx_depth, max_recv_wr=p.rx_depth, max_send_sge=1, max_recv_sge=1,
                                  max_inline_data=p.inline_size)
+            attr = qp_m.QPInitAttr(qpt, scq=self.send_cq, rcq=self.recv_cq, srq=self.srq, cap=cap, sq_sig_all=0)
+            if cm_id is not None:
+                try:
+                    cm_id.create_qp(attr)
+                except (PyverbsError, OSError, ValueError):
+                    _err("Couldn't create rdma QP - Invalid argument\n")
+                    return False
+                self.qps.append(cm_id.qp)
+                continue
             try:
-                qp = qp_m.QP(self.pd, qp_m.QPInitAttr(qpt, scq=self.send_cq, rcq=self.recv_cq, srq=self.srq,
-                                                      cap=cap, sq_sig_all=0))
+                qp = qp_m.QP(self.pd, attr)
             except (PyverbsError, OSError, ValueError):
                 _err(" Unable to create QP.\n")
                 _err(" Couldn't create IB resources\n")
@@ -607,8 +624,13 @@ class Resources:
         if self.recv_cq is not self.send_cq:
             steps.append((self.recv_cq, "failed to destroy CQ\n"))
         steps += [(mr, "failed to deregister MR\n") for mr in self.mrs]
-        steps += [(self.pd, "failed to deallocate PD\n"), (self.channel, "failed to close event channel\n"),
-                  (self.ctx, "failed to close device context\n")]
+        if getattr(self, "cm_id", None) is not None:
+            # the rdma_cm ID's PD and device context: its close releases them
+            steps += [(self.channel, "failed to close event channel\n"), (self.cm_id, "failed to destroy cm id\n"),
+                      (self.own_ctx, "failed to close device context\n")]
+        else:
+            steps += [(self.pd, "failed to deallocate PD\n"), (self.channel, "failed to close event channel\n"),
+                      (self.ctx, "failed to close device context\n")]
         for obj, msg in steps:
             if obj is None:
                 continue
@@ -619,7 +641,26 @@ class Resources:
                 ok = False
         self.ahs, self.qps, self.mrs = [], [], []
         self.srq = self.send_cq = self.recv_cq = self.pd = self.channel = self.ctx = None
+        self.cm_id = self.own_ctx = None
         return ok
+
+    def release_cm(self) -> None:
+        """-R, a connection try that failed: what ``init(cm_id)`` made is
+        released (the ID itself, with its QP and PD, is the caller's), so
+        that the next try starts afresh."""
+        if self.cm_id is None:
+            return
+        for obj in [self.srq, self.send_cq, self.recv_cq if self.recv_cq is not self.send_cq else None,
+                    *self.mrs, self.channel]:
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:
+                    pass
+        self.qps, self.mrs, self.ahs = [], [], []
+        self.buf_addr, self.rx_addr, self.views, self.view_base = [], [], [], []
+        self.srq = self.send_cq = self.recv_cq = self.pd = self.channel = None
+        self.ctx, self.own_ctx, self.cm_id = self.own_ctx, None, None
 
     def abandon(self) -> None:
         """An error exit: the C tool just returns; closing the context makes

@@ -1,0 +1,166 @@
+"""QP1, the GSI of a device's port: management datagrams on the wire.
+
+What the kernel's MAD layer (drivers/infiniband/core/mad.c) does for the
+general services interface, for one RoCE port:
+
+* receive: a UD SEND_ONLY to QPN 1 whose DETH Q_Key is ``IB_QP1_QKEY``
+  and whose payload is exactly one 256-byte MAD with base version 1 --
+  anything else is dropped and counted (``rx_dropped``, by reason);
+* a response (method bit 0x80) is matched to the request it answers by
+  its transaction ID (``request``: timeout, retries, one callback with the
+  response or None); unmatched responses go to the class's agent;
+* a request goes to the agent registered for its management class (the
+  CM, ``transport.cm.CmAgent``); a Get/Set that no agent takes is answered
+  as generate_unmatched_resp does: GetResp with status
+  UNSUPPORTED_METHOD_ATTRIB;
+* send: the MAD as the payload of a UD SEND_ONLY from QPN 1 (DETH Q_Key
+  ``IB_QP1_QKEY``, source QP 1, P_Key 0xFFFF), through the device's
+  ordinary output (``Device.tx``), so the socket, loopback, fault and
+  capture paths all see it.
+
+Addresses are GIDs (RoCEv2: the IPv4-mapped or IPv6 address).  No
+clocks: ``tick(now)`` fires retries, ``deadline`` says when.
+"""
+
+from __future__ import annotations
+
+from ..transport.wr import AddressVector
+from ..wire.errors import WireError
+from ..wire.mad import (
+    IB_MGMT_MAD_SIZE,
+    IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB,
+    IB_QP1,
+    IB_QP1_QKEY,
+    MAD_HDR,
+    Method,
+    parse_mad,
+)
+from ..wire.opcodes import Opcode
+from ..wire.packet import build, parse
+from .gid import ip_gid
+
+UD_SEND_ONLY = int(Opcode.UD_SEND_ONLY)
+_GET, _SET, _GET_RESP = int(Method.GET), int(Method.SET), int(Method.GET_RESP)
+
+
+class _Request:
+    __slots__ = ("mad", "dest", "src", "timeout_s", "retries", "deadline", "done")
+
+    def __init__(self, mad, dest, src, timeout_s, retries, deadline, done):
+        self.mad, self.dest, self.src = mad, dest, src
+        self.timeout_s, self.retries, self.deadline, self.done = timeout_s, retries, deadline, done
+
+
+class Gsi:
+    """QP1 of one device (one port)."""
+
+    qp_num = IB_QP1
+
+    def __init__(self, device):
+        self.device = device
+        self.psn = 0
+        self.agents: dict[int, object] = {}        # mgmt class -> agent.receive(mad, src_gid, now, dst_gid)
+        self.requests: dict[int, _Request] = {}    # TID -> outstanding request
+        self.counters = {"rx_mads": 0, "tx_mads": 0, "tx_retries": 0, "timeouts": 0,
+                         "unmatched_responses": 0, "unsupported": 0}
+        self.rx_dropped = {"opcode": 0, "qkey": 0, "length": 0, "mad": 0}
+
+    # -- agents ------------------------------------------------------------------------------
+    def register(self, mgmt_class: int, agent) -> None:
+        """``agent.receive(mad, src_gid, now, dst_gid)`` takes this class's MADs."""
+        self.agents[int(mgmt_class)] = agent
+
+    # -- receive -----------------------------------------------------------------------------
+    def receive(self, pkt, src: bytes, dst: bytes, now: float) -> None:
+        """A packet for QPN 1 (framing already checked by ``wire.check``)
+        from IP address ``src`` to ``dst`` (4 or 16 bytes)."""
+        if pkt[0] != UD_SEND_ONLY:
+            self.rx_dropped["opcode"] += 1
+            return
+        p = parse(pkt)
+        if p.deth is None or p.deth.qkey != IB_QP1_QKEY:
+            self.rx_dropped["qkey"] += 1                 # rxe check_keys: a Q_Key violation
+            return
+        mad = p.payload
+        if len(mad) != IB_MGMT_MAD_SIZE:
+            self.rx_dropped["length"] += 1
+            return
+        try:
+            hdr, _ = parse_mad(mad)
+        except WireError:
+            self.rx_dropped["mad"] += 1
+            return
+        self.counters["rx_mads"] += 1
+        mad = bytes(mad)
+        src_gid, dst_gid = ip_gid(src), ip_gid(dst)
+        if hdr.method & 0x80:
+            req = self.requests.pop(hdr.tid, None)
+            if req is not None:
+                req.done(mad)
+                return
+            self.counters["unmatched_responses"] += 1
+        agent = self.agents.get(hdr.mgmt_class)
+        if agent is not None:
+            agent.receive(mad, src_gid, now, dst_gid)
+        elif hdr.method in (_GET, _SET):
+            self.counters["unsupported"] += 1
+            resp = bytearray(mad)
+            resp[3] = _GET_RESP
+            resp[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
+            self.send(bytes(resp), src_gid, dst_gid)
+
+    # -- send --------------------------------------------------------------------------------
+    def send(self, mad: bytes, dest_gid: bytes, src_gid: bytes = b"", *, hop_limit: int = 64,
+             traffic_class: int = 0, flow_label: int = 0) -> None:
+        """One MAD to QP1 of ``dest_gid``, from our GID ``src_gid``."""
+        dev = self.device
+        idx = dev.gid_table.find(bytes(src_gid)) if src_gid else None
+        av = AddressVector(dgid=dest_gid, sgid_index=idx if idx is not None else self._default_index(),
+                           hop_limit=hop_limit, traffic_class=traffic_class, flow_label=flow_label)
+        pkt = build(UD_SEND_ONLY, IB_QP1, self.psn, mad, deth=(IB_QP1_QKEY, IB_QP1))
+        self.psn = (self.psn + 1) & 0xFFFFFF
+        self.counters["tx_mads"] += 1
+        dev.tx.append((self, pkt, av))
+
+    def _default_index(self) -> int:
+        """The first GID that has a socket (an address, not the link-local default)."""
+        for i, e in self.device.gid_table:
+            if i:
+                return i
+        return 0
+
+    def request(self, mad: bytes, dest_gid: bytes, done, *, now: float, timeout_ms: int = 1000,
+                retries: int = 3, src_gid: bytes = b"") -> None:
+        """Send a request and call ``done(response_mad)`` when the response
+        with its TID arrives, or ``done(None)`` after ``retries`` re-sends
+        each ``timeout_ms`` unanswered."""
+        (tid,) = MAD_HDR.unpack_from(mad, 0)[6:7]
+        if tid in self.requests:
+            raise ValueError(f"TID {tid:#x} already outstanding (EBUSY)")
+        t = timeout_ms / 1000.0
+        self.requests[tid] = _Request(bytes(mad), bytes(dest_gid), bytes(src_gid), t, retries, now + t, done)
+        self.send(mad, dest_gid, src_gid)
+
+    def cancel(self, tid: int) -> None:
+        self.requests.pop(tid, None)
+
+    @property
+    def deadline(self) -> float | None:
+        return min((r.deadline for r in self.requests.values()), default=None)
+
+    def tick(self, now: float) -> None:
+        for tid, r in list(self.requests.items()):
+            if r.deadline > now:
+                continue
+            if r.retries > 0:
+                r.retries -= 1
+                r.deadline = now + r.timeout_s
+                self.counters["tx_retries"] += 1
+                self.send(r.mad, r.dest, r.src)
+            else:
+                del self.requests[tid]
+                self.counters["timeouts"] += 1
+                r.done(None)
+
+
+__all__ = ["Gsi"]

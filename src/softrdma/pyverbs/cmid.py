@@ -1,0 +1,425 @@
+"""pyverbs.cmid: rdma-core pyverbs' rdma_cm classes over ``softrdma.verbs.cm``.
+
+``CMID(creator=AddrInfo)`` is rdma_create_ep (a synchronous ID: each call
+waits for its event); ``CMID(creator=CMEventChannel)`` is rdma_create_id
+(events come as ``CMEvent(channel)``); ``CMID(creator=CMEvent,
+listen_id=...)`` wraps the new ID of a CONNECT_REQUEST.  The rdma_verbs.h
+helpers (``reg_msgs``, ``post_send``, ``get_send_comp``, ...) work on the
+ID's QP as librdmacm's inline functions do.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+
+from ..enums import (
+    IBV_ACCESS_LOCAL_WRITE,
+    IBV_ACCESS_REMOTE_READ,
+    IBV_ACCESS_REMOTE_WRITE,
+    IBV_SEND_SIGNALED,
+    IBV_WR_RDMA_READ,
+    IBV_WR_RDMA_WRITE,
+    IBV_WR_SEND,
+)
+from ..verbs import cm as _cm
+from ..verbs.addr import AHAttr
+from ..verbs.errors import PyverbsError, PyverbsRDMAError, PyverbsUserError
+from ..verbs.mr import MR
+from ..verbs.qp import QPAttr, QPInitAttr
+from ..verbs.wr import SGE, RecvWR, SendWR
+from .librdmacm_enums import (
+    RAI_PASSIVE,
+    RDMA_OPTION_ID,
+    RDMA_OPTION_ID_ACK_TIMEOUT,
+    RDMA_OPTION_ID_AFONLY,
+    RDMA_OPTION_ID_REUSEADDR,
+    RDMA_OPTION_ID_TOS,
+    RDMA_PS_TCP,
+    RDMA_PS_UDP,
+)
+
+__all__ = ["ConnParam", "AddrInfo", "CMEvent", "CMEventChannel", "CMID", "UDParam", "JoinMCAttrEx"]
+
+
+class ConnParam:
+    """struct rdma_conn_param."""
+
+    def __init__(self, resources=1, depth=1, flow_control=0, retry=5, rnr_retry=5, srq=0, qp_num=0,
+                 private_data=None):
+        self.responder_resources = resources
+        self.initiator_depth = depth
+        self.flow_control = flow_control
+        self.retry_count = retry
+        self.rnr_retry_count = rnr_retry
+        self.srq = srq
+        self.qp_num = qp_num
+        self.private_data = bytes(private_data or b"")
+
+    @property
+    def qpn(self):
+        return self.qp_num
+
+    @qpn.setter
+    def qpn(self, val):
+        self.qp_num = val
+
+    def to_dict(self) -> dict:
+        return {"responder_resources": self.responder_resources, "initiator_depth": self.initiator_depth,
+                "flow_control": self.flow_control, "retry_count": self.retry_count,
+                "rnr_retry_count": self.rnr_retry_count, "srq": self.srq, "qp_num": self.qp_num,
+                "private_data": self.private_data}
+
+    def __str__(self):
+        f = "{:<4}: {:<4}\n"
+        return "Connection parameters: \n" + "".join(f.format(k, v) for k, v in (
+            ("responder resources", self.responder_resources), ("initiator depth", self.initiator_depth),
+            ("flow control", self.flow_control), ("retry count", self.retry_count),
+            ("rnr retry count", self.rnr_retry_count), ("srq", self.srq), ("qp number", self.qp_num)))
+
+
+def _resolve(node, service, passive: bool):
+    """rdma_getaddrinfo's address part: (ip text, port)."""
+    if isinstance(node, bytes):
+        node = node.decode()
+    if isinstance(service, bytes):
+        service = service.decode()
+    port = 0
+    if service is not None:
+        try:
+            port = int(service)
+        except ValueError:
+            try:
+                port = socket.getservbyname(service)
+            except OSError:
+                raise PyverbsRDMAError("Failed to get Address Info", errno.EINVAL) from None
+        if not 0 <= port <= 0xFFFF:
+            raise PyverbsRDMAError("Failed to get Address Info", errno.EINVAL)
+    if node is None:
+        return ("0.0.0.0" if passive else None), port
+    try:
+        return str(ipaddress.ip_address(node)), port
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(node, None, proto=socket.IPPROTO_TCP)
+    except socket.gaierror:
+        raise PyverbsRDMAError("Failed to get Address Info", errno.ENOENT) from None
+    return infos[0][4][0], port
+
+
+class AddrInfo:
+    """struct rdma_addrinfo (rdma_getaddrinfo)."""
+
+    def __init__(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0,
+                 service=None):
+        self.port_space = port_space or RDMA_PS_TCP
+        self.flags = flags
+        self.qp_type = _cm._PS_QPT.get(self.port_space, 2)
+        if flags & RAI_PASSIVE:
+            self.src_addr = _resolve(src, src_service if src_service is not None else service, True)
+            self.dst_addr = (None, 0)
+        else:
+            self.src_addr = _resolve(src, src_service, False) if src is not None else (None, 0)
+            self.dst_addr = _resolve(dst, dst_service if dst_service is not None else service, False)
+            if self.dst_addr[0] is None:
+                raise PyverbsRDMAError("Failed to get Address Info", errno.EINVAL)
+
+    def close(self):
+        pass
+
+
+class CMEventChannel:
+    """rdma_create_event_channel."""
+
+    def __init__(self):
+        self.event_channel = _cm.EventChannel()
+
+    def fileno(self) -> int:
+        return self.event_channel.fileno()
+
+    def close(self):
+        if self.event_channel is not None:
+            self.event_channel.close()
+            self.event_channel = None
+
+
+class CMEvent:
+    """rdma_get_cm_event(channel)."""
+
+    def __init__(self, channel: CMEventChannel, timeout: float | None = None):
+        if channel is None or channel.event_channel is None:
+            raise PyverbsUserError("the event channel is closed")
+        self.channel = channel
+        self.event = channel.event_channel.get_event(timeout)
+
+    @property
+    def event_type(self):
+        return self.event.event
+
+    @property
+    def status(self):
+        return self.event.status
+
+    @property
+    def private_data(self) -> bytes:
+        return self.event.private_data
+
+    def event_str(self) -> str:
+        return self.event.event_str if self.event is not None else ""
+
+    def ack_cm_event(self):
+        if self.event is not None:
+            self.event.ack()
+
+    def close(self):
+        self.ack_cm_event()
+        self.event = None
+
+
+class UDParam:
+    """struct rdma_ud_param of an event (SIDR ESTABLISHED, MULTICAST_JOIN)."""
+
+    def __init__(self, cm_event: CMEvent):
+        ud = cm_event.event.ud
+        if not ud:
+            raise PyverbsUserError(f"{cm_event.event_str()} carries no UD parameters")
+        self.qp_num = ud["qp_num"]
+        self.qkey = ud["qkey"]
+        self.ah_attr = AHAttr.from_wire(ud["ah_attr"]) if "ah_attr" in ud else None
+        self.private_data = cm_event.private_data
+
+
+class JoinMCAttrEx:
+    """struct rdma_cm_join_mc_attr_ex."""
+
+    def __init__(self, addr=None, comp_mask=0, join_flags=0):
+        self.addr = addr
+        self.comp_mask = comp_mask
+        self.join_flags = join_flags
+
+
+class CMID:
+    """An rdma_cm_id with pyverbs' API."""
+
+    def __init__(self, creator=None, qp_init_attr: QPInitAttr | None = None, pd=None, port_space=RDMA_PS_TCP,
+                 listen_id: "CMID | None" = None):
+        self.id: _cm.CmId | None = None
+        self.event_channel = None
+        self.ctx = None
+        self._pd = pd
+        if creator is None:
+            return
+        if isinstance(creator, AddrInfo):
+            self.id = _cm.CmId(None, creator.port_space, creator.qp_type)
+            try:
+                self._create_ep(creator, qp_init_attr, pd)
+            except BaseException:
+                self.id.destroy()
+                raise
+        elif isinstance(creator, CMEventChannel):
+            self.event_channel = creator
+            self.id = _cm.CmId(creator.event_channel, port_space)
+        elif isinstance(creator, CMEvent):
+            if listen_id is None:
+                raise PyverbsUserError("listen ID not provided")
+            self.id = creator.event.id
+            self.event_channel = listen_id.event_channel
+            self._pd = listen_id._pd
+        else:
+            raise PyverbsRDMAError(f"Cannot create CM ID from {type(creator)}")
+        self.ctx = self.id.verbs
+
+    def _create_ep(self, ai: AddrInfo, qp_init_attr, pd) -> None:
+        cid = self.id
+        if ai.flags & RAI_PASSIVE:
+            ip, port = ai.src_addr
+            cid.bind_addr(ip, port)
+            cid.qp_init_attr = qp_init_attr
+            cid.pd = pd
+            return
+        src = ai.src_addr[0]
+        ip, port = ai.dst_addr
+        cid.resolve_addr(src, ip, port)
+        cid.resolve_route()
+        if pd is not None:
+            cid.pd = pd
+        else:
+            cid.default_pd()
+        self._pd = cid.pd
+        if qp_init_attr is not None:
+            cid.create_qp(qp_init_attr, cid.pd)
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def context(self):
+        return self.id.verbs if self.id is not None else self.ctx
+
+    @property
+    def pd(self):
+        if self._pd is None and self.id is not None and self.id.verbs is not None:
+            self._pd = self.id.default_pd()
+        return self._pd
+
+    @property
+    def qp(self):
+        return self.id.qp if self.id is not None else None
+
+    @property
+    def qpn(self):
+        return self.id.qp.qp_num if self.id is not None and self.id.qp is not None else None
+
+    def _need(self):
+        if self.id is None or self.id.closed:
+            raise PyverbsError("The CMID is closed")
+        return self.id
+
+    # -- connection management -------------------------------------------------------------------
+    def get_request(self):
+        new = self._need().get_request()
+        c = CMID()
+        c.id = new
+        c.event_channel = None
+        c._pd = new.pd if new.pd is not None else self._pd
+        c.ctx = new.verbs
+        return c
+
+    def bind_addr(self, lai: AddrInfo):
+        ip, port = lai.src_addr
+        self._need().bind_addr(ip, port)
+        self.ctx = self.id.verbs
+
+    def resolve_addr(self, rai: AddrInfo, timeout_ms=2000):
+        ip, port = rai.dst_addr
+        self._need().resolve_addr(rai.src_addr[0], ip, port, timeout_ms)
+
+    def resolve_route(self, timeout_ms=2000):
+        self._need().resolve_route(timeout_ms)
+        self.ctx = self.id.verbs
+
+    def listen(self, backlog=0):
+        self._need().listen(backlog)
+
+    def connect(self, param: ConnParam | None = None):
+        self._need().connect(param.to_dict() if param is not None else None)
+
+    def accept(self, param: ConnParam | None = None):
+        self._need().accept(param.to_dict() if param is not None else None)
+
+    def reject(self, private_data=None, private_data_len=0):
+        data = bytes(private_data or b"")
+        self._need().reject(data[:private_data_len] if private_data_len else data)
+
+    def establish(self):
+        self._need().establish()
+
+    def disconnect(self):
+        self._need().disconnect()
+
+    def set_option(self, level, optname, optval, optlen=0):
+        if level != RDMA_OPTION_ID:
+            raise PyverbsRDMAError("Failed to set option", errno.ENOSYS)
+        name = {RDMA_OPTION_ID_TOS: "tos", RDMA_OPTION_ID_REUSEADDR: "reuseaddr",
+                RDMA_OPTION_ID_AFONLY: "afonly", RDMA_OPTION_ID_ACK_TIMEOUT: "ack_timeout"}.get(optname)
+        if name is None:
+            raise PyverbsRDMAError("Failed to set option", errno.ENOSYS)
+        self._need().set_option(name, int(optval))
+
+    # -- QPs ------------------------------------------------------------------------------------------
+    def create_qp(self, qp_init: QPInitAttr):
+        cid = self._need()
+        return cid.create_qp(qp_init, self.pd)
+
+    def query_qp(self, attr_mask):
+        qp = self._need().qp
+        if qp is None:
+            raise PyverbsRDMAError("Failed to query QP", errno.EINVAL)
+        return qp.query(attr_mask)
+
+    def init_qp_attr(self, qp_state):
+        a, mask = self._need().init_qp_attr(qp_state)
+        attr = QPAttr(qp_state=qp_state)
+        for k, v in a.items():
+            if k == "ah_attr":
+                v = AHAttr.from_wire(dict({"flow_label": 0, "hop_limit": 64, "traffic_class": 0, "sl": 0,
+                                           "dlid": 0, "port_num": 1, "is_global": True}, **v))
+            setattr(attr, k, v)
+        return attr, mask
+
+    # -- rdma_verbs.h helpers ------------------------------------------------------------------------
+    def reg_msgs(self, size):
+        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE)
+
+    def reg_read(self, size):
+        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
+
+    def reg_write(self, size):
+        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+
+    def _qp(self, what):
+        qp = self._need().qp
+        if qp is None:
+            raise PyverbsRDMAError(f"Failed to {what}", errno.EINVAL)
+        return qp
+
+    def post_recv(self, mr: MR, size=None):
+        self._qp("Post Receive").post_recv(RecvWR(0, 1, [SGE(mr.buf, size or mr.length, mr.lkey)]))
+
+    def post_send(self, mr: MR, flags=IBV_SEND_SIGNALED, size=None):
+        self._qp("Post Send").post_send(SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, size or mr.length, mr.lkey)],
+                                               send_flags=flags))
+
+    def post_read(self, mr: MR, size, remote_addr, rkey, flags=0):
+        wr = SendWR(0, IBV_WR_RDMA_READ, 1, sg=[SGE(mr.buf, size, mr.lkey)], send_flags=flags)
+        wr.set_wr_rdma(rkey, remote_addr)
+        self._qp("Post Read").post_send(wr)
+
+    def post_write(self, mr: MR, size, remote_addr, rkey, flags=0):
+        wr = SendWR(0, IBV_WR_RDMA_WRITE, 1, sg=[SGE(mr.buf, size, mr.lkey)], send_flags=flags)
+        wr.set_wr_rdma(rkey, remote_addr)
+        self._qp("Post Write").post_send(wr)
+
+    def post_ud_send(self, mr: MR, ah, rqpn=0, flags=IBV_SEND_SIGNALED, size=None):
+        wr = SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, size or mr.length, mr.lkey)], send_flags=flags)
+        wr.set_wr_ud(ah, rqpn, self.id.info.get("qkey") or 0x01234567)
+        self._qp("Post Send").post_send(wr)
+
+    def _get_comp(self, cq, what):
+        if cq is None:
+            raise PyverbsRDMAError(f"Failed to retrieve {what} completion", errno.EINVAL)
+        while True:
+            n, wcs = cq.poll(1)
+            if n:
+                return wcs[0]
+
+    def get_send_comp(self):
+        return self._get_comp(self._need().send_cq, "send")
+
+    def get_recv_comp(self):
+        return self._get_comp(self._need().recv_cq, "receive")
+
+    # -- multicast --------------------------------------------------------------------------------------
+    def join_multicast(self, addr=None, comp_mask=0, join_flags=0, attr=None):
+        if isinstance(addr, AddrInfo):
+            addr = addr.dst_addr[0] or addr.src_addr[0]
+        if attr is not None:
+            addr = attr.addr
+        self._need().join_multicast(str(addr))
+
+    def leave_multicast(self, addr=None):
+        if isinstance(addr, AddrInfo):
+            addr = addr.dst_addr[0] or addr.src_addr[0]
+        self._need().leave_multicast(str(addr))
+
+    # -- teardown ----------------------------------------------------------------------------------------
+    def close(self):
+        if self.id is not None:
+            self.id.destroy()
+            self.id = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,33 @@
+"""pyverbs.librdmacm_enums: librdmacm's constants (rdma_cma.h, rdma_user_cm.h)."""
+
+from ..enums import RDMA_UDP_QKEY, rdma_cm_event_type  # noqa: F401
+from ..enums import *  # noqa: F401,F403  (the RDMA_CM_EVENT_* names, flat)
+
+RDMA_PS_IPOIB = 0x0002
+RDMA_PS_IB = 0x013F
+RDMA_PS_TCP = 0x0106
+RDMA_PS_UDP = 0x0111
+
+# struct rdma_addrinfo's ai_flags
+RAI_PASSIVE = 0x00000001
+RAI_NUMERICHOST = 0x00000002
+RAI_NOROUTE = 0x00000004
+RAI_FAMILY = 0x00000008
+
+# rdma_set_option
+RDMA_OPTION_ID = 0
+RDMA_OPTION_IB = 1
+RDMA_OPTION_ID_TOS = 0
+RDMA_OPTION_ID_REUSEADDR = 1
+RDMA_OPTION_ID_AFONLY = 2
+RDMA_OPTION_ID_ACK_TIMEOUT = 3
+RDMA_OPTION_IB_PATH = 1
+
+# rdma_join_multicast_ex's join flags and comp mask
+RDMA_MC_JOIN_FLAG_FULLMEMBER = 0
+RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER = 1
+RDMA_CM_JOIN_MC_ATTR_ADDRESS = 1
+RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS = 2
+
+RDMA_MAX_RESP_RES = 0xFF
+RDMA_MAX_INIT_DEPTH = 0xFF
