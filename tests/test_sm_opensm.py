@@ -172,3 +172,38 @@ def test_config_file_round_trip(tmp_path):
     conf.write_text(text + "qos TRUE\n")
     r = _opensm(_base(), tmp_path, "-F", str(conf), "-o", timeout=30)
     assert r.returncode == 2 and "unsupported option 'qos'" in r.stderr
+
+
+def test_udp_remote_mode_on_softrdma_fabric_server(tmp_path):
+    # ibsim's remote mode (IBSIM_SERVER_NAME/PORT), against softrdma's server on 127.0.0.1
+    import random
+    import socket
+    net = tmp_path / "ft2_64.net"
+    net.write_text(fixture("ft2_64.net.xz"))
+    (tmp_path / "roots").write_text(fixture("ft2_64.roots"))
+    port = random.randrange(20000, 60000, 16)
+    env = _env(_base(), tmp_path)
+    srv = subprocess.Popen([sys.executable, "-m", "softrdma", "fabric", "serve", "-r", "-l", str(port),
+                            "--no-console", str(net)], cwd=tmp_path, env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        end = time.monotonic() + 10
+        while True:           # bound once the port is taken
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                break
+            finally:
+                s.close()
+            assert time.monotonic() < end, "fabric server did not bind"
+            time.sleep(0.05)
+        r = subprocess.run([sys.executable, "-m", "softrdma", "opensm", "-o", "-R", "updn", "-a",
+                            str(tmp_path / "roots"), "-f", str(tmp_path / "osm.log")], cwd=tmp_path,
+                           env=dict(env, IBSIM_SERVER_NAME="127.0.0.1", IBSIM_SERVER_PORT=str(port)),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+        assert (tmp_path / "guid2lid").read_text() == fixture("ft2_64.updn.guid2lid.xz")
+    finally:
+        srv.terminate()
+        srv.wait(10)

@@ -37,6 +37,8 @@ class Discovery:
         self.log = log
         self.subnet = Subnet()
         self.errors = 0
+        self.done = False
+        self.stats = (0, 0, 0.0)        # SMPs sent, timeouts, seconds (set by the driver)
 
     def _err(self, msg: str) -> None:
         self.errors += 1
@@ -44,7 +46,13 @@ class Discovery:
             self.log.error(msg)
 
     def start(self) -> None:
+        self.done = False
         self._node_info((), None)
+
+    def poll(self) -> None:
+        """Called by the driver when no SMP is left in flight: discovery is complete."""
+        if self.q.idle:
+            self.done = True
 
     def _get(self, attr: int, path, mod: int, cb) -> None:
         self.q.submit(build_dr_smp(Method.GET, attr, path, mod), cb)
@@ -75,6 +83,7 @@ class Discovery:
         if new_node:
             node = sub.add_node(Node(guid, ni["NodeType"], ni["NumPorts"], sys_guid=ni["SystemGuid"]))
             node.dr_path = path
+            node.node_info = bytes(smp_data(r)[:NODE_INFO.size])
             if node.is_switch:
                 for n in range(node.num_ports + 1):
                     sub.add_port(node, n, port_guid)

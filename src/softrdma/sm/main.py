@@ -4,7 +4,9 @@ Attaches to an ibsim-protocol fabric (the real ibsim or ``softrdma fabric
 serve``; see ``umad``), runs heavy sweeps (``sweep``) and prints/logs what
 opensm does ("Entering DISCOVERING state", "Entering MASTER state",
 "SUBNET UP").  ``-o`` sweeps once and exits; otherwise it stays resident,
-re-sweeping every ``-s`` seconds and at once on a trap.  Options opensm has
+light-sweeping every ``-s`` seconds, heavy-sweeping on a change or a trap,
+electing a master with other SMs and answering SMInfo and SA queries
+(``run.SmLoop``).  Options opensm has
 but this SM does not implement are refused with a message, never ignored.
 """
 
@@ -14,14 +16,11 @@ import argparse
 import os
 import signal
 import sys
-import time
 
 from . import log as L
 from .guid2lid import Guid2Lid
-from .mad_queue import MadQueue
 from .routing import ENGINES
-from .sweep import HeavySweep
-from .umad import IbsimPort, TransportError, drive
+from .umad import IbsimPort, TransportError
 
 VERSION = "OpenSM 3.3.23 (softrdma)"
 
@@ -38,6 +37,9 @@ CONF_KEYS = {
     "log_file": "/var/log/opensm.log",
     "dump_files_dir": "/var/log",
     "force_log_flush": "FALSE",
+    "sm_key": "0x0000000000000001",
+    "sminfo_polling_timeout": "10000",
+    "polling_retry_number": "4",
 }
 
 
@@ -122,6 +124,10 @@ def settings(a: argparse.Namespace) -> dict:
         "flags": a.log_flags if a.log_flags is not None else _int(conf["log_flags"]),
         "log_file": a.log_file or conf["log_file"],
         "dump_dir": a.dump_files_dir or os.environ.get("OSM_TMP_DIR") or conf["dump_files_dir"],
+        "sm_key": _int(conf["sm_key"]),
+        "poll_interval": _int(conf["sminfo_polling_timeout"]) / 1000.0,
+        "poll_retries": _int(conf["polling_retry_number"]),
+        "debug": tuple(a.debug),
     }
     for k in ("priority", "lmc", "sweep"):
         s[k] = int(s[k], 0) if isinstance(s[k], str) else s[k]
@@ -181,105 +187,46 @@ def _daemonize() -> None:
 
 
 def run(s: dict, log: L.Log, once: bool, out=sys.stdout) -> int:
+    from .run import SmLoop
     cache = os.environ.get("OSM_CACHE_DIR", "/var/cache/opensm")
     g2l_path = os.path.join(cache, "guid2lid")
     try:
         g2l = Guid2Lid.loads(open(g2l_path).read())
     except OSError:
         g2l = Guid2Lid()
-    roots = read_roots(s["roots"])
+    roots = s["root_set"] if "root_set" in s else read_roots(s["roots"])
     try:
         port = IbsimPort()
     except TransportError as e:
         log.error(f"ERR 3A0F: {e}")
         print(f"opensm: {e}", file=sys.stderr)
         return 1
-    stop = []
-    resweep = []
+    log.info(f"{VERSION}: attached to ibsim as client {port.client} at node \"{port.attached}\"")
+    loop = SmLoop(s, log, out, port, g2l, g2l_path, roots, sa_factory=_sa_factory())
 
     def on_signal(signum, frame):
-        stop.append(signum)
+        loop.stop = True
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def on_unsolicited(mad):
-        if mad[3] == 0x05:          # Trap(): a port changed state somewhere; re-sweep
-            resweep.append(1)
     try:
-        log.info(f"{VERSION}: attached to ibsim as client {port.client} at node \"{port.attached}\"")
-        previous = None
-        first = True
-        rc = 0
-        while True:
-            q = MadQueue()
-            sweep = HeavySweep(q, log, s["engine"], roots, g2l, s["lmc"], previous)
-            if first:
-                print("Entering DISCOVERING state\n", file=out, flush=True)
-                log.sys("Entering DISCOVERING state")
-            t0 = time.monotonic()
-            drive(q, sweep, port, window=s["wire"], on_unsolicited=on_unsolicited)
-            sub = sweep.subnet
-            if first:
-                sm = sub.ports[sub.sm_port_guid]
-                if s["guid"] and s["guid"] != sm.guid:
-                    raise UsageError(f"port GUID 0x{s['guid']:016x} is not the attached port "
-                                     f"(0x{sm.guid:016x}); set SIM_HOST to the node to attach to")
-                print("Entering MASTER state\n", file=out, flush=True)
-                log.sys("Entering MASTER state")
-            t1 = time.monotonic()
-            nsw = sum(1 for n in sub.nodes.values() if n.is_switch)
-            tm = sweep.times
-            log.info(f"heavy sweep: {len(sub.nodes)} nodes ({nsw} switches), {q.sent} SMPs, "
-                     f"{q.timeouts} timeouts, {t1 - t0:.3f} s (discovery "
-                     f"{tm['discovering'] - tm['start']:.3f}, LIDs {tm['lids'] - tm['discovering']:.3f}, "
-                     f"routing {tm['routed'] - tm['lids']:.3f}, LFTs {tm['routing'] - tm['routed']:.3f}, "
-                     f"port states {tm['up'] - tm['routing']:.3f})")
-            _dumps(s, log, sweep, g2l, g2l_path)
-            if sweep.failed or sweep.disc.errors:
-                log.error(f"ERR 3A10: {sweep.failed + sweep.disc.errors} SMPs failed in the sweep")
-                rc = 1
-            if first or sweep.failed == 0:
-                print("SUBNET UP\n", file=out, flush=True)
-                log.sys("SUBNET UP")
-            previous = sweep.programmed()
-            first = False
-            if once:
-                return rc
-            deadline = time.monotonic() + (s["sweep"] or 1e9)
-            while not stop and not resweep and time.monotonic() < deadline:
-                import select
-                r, _, _ = select.select([port], [], [], 0.2)
-                if r:
-                    for status, mad in port.recv_all():
-                        if not status:
-                            on_unsolicited(mad)
-            if stop:
-                log.sys("Exiting SM")
-                return 0
-            resweep.clear()
+        return loop.run(once)
     except TransportError as e:
         log.error(f"ERR 3A11: {e}")
         print(f"opensm: {e}", file=sys.stderr)
         return 1
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
         port.close()
 
 
-def _dumps(s: dict, log: L.Log, sweep: HeavySweep, g2l: Guid2Lid, g2l_path: str) -> None:
+def _sa_factory():
     try:
-        os.makedirs(os.path.dirname(g2l_path), exist_ok=True)
-        with open(g2l_path, "w") as f:
-            f.write(g2l.dumps())
-    except OSError as e:
-        log.error(f"ERR 6D04: cannot write {g2l_path}: {e.strerror}")
-    if s["flags"] & L.ROUTING:
-        path = os.path.join(s["dump_dir"], "opensm-lfts.dump")
-        try:
-            with open(path, "w") as f:
-                f.write(sweep.lft_dump())
-        except OSError as e:
-            log.error(f"ERR 4A02: cannot write {path}: {e.strerror}")
+        from .sa import SubnetAdmin
+    except ImportError:
+        return None
+    return SubnetAdmin
 
 
 def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
@@ -287,13 +234,16 @@ def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
     a = parser.parse_args(argv)
     try:
         s = settings(a)
+        s["root_set"] = read_roots(s["roots"])
     except UsageError as e:
         parser.error(str(e))
     if a.create_config:
         conf = dict(CONF_KEYS, guid="0x%016x" % s["guid"], sm_priority=str(s["priority"]),
                     lmc=str(s["lmc"]), sweep_interval=str(s["sweep"]), max_wire_smps=str(s["wire"]),
                     routing_engine=s["engine"], root_guid_file=s["roots"] or "(null)",
-                    log_flags="0x%02x" % s["flags"], log_file=s["log_file"], dump_files_dir=s["dump_dir"])
+                    log_flags="0x%02x" % s["flags"], log_file=s["log_file"], dump_files_dir=s["dump_dir"],
+                    sminfo_polling_timeout=str(int(s["poll_interval"] * 1000)),
+                    polling_retry_number=str(s["poll_retries"]), sm_key="0x%016x" % s["sm_key"])
         write_config(a.create_config, conf)
         print(f"opensm: configuration written to {a.create_config}")
         return 0

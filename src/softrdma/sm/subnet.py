@@ -58,6 +58,7 @@ class Node:
     switch_info: bytes = field(default=b"", repr=False)
     lft_cap: int = 0
     dr_path: tuple[int, ...] = ()   # directed route from the SM's node (output ports)
+    node_info: bytes = field(default=b"", repr=False)   # NodeInfo as first read (raw 40 bytes)
 
     @property
     def is_switch(self) -> bool:
@@ -81,6 +82,7 @@ class Subnet:
         self.ports: dict[int, Physp] = {}       # end ports (osm_port_t): CA ports, switch port 0
         self.sm_port_guid = 0
         self.sm_node: Node | None = None
+        self.lfts: dict[Node, bytes] = {}       # the LFTs the SM computed last
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.guid] = node

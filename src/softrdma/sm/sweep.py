@@ -30,11 +30,15 @@ from .subnet import NO_PATH, Node, Physp, Subnet
 PORT_INIT, PORT_ARMED, PORT_ACTIVE = 2, 3, 4
 PACKET_LIFE_TIME = 0x12          # opensm's default packet_life_time
 LFT_BLOCK = 64
+SUBNET_PREFIX = 0xFE80000000000000
+HOQ_LIFE = 0x12                  # opensm's head_of_queue_lifetime (switch-to-switch ports)
+LEAF_HOQ_LIFE = 0x10             # leaf_head_of_queue_lifetime (switch ports to CAs, port 0)
 
 
 class HeavySweep:
     def __init__(self, q: MadQueue, log: L.Log, engine: str = "minhop", roots=None,
-                 g2l: Guid2Lid | None = None, lmc: int = 0, previous: dict[int, bytes] | None = None):
+                 g2l: Guid2Lid | None = None, lmc: int = 0, previous: dict[int, bytes] | None = None,
+                 disc: Discovery | None = None):
         self.q = q
         self.log = log
         self.engine = engine
@@ -42,7 +46,8 @@ class HeavySweep:
         self.g2l = g2l if g2l is not None else Guid2Lid()
         self.lmc = lmc
         self.previous = previous or {}      # switch GUID -> LFT this SM programmed before
-        self.disc = Discovery(q, log)
+        self.discovered = disc is not None       # discovery already ran (the election needed it)
+        self.disc = disc or Discovery(q, log)
         self.subnet: Subnet = self.disc.subnet
         self.lfts: dict[Node, bytearray] = {}
         self.engine_used = ""
@@ -56,7 +61,8 @@ class HeavySweep:
     def start(self) -> None:
         self.times["start"] = time.monotonic()
         self.phase = "discovering"
-        self.disc.start()
+        if not self.discovered:
+            self.disc.start()
 
     def poll(self) -> None:
         """Called when the queue is idle: start the next phase (which may submit nothing)."""
@@ -65,7 +71,7 @@ class HeavySweep:
             self._phases.pop(0)()
 
     # -- phases ----------------------------------------------------------------------------
-    def _set(self, node: Node, attr: int, mod: int, data: bytes, what: str) -> None:
+    def _set(self, node: Node, attr: int, mod: int, data: bytes, what: str, port: Physp | None = None) -> None:
         def cb(r, what=what):
             if r is None:
                 self.failed += 1
@@ -73,6 +79,9 @@ class HeavySweep:
             elif dr_status(r):
                 self.failed += 1
                 self.log.error(f"{what}: MAD status {dr_status(r):#x}")
+            elif port is not None:
+                # the answer is the port as it is now (LinkState no longer "no change")
+                port.port_info = bytes(smp_data(r)[:PORT_INFO.size])
         self.q.submit(build_dr_smp(Method.SET, attr, node.dr_path, mod, data), cb)
 
     def _lids(self) -> None:
@@ -89,20 +98,22 @@ class HeavySweep:
             if not p.port_info:
                 continue
             pi = PORT_INFO.decode(p.port_info)
-            if pi["Lid"] == p.lid and pi["SMLid"] == sm_lid and pi["LMC"] == p.lmc:
+            want = dict(Lid=p.lid, SMLid=sm_lid, LMC=p.lmc, GidPrefix=SUBNET_PREFIX)
+            if p.node.is_switch:
+                want["HoqLife"] = LEAF_HOQ_LIFE
+            if all(pi[k] == v for k, v in want.items()):
                 continue
             data = bytearray(p.port_info)
-            PORT_INFO.encode_into(data, 0, Lid=p.lid, SMLid=sm_lid, LMC=p.lmc, LinkState=0,
-                                  PhysLinkState=0)
-            p.port_info = bytes(data)
+            PORT_INFO.encode_into(data, 0, LinkState=0, PhysLinkState=0, **want)
             self._set(p.node, SmpAttr.PORT_INFO, p.num, bytes(data),
-                      f"PortInfo Set LID {p.lid} on 0x{p.guid:016x}")
+                      f"PortInfo Set LID {p.lid} on 0x{p.guid:016x}", port=p)
 
     def _route(self) -> None:
         self.phase = "routing"
         sub = self.subnet
         existing = {sw: self.previous[sw.guid] for sw in sub.switches() if sw.guid in self.previous}
         self.engine_used, self.lfts = compute(sub, self.engine, self.roots, existing or None)
+        sub.lfts = self.lfts
         if self.engine_used != self.engine:
             self.log.info(f"{self.engine}: cannot route this subnet, falling back to minhop")
         self.log.info(f"{self.engine_used} tables configured on all switches")
@@ -135,7 +146,9 @@ class HeavySweep:
         data = bytearray(p.port_info)
         PORT_INFO.encode_into(data, 0, LinkState=state, PhysLinkState=0)
         if not (p.node.is_switch and p.num):
-            PORT_INFO.encode_into(data, 0, Lid=p.lid, SMLid=self.sm_lid, LMC=p.lmc)
+            PORT_INFO.encode_into(data, 0, Lid=p.lid, SMLid=self.sm_lid, LMC=p.lmc, GidPrefix=SUBNET_PREFIX)
+        else:
+            PORT_INFO.encode_into(data, 0, HoqLife=HOQ_LIFE if p.remote.node.is_switch else LEAF_HOQ_LIFE)
 
         def cb(r, p=p):
             if r is None or dr_status(r):

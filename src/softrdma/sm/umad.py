@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import struct
 import time
 
 from ..wire import ibsim
@@ -67,6 +68,10 @@ class IbsimPort:
         info = ibsim.parse_client_info(reply.data)
         self.client = info.id
         self.attached = info.nodeid
+        if issm:
+            # what opening /dev/infiniband/issm* does: the port's CapabilityMask gets IsSM,
+            # so that other SMs find this one (CONNECT's issm only routes QP0 MADs here)
+            self._ctl(ibsim.SimCtlType.SET_ISSM, struct.pack("<i", 1))
         if self.remote:
             self.data.connect((server, port + 1 + self.client))
         else:
@@ -88,13 +93,21 @@ class IbsimPort:
     def fileno(self) -> int:
         return self.data.fileno()
 
-    def send(self, mad: bytes, dlid: int = 0xFFFF) -> None:
+    def send(self, mad: bytes, dlid: int = 0xFFFF, dqp: int = QP0, sqp: int = QP0) -> None:
         # a directed-route SMP leaves with the permissive SLID as well (umad2sim does so):
         # with SLID 0 ibsim would LID-route the answer to the SM port, LID 0 before the sweep
-        self.data.send(ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, QP0, QP0, mad))
+        try:
+            self.data.send(ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, dqp, sqp, mad))
+        except BlockingIOError:
+            select.select([], [self.data], [], 1.0)
+            self.data.send(ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, dqp, sqp, mad))
 
-    def recv_all(self) -> list[tuple[int, bytes]]:
-        """(status, MAD) of every datagram waiting."""
+    def wait(self, timeout: float) -> bool:
+        """True when a datagram is waiting (within ``timeout`` seconds)."""
+        return bool(select.select([self.data], [], [], max(0.0, timeout))[0])
+
+    def recv_all(self) -> list[ibsim.SimRequest]:
+        """Every datagram waiting (status, SLID and source QP say where it came from)."""
         out = []
         while True:
             try:
@@ -105,7 +118,7 @@ class IbsimPort:
                 req = ibsim.parse_request(buf)
             except WireError:
                 continue
-            out.append((req.status, req.mad[:256]))
+            out.append(req._replace(mad=req.mad[:256]))
 
     def close(self) -> None:
         try:
@@ -125,27 +138,24 @@ def drive(q: MadQueue, sm, port: IbsimPort, window: int = 32, timeout: float = 0
     while not sm.done:
         for tid, mad in q.take(window):
             sent_at[tid] = time.monotonic()
-            try:
-                port.send(mad)
-            except BlockingIOError:
-                select.select([], [port.fileno()], [], timeout)
-                port.send(mad)
+            port.send(mad)
         now = time.monotonic()
         if deadline is not None and now > deadline:
             raise TransportError("sweep did not finish in time")
         wait = min((t + timeout for t in sent_at.values()), default=now + timeout) - now
         r, _, _ = select.select([port], [], [], max(0.0, wait))
         if r:
-            for status, mad in port.recv_all():
-                if status:
+            for req in port.recv_all():
+                if req.status:
                     # ibsim could not deliver it (ETIMEDOUT): let the timer re-send it
                     continue
+                mad = req.mad
                 if mad[3] & 0x80:                       # a response (GetResp)
                     tid = int.from_bytes(mad[8:16], "big") & 0xFFFFFFFF
                     sent_at.pop(tid, None)
                     q.deliver(mad)
                 elif on_unsolicited is not None:
-                    on_unsolicited(mad)
+                    on_unsolicited(req)
         now = time.monotonic()
         for tid in [t for t, s in sent_at.items() if now - s >= timeout]:
             del sent_at[tid]

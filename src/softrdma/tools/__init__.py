@@ -3,7 +3,8 @@
 Each tool is a module with ``main(argv: list[str]) -> int``; ``TOOLS`` maps
 the command name (as typed after ``softrdma``) to its module.  The tools
 use only the public verbs API (``softrdma.verbs``) and the daemon's
-management commands (``softrdma.verbs.device.management()``).
+management commands (``softrdma.verbs.device.management()``); ``opensm``
+is ``softrdma.sm``'s command line, which speaks ibsim's protocol instead.
 """
 
 TOOLS = {

@@ -72,6 +72,7 @@ class _Sw:
         self.lft = bytearray([NO_PATH]) * (max_lid + 1)
         self.min_counter_down = 0
         self.counter_up_changed = False
+        self.sw_down = False            # a DOWN group leads to a switch (set once built)
 
     def add_port(self, num, rnum, rlid, rguid, remote, remote_is_sw, direction):
         groups = self.groups[direction]
@@ -204,6 +205,7 @@ class FatTree:
                     sw.add_port(n, r.num, rs.base_lid, r.guid, rs, True, d)
                 elif r.node.type == 1:
                     sw.add_port(n, r.num, r.lid, r.guid, self.hcas[r.node], False, DOWN)
+            sw.sw_down = any(g.remote_is_sw for g in sw.groups[DOWN])
 
     def _leaf_rank(self) -> None:
         if not self.roots:
@@ -294,14 +296,17 @@ class FatTree:
         down = sw.groups[DOWN]
         if not down:
             return False
-        self._sort_up(down)
         sibs = sw.groups[SAME]
+        if not sibs and not sw.sw_down:
+            # a leaf: only CA groups below, nothing to route, nothing to reorder
+            sw.down_idx = (sw.down_idx + 1) % len(down)
+            return True
+        self._sort_up(down)
         if sibs:
             _bubble(sibs, lambda a, b: a.counter_up < b.counter_up)
         created = False
-        n = len(down) + (len(sibs) if real else 0)
-        for k in range(n):
-            g = down[k] if k < len(down) else sibs[k - len(down)]
+        groups = down + sibs if real and sibs else down
+        for g in groups:
             if not g.remote_is_sw:
                 created = True
                 continue

@@ -48,7 +48,17 @@ def port_order(subnet: Subnet) -> list[Physp]:
 def build_lfts(subnet: Subnet, hops: HopTables,
                existing: dict[Node, bytes] | None = None) -> dict[Node, bytearray]:
     max_lid = subnet.max_lid()
-    order = port_order(subnet)
+    # per target, once: (LID, is a CA, the switch it is on / is, port there, that switch's LID)
+    targets = []
+    for p in port_order(subnet):
+        if not p.lid:
+            continue
+        if p.node.is_switch:
+            targets.append((p.lid, False, p.node, 0, p.node.base_lid()))
+        else:
+            r = p.remote
+            if r is not None and r.node.is_switch:
+                targets.append((p.lid, True, r.node, r.num, r.node.base_lid()))
     lfts = {}
     for sw in subnet.switches():
         lft = bytearray([NO_PATH]) * (max_lid + 1)
@@ -56,30 +66,19 @@ def build_lfts(subnet: Subnet, hops: HopTables,
         table = hops.get(sw, {})
         old = existing.get(sw) if existing else None
         cands: dict[int, list[int]] = {}
-        for p in order:
-            if not p.lid:
+        for lid, is_ca, tsw, tport, base in targets:
+            if tsw is sw:
+                lft[lid] = tport
+                if is_ca:
+                    counts[tport] += 1
                 continue
-            if p.node.is_switch:
-                if p.node is sw:
-                    lft[p.lid] = 0
-                    continue
-                base = p.node.base_lid()
-            else:
-                r = p.remote
-                if r is None or not r.node.is_switch:
-                    continue
-                if r.node is sw:
-                    lft[p.lid] = r.num
-                    counts[r.num] += 1
-                    continue
-                base = r.node.base_lid()
             row = table.get(base)
             if row is None or row[0] == NO_PATH:
                 continue
             least = row[0]
             port = NO_PATH
-            if old is not None and p.lid < len(old):
-                e = old[p.lid]
+            if old is not None and lid < len(old):
+                e = old[lid]
                 if 0 < e <= sw.num_ports and row[e] == least and (ph := sw.ports.get(e)) \
                         and ph.remote is not None and ph.healthy():
                     port = e
@@ -95,8 +94,8 @@ def build_lfts(subnet: Subnet, hops: HopTables,
                         best, port = counts[n], n
                 if port == NO_PATH:
                     continue
-            lft[p.lid] = port
-            if not p.node.is_switch:
+            lft[lid] = port
+            if is_ca:
                 counts[port] += 1
         lfts[sw] = lft
     return lfts

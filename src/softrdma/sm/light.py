@@ -1,0 +1,65 @@
+"""Small SMP rounds of the resident SM, sans-IO: a batch of queries, the light sweep.
+
+``Queries`` sends a list of SMPs at once and keeps each answer (or None)
+by key; it has the ``start``/``poll``/``done`` shape ``umad.drive`` runs.
+``light_sweep`` builds opensm's light sweep on it: SwitchInfo of every
+switch and PortInfo of every linked end port; ``changed`` says whether a
+heavy sweep is due (a switch's PortStateChange bit, a port whose state or
+IsSM capability moved, a node that stopped answering).
+"""
+
+from __future__ import annotations
+
+from ..wire.mad import Method
+from ..wire.smp import CAP_IS_SM, PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp, parse_dr, smp_data
+from .mad_queue import MadQueue
+from .subnet import Subnet
+
+
+class Queries:
+    def __init__(self, q: MadQueue, items) -> None:
+        self.q = q
+        self.items = list(items)            # (key, mad)
+        self.results: dict = {}
+        self.done = False
+
+    def start(self) -> None:
+        for key, mad in self.items:
+            self.q.submit(bytearray(mad), lambda r, key=key: self._got(key, r))
+
+    def _got(self, key, r) -> None:
+        if r is not None and r[1] == 0x81 and parse_dr(r).status:
+            r = None
+        self.results[key] = None if r is None else bytes(smp_data(r))
+
+    def poll(self) -> None:
+        if self.q.idle:
+            self.done = True
+
+
+def light_sweep(q: MadQueue, subnet: Subnet) -> Queries:
+    items = []
+    for sw in subnet.switches():
+        items.append((("si", sw.guid), build_dr_smp(Method.GET, SmpAttr.SWITCH_INFO, sw.dr_path)))
+    for p in subnet.end_ports():
+        if not p.node.is_switch and p.remote is not None:
+            items.append((("pi", p.guid), build_dr_smp(Method.GET, SmpAttr.PORT_INFO, p.node.dr_path, p.num)))
+    return Queries(q, items)
+
+
+def changed(subnet: Subnet, light: Queries) -> str | None:
+    """Why a heavy sweep is due after this light sweep, or None."""
+    for (kind, guid), data in light.results.items():
+        if data is None:
+            return f"no answer from 0x{guid:016x}"
+        if kind == "si":
+            if SWITCH_INFO.get(data, "StateChange"):
+                return f"port state change on switch 0x{guid:016x}"
+        else:
+            p = subnet.ports[guid]
+            new = PORT_INFO.decode(data)
+            old = PORT_INFO.decode(p.port_info)
+            if new["LinkState"] != p.state or new["Lid"] != p.lid or \
+                    (new["CapMask"] ^ old["CapMask"]) & CAP_IS_SM:
+                return f"port 0x{guid:016x} changed"
+    return None

@@ -1,0 +1,271 @@
+"""The SM's life over one ibsim port: sweeps, the election, polling, answering; the timers.
+
+``SmLoop.run`` is opensm's state manager in one loop: DISCOVERING (a
+discovery sweep, then SMInfo of every other port with the IsSM capability
+and ``SmInfoState.decide``), MASTER (heavy sweep, SUBNET UP; then a light
+sweep every ``-s`` seconds, a heavy one when it sees a change or a trap
+arrives; a better SM found in STANDBY gets the subnet by HANDOVER) or
+STANDBY (poll the master's SMInfo every ``sminfo_polling_timeout``; take
+over after ``polling_retry_number`` misses or on HANDOVER).  Requests that
+arrive meanwhile (SMInfo, traps, SA) are answered by ``agent.Agent`` even
+in the middle of a sweep.  The decisions are the sans-IO modules'; this
+module only owns time (the port and its sockets are ``umad``'s).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..wire.mad import Method
+from ..wire.smp import CAP_IS_SM, NODE_INFO, PORT_INFO, SmState, SmpAttr, build_dr_smp
+from . import light
+from .agent import Agent
+from .discovery import Discovery
+from .guid2lid import Guid2Lid
+from .log import ROUTING, Log
+from .mad_queue import MadQueue
+from .sminfo import HANDOVER, RemoteSm, SmInfoState
+from .sweep import HeavySweep
+from .umad import IbsimPort, drive
+
+_STATE_NAME = {SmState.DISCOVERING: "DISCOVERING", SmState.STANDBY: "STANDBY",
+               SmState.MASTER: "MASTER", SmState.NOT_ACTIVE: "NOT ACTIVE"}
+
+
+class SmLoop:
+    def __init__(self, s: dict, log: Log, out, port: IbsimPort, g2l: Guid2Lid, g2l_path: str,
+                 roots: set[int], sa_factory=None) -> None:
+        self.s, self.log, self.out, self.port = s, log, out, port
+        self.g2l, self.g2l_path, self.roots = g2l, g2l_path, roots
+        # opensm's default SM_Key is 1, and it ignores SMs whose key differs
+        self.sminfo = SmInfoState(0, s["priority"], s.get("sm_key", 1))
+        self.sa_factory = sa_factory
+        self.agent = Agent(self.sminfo)
+        self.events: list = []
+        self.subnet = None
+        self.previous = None            # LFTs this SM programmed, by switch GUID
+        self.failed = 0
+        self.stop = False
+        self.shown = None
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        print(text + "\n", file=self.out, flush=True)
+        self.log.sys(text)
+
+    def _enter(self, state: int) -> None:
+        if self.shown != state:
+            self._say(f"Entering {_STATE_NAME[state]} state")
+            self.shown = state
+
+    def _unsolicited(self, req) -> None:
+        replies, events = self.agent.handle(req)
+        for dlid, dqp, sqp, mad in replies:
+            self.port.send(mad, dlid, dqp, sqp)
+        self.events.extend(events)
+
+    def _drive(self, q: MadQueue, machine) -> None:
+        drive(q, machine, self.port, window=self.s["wire"], on_unsolicited=self._unsolicited)
+
+    def _idle(self, seconds: float) -> None:
+        """Answer requests for up to ``seconds``, or until an event or a stop."""
+        end = time.monotonic() + seconds
+        while not self.stop and not self.events:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            if self.port.wait(min(left, 0.2)):
+                for req in self.port.recv_all():
+                    if not req.status and not req.mad[3] & 0x80:
+                        self._unsolicited(req)
+
+    # -- the steps -------------------------------------------------------------------------
+    def _discover(self) -> Discovery:
+        q = MadQueue()
+        disc = Discovery(q, self.log)
+        t0 = time.monotonic()
+        self._drive(q, disc)
+        disc.stats = (q.sent, q.timeouts, time.monotonic() - t0)
+        sub = disc.subnet
+        if not self.sminfo.guid or self.sminfo.guid != sub.sm_port_guid:
+            self.sminfo.guid = sub.sm_port_guid
+        if self.s["guid"] and self.s["guid"] != sub.sm_port_guid:
+            raise ValueError(f"port GUID 0x{self.s['guid']:016x} is not the attached port "
+                             f"(0x{sub.sm_port_guid:016x}); set SIM_HOST to the node to attach to")
+        return disc
+
+    def _other_sms(self, sub) -> list[RemoteSm]:
+        if 1 in self.s.get("debug", ()):
+            return []                   # -d 1: ignore other SMs
+        ports = [p for p in sub.end_ports() if p.guid != sub.sm_port_guid and p.port_info
+                 and PORT_INFO.get(p.port_info, "CapMask") & CAP_IS_SM]
+        if not ports:
+            return []
+        q = MadQueue()
+        qs = light.Queries(q, [(p.guid, build_dr_smp(Method.GET, SmpAttr.SM_INFO, p.node.dr_path))
+                               for p in ports])
+        self._drive(q, qs)
+        out = []
+        for p in ports:
+            data = qs.results.get(p.guid)
+            if data is None:
+                continue
+            r = SmInfoState.decode(data)
+            r.dr_path, r.lid = p.node.dr_path, p.lid
+            out.append(r)
+            self.log.verbose(f"found SM 0x{r.guid:016x} priority {r.priority} state {r.state}")
+        return out
+
+    def _heavy(self, disc: Discovery | None = None) -> None:
+        disc = disc or self._discover()
+        q = MadQueue()
+        sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
+                           self.previous, disc=disc)
+        t0 = time.monotonic()
+        self._drive(q, sweep)
+        self.subnet = sweep.subnet
+        tm = sweep.times
+        dsent, dtimeouts, dtime = disc.stats
+        nsw = sum(1 for n in self.subnet.nodes.values() if n.is_switch)
+        self.log.info(f"heavy sweep: {len(self.subnet.nodes)} nodes ({nsw} switches), {dsent + q.sent} SMPs, "
+                      f"{dtimeouts + q.timeouts} timeouts, {dtime + time.monotonic() - t0:.3f} s "
+                      f"(discovery {dtime:.3f}, LIDs {tm['lids'] - tm['discovering']:.3f}, "
+                      f"routing {tm['routed'] - tm['lids']:.3f}, LFTs {tm['routing'] - tm['routed']:.3f}, "
+                      f"port states {tm['up'] - tm['routing']:.3f})")
+        self._dumps(sweep)
+        self.sminfo.act_count += 1
+        bad = sweep.failed + disc.errors
+        if bad:
+            self.log.error(f"ERR 3A10: {bad} SMPs failed in the sweep")
+            self.failed += bad
+        self.previous = sweep.programmed()
+        if self.sa_factory:
+            self.agent.sa = self.sa_factory(self.subnet, self.sminfo, self.log)
+        if not bad or self.shown != "up":
+            self._say("SUBNET UP")
+            self.shown = "up"
+
+    def _dumps(self, sweep: HeavySweep) -> None:
+        try:
+            os.makedirs(os.path.dirname(self.g2l_path) or ".", exist_ok=True)
+            with open(self.g2l_path, "w") as f:
+                f.write(self.g2l.dumps())
+        except OSError as e:
+            self.log.error(f"ERR 6D04: cannot write {self.g2l_path}: {e.strerror}")
+        if self.s["flags"] & ROUTING:
+            path = os.path.join(self.s["dump_dir"], "opensm-lfts.dump")
+            try:
+                with open(path, "w") as f:
+                    f.write(sweep.lft_dump())
+            except OSError as e:
+                self.log.error(f"ERR 4A02: cannot write {path}: {e.strerror}")
+
+    def _discovering(self) -> None:
+        """DISCOVERING: discover, elect, and sweep as master or wait as standby."""
+        self.sminfo.state = SmState.DISCOVERING
+        self._enter(SmState.DISCOVERING)
+        disc = self._discover()
+        others = self._other_sms(disc.subnet)
+        state = self.sminfo.decide(others)
+        self._enter(state)
+        if state == SmState.MASTER:
+            self._heavy(disc)
+        else:
+            self.agent.sa = None            # only the master SM answers SA queries
+            self.subnet = disc.subnet
+            m = self.sminfo.master
+            self.log.info(f"standby: master SM 0x{m.guid:016x} priority {m.priority}" if m
+                          else "standby: waiting for a better SM to become master")
+
+    def _handover_if_outranked(self) -> None:
+        others = self._other_sms(self.subnet)
+        rival = [o for o in others if o.state == SmState.MASTER and not self.sminfo.outranks(o)]
+        if rival:
+            # two masters (a partition merged, or one came up unaware): the lesser yields
+            self.log.info(f"SM 0x{rival[0].guid:016x} (priority {rival[0].priority}) is master: "
+                          "going standby")
+            self.sminfo.state, self.sminfo.master = SmState.STANDBY, rival[0]
+            self.sminfo.missed_polls = 0
+            self.agent.sa = None
+            self._enter(SmState.STANDBY)
+            return
+        target = self.sminfo.handover_target(others)
+        if target is None:
+            return
+        q = MadQueue()
+        qs = light.Queries(q, [("ho", build_dr_smp(Method.SET, SmpAttr.SM_INFO, target.dr_path,
+                                                    HANDOVER, self.sminfo.attr()))])
+        self._drive(q, qs)
+        if qs.results.get("ho") is not None:
+            self.log.info(f"handed the subnet over to SM 0x{target.guid:016x} (priority {target.priority})")
+            self.sminfo.state = SmState.STANDBY
+            self.sminfo.master = target
+            self.sminfo.missed_polls = 0
+            self.agent.sa = None
+            self._enter(SmState.STANDBY)
+
+    def _poll_master(self) -> None:
+        m = self.sminfo.master
+        answer = None
+        if m is not None:
+            q = MadQueue()
+            qs = light.Queries(q, [("m", build_dr_smp(Method.GET, SmpAttr.SM_INFO, m.dr_path))])
+            self._drive(q, qs)
+            data = qs.results.get("m")
+            answer = SmInfoState.decode(data) if data is not None else None
+        else:
+            self.sminfo.missed_polls = 0
+        if m is None or self.sminfo.poll_result(answer, self.s["poll_retries"]) == "takeover":
+            if m is not None:
+                self.log.info(f"master SM 0x{m.guid:016x} is gone: taking over")
+            self._discovering()
+
+    # -- the loop --------------------------------------------------------------------------
+    def _own_guid(self) -> None:
+        """Our port GUID before anything else: another SM may ask our SMInfo any moment
+        (ibsim's control channel only tells the node GUID)."""
+        q = MadQueue()
+        qs = light.Queries(q, [("me", build_dr_smp(Method.GET, SmpAttr.NODE_INFO, ()))])
+        self._drive(q, qs)
+        data = qs.results.get("me")
+        if data is not None:
+            self.sminfo.guid = NODE_INFO.decode(data)["PortGuid"]
+
+    def run(self, once: bool) -> int:
+        self._own_guid()
+        self._discovering()
+        if once:
+            return 1 if self.failed else 0
+        next_sweep = time.monotonic() + (self.s["sweep"] or 1e12)
+        next_poll = time.monotonic() + self.s["poll_interval"]
+        while not self.stop:
+            if self.sminfo.state == SmState.MASTER:
+                self._idle(next_sweep - time.monotonic())
+            else:
+                self._idle(next_poll - time.monotonic())
+            if self.stop:
+                break
+            events, self.events = self.events, []
+            if any(e[0] == "handover" for e in events):
+                self.log.info("HANDOVER received: taking over")
+                self._discovering()
+                continue
+            if self.sminfo.state == SmState.MASTER:
+                traps = [e[1] for e in events if e[0] == "trap"]
+                why = f"trap {traps[0]}" if traps else None
+                if why is None and time.monotonic() >= next_sweep:
+                    q = MadQueue()
+                    ls = light.light_sweep(q, self.subnet)
+                    self._drive(q, ls)
+                    why = light.changed(self.subnet, ls)
+                    next_sweep = time.monotonic() + (self.s["sweep"] or 1e12)
+                if why:
+                    self.log.info(f"heavy sweep: {why}")
+                    self._heavy()
+                    self._handover_if_outranked()
+            elif self.sminfo.state == SmState.STANDBY and time.monotonic() >= next_poll:
+                self._poll_master()
+                next_poll = time.monotonic() + self.s["poll_interval"]
+        self.log.sys("Exiting SM")
+        return 0

@@ -1,0 +1,197 @@
+"""A resident `softrdma opensm` on the real ibsim: SMInfo, SA queries, traps, election.
+
+* the master answers `sminfo` and `saquery` (NodeRecord, PathRecord,
+  PortInfoRecord) with the same output as the real opensm on the same fabric;
+* a link pulled on ibsim's console sends trap 128 and the SM re-sweeps
+  around it;
+* two softrdma SMs: the lesser second one stands by, polls, and takes over
+  when the master goes (a better second one gets a HANDOVER);
+* with the real opensm: a master opensm hands the subnet over to a better
+  softrdma SM; a lesser softrdma SM stands by under it and takes over when
+  it stops; and ours hands the subnet over to a better opensm that comes up.
+
+Needs opensm, ibsim-utils and infiniband-diags (skipped without them,
+except with CI=true).  Short polling timers (sminfo_polling_timeout 300 ms,
+one retry) keep each test to a few seconds.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sm_helpers import SIMSO, fixture, have_ibsim, need_ibsim
+
+pytestmark = [need_ibsim(), pytest.mark.slow]
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+_seq = [0]
+
+
+class Fabric:
+    """A real ibsim on ft2_64 with its console on a pipe, and the SMs/diags started on it."""
+
+    def __init__(self, tmp):
+        if not have_ibsim():
+            pytest.fail("opensm/ibsim-utils/infiniband-diags missing (CI=true)")
+        _seq[0] += 1
+        self.tmp = tmp
+        self.base = f"smr{os.getpid()}n{_seq[0]}"
+        (tmp / "ft.net").write_text(fixture("ft2_64.net.xz"))
+        (tmp / "poll.conf").write_text("sminfo_polling_timeout 300\n\npolling_retry_number 1\n")
+        self.procs = []
+        self.sim = self._start(["ibsim", "-s", str(tmp / "ft.net")], "ibsim.log", stdin=subprocess.PIPE)
+        end = time.monotonic() + 10
+        while f"@{self.base}:ctl".encode() not in open("/proc/net/unix", "rb").read():
+            assert time.monotonic() < end, "ibsim did not start"
+            time.sleep(0.05)
+
+    def env(self, **extra):
+        env = dict(os.environ, IBSIM_SOCKNAME=self.base, PYTHONPATH=SRC)
+        for k in ("LD_PRELOAD", "SIM_HOST", "OSM_CACHE_DIR", "OSM_TMP_DIR"):
+            env.pop(k, None)
+        env.update(extra)
+        return env
+
+    def _start(self, cmd, out, stdin=subprocess.DEVNULL, **env):
+        p = subprocess.Popen(cmd, cwd=self.tmp, env=self.env(**env), stdin=stdin,
+                             stdout=open(self.tmp / out, "w"), stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def our_sm(self, name, node=None, *args):
+        d = self.tmp / name
+        d.mkdir()
+        extra = {"SIM_HOST": node} if node else {}
+        p = self._start([sys.executable, "-m", "softrdma", "opensm", "-F", str(self.tmp / "poll.conf"),
+                         "-f", str(d / "osm.log"), *args], f"{name}.out",
+                        OSM_CACHE_DIR=str(d), OSM_TMP_DIR=str(d), **extra)
+        p.log = d / "osm.log"
+        return p
+
+    def real_sm(self, name, node, *args):
+        d = self.tmp / name
+        d.mkdir()
+        p = self._start(["opensm", "-d2", "-f", str(d / "osm.log"), *args], f"{name}.out",
+                        OSM_CACHE_DIR=str(d), OSM_TMP_DIR=str(d), SIM_HOST=node, LD_PRELOAD=SIMSO)
+        p.log = d / "osm.log"
+        return p
+
+    def console(self, line):
+        self.sim.stdin.write(line.encode() + b"\n")
+        self.sim.stdin.flush()
+
+    def diag(self, *cmd, node="host0002"):
+        r = subprocess.run(list(cmd), cwd=self.tmp, env=self.env(LD_PRELOAD=SIMSO, SIM_HOST=node),
+                           capture_output=True, text=True, timeout=30)
+        return r.stdout
+
+    def close(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def wait_log(proc, pattern, timeout=15.0, count=1):
+    end = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < end:
+        try:
+            text = proc.log.read_text(errors="replace")
+        except FileNotFoundError:
+            text = ""
+        if len(re.findall(pattern, text)) >= count:
+            return text
+        time.sleep(0.05)
+    raise AssertionError(f"no {pattern!r} (x{count}) in {proc.log}:\n{text[-3000:]}")
+
+
+@pytest.fixture
+def fab(tmp_path):
+    f = Fabric(tmp_path)
+    yield f
+    f.close()
+
+
+def test_master_answers_sminfo_sa_and_traps(fab):
+    sm = fab.our_sm("ours", None, "-s", "1")
+    wait_log(sm, "SUBNET UP")
+    out = fab.diag("sminfo")
+    assert "sm guid 0x2c90400000001" in out and "state 3 SMINFO_MASTER" in out, out
+    queries = [("saquery", "NR", "2"), ("saquery", "--src-to-dst", "1:70"), ("saquery", "PIR", "8")]
+    ours = [fab.diag(*q) for q in queries]
+    assert "NodeRecord dump" in ours[0] and "dlid....................70" in ours[1]
+
+    # a spine link goes: ibsim sends trap 128, the SM sweeps again and routes around it
+    fab.console('Unlink "leaf001"[17]')
+    wait_log(sm, r"heavy sweep: trap 128")
+    wait_log(sm, "SUBNET UP", count=2)
+    route = fab.diag("ibroute", "2")
+    assert re.search(r"^0x[0-9a-f]+ 029 ", route, re.M)
+    assert not re.search(r"^0x[0-9a-f]+ 017 ", route, re.M), route
+
+    # the same queries answered by the real opensm on the same fabric print the same
+    fab.console('ReLink "leaf001"[17]')
+    wait_log(sm, "SUBNET UP", count=3)
+    sm.terminate()
+    sm.wait(10)
+    real = fab.real_sm("real", "host0001", "-s", "5")
+    wait_log(real, "SUBNET UP")
+    assert [fab.diag(*q) for q in queries] == ours
+
+
+def test_standby_polls_and_takes_over(fab):
+    a = fab.our_sm("a", None, "-s", "1")
+    wait_log(a, "SUBNET UP")
+    # same priority, bigger GUID: b is the lesser SM and stays standby (polling a)
+    b = fab.our_sm("b", "host0064", "-s", "1")
+    text = wait_log(b, "Entering STANDBY state")
+    assert "Entering MASTER state" not in text and "master SM 0x0002c90400000001" in text
+    time.sleep(1.0)
+    assert "Entering MASTER state" not in b.log.read_text()
+    a.terminate()
+    a.wait(10)
+    text = wait_log(b, "SUBNET UP")
+    assert "is gone: taking over" in text
+    assert "state 3 SMINFO_MASTER" in fab.diag("sminfo", "70")     # host0064's LID
+
+
+def test_real_opensm_hands_over_to_ours(fab):
+    # same priority, ours has the lower GUID: the real opensm master hands the subnet over
+    real = fab.real_sm("real", "host0032", "-s", "5")
+    wait_log(real, "SUBNET UP")
+    ours = fab.our_sm("ours", None, "-s", "1")
+    # opensm sends HANDOVER as soon as it sees ours (trap 144): ours gets it while still
+    # discovering, or finds opensm already standing by; either way ours ends master
+    wait_log(ours, "SUBNET UP")
+    wait_log(real, "Entering STANDBY state")
+    out = fab.diag("sminfo")         # host0002's SM LID: now ours
+    assert "sm guid 0x2c90400000001," in out and "state 3 SMINFO_MASTER" in out, out
+
+
+def test_with_the_real_opensm(fab):
+    # real opensm first, ours the lesser SM (bigger GUID): ours stands by under it,
+    # then takes over when it stops
+    real = fab.real_sm("real", "host0032", "-s", "5")
+    wait_log(real, "SUBNET UP")
+    ours = fab.our_sm("ours", "host0064", "-s", "1")
+    text = wait_log(ours, "Entering STANDBY state")
+    time.sleep(1.0)
+    assert "Entering MASTER state" not in ours.log.read_text()
+    real.terminate()
+    real.wait(10)
+    text = wait_log(ours, "SUBNET UP")
+    assert "is gone: taking over" in text
+    # a better opensm comes up: it stands by, ours hands the subnet over to it
+    better = fab.real_sm("better", "host0048", "-p", "10", "-s", "5")
+    wait_log(ours, "handed the subnet over to SM 0x0002c904000002f1 \\(priority 10\\)")
+    wait_log(better, "Entering MASTER state")
+    wait_log(ours, "Entering STANDBY state", count=2)
