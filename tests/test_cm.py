@@ -385,3 +385,35 @@ def test_ack_timeout_option_reaches_rts(daemon):
         x.destroy()
     sch.close()
     cch.close()
+
+
+PROG2 = os.path.join(os.path.dirname(__file__), "pyverbs_programs", "cm_rdma_mcast.py")
+
+
+def test_rdma_read_write_helpers(daemon):
+    """CMID.post_read/post_write (rdma_post_read/write) with the peer's
+    address and rkey from the REP's private data."""
+    env = _env(daemon)
+    srv = subprocess.Popen([sys.executable, PROG2, "rdma", "server", "127.0.0.1", "7710"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert "listening" in srv.stdout.readline()
+    cli = subprocess.run([sys.executable, PROG2, "rdma", "client", "127.0.0.1", "7710"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    sout, _ = srv.communicate(timeout=60)
+    assert cli.returncode == 0 and srv.returncode == 0, cli.stdout + cli.stderr + sout
+    assert "read: b'server data'" in cli.stdout
+    assert "buffer: b'client wrote'" in sout
+
+
+def test_multicast_join_and_traffic(daemon):
+    """Two rdma_cm IDs join one group (RDMA_PS_UDP); a datagram sent with
+    the join event's address reaches the other member's QP."""
+    env = _env(daemon)
+    rcv = subprocess.Popen([sys.executable, PROG2, "mcast", "receiver", "239.7.7.7", "127.0.0.1"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert "ready" in rcv.stdout.readline()
+    snd = subprocess.run([sys.executable, PROG2, "mcast", "sender", "239.7.7.7", "127.0.0.1"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    rout, _ = rcv.communicate(timeout=30)
+    assert snd.returncode == 0, snd.stdout + snd.stderr
+    assert rcv.returncode == 0 and "got: b'to a group'" in rout, rout
