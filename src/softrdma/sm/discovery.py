@@ -8,7 +8,8 @@ further.  A NodeInfo answer names the node and the port the SMP came in on
 (LocalPortNum), which is the far end of the link it crossed: that is how
 links are learnt, from both ends.  All requests go through the ``MadQueue``
 so many are in flight at once; the traversal order does not matter for the
-result (a node's DR path is the first one that reached it).
+result (a node's DR path is the earliest in BFS order that reached it,
+whatever order the answers came in).
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ class Discovery:
             here = node.ports[entry]
             if here.remote is None and via.remote is None:
                 sub.link(via, here)
+        elif path and (len(path), path) < (len(node.dr_path), node.dr_path):
+            self._better_path(node, path, entry)
         if new_node:
             self._get(SmpAttr.NODE_DESC, path, 0, lambda r: self._on_node_desc(node, r))
             if node.type == NODE_SWITCH:
@@ -105,6 +108,22 @@ class Discovery:
                     self._port_info(node, n, entry)
         if not node.is_switch and new_port:
             self._port_info(node, entry, entry)
+
+    def _better_path(self, node: Node, path: tuple[int, ...], entry: int) -> None:
+        """A node reached again by a path earlier in BFS order (shorter, or as
+        long and smaller port by port) than the one it was first reached by:
+        that is the path a FIFO sweep (opensm on ibsim) finds first, so it
+        becomes the node's.  Answers can overtake each other here (a window of
+        MADs, retries under load); without this the DR paths, and the
+        LocalPortNum a switch's port 0 reports through them, would depend on
+        timing.  The switch's port 0 is read again through the new path and
+        its links are probed from it, so the order settles downstream too."""
+        node.dr_path = path
+        if node.is_switch:
+            self._port_info(node, 0, entry)
+            for n, ph in node.ports.items():
+                if n and n != entry and ph.state > PORT_DOWN:       # known up (0: its PortInfo is on the way)
+                    self._node_info(path + (n,), ph)
 
     def _port_info(self, node: Node, num: int, entry: int) -> None:
         self._get(SmpAttr.PORT_INFO, node.dr_path, num, lambda r: self._on_port_info(node, num, entry, r))
