@@ -181,14 +181,18 @@ def test_no_messages_and_big_messages(daemon):
     assert (src, sout, crc, cout) == (0, SERVER_OUT, 0, CLIENT_OUT), (sout, serr, cout, cerr)
 
 
-def test_migrate_is_not_supported(daemon):
-    (crc, cout, cerr), (src, sout, serr) = run_pair(["-m", "-C", "1", "-p", "7475"],
-                                                    ["-m", "-C", "1", "-s", "127.0.0.1", "-p", "7475"],
+def test_migrate_moves_every_id_to_a_new_channel(daemon):
+    """-m: after the transfers every ID (and the server's listener) moves to
+    a new event channel (rdma_migrate_id); the disconnect events then come on
+    that channel."""
+    (crc, cout, cerr), (src, sout, serr) = run_pair(["-m", "-c", "3", "-C", "2", "-p", "7475"],
+                                                    ["-m", "-c", "3", "-C", "2", "-s", "127.0.0.1", "-p", "7475"],
                                                     env_of(daemon))
-    assert sout.endswith("data transfers complete\nmigrating to new event channel\n"
-                         "test complete\nreturn status -1\n"), sout
-    assert serr == "cmatose: failure migrating to channel: Function not implemented\n"
-    assert src == 255 and crc == 255, (cout, cerr)
+    assert src == 0 and crc == 0, (sout, serr, cout, cerr)
+    assert sout == SERVER_OUT.replace("data transfers complete\n",
+                                      "data transfers complete\nmigrating to new event channel\n"), sout
+    assert cout == CLIENT_OUT.replace("data transfers complete\n",
+                                      "data transfers complete\nmigrating to new event channel\n"), cout
 
 
 # --------------------------------------------------------------------------- the wire, from the doc

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import secrets
 
 from ..errors import VerbsError
 from . import request as rq
@@ -140,6 +141,29 @@ class CmCommands:
 
     def cmd_cm_query(self, c, m, fds):
         return {"info": self._cm_id(c, m).info()}, []
+
+    def cmd_cm_channel_token(self, c, m, fds):
+        """A secret naming this event channel, for rdma_migrate_id."""
+        if getattr(c, "cm_token", None) is None:
+            c.cm_token = secrets.token_hex(16)
+        return {"token": c.cm_token}, []
+
+    def cmd_cm_migrate_id(self, c, m, fds):
+        """rdma_migrate_id: the ID, and the events not yet read, move to the
+        channel the token names (of the same process, as ucma_migrate_id
+        takes an fd of the caller's)."""
+        h = rq.handle(m, "id")
+        cid = c.get(h, "cm_id")
+        token = rq.string(m, "token", 64)
+        dest = next((cl for cl in self.clients.values() if getattr(cl, "cm_token", None) == token), None)
+        if dest is None or dest.pid != c.pid:
+            raise VerbsError(errno.EINVAL, "no event channel of this process has that token")
+        if dest is c:
+            return {"id": h}, []
+        del c.objects[h]
+        new = dest.add("cm_id", cid)
+        self.rdma_cm.migrate(cid, dest, new)
+        return {"id": new}, []
 
     def cmd_cm_join_multicast(self, c, m, fds):
         self.rdma_cm.join_multicast(self._cm_id(c, m), _ip(m, "addr"))

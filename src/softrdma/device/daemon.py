@@ -108,6 +108,7 @@ class Client:
         self.outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
         self.broken = False                 # a send failed: the connection is dropped on its next event
         self.events_dropped = 0
+        self.cm_token: str | None = None     # names this connection as an rdma_cm event channel (migrate)
 
     def add(self, kind: str, obj) -> int:
         h = self._next

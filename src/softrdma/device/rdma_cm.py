@@ -223,6 +223,15 @@ class RdmaCm:
         cid.destroyed = True
         self.outq = [(c, r) for c, r in self.outq if not (c is cid.owner and r.get("id") == cid.handle)]
 
+    def migrate(self, cid: CmaId, owner, handle: int) -> None:
+        """The ID now belongs to ``owner`` as ``handle``; events queued for it
+        follow (ucma_move_events)."""
+        old_owner, old = cid.owner, cid.handle
+        cid.owner, cid.handle = owner, handle
+        for i, (client, rec) in enumerate(self.outq):
+            if client is old_owner and rec.get("id") == old:
+                self.outq[i] = (owner, dict(rec, id=handle))
+
     # -- ports ---------------------------------------------------------------------------------
     def _release_port(self, cid: CmaId) -> None:
         if cid.bound is None:

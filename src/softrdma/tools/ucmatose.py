@@ -394,6 +394,8 @@ class CmaTose:
         return 0
 
     def migrate_channel(self, listen_id) -> int:
+        """cmatose's migrate_channel: every ID (and the listener) to a new
+        event channel, then the old channel closed."""
         from ..pyverbs.cmid import CMEventChannel
         _out("migrating to new event channel\n")
         try:
@@ -401,12 +403,19 @@ class CmaTose:
         except Exception as e:
             perror("cmatose: failed to create event channel", e)
             return -1
-        # rdma_migrate_id: softrdma's rdma_cm cannot move an ID to another
-        # channel (the daemon sends an ID's events to the channel that made
-        # it); the call fails as an unsupported one does
-        _close(channel)
-        perror("cmatose: failure migrating to channel", OSError(errno.ENOSYS, ""))
-        return -1
+        try:
+            ids = ([listen_id] if listen_id is not None else []) + \
+                [n.cma_id for n in self.nodes if n.cma_id is not None]
+            for cmid in ids:
+                cmid.id.migrate(channel.event_channel)    # rdma_migrate_id
+                cmid.event_channel = channel
+        except Exception as e:
+            perror("cmatose: failure migrating to channel", e)
+            _close(channel)
+            return -1
+        _close(self.channel)
+        self.channel = channel
+        return 0
 
     # ------------------------------------------------------------------ server
     def run_server(self) -> int:

@@ -468,6 +468,29 @@ class CmId:
                 pass
         self._call("Failed to leave multicast", "cm_leave_multicast", addr=addr)
 
+    def migrate(self, channel: EventChannel) -> None:
+        """rdma_migrate_id: this ID's events go to ``channel`` from now on,
+        with those already sent but not yet read."""
+        if channel is self.channel:
+            return
+        token = channel.call("cm_channel_token")["token"]
+        old, old_handle = self.channel, self.handle
+        r = self._call("Failed to migrate ID", "cm_migrate_id", token=token)
+        old.conn.poll_events()
+        keep = []
+        for rec in old.conn.events:
+            if rec.get("event") == "cm" and rec.get("id") == old_handle:
+                channel.conn.events.append(dict(rec, id=r["id"]))
+            else:
+                keep.append(rec)
+        old.conn.events.clear()
+        old.conn.events.extend(keep)
+        old.ids.pop(old_handle, None)
+        self.handle = r["id"]
+        self.channel = channel
+        channel.ids[self.handle] = self
+        self.sync = False
+
     # -- teardown ------------------------------------------------------------------------------------
     def destroy(self) -> None:
         if self.closed:
