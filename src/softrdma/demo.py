@@ -9,7 +9,8 @@ they caused, and whether every byte arrived exactly once.
 
 Part 2 runs ``ibv_rc_pingpong`` as two processes on rxe0 of the embedded
 default daemon (started on lo if none runs) and prints their output and the
-device's counters.
+device's counters; then ``rping`` connects two processes with rdma_cm (the
+IB CM's REQ/REP/RTU over QP1 of the device) and pings five times.
 """
 
 from __future__ import annotations
@@ -98,7 +99,37 @@ def run_device(args: argparse.Namespace) -> int:
           + f"  (sysfs: {os.environ.get('SOFTRDMA_RUN') or 'the run dir'}/sys/class/infiniband/{link['ifname']})")
     ok = server.returncode == 0 and client.returncode == 0
     print("  result: " + ("both processes exchanged every message" if ok else "FAILED"))
-    return 0 if ok else 1
+    print()
+    return 0 if ok and _rping(link, addr, port) else 1
+
+
+def _rping(link: dict, addr: str, port: int) -> bool:
+    """rping -s / rping -c -v -C 5: a connection made by rdma_cm, then the CM
+    messages the device's QP1 counted (sysfs class/infiniband_cm)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from .device.daemon import default_run_dir
+    rping = [sys.executable, "-m", "softrdma", "rping", "-a", addr, "-p", str(port), "-C", "5"]
+    print(f"softrdma demo: rping between two processes, connected by rdma_cm over QP1 of {link['ifname']}")
+    server = subprocess.Popen(rping + ["-s"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    client = subprocess.run(rping + ["-c", "-v"], capture_output=True, text=True, timeout=60)
+    server.communicate(timeout=60)
+    for line in (client.stdout + client.stderr).strip().splitlines():
+        print(f"  client: {line}")
+    base = os.path.join(default_run_dir(), "sys", "class", "infiniband_cm", link["ifname"], "1", "cm_tx_msgs")
+    time.sleep(1.1)                                     # the daemon writes counters once a second
+    try:
+        sent = {m: int(open(os.path.join(base, m)).read()) for m in ("req", "rep", "rtu", "dreq", "drep")}
+        print("  CM messages sent (cm_tx_msgs): " + ", ".join(f"{k} {v}" for k, v in sent.items()))
+    except OSError:
+        pass
+    ok = server.returncode == 0 and client.returncode == 0
+    print("  result: " + ("connected, 5 pings, disconnected" if ok else "FAILED"))
+    return ok
 
 
 def run_simulated(args: argparse.Namespace) -> int:
