@@ -25,6 +25,17 @@ TOOLS = {
     "ib_atomic_lat": "softrdma.tools.perftest",
     "opensm": "softrdma.sm.main",
     "rping": "softrdma.tools.rping",
+    "ibnetdiscover": "softrdma.tools.ibdiag.ibnetdiscover",
+    "ibhosts": "softrdma.tools.ibdiag.ibhosts",
+    "ibswitches": "softrdma.tools.ibdiag.ibhosts",
+    "ibnodes": "softrdma.tools.ibdiag.ibhosts",
+    "iblinkinfo": "softrdma.tools.ibdiag.iblinkinfo",
+    "ibroute": "softrdma.tools.ibdiag.ibroute",
+    "ibtracert": "softrdma.tools.ibdiag.ibtracert",
+    "smpquery": "softrdma.tools.ibdiag.smpquery",
+    "perfquery": "softrdma.tools.ibdiag.perfquery",
+    "sminfo": "softrdma.tools.ibdiag.sminfo",
+    "ibqueryerrors": "softrdma.tools.ibdiag.ibqueryerrors",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
