@@ -1,7 +1,7 @@
 """ibdiag_common.c of infiniband-diags 44: the options every diag takes,
-its usage text, IBEXIT/IBWARN, and resolve_portid_str() (LID, directed
-route "0,1,3", GUID -- which needs the SA, absent here, so it fails as
-the real tool does without one).
+its usage text, IBEXIT, and resolve_portid_str() (LID, directed route
+"0,1,3", GUID -- a PathRecord from the SA, which only a resident SM
+provides: without one it fails as the real tool does).
 
 A tool calls ``parse(argv, prog, tool_opts, exclude, usage_args,
 examples, handler)``: glibc getopt_long over the tool's options and the
@@ -44,15 +44,16 @@ COMMON = [
 class Exit(Exception):
     """Leave the tool with ``code`` (after the message, if any, on stderr)."""
 
-    def __init__(self, code: int, msg: str | None = None):
+    def __init__(self, code: int, msg: str | None = None, stdout: bool = False):
         super().__init__(msg)
         self.code = code
         self.msg = msg
+        self.stdout = stdout
 
 
 def ibexit(prog: str, msg: str) -> Exit:
-    """IBEXIT(): ``<prog>: iberror: failed: <msg>``, exit(-1)."""
-    return Exit(255, f"{prog}: iberror: failed: {msg}")
+    """IBEXIT(): ``<prog>: iberror: failed: <msg>`` on stdout, exit(-1)."""
+    return Exit(255, f"{prog}: iberror: failed: {msg}", stdout=True)
 
 
 class Config:
@@ -67,20 +68,34 @@ class Config:
         self.verbose = 0
 
 
+def _pretty_print(start: int, width: int, text: str) -> str:
+    """ibdiag_common.c pretty_print(): break at the last space before
+    ``width``, continuation lines indented to ``start``."""
+    room = width - start
+    out = []
+    while True:
+        text = text.lstrip()
+        p = 0
+        while True:
+            e = p + 1
+            p = text.find(" ", e)
+            if p == -1 or p >= room:
+                break
+        if p == -1:
+            out.append(text)
+            return "".join(out)
+        if e == 1:
+            e = p
+        out.append(text[:e] + "\n" + " " * start)
+        text = text[e:]
+
+
 def _opt_line(long, short, arg, desc) -> str:
-    head = f"  --{long}" + (f", -{short}" if short else "") + (f" {arg}" if arg else "")
-    if len(head) <= 24:
-        return f"{head:<24}  {desc}\n"
-    # a long head: the text wraps at 40 columns under itself (ibdiag_common's layout)
-    lines, cur = [], ""
-    for word in desc.split(" "):
-        if cur and len(cur) + len(word) + 1 > 40:
-            lines.append(cur)
-            cur = ""
-        cur += word + " "
-    lines.append(cur.rstrip(" ") if not lines else cur.rstrip(" "))
-    ind = " " * (len(head) + 2)
-    return f"{head}  " + f"\n{ind}".join(lines) + "\n"
+    head = f"  --{long}" + (f", -{short}" if short else "") + (f" {arg or '<val>'}" if arg is not None else "")
+    if desc:
+        head = f"{head:<24}  "
+        head += _pretty_print(len(head), 74, desc)
+    return head + "\n"
 
 
 def usage_text(prog, tool_opts, exclude, usage_args, examples) -> str:
@@ -154,9 +169,10 @@ def run(prog: str, body) -> int:
         sys.stdout.flush()
         return rc or 0
     except Exit as e:
-        sys.stdout.flush()
         if e.msg is not None:
-            sys.stderr.write(e.msg if e.msg.endswith("\n") else e.msg + "\n")
+            stream = sys.stdout if e.stdout else sys.stderr
+            stream.write(e.msg if e.msg.endswith("\n") else e.msg + "\n")
+        sys.stdout.flush()
         return e.code
     except TransportError as e:
         sys.stdout.flush()
@@ -201,5 +217,7 @@ def resolve_portid(port: MadPort, s: str, dest_type: str) -> PortId | None:
         if path is None:
             return None
         return PortId(lid, path, port.lid) if lid else PortId(0, path)
-    # a GUID goes to the SA (PathRecord); there is no SA to ask
-    return None
+    # a GUID goes to the SA (a PathRecord to it): only a resident SM answers
+    from .rpc import sa_path_lid
+    lid = sa_path_lid(port, strtoul(s))
+    return PortId(lid) if lid else None

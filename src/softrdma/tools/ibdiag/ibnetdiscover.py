@@ -30,7 +30,7 @@ OPTS = [
     ("diffcheck", None, 1, "<key(s)>", "specify checks to execute for --diff"),
     ("ports", "p", 0, None, "obtain a ports report"),
     ("max_hops", "m", 0, None, "report max hops discovered by the library"),
-    ("outstanding_smps", "o", 1, "<val>",
+    ("outstanding_smps", "o", 1, "",
      "specify the number of outstanding SMP's which should be issued during the scan"),
 ]
 LIST_CA, LIST_SWITCH, LIST_ROUTER = 1 << NODE_CA, 1 << NODE_SWITCH, 1 << NODE_ROUTER

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import select
+import sys
 import time
 
 from ...sm.umad import IbsimPort, TransportError
@@ -151,10 +152,12 @@ class MadPort:
         """smp_query_via(): the 64 data bytes, or None (and ``last_status``)."""
         mad = self.rpc_many([self.smp_request(portid, attr, mod, data, method)])[0]
         if mad is None:
+            ibwarn("mad_rpc", f"_do_madrpc failed; dport ({portid})")
             return None
         st = int.from_bytes(mad[4:6], "big") & (0x7FFF if mad[1] == 0x81 else 0xFFFF)
         self.last_status = st
         if st:
+            ibwarn("mad_rpc", f"MAD completed with error status 0x{st:x}; dport ({portid})")
             return None
         return mad[64:128]
 
@@ -162,11 +165,59 @@ class MadPort:
                    method: int = METHOD_GET) -> bytes | None:
         mad = self.rpc_many([self.perf_request(lid, attr, mod, data, method)])[0]
         if mad is None:
+            ibwarn("mad_rpc", f"_do_madrpc failed; dport (Lid {lid})")
             return None
         self.last_status = int.from_bytes(mad[4:6], "big")
         if self.last_status:
             return None
         return mad[64:256]
+
+
+SA_CLASS = 0x03
+SA_ATTR_PATH_RECORD = 0x0035
+PR_COMPMASK_DGID, PR_COMPMASK_SGID = 1 << 2, 1 << 3
+SA_DATA_OFFSET = 56
+GID_PREFIX = 0xFE80000000000000
+
+
+def sa_path_lid(port: MadPort, guid: int) -> int | None:
+    """ib_path_query_via(): the DLID of a PathRecord from the own port to
+    the port ``guid``, from the SA at the SM LID; None (with libibmad's
+    warnings) when no SA answers -- ibsim has none without a resident SM."""
+    tid = next(_tids) & 0xFFFFFFFF
+    mad = bytearray(256)
+    mad[0:4] = bytes([1, SA_CLASS, 2, METHOD_GET])
+    mad[8:16] = tid.to_bytes(8, "big")
+    mad[16:18] = SA_ATTR_PATH_RECORD.to_bytes(2, "big")
+    mad[48:56] = (PR_COMPMASK_DGID | PR_COMPMASK_SGID).to_bytes(8, "big")
+    rec = SA_DATA_OFFSET
+    mad[rec + 8:rec + 24] = GID_PREFIX.to_bytes(8, "big") + guid.to_bytes(8, "big")
+    mad[rec + 24:rec + 40] = GID_PREFIX.to_bytes(8, "big") + \
+        port.node_info["PortGuid"].to_bytes(8, "big")
+    ans = port.rpc_many([(tid, ibsim.build_request(port.sm_lid, 0, 1, 1, bytes(mad)))])[0]
+    if ans is None:
+        ibwarn("mad_rpc_rmpp", f"_do_madrpc failed; dport (Lid {port.sm_lid})")
+        ibwarn("ib_path_query_via", "sa call path_query failed")
+        return None
+    if int.from_bytes(ans[4:6], "big"):
+        ibwarn("ib_path_query_via", "sa call path_query failed")
+        return None
+    return int.from_bytes(ans[rec + 40:rec + 42], "big") or None
+
+
+def ibwarn(func: str, msg: str) -> None:
+    """IBWARN(): ``ibwarn: [pid] func: msg`` on stderr."""
+    sys.stdout.flush()
+    sys.stderr.write(f"ibwarn: [{os.getpid()}] {func}: {msg}\n")
+
+
+def xdump(msg: str, data) -> str:
+    """libibmad xdump(): 16 bytes a line as 8 groups of 4 hex digits."""
+    out = msg
+    for i in range(0, len(data), 16):
+        row = bytes(data[i:i + 16])
+        out += " ".join(row[j:j + 2].hex() for j in range(0, len(row), 2)) + "\n"
+    return out
 
 
 def open_port(prog: str, timeout_ms: int | None = None) -> MadPort:
