@@ -49,7 +49,8 @@ class PortId:
         if self.path is not None and (self.lid == 0 or self.path):
             p = ",".join(str(x) for x in (0,) + self.path)
             slid = self.drslid if self.lid else 0xFFFF
-            return f"DR path slid {slid}; dlid 65535; {p}"
+            head = f"Lid {self.lid} " if self.lid else ""
+            return f"{head}DR path slid {slid}; dlid 65535; {p}"
         return f"Lid {self.lid}"
 
 
@@ -157,7 +158,6 @@ class MadPort:
         st = int.from_bytes(mad[4:6], "big") & (0x7FFF if mad[1] == 0x81 else 0xFFFF)
         self.last_status = st
         if st:
-            ibwarn("mad_rpc", f"MAD completed with error status 0x{st:x}; dport ({portid})")
             return None
         return mad[64:128]
 
