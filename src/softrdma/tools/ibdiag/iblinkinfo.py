@@ -84,7 +84,8 @@ class Printer:
     def __init__(self, w, line=False, down_only=False, additional=False):
         self.w, self.line, self.down_only, self.additional = w, line, down_only, additional
 
-    def port(self, node, port):
+    def parts(self, port, remote_guid=False, down_remote="           [  ] \"\" ( )\n"):
+        """(link_str, remote_str) of print_port()."""
         pi = port.pi or smp.PORT_INFO.decode(port.info)
         iw, isp, esp = port_speed(port)
         istate, iphys = pi["LinkState"], pi["PhysLinkState"]
@@ -99,13 +100,17 @@ class Printer:
         rp = port.remoteport
         if rp is not None:
             wmsg, smsg = max_msg(port)
-            rguid = f"0x{rp.guid:016x} " if self.line else ""
+            rguid = f"0x{rp.guid:016x} " if remote_guid else ""
             rlid = rp.base_lid if rp.base_lid else rp.node.smalid
             remote = f"{rguid}{rlid:6d} {rp.portnum:4d}[{'':>2}] \"{rp.node.nodedesc}\" ({wmsg} {smsg})\n"
-        elif istate == smp.PortState.DOWN:
-            remote = "           [  ] \"\" ( )\n"
+        elif istate == smp.PortState.DOWN or down_remote != "           [  ] \"\" ( )\n":
+            remote = down_remote
         else:
             remote = "    \"Port not available\"\n"
+        return link, remote
+
+    def port(self, node, port):
+        link, remote = self.parts(port, self.line)
         if self.line:
             self.w(f"0x{port.guid:016x} \"{node.nodedesc:>30}\" ")
         else:
