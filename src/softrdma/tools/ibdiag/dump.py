@@ -52,7 +52,7 @@ def width(v):
 
 
 def width_bits(v):
-    names = [n for b, n in ((1, "1X"), (16, "2X"), (2, "4X"), (4, "8X"), (8, "12X")) if v & b]
+    names = [n for b, n in ((1, "1X"), (2, "4X"), (4, "8X"), (8, "12X"), (16, "2X")) if v & b]
     s = " or ".join(names)
     if v >> 5:
         s = (s + " or " if s else "") + _undef(v)
@@ -171,12 +171,11 @@ def portinfo(data, show_keys: bool = False) -> str:
                  "ClientReregister", "McastPkeyTrapSuppressionEnabled", "SubnetTimeout",
                  "RespTimeVal", "LocalPhysErr", "OverrunErr", "MaxCreditHint", "RoundTrip"):
         f.append(field(name, pi[name]))
-    if pi["CapMask"] & smp.CAP_IS_CAPABILITY_MASK2_SUPPORTED:
-        f.append(field("CapabilityMask2", f"0x{pi['CapabilityMask2']:x}"))
-    if pi["CapMask"] & smp.CAP_IS_EXTENDED_SPEEDS_SUPPORTED:
-        f.append(field("LinkSpeedExtActive", speed_ext(pi["LinkSpeedExtActive"])))
-        f.append(field("LinkSpeedExtSupported", speed_ext_bits(pi["LinkSpeedExtSupported"])))
-        f.append(field("LinkSpeedExtEnabled", speed_ext_bits(pi["LinkSpeedExtEnabled"], True)))
+    # IB_PORT_CAPMASK2_F .. IB_PORT_LINK_SPEED_EXT_LAST_F, whatever CapMask says
+    f.append(field("CapabilityMask2", f"0x{pi['CapabilityMask2']:x}"))
+    f.append(field("LinkSpeedExtActive", speed_ext(pi["LinkSpeedExtActive"])))
+    f.append(field("LinkSpeedExtSupported", speed_ext_bits(pi["LinkSpeedExtSupported"])))
+    f.append(field("LinkSpeedExtEnabled", speed_ext_bits(pi["LinkSpeedExtEnabled"], True)))
     return "".join(f)
 
 

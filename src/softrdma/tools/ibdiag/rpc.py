@@ -122,7 +122,9 @@ class MadPort:
                 for status, mad in self.port.recv_all():
                     tid = int.from_bytes(mad[8:16], "big") & 0xFFFFFFFF
                     i = index.get(tid)
-                    if i is None or i not in pending or not mad[3] & 0x80:
+                    # a response, or the request itself back with an error status
+                    # (ibsim could not deliver it: ETIMEDOUT at once, no timer needed)
+                    if i is None or i not in pending or not (mad[3] & 0x80 or status):
                         continue
                     del pending[i]
                     done += 1
