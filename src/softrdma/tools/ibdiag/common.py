@@ -184,6 +184,7 @@ def run(prog: str, body) -> int:
 
 
 def open_port(prog: str, cfg: Config) -> MadPort:
+    """mad_rpc_open_port(): an ibsim client on SIM_HOST's (or the first) node."""
     return MadPort(cfg.timeout or None)
 
 

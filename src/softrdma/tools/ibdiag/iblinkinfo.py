@@ -14,9 +14,8 @@ import sys
 from ...wire import smp
 from ..libc import strtoul
 from . import common, dump
-from .common import Exit, ibexit
+from .common import ibexit
 from .discover import NODE_CA, NODE_SWITCH, discover, port_speed
-from .rpc import PortId
 
 OPTS = [
     ("node-name-map", None, 1, "<file>", "node name map file"),
@@ -60,8 +59,6 @@ def max_msg(port):
     _w, s, e = port_speed(port)
     rem = port.remoteport
     _rw, _rs, re_ = port_speed(rem)
-    both_ext = (pi["CapMask"] if port.node.type != NODE_SWITCH else
-                (port.node.ports[0].pi or {}).get("CapMask", 0) if port.node.ports[0] else 0)
     sup_e = pi["LinkSpeedExtSupported"] & rpi["LinkSpeedExtSupported"]
     if e or re_:
         for b in (8, 4, 2, 1):
@@ -76,7 +73,6 @@ def max_msg(port):
                 if not (b & s):
                     smsg = f"Could be {dump.speed(b)}"
                 break
-    del both_ext
     return wmsg, smsg
 
 

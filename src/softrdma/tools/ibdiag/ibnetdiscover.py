@@ -10,9 +10,8 @@ from __future__ import annotations
 import sys
 import time
 
-from ..libc import strtoul
 from . import common
-from .common import Exit, ibexit
+from .common import ibexit
 from .discover import NODE_CA, NODE_ROUTER, NODE_SWITCH, discover, port_speed
 
 OPTS = [

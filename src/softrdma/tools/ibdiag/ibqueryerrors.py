@@ -14,7 +14,6 @@ Not done: --details (softrdma's PMA has no discard/error details) and
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 
@@ -26,7 +25,7 @@ from .discover import NODE_CA, NODE_ROUTER, NODE_SWITCH, discover
 from .iblinkinfo import Printer
 from .perfquery import (PC_FIELDS, PCE_FIELDS, PM_ALL_PORT_SELECT, PM_EXT_WIDTH_NOIETF_SUP,
                         PM_EXT_WIDTH_SUPPORTED, PM_PC_XMIT_WAIT_SUP, _get)
-from .rpc import GID_PREFIX, METHOD_GET, METHOD_SET, PortId, SA_ATTR_PATH_RECORD, SA_CLASS, \
+from .rpc import GID_PREFIX, METHOD_SET, PortId, SA_ATTR_PATH_RECORD, SA_CLASS, \
     SA_DATA_OFFSET, _tids, ibwarn
 
 OPTS = [

@@ -246,8 +246,6 @@ def main(argv, prog="ibtracert") -> int:
         cfg, args = common.parse(argv, prog, OPTS, "DK", "<src-addr> <dest-addr>", EXAMPLES, opt)
         if len(args) < 2 and st["ports"] is None:
             raise Exit(2, cfg.usage)
-        out: list[str] = []
-
         def w(s):
             sys.stdout.write(s)
         if st["mlid"] is not None:
@@ -273,6 +271,5 @@ def main(argv, prog="ibtracert") -> int:
                 if get_route(prog, cfg, mad, tr, f[0][:20], f[1][:20], st["dump"]) != 0:
                     raise ibexit(prog, f"Failed to get route information at line {n}")
             w(f"{pairs} lid/guid pairs processed from {st['ports']}\n")
-        del out
         return 0
     return common.run(prog, body)

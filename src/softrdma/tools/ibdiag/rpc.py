@@ -220,8 +220,3 @@ def xdump(msg: str, data) -> str:
         row = bytes(data[i:i + 16])
         out += " ".join(row[j:j + 2].hex() for j in range(0, len(row), 2)) + "\n"
     return out
-
-
-def open_port(prog: str, timeout_ms: int | None = None) -> MadPort:
-    """mad_rpc_open_port(); a missing fabric is the real tools' open failure."""
-    return MadPort(timeout_ms)

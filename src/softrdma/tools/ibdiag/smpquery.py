@@ -201,8 +201,9 @@ MATCH = [
     ("SL2VLTable", "SL2VL", "sl2vl_table", 1), ("VLArbitration", "VLArb", "vlarb_table", 1),
     ("GUIDInfo", "GI", "guid_info", 0), ("MlnxExtPortInfo", "MEPI", "mlnx_ext_port_info", 1),
 ]
-USAGE_ARGS = "<op> <dest dr_path|lid|guid> [op params]\n\nSupported ops (and aliases, case insensitive):\n" + \
-    "".join(f"  {n} ({a}) <addr>{' [<portnum>]' if p else ''}\n" for n, a, _f, p in MATCH)
+USAGE_ARGS = ("<op> <dest dr_path|lid|guid> [op params]\n\n"
+              "Supported ops (and aliases, case insensitive):\n") + "".join(
+    f"  {n} ({a}) <addr>{' [<portnum>]' if p else ''}\n" for n, a, _f, p in MATCH)
 
 
 def main(argv, prog="smpquery") -> int:
