@@ -158,7 +158,8 @@ SAME = [
     "ibnetdiscover -h", "ibnetdiscover --bogus", "iblinkinfo -h", "ibroute", "ibroute -q 2",
     "ibroute -h", "ibtracert 1", "ibtracert -h", "ibtracert 1 99", "smpquery", "smpquery foo 1",
     "smpquery nodeinfo 99", "perfquery -h", "perfquery 99 1", "sminfo -h", "ibqueryerrors -h",
-    "ibhosts -h", "ibhosts -x", "smpquery -V",
+    "ibhosts -h", "ibhosts -x", "smpquery -V", "ibroute -t x 2", "iblinkinfo -D bad",
+    "smpquery -D ni 0,1,x", "perfquery 2 5-3",
 ]
 
 

@@ -11,6 +11,7 @@ stderr and exits 2, ``-V`` prints the version on stderr and exits 0.
 
 from __future__ import annotations
 
+import re
 import sys
 
 from ...sm.umad import TransportError
@@ -143,7 +144,10 @@ def parse(argv, prog, tool_opts, exclude, usage_args, examples, handler):
         elif c == "G":
             cfg.dest_type = DEST_GUID
         elif c == "t":
-            cfg.timeout = strtol(arg)
+            if not re.fullmatch(r"\s*\+?\d+", arg) or not 0 < int(arg) < 2147483647:
+                raise ibexit(prog, f'Invalid timeout "{arg}".  Timeout requires a positive '
+                                   f'integer value < 2147483647.')
+            cfg.timeout = int(arg)
         elif c == "s":
             cfg.sm_lid = strtol(arg)
         elif c == "K":
@@ -189,14 +193,12 @@ def open_port(prog: str, cfg: Config) -> MadPort:
 
 
 def str2drpath(s: str):
-    """"0,1,3" -> (1, 3); None when it is not a path."""
-    try:
-        parts = [int(x, 0) for x in s.strip().split(",") if x.strip() != ""]
-    except ValueError:
+    """libibmad str2drpath(): "0,1,3" -> (1, 3); every token through
+    strtoul (so "bad" is port 0, the own node); None past 63 hops."""
+    toks = [t for t in s.split(",") if t != ""] or ["0"]
+    if len(toks) > 64:
         return None
-    if not parts or any(p < 0 or p > 255 for p in parts) or len(parts) > 64:
-        return None
-    return tuple(parts[1:])
+    return tuple(strtoul(t) & 0xFF for t in toks[1:])
 
 
 def resolve_portid(port: MadPort, s: str, dest_type: str) -> PortId | None:
