@@ -192,6 +192,32 @@ def test_ibnetdiscover_to_a_file(fab):
     fab.same("ibswitches", str(fab.tmp / "topo.out"))
 
 
+def test_with_a_resident_sm(fab):
+    """SMInfo answered by the real opensm, GUIDs resolved through its SA, and
+    ibqueryerrors' PathRecord table (last in the module: the SM stays up)."""
+    log = fab.tmp / "resident.log"
+    sm = subprocess.Popen(["opensm", "-d2", "-f", str(log)], cwd=fab.tmp,
+                          env=_env(fab.base, fab.tmp, LD_PRELOAD=SIMSO), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 20
+        while "SUBNET UP" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < end and sm.poll() is None, "no SUBNET UP"
+            time.sleep(0.1)
+        act = re.compile(r"activity count \d+")
+        for case in ("sminfo", "sminfo 1", "sminfo -G 0x0002c90400000001"):
+            mine, ref = fab.ours(*case.split()), fab.real(*case.split())
+            assert mine[0] == ref[0] == 0 and "SMINFO_MASTER" in mine[1], (mine, ref)
+            assert act.sub("activity count N", mine[1]) == act.sub("activity count N", ref[1])
+        for case in ("ibroute -G 0x0002c90300100000", "smpquery -G nodedesc 0x0002c90400000011",
+                     "ibtracert -G 0x0002c90400000001 0x0002c904000000f1", "ibqueryerrors",
+                     "iblinkinfo -S 0x0002c90300200004"):
+            fab.same(*case.split())
+    finally:
+        sm.terminate()
+        sm.wait(10)
+
+
 def test_no_fabric_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "softrdma", "ibnetdiscover"], cwd=tmp_path,
                        env=_env(_base(), tmp_path), capture_output=True, text=True, timeout=30)
