@@ -28,6 +28,17 @@ TOOLS = {
     "rping": "softrdma.tools.rping",
     "ucmatose": "softrdma.tools.ucmatose",
     "udaddy": "softrdma.tools.udaddy",
+    "ibnetdiscover": "softrdma.tools.ibdiag.ibnetdiscover",
+    "ibhosts": "softrdma.tools.ibdiag.ibhosts",
+    "ibswitches": "softrdma.tools.ibdiag.ibhosts",
+    "ibnodes": "softrdma.tools.ibdiag.ibhosts",
+    "iblinkinfo": "softrdma.tools.ibdiag.iblinkinfo",
+    "ibroute": "softrdma.tools.ibdiag.ibroute",
+    "ibtracert": "softrdma.tools.ibdiag.ibtracert",
+    "smpquery": "softrdma.tools.ibdiag.smpquery",
+    "perfquery": "softrdma.tools.ibdiag.perfquery",
+    "sminfo": "softrdma.tools.ibdiag.sminfo",
+    "ibqueryerrors": "softrdma.tools.ibdiag.ibqueryerrors",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest

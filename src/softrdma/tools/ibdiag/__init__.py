@@ -1,0 +1,11 @@
+"""softrdma.tools.ibdiag: infiniband-diags 44 (ibnetdiscover, iblinkinfo, ibroute,
+ibtracert, ibhosts/ibswitches/ibnodes, smpquery, perfquery, sminfo,
+ibqueryerrors) as ibsim clients.
+
+Shared parts: ``common`` (ibdiag_common.c: options, usage, IBEXIT, address
+resolution), ``rpc`` (the MAD transport: an ibsim client, LID-routed and
+directed-route SMPs, PerfMgt GMPs), ``dump`` (libibmad's mad_dump_* text),
+``discover`` (libibnetdisc's directed-route discovery, same node order).
+One module per tool holds its output.  They work against the real
+``ibsim`` and against ``softrdma fabric serve``.
+"""
