@@ -63,7 +63,7 @@ class IbsimPort:
             where = f"{server}" if self.remote else f"@{self.base}:ctl"
             raise TransportError(f"cannot reach the ibsim server at {where}: {e.strerror or e}") from None
         self.ctl.settimeout(timeout)
-        reply = self._ctl(ibsim.SimCtlType.CONNECT,
+        reply = self.control(ibsim.SimCtlType.CONNECT,
                           ibsim.build_client_info(me, 0, 1 if issm else 0, self.node))
         info = ibsim.parse_client_info(reply.data)
         self.client = info.id
@@ -71,14 +71,15 @@ class IbsimPort:
         if issm:
             # what opening /dev/infiniband/issm* does: the port's CapabilityMask gets IsSM,
             # so that other SMs find this one (CONNECT's issm only routes QP0 MADs here)
-            self._ctl(ibsim.SimCtlType.SET_ISSM, struct.pack("<i", 1))
+            self.control(ibsim.SimCtlType.SET_ISSM, struct.pack("<i", 1))
         if self.remote:
             self.data.connect((server, port + 1 + self.client))
         else:
             self.data.connect(ibsim.abstract_name(self.base, f"out{self.client}"))
         self.data.setblocking(False)
 
-    def _ctl(self, type_: int, data=b"") -> ibsim.SimCtl:
+    def control(self, type_: int, data=b"") -> ibsim.SimCtl:
+        """One control request (CONNECT, GET_PORTINFO, ...) and its answer."""
         try:
             self.ctl.send(ibsim.build_ctl(type_, data, getattr(self, "client", 0)))
             reply = ibsim.parse_ctl(self.ctl.recv(4096))

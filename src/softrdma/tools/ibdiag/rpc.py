@@ -60,8 +60,8 @@ class MadPort:
         self.retries = retries
         self.port = IbsimPort(issm=False)
         try:
-            pi = smp.PORT_INFO.decode(self.port._ctl(ibsim.SimCtlType.GET_PORTINFO, bytes(64)).data)
-            ni = smp.NODE_INFO.decode(self.port._ctl(ibsim.SimCtlType.GET_NODEINFO, bytes(64)).data)
+            pi = smp.PORT_INFO.decode(self.port.control(ibsim.SimCtlType.GET_PORTINFO, bytes(64)).data)
+            ni = smp.NODE_INFO.decode(self.port.control(ibsim.SimCtlType.GET_NODEINFO, bytes(64)).data)
         except (TransportError, WireError):
             self.port.close()
             raise
@@ -119,7 +119,8 @@ class MadPort:
             wait = min(pending.values()) + self.timeout - time.monotonic() if pending else 0
             r, _, _ = select.select([sock], [], [], max(0.0, wait))
             if r:
-                for status, mad in self.port.recv_all():
+                for req in self.port.recv_all():
+                    status, mad = req.status, req.mad
                     tid = int.from_bytes(mad[8:16], "big") & 0xFFFFFFFF
                     i = index.get(tid)
                     # a response, or the request itself back with an error status
