@@ -26,6 +26,7 @@ opensm's minhop fallback.
 from __future__ import annotations
 
 import sys
+from operator import attrgetter
 from collections import deque
 
 from . import RoutingError
@@ -271,26 +272,6 @@ class FatTree:
                 raise RoutingError("not a fat tree: switches of one rank differ")
 
     # -- routing (do_routing) --------------------------------------------------------------
-    @staticmethod
-    def _sort_up(groups: list[_Group]) -> None:
-        if not groups or not groups[0].owner.counter_up_changed:
-            return
-        _bubble(groups, lambda a, b: a.counter_up < b.counter_up)
-        groups[0].owner.counter_up_changed = False
-
-    @staticmethod
-    def _less_down(p1: _Group, p2: _Group) -> bool:
-        """port_group_compare_load_down(p1, p2) < 0, with its uint32-in-int arithmetic."""
-        t = _i32(p1.counter_down - p2.counter_down)
-        if t > 0:
-            return False
-        if t < 0:
-            return True
-        t = _i32(p1.remote.min_counter_down - p2.remote.min_counter_down)
-        if t > 0:
-            return False
-        return not p1.remote_key > p2.remote_key
-
     def _up_by_down(self, sw: _Sw, prev: _Sw | None, lid: int, real: bool, main: bool,
                     is_sw: bool, hops: int) -> bool:
         down = sw.groups[DOWN]
@@ -301,25 +282,29 @@ class FatTree:
             # a leaf: only CA groups below, nothing to route, nothing to reorder
             sw.down_idx = (sw.down_idx + 1) % len(down)
             return True
-        self._sort_up(down)
+        if sw.counter_up_changed:        # _sort_up, inline: this is the hot path
+            down.sort(key=_COUNTER_UP)
+            sw.counter_up_changed = False
         if sibs:
-            _bubble(sibs, lambda a, b: a.counter_up < b.counter_up)
+            sibs.sort(key=_COUNTER_UP)
         created = False
         groups = down + sibs if real and sibs else down
+        prev_lid = prev.base_lid if prev is not None else -1
+        h1 = hops + 1
         for g in groups:
             if not g.remote_is_sw:
                 created = True
                 continue
-            if prev is not None and g.remote_base_lid == prev.base_lid:
+            if g.remote_base_lid == prev_lid:
                 continue
+            rsw = g.remote
+            least = rsw.hops[lid]
+            if least != NO_PATH and h1 >= least:
+                continue                 # (before the port choice: most groups end here)
             pmin = None
             for p in g.ports:
                 if pmin is None or p.counter_up < pmin.counter_up:
                     pmin = p
-            rsw = g.remote
-            least = rsw.hops[lid]
-            if least != NO_PATH and hops + 1 >= least:
-                continue
             if real:
                 rsw.lft[lid] = pmin.remote_num
                 rsw.hops[lid] = hops + 1
@@ -339,7 +324,7 @@ class FatTree:
         if sw.rank == 0:
             return created              # no reverse hops (max_reverse_hops 0)
         ups = sw.groups[UP]
-        _bubble(ups, self._less_down)
+        _bubble_down(ups)
         gmin = ups[0]
         pmin = None
         for p in gmin.ports:
@@ -370,7 +355,7 @@ class FatTree:
             created |= self._down_by_up(rsw, sw, lid, True, False, is_sw, hops + 1)
         sibs = sw.groups[SAME]
         if sibs:
-            _bubble(sibs, self._less_down)
+            _bubble_down(sibs)
         for g in sibs:
             rsw = g.remote
             if rsw.lft[lid] != NO_PATH and hops + 1 >= rsw.hops[lid]:
@@ -409,21 +394,31 @@ class FatTree:
         return {sw.node: sw.lft for sw in self.sws.values()}
 
 
-def _i32(x: int) -> int:
-    x &= 0xFFFFFFFF
-    return x - (1 << 32) if x & 0x80000000 else x
+_COUNTER_UP = attrgetter("counter_up")
 
 
-def _bubble(a: list, less) -> None:
-    """opensm's bubble sorts: swap neighbours while a[j] 'less' a[j-1]."""
+def _bubble_down(a: list) -> None:
+    """opensm's bubble sort of port groups by port_group_compare_load_down:
+    swap neighbours while a[j] is 'less' than a[j-1] -- fewer down routes,
+    or as many and a remote switch no more loaded (min_counter_down) with a
+    remote key no larger.  That is not a total order, so the bubble sort
+    itself is kept; the keys are read once per sort and compared inline
+    (the counters stay far below 2^31, where the C code's uint32
+    subtraction never wraps)."""
     n = len(a)
+    if n < 2:
+        return
+    ks = [(g.counter_down, g.remote.min_counter_down, g.remote_key) for g in a]
     i = 0
     swapped = True
     while swapped:
         swapped = False
         for j in range(1, n - i):
-            if less(a[j], a[j - 1]):
+            c1, m1, r1 = ks[j]
+            c0, m0, r0 = ks[j - 1]
+            if c1 < c0 or (c1 == c0 and m1 <= m0 and r1 <= r0):
                 a[j - 1], a[j] = a[j], a[j - 1]
+                ks[j - 1], ks[j] = ks[j], ks[j - 1]
                 swapped = True
         i += 1
 
