@@ -1,4 +1,4 @@
-"""``softrdma fabric``: serve, gen, link down|up, error, cmd.
+"""``softrdma fabric``: serve, gen, show, link down|up, error, cmd.
 
 Owns the command line of the fabric: argument parsing and messages
 (argparse-style errors, never tracebacks); the work is server.py's,
@@ -62,6 +62,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speed", default="EDR")
     g.set_defaults(fabric_func=_gen)
 
+    v = sub.add_parser("show", help="a picture (PNG) or text of the topology, from a .net file or a "
+                       "running server", description="Draw the fabric: switch tiers above the hosts, "
+                       "links coloured by state or by load.")
+    v.add_argument("topo", nargs="?", metavar="TOPO.net", help="a topology file (else: --sock)")
+    v.add_argument("--sock", default=None, help="a running server's socket base name (live state)")
+    v.add_argument("--png", metavar="FILE", help="write the picture here")
+    v.add_argument("--color", choices=["state", "load"], default="state")
+    v.add_argument("--text", action="store_true", help="print tiers and every link not Active")
+    v.set_defaults(fabric_func=_show)
+
     for name, hlp in (("link", "take a link down or up in a running server"),
                       ("error", "drop RATE%% of the MADs to a port's agents"),
                       ("cmd", "send a console command to a running server")):
@@ -85,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     fn = getattr(args, "fabric_func", None)
     if fn is None:
-        print("usage: softrdma fabric {serve,gen,link,error,cmd} ... (see --help)",
+        print("usage: softrdma fabric {serve,gen,show,link,error,cmd} ... (see --help)",
               file=sys.stderr)
         return 2
     try:
@@ -169,6 +179,44 @@ def _gen(a) -> int:
     with open(a.out + ".json", "w") as fh:
         json.dump(summary, fh)
     print(json.dumps(dict(out=a.out, **summary)))
+    return 0
+
+
+def _show(a) -> int:
+    from . import show
+    if (a.topo is None) == (a.sock is None):
+        print("softrdma fabric show: error: give TOPO.net or --sock BASE (one of them)", file=sys.stderr)
+        return 2
+    if not a.png and not a.text:
+        print("softrdma fabric show: error: nothing to do: --png FILE and/or --text", file=sys.stderr)
+        return 2
+    if a.topo is not None:
+        from . import topo
+        snap = show.snapshot(topo.load(a.topo))
+    else:
+        from .server import control
+        import tempfile
+        fd, path = tempfile.mkstemp(prefix="softrdma-fabric-", suffix=".json")
+        os.close(fd)
+        try:
+            ans = control(a.sock, f"dumpstate {shlex.quote(path)}")
+            if not ans.startswith("ok"):
+                print(f"softrdma fabric show: {ans}", file=sys.stderr)
+                return 1
+            with open(path) as fh:
+                snap = json.load(fh)
+        finally:
+            os.unlink(path)
+    if a.text:
+        sys.stdout.write(show.text(snap))
+    if a.png:
+        try:
+            show.draw_png(snap, a.png, a.color)
+        except ImportError:
+            print("softrdma fabric show: --png needs matplotlib (pip install 'softrdma[fabric]')",
+                  file=sys.stderr)
+            return 1
+        print(f"wrote {a.png}")
     return 0
 
 

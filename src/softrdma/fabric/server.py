@@ -462,13 +462,24 @@ class Server:
                 self.verbose = int(args[0]) if args else 1
                 self.router.log = self._log_drop if self.verbose else None
                 return "ok"
+            if cmd == "dumpstate":                  # for `fabric show --sock`: too big for a datagram
+                if len(args) != 1:
+                    return "error: usage: dumpstate PATH"
+                import json
+
+                from .show import snapshot
+                tmp = args[0] + ".tmp"
+                with open(tmp, "w") as fh:
+                    json.dump(snapshot(self.fabric), fh)
+                os.replace(tmp, args[0])
+                return f"ok {args[0]}"
             if cmd == "stats":
                 return "ok " + " ".join(f"{k}={v}" for k, v in self.stats.items()) + \
                     f" clients={len(self.clients)}"
             if cmd in ("help", "?"):
                 return ("ok commands: Attached, X <n>, Unlink \"node\"[p], ReLink \"node\"[p], "
                         "link down|up NODE PORT, error NODE PORT RATE [ATTR], Verbose [n], "
-                        "stats, Quit")
+                        "stats, dumpstate PATH, Quit")
         except (FabricError, IndexError, ValueError) as e:
             return f"error: {e}"
         return f"error: unknown command {words[0]!r} (try help)"
