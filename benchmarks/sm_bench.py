@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Heavy sweep to SUBNET UP: `softrdma opensm -o` vs the real `opensm -o`, same ibsim, same run.
+"""Heavy sweep to SUBNET UP: `softrdma opensm -o` vs the real `opensm -o`, same fabric server, same run.
 
-For each round and each SM: a fresh `ibsim -s -n` on the topology (so every
-sweep is a first boot: no LIDs, no LFTs, no guid2lid), then the SM with
-`-o -R ENGINE -a ROOTS`; wall time of the process, and the sweep time from
-its log (first line to the "SUBNET UP" line).  Prints one row per run and
+For each round and each SM: a fresh fabric server on the topology -- the
+real `ibsim -s -n` or, with `--server softrdma`, `softrdma fabric serve` --
+(so every sweep is a first boot: no LIDs, no LFTs, no guid2lid), then the SM
+with `-o -R ENGINE -a ROOTS`; wall time of the process, and the sweep time
+from its log (first line to the "SUBNET UP" line); then the real
+`ibnetdiscover` against the swept fabric (its wall time: a discovery's
+worth of SMP round trips through that server).  Prints one row per run and
 the medians.
 
     python3 benchmarks/sm_bench.py ft2 --leaves 64 --spines 32 --hosts-per-leaf 32 --radix 64 \
-        [-R minhop] [--rounds 3]
+        [-R minhop] [--rounds 3] [--server ibsim|softrdma]
 """
 
 import argparse
@@ -43,14 +46,16 @@ def sweep_time(log):
     return (up[0] - stamps[0][0]) if up and stamps else float("nan")
 
 
-def one(work, net, roots, sm, engine, n, extra=()):
+def one(work, net, roots, sm, engine, n, extra=(), server="ibsim"):
     base = f"smb{os.getpid()}{sm}{n}"
     d = os.path.join(work, f"{sm}{n}")
     os.makedirs(d)
     env = dict(os.environ, IBSIM_SOCKNAME=base, OSM_TMP_DIR=d, OSM_CACHE_DIR=d,
                PYTHONPATH=os.path.join(ROOT, "src"))
     env.pop("LD_PRELOAD", None)
-    sim = subprocess.Popen(["ibsim", "-s", "-N", "4096", "-P", "16384", "-n", net], cwd=d, env=env,
+    srv = ["ibsim", "-s", "-N", "4096", "-P", "16384", "-n", net] if server == "ibsim" else \
+        [sys.executable, "-m", "softrdma", "fabric", "serve", net, "--no-console"]
+    sim = subprocess.Popen(srv, cwd=d, env=env,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.5)
@@ -66,7 +71,10 @@ def one(work, net, roots, sm, engine, n, extra=()):
         wall = time.monotonic() - t
         with open(os.path.join(d, "opensm-lfts.dump")) as f:
             dump = f.read()
-        return wall, sweep_time(log), dump
+        t = time.monotonic()
+        subprocess.run(["ibnetdiscover"], cwd=d, env=dict(env, LD_PRELOAD=SIMSO), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=600, check=True)
+        return wall, sweep_time(log), dump, time.monotonic() - t
     finally:
         sim.terminate()
         sim.wait()
@@ -77,6 +85,8 @@ def main():
     ap.add_argument("-R", default="minhop")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--wire", type=int, default=None, help="--max_wire_smps of softrdma's SM (opensm's is 4)")
+    ap.add_argument("--server", choices=["ibsim", "softrdma"], default="ibsim",
+                    help="the fabric server both SMs sweep (default: the real ibsim)")
     a, gen_args = ap.parse_known_args()
     with tempfile.TemporaryDirectory(prefix="smbench") as work:
         net = os.path.join(work, "topo.net")
@@ -87,16 +97,17 @@ def main():
             for sm in res:
                 # opensm has no such option (max_wire_smps in its config, default 4)
                 extra = ["--max_wire_smps", str(a.wire)] if a.wire and sm == "softrdma" else []
-                wall, sw, dump = one(work, net, net + ".roots", sm, a.R, n, extra)
-                res[sm].append((wall, sw))
+                wall, sw, dump, disc = one(work, net, net + ".roots", sm, a.R, n, extra, a.server)
+                res[sm].append((wall, sw, disc))
                 same = "" if sm == "opensm" else \
                     f", LFT dump {'identical to' if dump == ref else 'DIFFERENT from'} opensm's"
                 ref = dump if sm == "opensm" else ref
-                print(f"round {n} {sm:8s} -R {a.R}: wall {wall:.3f} s, sweep to SUBNET UP {sw:.3f} s{same}",
-                      flush=True)
+                print(f"round {n} {sm:8s} -R {a.R} on {a.server}: wall {wall:.3f} s, sweep to SUBNET UP "
+                      f"{sw:.3f} s, then ibnetdiscover {disc:.3f} s{same}", flush=True)
         for sm, rows in res.items():
-            print(f"median {sm:8s}: wall {statistics.median(r[0] for r in rows):.3f} s, "
-                  f"sweep {statistics.median(r[1] for r in rows):.3f} s")
+            print(f"median {sm:8s} on {a.server}: wall {statistics.median(r[0] for r in rows):.3f} s, "
+                  f"sweep {statistics.median(r[1] for r in rows):.3f} s, "
+                  f"ibnetdiscover {statistics.median(r[2] for r in rows):.3f} s")
 
 
 if __name__ == "__main__":
