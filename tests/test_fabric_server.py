@@ -112,3 +112,19 @@ def test_do_lines_run_at_start(tmp_path):
             s.run_commands([("d.net:9", "Frobnicate")])
     finally:
         s.close()
+
+
+def test_gen_fattree_levels_is_ft2_or_ft3(tmp_path):
+    """The issue's spelling, `fabric gen fattree --levels 2|3`, makes the
+    same files as ft2/ft3."""
+    import subprocess
+    import sys
+    for levels, kind in ((2, "ft2"), (3, "ft3")):
+        a, b = str(tmp_path / f"a{levels}.net"), str(tmp_path / f"b{levels}.net")
+        for k, out in (("fattree", a), (kind, b)):
+            extra = ["--levels", str(levels)] if k == "fattree" else []
+            r = subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", k, *extra, "--radix", "8",
+                                "--hosts", "32" if levels == 2 else "128", "-o", out],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        assert open(a).read() == open(b).read()

@@ -43,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.set_defaults(fabric_func=_serve)
 
     g = sub.add_parser("gen", help="write a generated topology (.net, .roots, .cns, .json)")
-    g.add_argument("kind", choices=["single", "ft2", "ft3", "torus"])
+    g.add_argument("kind", choices=["single", "ft2", "ft3", "fattree", "torus"],
+                   help="fattree = ft2 or ft3 by --levels")
+    g.add_argument("--levels", type=int, choices=[2, 3], default=2, help="fattree: 2 or 3 switch levels")
     g.add_argument("-o", "--out", required=True)
     g.add_argument("--radix", type=int, default=36)
     g.add_argument("--hosts", type=int, default=None,
@@ -134,6 +136,8 @@ def _serve(a) -> int:
 
 def _gen(a) -> int:
     from . import gen, topo
+    if a.kind == "fattree":                  # the spelling: fattree --levels 2|3
+        a.kind = f"ft{a.levels}"
     k = a.radix
     if k < 2:
         raise FabricError("--radix must be at least 2")
