@@ -27,6 +27,7 @@ def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0) -> list[Physp]:
     """Give every end port a LID; return the ports whose LID changed (need PortInfo Set)."""
     used: dict[int, Physp] = {}
     changed = []
+    subnet.lmc = lmc
     order = subnet.end_ports()
     sm = subnet.ports.get(subnet.sm_port_guid)
     if sm is not None:

@@ -83,6 +83,7 @@ class Subnet:
         self.sm_port_guid = 0
         self.sm_node: Node | None = None
         self.lfts: dict[Node, bytes] = {}       # the LFTs the SM computed last
+        self.lmc = 0                            # the SM's LMC (opensm's opt.lmc), set by the LID manager
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.guid] = node

@@ -6,7 +6,10 @@ For every topology: write the .net with gen_fattree.py, start the real
 through libumad2sim, and keep ``opensm-lfts.dump`` and ``guid2lid`` gzipped
 xz-compressed.
 
-Usage: make_fixtures.py [TOPOLOGY ...]   (default: all of TOPOLOGIES)
+Usage: make_fixtures.py [TOPOLOGY ...]   (default: all of TOPOLOGIES, LMC 0)
+       make_fixtures.py --lmc N [TOPOLOGY ...]
+                         (``opensm -l N``, engines LMC_ENGINES, default topologies
+                          LMC_TOPOLOGIES; files <topo>.<engine>.lmc<N>.{lfts,guid2lid}.xz)
 Needs the Debian packages opensm, ibsim-utils, infiniband-diags.
 """
 import lzma
@@ -20,6 +23,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 ENGINES = ("minhop", "updn", "ftree")
+LMC_ENGINES = ("minhop", "updn")
+LMC_TOPOLOGIES = ("ft2_64", "ft2_324")
 
 #: name -> gen_fattree.py arguments
 TOPOLOGIES = {
@@ -37,18 +42,19 @@ def xz_write(path, data):
         f.write(lzma.compress(data, preset=9))
 
 
-def run_topology(name, work):
+def run_topology(name, work, lmc=0):
     net = os.path.join(work, name + ".net")
     subprocess.run([sys.executable, os.path.join(HERE, "gen_fattree.py"), *TOPOLOGIES[name], "-o", net],
                    check=True, stdout=subprocess.DEVNULL)
     with open(net, "rb") as f:
         xz_write(os.path.join(HERE, name + ".net.xz"), f.read())
     shutil.copy(net + ".roots", os.path.join(HERE, name + ".roots"))
-    for engine in ENGINES:
+    for engine in (LMC_ENGINES if lmc else ENGINES):
         # a fresh ibsim and a fresh cache dir per engine: every run sees a fresh
         # subnet (no LIDs programmed, no guid2lid), as a first boot
         env = dict(os.environ, IBSIM_SOCKNAME=f"fx{os.getpid()}{name}{engine}")
-        out = os.path.join(work, f"{name}-{engine}")
+        tag = f".lmc{lmc}" if lmc else ""
+        out = os.path.join(work, f"{name}-{engine}{tag}")
         os.makedirs(out)
         sim = subprocess.Popen(["ibsim", "-s", "-n", net], cwd=work, env=env, stdin=subprocess.DEVNULL,
                                stdout=open(os.path.join(out, "ibsim.log"), "w"), stderr=subprocess.STDOUT)
@@ -56,6 +62,7 @@ def run_topology(name, work):
             time.sleep(1.0)
             oenv = dict(env, LD_PRELOAD=SIMSO, OSM_TMP_DIR=out, OSM_CACHE_DIR=out)
             subprocess.run(["opensm", "-o", "-R", engine, "-a", net + ".roots", "-D", "0x43",
+                            *(["-l", str(lmc)] if lmc else []),
                             "--dump_files_dir", out, "-f", os.path.join(out, "osm.log")],
                            cwd=work, env=oenv, check=True, stdout=subprocess.DEVNULL, timeout=300)
             log = open(os.path.join(out, "osm.log")).read()
@@ -65,18 +72,22 @@ def run_topology(name, work):
                 raise SystemExit(f"{name} {engine}: engine fell back, see {out}/osm.log")
             for src, dst in (("opensm-lfts.dump", "lfts"), ("guid2lid", "guid2lid")):
                 with open(os.path.join(out, src), "rb") as f:
-                    xz_write(os.path.join(HERE, f"{name}.{engine}.{dst}.xz"), f.read())
-            print(name, engine, "ok")
+                    xz_write(os.path.join(HERE, f"{name}.{engine}{tag}.{dst}.xz"), f.read())
+            print(name, engine, f"lmc {lmc}" if lmc else "", "ok")
         finally:
             sim.terminate()
             sim.wait()
 
 
 def main(argv):
-    names = argv or list(TOPOLOGIES)
+    lmc = 0
+    if argv[:1] == ["--lmc"]:
+        lmc = int(argv[1])
+        argv = argv[2:]
+    names = argv or list(LMC_TOPOLOGIES if lmc else TOPOLOGIES)
     with tempfile.TemporaryDirectory(prefix="osmfx") as work:
         for name in names:
-            run_topology(name, work)
+            run_topology(name, work, lmc)
     return 0
 
 
