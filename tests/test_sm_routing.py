@@ -4,7 +4,9 @@ The fixtures (tests/data/opensm, see its README) are opensm 3.3.23's
 opensm-lfts.dump and guid2lid after one heavy sweep of a fresh ibsim fabric.
 The subnet is built straight from the same .net (tests/sm_helpers.load_net),
 as discovery would find it; LIDs, LFTs and the guid2lid file must come out
-byte for byte the same, for minhop, updn and ftree alike.
+byte for byte the same, for minhop, updn and ftree alike; and with opensm -l 2
+(LMC 2: four LIDs per CA port, every one routed, spread over different paths)
+for minhop and updn.
 """
 
 import pytest
@@ -18,10 +20,13 @@ from softrdma.sm.routing import compute
 TOPOS = ["ft2_64", "ft2_324", "ft3_648"]
 
 
-def build(topo):
+LMC_TOPOS = ["ft2_64", "ft2_324"]
+
+
+def build(topo, lmc=0):
     s = load_net(fixture(topo + ".net.xz"))
     g = Guid2Lid()
-    assign_lids(s, g)
+    assign_lids(s, g, lmc)
     return s, g
 
 
@@ -126,3 +131,83 @@ def test_credit_loop_is_found():
         lfts[sw] = lft
     assert checks.unreachable(s, lfts) == []
     assert checks.credit_loop(s, lfts) is not None
+
+
+# --- LMC > 0 (opensm -l 2) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("topo", LMC_TOPOS)
+def test_lmc_lids_and_guid2lid_as_opensm(topo):
+    s, g = build(topo, 2)
+    assert g.dumps() == fixture(f"{topo}.minhop.lmc2.guid2lid.xz")
+    sm = s.ports[s.sm_port_guid]
+    assert (sm.lid, sm.lmc) == (4, 2)              # LID 1 is not aligned to 4: 4..7
+    for p in s.ports.values():
+        if p.node.is_switch:
+            assert p.lmc == 0                      # no enhanced switch port 0 (lmc_esp0)
+        else:
+            assert p.lmc == 2 and p.lid % 4 == 0
+    by_lid = s.port_by_lid()
+    assert len(by_lid) == sum(1 << p.lmc for p in s.ports.values())
+
+
+@pytest.mark.parametrize("engine", ["minhop", "updn"])
+@pytest.mark.parametrize("topo", LMC_TOPOS)
+def test_lmc_lfts_identical_to_opensm(topo, engine):
+    s, _ = build(topo, 2)
+    used, lfts = compute(s, engine, roots(topo))
+    assert used == engine
+    assert lft_dump.dumps(s, lfts) == fixture(f"{topo}.{engine}.lmc2.lfts.xz")
+
+
+@pytest.mark.parametrize("engine", ["minhop", "updn"])
+def test_lmc_reaches_every_lid_without_credit_loop_and_spreads(engine):
+    s, _ = build("ft2_324", 2)
+    _, lfts = compute(s, engine, roots("ft2_324"))
+    assert checks.unreachable(s, lfts) == []      # every LID of every range
+    assert checks.credit_loop(s, lfts) is None    # over all of them
+    # from a leaf, the four LIDs of a CA on another leaf leave by four different uplinks
+    # that reach four different spines
+    leaf = next(sw for sw in s.switches() if sw.desc == "leaf001")
+    far = [p for p in s.ports.values() if not p.node.is_switch and p.remote.node is not leaf]
+    spread = 0
+    for p in far:
+        spines = {leaf.ports[lfts[leaf][lid]].remote.node for lid in range(p.lid, p.lid + 4)}
+        spread += len(spines) == 4
+    assert spread == len(far)
+
+
+def test_lmc_ftree_falls_back_to_minhop():
+    # opensm's ftree: "LMC > 0 is not supported by fat-tree routing", minhop instead
+    s, _ = build("ft2_64", 2)
+    used, lfts = compute(s, "ftree", roots("ft2_64"))
+    assert used == "minhop"
+    assert lft_dump.dumps(s, lfts) == fixture("ft2_64.minhop.lmc2.lfts.xz")
+
+
+def test_lmc_lid_manager_keeps_ranges_on_resweep():
+    s, g = build("ft2_64", 2)
+    before = {p.guid: (p.lid, p.lmc) for p in s.ports.values()}
+    s2 = load_net(fixture("ft2_64.net.xz"), sm_node="host0064")
+    assign_lids(s2, Guid2Lid.loads(g.dumps()), 2)
+    assert {p.guid: (p.lid, p.lmc) for p in s2.ports.values()} == before
+    # the same fabric, now LMC 0 with that cache: every port keeps its base LID
+    s3 = load_net(fixture("ft2_64.net.xz"))
+    assign_lids(s3, Guid2Lid.loads(g.dumps()), 0)
+    assert {p.guid: p.lid for p in s3.ports.values()} == {g_: v[0] for g_, v in before.items()}
+
+
+def test_lmc_lid_manager_drops_unaligned_records():
+    # an LMC-0 cache under LMC 2: records of CA ports are not aligned/wide enough, so the
+    # ports get fresh aligned ranges; switches (1 LID) keep theirs
+    s, g = build("ft2_64", 0)
+    s2 = load_net(fixture("ft2_64.net.xz"))
+    assign_lids(s2, Guid2Lid.loads(g.dumps()), 2)
+    used = set()
+    for p in s2.ports.values():
+        n = 1 << p.lmc
+        assert p.lid % n == 0
+        rng = set(range(p.lid, p.lid + n))
+        assert not rng & used
+        used |= rng
+        if p.node.is_switch:
+            assert p.lid == s.ports[p.guid].lid

@@ -1,18 +1,23 @@
 """LID assignment (opensm's osm_lid_mgr.c), sans-IO: decides LIDs, the sweep programs them.
 
-Order and rules as opensm on an LMC-0 subnet:
+Order and rules as opensm's:
 
 1. the SM's own port first, then every end port in opensm's port-GUID order
    (``Subnet.end_ports``);
-2. a port keeps the LID of its guid2lid record if that range is free;
+2. a port keeps the LID of its guid2lid record if that range is free (and,
+   with an LMC, aligned to 2^LMC and at least 2^LMC wide);
 3. else it keeps the LID its PortInfo reports, if valid and free;
-4. else it gets the lowest free LID range (aligned to 2^LMC).
+4. else it gets the lowest free LID range (aligned to 2^LMC; opensm's free
+   range list never goes back, so the LIDs skipped to align a range stay
+   unused: on a fresh LMC-2 subnet the SM port gets 4..7, a switch after it 8,
+   the next CA 12..15).
 
 So a fresh subnet numbers the SM port 1 and then the ports in GUID-key
 order, and a re-sweep keeps every LID.  Each decision is written back to
 the guid2lid records, in processing order (opensm's file order follows the
 insertion order; records of absent ports are kept, after the present ones).
-Switch port 0 gets one LID whatever the LMC (no enhanced port 0 here).
+Switch port 0 gets one LID whatever the LMC (opensm's default lmc_esp0
+FALSE; the fabrics here have no enhanced switch port 0 either).
 """
 
 from __future__ import annotations
@@ -42,16 +47,20 @@ def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0) -> list[Physp]:
 
     # guid2lid records of present ports are honoured first, so a port that comes
     # early in the order cannot take a LID remembered for a later one
+    def valid(rec, n: int) -> bool:
+        # lid_mgr_init_sweep drops a record not aligned to, or narrower than, the LMC range
+        return bool(rec) and (n == 1 or (rec[0] % n == 0 and rec[1] - rec[0] + 1 >= n))
+
     for p in order:
         rec = g2l.get(p.guid)
-        if rec and free(rec[0], nlids(p), p):
+        if valid(rec, nlids(p)) and free(rec[0], nlids(p), p):
             for lid in range(rec[0], rec[0] + nlids(p)):
                 used[lid] = p
     next_free = 1
     for p in order:
         n = nlids(p)
         rec = g2l.get(p.guid)
-        if rec and all(used.get(lid) is p for lid in range(rec[0], rec[0] + n)):
+        if valid(rec, n) and all(used.get(lid) is p for lid in range(rec[0], rec[0] + n)):
             lid = rec[0]
         elif p.lid and p.lid % n == 0 and free(p.lid, n, p):
             lid = p.lid
