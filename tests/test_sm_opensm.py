@@ -87,7 +87,8 @@ def _diag(base, tmp, *cmd):
 
 
 def _check_against_opensm(base, tmp, topo, engine):
-    """The diags see opensm's LIDs and LFTs; the SM's dump files are opensm's."""
+    """The diags see opensm's LIDs and LFTs; the SM's dump files are opensm's.
+    ``engine`` may carry a tag: "minhop.lmc2" is the opensm -l 2 fixture."""
     assert (tmp / "opensm-lfts.dump").read_text() == fixture(f"{topo}.{engine}.lfts.xz")
     assert (tmp / "guid2lid").read_text() == fixture(f"{topo}.{engine}.guid2lid.xz")
     want = lft_dump.loads(fixture(f"{topo}.{engine}.lfts.xz"))
@@ -151,7 +152,7 @@ def test_no_fabric_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("args,msg", [
     (["-R", "lash"], "unsupported routing engine 'lash'"),
     (["-R", "updn,minhop"], "routing engine chains"),
-    (["-l", "1"], "LMC 1 is not supported"),
+    (["-l", "8"], "LMC must be 7 or less."),
     (["-u", "cns"], "cn_guid_file is not supported"),
     (["-d", "3"], "-d 3 is not supported"),
     (["-p", "16"], "priority must be 0..15"),

@@ -39,6 +39,8 @@ class SubnetAdmin:
         self.subnet = subnet
         self.log = log
         self.by_lid = subnet.port_by_lid()
+        # an LMC range answers to each of its LIDs, but a table lists a port once (base LID)
+        self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
         self.truncated = 0
 
     # -- records ---------------------------------------------------------------------------
@@ -104,16 +106,17 @@ class SubnetAdmin:
         if attr == SaAttr.NODE_RECORD:
             want = int.from_bytes(rec[0:2], "big") if mask & NR_COMP_LID else None
             ports = [self.by_lid[want]] if want in self.by_lid else [] if want is not None else \
-                [self.by_lid[lid] for lid in sorted(self.by_lid)]
+                [self.by_lid[lid] for lid in self.base_lids]
             return [self.node_record(p) for p in ports], NODE_RECORD_SIZE
         if attr == SaAttr.PORT_INFO_RECORD:
             lid = int.from_bytes(rec[0:2], "big") if mask & PIR_COMP_LID else None
             num = rec[2] if mask & PIR_COMP_PORTNUM else None
             out = []
-            for elid in ([lid] if lid is not None else sorted(self.by_lid)):
+            for elid in ([lid] if lid is not None else self.base_lids):
                 p = self.by_lid.get(elid)
                 if p is None:
                     continue
+                elid = p.lid
                 phs = [ph for n, ph in sorted(p.node.ports.items()) if n] if p.node.is_switch else [p]
                 if p.node.is_switch:
                     phs = [p] + phs
@@ -130,7 +133,7 @@ class SubnetAdmin:
             elif mask & PR_COMP_DLID:
                 dsts = [self.by_lid.get(f["DLID"])]
             else:
-                dsts = [self.by_lid[lid] for lid in sorted(self.by_lid)]
+                dsts = [self.by_lid[lid] for lid in self.base_lids]
             if src is None:
                 return [], 64
             out = [r for d in dsts if d is not None and (r := self.path_record(src, d)) is not None]
