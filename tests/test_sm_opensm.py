@@ -143,6 +143,44 @@ def test_updn_on_softrdma_fabric_server(fabric):
     _check_against_opensm(base, tmp, topo, "updn")
 
 
+@pytest.mark.parametrize("fabric", [("ft2_64", "ibsim")], indirect=True)
+def test_lmc_from_config_file_on_ibsim_as_opensm(fabric):
+    # 'lmc 2' in an opensm.conf (-F): LIDs, LFTs and dump files as opensm -l 2's
+    base, tmp, topo = fabric
+    (tmp / "opensm.conf").write_text("lmc 2\n\nlmc_esp0 FALSE\n")
+    r = _opensm(base, tmp, "-F", str(tmp / "opensm.conf"), "-o", "-D", "0x43",
+                "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "minhop.lmc2")
+
+
+@pytest.mark.parametrize("fabric", [("ft2_64", "softrdma")], indirect=True)
+def test_lmc_on_softrdma_fabric_server(fabric):
+    """softrdma opensm -l 2 on softrdma's fabric server: opensm's LIDs and LFTs; the real
+    smpquery reads LMC 2 on CA ports, and a LID-routed SMP to base+1..3 reaches the port."""
+    base, tmp, topo = fabric
+    r = _opensm(base, tmp, "-o", "-l", "2", "-R", "updn", "-a", str(tmp / "roots"), "-D", "0x43",
+                "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "updn.lmc2")
+    g2l = {int(g, 16): (int(lo, 16), int(hi, 16)) for g, lo, hi in
+           (ln.split() for ln in (tmp / "guid2lid").read_text().splitlines() if ln.strip())}
+    net = fixture(topo + ".net.xz")
+    for host in ("host0001", "host0017", "host0064"):
+        guid = int(re.search(rf'caguid=(0x[0-9a-f]+)\nCa\s+\d+\s+"{host}"', net).group(1), 16)
+        lo, hi = g2l.get(guid) or g2l[guid + 1]
+        assert hi == lo + 3 and lo % 4 == 0
+        for lid in (lo, hi):
+            pi = _diag(base, tmp, "smpquery", "portinfo", str(lid))
+            assert re.search(r"^LMC:\.+2$", pi, re.M), pi
+            assert re.search(rf"^Lid:\.+{lo}$", pi, re.M), pi
+            nd = _diag(base, tmp, "smpquery", "nodedesc", str(lid))
+            assert nd.strip().endswith(host), nd
+    # a switch port 0 keeps LMC 0 (no lmc_esp0)
+    sw = _diag(base, tmp, "smpquery", "portinfo", "8", "0")
+    assert re.search(r"^LMC:\.+0$", sw, re.M), sw
+
+
 def test_no_fabric_is_a_clear_error(tmp_path):
     r = _opensm(_base(), tmp_path, "-o", "-f", str(tmp_path / "osm.log"), timeout=30)
     assert r.returncode == 1

@@ -211,3 +211,23 @@ def test_lmc_lid_manager_drops_unaligned_records():
         used |= rng
         if p.node.is_switch:
             assert p.lid == s.ports[p.guid].lid
+
+
+def test_lmc_esp0_gives_enhanced_switch_port0_a_range():
+    # lmc_esp0 TRUE and SwitchInfo.EnhancedPort0: switch port 0 gets 2^LMC LIDs too, every
+    # one routed (to port 0 on the switch itself); without EnhancedPort0 lmc_esp0 changes nothing
+    from softrdma.wire.smp import SWITCH_INFO
+    plain, _ = build("ft2_64", 2)
+    s = load_net(fixture("ft2_64.net.xz"))
+    assign_lids(s, Guid2Lid(), 2, lmc_esp0=True)
+    assert {p.guid: p.lid for p in s.ports.values()} == {p.guid: p.lid for p in plain.ports.values()}
+    s = load_net(fixture("ft2_64.net.xz"))
+    for sw in s.switches():
+        sw.switch_info = bytes(SWITCH_INFO.encode(LinearFdbCap=49152, EnhancedPort0=1))
+    assign_lids(s, Guid2Lid(), 2, lmc_esp0=True)
+    for p in s.ports.values():
+        assert p.lmc == 2 and p.lid % 4 == 0
+    _, lfts = compute(s, "minhop", None)
+    assert checks.unreachable(s, lfts, cas_only=False) == []
+    for sw in s.switches():
+        assert all(lfts[sw][lid] == 0 for lid in range(sw.base_lid(), sw.base_lid() + 4))

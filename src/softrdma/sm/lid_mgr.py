@@ -16,19 +16,27 @@ So a fresh subnet numbers the SM port 1 and then the ports in GUID-key
 order, and a re-sweep keeps every LID.  Each decision is written back to
 the guid2lid records, in processing order (opensm's file order follows the
 insertion order; records of absent ports are kept, after the present ones).
-Switch port 0 gets one LID whatever the LMC (opensm's default lmc_esp0
-FALSE; the fabrics here have no enhanced switch port 0 either).
+Switch port 0 gets one LID whatever the LMC, unless ``lmc_esp0`` is set and
+the switch has an enhanced port 0 (SwitchInfo.EnhancedPort0); opensm's
+default is lmc_esp0 FALSE, and neither ibsim's nor softrdma's switches have
+an enhanced port 0.
 """
 
 from __future__ import annotations
 
+from ..wire.smp import SWITCH_INFO
 from .guid2lid import Guid2Lid
-from .subnet import Physp, Subnet
+from .subnet import Node, Physp, Subnet
 
 LID_UCAST_END = 0xBFFF
 
 
-def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0) -> list[Physp]:
+def sp0_lmc_capable(node: Node, lmc_esp0: bool) -> bool:
+    """osm_switch_sp0_is_lmc_capable: lmc_esp0 set and SwitchInfo.EnhancedPort0."""
+    return bool(lmc_esp0 and node.switch_info and SWITCH_INFO.get(node.switch_info, "EnhancedPort0"))
+
+
+def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0, lmc_esp0: bool = False) -> list[Physp]:
     """Give every end port a LID; return the ports whose LID changed (need PortInfo Set)."""
     used: dict[int, Physp] = {}
     changed = []
@@ -40,7 +48,7 @@ def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0) -> list[Physp]:
         order.insert(0, sm)
 
     def nlids(p: Physp) -> int:
-        return 1 if p.node.is_switch else 1 << lmc
+        return 1 if p.node.is_switch and not sp0_lmc_capable(p.node, lmc_esp0) else 1 << lmc
 
     def free(lo: int, n: int, p: Physp) -> bool:
         return 0 < lo and lo + n - 1 <= LID_UCAST_END and all(used.get(lid, p) is p for lid in range(lo, lo + n))
@@ -71,10 +79,11 @@ def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0) -> list[Physp]:
             next_free = lid
         for x in range(lid, lid + n):
             used[x] = p
-        if lid != p.lid or (not p.node.is_switch and p.lmc != lmc):
+        plmc = n.bit_length() - 1
+        if lid != p.lid or p.lmc != plmc:
             changed.append(p)
         p.lid = lid
-        p.lmc = 0 if p.node.is_switch else lmc
+        p.lmc = plmc
         g2l.set(p.guid, lid, lid + n - 1)
     # opensm rebuilds the table at every master sweep: a restored file comes out in the
     # same order as a fresh one (checked with two opensm runs on one cache)

@@ -121,7 +121,7 @@ class SmLoop:
         disc = disc or self._discover()
         q = MadQueue()
         sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
-                           self.previous, disc=disc)
+                           self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False))
         t0 = time.monotonic()
         self._drive(q, sweep)
         self.subnet = sweep.subnet

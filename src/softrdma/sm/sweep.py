@@ -38,8 +38,9 @@ LEAF_HOQ_LIFE = 0x10             # leaf_head_of_queue_lifetime (switch ports to 
 class HeavySweep:
     def __init__(self, q: MadQueue, log: L.Log, engine: str = "minhop", roots=None,
                  g2l: Guid2Lid | None = None, lmc: int = 0, previous: dict[int, bytes] | None = None,
-                 disc: Discovery | None = None):
+                 disc: Discovery | None = None, lmc_esp0: bool = False):
         self.q = q
+        self.lmc_esp0 = lmc_esp0
         self.log = log
         self.engine = engine
         self.roots = set(roots or ())
@@ -91,7 +92,7 @@ class HeavySweep:
         if sub.sm_node is None:
             raise RuntimeError("discovery found no SM node")
         self.phase = "lids"
-        assign_lids(sub, self.g2l, self.lmc)
+        assign_lids(sub, self.g2l, self.lmc, self.lmc_esp0)
         sm_lid = sub.ports[sub.sm_port_guid].lid
         self.sm_lid = sm_lid
         for p in sub.end_ports():
