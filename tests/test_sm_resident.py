@@ -1,7 +1,8 @@
 """A resident `softrdma opensm` on the real ibsim: SMInfo, SA queries, traps, election.
 
 * the master answers `sminfo` and `saquery` (NodeRecord, PathRecord,
-  PortInfoRecord) with the same output as the real opensm on the same fabric;
+  PortInfoRecord) with the same output as the real opensm on the same fabric,
+  with LMC 0 and with LMC 2 (records asked by any LID of a range);
 * a link pulled on ibsim's console sends trap 128 and the SM re-sweeps
   around it;
 * two softrdma SMs: the lesser second one stands by, polls, and takes over
@@ -151,6 +152,27 @@ def test_master_answers_sminfo_sa_and_traps(fab):
     end = time.monotonic() + 10
     while (theirs := [fab.diag(*q) for q in queries]) != ours and time.monotonic() < end:
         time.sleep(0.5)     # opensm may still be answering from an earlier sweep
+    for q, a, b in zip(queries, theirs, ours):
+        assert a == b, f"{q}: real opensm (-) vs ours (+)\n" + "".join(
+            difflib.unified_diff(a.splitlines(True), b.splitlines(True)))
+
+
+def test_lmc_sa_answers_as_opensm(fab):
+    # -l 2 on both SMs: a NodeRecord or PortInfoRecord asked by any LID of a range comes back
+    # with the base LID; a PathRecord between two LIDs of ranges carries those LIDs
+    queries = [("saquery", "NR", "14"), ("saquery", "PIR", "13"),
+               ("saquery", "--src-to-dst", "6:15"), ("saquery", "--src-to-dst", "4:12")]
+    sm = fab.our_sm("ours", None, "-l", "2", "-s", "5")
+    wait_log(sm, "SUBNET UP")
+    ours = [fab.diag(*q) for q in queries]
+    assert "lid.....................12" in ours[0] and "dlid....................15" in ours[2]
+    sm.terminate()
+    sm.wait(10)
+    real = fab.real_sm("real", "host0001", "-l", "2", "-s", "5")
+    wait_log(real, "SUBNET UP")
+    end = time.monotonic() + 10
+    while (theirs := [fab.diag(*q) for q in queries]) != ours and time.monotonic() < end:
+        time.sleep(0.5)
     for q, a, b in zip(queries, theirs, ours):
         assert a == b, f"{q}: real opensm (-) vs ours (+)\n" + "".join(
             difflib.unified_diff(a.splitlines(True), b.splitlines(True)))

@@ -60,8 +60,10 @@ class SubnetAdmin:
         rec[PORT_INFO_RECORD_PORT_INFO:PORT_INFO_RECORD_PORT_INFO + 64] = ph.port_info.ljust(64, b"\0")
         return bytes(rec)
 
-    def _hops(self, src: Physp, dst: Physp) -> int | None:
-        """Links crossed from src to dst through the LFTs the SM computed, or None."""
+    def _hops(self, src: Physp, dst: Physp, dlid: int | None = None) -> int | None:
+        """Links crossed from src to dst (to its LID ``dlid``, default the base) through the
+        LFTs the SM computed, or None."""
+        dlid = dlid or dst.lid
         if src is dst:
             return 0
         node, hops = (src.node, 0) if src.node.is_switch else (src.remote.node if src.remote else None, 1)
@@ -71,9 +73,9 @@ class SubnetAdmin:
             if dst.node is node:
                 return hops
             lft = getattr(self.subnet, "lfts", {}).get(node)
-            if lft is None or dst.lid >= len(lft) or lft[dst.lid] == NO_PATH:
+            if lft is None or dlid >= len(lft) or lft[dlid] == NO_PATH:
                 return None
-            ph = node.ports.get(lft[dst.lid])
+            ph = node.ports.get(lft[dlid])
             if ph is None or ph.remote is None:
                 return None
             hops += 1
@@ -82,8 +84,10 @@ class SubnetAdmin:
             node = ph.remote.node
         return None
 
-    def path_record(self, src: Physp, dst: Physp) -> bytes | None:
-        if self._hops(src, dst) is None:
+    def path_record(self, src: Physp, dst: Physp, slid: int | None = None,
+                    dlid: int | None = None) -> bytes | None:
+        """One path; ``slid``/``dlid``: the LIDs of the ports' LMC ranges asked for (default base)."""
+        if self._hops(src, dst, dlid) is None:
             return None
         spi = PORT_INFO.decode(src.port_info) if src.port_info else {}
         dpi = PORT_INFO.decode(dst.port_info) if dst.port_info else {}
@@ -94,7 +98,7 @@ class SubnetAdmin:
         rate = _RATE_CODE.get(gbps, 3)
         return bytes(PATH_RECORD.encode(
             DGID=(GID_PREFIX << 64) | dst.guid, SGID=(GID_PREFIX << 64) | src.guid,
-            DLID=dst.lid, SLID=src.lid, Reversible=1, PKey=0xFFFF, MtuSelector=2, Mtu=mtu,
+            DLID=dlid or dst.lid, SLID=slid or src.lid, Reversible=1, PKey=0xFFFF, MtuSelector=2, Mtu=mtu,
             RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=PACKET_LIFE_TIME))
 
     # -- queries ---------------------------------------------------------------------------
@@ -136,7 +140,11 @@ class SubnetAdmin:
                 dsts = [self.by_lid[lid] for lid in self.base_lids]
             if src is None:
                 return [], 64
-            out = [r for d in dsts if d is not None and (r := self.path_record(src, d)) is not None]
+            # a LID asked for (SLID/DLID in the mask) may be any LID of the port's range
+            slid_ = f["SLID"] if mask & PR_COMP_SLID and not mask & PR_COMP_SGID else None
+            dlid_ = f["DLID"] if mask & PR_COMP_DLID and not mask & PR_COMP_DGID else None
+            out = [r for d in dsts if d is not None and
+                   (r := self.path_record(src, d, slid_, dlid_)) is not None]
             return out, 64
         return None
 
