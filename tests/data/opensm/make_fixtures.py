@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 ENGINES = ("minhop", "updn", "ftree")
 LMC_ENGINES = ("minhop", "updn")
-LMC_TOPOLOGIES = ("ft2_64", "ft2_324")
+LMC_TOPOLOGIES = ("ft2_64", "ft2_324", "ft3_648")
 
 #: name -> gen_fattree.py arguments
 TOPOLOGIES = {
