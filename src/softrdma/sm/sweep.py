@@ -92,6 +92,8 @@ class HeavySweep:
         if sub.sm_node is None:
             raise RuntimeError("discovery found no SM node")
         self.phase = "lids"
+        # the LID table of the SM's previous sweeps (the LFTs it programmed span it)
+        sub.lid_top = max(sub.lid_top, max((len(l) - 1 for l in self.previous.values()), default=0))
         assign_lids(sub, self.g2l, self.lmc, self.lmc_esp0)
         sm_lid = sub.ports[sub.sm_port_guid].lid
         self.sm_lid = sm_lid
