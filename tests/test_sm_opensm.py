@@ -154,6 +154,19 @@ def test_lmc_from_config_file_on_ibsim_as_opensm(fabric):
     _check_against_opensm(base, tmp, topo, "minhop.lmc2")
 
 
+@pytest.mark.parametrize("fabric", [("ft2_64", "ibsim")], indirect=True)
+def test_lmc_0_then_2_on_ibsim_as_opensm(fabric):
+    # an LMC-0 subnet (LIDs programmed, guid2lid written), then a new SM with -l 2: the LIDs
+    # moved, the LFTs and the rewritten guid2lid as opensm's in the same two steps
+    base, tmp, topo = fabric
+    args = ["-o", "-D", "0x43", "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log")]
+    r = _opensm(base, tmp, *args)
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    r = _opensm(base, tmp, "-l", "2", *args)
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "minhop.lmc0to2")
+
+
 @pytest.mark.parametrize("fabric", [("ft2_64", "softrdma")], indirect=True)
 def test_lmc_on_softrdma_fabric_server(fabric):
     """softrdma opensm -l 2 on softrdma's fabric server: opensm's LIDs and LFTs; the real

@@ -240,3 +240,37 @@ def test_lmc_esp0_gives_enhanced_switch_port0_a_range():
     assert checks.unreachable(s, lfts, cas_only=False) == []
     for sw in s.switches():
         assert all(lfts[sw][lid] == 0 for lid in range(sw.base_lid(), sw.base_lid() + 4))
+
+
+@pytest.mark.parametrize("engine", ["minhop", "updn"])
+@pytest.mark.parametrize("a,b", [(0, 2), (2, 0)])
+def test_lmc_change_on_a_programmed_subnet_as_opensm(a, b, engine):
+    # opensm -l a, then a new opensm -l b on the same fabric and cache: the ports report the
+    # LIDs/LMCs of the first run, the guid2lid file is the first run's (fixtures lmc0to2/lmc2to0)
+    s, g = build("ft2_64", a)
+    s2 = load_net(fixture("ft2_64.net.xz"))
+    for guid, p in s.ports.items():
+        s2.ports[guid].lid, s2.ports[guid].lmc = p.lid, p.lmc
+    g2 = Guid2Lid.loads(g.dumps())
+    assign_lids(s2, g2, b)
+    assert g2.dirty and g2.dumps() == fixture(f"ft2_64.{engine}.lmc{a}to{b}.guid2lid.xz")
+    used, lfts = compute(s2, engine, roots("ft2_64"))
+    assert used == engine
+    assert lft_dump.dumps(s2, lfts) == fixture(f"ft2_64.{engine}.lmc{a}to{b}.lfts.xz")
+    if a == 0:
+        # CA ports on a LID divisible by 4 keep it; the others move above every LID in use
+        kept = [p for guid, p in s2.ports.items() if not p.node.is_switch and p.lid == s.ports[guid].lid]
+        assert kept and all(p.lid % 4 == 0 for p in kept)
+    else:
+        # every port keeps its base LID; the LFTs still span the old LMC-2 ranges
+        assert all(p.lid == s.ports[guid].lid for guid, p in s2.ports.items())
+        assert s2.max_lid() == s.max_lid()
+
+
+def test_guid2lid_unchanged_is_not_rewritten():
+    s, g = build("ft2_64", 2)
+    g2 = Guid2Lid.loads(g.dumps())
+    s2 = load_net(fixture("ft2_64.net.xz"))
+    for guid, p in s.ports.items():
+        s2.ports[guid].lid, s2.ports[guid].lmc = p.lid, p.lmc
+    assert assign_lids(s2, g2, 2) == [] and not g2.dirty
