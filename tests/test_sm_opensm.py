@@ -192,6 +192,9 @@ def test_lmc_on_softrdma_fabric_server(fabric):
     # a switch port 0 keeps LMC 0 (no lmc_esp0)
     sw = _diag(base, tmp, "smpquery", "portinfo", "8", "0")
     assert re.search(r"^LMC:\.+0$", sw, re.M), sw
+    # the server's umad2sim attach (GET_PORTINFO) reports the range too
+    st = _diag(base, tmp, "ibstat")
+    assert "Base lid: 4" in st and "LMC: 2" in st, st
 
 
 def test_no_fabric_is_a_clear_error(tmp_path):
