@@ -115,10 +115,12 @@ class HeavySweep:
         self.phase = "routing"
         sub = self.subnet
         existing = {sw: self.previous[sw.guid] for sw in sub.switches() if sw.guid in self.previous}
-        self.engine_used, self.lfts = compute(sub, self.engine, self.roots, existing or None)
+        why: list[str] = []
+        self.engine_used, self.lfts = compute(sub, self.engine, self.roots, existing or None, why)
         sub.lfts = self.lfts
         if self.engine_used != self.engine:
-            self.log.info(f"{self.engine}: cannot route this subnet, falling back to minhop")
+            self.log.info(f"{self.engine}: cannot route this subnet"
+                          f"{' (' + why[0] + ')' if why else ''}, falling back to minhop")
         self.log.info(f"{self.engine_used} tables configured on all switches")
         self.times["routed"] = time.monotonic()
         max_lid = sub.max_lid()
