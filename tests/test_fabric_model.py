@@ -364,3 +364,29 @@ def test_lmc_range_answers_and_is_routed_per_lid(ft):
     dr(r, sm, path, SmpAttr.PORT_INFO, 0, SET, smp.PORT_INFO.encode(Lid=base, LMC=0, SMLid=1, LinkState=0))
     assert r.inject(sm, m, 0, base + 1, 0, 0)[0].dropped
     assert not r.inject(sm, m, 0, base, 0, 0)[0].dropped
+
+
+def test_enhanced_switch_port0_takes_an_lmc(tmp_path):
+    net = ('Switch\t4 "sw"\t# "sw" enhanced port 0\n[1]\t"h1"[1]\n[2]\t"h2"[1]\n\n'
+           'Ca\t1 "h1"\n[1]\t"sw"[1]\n\nCa\t1 "h2"\n[1]\t"sw"[2]\n')
+    f = topo.loads(net)
+    sw = f.by_id["sw"]
+    assert sw.enhanced_sp0 and "enhanced port 0" in topo.dumps(f)
+    assert topo.loads(topo.dumps(f)).by_id["sw"].enhanced_sp0
+    r = route.Router(f)
+    h1 = f.by_id["h1"].ports[1]
+    si = smp.SWITCH_INFO.decode(dr(r, h1, [1], SmpAttr.SWITCH_INFO).mad, 64)
+    assert si["EnhancedPort0"] == 1
+    d = dr(r, h1, [1], SmpAttr.PORT_INFO, 0, SET, smp.PORT_INFO.encode(Lid=8, LMC=2, SMLid=8, LinkState=0))
+    assert smp.PORT_INFO.decode(d.mad, 64)["LMC"] == 2 and (sw.ports[0].lid, sw.ports[0].lmc) == (8, 2)
+    # h1 and h2 need LIDs for the answers to come back
+    dr(r, h1, [], SmpAttr.PORT_INFO, 0, SET, smp.PORT_INFO.encode(Lid=1, SMLid=8, LinkState=0))
+    sw.lft[:] = b"\xff" * 64
+    sw.lft[1] = 1
+    sw.lft_top = 16
+    m = smp.build_smp(GET, SmpAttr.NODE_INFO, tid=5)
+    for lid in range(8, 12):            # every LID of the range is the switch's SMA
+        out = r.inject(h1, m, 0, lid, 0, 0)
+        assert not out[0].dropped and out[0].slid == lid
+        assert smp.NODE_INFO.decode(out[0].mad, 64)["Guid"] == sw.guid
+    assert r.inject(h1, m, 0, 12, 0, 0)[0].dropped

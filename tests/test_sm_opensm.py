@@ -57,7 +57,10 @@ def fabric(tmp_path, request):
         pytest.fail("opensm/ibsim-utils/infiniband-diags missing (CI=true)")
     topo, server = request.param
     net = tmp_path / f"{topo}.net"
-    net.write_text(fixture(topo + ".net.xz"))
+    text = fixture(topo + ".net.xz")
+    if server == "softrdma-esp0":       # switches with an enhanced port 0
+        text = re.sub(r'^(Switch\t\d+ "[^"]+")$', r"\1\t# enhanced port 0", text, flags=re.M)
+    net.write_text(text)
     (tmp_path / "roots").write_text(fixture(topo + ".roots"))
     base = _base()
     if server == "ibsim":
@@ -195,6 +198,30 @@ def test_lmc_on_softrdma_fabric_server(fabric):
     # the server's umad2sim attach (GET_PORTINFO) reports the range too
     st = _diag(base, tmp, "ibstat")
     assert "Base lid: 4" in st and "LMC: 2" in st, st
+
+
+@pytest.mark.parametrize("fabric", [("ft2_64", "softrdma-esp0")], indirect=True)
+def test_lmc_esp0_on_enhanced_switch_port0(fabric):
+    # lmc_esp0 TRUE and switches whose port 0 is enhanced: switches get LMC ranges too,
+    # every LID of every range is routed, and the switch answers on all of its LIDs
+    base, tmp, topo = fabric
+    (tmp / "opensm.conf").write_text("lmc 2\n\nlmc_esp0 TRUE\n")
+    r = _opensm(base, tmp, "-F", str(tmp / "opensm.conf"), "-o", "-D", "0x43",
+                "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    ranges = [(int(lo, 16), int(hi, 16)) for _, lo, hi in
+              (ln.split() for ln in (tmp / "guid2lid").read_text().splitlines() if ln.strip())]
+    assert len(ranges) == 70 and all(hi == lo + 3 and lo % 4 == 0 for lo, hi in ranges)
+    lids = {lid for lo, hi in ranges for lid in range(lo, hi + 1)}
+    for guid, table in lft_dump.loads((tmp / "opensm-lfts.dump").read_text()).items():
+        assert set(table) == lids, f"switch 0x{guid:016x}"
+    leaf1 = 8                                  # the SM's CA port takes 4..7, leaf001 8..11
+    for lid in (leaf1, leaf1 + 3):
+        pi = _diag(base, tmp, "smpquery", "portinfo", str(lid), "0")
+        assert re.search(r"^LMC:\.+2$", pi, re.M) and re.search(rf"^Lid:\.+{leaf1}$", pi, re.M), pi
+        assert _diag(base, tmp, "smpquery", "nodedesc", str(lid)).strip().endswith("leaf001")
+    si = _diag(base, tmp, "smpquery", "switchinfo", str(leaf1 + 2))
+    assert re.search(r"^EnhancedPort0:\.+1$", si, re.M), si
 
 
 def test_no_fabric_is_a_clear_error(tmp_path):
