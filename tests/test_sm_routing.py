@@ -274,3 +274,16 @@ def test_guid2lid_unchanged_is_not_rewritten():
     for guid, p in s.ports.items():
         s2.ports[guid].lid, s2.ports[guid].lmc = p.lid, p.lmc
     assert assign_lids(s2, g2, 2) == [] and not g2.dirty
+
+
+def test_lmc_7_runs_out_of_lids_like_opensm():
+    # 648 CA ports x 128 LIDs do not fit below 0xC000: the ports past the end stay on LID 0
+    # (opensm: "ERR 0307: OPENSM RAN OUT OF LIDS!!!"), the others get their ranges
+    s = load_net(fixture("ft3_648.net.xz"))
+    g = Guid2Lid()
+    assign_lids(s, g, 7)
+    assert s.out_of_lids and all(p.lid == 0 for p in s.out_of_lids)
+    got = [p for p in s.ports.values() if p.lid]
+    assert len(got) + len(s.out_of_lids) == len(s.ports)
+    assert max(p.lid + (1 << p.lmc) - 1 for p in got) <= 0xBFFF
+    assert all(p.node.is_switch or p.lid % 128 == 0 for p in got)

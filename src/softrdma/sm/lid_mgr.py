@@ -127,10 +127,11 @@ def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0, lmc_esp0: bool = Fa
                 else:
                     r[0] = lo + n
                 return lo
-        raise RuntimeError("OPENSM RAN OUT OF LIDS")
+        return 0            # "ERR 0307: OPENSM RAN OUT OF LIDS!!!": the port is left on LID 0
 
     # lid_mgr_get_port_lid, SM port first
     changed = []
+    out_of_lids: list[Physp] = []
     for p in order:
         n = nlids(p)
         rec = g2l.get(p.guid)
@@ -140,6 +141,13 @@ def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0, lmc_esp0: bool = Fa
             lo = p.lid
         else:
             lo = find_free(n)
+            if not lo:
+                out_of_lids.append(p)
+                g2l.set(p.guid, 0, 0)
+                if p.lid:
+                    changed.append(p)
+                p.lid, p.lmc = 0, 0
+                continue
         g2l.set(p.guid, lo, lo + n - 1)
         used.update(range(lo, lo + n))
         plmc = n.bit_length() - 1
@@ -147,6 +155,7 @@ def assign_lids(subnet: Subnet, g2l: Guid2Lid, lmc: int = 0, lmc_esp0: bool = Fa
             changed.append(p)
         p.lid = lo
         p.lmc = plmc
+    subnet.out_of_lids = out_of_lids
     return changed
 
 

@@ -85,6 +85,7 @@ class Subnet:
         self.lfts: dict[Node, bytes] = {}       # the LFTs the SM computed last
         self.lmc = 0                            # the SM's LMC (opensm's opt.lmc), set by the LID manager
         self.lid_top = 0                        # highest LID ever in opensm's port_lid_tbl (lid_mgr)
+        self.out_of_lids: list[Physp] = []      # ports the LID manager found no range for
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.guid] = node

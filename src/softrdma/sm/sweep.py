@@ -95,6 +95,9 @@ class HeavySweep:
         # the LID table of the SM's previous sweeps (the LFTs it programmed span it)
         sub.lid_top = max(sub.lid_top, max((len(l) - 1 for l in self.previous.values()), default=0))
         assign_lids(sub, self.g2l, self.lmc, self.lmc_esp0)
+        if sub.out_of_lids:
+            self.log.error(f"ERR 0307: OPENSM RAN OUT OF LIDS!!! ({len(sub.out_of_lids)} ports left "
+                           f"without a LID at LMC {self.lmc})")
         sm_lid = sub.ports[sub.sm_port_guid].lid
         self.sm_lid = sm_lid
         for p in sub.end_ports():
