@@ -11,7 +11,11 @@ dropped and logged.  Other attributes and methods: status "method/attribute
 unsupported".  PathRecord fields: SGID/DGID from the subnet prefix and port
 GUIDs, reversible, P_Key 0xFFFF, SL 0, MTU the smaller MtuCap of the two
 ends, rate from the source port's active width and speed, packet lifetime
-opensm's default 0x12; the path must exist through the LFTs.
+opensm's default 0x12; the path must exist through the LFTs.  With an
+LMC, a GetTable has one path per pair of LIDs of the two ranges, in opensm's
+order and preference (base+i to base+i first, preference 0; then the other
+pairs, preference 2), NumbPath of them if asked; a Get, one (the bases, or
+the LIDs asked for).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from __future__ import annotations
 from ..wire.mad import IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB, Method
 from ..wire.sa import (NODE_RECORD_DESC, NODE_RECORD_NODE_INFO, NODE_RECORD_SIZE, NR_COMP_LID, PATH_RECORD,
                        PIR_COMP_LID, PIR_COMP_PORTNUM, PORT_INFO_RECORD_PORT_INFO, PORT_INFO_RECORD_SIZE,
-                       PR_COMP_DGID, PR_COMP_DLID, PR_COMP_SGID, PR_COMP_SLID, SA_DATA_OFFSET, SA_STATUS_NO_RECORDS,
+                       PR_COMP_DGID, PR_COMP_DLID, PR_COMP_NUMBPATH, PR_COMP_SGID, PR_COMP_SLID,
+                       SA_DATA_OFFSET, SA_STATUS_NO_RECORDS,
                        SA_STATUS_REQ_INVALID, SaAttr, parse_sa, records_per_mad, set_sa_response)
 from ..wire.errors import WireError
 from ..wire.smp import LINK_WIDTH, NODE_INFO, PORT_INFO, encode_node_desc
@@ -85,7 +90,7 @@ class SubnetAdmin:
         return None
 
     def path_record(self, src: Physp, dst: Physp, slid: int | None = None,
-                    dlid: int | None = None) -> bytes | None:
+                    dlid: int | None = None, preference: int = 0) -> bytes | None:
         """One path; ``slid``/``dlid``: the LIDs of the ports' LMC ranges asked for (default base)."""
         if self._hops(src, dst, dlid) is None:
             return None
@@ -99,14 +104,54 @@ class SubnetAdmin:
         return bytes(PATH_RECORD.encode(
             DGID=(GID_PREFIX << 64) | dst.guid, SGID=(GID_PREFIX << 64) | src.guid,
             DLID=dlid or dst.lid, SLID=slid or src.lid, Reversible=1, PKey=0xFFFF, MtuSelector=2, Mtu=mtu,
-            RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=PACKET_LIFE_TIME))
+            RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=PACKET_LIFE_TIME,
+            Preference=preference))
+
+    def pair_paths(self, src: Physp, dst: Physp, slid: int | None, dlid: int | None,
+                   iterations: int | None) -> list[bytes]:
+        """pr_rcv_get_port_pair_paths: the paths between two ports over their LMC ranges (or the
+        LIDs asked for): first base+i to base+i (preference 0), then the other pairs source-major
+        (preference 2); at most ``iterations`` (None: all)."""
+        slo, shi = (slid, slid) if slid else (src.lid, src.lid + (1 << src.lmc) - 1)
+        dlo, dhi = (dlid, dlid) if dlid else (dst.lid, dst.lid + (1 << dst.lmc) - 1)
+        out: list[bytes] = []
+        if not slo or not dlo:
+            return out
+
+        def more() -> bool:
+            return iterations is None or len(out) < iterations
+        s_, d_ = slo, dlo
+        while more():
+            if (r := self.path_record(src, dst, s_, d_, 0)) is not None:
+                out.append(r)
+            s_ += 1
+            d_ += 1
+            if s_ > shi or d_ > dhi:
+                break
+        s_, d_, so, do = slo, dlo, 0, 0
+        while more():
+            do += 1
+            d_ += 1
+            if d_ > dhi:
+                so += 1
+                s_ += 1
+                if s_ > shi:
+                    break
+                do, d_ = 0, dlo
+            if so == do:
+                continue            # a preference-0 path, already there
+            if (r := self.path_record(src, dst, s_, d_, 2)) is not None:
+                out.append(r)
+        return out
 
     # -- queries ---------------------------------------------------------------------------
     def _port_by_gid(self, gid: int) -> Physp | None:
         return self.subnet.ports.get(gid & 0xFFFFFFFFFFFFFFFF)
 
-    def query(self, attr: int, mask: int, rec, slid: int) -> tuple[list[bytes], int] | None:
-        """(records, record size) for the request, or None if the attribute is not served."""
+    def query(self, attr: int, mask: int, rec, slid: int,
+              get: bool = False) -> tuple[list[bytes], int] | None:
+        """(records, record size) for the request (``get``: SubnAdmGet, else GetTable), or None
+        if the attribute is not served."""
         if attr == SaAttr.NODE_RECORD:
             want = int.from_bytes(rec[0:2], "big") if mask & NR_COMP_LID else None
             ports = [self.by_lid[want]] if want in self.by_lid else [] if want is not None else \
@@ -143,8 +188,10 @@ class SubnetAdmin:
             # a LID asked for (SLID/DLID in the mask) may be any LID of the port's range
             slid_ = f["SLID"] if mask & PR_COMP_SLID and not mask & PR_COMP_SGID else None
             dlid_ = f["DLID"] if mask & PR_COMP_DLID and not mask & PR_COMP_DGID else None
-            out = [r for d in dsts if d is not None and
-                   (r := self.path_record(src, d, slid_, dlid_)) is not None]
+            # SubnAdmGet: one path per port pair (IBA 1.2 erratum); else NumbPath, or all
+            iterations = 1 if get else f["NumbPath"] if mask & PR_COMP_NUMBPATH else None
+            out = [r for d in dsts if d is not None
+                   for r in self.pair_paths(src, d, slid_, dlid_, iterations)]
             return out, 64
         return None
 
@@ -159,7 +206,7 @@ class SubnetAdmin:
             mad[3] = Method.GET_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
             return bytes(mad)
-        res = self.query(attr, hdr.comp_mask, rec, slid)
+        res = self.query(attr, hdr.comp_mask, rec, slid, get=method == Method.GET)
         if res is None:
             mad[3] = Method.GET_RESP if method == Method.GET else Method.SA_GET_TABLE_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
