@@ -256,6 +256,19 @@ def test_config_file_round_trip(tmp_path):
     assert r.returncode == 2 and "unsupported option 'qos'" in r.stderr
 
 
+def test_lmc_options_as_opensm(tmp_path):
+    conf = tmp_path / "opensm.conf"
+    r = _opensm(_base(), tmp_path, "-l", "3", "-c", str(conf), timeout=30)
+    assert r.returncode == 0, r.stderr
+    text = conf.read_text()
+    assert "lmc 3\n" in text and "lmc_esp0 FALSE\n" in text
+    # opensm's osm_subn_verify_config: a bad cached LMC falls back to 0, with its message
+    conf.write_text("lmc 9\n")
+    r = _opensm(_base(), tmp_path, "-F", str(conf), "-c", str(tmp_path / "out.conf"), timeout=30)
+    assert r.returncode == 0 and " Invalid Cached Option Value:lmc = 9:Using Default:0" in r.stdout
+    assert "lmc 0\n" in (tmp_path / "out.conf").read_text()
+
+
 def test_udp_remote_mode_on_softrdma_fabric_server(tmp_path):
     # ibsim's remote mode (IBSIM_SERVER_NAME/PORT), against softrdma's server on 127.0.0.1
     import random
