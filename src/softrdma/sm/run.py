@@ -60,10 +60,15 @@ class SmLoop:
             self.shown = state
 
     def _unsolicited(self, req) -> None:
-        replies, events = self.agent.handle(req)
-        for dlid, dqp, sqp, mad in replies:
-            self.port.send(mad, dlid, dqp, sqp)
+        replies, events = self.agent.handle(req, time.monotonic())
+        for dlid, dqp, sqp, mad, length in replies:
+            self.port.send(mad, dlid, dqp, sqp, length)
         self.events.extend(events)
+
+    def _sa_timers(self) -> None:
+        if self.agent.sa is not None and self.agent.sa.transfers:
+            for dlid, dqp, mad in self.agent.sa.tick(time.monotonic()):
+                self.port.send(mad, dlid, dqp, 1)
 
     def _drive(self, q: MadQueue, machine) -> None:
         drive(q, machine, self.port, window=self.s["wire"], on_unsolicited=self._unsolicited)
@@ -75,10 +80,11 @@ class SmLoop:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            if self.port.wait(min(left, 0.2)):
+            if self.port.wait(min(left, 0.05 if self.agent.sa and self.agent.sa.transfers else 0.2)):
                 for req in self.port.recv_all():
                     if not req.status and not req.mad[3] & 0x80:
                         self._unsolicited(req)
+            self._sa_timers()
 
     # -- the steps -------------------------------------------------------------------------
     def _discover(self) -> Discovery:
@@ -141,7 +147,10 @@ class SmLoop:
             self.failed += bad
         self.previous = sweep.programmed()
         if self.sa_factory:
-            self.agent.sa = self.sa_factory(self.subnet, self.sminfo, self.log)
+            if self.agent.sa is None:
+                self.agent.sa = self.sa_factory(self.subnet, self.sminfo, self.log)
+            else:
+                self.agent.sa.set_subnet(self.subnet)
         if not bad or self.shown != "up":
             self._say("SUBNET UP")
             self.shown = "up"

@@ -20,8 +20,9 @@ from ..wire.mad import IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB, Method
 from ..wire.sa import (NODE_RECORD_DESC, NODE_RECORD_NODE_INFO, NODE_RECORD_SIZE, NR_COMP_LID, PATH_RECORD,
                        PIR_COMP_LID, PIR_COMP_PORTNUM, PORT_INFO_RECORD_PORT_INFO, PORT_INFO_RECORD_SIZE,
                        PR_COMP_DGID, PR_COMP_DLID, PR_COMP_SGID, PR_COMP_SLID, SA_DATA_OFFSET, SA_STATUS_NO_RECORDS,
-                       SA_STATUS_REQ_INVALID, SaAttr, parse_sa, records_per_mad, set_sa_response)
+                       SA_STATUS_REQ_INVALID, SaAttr, parse_sa, set_sa_response)
 from ..wire.errors import WireError
+from ..wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_TYPE_DATA, RmppSender
 from ..wire.smp import LINK_WIDTH, NODE_INFO, PORT_INFO, encode_node_desc
 from .subnet import NO_PATH, Physp, Subnet
 
@@ -39,7 +40,9 @@ class SubnetAdmin:
         self.subnet = subnet
         self.log = log
         self.by_lid = subnet.port_by_lid()
-        self.truncated = 0
+        self.transfers: dict[tuple[int, int], RmppSender] = {}
+        self.rmpp_timeout, self.rmpp_retries = 0.2, 3
+        self.counts = {"rmpp_transfers": 0, "rmpp_aborted": 0}
 
     # -- records ---------------------------------------------------------------------------
     def node_record(self, p: Physp) -> bytes:
@@ -137,34 +140,78 @@ class SubnetAdmin:
             return out, 64
         return None
 
-    def handle(self, mad: bytearray, slid: int = 0) -> bytes | None:
+    def set_subnet(self, subnet: Subnet) -> None:
+        """A new heavy sweep's view; what clients registered (groups, services) stays."""
+        self.subnet = subnet
+        self.by_lid = subnet.port_by_lid()
+
+    def handle(self, mad: bytearray, slid: int = 0, sqp: int = 1, now: float = 0.0) -> list:
+        """Answers to one SA MAD: ``[(mad, length), ...]`` (length: what to report as
+        received, for readers without RMPP; None = the whole MAD)."""
         method = mad[3]
         attr = int.from_bytes(mad[16:18], "big")
         try:
             hdr, rec = parse_sa(bytes(mad))
         except WireError:
-            return None
+            return []
+        if hdr.rmpp_version and hdr.rmpp_flags & RMPP_FLAG_ACTIVE and hdr.rmpp_type != RMPP_TYPE_DATA:
+            # an ACK/STOP/ABORT of one of our transfers
+            t = self.transfers.get((slid, int.from_bytes(mad[8:16], "big")))
+            if t is None:
+                return []
+            out = [(m, None) for m in t.on_control(mad, now)]
+            if t.done:
+                self._finish(t)
+            return out
         if method not in (Method.GET, Method.SA_GET_TABLE):
             mad[3] = Method.GET_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
-            return bytes(mad)
+            return [(bytes(mad), None)]
         res = self.query(attr, hdr.comp_mask, rec, slid)
         if res is None:
             mad[3] = Method.GET_RESP if method == Method.GET else Method.SA_GET_TABLE_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
-            return bytes(mad)
+            return [(bytes(mad), None)]
         records, size = res
         if method == Method.GET:
             status = 0 if len(records) == 1 else SA_STATUS_NO_RECORDS if not records else SA_STATUS_REQ_INVALID
             set_sa_response(mad, Method.GET_RESP, records[:1] if status == 0 else [], size, status)
-            return bytes(mad)
-        fit = records_per_mad(size)
-        if len(records) > fit:
-            self.truncated += 1
+            return [(bytes(mad), None)]
+        words = (size + 7) // 8
+        set_sa_response(mad, Method.SA_GET_TABLE_RESP, [], size, rmpp=True)
+        data = b"".join(r.ljust(words * 8, b"\0") for r in records)
+        key = (slid, int.from_bytes(mad[8:16], "big"))
+        old = self.transfers.pop(key, None)         # the request again: start over
+        if old is not None:
+            self._finish(old)
+        t = RmppSender(mad[:SA_DATA_OFFSET], data, timeout=self.rmpp_timeout, retries=self.rmpp_retries,
+                       now=now)
+        segs = t.start(now)
+        # a reader without RMPP (umad2sim) takes segment 1 alone, as long as this says:
+        # the whole records in it, which is what saquery counts
+        out = [(segs[0], t.first_length(words * 8))] + [(m, None) for m in segs[1:]]
+        if t.count > 1:
+            t.dest = (slid, sqp)
+            self.transfers[key] = t
+            self.counts["rmpp_transfers"] += 1
+        return out
+
+    def tick(self, now: float) -> list:
+        """Transfers past their deadline: ``[(dlid, dqp, mad), ...]`` to resend."""
+        out = []
+        for key, t in list(self.transfers.items()):
+            for m in t.on_timer(now):
+                out.append((t.dest[0], t.dest[1], m))
+            if t.done:
+                self._finish(t)
+        return out
+
+    def _finish(self, t: RmppSender) -> None:
+        for key, v in list(self.transfers.items()):
+            if v is t:
+                del self.transfers[key]
+        if t.aborted:
+            self.counts["rmpp_aborted"] += 1
             if self.log:
-                self.log.info(f"SA: {len(records)} records of attribute {attr:#x}, "
-                              f"{fit} fit in one MAD (no RMPP over ibsim): answer truncated")
-        set_sa_response(mad, Method.SA_GET_TABLE_RESP, records[:fit], size, rmpp=True)
-        # an RMPP transfer's length is its payload's, not the MAD's: umad2sim hands it to the
-        # client as the received length, and saquery counts records by it
-        return bytes(mad[:SA_DATA_OFFSET + min(len(records), fit) * ((size + 7) // 8) * 8])
+                self.log.info(f"SA: RMPP transfer to LID {t.dest[0]} given up (status {t.aborted}) "
+                              f"after segment {t.last_ack} of {t.count}")
