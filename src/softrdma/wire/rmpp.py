@@ -12,7 +12,8 @@ arithmetic (drivers/infiniband/core/mad_rmpp.c):
   middle ones' 0 (220 = 256 - the 36 bytes up to the end of the RMPP
   header).  It starts with a window of one segment, sends up to the
   receiver's NewWindowLast, resends from the last ACKed segment on a
-  timeout and gives up (ABORT) after ``retries`` of them.
+  timeout and gives up after ``retries`` of them -- or at the first
+  timeout if nothing was ever ACKed (a reader without RMPP).
 * ``RmppReceiver`` takes segments in order, ACKs the first one and then
   every ``window`` (and the last), re-ACKs duplicates, and hands back the
   reassembled MAD: ``hdr_len`` header bytes then the data, whose length is
@@ -115,6 +116,7 @@ class RmppSender:
         self.tries = 0
         self.deadline = now + timeout
         self.done = False
+        self.acked = False        # the receiver does RMPP: it ACKed something
         self.aborted = 0          # the RMPPStatus of an abort (ours or the receiver's)
 
     def segment(self, n: int) -> bytes:
@@ -132,12 +134,13 @@ class RmppSender:
         set_rmpp(mad, RMPP_TYPE_DATA, flags, n, paylen)
         return bytes(mad)
 
-    def first_length(self, record_bytes: int) -> int:
+    def first_length(self, record_bytes: int, view: int = MAD_SIZE) -> int:
         """The length to report with segment 1 for a reader without RMPP
-        (umad2sim): the header and the whole records within that segment."""
+        (umad2sim): the header and the whole records within the first
+        ``view`` bytes of that segment."""
         if record_bytes <= 0:
             return self.hdr_len
-        data = min(len(self.data), self.seg_size)
+        data = min(len(self.data), self.seg_size, view - self.hdr_len)
         return self.hdr_len + data // record_bytes * record_bytes
 
     def _send_window(self, start: int) -> list[bytes]:
@@ -167,6 +170,7 @@ class RmppSender:
         if h.paylen < h.seg:
             return self._abort(mad, RMPP_STATUS_W2S)
         progressed = h.seg > self.last_ack or h.paylen > self.window_last
+        self.acked = True
         self.last_ack = h.seg
         self.window_last = max(self.window_last, h.paylen)
         if self.last_ack >= self.count:
@@ -185,8 +189,17 @@ class RmppSender:
         return [control_mad(ack, RMPP_TYPE_ABORT, status=status, hdr_len=self.hdr_len)]
 
     def on_timer(self, now: float) -> list[bytes]:
-        """Past the deadline without progress: the unACKed window again, or give up."""
+        """Past the deadline without progress: the unACKed window again, or give up.
+
+        Before the first ACK nothing is resent: a reader that does not ACK
+        segment 1 does not do RMPP (umad2sim) and took segment 1 as the whole
+        answer; resending it would reach whichever client has its slot by
+        then.  A requester that lost segment 1 times out, as with an SA
+        that did not answer."""
         if self.done or now < self.deadline:
+            return []
+        if not self.acked:
+            self.done, self.aborted = True, RMPP_STATUS_TMR
             return []
         self.tries += 1
         if self.tries > self.retries:
