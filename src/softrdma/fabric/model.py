@@ -159,7 +159,7 @@ class Node:
 
     __slots__ = ("type", "nodeid", "desc", "guid", "sysguid", "vendid", "devid", "revision",
                  "nports", "ports", "lft", "lft_top", "mft", "mft_top", "lifetime",
-                 "state_change", "sl2vl", "index")
+                 "state_change", "sl2vl", "index", "node_info_cache")
 
     def __init__(self, type_: int, nodeid: str, nports: int, guid: int, *, desc: str = "",
                  sysguid: int = 0, vendid: int = 0, devid: int = 0, revision: int = 0):
@@ -175,6 +175,7 @@ class Node:
         self.revision = revision
         self.nports = nports
         self.index = 0
+        self.node_info_cache: dict[int, bytes] = {}    # arrival port -> NodeInfo (agents)
         self.sl2vl = None          # None: defaults; else {(in, out) or out: 8 bytes}
         if type_ == NodeType.SWITCH:
             self.lft = bytearray()         # grown on Set up to LINEAR_FDB_CAP
