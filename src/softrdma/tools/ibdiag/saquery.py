@@ -607,6 +607,16 @@ def _gid_bytes(text):
         return None
 
 
+#: numeric options: Params attribute and the width the C tool casts the value to
+_ALL = (1 << 64) - 1
+_NUMERIC = {"\x01slid": ("slid", 0xFFFF), "\x01dlid": ("dlid", 0xFFFF), "\x01mlid": ("mlid", 0xFFFF),
+            "r": ("reversible", _ALL), "n": ("numb_path", _ALL), "\x01pkey": ("pkey", 0xFFFF),
+            "Q": ("qos_class", _ALL), "\x01sl": ("sl", _ALL), "M": ("mtu", 0xFF), "R": ("rate", 0xFF),
+            "\x01pkt_lifetime": ("pkt_life", 0xFF), "q": ("qkey", 0xFFFFFFFF), "T": ("tclass", 0xFF),
+            "F": ("flow_label", _ALL), "H": ("hop_limit", _ALL), "\x01scope": ("scope", 0xFF),
+            "J": ("join_state", 0xFF), "X": ("proxy_join", _ALL), "\x01service_id": ("service_id", _ALL)}
+
+
 class Tool:
     def __init__(self, prog: str):
         self.prog = prog
@@ -652,45 +662,14 @@ class Tool:
             self.command = "MCGROUPS"
         elif c == "m":
             self.command = "MCMEMBERS"
-        elif c in ("\x01slid", "\x01dlid", "\x01mlid"):
-            setattr(p, c[1:], strtoul(arg) & 0xFFFF)
+        elif c in _NUMERIC:
+            attr, mask = _NUMERIC[c]
+            setattr(p, attr, strtoul(arg) & mask)
         elif c in ("\x01sgid", "\x01dgid", "\x01gid", "\x01mgid"):
             g = _gid_bytes(arg)
             if g is None:
                 return False
             setattr(p, c[1:], g)
-        elif c == "r":
-            p.reversible = strtoul(arg)
-        elif c == "n":
-            p.numb_path = strtoul(arg)
-        elif c == "\x01pkey":
-            p.pkey = strtoul(arg) & 0xFFFF
-        elif c == "Q":
-            p.qos_class = strtoul(arg)
-        elif c == "\x01sl":
-            p.sl = strtoul(arg)
-        elif c == "M":
-            p.mtu = strtoul(arg) & 0xFF
-        elif c == "R":
-            p.rate = strtoul(arg) & 0xFF
-        elif c == "\x01pkt_lifetime":
-            p.pkt_life = strtoul(arg) & 0xFF
-        elif c == "q":
-            p.qkey = strtoul(arg) & 0xFFFFFFFF
-        elif c == "T":
-            p.tclass = strtoul(arg) & 0xFF
-        elif c == "F":
-            p.flow_label = strtoul(arg)
-        elif c == "H":
-            p.hop_limit = strtoul(arg)
-        elif c == "\x01scope":
-            p.scope = strtoul(arg) & 0xFF
-        elif c == "J":
-            p.join_state = strtoul(arg) & 0xFF
-        elif c == "X":
-            p.proxy_join = strtoul(arg)
-        elif c == "\x01service_id":
-            p.service_id = strtoul(arg)
         else:
             return False
         return None
