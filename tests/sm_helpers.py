@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import lzma
 import os
+import re
 import shutil
+import subprocess
+import sys
+import time
 
 from softrdma.sm.subnet import NODE_CA, NODE_SWITCH, Node, Subnet
 
@@ -66,3 +70,94 @@ def need_ibsim():
     missing = not have_ibsim()
     return pytest.mark.skipif(missing and os.environ.get("CI") != "true",
                               reason="opensm/ibsim-utils/infiniband-diags not installed")
+
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+_seq = [0]
+
+
+class IbsimFabric:
+    """A fabric server on ft2_64 -- the real ibsim (its console on a pipe) or
+    ``softrdma fabric serve`` -- and the SMs and diags started on it."""
+
+    def __init__(self, tmp, server: str = "ibsim"):
+        if not have_ibsim():
+            import pytest
+            pytest.fail("opensm/ibsim-utils/infiniband-diags missing (CI=true)")
+        _seq[0] += 1
+        self.tmp = tmp
+        self.base = f"smr{os.getpid()}n{_seq[0]}"
+        (tmp / "ft.net").write_text(fixture("ft2_64.net.xz"))
+        (tmp / "poll.conf").write_text("sminfo_polling_timeout 300\n\npolling_retry_number 1\n")
+        self.procs = []
+        cmd = ["ibsim", "-s", str(tmp / "ft.net")] if server == "ibsim" else \
+            [sys.executable, "-m", "softrdma", "fabric", "serve", str(tmp / "ft.net")]
+        self.sim = self._start(cmd, "ibsim.log", stdin=subprocess.PIPE)
+        end = time.monotonic() + 10
+        while f"@{self.base}:ctl".encode() not in open("/proc/net/unix", "rb").read():
+            assert time.monotonic() < end, "ibsim did not start"
+            time.sleep(0.05)
+
+    def env(self, **extra):
+        env = dict(os.environ, IBSIM_SOCKNAME=self.base, PYTHONPATH=SRC)
+        for k in ("LD_PRELOAD", "SIM_HOST", "OSM_CACHE_DIR", "OSM_TMP_DIR"):
+            env.pop(k, None)
+        env.update(extra)
+        return env
+
+    def _start(self, cmd, out, stdin=subprocess.DEVNULL, **env):
+        p = subprocess.Popen(cmd, cwd=self.tmp, env=self.env(**env), stdin=stdin,
+                             stdout=open(self.tmp / out, "w"), stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def our_sm(self, name, node=None, *args):
+        d = self.tmp / name
+        d.mkdir()
+        extra = {"SIM_HOST": node} if node else {}
+        p = self._start([sys.executable, "-m", "softrdma", "opensm", "-F", str(self.tmp / "poll.conf"),
+                         "-f", str(d / "osm.log"), *args], f"{name}.out",
+                        OSM_CACHE_DIR=str(d), OSM_TMP_DIR=str(d), **extra)
+        p.log = d / "osm.log"
+        return p
+
+    def real_sm(self, name, node, *args):
+        d = self.tmp / name
+        d.mkdir()
+        p = self._start(["opensm", "-d2", "-f", str(d / "osm.log"), *args], f"{name}.out",
+                        OSM_CACHE_DIR=str(d), OSM_TMP_DIR=str(d), SIM_HOST=node, LD_PRELOAD=SIMSO)
+        p.log = d / "osm.log"
+        return p
+
+    def console(self, line):
+        self.sim.stdin.write(line.encode() + b"\n")
+        self.sim.stdin.flush()
+
+    def diag(self, *cmd, node="host0002"):
+        r = subprocess.run(list(cmd), cwd=self.tmp, env=self.env(LD_PRELOAD=SIMSO, SIM_HOST=node),
+                           capture_output=True, text=True, timeout=30)
+        return r.stdout
+
+    def close(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def wait_log(proc, pattern, timeout=15.0, count=1):
+    end = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < end:
+        try:
+            text = proc.log.read_text(errors="replace")
+        except FileNotFoundError:
+            text = ""
+        if len(re.findall(pattern, text)) >= count:
+            return text
+        time.sleep(0.05)
+    raise AssertionError(f"no {pattern!r} (x{count}) in {proc.log}:\n{text[-3000:]}")

@@ -17,7 +17,7 @@ from softrdma.sm.guid2lid import Guid2Lid
 from softrdma.sm.lid_mgr import assign_lids
 from softrdma.sm.routing import compute
 
-TOPOS = ["ft2_64", "ft2_324", "ft3_648"]
+TOPOS = ["ft2_64", "ft2_324", "ft3_648", "ft3_1296", "ft2_2048"]
 
 
 LMC_TOPOS = ["ft2_64", "ft2_324", "ft3_648"]
@@ -47,7 +47,7 @@ def test_lfts_identical_to_opensm(topo, engine):
 
 
 @pytest.mark.parametrize("engine", ["updn", "ftree"])
-@pytest.mark.parametrize("topo", ["ft2_324", "ft3_648"])
+@pytest.mark.parametrize("topo", ["ft2_324", "ft3_648", "ft3_1296", "ft2_2048"])
 def test_reaches_all_and_is_deadlock_free(topo, engine):
     s, _ = build(topo)
     used, lfts = compute(s, engine, roots(topo))

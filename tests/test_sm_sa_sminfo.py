@@ -10,8 +10,11 @@ from softrdma.sm.routing import compute
 from softrdma.sm.sa import SubnetAdmin
 from softrdma.sm.sminfo import HANDOVER, RemoteSm, SmInfoState
 from softrdma.wire.mad import MgmtClass, Method, build_mad
-from softrdma.wire.sa import (NR_COMP_LID, PATH_RECORD, PR_COMP_DLID, PR_COMP_SLID, SA_CLASS_VERSION,
-                              SA_STATUS_NO_RECORDS, SaAttr, parse_sa)
+from softrdma.wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_FLAG_FIRST, RMPP_TYPE_DATA, RmppReceiver, parse_rmpp
+from softrdma.sm.mcast import mft, mft_smps
+from softrdma.wire.sa import (MCMEMBER_RECORD, MCR_COMP, NR_COMP_LID, PATH_RECORD, PR_COMP_DLID, PR_COMP_SLID,
+                              SA_CLASS_VERSION, SA_STATUS_INSUFFICIENT_COMPONENTS, SA_STATUS_NO_RECORDS,
+                              SA_STATUS_REQ_INVALID, SERVICE_RECORD, SaAttr, SaMethod, parse_sa)
 from softrdma.wire.smp import SM_INFO, SmpAttr, SmState, build_smp
 
 
@@ -31,35 +34,68 @@ def sa_query(method, attr, mask, record=b""):
     return mad
 
 
+def one(sa, mad):
+    (r, length), = sa.handle(mad)
+    return r if length is None else r[:length]
+
+
 def test_node_record_by_lid_and_no_records():
     sa = SubnetAdmin(subnet())
-    r = sa.handle(sa_query(Method.GET, SaAttr.NODE_RECORD, NR_COMP_LID, (2).to_bytes(2, "big")))
+    r = one(sa, sa_query(Method.GET, SaAttr.NODE_RECORD, NR_COMP_LID, (2).to_bytes(2, "big")))
     assert r[3] == Method.GET_RESP and r[4:6] == b"\0\0"
     hdr, data = parse_sa(r)
     assert int.from_bytes(data[0:2], "big") == 2 and bytes(data[44:51]) == b"leaf001"
-    r = sa.handle(sa_query(Method.GET, SaAttr.NODE_RECORD, NR_COMP_LID, (999).to_bytes(2, "big")))
+    r = one(sa, sa_query(Method.GET, SaAttr.NODE_RECORD, NR_COMP_LID, (999).to_bytes(2, "big")))
     assert int.from_bytes(r[4:6], "big") == SA_STATUS_NO_RECORDS
 
 
-def test_table_answer_is_one_rmpp_segment_of_what_fits():
+def test_table_answer_is_an_rmpp_transfer():
     sa = SubnetAdmin(subnet())
-    r = sa.handle(sa_query(Method.SA_GET_TABLE, SaAttr.NODE_RECORD, 0))
-    assert r[3] == Method.SA_GET_TABLE_RESP
-    assert len(r) == 56 + 112 and sa.truncated == 1     # 70 NodeRecords, one fits
-    assert r[24] == 1 and r[26] & 7 == 7                 # RMPP v1, ACTIVE|FIRST|LAST
+    req = sa_query(Method.SA_GET_TABLE, SaAttr.NODE_RECORD, 0)
+    (seg1, length), = sa.handle(bytearray(req), slid=5, sqp=1, now=0.0)
+    assert seg1[3] == Method.SA_GET_TABLE_RESP
+    h = parse_rmpp(seg1)
+    assert (h.version, h.type, h.seg, h.flags) == (1, RMPP_TYPE_DATA, 1, RMPP_FLAG_ACTIVE | RMPP_FLAG_FIRST)
+    # 70 NodeRecords of 112 bytes = 7840 bytes: 40 segments, the last 40 bytes full (pad 160)
+    assert h.paylen == 40 * 220 - 160
+    assert length == 56 + 112            # umad2sim's reader: the one whole record in segment 1
+    # our end acknowledges: the SA sends the window, and so on until the last one
+    r = RmppReceiver(window=16)
+    ack = r.on_data(seg1)
+    t = 0.0
+    while r.result is None:
+        segs = [m for m, _ in sa.handle(bytearray(ack), slid=5, sqp=1, now=t)]
+        assert segs
+        for m in segs:
+            a = r.on_data(m)
+            if a is not None:
+                ack = a
+    assert sa.handle(bytearray(ack), slid=5, now=t) == [] and not sa.transfers
+    hdr, data = parse_sa(r.result[:256])
+    assert len(r.result) == 56 + 70 * 112 and hdr.attr_offset == 14
+    lids = [int.from_bytes(r.result[56 + i * 112:58 + i * 112], "big") for i in range(70)]
+    assert lids == sorted(lids) and len(set(lids)) == 70
+
+
+def test_a_reader_without_rmpp_leaves_nothing_behind():
+    sa = SubnetAdmin(subnet())
+    sa.handle(sa_query(Method.SA_GET_TABLE, SaAttr.NODE_RECORD, 0), slid=5, now=0.0)
+    assert len(sa.transfers) == 1
+    resent = [len(sa.tick(t)) for t in (0.5, 1.1, 2.0)]
+    assert resent == [0, 0, 0] and not sa.transfers and sa.counts["rmpp_aborted"] == 1
 
 
 def test_path_record_follows_the_lfts():
     s = subnet()
     sa = SubnetAdmin(s)
     rec = PATH_RECORD.encode(SLID=1, DLID=70)
-    r = sa.handle(sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD, PR_COMP_SLID | PR_COMP_DLID, rec))
+    r = one(sa, sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD, PR_COMP_SLID | PR_COMP_DLID, rec))
     f = PATH_RECORD.decode(parse_sa(r)[1])
     assert (f["SLID"], f["DLID"], f["PKey"], f["Reversible"]) == (1, 70, 0xFFFF, 1)
     assert f["DGID"] & 0xFFFFFFFFFFFFFFFF == 0x0002c904000003f1
     for sw in s.lfts.values():                          # no route: no path record
         sw[70] = 0xFF
-    r = sa.handle(sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD, PR_COMP_SLID | PR_COMP_DLID, rec))
+    r = one(sa, sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD, PR_COMP_SLID | PR_COMP_DLID, rec))
     assert len(r) == 56
 
 
@@ -78,15 +114,15 @@ def test_lmc_path_records_as_opensm_orders_them():
     assert got == want
     gid = (0xFE80 << 112)
     rec = PATH_RECORD.encode(SGID=gid | src.guid, DGID=gid | dst.guid, NumbPath=2)
-    r = sa.handle(sa_query(Method.GET, SaAttr.PATH_RECORD, PR_COMP_SGID | PR_COMP_DGID, rec))
+    r = one(sa, sa_query(Method.GET, SaAttr.PATH_RECORD, PR_COMP_SGID | PR_COMP_DGID, rec))
     f = PATH_RECORD.decode(parse_sa(r)[1])
     assert r[4:6] == b"\0\0" and (f["SLID"], f["DLID"]) == (4, 12)
-    r = sa.handle(sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD,
+    r = one(sa, sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD,
                            PR_COMP_SGID | PR_COMP_DGID | PR_COMP_NUMBPATH, rec))
     assert len(r) == 56 + 2 * 64
     # LIDs asked for: that pair only
     rec = PATH_RECORD.encode(SLID=6, DLID=13)
-    r = sa.handle(sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD, PR_COMP_SLID | PR_COMP_DLID, rec))
+    r = one(sa, sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD, PR_COMP_SLID | PR_COMP_DLID, rec))
     f = PATH_RECORD.decode(parse_sa(r)[1])
     assert len(r) == 56 + 64 and (f["SLID"], f["DLID"], f["Preference"]) == (6, 13, 0)
 
@@ -113,7 +149,7 @@ def test_agent_answers_sminfo_and_handover():
     agent = Agent(st)
     req = SimpleNamespace(mad=bytes(build_smp(Method.GET, SmpAttr.SM_INFO, tid=5)), slid=9, sqp=0, dqp=0)
     replies, events = agent.handle(req)
-    (dlid, dqp, sqp, mad), = replies
+    (dlid, dqp, sqp, mad, length), = replies
     f = SM_INFO.decode(mad[64:])
     assert dlid == 9 and mad[3] == Method.GET_RESP and not events
     assert (f["SmInfoGuid"], f["SmPriority"], f["SmState"], f["SmInfoKey"]) == \
@@ -121,3 +157,112 @@ def test_agent_answers_sminfo_and_handover():
     req.mad = bytes(build_smp(Method.SET, SmpAttr.SM_INFO, HANDOVER, tid=6))
     replies, events = agent.handle(req)
     assert events == [("handover", None)] and st.state == SmState.DISCOVERING
+
+
+def mcmr(mgid, gid, join=1, qkey=0x1234):
+    return bytes(MCMEMBER_RECORD.encode(MGID=mgid, PortGID=gid, QKey=qkey, PKey=0xFFFF, JoinState=join,
+                                        Scope=2)).ljust(56, b"\0")
+
+
+def sa_set(sa, method, attr, mask, rec, slid=1, sm_key=0, now=0.0):
+    mad = sa_query(method, attr, mask, rec)
+    mad[36:44] = sm_key.to_bytes(8, "big")
+    (r, _), = sa.handle(mad, slid=slid, now=now)
+    return int.from_bytes(r[4:6], "big"), r
+
+
+def test_multicast_join_rules_and_leave():
+    s = subnet()
+    sa = SubnetAdmin(s, SmInfoState(guid=1, priority=0, sm_key=1))
+    ca = [p for p in s.end_ports() if not p.node.is_switch]
+    gids = [(0xFE80000000000000 << 64) | p.guid for p in ca]
+    create = sum(MCR_COMP[k] for k in ("MGID", "PortGID", "JoinState", "QKey", "TClass", "PKey", "FlowLabel",
+                                       "SL"))
+    # the IPoIB broadcast group exists from the start, as opensm's default partition makes it
+    st, r = sa_set(sa, Method.SA_GET_TABLE, SaAttr.MCMEMBER_RECORD, 0, b"")
+    assert MCMEMBER_RECORD.get(r[56:], "MLID") == 0xC000
+    # a new group needs QKey, TClass, P_Key, FlowLabel and SL besides MGID, PortGID, JoinState
+    st, _ = sa_set(sa, Method.SET, SaAttr.MCMEMBER_RECORD, create & ~MCR_COMP["QKey"], mcmr(0, gids[0]))
+    assert st == SA_STATUS_INSUFFICIENT_COMPONENTS
+    st, r = sa_set(sa, Method.SET, SaAttr.MCMEMBER_RECORD, create, mcmr(0, gids[0]))     # MGID assigned
+    f = MCMEMBER_RECORD.decode(r[56:])
+    assert st == 0 and f["MLID"] == 0xC001 and f["MGID"] >> 112 == 0xFF12 and f["PortGID"] == gids[0]
+    mgid = f["MGID"]
+    join = MCR_COMP["MGID"] | MCR_COMP["PortGID"] | MCR_COMP["JoinState"]
+    st, _ = sa_set(sa, Method.SET, SaAttr.MCMEMBER_RECORD, join, mcmr(mgid, gids[1]))
+    assert st == 0 and sa.groups.version == 2
+    st, _ = sa_set(sa, Method.SET, SaAttr.MCMEMBER_RECORD, join, mcmr(mgid, 0xFE80 << 112 | 0x99))
+    assert st == SA_STATUS_REQ_INVALID                      # not a port of this subnet
+    # an untrusted query sees the group once, PortGID/JoinState zero; a trusted one every member
+    st, r = sa_set(sa, Method.SA_GET_TABLE, SaAttr.MCMEMBER_RECORD, MCR_COMP["MGID"], mcmr(mgid, 0))
+    assert MCMEMBER_RECORD.decode(r[56:])["PortGID"] == 0 and MCMEMBER_RECORD.get(r[56 + 56:], "MLID") == 0
+    st, r = sa_set(sa, Method.SA_GET_TABLE, SaAttr.MCMEMBER_RECORD, MCR_COMP["MGID"], mcmr(mgid, 0), sm_key=1)
+    assert {MCMEMBER_RECORD.get(r[56 + i * 56:], "PortGID") for i in range(2)} == set(gids[:2])
+    # leaving: the last member takes the group (and its MLID) with it
+    for g in gids[:2]:
+        st, r = sa_set(sa, SaMethod.DELETE, SaAttr.MCMEMBER_RECORD, join, mcmr(mgid, g))
+        assert st == 0 and r[3] == SaMethod.DELETE_RESP
+    assert sorted(g.mlid for g in sa.groups.by_mgid.values()) == [0xC000]
+
+
+def test_multicast_tree_spans_members_once():
+    s = subnet()
+    sa = SubnetAdmin(s)
+    ca = [p for p in s.end_ports() if not p.node.is_switch]
+    members = [ca[0], ca[20], ca[63]]
+    create = sum(MCR_COMP[k] for k in ("MGID", "PortGID", "JoinState", "QKey", "TClass", "PKey", "FlowLabel",
+                                       "SL"))
+    for p in members:
+        st, _ = sa_set(sa, Method.SET, SaAttr.MCMEMBER_RECORD, create,
+                       mcmr(0xFF121234 << 96 | 1, (0xFE80000000000000 << 64) | p.guid))
+        assert st == 0
+    tables = mft(s, sa.groups)
+    edges = set()
+    for sw, t in tables.items():
+        m = t.get(0xC001, 0)
+        for num in range(1, 37):
+            if m >> num & 1:
+                far = sw.ports[num].remote
+                if far.node.is_switch:
+                    assert tables[far.node].get(0xC001, 0) >> far.num & 1       # both ends of a tree link
+                    edges.add(frozenset((sw, far.node)))
+                else:
+                    assert far in members
+    nodes = {n for e in edges for n in e}
+    assert len(edges) == len(nodes) - 1                      # a tree
+    # one Set per 16-port position that has a bit, none for what is programmed already
+    used = {(sw, num // 16) for sw, t in tables.items() for num in range(37) if t.get(0xC001, 0) >> num & 1}
+    assert len(mft_smps(s, tables, {})) == len(used)
+    assert mft_smps(s, tables, {sw.guid: t for sw, t in tables.items()}) == []
+
+
+def test_service_records_and_leases():
+    s = subnet()
+    sa = SubnetAdmin(s)
+    rec = bytearray(SERVICE_RECORD.encode(ServiceID=0x42, ServiceGID=(0xFE80000000000000 << 64) | 7,
+                                          ServiceP_Key=0xFFFF, ServiceLease=10))
+    rec[48:52] = b"svc1"
+    st, _ = sa_set(sa, Method.SET, SaAttr.SERVICE_RECORD, 1 | 2, bytes(rec))
+    assert st == SA_STATUS_INSUFFICIENT_COMPONENTS           # ID, GID and P_Key name a service
+    st, _ = sa_set(sa, Method.SET, SaAttr.SERVICE_RECORD, 1 | 2 | 4, bytes(rec), now=100.0)
+    assert st == 0
+    st, r = sa_set(sa, Method.SA_GET_TABLE, SaAttr.SERVICE_RECORD, 32, bytes(rec), now=105.0)   # by name
+    assert r[56:56 + 8] == (0x42).to_bytes(8, "big")
+    st, r = sa_set(sa, Method.SA_GET_TABLE, SaAttr.SERVICE_RECORD, 0, b"", now=111.0)            # lease over
+    assert r[56:56 + 8] == bytes(8) and not sa.services
+
+
+def test_port_info_records_by_capability_mask():
+    s = subnet()
+    sa = SubnetAdmin(s)
+    sm = s.ports[s.sm_port_guid]
+    pi = bytearray(64)
+    pi[20:24] = (0x2 | 0x4).to_bytes(4, "big")               # IsSM | IsNoticeSupported
+    sm.port_info = bytes(pi)
+    rec = bytes(24) + (0x2).to_bytes(4, "big") + bytes(40)
+    _, r = sa_set(sa, Method.SA_GET_TABLE, SaAttr.PORT_INFO_RECORD, 1 << 7, rec)
+    assert r[56:58] == bytes(2)                               # exactly 0x2: none
+    mad = sa_query(Method.SA_GET_TABLE, SaAttr.PORT_INFO_RECORD, 1 << 7, rec)
+    mad[20:24] = (1 << 31).to_bytes(4, "big")                 # any of the bits (saquery -s)
+    (r, _), = sa.handle(mad)
+    assert int.from_bytes(r[56:58], "big") == sm.lid

@@ -43,6 +43,7 @@ from .route import Router
 
 LIVENESS_INTERVAL = 1.0
 SEND_TIMEOUT = 1.0
+_SMP_CLASSES = (0x01, 0x81)          # LID-routed and directed-route SMPs
 CONTROL_NAME = "softrdma"
 _CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\](.*)$')
 
@@ -357,7 +358,10 @@ class Server:
                 continue
             if self.verbose > 1:
                 self.log(f"fabric:   -> client {to.idx} at {d.port.name} qp {d.qp}")
-            self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, c)
+            # a MAD forwarded between clients keeps the length its sender gave (an SA's
+            # first RMPP segment says how much of it a reader without RMPP should take)
+            fwd = d.mad[1] not in _SMP_CLASSES and d.mad[3] == mad[3] and 0 < req.length < 256
+            self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, c, req.length if fwd else 256)
 
     def _find(self, d) -> Client | None:
         port = d.port
@@ -376,10 +380,10 @@ class Server:
                 return c
         return None
 
-    def _send(self, to: Client, mad, slid, dlid, sqp, dqp, status, sender):
+    def _send(self, to: Client, mad, slid, dlid, sqp, dqp, status, sender, length=256):
         """One sim_request to ``to``: slid/dlid as the receiver sees them
         (umad2sim takes the peer's LID from slid), dqp = its QP."""
-        pkt = ibsim.build_request(dlid, slid, dqp, sqp, mad, status, 256)
+        pkt = ibsim.build_request(dlid, slid, dqp, sqp, mad, status, length)
         try:
             try:
                 to.sock.send(pkt)

@@ -2,7 +2,7 @@
 
 ``handle(req)`` takes one ``wire.ibsim.SimRequest`` that ibsim delivered to
 the SM port and returns ``(replies, events)``: replies are ``(dlid, dqp,
-sqp, mad)`` to send back (a LID-routed request is answered to its SLID and
+sqp, mad, length)`` to send back (length None: the whole MAD) (a LID-routed request is answered to its SLID and
 source QP; a directed-route one with the D bit set, which ibsim walks back
 along the return path), events are what the SM loop must act on:
 ``("trap", number)``, ``("handover", None)``.
@@ -19,8 +19,8 @@ def _answer(req, mad: bytearray, method: int):
     mad[3] = method
     if mad[1] == MgmtClass.SUBN_DIRECTED_ROUTE:
         mad[4] |= 0x80                          # D: going back
-        return (0xFFFF, req.sqp, req.dqp, bytes(mad))
-    return (req.slid, req.sqp, req.dqp, bytes(mad))
+        return (0xFFFF, req.sqp, req.dqp, bytes(mad), None)
+    return (req.slid, req.sqp, req.dqp, bytes(mad), None)
 
 
 class Agent:
@@ -29,7 +29,7 @@ class Agent:
         self.sa = sa                        # sm.sa.SubnetAdmin, or None (no SA)
         self.counts = {"sminfo": 0, "trap": 0, "sa": 0, "unsupported": 0}
 
-    def handle(self, req):
+    def handle(self, req, now: float = 0.0):
         mad = bytearray(req.mad)
         if len(mad) < 64:
             return [], []
@@ -50,10 +50,8 @@ class Agent:
                 return [_answer(req, mad, Method.TRAP_REPRESS)], [("trap", trap)]
         elif cls == MgmtClass.SUBN_ADM and self.sa is not None:
             self.counts["sa"] += 1
-            reply = self.sa.handle(mad, req.slid)
-            if reply is not None:
-                return [(req.slid, req.sqp, req.dqp, reply)], []
-            return [], []
+            return [(req.slid, req.sqp, req.dqp, m, length)
+                    for m, length in self.sa.handle(mad, req.slid, req.sqp, now)], []
         if method in (Method.GET, Method.SET):
             self.counts["unsupported"] += 1
             mad[4:6] = SmpStatus.ATTR_UNSUPPORTED.to_bytes(2, "big") if cls != MgmtClass.SUBN_DIRECTED_ROUTE \

@@ -27,6 +27,7 @@ from .log import ROUTING, Log
 from .mad_queue import MadQueue
 from .sminfo import HANDOVER, RemoteSm, SmInfoState
 from .sweep import HeavySweep
+from .mcast import mft, mft_smps
 from .umad import IbsimPort, drive
 
 _STATE_NAME = {SmState.DISCOVERING: "DISCOVERING", SmState.STANDBY: "STANDBY",
@@ -48,6 +49,7 @@ class SmLoop:
         self.failed = 0
         self.stop = False
         self.shown = None
+        self.mcast_version = -1
 
     # -- plumbing --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -60,10 +62,33 @@ class SmLoop:
             self.shown = state
 
     def _unsolicited(self, req) -> None:
-        replies, events = self.agent.handle(req)
-        for dlid, dqp, sqp, mad in replies:
-            self.port.send(mad, dlid, dqp, sqp)
+        replies, events = self.agent.handle(req, time.monotonic())
+        for dlid, dqp, sqp, mad, length in replies:
+            self.port.send(mad, dlid, dqp, sqp, length)
         self.events.extend(events)
+
+    def _program_mfts(self, force: bool = False) -> None:
+        """MulticastForwardingTable blocks for the SA's groups, where they changed."""
+        sa = self.agent.sa
+        if sa is None or self.subnet is None or (not force and sa.groups.version == self.mcast_version):
+            return
+        self.mcast_version = sa.groups.version
+        tables = mft(self.subnet, sa.groups)
+        items = mft_smps(self.subnet, tables, {} if force else sa.mfts)
+        if items:
+            q = MadQueue()
+            batch = light.Queries(q, items)
+            self._drive(q, batch)
+            failed = sum(1 for v in batch.results.values() if v is None)
+            if failed:
+                self.log.error(f"ERR 0A06: {failed} MFT blocks failed to be set")
+        sa.mfts = {sw.guid: dict(t) for sw, t in tables.items()}
+        self.log.info(f"mcast: {len(items)} MFT blocks set for {len(sa.groups.by_mgid)} groups")
+
+    def _sa_timers(self) -> None:
+        if self.agent.sa is not None and self.agent.sa.transfers:
+            for dlid, dqp, mad in self.agent.sa.tick(time.monotonic()):
+                self.port.send(mad, dlid, dqp, 1)
 
     def _drive(self, q: MadQueue, machine) -> None:
         drive(q, machine, self.port, window=self.s["wire"], on_unsolicited=self._unsolicited)
@@ -75,10 +100,12 @@ class SmLoop:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            if self.port.wait(min(left, 0.2)):
+            if self.port.wait(min(left, 0.05 if self.agent.sa and self.agent.sa.transfers else 0.2)):
                 for req in self.port.recv_all():
                     if not req.status and not req.mad[3] & 0x80:
                         self._unsolicited(req)
+            self._sa_timers()
+            self._program_mfts()
 
     # -- the steps -------------------------------------------------------------------------
     def _discover(self) -> Discovery:
@@ -141,7 +168,12 @@ class SmLoop:
             self.failed += bad
         self.previous = sweep.programmed()
         if self.sa_factory:
-            self.agent.sa = self.sa_factory(self.subnet, self.sminfo, self.log)
+            if self.agent.sa is None:
+                self.agent.sa = self.sa_factory(self.subnet, self.sminfo, self.log)
+            else:
+                self.agent.sa.set_subnet(self.subnet)
+                self.agent.sa.mcast_members_present()
+            self._program_mfts(force=True)
         if not bad or self.shown != "up":
             self._say("SUBNET UP")
             self.shown = "up"

@@ -21,17 +21,28 @@ the LIDs asked for).
 from __future__ import annotations
 
 from ..wire.mad import IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB, Method
-from ..wire.sa import (NODE_RECORD_DESC, NODE_RECORD_NODE_INFO, NODE_RECORD_SIZE, NR_COMP_LID, PATH_RECORD,
-                       PIR_COMP_LID, PIR_COMP_PORTNUM, PORT_INFO_RECORD_PORT_INFO, PORT_INFO_RECORD_SIZE,
-                       PR_COMP_DGID, PR_COMP_DLID, PR_COMP_NUMBPATH, PR_COMP_SGID, PR_COMP_SLID,
-                       SA_DATA_OFFSET, SA_STATUS_NO_RECORDS,
-                       SA_STATUS_REQ_INVALID, SaAttr, parse_sa, records_per_mad, set_sa_response)
+from ..wire.sa import (CLASS_PORT_INFO, LFT_RECORD_SIZE, LFTR_COMP_BLOCK, LFTR_COMP_LID, LINK_RECORD_SIZE,
+                       LR_COMP_FROM_LID, LR_COMP_FROM_PORT, LR_COMP_TO_LID, LR_COMP_TO_PORT, MCMEMBER_RECORD,
+                       MCMEMBER_RECORD_SIZE, MCR_COMP, MFT_RECORD_SIZE, MFTR_COMP_BLOCK, MFTR_COMP_LID,
+                       MFTR_COMP_POSITION, NODE_RECORD_DESC, NODE_RECORD_NODE_INFO, NODE_RECORD_SIZE, NR_COMP_LID,
+                       PATH_RECORD, PIR_COMP_CAPMASK, PIR_COMP_LID, PIR_COMP_PORTNUM, PORT_INFO_RECORD_PORT_INFO,
+                       PORT_INFO_RECORD_SIZE, PR_COMP_DGID, PR_COMP_DLID, PR_COMP_NUMBPATH, PR_COMP_SGID, PR_COMP_SLID,
+                       SA_DATA_OFFSET, SA_STATUS_INSUFFICIENT_COMPONENTS, SA_STATUS_NO_RECORDS,
+                       SA_STATUS_REQ_INVALID, SERVICE_RECORD, SERVICE_RECORD_SIZE, SM_INFO_RECORD_SIZE,
+                       SMIR_COMP_LID, SR_COMP_GID, SR_COMP_ID, SR_COMP_KEY, SR_COMP_LEASE, SR_COMP_NAME,
+                       SR_COMP_PKEY, SR_SERVICE_NAME, SWIR_COMP_LID, SWITCH_INFO_RECORD_SIZE, SaAttr, SaMethod,
+                       parse_sa, set_sa_response)
 from ..wire.errors import WireError
-from ..wire.smp import LINK_WIDTH, NODE_INFO, PORT_INFO, encode_node_desc
+from ..wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_TYPE_DATA, RmppSender
+from ..wire.smp import LINK_WIDTH, NODE_INFO, PORT_INFO, SWITCH_INFO, encode_node_desc
+from .mcast import Groups, McastError, port_gid
 from .subnet import NO_PATH, Physp, Subnet
 
 GID_PREFIX = 0xFE80000000000000
 PACKET_LIFE_TIME = 0x12
+# umad2sim copies sizeof(struct sim_request) - umad_size() = 288 - 64 bytes of a received
+# MAD into the reader's buffer: a record past byte 224 would reach saquery as heap garbage
+UMAD2SIM_MAD_VIEW = 224
 # total Gb/s -> IBA rate code (IBA 15.2.5.16 / ib_types.h IB_PATH_RECORD_RATE_*)
 _RATE_CODE = {2.5: 2, 10: 3, 30: 4, 5: 5, 20: 6, 40: 7, 60: 8, 80: 9, 120: 10, 14: 11, 56: 12,
               112: 13, 168: 14, 25: 15, 100: 16, 200: 17, 300: 18, 50: 20, 400: 21, 600: 22}
@@ -39,14 +50,33 @@ _SPEED = {1: 2.5, 2: 5.0, 4: 10.0}
 _SPEED_EXT = {1: 14.0, 2: 25.0, 4: 50.0}
 
 
+# opensm 3.3.23's SA ClassPortInfo (what `saquery -c` shows of it)
+SA_CAP_MASK, SA_CAP_MASK2, SA_RESP_TIME_VALUE = 0x2602, 0xB5E8, 0x10
+LEASE_INFINITE = 0xFFFFFFFF
+
+
+def _gbps(pi: dict) -> float:
+    """A port's active rate (ib_port_info_compute_rate): lanes x lane speed."""
+    lanes = LINK_WIDTH.get(pi.get("LinkWidthActive", 2), 4)
+    ext = pi.get("LinkSpeedExtActive", 0)
+    return lanes * (_SPEED_EXT.get(ext) or _SPEED.get(pi.get("LinkSpeedActive", 1), 2.5))
+
+
 class SubnetAdmin:
     def __init__(self, subnet: Subnet, sminfo=None, log=None) -> None:
         self.subnet = subnet
+        self.sminfo = sminfo
         self.log = log
+        self.groups = Groups()
+        self.services: list[list] = []          # [record bytes, expiry time or None]
+        self.mfts: dict[int, dict[int, int]] = {}   # switch GUID -> {mlid: mask} as programmed
         self.by_lid = subnet.port_by_lid()
         # an LMC range answers to each of its LIDs, but a table lists a port once (base LID)
         self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
-        self.truncated = 0
+        self.transfers: dict[tuple[int, int], RmppSender] = {}
+        # generous: a resend after the reader is gone would reach the next client in its slot
+        self.rmpp_timeout, self.rmpp_retries = 1.0, 3
+        self.counts = {"rmpp_transfers": 0, "rmpp_aborted": 0}
 
     # -- records ---------------------------------------------------------------------------
     def node_record(self, p: Physp) -> bytes:
@@ -97,10 +127,7 @@ class SubnetAdmin:
         spi = PORT_INFO.decode(src.port_info) if src.port_info else {}
         dpi = PORT_INFO.decode(dst.port_info) if dst.port_info else {}
         mtu = min(spi.get("MtuCap", 4) or 4, dpi.get("MtuCap", 4) or 4)
-        lanes = LINK_WIDTH.get(spi.get("LinkWidthActive", 2), 4)
-        ext = spi.get("LinkSpeedExtActive", 0)
-        gbps = lanes * (_SPEED_EXT.get(ext) or _SPEED.get(spi.get("LinkSpeedActive", 1), 2.5))
-        rate = _RATE_CODE.get(gbps, 3)
+        rate = _RATE_CODE.get(_gbps(spi), 3)
         return bytes(PATH_RECORD.encode(
             DGID=(GID_PREFIX << 64) | dst.guid, SGID=(GID_PREFIX << 64) | src.guid,
             DLID=dlid or dst.lid, SLID=slid or src.lid, Reversible=1, PKey=0xFFFF, MtuSelector=2, Mtu=mtu,
@@ -148,10 +175,22 @@ class SubnetAdmin:
     def _port_by_gid(self, gid: int) -> Physp | None:
         return self.subnet.ports.get(gid & 0xFFFFFFFFFFFFFFFF)
 
-    def query(self, attr: int, mask: int, rec, slid: int,
-              get: bool = False) -> tuple[list[bytes], int] | None:
+    @staticmethod
+    def _cap_match(ph: Physp, cap: int | None, mod: int) -> bool:
+        """PortInfoRecord's CapabilityMask component: bit 31 of the modifier asks
+        for any of the bits (saquery -s), else for exactly these."""
+        if cap is None:
+            return True
+        have = PORT_INFO.get(ph.port_info, "CapMask")
+        return bool(have & cap) if mod & (1 << 31) else have == cap
+
+    def query(self, attr: int, mask: int, rec, slid: int, mod: int = 0,
+              trusted: bool = False, get: bool = False) -> tuple[list[bytes], int] | None:
         """(records, record size) for the request (``get``: SubnAdmGet, else GetTable), or None
         if the attribute is not served."""
+        more = self._more(attr, mask, rec, trusted)
+        if more is not None:
+            return more
         if attr == SaAttr.NODE_RECORD:
             want = int.from_bytes(rec[0:2], "big") if mask & NR_COMP_LID else None
             ports = [self.by_lid[want]] if want in self.by_lid else [] if want is not None else \
@@ -160,6 +199,7 @@ class SubnetAdmin:
         if attr == SaAttr.PORT_INFO_RECORD:
             lid = int.from_bytes(rec[0:2], "big") if mask & PIR_COMP_LID else None
             num = rec[2] if mask & PIR_COMP_PORTNUM else None
+            cap = int.from_bytes(rec[4 + 20:4 + 24], "big") if mask & PIR_COMP_CAPMASK else None
             out = []
             for elid in ([lid] if lid is not None else self.base_lids):
                 p = self.by_lid.get(elid)
@@ -170,7 +210,7 @@ class SubnetAdmin:
                 if p.node.is_switch:
                     phs = [p] + phs
                 for ph in phs:
-                    if (num is None or ph.num == num) and ph.port_info:
+                    if (num is None or ph.num == num) and ph.port_info and self._cap_match(ph, cap, mod):
                         out.append(self.port_info_record(elid, ph))
             return out, PORT_INFO_RECORD_SIZE
         if attr == SaAttr.PATH_RECORD:
@@ -195,34 +235,278 @@ class SubnetAdmin:
             return out, 64
         return None
 
-    def handle(self, mad: bytearray, slid: int = 0) -> bytes | None:
+    def _more(self, attr, mask, rec, trusted):
+        u16 = lambda o: int.from_bytes(rec[o:o + 2], "big")          # noqa: E731
+        if attr == SaAttr.CLASS_PORT_INFO:
+            return [bytes(CLASS_PORT_INFO.encode(
+                BaseVersion=1, ClassVersion=2, CapabilityMask=SA_CAP_MASK, CapabilityMask2=SA_CAP_MASK2,
+                RespTimeValue=SA_RESP_TIME_VALUE, RedirectQP=1, RedirectQKey=0x80010000,
+                TrapQKey=0x80010000))], CLASS_PORT_INFO.size
+        if attr == SaAttr.SWITCH_INFO_RECORD:
+            want = u16(0) if mask & SWIR_COMP_LID else None
+            out = []
+            for lid, p in sorted(self.by_lid.items()):
+                if p.node.is_switch and p.lid == lid and want in (None, lid) and p.node.switch_info:
+                    out.append(lid.to_bytes(2, "big") + bytes(2) + p.node.switch_info[:20].ljust(20, b"\0"))
+            return out, SWITCH_INFO_RECORD_SIZE
+        if attr == SaAttr.SM_INFO_RECORD:
+            me = self.subnet.ports.get(self.subnet.sm_port_guid)
+            if me is None or self.sminfo is None or (mask & SMIR_COMP_LID and u16(0) != me.lid):
+                return [], SM_INFO_RECORD_SIZE
+            si = bytearray(self.sminfo.attr()[:21])
+            if not trusted:
+                si[8:16] = bytes(8)                   # SM_Key: only for a trusted requester
+            return [me.lid.to_bytes(2, "big") + bytes(2) + bytes(si)], SM_INFO_RECORD_SIZE
+        if attr == SaAttr.LINK_RECORD:
+            return self._links(mask, rec), LINK_RECORD_SIZE
+        if attr == SaAttr.LFT_RECORD:
+            out = []
+            for sw in self._switches_by_lid(u16(0) if mask & LFTR_COMP_LID else None):
+                lft = self.subnet.lfts.get(sw)
+                if lft is None:
+                    continue
+                top = SWITCH_INFO.get(sw.switch_info, "LinearFdbTop") if sw.switch_info else len(lft) - 1
+                for b in range(top // 64 + 1):
+                    if mask & LFTR_COMP_BLOCK and b != u16(2):
+                        continue
+                    blk = bytes(lft[b * 64:(b + 1) * 64]).ljust(64, bytes([NO_PATH]))
+                    out.append(sw.base_lid().to_bytes(2, "big") + b.to_bytes(2, "big") + bytes(4) + blk)
+            return out, LFT_RECORD_SIZE
+        if attr == SaAttr.MFT_RECORD:
+            pb = u16(2)
+            out = []
+            for sw in self._switches_by_lid(u16(0) if mask & MFTR_COMP_LID else None):
+                table = self.mfts.get(sw.guid, {})
+                blocks = sorted({(m - 0xC000) // 32 for m in table})
+                for b in blocks:
+                    if mask & MFTR_COMP_BLOCK and b != pb & 0x1FF:
+                        continue
+                    for pos in range((sw.num_ports + 1 + 15) // 16):
+                        if mask & MFTR_COMP_POSITION and pos != pb >> 12:
+                            continue
+                        masks = [(table.get(0xC000 + b * 32 + i, 0) >> (16 * pos)) & 0xFFFF for i in range(32)]
+                        if any(masks):
+                            out.append(sw.base_lid().to_bytes(2, "big") + ((pos << 12) | b).to_bytes(2, "big")
+                                       + bytes(4) + b"".join(m.to_bytes(2, "big") for m in masks))
+            return out, MFT_RECORD_SIZE
+        if attr == SaAttr.MCMEMBER_RECORD:
+            return self._mcmember_query(mask, rec, trusted), MCMEMBER_RECORD_SIZE
+        if attr == SaAttr.SERVICE_RECORD:
+            return [r for r, _ in self.services if self._sr_match(r, rec, mask)], SERVICE_RECORD_SIZE
+        return None
+
+    def _switches_by_lid(self, lid):
+        return [p.node for l, p in sorted(self.by_lid.items())
+                if p.node.is_switch and p.lid == l and lid in (None, l)]
+
+    def _links(self, mask, rec) -> list[bytes]:
+        """LinkRecords in (FromLID, FromPort) order: every linked port of every node."""
+        f_lid, f_port, t_port, t_lid = (int.from_bytes(rec[0:2], "big"), rec[2], rec[3],
+                                        int.from_bytes(rec[4:6], "big"))
+        out = []
+        seen = set()
+        for lid, p in sorted(self.by_lid.items()):
+            node = p.node
+            if lid != p.lid or node in seen:
+                continue
+            seen.add(node)
+            for num in sorted(node.ports):
+                ph = node.ports[num]
+                if not num or ph.remote is None:
+                    continue
+                to_lid = ph.remote.node.base_lid() if ph.remote.node.is_switch else ph.remote.lid
+                if (mask & LR_COMP_FROM_LID and f_lid != lid or mask & LR_COMP_FROM_PORT and f_port != num
+                        or mask & LR_COMP_TO_PORT and t_port != ph.remote.num
+                        or mask & LR_COMP_TO_LID and t_lid != to_lid):
+                    continue
+                out.append(lid.to_bytes(2, "big") + bytes([num, ph.remote.num]) + to_lid.to_bytes(2, "big")
+                           + bytes(2))
+        return out
+
+    # -- multicast -------------------------------------------------------------------------
+    def _mcmember_query(self, mask, rec, trusted) -> list[bytes]:
+        f = MCMEMBER_RECORD.decode(rec)
+        out = []
+        for g in self.groups.ordered():
+            if mask & MCR_COMP["MGID"] and f["MGID"] != int.from_bytes(g.mgid, "big"):
+                continue
+            if mask & MCR_COMP["MLID"] and f["MLID"] != g.mlid:
+                continue
+            if any(mask & MCR_COMP[k] and f[k] != g.rec[k] for k in ("QKey", "PKey", "TClass", "SL")):
+                continue
+            if mask & MCR_COMP["PortGID"]:
+                gid = f["PortGID"].to_bytes(16, "big")
+                if gid not in g.members:
+                    continue
+                js, px = g.members[gid]
+                recs = [(gid, js, px)]
+            elif trusted:
+                recs = [(gid, js, px) for gid, (js, px) in sorted(g.members.items())]
+            else:
+                recs = [(bytes(16), g.rec["JoinState"], 0)]
+            for gid, js, px in recs:
+                if mask & MCR_COMP["JoinState"] and (f["JoinState"] & 0xF) != js:
+                    continue
+                if not trusted:
+                    gid, js, px = bytes(16), 0, 0     # IBA p923: PortGID, JoinState, ProxyJoin zero
+                out.append(g.record(gid, js, px))
+        return out
+
+    def _min_ca(self) -> tuple[int, int]:
+        """(MTU, rate code) the slowest CA port allows: a new group's defaults (opensm's
+        min_ca_mtu, min_ca_rate)."""
+        pis = [PORT_INFO.decode(p.port_info) for p in self.subnet.ports.values()
+               if not p.node.is_switch and p.port_info]
+        if not pis:
+            return 4, 3
+        mtu = min(pi["MtuCap"] or 4 for pi in pis)
+        return mtu, _RATE_CODE.get(min(_gbps(pi) for pi in pis), 3)
+
+    def _set_or_delete(self, method: int, attr: int, mask: int, rec, slid: int, now: float):
+        """(status, record) of an MCMemberRecord join/leave or a ServiceRecord register/remove."""
+        if attr == SaAttr.MCMEMBER_RECORD:
+            f = MCMEMBER_RECORD.decode(rec)
+            requester = self.by_lid.get(slid)
+            member = self._port_by_gid(f["PortGID"]) if f["PortGID"] >> 64 == GID_PREFIX else None
+            if member is None or member.node.is_switch:
+                return SA_STATUS_REQ_INVALID, bytes(rec[:MCMEMBER_RECORD_SIZE])     # not a port here
+            try:
+                if method == Method.SET:
+                    g = self.groups.join(f, mask, *self._min_ca())
+                    gid = f["PortGID"].to_bytes(16, "big")
+                    js, px = g.members[gid]
+                    if self.log:
+                        self.log.info(f"SA: port {bytes(gid).hex()} joined MLID 0x{g.mlid:04x} "
+                                      f"(join state 0x{js:x}){'' if requester is member else ' by proxy'}")
+                    return 0, g.record(gid, js, px)
+                g, left = self.groups.leave(f, mask)
+                return 0, g.record(f["PortGID"].to_bytes(16, "big"), left, f["ProxyJoin"])
+            except McastError as e:
+                return e.status, bytes(rec[:MCMEMBER_RECORD_SIZE])
+        if attr == SaAttr.SERVICE_RECORD:
+            key_mask = SR_COMP_ID | SR_COMP_GID | SR_COMP_PKEY
+            if method == Method.SET:
+                if mask & key_mask != key_mask:
+                    return SA_STATUS_INSUFFICIENT_COMPONENTS, bytes(rec[:SERVICE_RECORD_SIZE])
+                r = bytes(rec[:SERVICE_RECORD_SIZE]).ljust(SERVICE_RECORD_SIZE, b"\0")
+                self.services = [x for x in self.services if not self._same_service(x[0], r)]
+                lease = SERVICE_RECORD.get(r, "ServiceLease")
+                self.services.append([r, None if lease == LEASE_INFINITE else now + lease])
+                return 0, r
+            gone = [x for x in self.services if self._sr_match(x[0], rec, mask)]
+            if not gone:
+                return SA_STATUS_REQ_INVALID, bytes(rec[:SERVICE_RECORD_SIZE])
+            self.services = [x for x in self.services if x not in gone]
+            return 0, gone[0][0]
+        return None
+
+    @staticmethod
+    def _same_service(a: bytes, b: bytes) -> bool:
+        return a[0:26] == b[0:26]                       # ServiceID, ServiceGID, ServiceP_Key
+
+    @staticmethod
+    def _sr_match(r: bytes, q, mask: int) -> bool:
+        q = bytes(q[:SERVICE_RECORD_SIZE]).ljust(SERVICE_RECORD_SIZE, b"\0")
+        for bit, lo, hi in ((SR_COMP_ID, 0, 8), (SR_COMP_GID, 8, 24), (SR_COMP_PKEY, 24, 26),
+                            (SR_COMP_LEASE, 28, 32), (SR_COMP_KEY, 32, 48),
+                            (SR_COMP_NAME, SR_SERVICE_NAME, SR_SERVICE_NAME + 64)):
+            if mask & bit and r[lo:hi] != q[lo:hi]:
+                return False
+        return True
+
+    def expire_services(self, now: float) -> None:
+        self.services = [x for x in self.services if x[1] is None or x[1] > now]
+
+    def mcast_members_present(self) -> None:
+        """Drop members whose ports are gone from the subnet (after a sweep)."""
+        live = {port_gid(p) for p in self.subnet.ports.values() if not p.node.is_switch}
+        self.groups.drop_ports(live)
+
+    def set_subnet(self, subnet: Subnet) -> None:
+        """A new heavy sweep's view; what clients registered (groups, services) stays."""
+        self.subnet = subnet
+        self.by_lid = subnet.port_by_lid()
+        self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
+
+    def handle(self, mad: bytearray, slid: int = 0, sqp: int = 1, now: float = 0.0) -> list:
+        """Answers to one SA MAD: ``[(mad, length), ...]`` (length: what to report as
+        received, for readers without RMPP; None = the whole MAD)."""
         method = mad[3]
         attr = int.from_bytes(mad[16:18], "big")
         try:
             hdr, rec = parse_sa(bytes(mad))
         except WireError:
-            return None
+            return []
+        if hdr.rmpp_version and hdr.rmpp_flags & RMPP_FLAG_ACTIVE and hdr.rmpp_type != RMPP_TYPE_DATA:
+            # an ACK/STOP/ABORT of one of our transfers
+            t = self.transfers.get((slid, int.from_bytes(mad[8:16], "big")))
+            if t is None:
+                return []
+            out = [(m, None) for m in t.on_control(mad, now)]
+            if t.done:
+                self._finish(t)
+            return out
+        trusted = bool(hdr.sm_key) and self.sminfo is not None and hdr.sm_key == self.sminfo.sm_key
+        self.expire_services(now)
+        if method in (Method.SET, SaMethod.DELETE):
+            done = self._set_or_delete(method, attr, hdr.comp_mask, rec, slid, now)
+            if done is not None:
+                status, record = done
+                size = MCMEMBER_RECORD_SIZE if attr == SaAttr.MCMEMBER_RECORD else SERVICE_RECORD_SIZE
+                set_sa_response(mad, Method.GET_RESP if method == Method.SET else SaMethod.DELETE_RESP,
+                                [record] if not status else [], size, status)
+                mad[SA_DATA_OFFSET:SA_DATA_OFFSET + len(record)] = record    # an error echoes the request
+                return [(bytes(mad), None)]
         if method not in (Method.GET, Method.SA_GET_TABLE):
-            mad[3] = Method.GET_RESP
+            mad[3] = Method.GET_RESP if method != SaMethod.DELETE else SaMethod.DELETE_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
-            return bytes(mad)
-        res = self.query(attr, hdr.comp_mask, rec, slid, get=method == Method.GET)
+            return [(bytes(mad), None)]
+        res = self.query(attr, hdr.comp_mask, rec, slid, int.from_bytes(mad[20:24], "big"), trusted,
+                         get=method == Method.GET)
         if res is None:
             mad[3] = Method.GET_RESP if method == Method.GET else Method.SA_GET_TABLE_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
-            return bytes(mad)
+            return [(bytes(mad), None)]
         records, size = res
         if method == Method.GET:
             status = 0 if len(records) == 1 else SA_STATUS_NO_RECORDS if not records else SA_STATUS_REQ_INVALID
             set_sa_response(mad, Method.GET_RESP, records[:1] if status == 0 else [], size, status)
-            return bytes(mad)
-        fit = records_per_mad(size)
-        if len(records) > fit:
-            self.truncated += 1
+            return [(bytes(mad), None)]
+        words = (size + 7) // 8
+        set_sa_response(mad, Method.SA_GET_TABLE_RESP, [], size, rmpp=True)
+        data = b"".join(r.ljust(words * 8, b"\0") for r in records)
+        key = (slid, int.from_bytes(mad[8:16], "big"))
+        old = self.transfers.pop(key, None)         # the request again: start over
+        if old is not None:
+            self._finish(old)
+        t = RmppSender(mad[:SA_DATA_OFFSET], data, timeout=self.rmpp_timeout, retries=self.rmpp_retries,
+                       now=now)
+        segs = t.start(now)
+        # a reader without RMPP (umad2sim) takes segment 1 alone, as long as this says:
+        # the whole records in what it copies of it, which is what saquery counts
+        out = [(segs[0], t.first_length(words * 8, UMAD2SIM_MAD_VIEW))] + [(m, None) for m in segs[1:]]
+        if t.count > 1:
+            t.dest = (slid, sqp)
+            self.transfers[key] = t
+            self.counts["rmpp_transfers"] += 1
+        return out
+
+    def tick(self, now: float) -> list:
+        """Transfers past their deadline: ``[(dlid, dqp, mad), ...]`` to resend."""
+        out = []
+        for key, t in list(self.transfers.items()):
+            for m in t.on_timer(now):
+                out.append((t.dest[0], t.dest[1], m))
+            if t.done:
+                self._finish(t)
+        return out
+
+    def _finish(self, t: RmppSender) -> None:
+        for key, v in list(self.transfers.items()):
+            if v is t:
+                del self.transfers[key]
+        if t.aborted:
+            self.counts["rmpp_aborted"] += 1
             if self.log:
-                self.log.info(f"SA: {len(records)} records of attribute {attr:#x}, "
-                              f"{fit} fit in one MAD (no RMPP over ibsim): answer truncated")
-        set_sa_response(mad, Method.SA_GET_TABLE_RESP, records[:fit], size, rmpp=True)
-        # an RMPP transfer's length is its payload's, not the MAD's: umad2sim hands it to the
-        # client as the received length, and saquery counts records by it
-        return bytes(mad[:SA_DATA_OFFSET + min(len(records), fit) * ((size + 7) // 8) * 8])
+                self.log.info(f"SA: RMPP transfer to LID {t.dest[0]} given up (status {t.aborted}) "
+                              f"after segment {t.last_ack} of {t.count}")

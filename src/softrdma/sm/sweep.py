@@ -83,6 +83,8 @@ class HeavySweep:
             elif port is not None:
                 # the answer is the port as it is now (LinkState no longer "no change")
                 port.port_info = bytes(smp_data(r)[:PORT_INFO.size])
+            elif attr == SmpAttr.SWITCH_INFO:
+                node.switch_info = bytes(smp_data(r)[:SWITCH_INFO.size])     # what the SA reports
         self.q.submit(build_dr_smp(Method.SET, attr, node.dr_path, mod, data), cb)
 
     def _lids(self) -> None:

@@ -94,14 +94,16 @@ class IbsimPort:
     def fileno(self) -> int:
         return self.data.fileno()
 
-    def send(self, mad: bytes, dlid: int = 0xFFFF, dqp: int = QP0, sqp: int = QP0) -> None:
+    def send(self, mad: bytes, dlid: int = 0xFFFF, dqp: int = QP0, sqp: int = QP0,
+             length: int | None = None) -> None:
         # a directed-route SMP leaves with the permissive SLID as well (umad2sim does so):
         # with SLID 0 ibsim would LID-route the answer to the SM port, LID 0 before the sweep
+        dgram = ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, dqp, sqp, mad, 0, length)
         try:
-            self.data.send(ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, dqp, sqp, mad))
+            self.data.send(dgram)
         except BlockingIOError:
             select.select([], [self.data], [], 1.0)
-            self.data.send(ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, dqp, sqp, mad))
+            self.data.send(dgram)
 
     def wait(self, timeout: float) -> bool:
         """True when a datagram is waiting (within ``timeout`` seconds)."""

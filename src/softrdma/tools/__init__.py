@@ -38,6 +38,7 @@ TOOLS = {
     "smpquery": "softrdma.tools.ibdiag.smpquery",
     "perfquery": "softrdma.tools.ibdiag.perfquery",
     "sminfo": "softrdma.tools.ibdiag.sminfo",
+    "saquery": "softrdma.tools.ibdiag.saquery",
     "ibqueryerrors": "softrdma.tools.ibdiag.ibqueryerrors",
 }
 

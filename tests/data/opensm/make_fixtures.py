@@ -37,6 +37,9 @@ TOPOLOGIES = {
     "ft2_324": ["ft2", "--leaves", "18", "--spines", "9", "--hosts-per-leaf", "18", "--radix", "36"],
     "ft3_648": ["ft3", "--pods", "4", "--leaves-per-pod", "9", "--aggs-per-pod", "9", "--cores", "18",
                 "--hosts-per-leaf", "18", "--radix", "36"],
+    "ft3_1296": ["ft3", "--pods", "8", "--leaves-per-pod", "9", "--aggs-per-pod", "9", "--cores", "36",
+                 "--hosts-per-leaf", "18", "--radix", "36"],
+    "ft2_2048": ["ft2", "--leaves", "64", "--spines", "32", "--hosts-per-leaf", "32", "--radix", "64"],
 }
 
 
@@ -66,7 +69,7 @@ def run_topology(name, work, lmcs=(0,)):
         env = dict(os.environ, IBSIM_SOCKNAME=f"fx{os.getpid()}{name}{engine}")
         out = os.path.join(work, f"{name}-{engine}{tag}")
         os.makedirs(out)
-        sim = subprocess.Popen(["ibsim", "-s", "-n", net], cwd=work, env=env, stdin=subprocess.DEVNULL,
+        sim = subprocess.Popen(["ibsim", "-s", "-N", "4096", "-P", "16384", "-n", net], cwd=work, env=env, stdin=subprocess.DEVNULL,
                                stdout=open(os.path.join(out, "ibsim.log"), "w"), stderr=subprocess.STDOUT)
         try:
             time.sleep(1.0)

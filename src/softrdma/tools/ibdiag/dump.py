@@ -43,6 +43,15 @@ CAPMASK_BITS = {
 }
 
 
+# mad_dump_portcapmask2 of rdma-core 44's libibmad
+CAPMASK2_BITS = {
+    0: "IsSetNodeDescriptionSupported", 1: "IsPortInfoExtendedSupported", 2: "IsVirtualizationSupported",
+    3: "IsSwitchPortStateTableSupported", 4: "IsLinkWidth2xSupported", 5: "IsLinkSpeedHDRSupported",
+    6: "IsMKeyProtectBitsExtSupported", 7: "IsEnhancedTrap128Supported", 8: "IsPartitionTopSupported",
+    9: "IsEnhancedQoSArbiterSupported", 10: "IsLinkSpeedNDRSupported",
+}
+
+
 def _undef(v):
     return f"undefined ({v})"
 
@@ -121,11 +130,11 @@ def switchinfo(data) -> str:
     return "".join(out)
 
 
-def capmask(v) -> str:
+def capmask(v, names=CAPMASK_BITS) -> str:
     s = f"0x{v:x}\n"
     for bit in range(32):
-        if v & (1 << bit) and bit in CAPMASK_BITS:
-            s += f"\t\t\t\t{CAPMASK_BITS[bit]}\n"
+        if v & (1 << bit) and bit in names:
+            s += f"\t\t\t\t{names[bit]}\n"
     return s
 
 
@@ -172,7 +181,7 @@ def portinfo(data, show_keys: bool = False) -> str:
                  "RespTimeVal", "LocalPhysErr", "OverrunErr", "MaxCreditHint", "RoundTrip"):
         f.append(field(name, pi[name]))
     # IB_PORT_CAPMASK2_F .. IB_PORT_LINK_SPEED_EXT_LAST_F, whatever CapMask says
-    f.append(field("CapabilityMask2", f"0x{pi['CapabilityMask2']:x}"))
+    f.append(field("CapabilityMask2", capmask(pi["CapabilityMask2"], CAPMASK2_BITS)).rstrip("\n") + "\n")
     f.append(field("LinkSpeedExtActive", speed_ext(pi["LinkSpeedExtActive"])))
     f.append(field("LinkSpeedExtSupported", speed_ext_bits(pi["LinkSpeedExtSupported"])))
     f.append(field("LinkSpeedExtEnabled", speed_ext_bits(pi["LinkSpeedExtEnabled"], True)))
