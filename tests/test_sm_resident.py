@@ -18,6 +18,8 @@ one retry) keep each test to a few seconds.
 
 import difflib
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -88,6 +90,13 @@ def test_lmc_sa_answers_as_opensm(fab):
     wait_log(sm, "SUBNET UP")
     ours = [ask(q) for q in queries]
     assert "dlid....................13" in ours[4] and "slid....................5" in ours[4]
+    # softrdma's saquery reassembles the RMPP transfer: all 16 LID pairs, preference 0 first
+    r = subprocess.run([sys.executable, "-m", "softrdma", "saquery", "--sgid-to-dgid", queries[4][2]],
+                       cwd=fab.tmp, env=fab.env(SIM_HOST="host0002"), capture_output=True, text=True,
+                       timeout=30)
+    pairs = re.findall(r"dlid\.+(\d+)\s+slid\.+(\d+)", r.stdout)
+    assert len(pairs) == 16 and pairs[:4] == [("12", "4"), ("13", "5"), ("14", "6"), ("15", "7")], r.stdout
+    assert len(set(pairs)) == 16
     assert "lid.....................12" in ours[0] and "dlid....................15" in ours[2]
     sm.terminate()
     sm.wait(10)
