@@ -316,3 +316,77 @@ def test_4096_hosts_load_compact(tmp_path):
     out = r.inject(g.by_id["host0001"].ports[1],
                    smp.build_dr_smp(GET, SmpAttr.NODE_DESC, [1, 65, 64, 64]), 0xFFFF, 0xFFFF, 0, 0)
     assert smp.decode_node_desc(out[0].mad[64:128]) == "host4096"
+
+
+def test_lmc_range_answers_and_is_routed_per_lid(ft):
+    """A port with LMC 2 owns LIDs base..base+3: PortInfo Set stores and reports the LMC,
+    LID-routed MADs to any of the four reach it (following each LID's own LFT entries),
+    the response comes from the LID asked for, and base+4 belongs to nobody."""
+    f, r = ft
+    _bring_up(f, r)
+    sm = f.by_id["host0001"].ports[1]
+    host = f.by_id["host0016"]
+    leaf1, leaf4 = f.by_id["leaf001"], f.by_id["leaf004"]
+    path = [1, 5, f.by_id["spine001"].ports.index(next(
+        p for p in f.by_id["spine001"].ports if p and p.remote and p.remote.node is leaf4))]
+    path.append(next(p.num for p in leaf4.ports if p and p.remote and p.remote.node is host))
+    base = 32
+    d = dr(r, sm, path, SmpAttr.PORT_INFO, 0, SET,
+           smp.PORT_INFO.encode(Lid=base, LMC=2, SMLid=1, LinkState=0))
+    pi = smp.PORT_INFO.decode(d.mad, 64)
+    assert smp.parse_dr(d.mad).status == 0 and (pi["Lid"], pi["LMC"]) == (base, 2)
+    assert (host.ports[1].lid, host.ports[1].lmc) == (base, 2)
+    pi = smp.PORT_INFO.decode(dr(r, sm, path, SmpAttr.PORT_INFO, 0).mad, 64)
+    assert (pi["Lid"], pi["LMC"]) == (base, 2)
+    # a switch's port 0 has no enhanced port 0 here: its LMC stays 0
+    d = dr(r, sm, [1], SmpAttr.PORT_INFO, 0, SET,
+           smp.PORT_INFO.encode(Lid=leaf1.ports[0].lid, LMC=3, SMLid=1, LinkState=0))
+    assert smp.PORT_INFO.decode(d.mad, 64)["LMC"] == 0 and leaf1.ports[0].lmc == 0
+    # LFT entries for the four LIDs: leaf001 alternates between its two spines (ports 5, 7)
+    for sw in (n for n in f.nodes if n.is_switch):
+        for lid in range(base, base + 5):
+            sw.lft[lid] = _first_hop(sw, host) if sw is not leaf1 else (5, 7)[(lid - base) % 2]
+        sw.lft_top = base + 4
+    spine_in = {s: s.ports[1].counters()[model.PC_RCV_PKTS]
+                for s in (f.by_id["spine001"], f.by_id["spine002"])}
+    m = smp.build_smp(GET, SmpAttr.NODE_INFO, tid=3)
+    for lid in range(base, base + 4):
+        out = r.inject(sm, m, 0, lid, 0, 0)
+        assert not out[0].dropped and out[0].port is sm
+        assert out[0].slid == lid                       # answered from the LID asked for
+        assert smp.NODE_INFO.decode(out[0].mad, 64)["Guid"] == host.guid
+        assert r.lid_route(sm, lid)[0] is host.ports[1]
+    # both spines carried requests (port 1 of each spine faces leaf001)
+    assert all(s.ports[1].counters()[model.PC_RCV_PKTS] >= spine_in[s] + 2 for s in spine_in)
+    out = r.inject(sm, m, 0, base + 4, 0, 0)             # outside the range
+    assert out[0].dropped
+    # LMC back to 0: base+1 no longer reaches the port
+    dr(r, sm, path, SmpAttr.PORT_INFO, 0, SET, smp.PORT_INFO.encode(Lid=base, LMC=0, SMLid=1, LinkState=0))
+    assert r.inject(sm, m, 0, base + 1, 0, 0)[0].dropped
+    assert not r.inject(sm, m, 0, base, 0, 0)[0].dropped
+
+
+def test_enhanced_switch_port0_takes_an_lmc(tmp_path):
+    net = ('Switch\t4 "sw"\t# "sw" enhanced port 0\n[1]\t"h1"[1]\n[2]\t"h2"[1]\n\n'
+           'Ca\t1 "h1"\n[1]\t"sw"[1]\n\nCa\t1 "h2"\n[1]\t"sw"[2]\n')
+    f = topo.loads(net)
+    sw = f.by_id["sw"]
+    assert sw.enhanced_sp0 and "enhanced port 0" in topo.dumps(f)
+    assert topo.loads(topo.dumps(f)).by_id["sw"].enhanced_sp0
+    r = route.Router(f)
+    h1 = f.by_id["h1"].ports[1]
+    si = smp.SWITCH_INFO.decode(dr(r, h1, [1], SmpAttr.SWITCH_INFO).mad, 64)
+    assert si["EnhancedPort0"] == 1
+    d = dr(r, h1, [1], SmpAttr.PORT_INFO, 0, SET, smp.PORT_INFO.encode(Lid=8, LMC=2, SMLid=8, LinkState=0))
+    assert smp.PORT_INFO.decode(d.mad, 64)["LMC"] == 2 and (sw.ports[0].lid, sw.ports[0].lmc) == (8, 2)
+    # h1 and h2 need LIDs for the answers to come back
+    dr(r, h1, [], SmpAttr.PORT_INFO, 0, SET, smp.PORT_INFO.encode(Lid=1, SMLid=8, LinkState=0))
+    sw.lft[:] = b"\xff" * 64
+    sw.lft[1] = 1
+    sw.lft_top = 16
+    m = smp.build_smp(GET, SmpAttr.NODE_INFO, tid=5)
+    for lid in range(8, 12):            # every LID of the range is the switch's SMA
+        out = r.inject(h1, m, 0, lid, 0, 0)
+        assert not out[0].dropped and out[0].slid == lid
+        assert smp.NODE_INFO.decode(out[0].mad, 64)["Guid"] == sw.guid
+    assert r.inject(h1, m, 0, 12, 0, 0)[0].dropped

@@ -57,7 +57,10 @@ def fabric(tmp_path, request):
         pytest.fail("opensm/ibsim-utils/infiniband-diags missing (CI=true)")
     topo, server = request.param
     net = tmp_path / f"{topo}.net"
-    net.write_text(fixture(topo + ".net.xz"))
+    text = fixture(topo + ".net.xz")
+    if server == "softrdma-esp0":       # switches with an enhanced port 0
+        text = re.sub(r'^(Switch\t\d+ "[^"]+")$', r"\1\t# enhanced port 0", text, flags=re.M)
+    net.write_text(text)
     (tmp_path / "roots").write_text(fixture(topo + ".roots"))
     base = _base()
     if server == "ibsim":
@@ -87,7 +90,8 @@ def _diag(base, tmp, *cmd):
 
 
 def _check_against_opensm(base, tmp, topo, engine):
-    """The diags see opensm's LIDs and LFTs; the SM's dump files are opensm's."""
+    """The diags see opensm's LIDs and LFTs; the SM's dump files are opensm's.
+    ``engine`` may carry a tag: "minhop.lmc2" is the opensm -l 2 fixture."""
     assert (tmp / "opensm-lfts.dump").read_text() == fixture(f"{topo}.{engine}.lfts.xz")
     assert (tmp / "guid2lid").read_text() == fixture(f"{topo}.{engine}.guid2lid.xz")
     want = lft_dump.loads(fixture(f"{topo}.{engine}.lfts.xz"))
@@ -142,6 +146,84 @@ def test_updn_on_softrdma_fabric_server(fabric):
     _check_against_opensm(base, tmp, topo, "updn")
 
 
+@pytest.mark.parametrize("fabric", [("ft2_64", "ibsim")], indirect=True)
+def test_lmc_from_config_file_on_ibsim_as_opensm(fabric):
+    # 'lmc 2' in an opensm.conf (-F): LIDs, LFTs and dump files as opensm -l 2's
+    base, tmp, topo = fabric
+    (tmp / "opensm.conf").write_text("lmc 2\n\nlmc_esp0 FALSE\n")
+    r = _opensm(base, tmp, "-F", str(tmp / "opensm.conf"), "-o", "-D", "0x43",
+                "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "minhop.lmc2")
+
+
+@pytest.mark.parametrize("fabric", [("ft2_64", "ibsim")], indirect=True)
+def test_lmc_0_then_2_on_ibsim_as_opensm(fabric):
+    # an LMC-0 subnet (LIDs programmed, guid2lid written), then a new SM with -l 2: the LIDs
+    # moved, the LFTs and the rewritten guid2lid as opensm's in the same two steps
+    base, tmp, topo = fabric
+    args = ["-o", "-D", "0x43", "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log")]
+    r = _opensm(base, tmp, *args)
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    r = _opensm(base, tmp, "-l", "2", *args)
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "minhop.lmc0to2")
+
+
+@pytest.mark.parametrize("fabric", [("ft2_64", "softrdma")], indirect=True)
+def test_lmc_on_softrdma_fabric_server(fabric):
+    """softrdma opensm -l 2 on softrdma's fabric server: opensm's LIDs and LFTs; the real
+    smpquery reads LMC 2 on CA ports, and a LID-routed SMP to base+1..3 reaches the port."""
+    base, tmp, topo = fabric
+    r = _opensm(base, tmp, "-o", "-l", "2", "-R", "updn", "-a", str(tmp / "roots"), "-D", "0x43",
+                "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    _check_against_opensm(base, tmp, topo, "updn.lmc2")
+    g2l = {int(g, 16): (int(lo, 16), int(hi, 16)) for g, lo, hi in
+           (ln.split() for ln in (tmp / "guid2lid").read_text().splitlines() if ln.strip())}
+    net = fixture(topo + ".net.xz")
+    for host in ("host0001", "host0017", "host0064"):
+        guid = int(re.search(rf'caguid=(0x[0-9a-f]+)\nCa\s+\d+\s+"{host}"', net).group(1), 16)
+        lo, hi = g2l.get(guid) or g2l[guid + 1]
+        assert hi == lo + 3 and lo % 4 == 0
+        for lid in (lo, hi):
+            pi = _diag(base, tmp, "smpquery", "portinfo", str(lid))
+            assert re.search(r"^LMC:\.+2$", pi, re.M), pi
+            assert re.search(rf"^Lid:\.+{lo}$", pi, re.M), pi
+            nd = _diag(base, tmp, "smpquery", "nodedesc", str(lid))
+            assert nd.strip().endswith(host), nd
+    # a switch port 0 keeps LMC 0 (no lmc_esp0)
+    sw = _diag(base, tmp, "smpquery", "portinfo", "8", "0")
+    assert re.search(r"^LMC:\.+0$", sw, re.M), sw
+    # the server's umad2sim attach (GET_PORTINFO) reports the range too
+    st = _diag(base, tmp, "ibstat")
+    assert "Base lid: 4" in st and "LMC: 2" in st, st
+
+
+@pytest.mark.parametrize("fabric", [("ft2_64", "softrdma-esp0")], indirect=True)
+def test_lmc_esp0_on_enhanced_switch_port0(fabric):
+    # lmc_esp0 TRUE and switches whose port 0 is enhanced: switches get LMC ranges too,
+    # every LID of every range is routed, and the switch answers on all of its LIDs
+    base, tmp, topo = fabric
+    (tmp / "opensm.conf").write_text("lmc 2\n\nlmc_esp0 TRUE\n")
+    r = _opensm(base, tmp, "-F", str(tmp / "opensm.conf"), "-o", "-D", "0x43",
+                "--dump_files_dir", str(tmp), "-f", str(tmp / "osm.log"))
+    assert r.returncode == 0 and "SUBNET UP" in r.stdout, r.stdout + r.stderr
+    ranges = [(int(lo, 16), int(hi, 16)) for _, lo, hi in
+              (ln.split() for ln in (tmp / "guid2lid").read_text().splitlines() if ln.strip())]
+    assert len(ranges) == 70 and all(hi == lo + 3 and lo % 4 == 0 for lo, hi in ranges)
+    lids = {lid for lo, hi in ranges for lid in range(lo, hi + 1)}
+    for guid, table in lft_dump.loads((tmp / "opensm-lfts.dump").read_text()).items():
+        assert set(table) == lids, f"switch 0x{guid:016x}"
+    leaf1 = 8                                  # the SM's CA port takes 4..7, leaf001 8..11
+    for lid in (leaf1, leaf1 + 3):
+        pi = _diag(base, tmp, "smpquery", "portinfo", str(lid), "0")
+        assert re.search(r"^LMC:\.+2$", pi, re.M) and re.search(rf"^Lid:\.+{leaf1}$", pi, re.M), pi
+        assert _diag(base, tmp, "smpquery", "nodedesc", str(lid)).strip().endswith("leaf001")
+    si = _diag(base, tmp, "smpquery", "switchinfo", str(leaf1 + 2))
+    assert re.search(r"^EnhancedPort0:\.+1$", si, re.M), si
+
+
 def test_no_fabric_is_a_clear_error(tmp_path):
     r = _opensm(_base(), tmp_path, "-o", "-f", str(tmp_path / "osm.log"), timeout=30)
     assert r.returncode == 1
@@ -151,7 +233,7 @@ def test_no_fabric_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("args,msg", [
     (["-R", "lash"], "unsupported routing engine 'lash'"),
     (["-R", "updn,minhop"], "routing engine chains"),
-    (["-l", "1"], "LMC 1 is not supported"),
+    (["-l", "8"], "LMC must be 7 or less."),
     (["-u", "cns"], "cn_guid_file is not supported"),
     (["-d", "3"], "-d 3 is not supported"),
     (["-p", "16"], "priority must be 0..15"),
@@ -172,6 +254,19 @@ def test_config_file_round_trip(tmp_path):
     conf.write_text(text + "qos TRUE\n")
     r = _opensm(_base(), tmp_path, "-F", str(conf), "-o", timeout=30)
     assert r.returncode == 2 and "unsupported option 'qos'" in r.stderr
+
+
+def test_lmc_options_as_opensm(tmp_path):
+    conf = tmp_path / "opensm.conf"
+    r = _opensm(_base(), tmp_path, "-l", "3", "-c", str(conf), timeout=30)
+    assert r.returncode == 0, r.stderr
+    text = conf.read_text()
+    assert "lmc 3\n" in text and "lmc_esp0 FALSE\n" in text
+    # opensm's osm_subn_verify_config: a bad cached LMC falls back to 0, with its message
+    conf.write_text("lmc 9\n")
+    r = _opensm(_base(), tmp_path, "-F", str(conf), "-c", str(tmp_path / "out.conf"), timeout=30)
+    assert r.returncode == 0 and " Invalid Cached Option Value:lmc = 9:Using Default:0" in r.stdout
+    assert "lmc 0\n" in (tmp_path / "out.conf").read_text()
 
 
 def test_udp_remote_mode_on_softrdma_fabric_server(tmp_path):

@@ -18,9 +18,9 @@ from softrdma.wire.sa import (MCMEMBER_RECORD, MCR_COMP, NR_COMP_LID, PATH_RECOR
 from softrdma.wire.smp import SM_INFO, SmpAttr, SmState, build_smp
 
 
-def subnet():
+def subnet(lmc=0):
     s = load_net(fixture("ft2_64.net.xz"))
-    assign_lids(s, Guid2Lid())
+    assign_lids(s, Guid2Lid(), lmc)
     _, s.lfts = compute(s, "updn", roots("ft2_64"))
     for p in s.end_ports():
         p.port_info = bytes(64)
@@ -97,6 +97,34 @@ def test_path_record_follows_the_lfts():
         sw[70] = 0xFF
     r = one(sa, sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD, PR_COMP_SLID | PR_COMP_DLID, rec))
     assert len(r) == 56
+
+
+def test_lmc_path_records_as_opensm_orders_them():
+    # LMC 2 on both ends: 16 LID pairs; base+i <-> base+i first (preference 0), then the
+    # others source-major (preference 2), as pr_rcv_get_port_pair_paths; a Get gives one
+    from softrdma.wire.sa import PR_COMP_DGID, PR_COMP_NUMBPATH, PR_COMP_SGID
+    s = subnet(2)
+    sa = SubnetAdmin(s)
+    src, dst = s.ports[0x0002c90400000001], s.ports[0x0002c90400000101]
+    assert (src.lid, dst.lid) == (4, 12)
+    got = [(PATH_RECORD.get(r, "SLID"), PATH_RECORD.get(r, "DLID"), PATH_RECORD.get(r, "Preference"))
+           for r in sa.pair_paths(src, dst, None, None, None)]
+    want = [(4 + i, 12 + i, 0) for i in range(4)] + \
+        [(4 + a, 12 + b, 2) for a in range(4) for b in range(4) if a != b]
+    assert got == want
+    gid = (0xFE80 << 112)
+    rec = PATH_RECORD.encode(SGID=gid | src.guid, DGID=gid | dst.guid, NumbPath=2)
+    r = one(sa, sa_query(Method.GET, SaAttr.PATH_RECORD, PR_COMP_SGID | PR_COMP_DGID, rec))
+    f = PATH_RECORD.decode(parse_sa(r)[1])
+    assert r[4:6] == b"\0\0" and (f["SLID"], f["DLID"]) == (4, 12)
+    r = one(sa, sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD,
+                           PR_COMP_SGID | PR_COMP_DGID | PR_COMP_NUMBPATH, rec))
+    assert len(r) == 56 + 2 * 64
+    # LIDs asked for: that pair only
+    rec = PATH_RECORD.encode(SLID=6, DLID=13)
+    r = one(sa, sa_query(Method.SA_GET_TABLE, SaAttr.PATH_RECORD, PR_COMP_SLID | PR_COMP_DLID, rec))
+    f = PATH_RECORD.decode(parse_sa(r)[1])
+    assert len(r) == 56 + 64 and (f["SLID"], f["DLID"], f["Preference"]) == (6, 13, 0)
 
 
 def test_election():

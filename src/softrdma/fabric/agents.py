@@ -70,7 +70,8 @@ def switch_info(node: Node) -> bytes:
         LinearFdbCap=model.LINEAR_FDB_CAP, McastFdbCap=model.MCAST_FDB_CAP,
         LinearFdbTop=node.lft_top, DefMcastPrimPort=0xFF, DefMcastNotPrimPort=0xFF,
         LifeTime=node.lifetime, StateChange=node.state_change,
-        PartEnforceCap=model.SWITCH_PART_ENFORCE_CAP, MulticastFDBTop=node.mft_top))
+        PartEnforceCap=model.SWITCH_PART_ENFORCE_CAP, EnhancedPort0=int(node.enhanced_sp0),
+        MulticastFDBTop=node.mft_top))
 
 
 # --- the SMA -----------------------------------------------------------------------------
@@ -169,7 +170,8 @@ class Sma:
         # apply
         if p.num == 0 or not node.is_switch:      # switch external ports: LID fields reserved
             p.lid = lid
-            p.lmc = f["LMC"] if not node.is_switch else 0
+            # a base switch port 0 has one LID; an enhanced one takes an LMC (IBA 14.2.5.6)
+            p.lmc = f["LMC"] if not node.is_switch or node.enhanced_sp0 else 0
             p.smlid = f["SMLid"]
             p.smsl = f["SMSL"]
             p.mkey = f["Mkey"]

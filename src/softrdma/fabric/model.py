@@ -159,7 +159,8 @@ class Node:
 
     __slots__ = ("type", "nodeid", "desc", "guid", "sysguid", "vendid", "devid", "revision",
                  "nports", "ports", "lft", "lft_top", "mft", "mft_top", "lifetime",
-                 "state_change", "sl2vl", "index", "node_info_cache")
+                 "state_change", "sl2vl", "index", "node_info_cache",
+                 "enhanced_sp0")
 
     def __init__(self, type_: int, nodeid: str, nports: int, guid: int, *, desc: str = "",
                  sysguid: int = 0, vendid: int = 0, devid: int = 0, revision: int = 0):
@@ -176,6 +177,7 @@ class Node:
         self.nports = nports
         self.index = 0
         self.node_info_cache: dict[int, bytes] = {}    # arrival port -> NodeInfo (agents)
+        self.enhanced_sp0 = False  # switch: enhanced port 0 (SwitchInfo.EnhancedPort0; takes an LMC)
         self.sl2vl = None          # None: defaults; else {(in, out) or out: 8 bytes}
         if type_ == NodeType.SWITCH:
             self.lft = bytearray()         # grown on Set up to LINEAR_FDB_CAP

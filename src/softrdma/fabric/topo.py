@@ -12,7 +12,9 @@ plus ``caguid=``, ``sysimgguid=``, ``vendid=``, ``devid=``, ``width=``,
 ``speed=``, ``extspeed=`` (accepted, the speed name already says it),
 ``include FILE`` and ``do CMD`` (kept in ``Fabric.commands`` for the
 server's console), ibnetdiscover's ``(guid)`` decorations and ``# "desc"``
-comments.  GUIDs not given continue from the last one set, as ibsim
+comments; a switch comment's ``enhanced port 0`` (ibnetdiscover's spelling;
+ibsim has no such switches) gives the switch an enhanced port 0, which
+takes an LMC.  GUIDs not given continue from the last one set, as ibsim
 assigns them (a switch takes one, a CA one for the node plus one per
 port).  Both ends of a link may be listed; a port cabled two different
 ways is an error.  Every error names the file and line.
@@ -155,6 +157,8 @@ class _Parser:
         self.guid[t] = guid + (1 if t == NodeType.SWITCH else nports + 1)
         self.sysguid = 0
         self.vendid = 0
+        if node.is_switch and re.search(r"\benhanced port 0\b", comment):
+            node.enhanced_sp0 = True
         lid = _LID_RE.search(comment)
         if lid and node.is_switch:
             node.ports[0].lid = int(lid.group(1))
@@ -244,6 +248,8 @@ def dumps(fabric: Fabric) -> str:
         if n.vendid:
             out.append(f"vendid=0x{n.vendid:x}\n")
         desc = f'\t# "{n.desc}"' if n.desc != n.nodeid else ""
+        if n.is_switch and n.enhanced_sp0:
+            desc = (desc or "\t#") + " enhanced port 0"
         out.append(f'{_TYPE_NAME[n.type]}\t{n.nports} "{n.nodeid}"{desc}\n')
         for p in n.external_ports():
             if p.remote is not None:

@@ -1,14 +1,15 @@
 """Checks of a routing: every end port reaches every end port, and no credit loop.
 
-``unreachable`` walks the LFTs hop by hop from switches to end ports' LIDs
-(memoised per destination, so it is switches x LIDs, not pairs x hops);
-every CA sits on a switch, so that covers every CA pair.  ``credit_loop`` builds the channel dependency graph (Dally & Seitz):
+``unreachable`` walks the LFTs hop by hop from switches to end ports' LIDs,
+every LID of an LMC range (memoised per destination LID, so it is switches x
+LIDs, not pairs x hops); every CA sits on a switch, so that covers every CA
+pair.  ``credit_loop`` builds the channel dependency graph (Dally & Seitz):
 one vertex per directed switch-to-switch link, an edge from the channel a
-packet arrives on to the channel it leaves on, for every destination and
-every switch a packet to it can pass; one VL, as opensm's minhop/updn/ftree
-use.  A cycle there is a possible deadlock; ``credit_loop`` returns one.
+packet arrives on to the channel it leaves on, for every destination LID
+(every LID of every range) and every switch a packet to it can pass; one VL,
+as opensm's minhop/updn/ftree use.  A cycle there is a possible deadlock; ``credit_loop`` returns one.
 ``link_loads`` counts, per directed link, how many (source CA, destination
-CA) routes use it, so two routings can be compared on their worst link.
+CA) routes to base LIDs use it, so two routings can be compared on their worst link.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ def _next(sw: Node, lft: bytes, lid: int) -> Physp | None:
         return None
     ph = sw.ports.get(lft[lid])
     return ph
+
+
+def _lids(p: Physp) -> range:
+    """Every LID of an end port's range (base .. base + 2^LMC - 1)."""
+    return range(p.lid, p.lid + (1 << p.lmc)) if p.lid else range(0)
 
 
 def unreachable(subnet: Subnet, lfts: dict[Node, bytes], limit: int = 64,
@@ -38,8 +44,7 @@ def unreachable(subnet: Subnet, lfts: dict[Node, bytes], limit: int = 64,
         dsts = [p for p in dsts if not p.node.is_switch]
         sws = [sw for sw in sws if any((r := sw.remote(n)) is not None and not r.node.is_switch
                                        for n in range(1, sw.num_ports + 1))]
-    for dst in dsts:
-        lid = dst.lid
+    for dst, lid in ((d, lid) for d in dsts for lid in _lids(d)):
         ok: dict[Node, bool] = {}
         for start in sws:
             path = []
@@ -67,7 +72,7 @@ def unreachable(subnet: Subnet, lfts: dict[Node, bytes], limit: int = 64,
                     res = ok[sw]
             for s in path:
                 ok[s] = res
-            if not res:
+            if not res and (start, dst) not in bad:
                 bad.append((start, dst))
     return bad
 
@@ -76,8 +81,7 @@ def credit_loop(subnet: Subnet, lfts: dict[Node, bytes]) -> list[tuple[int, int]
     """A cycle of the channel dependency graph as [(switch GUID, out port)], or None."""
     deps: dict[tuple, set] = {}
     sws = subnet.switches()
-    for dst in subnet.end_ports():
-        lid = dst.lid
+    for dst, lid in ((d, lid) for d in subnet.end_ports() for lid in _lids(d)):
         nxt = {}
         for sw in sws:
             ph = _next(sw, lfts.get(sw, b""), lid)

@@ -59,7 +59,7 @@ def changed(subnet: Subnet, light: Queries) -> str | None:
             p = subnet.ports[guid]
             new = PORT_INFO.decode(data)
             old = PORT_INFO.decode(p.port_info)
-            if new["LinkState"] != p.state or new["Lid"] != p.lid or \
+            if new["LinkState"] != p.state or new["Lid"] != p.lid or new["LMC"] != p.lmc or \
                     (new["CapMask"] ^ old["CapMask"]) & CAP_IS_SM:
                 return f"port 0x{guid:016x} changed"
     return None

@@ -29,6 +29,7 @@ CONF_KEYS = {
     "guid": "0x0000000000000000",
     "sm_priority": "0",
     "lmc": "0",
+    "lmc_esp0": "FALSE",
     "sweep_interval": "10",
     "max_wire_smps": "4",
     "routing_engine": "(null)",
@@ -54,6 +55,11 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
 
 
+def _bool(text: str, key: str) -> bool:
+    # opensm's opts_parse_boolean: TRUE is "TRUE" (any case), everything else FALSE
+    return text.strip() == "TRUE"
+
+
 def build_parser(prog: str = "opensm") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="softrdma's subnet manager, opensm's options "
                                 "(runs against an ibsim-protocol fabric: ibsim or softrdma fabric serve)")
@@ -74,7 +80,8 @@ def build_parser(prog: str = "opensm") -> argparse.ArgumentParser:
     p.add_argument("-V", action="store_true", help="maximum log (0xff) and flushing")
     p.add_argument("-F", "--config", help="opensm.conf to read")
     p.add_argument("-c", "--create-config", metavar="FILE", help="write the configuration and exit")
-    p.add_argument("-l", "--lmc", type=_int, default=None, help="LMC (only 0 is supported)")
+    p.add_argument("-l", "--lmc", type=_int, default=None,
+                   help="LMC 0..7: 2^LMC LIDs per CA port (switch port 0: one, unless lmc_esp0)")
     p.add_argument("--dump_files_dir", help="where -D 0x40 dumps go")
     p.add_argument("--max_wire_smps", type=_int, default=None, help="SMPs in flight (default 32)")
     p.add_argument("--version", action="version", version=VERSION)
@@ -117,6 +124,7 @@ def settings(a: argparse.Namespace) -> dict:
         "guid": a.guid if a.guid is not None else _int(conf["guid"]),
         "priority": pick(a.priority, "sm_priority"),
         "lmc": pick(a.lmc, "lmc"),
+        "lmc_esp0": _bool(conf["lmc_esp0"], "lmc_esp0"),
         "sweep": pick(a.sweep, "sweep_interval"),
         "wire": a.max_wire_smps if a.max_wire_smps is not None else 32,
         "engine": a.routing_engine or (None if conf["routing_engine"] == "(null)" else conf["routing_engine"]),
@@ -143,8 +151,12 @@ def settings(a: argparse.Namespace) -> dict:
     s["engine"] = eng[0]
     if not 0 <= s["priority"] <= 15:
         raise UsageError("SM priority must be 0..15")
-    if s["lmc"] != 0:
-        raise UsageError(f"LMC {s['lmc']} is not supported (only 0)")
+    if a.lmc is not None and not 0 <= a.lmc <= 7:
+        raise UsageError("LMC must be 7 or less.")
+    if not 0 <= s["lmc"] <= 7:
+        # osm_subn_verify_config: a bad cached value falls back to the default
+        print(f" Invalid Cached Option Value:lmc = {s['lmc']}:Using Default:0")
+        s["lmc"] = 0
     if a.cn_guid_file:
         raise UsageError("-u/--cn_guid_file is not supported (ftree treats every CA as a compute node)")
     for d in a.debug:
@@ -239,7 +251,7 @@ def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
         parser.error(str(e))
     if a.create_config:
         conf = dict(CONF_KEYS, guid="0x%016x" % s["guid"], sm_priority=str(s["priority"]),
-                    lmc=str(s["lmc"]), sweep_interval=str(s["sweep"]), max_wire_smps=str(s["wire"]),
+                    lmc=str(s["lmc"]), lmc_esp0="TRUE" if s["lmc_esp0"] else "FALSE", sweep_interval=str(s["sweep"]), max_wire_smps=str(s["wire"]),
                     routing_engine=s["engine"], root_guid_file=s["roots"] or "(null)",
                     log_flags="0x%02x" % s["flags"], log_file=s["log_file"], dump_files_dir=s["dump_dir"],
                     sminfo_polling_timeout=str(int(s["poll_interval"] * 1000)),

@@ -148,7 +148,7 @@ class SmLoop:
         disc = disc or self._discover()
         q = MadQueue()
         sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
-                           self.previous, disc=disc)
+                           self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False))
         t0 = time.monotonic()
         self._drive(q, sweep)
         self.subnet = sweep.subnet
@@ -180,9 +180,12 @@ class SmLoop:
 
     def _dumps(self, sweep: HeavySweep) -> None:
         try:
-            os.makedirs(os.path.dirname(self.g2l_path) or ".", exist_ok=True)
-            with open(self.g2l_path, "w") as f:
-                f.write(self.g2l.dumps())
+            # osm_db_store: the file is rewritten only when a record changed
+            if self.g2l.dirty or not os.path.exists(self.g2l_path):
+                os.makedirs(os.path.dirname(self.g2l_path) or ".", exist_ok=True)
+                with open(self.g2l_path, "w") as f:
+                    f.write(self.g2l.dumps())
+                self.g2l.dirty = False
         except OSError as e:
             self.log.error(f"ERR 6D04: cannot write {self.g2l_path}: {e.strerror}")
         if self.s["flags"] & ROUTING:

@@ -11,7 +11,11 @@ dropped and logged.  Other attributes and methods: status "method/attribute
 unsupported".  PathRecord fields: SGID/DGID from the subnet prefix and port
 GUIDs, reversible, P_Key 0xFFFF, SL 0, MTU the smaller MtuCap of the two
 ends, rate from the source port's active width and speed, packet lifetime
-opensm's default 0x12; the path must exist through the LFTs.
+opensm's default 0x12; the path must exist through the LFTs.  With an
+LMC, a GetTable has one path per pair of LIDs of the two ranges, in opensm's
+order and preference (base+i to base+i first, preference 0; then the other
+pairs, preference 2), NumbPath of them if asked; a Get, one (the bases, or
+the LIDs asked for).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ..wire.sa import (CLASS_PORT_INFO, LFT_RECORD_SIZE, LFTR_COMP_BLOCK, LFTR_C
                        MCMEMBER_RECORD_SIZE, MCR_COMP, MFT_RECORD_SIZE, MFTR_COMP_BLOCK, MFTR_COMP_LID,
                        MFTR_COMP_POSITION, NODE_RECORD_DESC, NODE_RECORD_NODE_INFO, NODE_RECORD_SIZE, NR_COMP_LID,
                        PATH_RECORD, PIR_COMP_CAPMASK, PIR_COMP_LID, PIR_COMP_PORTNUM, PORT_INFO_RECORD_PORT_INFO,
-                       PORT_INFO_RECORD_SIZE, PR_COMP_DGID, PR_COMP_DLID, PR_COMP_SGID, PR_COMP_SLID,
+                       PORT_INFO_RECORD_SIZE, PR_COMP_DGID, PR_COMP_DLID, PR_COMP_NUMBPATH, PR_COMP_SGID, PR_COMP_SLID,
                        SA_DATA_OFFSET, SA_STATUS_INSUFFICIENT_COMPONENTS, SA_STATUS_NO_RECORDS,
                        SA_STATUS_REQ_INVALID, SERVICE_RECORD, SERVICE_RECORD_SIZE, SM_INFO_RECORD_SIZE,
                        SMIR_COMP_LID, SR_COMP_GID, SR_COMP_ID, SR_COMP_KEY, SR_COMP_LEASE, SR_COMP_NAME,
@@ -67,6 +71,8 @@ class SubnetAdmin:
         self.services: list[list] = []          # [record bytes, expiry time or None]
         self.mfts: dict[int, dict[int, int]] = {}   # switch GUID -> {mlid: mask} as programmed
         self.by_lid = subnet.port_by_lid()
+        # an LMC range answers to each of its LIDs, but a table lists a port once (base LID)
+        self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
         self.transfers: dict[tuple[int, int], RmppSender] = {}
         # generous: a resend after the reader is gone would reach the next client in its slot
         self.rmpp_timeout, self.rmpp_retries = 1.0, 3
@@ -89,8 +95,10 @@ class SubnetAdmin:
         rec[PORT_INFO_RECORD_PORT_INFO:PORT_INFO_RECORD_PORT_INFO + 64] = ph.port_info.ljust(64, b"\0")
         return bytes(rec)
 
-    def _hops(self, src: Physp, dst: Physp) -> int | None:
-        """Links crossed from src to dst through the LFTs the SM computed, or None."""
+    def _hops(self, src: Physp, dst: Physp, dlid: int | None = None) -> int | None:
+        """Links crossed from src to dst (to its LID ``dlid``, default the base) through the
+        LFTs the SM computed, or None."""
+        dlid = dlid or dst.lid
         if src is dst:
             return 0
         node, hops = (src.node, 0) if src.node.is_switch else (src.remote.node if src.remote else None, 1)
@@ -100,9 +108,9 @@ class SubnetAdmin:
             if dst.node is node:
                 return hops
             lft = getattr(self.subnet, "lfts", {}).get(node)
-            if lft is None or dst.lid >= len(lft) or lft[dst.lid] == NO_PATH:
+            if lft is None or dlid >= len(lft) or lft[dlid] == NO_PATH:
                 return None
-            ph = node.ports.get(lft[dst.lid])
+            ph = node.ports.get(lft[dlid])
             if ph is None or ph.remote is None:
                 return None
             hops += 1
@@ -111,8 +119,10 @@ class SubnetAdmin:
             node = ph.remote.node
         return None
 
-    def path_record(self, src: Physp, dst: Physp) -> bytes | None:
-        if self._hops(src, dst) is None:
+    def path_record(self, src: Physp, dst: Physp, slid: int | None = None,
+                    dlid: int | None = None, preference: int = 0) -> bytes | None:
+        """One path; ``slid``/``dlid``: the LIDs of the ports' LMC ranges asked for (default base)."""
+        if self._hops(src, dst, dlid) is None:
             return None
         spi = PORT_INFO.decode(src.port_info) if src.port_info else {}
         dpi = PORT_INFO.decode(dst.port_info) if dst.port_info else {}
@@ -120,8 +130,46 @@ class SubnetAdmin:
         rate = _RATE_CODE.get(_gbps(spi), 3)
         return bytes(PATH_RECORD.encode(
             DGID=(GID_PREFIX << 64) | dst.guid, SGID=(GID_PREFIX << 64) | src.guid,
-            DLID=dst.lid, SLID=src.lid, Reversible=1, PKey=0xFFFF, MtuSelector=2, Mtu=mtu,
-            RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=PACKET_LIFE_TIME))
+            DLID=dlid or dst.lid, SLID=slid or src.lid, Reversible=1, PKey=0xFFFF, MtuSelector=2, Mtu=mtu,
+            RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=PACKET_LIFE_TIME,
+            Preference=preference))
+
+    def pair_paths(self, src: Physp, dst: Physp, slid: int | None, dlid: int | None,
+                   iterations: int | None) -> list[bytes]:
+        """pr_rcv_get_port_pair_paths: the paths between two ports over their LMC ranges (or the
+        LIDs asked for): first base+i to base+i (preference 0), then the other pairs source-major
+        (preference 2); at most ``iterations`` (None: all)."""
+        slo, shi = (slid, slid) if slid else (src.lid, src.lid + (1 << src.lmc) - 1)
+        dlo, dhi = (dlid, dlid) if dlid else (dst.lid, dst.lid + (1 << dst.lmc) - 1)
+        out: list[bytes] = []
+        if not slo or not dlo:
+            return out
+
+        def more() -> bool:
+            return iterations is None or len(out) < iterations
+        s_, d_ = slo, dlo
+        while more():
+            if (r := self.path_record(src, dst, s_, d_, 0)) is not None:
+                out.append(r)
+            s_ += 1
+            d_ += 1
+            if s_ > shi or d_ > dhi:
+                break
+        s_, d_, so, do = slo, dlo, 0, 0
+        while more():
+            do += 1
+            d_ += 1
+            if d_ > dhi:
+                so += 1
+                s_ += 1
+                if s_ > shi:
+                    break
+                do, d_ = 0, dlo
+            if so == do:
+                continue            # a preference-0 path, already there
+            if (r := self.path_record(src, dst, s_, d_, 2)) is not None:
+                out.append(r)
+        return out
 
     # -- queries ---------------------------------------------------------------------------
     def _port_by_gid(self, gid: int) -> Physp | None:
@@ -137,25 +185,27 @@ class SubnetAdmin:
         return bool(have & cap) if mod & (1 << 31) else have == cap
 
     def query(self, attr: int, mask: int, rec, slid: int, mod: int = 0,
-              trusted: bool = False) -> tuple[list[bytes], int] | None:
-        """(records, record size) for the request, or None if the attribute is not served."""
+              trusted: bool = False, get: bool = False) -> tuple[list[bytes], int] | None:
+        """(records, record size) for the request (``get``: SubnAdmGet, else GetTable), or None
+        if the attribute is not served."""
         more = self._more(attr, mask, rec, trusted)
         if more is not None:
             return more
         if attr == SaAttr.NODE_RECORD:
             want = int.from_bytes(rec[0:2], "big") if mask & NR_COMP_LID else None
             ports = [self.by_lid[want]] if want in self.by_lid else [] if want is not None else \
-                [self.by_lid[lid] for lid in sorted(self.by_lid)]
+                [self.by_lid[lid] for lid in self.base_lids]
             return [self.node_record(p) for p in ports], NODE_RECORD_SIZE
         if attr == SaAttr.PORT_INFO_RECORD:
             lid = int.from_bytes(rec[0:2], "big") if mask & PIR_COMP_LID else None
             num = rec[2] if mask & PIR_COMP_PORTNUM else None
             cap = int.from_bytes(rec[4 + 20:4 + 24], "big") if mask & PIR_COMP_CAPMASK else None
             out = []
-            for elid in ([lid] if lid is not None else sorted(self.by_lid)):
+            for elid in ([lid] if lid is not None else self.base_lids):
                 p = self.by_lid.get(elid)
                 if p is None:
                     continue
+                elid = p.lid
                 phs = [ph for n, ph in sorted(p.node.ports.items()) if n] if p.node.is_switch else [p]
                 if p.node.is_switch:
                     phs = [p] + phs
@@ -172,10 +222,16 @@ class SubnetAdmin:
             elif mask & PR_COMP_DLID:
                 dsts = [self.by_lid.get(f["DLID"])]
             else:
-                dsts = [self.by_lid[lid] for lid in sorted(self.by_lid)]
+                dsts = [self.by_lid[lid] for lid in self.base_lids]
             if src is None:
                 return [], 64
-            out = [r for d in dsts if d is not None and (r := self.path_record(src, d)) is not None]
+            # a LID asked for (SLID/DLID in the mask) may be any LID of the port's range
+            slid_ = f["SLID"] if mask & PR_COMP_SLID and not mask & PR_COMP_SGID else None
+            dlid_ = f["DLID"] if mask & PR_COMP_DLID and not mask & PR_COMP_DGID else None
+            # SubnAdmGet: one path per port pair (IBA 1.2 erratum); else NumbPath, or all
+            iterations = 1 if get else f["NumbPath"] if mask & PR_COMP_NUMBPATH else None
+            out = [r for d in dsts if d is not None
+                   for r in self.pair_paths(src, d, slid_, dlid_, iterations)]
             return out, 64
         return None
 
@@ -370,6 +426,7 @@ class SubnetAdmin:
         """A new heavy sweep's view; what clients registered (groups, services) stays."""
         self.subnet = subnet
         self.by_lid = subnet.port_by_lid()
+        self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
 
     def handle(self, mad: bytearray, slid: int = 0, sqp: int = 1, now: float = 0.0) -> list:
         """Answers to one SA MAD: ``[(mad, length), ...]`` (length: what to report as
@@ -404,7 +461,8 @@ class SubnetAdmin:
             mad[3] = Method.GET_RESP if method != SaMethod.DELETE else SaMethod.DELETE_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
             return [(bytes(mad), None)]
-        res = self.query(attr, hdr.comp_mask, rec, slid, int.from_bytes(mad[20:24], "big"), trusted)
+        res = self.query(attr, hdr.comp_mask, rec, slid, int.from_bytes(mad[20:24], "big"), trusted,
+                         get=method == Method.GET)
         if res is None:
             mad[3] = Method.GET_RESP if method == Method.GET else Method.SA_GET_TABLE_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")

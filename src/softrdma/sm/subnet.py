@@ -83,6 +83,9 @@ class Subnet:
         self.sm_port_guid = 0
         self.sm_node: Node | None = None
         self.lfts: dict[Node, bytes] = {}       # the LFTs the SM computed last
+        self.lmc = 0                            # the SM's LMC (opensm's opt.lmc), set by the LID manager
+        self.lid_top = 0                        # highest LID ever in opensm's port_lid_tbl (lid_mgr)
+        self.out_of_lids: list[Physp] = []      # ports the LID manager found no range for
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.guid] = node
@@ -114,4 +117,7 @@ class Subnet:
         return out
 
     def max_lid(self) -> int:
-        return max((p.lid + (1 << p.lmc) - 1 for p in self.ports.values() if p.lid), default=0)
+        """The top of opensm's port_lid_tbl: the last LID of any range, or any LID a port
+        reported before the LID manager ran (``lid_top``; opensm's table never shrinks)."""
+        return max(self.lid_top,
+                   max((p.lid + (1 << p.lmc) - 1 for p in self.ports.values() if p.lid), default=0))

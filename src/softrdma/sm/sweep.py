@@ -38,8 +38,9 @@ LEAF_HOQ_LIFE = 0x10             # leaf_head_of_queue_lifetime (switch ports to 
 class HeavySweep:
     def __init__(self, q: MadQueue, log: L.Log, engine: str = "minhop", roots=None,
                  g2l: Guid2Lid | None = None, lmc: int = 0, previous: dict[int, bytes] | None = None,
-                 disc: Discovery | None = None):
+                 disc: Discovery | None = None, lmc_esp0: bool = False):
         self.q = q
+        self.lmc_esp0 = lmc_esp0
         self.log = log
         self.engine = engine
         self.roots = set(roots or ())
@@ -93,7 +94,12 @@ class HeavySweep:
         if sub.sm_node is None:
             raise RuntimeError("discovery found no SM node")
         self.phase = "lids"
-        assign_lids(sub, self.g2l, self.lmc)
+        # the LID table of the SM's previous sweeps (the LFTs it programmed span it)
+        sub.lid_top = max(sub.lid_top, max((len(l) - 1 for l in self.previous.values()), default=0))
+        assign_lids(sub, self.g2l, self.lmc, self.lmc_esp0)
+        if sub.out_of_lids:
+            self.log.error(f"ERR 0307: OPENSM RAN OUT OF LIDS!!! ({len(sub.out_of_lids)} ports left "
+                           f"without a LID at LMC {self.lmc})")
         sm_lid = sub.ports[sub.sm_port_guid].lid
         self.sm_lid = sm_lid
         for p in sub.end_ports():
@@ -114,10 +120,12 @@ class HeavySweep:
         self.phase = "routing"
         sub = self.subnet
         existing = {sw: self.previous[sw.guid] for sw in sub.switches() if sw.guid in self.previous}
-        self.engine_used, self.lfts = compute(sub, self.engine, self.roots, existing or None)
+        why: list[str] = []
+        self.engine_used, self.lfts = compute(sub, self.engine, self.roots, existing or None, why)
         sub.lfts = self.lfts
         if self.engine_used != self.engine:
-            self.log.info(f"{self.engine}: cannot route this subnet, falling back to minhop")
+            self.log.info(f"{self.engine}: cannot route this subnet"
+                          f"{' (' + why[0] + ')' if why else ''}, falling back to minhop")
         self.log.info(f"{self.engine_used} tables configured on all switches")
         self.times["routed"] = time.monotonic()
         max_lid = sub.max_lid()

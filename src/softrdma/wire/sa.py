@@ -121,6 +121,7 @@ PIR_COMP_CAPMASK = 1 << 7
 
 # ComponentMask bits of the fields an SM is asked by most
 PR_COMP_DGID, PR_COMP_SGID, PR_COMP_DLID, PR_COMP_SLID = 1 << 2, 1 << 3, 1 << 4, 1 << 5
+PR_COMP_NUMBPATH = 1 << 12
 NR_COMP_LID = 1 << 0
 PIR_COMP_LID, PIR_COMP_PORTNUM = 1 << 0, 1 << 1
 

@@ -15,7 +15,8 @@ class RoutingError(Exception):
     """The engine cannot route this subnet (opensm then falls back to minhop)."""
 
 
-def compute(subnet, engine: str, roots=None, existing=None):
+def compute(subnet, engine: str, roots=None, existing=None, why: list | None = None):
+    """``why``: a list to append the reason to when the engine falls back."""
     import importlib
     if engine not in ENGINES:
         raise ValueError(f"unsupported routing engine {engine!r} (supported: {', '.join(ENGINES)})")
@@ -23,5 +24,7 @@ def compute(subnet, engine: str, roots=None, existing=None):
     mod = importlib.import_module(f"{__name__}.{engine}")
     try:
         return engine, mod.route(subnet, roots, existing)
-    except RoutingError:
+    except RoutingError as e:
+        if why is not None:
+            why.append(str(e))
         return "minhop", minhop.route(subnet, None, existing)

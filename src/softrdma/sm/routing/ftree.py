@@ -19,8 +19,8 @@ tuple).  Then, leaf by leaf in tuple order and CA by CA in port order:
 Leaves with fewer CAs than the fullest leaf route dummy CAs (counters only).
 Switch LIDs are routed last as secondary paths.  Reverse hops, I/O nodes
 and compute-node files are not implemented (opensm's defaults: none).
-Not a fat tree (no CA, CAs on different ranks, ...) → ``RoutingError`` and
-opensm's minhop fallback.
+Not a fat tree (no CA, CAs on different ranks, ...), or an LMC > 0, →
+``RoutingError`` and opensm's minhop fallback.
 """
 
 from __future__ import annotations
@@ -108,6 +108,9 @@ class FatTree:
 
     # -- construction (construct_fabric) --------------------------------------------------
     def build(self) -> None:
+        if self.subnet.lmc > 0:
+            # construct_fabric: "LMC > 0 is not supported by fat-tree routing"
+            raise RoutingError("LMC > 0 is not supported by fat-tree routing")
         if len(self.sws) < 2 or len(self.hcas) < 2:
             raise RoutingError("not a fat tree: fewer than 2 switches or 2 CAs")
         self._rank()
