@@ -504,7 +504,8 @@ def test_sweep_duration_and_progress(daemon):
     crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_send_lat", ["-D", "2", "-s", "16"], env=env)
     assert (crc, src) == (0, 0), (cerr, serr)
     assert " #bytes        #iterations       t_avg[usec]    tps average" in cout.splitlines()
-    assert re.search(r"^ 16 +\d+ +\d+\.\d\d +\d+\.\d\d\n", cout, re.M)
+    # %-7.2f: a rate under 1000 keeps its padding (a loaded machine)
+    assert re.search(r"^ 16 +\d+ +\d+\.\d\d +\d+\.\d\d *$", cout, re.M), cout
     # the progress line went to stderr, in place, and stdout has none of it
     assert "\r" in cerr and "\x1b[K" in cerr and "sampled" in cerr
     assert "\r" not in cout and "\x1b" not in cout
