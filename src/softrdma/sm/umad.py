@@ -36,7 +36,8 @@ class TransportError(Exception):
 
 class IbsimPort:
     def __init__(self, sockname: str | None = None, node: str | None = None, issm: bool = True,
-                 server: str | None = None, server_port: int | None = None, timeout: float = 3.0):
+                 server: str | None = None, server_port: int | None = None, timeout: float = 3.0,
+                 set_issm: bool | None = None):
         env = os.environ
         self.base = sockname or env.get("IBSIM_SOCKNAME") or ibsim.SIM_BASENAME
         self.node = node if node is not None else env.get("SIM_HOST", "")
@@ -68,7 +69,7 @@ class IbsimPort:
         info = ibsim.parse_client_info(reply.data)
         self.client = info.id
         self.attached = info.nodeid
-        if issm:
+        if issm if set_issm is None else set_issm:
             # what opening /dev/infiniband/issm* does: the port's CapabilityMask gets IsSM,
             # so that other SMs find this one (CONNECT's issm only routes QP0 MADs here)
             self.control(ibsim.SimCtlType.SET_ISSM, struct.pack("<i", 1))

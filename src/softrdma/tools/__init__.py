@@ -39,6 +39,7 @@ TOOLS = {
     "perfquery": "softrdma.tools.ibdiag.perfquery",
     "sminfo": "softrdma.tools.ibdiag.sminfo",
     "ibqueryerrors": "softrdma.tools.ibdiag.ibqueryerrors",
+    "ibping": "softrdma.tools.ibdiag.ibping",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest

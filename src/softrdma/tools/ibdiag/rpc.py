@@ -55,10 +55,14 @@ class PortId:
 
 
 class MadPort:
-    def __init__(self, timeout_ms: int | None = None, retries: int = DEFAULT_RETRIES):
+    def __init__(self, timeout_ms: int | None = None, retries: int = DEFAULT_RETRIES,
+                 issm: bool = False, set_issm: bool = False):
+        """``issm``: attach as ibsim's "SM" client, the one that gets the
+        unsolicited QP0/QP1 requests for the node (a server such as
+        ``ibping -S``); ``set_issm``: also set IsSM in the CapabilityMask."""
         self.timeout = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000.0
         self.retries = retries
-        self.port = IbsimPort(issm=False)
+        self.port = IbsimPort(issm=issm, set_issm=set_issm)
         try:
             pi = smp.PORT_INFO.decode(self.port.control(ibsim.SimCtlType.GET_PORTINFO, bytes(64)).data)
             ni = smp.NODE_INFO.decode(self.port.control(ibsim.SimCtlType.GET_NODEINFO, bytes(64)).data)
@@ -68,6 +72,7 @@ class MadPort:
         self.lid = pi["Lid"]
         self.sm_lid = pi["SMLid"]
         self.portnum = pi["LocalPort"]
+        self.port_info = pi
         self.node_info = ni
         self.last_status = 0
 
