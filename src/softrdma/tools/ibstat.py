@@ -213,7 +213,7 @@ def _sim_cas() -> list[dict]:
     try:
         return [simca.sim_ca()]
     except TransportError as e:
-        if "refused" in str(e):          # CONNECT answered with ERROR: unknown SIM_HOST
+        if str(e).startswith("ibsim refused"):      # CONNECT answered with ERROR: unknown SIM_HOST
             _ibwarn("sim_ctl", "ctl error")
             raise _Panic("sim_init", "connect failed", 0) from None
         base = os.environ.get("IBSIM_SOCKNAME") or "sim"
