@@ -57,7 +57,7 @@ CA_NAME = "ibsim0"
 OPTS = [
     ("count", "c", 1, "<num>", "stop after count packets"),
     ("flood", "f", 0, None, "flood destination"),
-    ("oui", "o", 1, None, "use specified OUI number"),
+    ("oui", "o", 1, "", "use specified OUI number"),
     ("Server", "S", 0, None, "start in server mode"),
 ]
 
