@@ -264,3 +264,68 @@ def test_our_server_detaches_when_killed(fab):
     # only one issm client per node: a second server there is refused
     rc, out, err = fab.run(False, ["-S"], OUR_NODE)
     assert rc == 255 and "ibsim refused CONNECT" in err, (rc, out, err)
+
+
+def test_our_server_is_no_sm(fab):
+    """`ibping -S` attaches with issm (ibsim routes the pings only to such a
+    client) but, without SIM_SET_ISSM, leaves the IsSM capability bit alone:
+    an SM must not take it for another SM.  The real one (SIM_SET_ISSM=1) sets it."""
+    def capmask(host):
+        from softrdma.tools import ibstat
+        buf = io.StringIO()
+        saved = dict(os.environ)
+        os.environ.update(_env(fab.base, fab.tmp, SIM_HOST=host))
+        try:
+            with contextlib.redirect_stdout(buf):
+                assert ibstat.main(["ibsim0", "1"]) == 0
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        return int(re.search(r"Capability mask: (0x[0-9a-f]+)", buf.getvalue()).group(1), 16)
+    assert not capmask(OUR_NODE) & 0x2
+    assert capmask(REAL_NODE) & 0x2
+
+
+def _clear_issm(fab, host, lid):
+    """What a clean exit of the killed real ping server would have done
+    (umad2sim closes the issm device: SET_ISSM 0).  A ping makes ibsim find
+    the dead client (its write fails) and free its slot; softrdma's server
+    frees it by its liveness check."""
+    from softrdma.sm.umad import IbsimPort, TransportError
+    from softrdma.wire import ibsim
+    end = time.monotonic() + 10
+    while True:
+        fab.ours(["-c", "1", "-f", str(lid)])
+        try:
+            port = IbsimPort(sockname=fab.base, node=host, issm=True, set_issm=False)
+            break
+        except TransportError:
+            assert time.monotonic() < end, "the dead ping server keeps its issm slot"
+            time.sleep(0.2)
+    port.control(ibsim.SimCtlType.SET_ISSM, b"\0\0\0\0")
+    port.close()
+
+
+def test_guid_address_through_a_resident_sm(fab):
+    """-G: the GUID becomes a LID through a PathRecord from the SA of a resident
+    real opensm (last in the module: it stays up).  The real ping server goes
+    first: the SM would poll its SMInfo (IsSM is set), and umad2sim crashes on that."""
+    fab.real_server.terminate()
+    fab.real_server.communicate(timeout=10)
+    _clear_issm(fab, REAL_NODE, fab.real_lid)
+    log = fab.tmp / "resident.log"
+    sm = subprocess.Popen(["opensm", "-d2", "-f", str(log)], cwd=fab.tmp, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env=_env(fab.base, fab.tmp, LD_PRELOAD=SIMSO))
+    fab.servers.append(sm)
+    end = time.monotonic() + 20
+    while "SUBNET UP" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < end and sm.poll() is None, "no SUBNET UP"
+        time.sleep(0.1)
+    _, guid = fab.lid(OUR_NODE)
+    for case in (f"-c 2 -f -G {guid}", "-c 1 -f -G 0x0002c9040000ffff", f"-c 1 -f -G -t 200 {guid}"):
+        mine, ref = fab.ours(case.split()), fab.run(True, case.split())
+        assert mine == ref, f"ibping {case}:\n  ours {mine!r}\n  real {ref!r}"
+    mine = fab.ours(f"-c 2 -f -G {guid}".split())
+    assert mine[0] == 0 and f"(Lid {fab.our_lid}) ibping statistics" in mine[1] and \
+        "2 packets transmitted, 2 received" in mine[1], mine
