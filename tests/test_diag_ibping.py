@@ -21,6 +21,7 @@ import contextlib
 import io
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -139,7 +140,15 @@ class Fabric:
         self.servers.append(p)
         lid, _ = self.lid(host)
         if real:
-            # umad2sim crashes on a MAD of a class nobody registered: let it register first
+            # umad2sim crashes on a MAD of a class nobody registered: let it get that far
+            want = f"@{self.base}:in{p.pid}".encode()
+            end = time.monotonic() + 10
+            while True:
+                with open("/proc/net/unix", "rb") as f:
+                    if want in f.read():
+                        break
+                assert p.poll() is None and time.monotonic() < end, "the real ping server did not attach"
+                time.sleep(0.05)
             time.sleep(0.5)
         end = time.monotonic() + 15
         while "1 received" not in self.ours(["-c", "1", "-f", str(lid)])[1]:
@@ -234,14 +243,25 @@ def test_options_errors_and_lost_pings_as_the_real_one(fab):
 def test_interrupt_prints_the_statistics(fab):
     """SIGINT ends an endless ping with the statistics and exit 0."""
     res = {}
-    procs = {real: fab.popen(real, [str(fab.our_lid)]) for real in (True, False)}
-    time.sleep(1.6)
-    procs[True].send_signal(signal.SIGINT)
-    time.sleep(0.6)                                 # python starts slower: 2 pings or more each
-    procs[False].send_signal(signal.SIGINT)
+    # each gets SIGINT half-way between its second and third ping
+    procs = {True: fab.popen(True, [str(fab.our_lid)])}
+    t_real = time.monotonic()                         # the real one pings at once
+    procs[False] = fab.popen(False, [str(fab.our_lid)])
+    # ours flushes each Pong line (the real one's stdout is a pipe: block-buffered)
+    if not select.select([procs[False].stdout], [], [], 15)[0]:
+        for p in procs.values():
+            p.kill()
+            p.communicate()
+        raise AssertionError("softrdma's ibping printed no Pong within 15 s")
+    first = procs[False].stdout.readline()
+    assert first.startswith("Pong from "), first
+    t_ours = time.monotonic()
+    for real, t in sorted(((True, t_real), (False, t_ours)), key=lambda x: x[1]):
+        time.sleep(max(0.0, t + 1.5 - time.monotonic()))
+        procs[real].send_signal(signal.SIGINT)
     for real, p in procs.items():
         out, err = p.communicate(timeout=10)
-        res[real] = (p.returncode, _norm_out(out), _norm_err(err))
+        res[real] = (p.returncode, _norm_out(out if real else first + out), _norm_err(err))
     for real, (rc, out, err) in res.items():
         m = re.search(r"(\d+) packets transmitted, (\d+) received, 0% packet loss", out)
         assert rc == 0 and err == "" and m and m.group(1) == m.group(2), res
