@@ -60,6 +60,13 @@ def test_control_socket_and_clients(srv):
     c2.sendto(ibsim.build_ctl(SimCtlType.CONNECT, ibsim.build_client_info(78, 0, 1, "host0001")),
               ibsim.abstract_name(base, "ctl"))
     assert ibsim.parse_ctl(c2.recv(80)).type == SimCtlType.ERROR
+    # as in ibsim, CONNECT's issm only routes requests here (an `ibping -S` is no SM):
+    # the IsSM capability comes with SET_ISSM
+    ctl.send(ibsim.build_ctl(SimCtlType.GET_PORTINFO, b"\0", info.id))
+    pi = smp.PORT_INFO.decode(ibsim.parse_ctl(ctl.recv(80)).data)
+    assert not pi["CapMask"] & smp.CAP_IS_SM and pi["LocalPort"] == 1
+    ctl.send(ibsim.build_ctl(SimCtlType.SET_ISSM, b"\1\0\0\0", info.id))
+    assert ibsim.parse_ctl(ctl.recv(80)).type == SimCtlType.SET_ISSM
     ctl.send(ibsim.build_ctl(SimCtlType.GET_PORTINFO, b"\0", info.id))
     pi = smp.PORT_INFO.decode(ibsim.parse_ctl(ctl.recv(80)).data)
     assert pi["CapMask"] & smp.CAP_IS_SM and pi["LocalPort"] == 1

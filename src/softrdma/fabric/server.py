@@ -267,9 +267,9 @@ class Server:
             self.log(f"fabric: cannot reach client pid {info.id}: {e.strerror}")
             s.close()
             return None
+        # as ibsim: CONNECT's issm only routes the unsolicited QP0/QP1 requests here;
+        # the IsSM capability bit comes with SET_ISSM (a server like `ibping -S` is no SM)
         c = Client(idx, info.id, port, info.qp, bool(info.issm), s, caddr)
-        if c.issm:
-            port.has_sm = True
         self.clients[idx] = c
         self.sel.register(s, selectors.EVENT_READ, lambda sock, c=c: self._on_data(c))
         if self.verbose:

@@ -36,7 +36,8 @@ class TransportError(Exception):
 
 class IbsimPort:
     def __init__(self, sockname: str | None = None, node: str | None = None, issm: bool = True,
-                 server: str | None = None, server_port: int | None = None, timeout: float = 3.0):
+                 server: str | None = None, server_port: int | None = None, timeout: float = 3.0,
+                 set_issm: bool | None = None):
         env = os.environ
         self.base = sockname or env.get("IBSIM_SOCKNAME") or ibsim.SIM_BASENAME
         self.node = node if node is not None else env.get("SIM_HOST", "")
@@ -68,7 +69,7 @@ class IbsimPort:
         info = ibsim.parse_client_info(reply.data)
         self.client = info.id
         self.attached = info.nodeid
-        if issm:
+        if issm if set_issm is None else set_issm:
             # what opening /dev/infiniband/issm* does: the port's CapabilityMask gets IsSM,
             # so that other SMs find this one (CONNECT's issm only routes QP0 MADs here)
             self.control(ibsim.SimCtlType.SET_ISSM, struct.pack("<i", 1))
@@ -82,7 +83,12 @@ class IbsimPort:
         """One control request (CONNECT, GET_PORTINFO, ...) and its answer."""
         try:
             self.ctl.send(ibsim.build_ctl(type_, data, getattr(self, "client", 0)))
-            reply = ibsim.parse_ctl(self.ctl.recv(4096))
+            while True:
+                reply = ibsim.parse_ctl(self.ctl.recv(4096))
+                # the server answers with the request's type (or ERROR); anything else is
+                # a late answer meant for an earlier client of this pid (same ctl<pid> name)
+                if reply.type in (type_, ibsim.SimCtlType.ERROR):
+                    break
         except (OSError, WireError) as e:
             raise TransportError(f"ibsim control request {ibsim.SimCtlType(type_).name} failed: {e}") from None
         if reply.type == ibsim.SimCtlType.ERROR:
@@ -124,9 +130,12 @@ class IbsimPort:
             out.append(req._replace(mad=req.mad[:256]))
 
     def close(self) -> None:
+        # wait for the answer, as umad2sim does: a client of this process that
+        # binds ctl<pid> next would otherwise read it as the answer to its CONNECT
         try:
-            self.ctl.send(ibsim.build_ctl(ibsim.SimCtlType.DISCONNECT, b"", self.client))
-        except OSError:
+            self.ctl.settimeout(0.5)
+            self.control(ibsim.SimCtlType.DISCONNECT)
+        except TransportError:
             pass
         self.ctl.close()
         self.data.close()

@@ -40,6 +40,7 @@ TOOLS = {
     "sminfo": "softrdma.tools.ibdiag.sminfo",
     "saquery": "softrdma.tools.ibdiag.saquery",
     "ibqueryerrors": "softrdma.tools.ibdiag.ibqueryerrors",
+    "ibping": "softrdma.tools.ibdiag.ibping",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest

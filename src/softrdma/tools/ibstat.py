@@ -19,6 +19,13 @@ print the usage on stderr and exit 2, ``-V`` prints the build version on
 stderr and exits 0, IBPANIC exits 255.  When no daemon runs there are no
 devices: ``ibstat``, ``-l`` and ``-p`` print nothing and exit 0, as the
 real tool does without ``/sys/class/infiniband``.
+
+With ``IBSIM_SOCKNAME`` (or ``IBSIM_SERVER_NAME``) set -- the environment
+of the real tools under umad2sim -- ibstat shows the IB port of a
+simulated fabric instead: the one CA ``ibsim0`` that umad2sim's fake
+sysfs holds for the node ``SIM_HOST`` names (default: the server's
+first node), from the ibsim server's control answers
+(softrdma.tools.ibdiag.simca).
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from ..device.sysfs import rate_str
 from ..verbs import device as verbs_device
 from ..verbs.errors import PyverbsError
 from .ibv_devinfo import errno_of
+from ..sm.umad import TransportError
+from .ibdiag import simca
 from .libc import GetoptLong, c_int, strtol
 
 #: rxe's sysfs files that the daemon's ``links`` reply does not carry
@@ -198,6 +207,20 @@ def ca_stat(ca: dict, portnum: int, no_ports: bool, w) -> int:
     return 0
 
 
+def _sim_cas() -> list[dict]:
+    """The IB port of an ibsim fabric, as the real ibstat sees it under
+    umad2sim (IBSIM_SOCKNAME/IBSIM_SERVER_NAME set; SIM_HOST picks the node)."""
+    try:
+        return [simca.sim_ca()]
+    except TransportError as e:
+        if str(e).startswith("ibsim refused"):      # CONNECT answered with ERROR: unknown SIM_HOST
+            _ibwarn("sim_ctl", "ctl error")
+            raise _Panic("sim_init", "connect failed", 0) from None
+        base = os.environ.get("IBSIM_SOCKNAME") or "sim"
+        where = os.environ.get("IBSIM_SERVER_NAME") or f"{base}:ctl"
+        raise _Panic("sim_attach", f"can't connect to sim socket {where}", errno.ECONNREFUSED) from None
+
+
 def main(argv: list[str], prog: str = "ibstat") -> int:
     w = sys.stdout.write
     list_only = short_format = list_ports = False
@@ -220,7 +243,7 @@ def main(argv: list[str], prog: str = "ibstat") -> int:
     args = opts.operands
     dev_port = c_int(strtol(args[1])) if len(args) > 1 else -1
     try:
-        cas = ca_list()
+        cas = _sim_cas() if simca.env_selects_ibsim() else ca_list()
         if args:
             cas = [ca for ca in cas if ca["ca_name"] == args[0]]
             if not cas:

@@ -1,6 +1,6 @@
 """softrdma.tools.ibdiag: infiniband-diags 44 (ibnetdiscover, iblinkinfo, ibroute,
 ibtracert, ibhosts/ibswitches/ibnodes, smpquery, perfquery, sminfo,
-ibqueryerrors) as ibsim clients.
+ibqueryerrors, ibping) as ibsim clients.
 
 Shared parts: ``common`` (ibdiag_common.c: options, usage, IBEXIT, address
 resolution), ``rpc`` (the MAD transport: an ibsim client, LID-routed and

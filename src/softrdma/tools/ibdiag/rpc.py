@@ -55,10 +55,14 @@ class PortId:
 
 
 class MadPort:
-    def __init__(self, timeout_ms: int | None = None, retries: int = DEFAULT_RETRIES):
+    def __init__(self, timeout_ms: int | None = None, retries: int = DEFAULT_RETRIES,
+                 issm: bool = False, set_issm: bool = False):
+        """``issm``: attach as ibsim's "SM" client, the one that gets the
+        unsolicited QP0/QP1 requests for the node (a server such as
+        ``ibping -S``); ``set_issm``: also set IsSM in the CapabilityMask."""
         self.timeout = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000.0
         self.retries = retries
-        self.port = IbsimPort(issm=False)
+        self.port = IbsimPort(issm=issm, set_issm=set_issm)
         try:
             pi = smp.PORT_INFO.decode(self.port.control(ibsim.SimCtlType.GET_PORTINFO, bytes(64)).data)
             ni = smp.NODE_INFO.decode(self.port.control(ibsim.SimCtlType.GET_NODEINFO, bytes(64)).data)
@@ -68,6 +72,7 @@ class MadPort:
         self.lid = pi["Lid"]
         self.sm_lid = pi["SMLid"]
         self.portnum = pi["LocalPort"]
+        self.port_info = pi
         self.node_info = ni
         self.last_status = 0
 
@@ -195,8 +200,10 @@ def sa_path_lid(port: MadPort, guid: int) -> int | None:
     mad[48:56] = (PR_COMPMASK_DGID | PR_COMPMASK_SGID).to_bytes(8, "big")
     rec = SA_DATA_OFFSET
     mad[rec + 8:rec + 24] = GID_PREFIX.to_bytes(8, "big") + guid.to_bytes(8, "big")
-    mad[rec + 24:rec + 40] = GID_PREFIX.to_bytes(8, "big") + \
-        port.node_info["PortGuid"].to_bytes(8, "big")
+    # the SGID is the own port's GID 0 as umad2sim's sysfs has it: NodeGUID + LocalPortNum
+    # (real ibsim's GET_NODEINFO PortGUID of a CA is the NodeGUID: the SA would refuse that)
+    sgid_guid = (port.node_info["Guid"] + port.portnum) & 0xFFFFFFFFFFFFFFFF
+    mad[rec + 24:rec + 40] = GID_PREFIX.to_bytes(8, "big") + sgid_guid.to_bytes(8, "big")
     ans = port.rpc_many([(tid, ibsim.build_request(port.sm_lid, 0, 1, 1, bytes(mad)))])[0]
     if ans is None:
         ibwarn("mad_rpc_rmpp", f"_do_madrpc failed; dport (Lid {port.sm_lid})")
