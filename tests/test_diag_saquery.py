@@ -192,3 +192,39 @@ def test_service_records(fab, sm):
     status, _ = fab.sa_call("host0003", 0x15, 0x31, 1 | 2 | 4, bytes(rec))
     assert status == 0
     assert fab.ours("SR") == (0, "")
+
+
+@pytest.mark.parametrize("fab", ["softrdma"], indirect=True)
+def test_malformed_mads_never_stop_the_sm(fab):
+    sm = fab.sm("ours")
+    code = """
+import random
+from softrdma.sm.umad import IbsimPort
+rng = random.Random(7)
+port = IbsimPort(issm=False)
+for i in range(3000):
+    mad = bytearray(rng.randbytes(256))
+    mad[0] = rng.choice([1, 1, 1, 0, 2, 0x81])
+    mad[1] = rng.choice([0x01, 0x81, 0x03, 0x03, 0x03, 0x32, 0x04])
+    mad[2] = rng.choice([1, 2, 0x80])
+    mad[3] = rng.choice([0x01, 0x02, 0x12, 0x15, 0x05, 0x81, 0x7F])
+    if rng.random() < 0.3:
+        mad[24:28] = bytes([1, rng.choice([1, 2, 3, 4, 9]), rng.randrange(256), rng.randrange(256)])
+    qp = 0 if mad[1] in (0x01, 0x81) else 1
+    port.send(bytes(mad), 1, qp, qp, rng.choice([256, 56, 1, 0, 300]))
+    if i % 20 == 0:
+        port.recv_all()
+port.recv_all()
+port.close()
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=fab.tmp, env=fab.env(SIM_HOST="host0002"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    time.sleep(1.0)
+    assert sm.poll() is None, "the SM died"
+    assert "SMINFO_MASTER" in fab.tool("sminfo")
+    assert fab.ours("NR", "2") == fab.real("NR", "2") and fab.ours("NR", "2")[1].startswith("NodeRecord dump")
+    rc, out = fab.ours("-N")
+    assert rc == 0 and out.count("NodeRecord dump:") == 70
+    log = sm.log.read_text(errors="replace")
+    assert "Traceback" not in log

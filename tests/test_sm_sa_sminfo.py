@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+from hypothesis import given, settings, strategies as st
+
 from sm_helpers import fixture, load_net, roots
 from softrdma.sm.agent import Agent
 from softrdma.sm.guid2lid import Guid2Lid
@@ -266,3 +268,27 @@ def test_port_info_records_by_capability_mask():
     mad[20:24] = (1 << 31).to_bytes(4, "big")                 # any of the bits (saquery -s)
     (r, _), = sa.handle(mad)
     assert int.from_bytes(r[56:58], "big") == sm.lid
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=st.binary(min_size=0, max_size=300), method=st.sampled_from([0x01, 0x02, 0x12, 0x15, 0x81, 0x92, 7]),
+       attr=st.sampled_from([0x01, 0x11, 0x12, 0x14, 0x15, 0x17, 0x18, 0x20, 0x31, 0x35, 0x38, 0xF3, 0x1234]),
+       mask=st.integers(0, (1 << 64) - 1), rmpp=st.binary(min_size=12, max_size=12), sm_key=st.sampled_from([0, 1, 7]))
+def test_any_sa_mad_gets_an_answer_or_nothing_never_an_exception(body, method, attr, mask, rmpp, sm_key):
+    sa = SA_FUZZ[0]
+    mad = sa_query(method, attr, mask & ((1 << 64) - 1), body[:200])
+    mad[24:36] = rmpp
+    mad[36:44] = sm_key.to_bytes(8, "big")
+    mad = mad[:len(body) + 56] if len(body) < 200 else mad          # short MADs too
+    for m, length in sa.handle(bytearray(mad), slid=5, sqp=1, now=1.0):
+        assert len(m) == 256 and (length is None or 56 <= length <= 256)
+    sa.tick(100.0)
+    req = SimpleNamespace(mad=bytes(mad), slid=5, sqp=1, dqp=1)
+    Agent(SmInfoState(guid=1), sa).handle(req, 1.0)
+
+
+SA_FUZZ = []
+
+
+def setup_module():
+    SA_FUZZ.append(SubnetAdmin(subnet(), SmInfoState(guid=1, priority=0, sm_key=1)))

@@ -431,6 +431,10 @@ class SubnetAdmin:
     def handle(self, mad: bytearray, slid: int = 0, sqp: int = 1, now: float = 0.0) -> list:
         """Answers to one SA MAD: ``[(mad, length), ...]`` (length: what to report as
         received, for readers without RMPP; None = the whole MAD)."""
+        if len(mad) < 24:
+            return []
+        if len(mad) < 256:
+            mad.extend(bytes(256 - len(mad)))     # a short MAD: what is missing reads as zero
         method = mad[3]
         attr = int.from_bytes(mad[16:18], "big")
         try:
