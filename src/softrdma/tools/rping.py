@@ -43,7 +43,8 @@ import socket
 import struct
 import sys
 
-from .libc import c_int, strtol
+from .cma_common import _close, _err, _out, atoi, create_first_event_channel, perror
+from .libc import c_int
 
 RPING_BUFSIZE = 64 * 1024
 RPING_SQ_DEPTH = 16
@@ -84,29 +85,8 @@ class Exit(Exception):
         self.code = code
 
 
-def _out(msg: str) -> None:
-    sys.stdout.write(msg)
-    sys.stdout.flush()
-
-
-def _err(msg: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.write(msg)
-    sys.stderr.flush()
-
-
-def _perror(what: str, e: Exception | None = None) -> None:
-    code = getattr(e, "error_code", None) or getattr(e, "errno", None) or errno.EINVAL
-    _err(f"{what}: {os.strerror(abs(code))}\n")
-
-
 def _ptr(obj) -> str:
     return "%#x" % (id(obj) & 0xFFFFFFFFFFFF)
-
-
-def atoi(s: str) -> int:
-    """C atoi(): strtol base 10 converted to int."""
-    return c_int(strtol(s, 10))
 
 
 def getopt(argv: list[str], optstring: str):
@@ -215,7 +195,7 @@ class Rping:
             except PyverbsRDMAError as e:
                 if e.error_code == errno.EAGAIN:
                     break
-                _perror("rdma_get_cm_event", e)
+                perror("rdma_get_cm_event", e)
                 raise Exit(c_int(-1) & 0xFF)
             progressed = True
             ret = self.cma_event_handler(ev)
@@ -273,7 +253,7 @@ class Rping:
                 self.cm_id.resolve_route(2000)
             except PyverbsError as e:
                 self.state = ERROR
-                _perror("rdma_resolve_route", e)
+                perror("rdma_resolve_route", e)
                 self.sem_post()
         elif t == RDMA_CM_EVENT_ROUTE_RESOLVED:
             self.state = ROUTE_RESOLVED
@@ -472,7 +452,7 @@ class Rping:
             try:
                 self.qp = QP(self.pd, init)
             except PyverbsError as e:
-                _perror("ibv_create_qp", e)
+                perror("ibv_create_qp", e)
                 return -1
             attr = QPAttr(qp_state=IBV_QPS_INIT)
             attr.pkey_index = 0
@@ -481,14 +461,14 @@ class Rping:
             try:
                 self.qp.modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
             except PyverbsError as e:
-                _perror("ibv_modify_qp", e)
+                perror("ibv_modify_qp", e)
                 self.qp.close()
                 return -1
             return 0
         try:
             cm_id.create_qp(init)
         except PyverbsError as e:
-            _perror("rdma_create_qp", e)
+            perror("rdma_create_qp", e)
             return -1
         self.qp = cm_id.qp
         return 0
@@ -560,7 +540,7 @@ class Rping:
             else:
                 self.child_cm_id.accept(None)
         except PyverbsError as e:
-            _perror("rdma_accept", e)
+            perror("rdma_accept", e)
             return -1
         self.sem_wait()
         if self.state == ERROR:
@@ -598,14 +578,14 @@ class Rping:
         try:
             self.cm_id.bind_addr(AddrInfo(src=self.sin[1], src_service=str(self.port), flags=RAI_PASSIVE))
         except PyverbsError as e:
-            _perror("rdma_bind_addr", e)
+            perror("rdma_bind_addr", e)
             return -1
         self.log("rdma_bind_addr successful\n")
         self.log("rdma_listen\n")
         try:
             self.cm_id.listen(3)
         except PyverbsError as e:
-            _perror("rdma_listen", e)
+            perror("rdma_listen", e)
             return -1
         return 0
 
@@ -750,7 +730,7 @@ class Rping:
                           dst_service=str(self.port))
             self.cm_id.resolve_addr(ai, 2000)
         except PyverbsError as e:
-            _perror("rdma_resolve_addr", e)
+            perror("rdma_resolve_addr", e)
             return -1
         self.sem_wait()
         if self.state != ROUTE_RESOLVED:
@@ -764,7 +744,7 @@ class Rping:
         try:
             self.cm_id.connect(self.conn_param())
         except PyverbsError as e:
-            _perror("rdma_connect", e)
+            perror("rdma_connect", e)
             return -1
         self.sem_wait()
         if self.state != CONNECTED:
@@ -778,7 +758,7 @@ class Rping:
             try:
                 self.cm_id.establish()
             except PyverbsError as e:
-                _perror("rdma_establish", e)
+                perror("rdma_establish", e)
                 return -1
         self.log("rdma_connect successful\n")
         return 0
@@ -876,15 +856,6 @@ class Rping:
         return ret
 
 
-def _close(obj) -> None:
-    if obj is None:
-        return
-    try:
-        obj.close()
-    except Exception:
-        pass
-
-
 def parse(argv: list[str], cb: Rping) -> int:
     """main()'s option loop; 0 or the exit status."""
     ret = 0
@@ -964,27 +935,18 @@ def main(argv: list[str] | None = None, prog: str = "rping") -> int:
 
 
 def _run(cb: Rping) -> int:
-    from ..pyverbs.cmid import CMID, CMEventChannel
+    from ..pyverbs.cmid import CMID
     from ..pyverbs.librdmacm_enums import RDMA_PS_TCP
-    from ..pyverbs.device import get_device_list
     from ..pyverbs.pyverbs_error import PyverbsError
-    try:
-        # ucma_init(): librdmacm lists the verbs devices first (with
-        # softrdma this also starts the embedded daemon when none runs)
-        if not get_device_list():
-            raise PyverbsError("no devices", errno.ENODEV)
-        cb.cm_channel = CMEventChannel()
-    except PyverbsError as e:
-        if e.error_code == errno.ENODEV:
-            _err("No RDMA devices were detected\n")
-        else:
-            _perror("failed to create RDMA CM event channel", e)
-        return e.error_code or errno.ENODEV
+    channel = create_first_event_channel()
+    if isinstance(channel, int):
+        return channel
+    cb.cm_channel = channel
     try:
         try:
             cb.cm_id = CMID(creator=cb.cm_channel, port_space=RDMA_PS_TCP)
         except PyverbsError as e:
-            _perror("rdma_create_id", e)
+            perror("rdma_create_id", e)
             return -1
         cb.log(f"created cm_id {_ptr(cb.cm_id)}\n")
         if cb.server:

@@ -23,11 +23,13 @@ this module is the same loop.  It uses only ``softrdma.pyverbs``.
 from __future__ import annotations
 
 import errno
-import os
-import socket
 import sys
 
-from .libc import GetoptLong, c_int, strtol, strtoul
+from .cma_common import (
+    GaiError, Getopt, Options, _close, _err, _errno_of, _out, atoi, create_first_event_channel,
+    getaddrinfo as _getaddrinfo, perror,
+)
+from .libc import strtoul
 
 OPTSTRING = "s:b:f:P:c:C:S:t:p:a:m"
 DEFAULT_PORT = "7471"
@@ -50,78 +52,6 @@ def usage(prog: str) -> str:
             "\t[-p port_number]\n"
             "\t[-m(igrate)]\n"
             "\t[-a ack_timeout]\n")
-
-
-def atoi(s: str) -> int:
-    return c_int(strtol(s, 10))
-
-
-def _out(msg: str) -> None:
-    sys.stdout.write(msg)
-    sys.stdout.flush()
-
-
-def _err(msg: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.write(msg)
-    sys.stderr.flush()
-
-
-def _errno_of(e: BaseException | None) -> int:
-    code = getattr(e, "error_code", None) or getattr(e, "errno", None) or errno.EINVAL
-    return abs(code)
-
-
-def perror(what: str, e: BaseException | None) -> int:
-    """perror(what) for a call that failed with ``e``; the errno."""
-    code = _errno_of(e)
-    _err(f"{what}: {os.strerror(code)}\n")
-    return code
-
-
-class Options:
-    def __init__(self):
-        self.connections = 1
-        self.message_size = 100
-        self.message_count = 10
-        self.port = DEFAULT_PORT
-        self.set_tos = False
-        self.tos = 0
-        self.set_timeout = False
-        self.timeout = 0
-        self.migrate = False
-        self.dst_addr: str | None = None
-        self.src_addr: str | None = None
-        self.numeric = False            # RAI_NUMERICHOST
-        self.af_ib = False              # -f gid: RAI_FAMILY, AF_IB
-        self.port_space = None          # RDMA_PS_TCP unless -P ib
-        self.socktype = socket.SOCK_STREAM  # rdma_getaddrinfo's for the port space (udaddy: datagram)
-
-
-class GaiError(Exception):
-    def __init__(self, code: int, text: str):
-        super().__init__(code, text)
-        self.code = code
-        self.text = text
-
-
-def _getaddrinfo(node: str | None, service: str | None, o: Options, passive: bool) -> tuple[str, int]:
-    """rdma_getaddrinfo's address: (numeric address, port); GaiError as
-    getaddrinfo's (negative EAI code, gai_strerror text)."""
-    if o.af_ib:
-        # AF_IB (struct sockaddr_ib) does not exist in softrdma's rdma_cm
-        raise GaiError(socket.EAI_FAMILY, "ai_family not supported")
-    flags = (socket.AI_PASSIVE if passive else 0) | (socket.AI_NUMERICHOST if o.numeric else 0)
-    try:
-        res = socket.getaddrinfo(node, service, 0, o.socktype, 0, flags)
-    except socket.gaierror as e:
-        raise GaiError(e.errno, e.strerror) from None
-    except UnicodeError:
-        raise GaiError(socket.EAI_NONAME, "Name or service not known") from None
-    for family, _, _, _, sa in res:
-        if family in (socket.AF_INET, socket.AF_INET6):
-            return sa[0], sa[1]
-    raise GaiError(socket.EAI_FAMILY, "ai_family not supported")
 
 
 class Node:
@@ -551,26 +481,8 @@ class CmaTose:
             self.destroy_node(node)
 
 
-def _close(obj) -> None:
-    if obj is None:
-        return
-    try:
-        obj.close()
-    except Exception:
-        pass
-
-
-class Getopt(GetoptLong):
-    """Plain getopt: no long options, so ``--word`` is the option '-'
-    (cmatose stops at the first error, the rest of the word is not read)."""
-
-    def _long(self, body: str, i: int):
-        self._err("invalid option -- '-'")
-        return i, ("?", None)
-
-
 def parse(argv: list[str], prog: str) -> Options | int:
-    o = Options()
+    o = Options(DEFAULT_PORT)
     for op, optarg in Getopt(argv, prog, OPTSTRING):
         if op == "s":
             o.dst_addr = optarg
@@ -626,23 +538,11 @@ def main(argv: list[str] | None = None, prog: str = "ucmatose") -> int:
 
 
 def _run(o: Options) -> int:
-    from ..pyverbs.cmid import CMEventChannel
-    from ..pyverbs.device import get_device_list
-    from ..pyverbs.pyverbs_error import PyverbsError
     test = CmaTose(o)
-    try:
-        # create_first_event_channel(): librdmacm's ucma_init lists the
-        # verbs devices first (this also starts softrdma's embedded daemon
-        # when none runs)
-        if not get_device_list():
-            raise PyverbsError("no devices", errno.ENODEV)
-        test.channel = CMEventChannel()
-    except PyverbsError as e:
-        if e.error_code == errno.ENODEV:
-            _err("No RDMA devices were detected\n")
-        else:
-            perror("failed to create RDMA CM event channel", e)
+    channel = create_first_event_channel()
+    if isinstance(channel, int):
         return 1
+    test.channel = channel
     try:
         if test.alloc_nodes():
             return 1

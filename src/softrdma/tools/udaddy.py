@@ -26,8 +26,11 @@ import errno
 import socket
 import sys
 
+from .cma_common import (
+    GaiError, Getopt, Options, _close, _err, _errno_of, _out, atoi, create_first_event_channel,
+    getaddrinfo as _getaddrinfo, perror,
+)
 from .libc import strtol, strtoul
-from .ucmatose import GaiError, Getopt, Options, _close, _err, _errno_of, _getaddrinfo, _out, atoi, perror
 
 OPTSTRING = "s:b:c:C:S:t:p:P:f:"
 PORT = "7174"
@@ -473,8 +476,7 @@ class UdAddy:
 
 
 def parse(argv: list[str], prog: str) -> Options | int:
-    o = Options()
-    o.port = PORT
+    o = Options(PORT)
     o.port_space = RDMA_PS_UDP
     o.socktype = socket.SOCK_DGRAM
     for op, optarg in Getopt(argv, prog, OPTSTRING):
@@ -524,20 +526,11 @@ def main(argv: list[str] | None = None, prog: str = "udaddy") -> int:
 
 
 def _run(o: Options) -> int:
-    from ..pyverbs.cmid import CMEventChannel
-    from ..pyverbs.device import get_device_list
-    from ..pyverbs.pyverbs_error import PyverbsError
     test = UdAddy(o)
-    try:
-        if not get_device_list():
-            raise PyverbsError("no devices", errno.ENODEV)
-        test.channel = CMEventChannel()
-    except PyverbsError as e:
-        if e.error_code == errno.ENODEV:
-            _err("No RDMA devices were detected\n")
-        else:
-            perror("failed to create RDMA CM event channel", e)
+    channel = create_first_event_channel()
+    if isinstance(channel, int):
         return 1
+    test.channel = channel
     try:
         if test.alloc_nodes():
             return 1
