@@ -10,7 +10,11 @@ It owns:
   long options: cmatose's and udaddy's);
 * common.c's ``get_rdma_addr`` (``getaddrinfo`` here, ``GaiError``) and
   ``create_first_event_channel``;
-* ``Options``: the options cmatose and udaddy both have.
+* ``Options``: the options cmatose and udaddy both have, and how they read
+  them (``common_option``, ``port_space_option``);
+* ``CmaTest``: struct cmatest, what cmatose and udaddy do with it alike
+  (the nodes, the connection counts, the CM events, the event-channel
+  loop, the listen, the address resolution, main), and ``main``.
 
 Every message a tool prints with these is the tool's own: the helpers take
 the text (or the tool's name) from their caller.
@@ -23,7 +27,7 @@ import os
 import socket
 import sys
 
-from .libc import GetoptLong, c_int, strtol
+from .libc import GetoptLong, c_int, strtol, strtoul
 
 
 # ---------------------------------------------------------------------- output
@@ -138,6 +142,45 @@ class Options:
         self.af_ib = False              # -f gid: RAI_FAMILY, AF_IB
         self.port_space = None          # RDMA_PS_TCP unless -P ib (udaddy: RDMA_PS_UDP)
         self.socktype = socket.SOCK_STREAM  # rdma_getaddrinfo's for the port space (udaddy: datagram)
+
+
+def common_option(o: Options, op: str, optarg: str | None) -> bool:
+    """The options cmatose and udaddy read alike (``-s -b -f -c -C -S -t``)
+    into ``o``; False for another (the tool's own, or getopt's '?')."""
+    if op == "s":
+        o.dst_addr = optarg
+    elif op == "b":
+        o.src_addr = optarg
+    elif op == "f":
+        low = optarg.lower()
+        if low.startswith("ip"):
+            o.numeric, o.af_ib = True, False
+        elif low.startswith("gid"):
+            o.numeric, o.af_ib = True, True
+        elif not low.startswith("name"):
+            _err("Warning: unknown address format\n")
+    elif op == "c":
+        o.connections = atoi(optarg)
+    elif op == "C":
+        o.message_count = atoi(optarg)
+    elif op == "S":
+        o.message_size = atoi(optarg)
+    elif op == "t":
+        o.set_tos, o.tos = True, strtoul(optarg, 0) & 0xFF
+    else:
+        return False
+    return True
+
+
+def port_space_option(o: Options, optarg: str, other: str, other_port_space: int, usual: str) -> None:
+    """-P (strncasecmp on the name's length): ``other`` selects
+    ``other_port_space``, ``usual`` keeps the port space, anything else is
+    warned about."""
+    low = optarg.lower()
+    if low.startswith(other):
+        o.port_space = other_port_space
+    elif not low.startswith(usual):
+        _err("Warning: unknown port space format\n")
 
 
 # ---------------------------------------------------------------------- cmatose's and udaddy's test

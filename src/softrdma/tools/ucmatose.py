@@ -25,7 +25,9 @@ from __future__ import annotations
 import errno
 
 from . import cma_common
-from .cma_common import CmaNode, CmaTest, Getopt, Options, _close, _err, _out, atoi, perror
+from .cma_common import (
+    CmaNode, CmaTest, Getopt, Options, _close, _out, common_option, perror, port_space_option,
+)
 from .libc import strtoul
 
 OPTSTRING = "s:b:f:P:c:C:S:t:p:a:m"
@@ -213,33 +215,11 @@ class CmaTose(CmaTest):
 def parse(argv: list[str], prog: str) -> Options | int:
     o = Options(DEFAULT_PORT)
     for op, optarg in Getopt(argv, prog, OPTSTRING):
-        if op == "s":
-            o.dst_addr = optarg
-        elif op == "b":
-            o.src_addr = optarg
-        elif op == "f":
-            low = optarg.lower()
-            if low.startswith("ip"):
-                o.numeric, o.af_ib = True, False
-            elif low.startswith("gid"):
-                o.numeric, o.af_ib = True, True
-            elif not low.startswith("name"):
-                _err("Warning: unknown address format\n")
-        elif op == "P":
+        if common_option(o, op, optarg):
+            continue
+        if op == "P":
             from ..pyverbs.librdmacm_enums import RDMA_PS_IB
-            low = optarg.lower()
-            if low.startswith("ib"):
-                o.port_space = RDMA_PS_IB
-            elif not low.startswith("tcp"):
-                _err("Warning: unknown port space format\n")
-        elif op == "c":
-            o.connections = atoi(optarg)
-        elif op == "C":
-            o.message_count = atoi(optarg)
-        elif op == "S":
-            o.message_size = atoi(optarg)
-        elif op == "t":
-            o.set_tos, o.tos = True, strtoul(optarg, 0) & 0xFF
+            port_space_option(o, optarg, "ib", RDMA_PS_IB, "tcp")
         elif op == "p":
             o.port = optarg
         elif op == "m":

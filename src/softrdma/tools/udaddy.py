@@ -26,8 +26,10 @@ import errno
 import socket
 
 from . import cma_common
-from .cma_common import CmaNode, CmaTest, Getopt, Options, _close, _err, _errno_of, _out, atoi
-from .libc import strtol, strtoul
+from .cma_common import (
+    CmaNode, CmaTest, Getopt, Options, _close, _errno_of, _out, common_option, port_space_option,
+)
+from .libc import strtol
 
 OPTSTRING = "s:b:c:C:S:t:p:P:f:"
 PORT = "7174"
@@ -245,34 +247,12 @@ def parse(argv: list[str], prog: str) -> Options | int:
     o.port_space = RDMA_PS_UDP
     o.socktype = socket.SOCK_DGRAM
     for op, optarg in Getopt(argv, prog, OPTSTRING):
-        if op == "s":
-            o.dst_addr = optarg
-        elif op == "b":
-            o.src_addr = optarg
-        elif op == "c":
-            o.connections = atoi(optarg)
-        elif op == "C":
-            o.message_count = atoi(optarg)
-        elif op == "S":
-            o.message_size = atoi(optarg)
-        elif op == "t":
-            o.set_tos, o.tos = True, strtoul(optarg, 0) & 0xFF
-        elif op == "p":                                 # the port space, for backwards compatibility
+        if common_option(o, op, optarg):
+            continue
+        if op == "p":                                   # the port space, for backwards compatibility
             o.port_space = strtol(optarg, 0) & 0xFFFFFFFF
-        elif op == "f":
-            low = optarg.lower()
-            if low.startswith("ip"):
-                o.numeric, o.af_ib = True, False
-            elif low.startswith("gid"):
-                o.numeric, o.af_ib = True, True
-            elif not low.startswith("name"):
-                _err("Warning: unknown address format\n")
         elif op == "P":
-            low = optarg.lower()
-            if low.startswith("ipoib"):
-                o.port_space = RDMA_PS_IPOIB
-            elif not low.startswith("udp"):
-                _err("Warning: unknown port space format\n")
+            port_space_option(o, optarg, "ipoib", RDMA_PS_IPOIB, "udp")
         else:
             _out(usage(prog))
             return 1
