@@ -311,6 +311,14 @@ class CmaTest:
                 return ret
         return 0
 
+    def post_all_sends(self, signal_flag: int = 0) -> int:
+        """post_sends on every node; the first error."""
+        for node in self.nodes:
+            ret = self.post_sends(node, signal_flag)
+            if ret:
+                return ret
+        return 0
+
     def destroy_node(self, node) -> None:
         if node.cma_id is None:
             return

@@ -155,10 +155,9 @@ class CmaTose(CmaTest):
             return ret
         if o.message_count:
             _out("initiating data transfers\n")
-            for node in self.nodes:
-                ret = self.post_sends(node)
-                if ret:
-                    return ret
+            ret = self.post_all_sends()
+            if ret:
+                return ret
             _out("completing sends\n")
             ret = self.poll_cqs(SEND_CQ_INDEX)
             if ret:
@@ -195,10 +194,7 @@ class CmaTose(CmaTest):
                 ret = self.poll_cqs(RECV_CQ_INDEX)
                 if not ret:
                     _out("sending replies\n")
-                    for node in self.nodes:
-                        ret = self.post_sends(node)
-                        if ret:
-                            break
+                    ret = self.post_all_sends()
                     if not ret:
                         _out("data transfers complete\n")
             if not ret:

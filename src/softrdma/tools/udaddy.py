@@ -213,10 +213,9 @@ class UdAddy(CmaTest):
             if ret:
                 return ret
             _out("sending replies\n")
-            for node in self.nodes:
-                ret = self.post_sends(node, IBV_SEND_SIGNALED)
-                if ret:
-                    return ret
+            ret = self.post_all_sends(IBV_SEND_SIGNALED)
+            if ret:
+                return ret
             ret = self.poll_cqs()
             if ret:
                 return ret
@@ -230,10 +229,9 @@ class UdAddy(CmaTest):
             return ret
         if o.message_count:
             _out("initiating data transfers\n")
-            for node in self.nodes:
-                ret = self.post_sends(node, 0)
-                if ret:
-                    return ret
+            ret = self.post_all_sends(0)
+            if ret:
+                return ret
             _out("receiving data transfers\n")
             ret = self.poll_cqs()
             if ret:
