@@ -185,6 +185,15 @@ class Rping:
             self._pump()
         self.sem -= 1
 
+    def wait_for(self, state: int, what: str) -> int:
+        """sem_wait, then rping's check that the handlers reached ``state``:
+        0, or -1 after "``what`` state %d"."""
+        self.sem_wait()
+        if self.state != state:
+            _err(f"{what} state {self.state}\n")
+            return -1
+        return 0
+
     def _pump(self) -> None:
         from ..pyverbs.cmid import CMEvent
         from ..pyverbs.pyverbs_error import PyverbsRDMAError
@@ -389,6 +398,18 @@ class Rping:
         from ..pyverbs.wr import SGE, RecvWR
         self.qp.post_recv(RecvWR(0, 1, [SGE(self.recv_mr.buf, INFO.size, self.recv_mr.lkey)]))
 
+    def post_or_report(self, post, *args, errors: tuple = ()) -> int:
+        """One post of the ping loops: 0, or the negative errno after rping's
+        "post send error" (a PyverbsError, or one of ``errors``, failed it)."""
+        from ..pyverbs.pyverbs_error import PyverbsError
+        try:
+            post(*args)
+        except (PyverbsError, *errors) as e:
+            ret = -abs(getattr(e, "error_code", 1) or 1)
+            _err(f"post send error {ret}\n")
+            return ret
+        return 0
+
     def post_send_info(self) -> None:
         from ..pyverbs.enums import IBV_SEND_SIGNALED, IBV_WR_SEND
         from ..pyverbs.wr import SGE, SendWR
@@ -507,6 +528,37 @@ class Rping:
         _close(self.channel)
         self.cq = self.channel = None
 
+    def setup_connection(self, cm_id) -> int:
+        """What rping_run_server and rping_run_client both do before
+        accepting / connecting: the QP, the buffers, the first receive, then
+        the CQ thread.  0, or the error after rping's message (what was made
+        is freed)."""
+        ret = self.setup_qp(cm_id)
+        if ret:
+            _err(f"setup_qp failed: {ret}\n")
+            return ret
+        ret = self.setup_buffers()
+        if ret:
+            _err(f"rping_setup_buffers failed: {ret}\n")
+            self.free_qp(cm_id)
+            return ret
+        try:
+            self.post_recv()
+        except Exception as e:
+            ret = -abs(getattr(e, "error_code", 1) or 1)
+            _err(f"ibv_post_recv failed: {ret}\n")
+            self.free_buffers()
+            self.free_qp(cm_id)
+            return ret
+        self.cq_running = True
+        return 0
+
+    def free_connection(self, cm_id) -> None:
+        """The CQ thread stopped, the buffers and the QP freed."""
+        self.cq_running = False
+        self.free_buffers()
+        self.free_qp(cm_id)
+
     def format_send(self, mr) -> None:
         self.send_buf = INFO.pack(mr.buf, mr.rkey, self.size & 0xFFFFFFFF)
         self.log(f"RDMA addr {mr.buf:x} rkey {mr.rkey:x} len {self.size}\n")
@@ -592,39 +644,20 @@ class Rping:
     def _serve_one(self) -> int:
         """The part of rping_run_server after the CONNECT_REQUEST (also one
         connection of the persistent server)."""
-        ret = self.setup_qp(self.child_cm_id)
+        ret = self.setup_connection(self.child_cm_id)
         if ret:
-            _err(f"setup_qp failed: {ret}\n")
             return ret
-        ret = self.setup_buffers()
-        if ret:
-            _err(f"rping_setup_buffers failed: {ret}\n")
-            self.free_qp(self.child_cm_id)
-            return ret
-        try:
-            self.post_recv()
-        except Exception as e:
-            ret = -abs(getattr(e, "error_code", 1) or 1)
-            _err(f"ibv_post_recv failed: {ret}\n")
-            self.free_buffers()
-            self.free_qp(self.child_cm_id)
-            return ret
-        self.cq_running = True
         ret = self.accept()
         if ret:
             _err(f"connect error {ret}\n")
-            self.cq_running = False
-            self.free_buffers()
-            self.free_qp(self.child_cm_id)
+            self.free_connection(self.child_cm_id)
             return ret
         ret = self.test_server()
         if ret and not self.persistent:
             _err(f"rping server failed: {ret}\n")
         self.disconnect(self.child_cm_id)
         self.drain_after_disconnect(0.2)
-        self.cq_running = False
-        self.free_buffers()
-        self.free_qp(self.child_cm_id)
+        self.free_connection(self.child_cm_id)
         _close(self.child_cm_id)
         self.child_cm_id = None
         return 0 if self.persistent else ret
@@ -633,9 +666,7 @@ class Rping:
         ret = self.bind_server()
         if ret:
             return ret
-        self.sem_wait()
-        if self.state != CONNECT_REQUEST:
-            _err(f"wait for CONNECT_REQUEST state {self.state}\n")
+        if self.wait_for(CONNECT_REQUEST, "wait for CONNECT_REQUEST"):
             return -1
         return self._serve_one()
 
@@ -648,9 +679,7 @@ class Rping:
                 self.child_cm_id = self.pending_requests.pop(0)
                 self.state = CONNECT_REQUEST
             else:
-                self.sem_wait()
-                if self.state != CONNECT_REQUEST:
-                    _err(f"wait for CONNECT_REQUEST state {self.state}\n")
+                if self.wait_for(CONNECT_REQUEST, "wait for CONNECT_REQUEST"):
                     return -1
             self._reset_conn()
             self.sem = 0
@@ -659,64 +688,43 @@ class Rping:
 
     def test_server(self) -> int:
         from ..pyverbs.enums import IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE
-        from ..pyverbs.pyverbs_error import PyverbsError
         ret = 0
         while True:
-            self.sem_wait()
-            if self.state != RDMA_READ_ADV:
-                _err(f"wait for RDMA_READ_ADV state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_READ_ADV, "wait for RDMA_READ_ADV")
+            if ret:
                 break
             self.log("server received sink adv\n")
-            try:
-                self.post_rdma(IBV_WR_RDMA_READ, self.remote_len)
-            except (PyverbsError, ValueError) as e:
-                ret = -abs(getattr(e, "error_code", 1) or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_rdma, IBV_WR_RDMA_READ, self.remote_len, errors=(ValueError,))
+            if ret:
                 break
             self.log("server posted rdma read req \n")
-            self.sem_wait()
-            if self.state != RDMA_READ_COMPLETE:
-                _err(f"wait for RDMA_READ_COMPLETE state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_READ_COMPLETE, "wait for RDMA_READ_COMPLETE")
+            if ret:
                 break
             self.log("server received read complete\n")
             data = self.rdma_mr.read(self.size, 0)
             text = data.split(b"\0", 1)[0]
             if self.verbose:
                 _out(f"server ping data: {text.decode('latin-1')}\n")
-            try:
-                self.post_send_info()
-            except PyverbsError as e:
-                ret = -abs(e.error_code or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_send_info)
+            if ret:
                 break
             self.log("server posted go ahead\n")
-            self.sem_wait()
-            if self.state != RDMA_WRITE_ADV:
-                _err(f"wait for RDMA_WRITE_ADV state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_WRITE_ADV, "wait for RDMA_WRITE_ADV")
+            if ret:
                 break
             self.log("server received sink adv\n")
             length = min(len(text) + 1, self.size)
             self.log(f"rdma write from lkey {self.rdma_mr.lkey:x} laddr {self.rdma_mr.buf:x} len {length}\n")
-            try:
-                self.post_rdma(IBV_WR_RDMA_WRITE, length)
-            except (PyverbsError, ValueError) as e:
-                ret = -abs(getattr(e, "error_code", 1) or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_rdma, IBV_WR_RDMA_WRITE, length, errors=(ValueError,))
+            if ret:
                 break
-            self.sem_wait()
-            if self.state != RDMA_WRITE_COMPLETE:
-                _err(f"wait for RDMA_WRITE_COMPLETE state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_WRITE_COMPLETE, "wait for RDMA_WRITE_COMPLETE")
+            if ret:
                 break
             self.log("server rdma write complete \n")
-            try:
-                self.post_send_info()
-            except PyverbsError as e:
-                ret = -abs(e.error_code or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_send_info)
+            if ret:
                 break
             self.log("server posted go ahead\n")
         return 0 if self.state == DISCONNECTED else ret
@@ -732,9 +740,7 @@ class Rping:
         except PyverbsError as e:
             perror("rdma_resolve_addr", e)
             return -1
-        self.sem_wait()
-        if self.state != ROUTE_RESOLVED:
-            _err(f"waiting for addr/route resolution state {self.state}\n")
+        if self.wait_for(ROUTE_RESOLVED, "waiting for addr/route resolution"):
             return -1
         self.log("rdma_resolve_addr - rdma_resolve_route successful\n")
         return 0
@@ -746,9 +752,7 @@ class Rping:
         except PyverbsError as e:
             perror("rdma_connect", e)
             return -1
-        self.sem_wait()
-        if self.state != CONNECTED:
-            _err(f"wait for CONNECTED state {self.state}\n")
+        if self.wait_for(CONNECTED, "wait for CONNECTED"):
             return -1
         if self.self_create_qp:
             ret = self.self_modify_qp(self.cm_id)
@@ -764,7 +768,6 @@ class Rping:
         return 0
 
     def test_client(self) -> int:
-        from ..pyverbs.pyverbs_error import PyverbsError
         ret = 0
         start = 65
         ping = 0
@@ -785,28 +788,18 @@ class Rping:
             buf[self.size - 1] = 0
             self.start_mr.write(bytes(buf), self.size, 0)
             self.format_send(self.start_mr)
-            try:
-                self.post_send_info()
-            except PyverbsError as e:
-                ret = -abs(e.error_code or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_send_info)
+            if ret:
                 break
-            self.sem_wait()
-            if self.state != RDMA_WRITE_ADV:
-                _err(f"wait for RDMA_WRITE_ADV state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_WRITE_ADV, "wait for RDMA_WRITE_ADV")
+            if ret:
                 break
             self.format_send(self.rdma_mr)
-            try:
-                self.post_send_info()
-            except PyverbsError as e:
-                ret = -abs(e.error_code or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_send_info)
+            if ret:
                 break
-            self.sem_wait()
-            if self.state != RDMA_WRITE_COMPLETE:
-                _err(f"wait for RDMA_WRITE_COMPLETE state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_WRITE_COMPLETE, "wait for RDMA_WRITE_COMPLETE")
+            if ret:
                 break
             got = self.rdma_mr.read(self.size, 0)
             if self.validate and got != bytes(buf):
@@ -823,24 +816,9 @@ class Rping:
         ret = self.bind_client()
         if ret:
             return ret
-        ret = self.setup_qp(self.cm_id)
+        ret = self.setup_connection(self.cm_id)
         if ret:
-            _err(f"setup_qp failed: {ret}\n")
             return ret
-        ret = self.setup_buffers()
-        if ret:
-            _err(f"rping_setup_buffers failed: {ret}\n")
-            self.free_qp(self.cm_id)
-            return ret
-        try:
-            self.post_recv()
-        except Exception as e:
-            ret = -abs(getattr(e, "error_code", 1) or 1)
-            _err(f"ibv_post_recv failed: {ret}\n")
-            self.free_buffers()
-            self.free_qp(self.cm_id)
-            return ret
-        self.cq_running = True
         ret = self.connect_client()
         if ret:
             _err(f"connect error {ret}\n")
@@ -850,9 +828,7 @@ class Rping:
                 _err(f"rping client failed: {ret}\n")
             self.disconnect(self.cm_id)
             self.drain_after_disconnect()
-        self.cq_running = False
-        self.free_buffers()
-        self.free_qp(self.cm_id)
+        self.free_connection(self.cm_id)
         return ret
 
 
