@@ -207,9 +207,11 @@ class CmaTest:
 
     A tool gives its name (the prefix of its messages), its node class, the
     bytes it receives in front of each message, and the hooks that differ
-    by transport: ``qp_init_attr`` (the CQs and the QP), ``send_wr_factory``,
-    ``conn_param`` / ``accept_param``, ``established_handler``,
-    ``serve`` and ``client_test`` (the data transfers)."""
+    by transport: ``qp_init_attr`` (the CQs and the QP), ``prepare_node``,
+    ``send_wr_factory``, ``conn_param`` / ``accept_param`` / ``accepted``,
+    ``established_handler``, ``disconnected_handler``, ``get_event_failed``,
+    ``polled``, and ``serve`` / ``client_test`` (each tool's data
+    transfers, in its own order)."""
 
     name = ""                           # "cmatose", "udaddy"
     node_class = CmaNode

@@ -17,7 +17,8 @@ What a user or a peer sees is the real tool's (docs/formats/ucmatose.md):
 
 cmatose is single-threaded already: one loop on the event channel
 (``connect_events``/``disconnect_events``) and busy polling of the CQs;
-this module is the same loop.  It uses only ``softrdma.pyverbs``.
+this module is the same loop (its common part, shared with udaddy, is
+``cma_common.CmaTest``).  It uses only ``softrdma.pyverbs``.
 """
 
 from __future__ import annotations
