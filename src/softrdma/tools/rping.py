@@ -43,7 +43,8 @@ import socket
 import struct
 import sys
 
-from .libc import c_int, strtol
+from .cma_common import _close, _err, _out, atoi, create_first_event_channel, perror
+from .libc import c_int
 
 RPING_BUFSIZE = 64 * 1024
 RPING_SQ_DEPTH = 16
@@ -84,29 +85,8 @@ class Exit(Exception):
         self.code = code
 
 
-def _out(msg: str) -> None:
-    sys.stdout.write(msg)
-    sys.stdout.flush()
-
-
-def _err(msg: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.write(msg)
-    sys.stderr.flush()
-
-
-def _perror(what: str, e: Exception | None = None) -> None:
-    code = getattr(e, "error_code", None) or getattr(e, "errno", None) or errno.EINVAL
-    _err(f"{what}: {os.strerror(abs(code))}\n")
-
-
 def _ptr(obj) -> str:
     return "%#x" % (id(obj) & 0xFFFFFFFFFFFF)
-
-
-def atoi(s: str) -> int:
-    """C atoi(): strtol base 10 converted to int."""
-    return c_int(strtol(s, 10))
 
 
 def getopt(argv: list[str], optstring: str):
@@ -205,6 +185,15 @@ class Rping:
             self._pump()
         self.sem -= 1
 
+    def wait_for(self, state: int, what: str) -> int:
+        """sem_wait, then rping's check that the handlers reached ``state``:
+        0, or -1 after "``what`` state %d"."""
+        self.sem_wait()
+        if self.state != state:
+            _err(f"{what} state {self.state}\n")
+            return -1
+        return 0
+
     def _pump(self) -> None:
         from ..pyverbs.cmid import CMEvent
         from ..pyverbs.pyverbs_error import PyverbsRDMAError
@@ -215,7 +204,7 @@ class Rping:
             except PyverbsRDMAError as e:
                 if e.error_code == errno.EAGAIN:
                     break
-                _perror("rdma_get_cm_event", e)
+                perror("rdma_get_cm_event", e)
                 raise Exit(c_int(-1) & 0xFF)
             progressed = True
             ret = self.cma_event_handler(ev)
@@ -273,7 +262,7 @@ class Rping:
                 self.cm_id.resolve_route(2000)
             except PyverbsError as e:
                 self.state = ERROR
-                _perror("rdma_resolve_route", e)
+                perror("rdma_resolve_route", e)
                 self.sem_post()
         elif t == RDMA_CM_EVENT_ROUTE_RESOLVED:
             self.state = ROUTE_RESOLVED
@@ -409,6 +398,18 @@ class Rping:
         from ..pyverbs.wr import SGE, RecvWR
         self.qp.post_recv(RecvWR(0, 1, [SGE(self.recv_mr.buf, INFO.size, self.recv_mr.lkey)]))
 
+    def post_or_report(self, post, *args, errors: tuple = ()) -> int:
+        """One post of the ping loops: 0, or the negative errno after rping's
+        "post send error" (a PyverbsError, or one of ``errors``, failed it)."""
+        from ..pyverbs.pyverbs_error import PyverbsError
+        try:
+            post(*args)
+        except (PyverbsError, *errors) as e:
+            ret = -abs(getattr(e, "error_code", 1) or 1)
+            _err(f"post send error {ret}\n")
+            return ret
+        return 0
+
     def post_send_info(self) -> None:
         from ..pyverbs.enums import IBV_SEND_SIGNALED, IBV_WR_SEND
         from ..pyverbs.wr import SGE, SendWR
@@ -472,7 +473,7 @@ class Rping:
             try:
                 self.qp = QP(self.pd, init)
             except PyverbsError as e:
-                _perror("ibv_create_qp", e)
+                perror("ibv_create_qp", e)
                 return -1
             attr = QPAttr(qp_state=IBV_QPS_INIT)
             attr.pkey_index = 0
@@ -481,14 +482,14 @@ class Rping:
             try:
                 self.qp.modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
             except PyverbsError as e:
-                _perror("ibv_modify_qp", e)
+                perror("ibv_modify_qp", e)
                 self.qp.close()
                 return -1
             return 0
         try:
             cm_id.create_qp(init)
         except PyverbsError as e:
-            _perror("rdma_create_qp", e)
+            perror("rdma_create_qp", e)
             return -1
         self.qp = cm_id.qp
         return 0
@@ -527,6 +528,37 @@ class Rping:
         _close(self.channel)
         self.cq = self.channel = None
 
+    def setup_connection(self, cm_id) -> int:
+        """What rping_run_server and rping_run_client both do before
+        accepting / connecting: the QP, the buffers, the first receive, then
+        the CQ thread.  0, or the error after rping's message (what was made
+        is freed)."""
+        ret = self.setup_qp(cm_id)
+        if ret:
+            _err(f"setup_qp failed: {ret}\n")
+            return ret
+        ret = self.setup_buffers()
+        if ret:
+            _err(f"rping_setup_buffers failed: {ret}\n")
+            self.free_qp(cm_id)
+            return ret
+        try:
+            self.post_recv()
+        except Exception as e:
+            ret = -abs(getattr(e, "error_code", 1) or 1)
+            _err(f"ibv_post_recv failed: {ret}\n")
+            self.free_buffers()
+            self.free_qp(cm_id)
+            return ret
+        self.cq_running = True
+        return 0
+
+    def free_connection(self, cm_id) -> None:
+        """The CQ thread stopped, the buffers and the QP freed."""
+        self.cq_running = False
+        self.free_buffers()
+        self.free_qp(cm_id)
+
     def format_send(self, mr) -> None:
         self.send_buf = INFO.pack(mr.buf, mr.rkey, self.size & 0xFFFFFFFF)
         self.log(f"RDMA addr {mr.buf:x} rkey {mr.rkey:x} len {self.size}\n")
@@ -560,7 +592,7 @@ class Rping:
             else:
                 self.child_cm_id.accept(None)
         except PyverbsError as e:
-            _perror("rdma_accept", e)
+            perror("rdma_accept", e)
             return -1
         self.sem_wait()
         if self.state == ERROR:
@@ -598,53 +630,34 @@ class Rping:
         try:
             self.cm_id.bind_addr(AddrInfo(src=self.sin[1], src_service=str(self.port), flags=RAI_PASSIVE))
         except PyverbsError as e:
-            _perror("rdma_bind_addr", e)
+            perror("rdma_bind_addr", e)
             return -1
         self.log("rdma_bind_addr successful\n")
         self.log("rdma_listen\n")
         try:
             self.cm_id.listen(3)
         except PyverbsError as e:
-            _perror("rdma_listen", e)
+            perror("rdma_listen", e)
             return -1
         return 0
 
     def _serve_one(self) -> int:
         """The part of rping_run_server after the CONNECT_REQUEST (also one
         connection of the persistent server)."""
-        ret = self.setup_qp(self.child_cm_id)
+        ret = self.setup_connection(self.child_cm_id)
         if ret:
-            _err(f"setup_qp failed: {ret}\n")
             return ret
-        ret = self.setup_buffers()
-        if ret:
-            _err(f"rping_setup_buffers failed: {ret}\n")
-            self.free_qp(self.child_cm_id)
-            return ret
-        try:
-            self.post_recv()
-        except Exception as e:
-            ret = -abs(getattr(e, "error_code", 1) or 1)
-            _err(f"ibv_post_recv failed: {ret}\n")
-            self.free_buffers()
-            self.free_qp(self.child_cm_id)
-            return ret
-        self.cq_running = True
         ret = self.accept()
         if ret:
             _err(f"connect error {ret}\n")
-            self.cq_running = False
-            self.free_buffers()
-            self.free_qp(self.child_cm_id)
+            self.free_connection(self.child_cm_id)
             return ret
         ret = self.test_server()
         if ret and not self.persistent:
             _err(f"rping server failed: {ret}\n")
         self.disconnect(self.child_cm_id)
         self.drain_after_disconnect(0.2)
-        self.cq_running = False
-        self.free_buffers()
-        self.free_qp(self.child_cm_id)
+        self.free_connection(self.child_cm_id)
         _close(self.child_cm_id)
         self.child_cm_id = None
         return 0 if self.persistent else ret
@@ -653,9 +666,7 @@ class Rping:
         ret = self.bind_server()
         if ret:
             return ret
-        self.sem_wait()
-        if self.state != CONNECT_REQUEST:
-            _err(f"wait for CONNECT_REQUEST state {self.state}\n")
+        if self.wait_for(CONNECT_REQUEST, "wait for CONNECT_REQUEST"):
             return -1
         return self._serve_one()
 
@@ -668,9 +679,7 @@ class Rping:
                 self.child_cm_id = self.pending_requests.pop(0)
                 self.state = CONNECT_REQUEST
             else:
-                self.sem_wait()
-                if self.state != CONNECT_REQUEST:
-                    _err(f"wait for CONNECT_REQUEST state {self.state}\n")
+                if self.wait_for(CONNECT_REQUEST, "wait for CONNECT_REQUEST"):
                     return -1
             self._reset_conn()
             self.sem = 0
@@ -679,64 +688,43 @@ class Rping:
 
     def test_server(self) -> int:
         from ..pyverbs.enums import IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE
-        from ..pyverbs.pyverbs_error import PyverbsError
         ret = 0
         while True:
-            self.sem_wait()
-            if self.state != RDMA_READ_ADV:
-                _err(f"wait for RDMA_READ_ADV state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_READ_ADV, "wait for RDMA_READ_ADV")
+            if ret:
                 break
             self.log("server received sink adv\n")
-            try:
-                self.post_rdma(IBV_WR_RDMA_READ, self.remote_len)
-            except (PyverbsError, ValueError) as e:
-                ret = -abs(getattr(e, "error_code", 1) or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_rdma, IBV_WR_RDMA_READ, self.remote_len, errors=(ValueError,))
+            if ret:
                 break
             self.log("server posted rdma read req \n")
-            self.sem_wait()
-            if self.state != RDMA_READ_COMPLETE:
-                _err(f"wait for RDMA_READ_COMPLETE state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_READ_COMPLETE, "wait for RDMA_READ_COMPLETE")
+            if ret:
                 break
             self.log("server received read complete\n")
             data = self.rdma_mr.read(self.size, 0)
             text = data.split(b"\0", 1)[0]
             if self.verbose:
                 _out(f"server ping data: {text.decode('latin-1')}\n")
-            try:
-                self.post_send_info()
-            except PyverbsError as e:
-                ret = -abs(e.error_code or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_send_info)
+            if ret:
                 break
             self.log("server posted go ahead\n")
-            self.sem_wait()
-            if self.state != RDMA_WRITE_ADV:
-                _err(f"wait for RDMA_WRITE_ADV state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_WRITE_ADV, "wait for RDMA_WRITE_ADV")
+            if ret:
                 break
             self.log("server received sink adv\n")
             length = min(len(text) + 1, self.size)
             self.log(f"rdma write from lkey {self.rdma_mr.lkey:x} laddr {self.rdma_mr.buf:x} len {length}\n")
-            try:
-                self.post_rdma(IBV_WR_RDMA_WRITE, length)
-            except (PyverbsError, ValueError) as e:
-                ret = -abs(getattr(e, "error_code", 1) or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_rdma, IBV_WR_RDMA_WRITE, length, errors=(ValueError,))
+            if ret:
                 break
-            self.sem_wait()
-            if self.state != RDMA_WRITE_COMPLETE:
-                _err(f"wait for RDMA_WRITE_COMPLETE state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_WRITE_COMPLETE, "wait for RDMA_WRITE_COMPLETE")
+            if ret:
                 break
             self.log("server rdma write complete \n")
-            try:
-                self.post_send_info()
-            except PyverbsError as e:
-                ret = -abs(e.error_code or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_send_info)
+            if ret:
                 break
             self.log("server posted go ahead\n")
         return 0 if self.state == DISCONNECTED else ret
@@ -750,11 +738,9 @@ class Rping:
                           dst_service=str(self.port))
             self.cm_id.resolve_addr(ai, 2000)
         except PyverbsError as e:
-            _perror("rdma_resolve_addr", e)
+            perror("rdma_resolve_addr", e)
             return -1
-        self.sem_wait()
-        if self.state != ROUTE_RESOLVED:
-            _err(f"waiting for addr/route resolution state {self.state}\n")
+        if self.wait_for(ROUTE_RESOLVED, "waiting for addr/route resolution"):
             return -1
         self.log("rdma_resolve_addr - rdma_resolve_route successful\n")
         return 0
@@ -764,11 +750,9 @@ class Rping:
         try:
             self.cm_id.connect(self.conn_param())
         except PyverbsError as e:
-            _perror("rdma_connect", e)
+            perror("rdma_connect", e)
             return -1
-        self.sem_wait()
-        if self.state != CONNECTED:
-            _err(f"wait for CONNECTED state {self.state}\n")
+        if self.wait_for(CONNECTED, "wait for CONNECTED"):
             return -1
         if self.self_create_qp:
             ret = self.self_modify_qp(self.cm_id)
@@ -778,13 +762,12 @@ class Rping:
             try:
                 self.cm_id.establish()
             except PyverbsError as e:
-                _perror("rdma_establish", e)
+                perror("rdma_establish", e)
                 return -1
         self.log("rdma_connect successful\n")
         return 0
 
     def test_client(self) -> int:
-        from ..pyverbs.pyverbs_error import PyverbsError
         ret = 0
         start = 65
         ping = 0
@@ -805,28 +788,18 @@ class Rping:
             buf[self.size - 1] = 0
             self.start_mr.write(bytes(buf), self.size, 0)
             self.format_send(self.start_mr)
-            try:
-                self.post_send_info()
-            except PyverbsError as e:
-                ret = -abs(e.error_code or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_send_info)
+            if ret:
                 break
-            self.sem_wait()
-            if self.state != RDMA_WRITE_ADV:
-                _err(f"wait for RDMA_WRITE_ADV state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_WRITE_ADV, "wait for RDMA_WRITE_ADV")
+            if ret:
                 break
             self.format_send(self.rdma_mr)
-            try:
-                self.post_send_info()
-            except PyverbsError as e:
-                ret = -abs(e.error_code or 1)
-                _err(f"post send error {ret}\n")
+            ret = self.post_or_report(self.post_send_info)
+            if ret:
                 break
-            self.sem_wait()
-            if self.state != RDMA_WRITE_COMPLETE:
-                _err(f"wait for RDMA_WRITE_COMPLETE state {self.state}\n")
-                ret = -1
+            ret = self.wait_for(RDMA_WRITE_COMPLETE, "wait for RDMA_WRITE_COMPLETE")
+            if ret:
                 break
             got = self.rdma_mr.read(self.size, 0)
             if self.validate and got != bytes(buf):
@@ -843,24 +816,9 @@ class Rping:
         ret = self.bind_client()
         if ret:
             return ret
-        ret = self.setup_qp(self.cm_id)
+        ret = self.setup_connection(self.cm_id)
         if ret:
-            _err(f"setup_qp failed: {ret}\n")
             return ret
-        ret = self.setup_buffers()
-        if ret:
-            _err(f"rping_setup_buffers failed: {ret}\n")
-            self.free_qp(self.cm_id)
-            return ret
-        try:
-            self.post_recv()
-        except Exception as e:
-            ret = -abs(getattr(e, "error_code", 1) or 1)
-            _err(f"ibv_post_recv failed: {ret}\n")
-            self.free_buffers()
-            self.free_qp(self.cm_id)
-            return ret
-        self.cq_running = True
         ret = self.connect_client()
         if ret:
             _err(f"connect error {ret}\n")
@@ -870,19 +828,8 @@ class Rping:
                 _err(f"rping client failed: {ret}\n")
             self.disconnect(self.cm_id)
             self.drain_after_disconnect()
-        self.cq_running = False
-        self.free_buffers()
-        self.free_qp(self.cm_id)
+        self.free_connection(self.cm_id)
         return ret
-
-
-def _close(obj) -> None:
-    if obj is None:
-        return
-    try:
-        obj.close()
-    except Exception:
-        pass
 
 
 def parse(argv: list[str], cb: Rping) -> int:
@@ -964,27 +911,18 @@ def main(argv: list[str] | None = None, prog: str = "rping") -> int:
 
 
 def _run(cb: Rping) -> int:
-    from ..pyverbs.cmid import CMID, CMEventChannel
+    from ..pyverbs.cmid import CMID
     from ..pyverbs.librdmacm_enums import RDMA_PS_TCP
-    from ..pyverbs.device import get_device_list
     from ..pyverbs.pyverbs_error import PyverbsError
-    try:
-        # ucma_init(): librdmacm lists the verbs devices first (with
-        # softrdma this also starts the embedded daemon when none runs)
-        if not get_device_list():
-            raise PyverbsError("no devices", errno.ENODEV)
-        cb.cm_channel = CMEventChannel()
-    except PyverbsError as e:
-        if e.error_code == errno.ENODEV:
-            _err("No RDMA devices were detected\n")
-        else:
-            _perror("failed to create RDMA CM event channel", e)
-        return e.error_code or errno.ENODEV
+    channel = create_first_event_channel()
+    if isinstance(channel, int):
+        return channel
+    cb.cm_channel = channel
     try:
         try:
             cb.cm_id = CMID(creator=cb.cm_channel, port_space=RDMA_PS_TCP)
         except PyverbsError as e:
-            _perror("rdma_create_id", e)
+            perror("rdma_create_id", e)
             return -1
         cb.log(f"created cm_id {_ptr(cb.cm_id)}\n")
         if cb.server:

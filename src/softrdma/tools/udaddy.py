@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import errno
 import socket
-import sys
 
-from .libc import strtol, strtoul
-from .ucmatose import GaiError, Getopt, Options, _close, _err, _errno_of, _getaddrinfo, _out, atoi, perror
+from . import cma_common
+from .cma_common import (
+    CmaNode, CmaTest, Getopt, Options, _close, _errno_of, _out, common_option, port_space_option,
+)
+from .libc import strtol
 
 OPTSTRING = "s:b:c:C:S:t:p:P:f:"
 PORT = "7174"
@@ -50,19 +52,18 @@ def usage(prog: str) -> str:
             f"\t[-p port_space - {RDMA_PS_UDP:#x} for UDP (default), {RDMA_PS_IPOIB:#x} for IPOIB]\n")
 
 
-class Node:
+class Node(CmaNode):
     """struct cmatest_node (UD)."""
 
     def __init__(self, i: int):
-        self.id = i
-        self.cma_id = None
-        self.connected = False
-        self.pd = None
+        super().__init__(i)
         self.cq = None
-        self.mr = None
         self.ah = None
         self.remote_qpn = 0
         self.remote_qkey = 0
+
+    def cqs(self) -> list:
+        return [self.cq]
 
 
 def ah_attr_from_grh(ctx, port_num: int, grh: bytes):
@@ -93,38 +94,14 @@ def ah_attr_from_grh(ctx, port_num: int, grh: bytes):
                                  traffic_class=tclass), is_global=1, port_num=port_num)
 
 
-class UdAddy:
-    """struct cmatest and the functions working on it."""
+class UdAddy(CmaTest):
+    """struct cmatest and the functions working on it: udaddy's own."""
 
-    def __init__(self, o: Options):
-        self.o = o
-        self.channel = None
-        self.nodes: list[Node] = []
-        self.by_id: dict[int, Node] = {}
-        self.listen_id = None
-        self.conn_index = 0
-        self.connects_left = o.connections
-        self.src = self.dst = None
+    name = "udaddy"
+    node_class = Node
+    recv_headroom = GRH
 
     # ------------------------------------------------------------------ nodes
-    def create_message(self, node: Node) -> int:
-        from ..pyverbs.enums import IBV_ACCESS_LOCAL_WRITE
-        from ..pyverbs.mr import MR
-        o = self.o
-        if not o.message_size:
-            o.message_count = 0
-        if not o.message_count:
-            return 0
-        if o.message_size + GRH <= 0:
-            _out("failed message allocation\n")
-            return -1
-        try:
-            node.mr = MR(node.pd, o.message_size + GRH, IBV_ACCESS_LOCAL_WRITE)
-        except Exception:
-            _out("failed to reg MR\n")
-            return -1
-        return 0
-
     def verify_test_params(self, node: Node) -> int:
         try:
             attr = node.cma_id.context.query_port(1)
@@ -136,18 +113,17 @@ class UdAddy:
             return -errno.EINVAL
         return 0
 
-    def init_node(self, node: Node) -> int:
+    def prepare_node(self, node: Node) -> int:
+        ret = self.verify_test_params(node)
+        if not ret:
+            ret = self.init_node(node)
+        return ret
+
+    def qp_init_attr(self, node: Node):
         from ..pyverbs.cq import CQ
         from ..pyverbs.enums import IBV_QPT_UD
         from ..pyverbs.qp import QPCap, QPInitAttr
         o = self.o
-        try:
-            node.pd = node.cma_id.pd
-        except Exception:
-            node.pd = None
-        if node.pd is None:
-            _out("udaddy: unable to allocate PD\n")
-            return -errno.ENOMEM
         cqe = o.message_count * 2 if o.message_count else 2
         try:
             node.cq = CQ(node.cma_id.context, cqe, None, None, 0)
@@ -155,139 +131,42 @@ class UdAddy:
             _out("udaddy: unable to create CQ\n")
             return -errno.ENOMEM
         wrs = o.message_count if o.message_count else 1
-        init = QPInitAttr(qp_type=IBV_QPT_UD, qp_context=node, scq=node.cq, rcq=node.cq,
+        return QPInitAttr(qp_type=IBV_QPT_UD, qp_context=node, scq=node.cq, rcq=node.cq,
                           cap=QPCap(max_send_wr=wrs, max_recv_wr=wrs, max_send_sge=1, max_recv_sge=1),
                           sq_sig_all=0)
-        try:
-            node.cma_id.create_qp(init)
-        except Exception as e:
-            perror("udaddy: unable to create QP", e)
-            return -1
-        ret = self.create_message(node)
-        if ret:
-            _out(f"udaddy: failed to create messages: {ret}\n")
-        return ret
 
-    def post_recvs(self, node: Node) -> int:
-        from ..pyverbs.wr import SGE, RecvWR
-        o = self.o
-        if not o.message_count:
-            return 0
-        for _ in range(o.message_count):
-            try:
-                node.cma_id.qp.post_recv(RecvWR(node.id, 1, [SGE(node.mr.buf, o.message_size + GRH,
-                                                                   node.mr.lkey)]))
-            except Exception as e:
-                ret = _errno_of(e)
-                _out(f"failed to post receives: {ret}\n")
-                return ret
-        return 0
-
-    def post_sends(self, node: Node, signal_flag: int) -> int:
+    def send_wr_factory(self, node: Node, signal_flag: int):
         from ..pyverbs.enums import IBV_WR_SEND_WITH_IMM
         from ..pyverbs.wr import SGE, SendWR
-        o = self.o
-        if not node.connected or not o.message_count:
-            return 0
         qpn = node.cma_id.qp.qp_num
-        for _ in range(o.message_count):
-            try:
-                wr = SendWR(node.id, IBV_WR_SEND_WITH_IMM, 1, imm_data=socket.htonl(qpn),
-                            sg=[SGE(node.mr.buf, o.message_size, node.mr.lkey)], send_flags=signal_flag)
-                wr.set_wr_ud(node.ah, node.remote_qpn, node.remote_qkey)
-                node.cma_id.qp.post_send(wr)
-            except Exception as e:
-                ret = _errno_of(e)
-                _out(f"failed to post sends: {ret}\n")
-                return ret
-        return 0
+
+        def send_wr():
+            wr = SendWR(node.id, IBV_WR_SEND_WITH_IMM, 1, imm_data=socket.htonl(qpn),
+                        sg=[SGE(node.mr.buf, self.o.message_size, node.mr.lkey)], send_flags=signal_flag)
+            wr.set_wr_ud(node.ah, node.remote_qpn, node.remote_qkey)
+            return wr
+        return send_wr
 
     def destroy_node(self, node: Node) -> None:
-        if node.cma_id is None:
-            return
-        _close(node.ah)
-        try:
-            if node.cma_id.id is not None:
-                node.cma_id.id.destroy_qp()
-        except Exception:
-            pass
-        _close(node.cq)
-        _close(node.mr)
-        _close(node.cma_id)
-        node.cma_id = None
+        if node.cma_id is not None:
+            _close(node.ah)
+        super().destroy_node(node)
 
     # ------------------------------------------------------------------ CM handlers
-    def connect_error(self) -> None:
+    def conn_param(self):
+        from ..pyverbs.cmid import ConnParam
+        return ConnParam(resources=0, depth=0, retry=0, rnr_retry=0)     # memset 0: no private data
+
+    def accept_param(self, cma_id):
+        from ..pyverbs.cmid import ConnParam
+        return ConnParam(resources=0, depth=0, retry=0, rnr_retry=0, qp_num=cma_id.qp.qp_num)
+
+    def accepted(self, node: Node) -> None:
+        node.connected = True
         self.connects_left -= 1
 
-    def addr_handler(self, node: Node) -> int:
-        from ..pyverbs.librdmacm_enums import RDMA_OPTION_ID, RDMA_OPTION_ID_TOS
-        if self.o.set_tos:
-            try:
-                node.cma_id.set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, self.o.tos, 1)
-            except Exception as e:
-                perror("udaddy: set TOS option failed", e)
-        try:
-            node.cma_id.resolve_route(2000)
-        except Exception as e:
-            perror("udaddy: resolve route failed", e)
-            self.connect_error()
-            return -1
-        return 0
-
-    def route_handler(self, node: Node) -> int:
-        from ..pyverbs.cmid import ConnParam
-        ret = self.verify_test_params(node)
-        if not ret:
-            ret = self.init_node(node)
-        if not ret:
-            ret = self.post_recvs(node)
-        if not ret:
-            try:                                        # memset 0: no private data (ai_connect is AF_IB's)
-                node.cma_id.connect(ConnParam(resources=0, depth=0, retry=0, rnr_retry=0))
-            except Exception as e:
-                perror("udaddy: failure connecting", e)
-                ret = -1
-        if ret:
-            self.connect_error()
-        return ret
-
-    def connect_handler(self, ev) -> int:
-        from ..pyverbs.cmid import CMID, ConnParam
-        cma_id = CMID(creator=ev, listen_id=self.listen_id)
-        if self.conn_index == self.o.connections:
-            ret = -errno.ENOMEM
-        else:
-            node = self.nodes[self.conn_index]
-            self.conn_index += 1
-            node.cma_id = cma_id
-            self.by_id[id(cma_id.id)] = node
-            ret = self.verify_test_params(node)
-            if not ret:
-                ret = self.init_node(node)
-            if not ret:
-                ret = self.post_recvs(node)
-            if not ret:
-                try:
-                    cma_id.accept(ConnParam(resources=0, depth=0, retry=0, rnr_retry=0,
-                                            qp_num=cma_id.qp.qp_num))
-                    node.connected = True
-                    self.connects_left -= 1
-                    return 0
-                except Exception as e:
-                    perror("udaddy: failure accepting", e)
-                    ret = -1
-            node.cma_id = None
-            self.by_id.pop(id(cma_id.id), None)
-            self.connect_error()
-        _out("udaddy: failing connection request\n")
-        try:
-            cma_id.reject()
-        except Exception:
-            pass
-        return ret
-
-    def resolved_handler(self, node: Node, ev) -> int:
+    def established_handler(self, node: Node, ev) -> int:
+        """resolved_handler: the server's QPN, Q_Key and address."""
         from ..pyverbs.addr import AH
         from ..pyverbs.cmid import UDParam
         try:
@@ -302,38 +181,10 @@ class UdAddy:
         self.connects_left -= 1
         return 0
 
-    def cma_handler(self, ev) -> int:
-        from ..pyverbs import librdmacm_enums as E
-        t = ev.event_type
-        node = self.by_id.get(id(ev.event.id))
-        if t == E.RDMA_CM_EVENT_ADDR_RESOLVED:
-            return self.addr_handler(node)
-        if t == E.RDMA_CM_EVENT_ROUTE_RESOLVED:
-            return self.route_handler(node)
-        if t == E.RDMA_CM_EVENT_CONNECT_REQUEST:
-            return self.connect_handler(ev)
-        if t == E.RDMA_CM_EVENT_ESTABLISHED:
-            return self.resolved_handler(node, ev)
-        if t in (E.RDMA_CM_EVENT_ADDR_ERROR, E.RDMA_CM_EVENT_ROUTE_ERROR, E.RDMA_CM_EVENT_CONNECT_ERROR,
-                 E.RDMA_CM_EVENT_UNREACHABLE, E.RDMA_CM_EVENT_REJECTED):
-            _out(f"udaddy: event: {ev.event_str()}, error: {ev.status}\n")
-            self.connect_error()
-            return ev.status
-        return 0
+    def get_event_failed(self, e: BaseException, where: str) -> int:
+        return -1                                       # rdma_get_cm_event's -1, no message
 
-    def connect_events(self) -> int:
-        from ..pyverbs.cmid import CMEvent
-        ret = 0
-        while self.connects_left and not ret:
-            try:
-                ev = CMEvent(self.channel)
-            except Exception:
-                ret = -1                                # rdma_get_cm_event's -1, no message
-                break
-            ret = self.cma_handler(ev)
-            ev.ack_cm_event()
-        return ret
-
+    # ------------------------------------------------------------------ completions
     def create_reply_ah(self, node: Node, wc) -> None:
         from ..pyverbs.addr import AH
         from ..pyverbs.enums import IBV_QP_QKEY
@@ -346,102 +197,41 @@ class UdAddy:
         attr, _ = node.cma_id.qp.query(IBV_QP_QKEY)
         node.remote_qkey = attr.qkey
 
-    def poll_cqs(self) -> int:
-        for node in self.nodes:
-            if not node.connected:
-                continue
-            done = 0
-            while done < self.o.message_count:
-                try:
-                    n, wcs = node.cq.poll(8)
-                except Exception as e:
-                    ret = -_errno_of(e)
-                    _out(f"udaddy: failed polling CQ: {ret}\n")
-                    return ret
-                if n and node.ah is None:
-                    self.create_reply_ah(node, wcs[0])
-                done += n
-        return 0
+    def polled(self, node: Node, n: int, wcs) -> None:
+        if n and node.ah is None:
+            self.create_reply_ah(node, wcs[0])
 
     # ------------------------------------------------------------------ server and client
-    def run_server(self) -> int:
-        from ..pyverbs.cmid import AddrInfo, CMID
-        from ..pyverbs.librdmacm_enums import RAI_PASSIVE
+    def serve(self, listen_id) -> int:
         from ..pyverbs.enums import IBV_SEND_SIGNALED
         o = self.o
-        _out("udaddy: starting server\n")
-        try:
-            listen_id = CMID(creator=self.channel, port_space=o.port_space)
-        except Exception as e:
-            perror("udaddy: listen request failed", e)
-            return -1
-        self.listen_id = listen_id
-        try:
-            try:
-                self.src = _getaddrinfo(o.src_addr, o.port, o, True)
-            except GaiError as e:
-                _out(f"udaddy: getrdmaaddr error: {e.text}\n")
-                return e.code
-            try:
-                listen_id.bind_addr(AddrInfo(src=self.src[0], src_service=str(self.src[1]), flags=RAI_PASSIVE,
-                                             port_space=o.port_space))
-            except Exception as e:
-                perror("udaddy: bind address failed", e)
-                return -1
-            try:
-                listen_id.listen(0)
-            except Exception as e:
-                perror("udaddy: failure trying to listen", e)
-                return -1
-            self.connect_events()                       # its status is not looked at
-            ret = 0
-            if o.message_count:
-                _out("receiving data transfers\n")
-                ret = self.poll_cqs()
-                if ret:
-                    return ret
-                _out("sending replies\n")
-                for node in self.nodes:
-                    ret = self.post_sends(node, IBV_SEND_SIGNALED)
-                    if ret:
-                        return ret
-                ret = self.poll_cqs()
-                if ret:
-                    return ret
-                _out("data transfers complete\n")
-            return ret
-        finally:
-            _close(listen_id)
+        self.connect_events()                           # its status is not looked at
+        ret = 0
+        if o.message_count:
+            _out("receiving data transfers\n")
+            ret = self.poll_cqs()
+            if ret:
+                return ret
+            _out("sending replies\n")
+            ret = self.post_all_sends(IBV_SEND_SIGNALED)
+            if ret:
+                return ret
+            ret = self.poll_cqs()
+            if ret:
+                return ret
+            _out("data transfers complete\n")
+        return ret
 
-    def run_client(self) -> int:
-        from ..pyverbs.cmid import AddrInfo
+    def client_test(self) -> int:
         o = self.o
-        _out("udaddy: starting client\n")
-        try:
-            if o.src_addr is not None:
-                self.src = _getaddrinfo(o.src_addr, None, o, True)
-            self.dst = _getaddrinfo(o.dst_addr, o.port, o, False)
-        except GaiError as e:
-            _out(f"udaddy: getaddrinfo error: {e.text}\n")
-            return e.code
-        _out("udaddy: connecting\n")
-        for node in self.nodes:
-            try:
-                node.cma_id.resolve_addr(AddrInfo(src=self.src[0] if self.src else None, dst=self.dst[0],
-                                                  dst_service=str(self.dst[1]), port_space=o.port_space), 2000)
-            except Exception as e:
-                perror("udaddy: failure getting addr", e)
-                self.connect_error()
-                return -1
         ret = self.connect_events()
         if ret:
             return ret
         if o.message_count:
             _out("initiating data transfers\n")
-            for node in self.nodes:
-                ret = self.post_sends(node, 0)
-                if ret:
-                    return ret
+            ret = self.post_all_sends(0)
+            if ret:
+                return ret
             _out("receiving data transfers\n")
             ret = self.poll_cqs()
             if ret:
@@ -449,63 +239,18 @@ class UdAddy:
             _out("data transfers complete\n")
         return ret
 
-    def alloc_nodes(self) -> int:
-        from ..pyverbs.cmid import CMID
-        if self.o.connections < 0:
-            _out("udaddy: unable to allocate memory for test nodes\n")
-            return -errno.ENOMEM
-        self.nodes = [Node(i) for i in range(self.o.connections)]
-        if self.o.dst_addr is not None:
-            for node in self.nodes:
-                try:
-                    node.cma_id = CMID(creator=self.channel, port_space=self.o.port_space)
-                except Exception:
-                    for n in self.nodes:
-                        _close(n.cma_id)
-                        n.cma_id = None
-                    return -1
-                self.by_id[id(node.cma_id.id)] = node
-        return 0
-
-    def destroy_nodes(self) -> None:
-        for node in self.nodes:
-            self.destroy_node(node)
-
 
 def parse(argv: list[str], prog: str) -> Options | int:
-    o = Options()
-    o.port = PORT
+    o = Options(PORT)
     o.port_space = RDMA_PS_UDP
     o.socktype = socket.SOCK_DGRAM
     for op, optarg in Getopt(argv, prog, OPTSTRING):
-        if op == "s":
-            o.dst_addr = optarg
-        elif op == "b":
-            o.src_addr = optarg
-        elif op == "c":
-            o.connections = atoi(optarg)
-        elif op == "C":
-            o.message_count = atoi(optarg)
-        elif op == "S":
-            o.message_size = atoi(optarg)
-        elif op == "t":
-            o.set_tos, o.tos = True, strtoul(optarg, 0) & 0xFF
-        elif op == "p":                                 # the port space, for backwards compatibility
+        if common_option(o, op, optarg):
+            continue
+        if op == "p":                                   # the port space, for backwards compatibility
             o.port_space = strtol(optarg, 0) & 0xFFFFFFFF
-        elif op == "f":
-            low = optarg.lower()
-            if low.startswith("ip"):
-                o.numeric, o.af_ib = True, False
-            elif low.startswith("gid"):
-                o.numeric, o.af_ib = True, True
-            elif not low.startswith("name"):
-                _err("Warning: unknown address format\n")
         elif op == "P":
-            low = optarg.lower()
-            if low.startswith("ipoib"):
-                o.port_space = RDMA_PS_IPOIB
-            elif not low.startswith("udp"):
-                _err("Warning: unknown port space format\n")
+            port_space_option(o, optarg, "ipoib", RDMA_PS_IPOIB, "udp")
         else:
             _out(usage(prog))
             return 1
@@ -513,42 +258,4 @@ def parse(argv: list[str], prog: str) -> Options | int:
 
 
 def main(argv: list[str] | None = None, prog: str = "udaddy") -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    o = parse(argv, prog)
-    if isinstance(o, int):
-        return o
-    try:
-        return _run(o) & 0xFF
-    finally:
-        sys.stdout.flush()
-
-
-def _run(o: Options) -> int:
-    from ..pyverbs.cmid import CMEventChannel
-    from ..pyverbs.device import get_device_list
-    from ..pyverbs.pyverbs_error import PyverbsError
-    test = UdAddy(o)
-    try:
-        if not get_device_list():
-            raise PyverbsError("no devices", errno.ENODEV)
-        test.channel = CMEventChannel()
-    except PyverbsError as e:
-        if e.error_code == errno.ENODEV:
-            _err("No RDMA devices were detected\n")
-        else:
-            perror("failed to create RDMA CM event channel", e)
-        return 1
-    try:
-        if test.alloc_nodes():
-            return 1
-        ret = test.run_client() if o.dst_addr is not None else test.run_server()
-        _out("test complete\n")
-        test.destroy_nodes()
-        _close(test.channel)
-        test.channel = None
-        _out(f"return status {ret}\n")
-        return ret
-    finally:
-        if test.channel is not None:
-            test.destroy_nodes()
-            _close(test.channel)
+    return cma_common.main(argv, prog, parse, UdAddy)
