@@ -82,9 +82,9 @@ def test_100mb_rc_byte_exact_under_kernel_loss_and_device_faults(hosts):
             f"print(m().call('link_set', name='rxe0', seed=3, faults={faults!r})[0])")
     env = {**os.environ, "SOFTRDMA_RUN": hosts.run_dirs[0], "SOFTRDMA_AUTOSTART": "0"}
     subprocess.run(["ip", "netns", "exec", hosts.ns[0], sys.executable, "-c", prog], env=env, check=True)
-    # a 33 ms ACK timeout: the default 67 ms makes every tail loss a long stall, and 8 ms
+    # a 16 ms ACK timeout: the default 67 ms makes every tail loss a long stall, and 8 ms
     # ran out of retries (IBV_WC_RETRY_EXC_ERR) on a loaded 2-core machine
-    res = _xfer(hosts, 104, qp_timeout=13)
+    res = _xfer(hosts, 104, qp_timeout=12)
     assert res["server"] == {"batches": 13, "bad": 0}
     for ns in hosts.ns:
         drops = hosts.exec(ns, "nft", "list", "table", "inet", "softrdma_test").stdout

@@ -38,6 +38,10 @@ class Agent:
         mod = int.from_bytes(mad[20:24], "big")
         if cls in (MgmtClass.SUBN_LID_ROUTED, MgmtClass.SUBN_DIRECTED_ROUTE):
             if attr == SmpAttr.SM_INFO and method in (Method.GET, Method.SET):
+                if not self.sminfo.guid:
+                    # our port GUID is not known yet (the first SMP is out): an SMInfo with
+                    # GUID 0 makes opensm give up on us (ERR 2F19); unanswered, it asks again
+                    return [], []
                 self.counts["sminfo"] += 1
                 events = []
                 if method == Method.SET and self.sminfo.on_set(mod) == "takeover":
