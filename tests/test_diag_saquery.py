@@ -129,6 +129,18 @@ def mfts(fab):
     return [fab.tool("ibroute", "-M", lid) for _, lid in sorted(lids)]
 
 
+def settled(fab, ready, timeout=15.0):
+    """The MFTs once ``ready`` holds (leaf001's table first) and two reads agree."""
+    end = time.monotonic() + timeout
+    prev = None
+    while True:
+        t = mfts(fab)
+        if ready(t) and t == prev or time.monotonic() > end:
+            return t
+        prev = t if ready(t) else None
+        time.sleep(0.3)
+
+
 def multicast_story(fab, sm):
     p = fab.sm(sm)
     joined = {}
@@ -138,14 +150,12 @@ def multicast_story(fab, sm):
         joined[host] = MCMEMBER_RECORD.decode(recs[0])
     assert {f["MLID"] for f in joined.values()} == {0xC001}
     wait_log(p, "SUBNET UP")
-    time.sleep(1.5)                       # opensm programs MFTs on its next sweep
-    before = mfts(fab)
+    before = settled(fab, lambda t: "0xc001" in t[0])    # opensm programs MFTs on its next sweep
     views = [fab.real("-g")[1], fab.ours("-g")[1], fab.ours("-m")[1], fab.ours("MCMR")[1]]
     # host0005 leaves: leaf001 has no member left, its branch goes
     status, _ = fab.sa_call("host0005", 0x15, 0x38, *join_record(MGID, fab.port_gid("host0005")))
     assert status == 0
-    time.sleep(1.5)
-    after = mfts(fab)
+    after = settled(fab, lambda t: "0xc001" not in t[0])
     # a join without the components a new group needs is refused (SA_ERR_REQ_INSUFFICIENT_COMPONENTS)
     mask, rec = join_record(0xFF121234000000000000000000000002, fab.port_gid("host0002"))
     status, _ = fab.sa_call("host0002", 0x02, 0x38, mask & ~MCR_COMP["QKey"], rec)
