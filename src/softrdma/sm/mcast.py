@@ -9,8 +9,8 @@ up, the lowest free); the IPoIB broadcast group opensm creates for the
 default partition at start (well known, never deleted).
 
 ``mft(subnet, groups)`` spans every group with members by a tree of the
-switches: the root is the switch nearest on average to the members'
-switches (fewest hops, then the lowest GUID key), the tree the BFS tree of
+switches: the root is the switch nearest the members' switches (fewest hops
+in total, then to the farthest, then the lowest GUID key), the tree the BFS tree of
 shortest paths from it (ports tried in ascending order), pruned to the
 branches that lead to members.  A switch's port mask holds its tree ports
 (towards the root and towards its children) and its member CA ports, so a
@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections import deque
 
 from ..wire.mad import Method
-from ..wire.sa import MCMEMBER_RECORD, MCR_COMP
+from ..wire.sa import (MCMEMBER_RECORD, MCR_COMP, SA_STATUS_INSUFFICIENT_COMPONENTS, SA_STATUS_NO_RESOURCES,
+                       SA_STATUS_REQ_INVALID)
 from ..wire.smp import MFT_BLOCK, SmpAttr, build_dr_smp, encode_mft, mft_attr_mod
 from .subnet import Node, Physp, Subnet, net_key
 
@@ -82,12 +83,11 @@ class Groups:
         for mlid in range(MCAST_LID_BASE, MCAST_LID_TOP + 1):
             if mlid not in used:
                 return mlid
-        raise McastError(1 << 8)                      # SA_ERR_NO_RESOURCES
+        raise McastError(SA_STATUS_NO_RESOURCES)
 
     def join(self, f: dict, mask: int, mtu: int = 4, rate: int = 3) -> Group:
         """A Set of MCMemberRecord (fields decoded): the group joined (created if need be;
         ``mtu``/``rate``: its MTU and rate unless the request gives them)."""
-        from ..wire.sa import SA_STATUS_INSUFFICIENT_COMPONENTS, SA_STATUS_REQ_INVALID
         if mask & JOIN_COMP != JOIN_COMP:
             raise McastError(SA_STATUS_INSUFFICIENT_COMPONENTS)
         join = f["JoinState"] & 0xF
@@ -125,7 +125,6 @@ class Groups:
 
     def leave(self, f: dict, mask: int) -> tuple[Group, int]:
         """A Delete: the group and the JoinState left; the group goes with its last member."""
-        from ..wire.sa import SA_STATUS_INSUFFICIENT_COMPONENTS, SA_STATUS_REQ_INVALID
         if mask & JOIN_COMP != JOIN_COMP:
             raise McastError(SA_STATUS_INSUFFICIENT_COMPONENTS)
         mgid = f["MGID"].to_bytes(16, "big")

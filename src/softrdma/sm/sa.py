@@ -1,21 +1,24 @@
-"""The subnet administrator's queries (IBA 15.4; opensm's osm_sa_*_record.c), sans-IO.
+"""The subnet administrator (IBA 15.4; opensm's osm_sa_*_record.c), sans-IO.
 
-``SubnetAdmin(subnet, sminfo).handle(mad, slid)`` answers one SA request
-from the SM's view of the subnet: NodeRecord (by LID), PortInfoRecord (by
-LID and port), PathRecord (by SLID/DLID or SGID/DGID; a missing source is
-the requester), each as Get (one record, GetResp; ERR_NO_RECORDS when none)
-or GetTable (GetTableResp as one RMPP segment).  Without RMPP
-reassembly over umad2sim a table answer is one MAD: as many records as fit
-in 200 bytes (1 NodeRecord, 2 PortInfoRecords, 3 PathRecords), the rest are
-dropped and logged.  Other attributes and methods: status "method/attribute
-unsupported".  PathRecord fields: SGID/DGID from the subnet prefix and port
+``SubnetAdmin(subnet, sminfo, log).handle(mad, slid, sqp, now)`` answers
+one SA MAD from the SM's view of the subnet and keeps what clients
+registered across sweeps (``set_subnet``): multicast groups (``sm.mcast``)
+and service records.  Records: ClassPortInfo; NodeRecord; PortInfoRecord
+(by LID, port, CapabilityMask); PathRecord (by SLID/DLID or SGID/DGID, a
+missing source is the requester; SGID/DGID from the subnet prefix and port
 GUIDs, reversible, P_Key 0xFFFF, SL 0, MTU the smaller MtuCap of the two
 ends, rate from the source port's active width and speed, packet lifetime
-opensm's default 0x12; the path must exist through the LFTs.  With an
-LMC, a GetTable has one path per pair of LIDs of the two ranges, in opensm's
-order and preference (base+i to base+i first, preference 0; then the other
-pairs, preference 2), NumbPath of them if asked; a Get, one (the bases, or
-the LIDs asked for).
+opensm's 0x12; the path must exist through the LFTs; with an LMC a GetTable
+has one path per pair of LIDs of the two ranges, in opensm's order and
+preference -- base+i to base+i first, preference 0, then the other pairs,
+preference 2 -- NumbPath of them if asked, a Get one); SwitchInfoRecord;
+SMInfoRecord; LinkRecord; LFTRecord; MFTRecord; MCMemberRecord (Set joins,
+Delete leaves, queries as opensm's mcmr_query_mgrp); ServiceRecord (Set,
+Delete, leases).  Get answers one record (ERR_NO_RECORDS, or REQ_INVALID
+for more than one); GetTable answers by RMPP (``wire.rmpp``): segment 1
+goes with the length of its whole records within what umad2sim copies,
+the rest follow the requester's ACKs, and ``tick(now)`` resends or gives
+up.  Other attributes and methods: "method/attribute unsupported".
 """
 
 from __future__ import annotations
