@@ -76,6 +76,28 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 _seq = [0]
 
 
+def unique_base(prefix: str) -> str:
+    """An IBSIM_SOCKNAME of its own for one fabric of this test process."""
+    _seq[0] += 1
+    return f"{prefix}{os.getpid()}n{_seq[0]}"
+
+
+def sim_env(base: str, tmp, **extra) -> dict:
+    """The environment of a fabric client: this fabric, opensm's dirs in ``tmp``, none of
+    the caller's umad2sim settings; ``extra`` on top (None: left out)."""
+    env = dict(os.environ, IBSIM_SOCKNAME=base, PYTHONPATH=SRC, OSM_CACHE_DIR=str(tmp), OSM_TMP_DIR=str(tmp))
+    for k in ("LD_PRELOAD", "SIM_HOST", "SIM_SET_ISSM", "IBSIM_SERVER_NAME", "IBSIM_SERVER_PORT"):
+        env.pop(k, None)
+    env.update({k: v for k, v in extra.items() if v is not None})
+    return env
+
+
+def norm_err(text: str) -> str:
+    """A real tool's stderr without umad2sim's "attached" line and with pids masked."""
+    lines = [ln for ln in text.splitlines(True) if "sim_connect: attached as client" not in ln]
+    return re.sub(r"\[\d+\]", "[PID]", "".join(lines))
+
+
 class IbsimFabric:
     """A fabric server on ft2_64 -- the real ibsim (its console on a pipe) or
     ``softrdma fabric serve`` -- and the SMs and diags started on it."""
@@ -84,9 +106,8 @@ class IbsimFabric:
         if not have_ibsim():
             import pytest
             pytest.fail("opensm/ibsim-utils/infiniband-diags missing (CI=true)")
-        _seq[0] += 1
         self.tmp = tmp
-        self.base = f"smr{os.getpid()}n{_seq[0]}"
+        self.base = unique_base("smr")
         (tmp / "ft.net").write_text(fixture("ft2_64.net.xz"))
         (tmp / "poll.conf").write_text("sminfo_polling_timeout 300\n\npolling_retry_number 1\n")
         self.procs = []

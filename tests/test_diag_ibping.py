@@ -29,32 +29,14 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, unique_base
 
 pytestmark = need_ibsim()
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-_seq = [0]
 REAL_NODE, OUR_NODE = "host0016", "host0015"
 
 
-def _base():
-    _seq[0] += 1
-    return f"pg{os.getpid()}n{_seq[0]}"
 
-
-def _env(base, tmp, **extra):
-    env = dict(os.environ, IBSIM_SOCKNAME=base, PYTHONPATH=SRC, OSM_CACHE_DIR=str(tmp),
-               OSM_TMP_DIR=str(tmp))
-    for k in ("LD_PRELOAD", "SIM_HOST", "SIM_SET_ISSM", "IBSIM_SERVER_NAME", "IBSIM_SERVER_PORT"):
-        env.pop(k, None)
-    env.update({k: v for k, v in extra.items() if v is not None})
-    return env
-
-
-def _norm_err(text):
-    lines = [ln for ln in text.splitlines(True) if "sim_connect: attached as client" not in ln]
-    return re.sub(r"\[\d+\]", "[PID]", "".join(lines))
 
 
 def _norm_out(text):
@@ -67,14 +49,14 @@ class Fabric:
     def __init__(self, tmp, server):
         self.tmp = tmp
         self.server = server
-        self.base = _base()
+        self.base = unique_base("pg")
         net = tmp / "ft.net"
         subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", "ft2", "--leaves", "4",
                         "--spines", "2", "--hosts-per-leaf", "4", "--radix", "8", "-o", str(net)],
-                       check=True, env=_env(self.base, tmp), capture_output=True)
+                       check=True, env=sim_env(self.base, tmp), capture_output=True)
         cmd = (["ibsim", "-s", "-n", str(net)] if server == "ibsim" else
                [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)])
-        self.proc = subprocess.Popen(cmd, cwd=tmp, env=_env(self.base, tmp), stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(cmd, cwd=tmp, env=sim_env(self.base, tmp), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         want = f"@{self.base}:ctl".encode()
         end = time.monotonic() + 10
@@ -87,14 +69,14 @@ class Fabric:
             time.sleep(0.05)
         log = tmp / "osm.log"
         subprocess.run(["opensm", "-o", "-f", str(log)], cwd=tmp, capture_output=True, timeout=60,
-                       env=_env(self.base, tmp, LD_PRELOAD=SIMSO))
+                       env=sim_env(self.base, tmp, LD_PRELOAD=SIMSO))
         assert "SUBNET UP" in log.read_text()
         self.servers = []
 
     # --- running the tools ---------------------------------------------------------------
     def popen(self, real, args, host=None, **extra):
         cmd = ["ibping", *args] if real else [sys.executable, "-m", "softrdma", "ibping", *args]
-        env = _env(self.base, self.tmp, SIM_HOST=host, LD_PRELOAD=SIMSO if real else None, **extra)
+        env = sim_env(self.base, self.tmp, SIM_HOST=host, LD_PRELOAD=SIMSO if real else None, **extra)
         return subprocess.Popen(cmd, cwd=self.tmp, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -102,7 +84,7 @@ class Fabric:
         p = self.popen(real, args, host)
         out, err = p.communicate(timeout=30)
         assert "Traceback" not in err, err
-        return p.returncode, _norm_out(out), _norm_err(err)
+        return p.returncode, _norm_out(out), norm_err(err)
 
     def ours(self, args, host=None):
         """softrdma's ibping in this process (quicker than a new python)."""
@@ -110,20 +92,20 @@ class Fabric:
         out, err = io.StringIO(), io.StringIO()
         saved = dict(os.environ)
         os.environ.clear()
-        os.environ.update(_env(self.base, self.tmp, SIM_HOST=host))
+        os.environ.update(sim_env(self.base, self.tmp, SIM_HOST=host))
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 rc = ibping.main(list(args))
         finally:
             os.environ.clear()
             os.environ.update(saved)
-        return rc, _norm_out(out.getvalue()), _norm_err(err.getvalue())
+        return rc, _norm_out(out.getvalue()), norm_err(err.getvalue())
 
     def lid(self, host):
         from softrdma.tools import ibstat
         out = io.StringIO()
         saved = dict(os.environ)
-        os.environ.update(_env(self.base, self.tmp, SIM_HOST=host))
+        os.environ.update(sim_env(self.base, self.tmp, SIM_HOST=host))
         try:
             with contextlib.redirect_stdout(out):
                 assert ibstat.main(["ibsim0", "1"]) == 0
@@ -198,7 +180,7 @@ def test_four_combinations_print_what_the_real_ibping_prints(fab):
     for (real_c, lid, _), p in procs:
         out, err = p.communicate(timeout=30)
         assert "Traceback" not in err, err
-        got[real_c, lid] = (p.returncode, _norm_out(out), _norm_err(err))
+        got[real_c, lid] = (p.returncode, _norm_out(out), norm_err(err))
     ref = got[True, fab.real_lid]                       # real client, real server
     host = re.escape(ref[1].split("Pong from ", 1)[1].split(" (Lid", 1)[0])
     assert ref[0] == 0 and re.fullmatch(
@@ -261,7 +243,7 @@ def test_interrupt_prints_the_statistics(fab):
         procs[real].send_signal(signal.SIGINT)
     for real, p in procs.items():
         out, err = p.communicate(timeout=10)
-        res[real] = (p.returncode, _norm_out(out if real else first + out), _norm_err(err))
+        res[real] = (p.returncode, _norm_out(out if real else first + out), norm_err(err))
     for real, (rc, out, err) in res.items():
         m = re.search(r"(\d+) packets transmitted, (\d+) received, 0% packet loss", out)
         assert rc == 0 and err == "" and m and m.group(1) == m.group(2), res
@@ -294,7 +276,7 @@ def test_our_server_is_no_sm(fab):
         from softrdma.tools import ibstat
         buf = io.StringIO()
         saved = dict(os.environ)
-        os.environ.update(_env(fab.base, fab.tmp, SIM_HOST=host))
+        os.environ.update(sim_env(fab.base, fab.tmp, SIM_HOST=host))
         try:
             with contextlib.redirect_stdout(buf):
                 assert ibstat.main(["ibsim0", "1"]) == 0
@@ -336,7 +318,7 @@ def test_guid_address_through_a_resident_sm(fab):
     log = fab.tmp / "resident.log"
     sm = subprocess.Popen(["opensm", "-d2", "-f", str(log)], cwd=fab.tmp, stdin=subprocess.DEVNULL,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          env=_env(fab.base, fab.tmp, LD_PRELOAD=SIMSO))
+                          env=sim_env(fab.base, fab.tmp, LD_PRELOAD=SIMSO))
     fab.servers.append(sm)
     end = time.monotonic() + 20
     while "SUBNET UP" not in (log.read_text() if log.exists() else ""):

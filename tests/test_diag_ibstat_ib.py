@@ -24,12 +24,10 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, unique_base
 
 pytestmark = need_ibsim()
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-_seq = [0]
 
 RATES_NET = """\
 switchguid=0x0002c90300100000
@@ -65,32 +63,16 @@ ARGS = ["", "-l", "-s", "-p", "ibsim0 1", "ibsim0 0", "ibsim0 2", "ibsim0x", "-s
         "-p ibsim0", "-h", "-V", "-C foo", "-v -d ibsim0"]
 
 
-def _base():
-    _seq[0] += 1
-    return f"st{os.getpid()}n{_seq[0]}"
 
-
-def _env(base, tmp, **extra):
-    env = dict(os.environ, IBSIM_SOCKNAME=base, PYTHONPATH=SRC, OSM_CACHE_DIR=str(tmp),
-               OSM_TMP_DIR=str(tmp))
-    for k in ("LD_PRELOAD", "SIM_HOST", "SIM_SET_ISSM", "IBSIM_SERVER_NAME", "IBSIM_SERVER_PORT"):
-        env.pop(k, None)
-    env.update({k: v for k, v in extra.items() if v is not None})
-    return env
-
-
-def _norm_err(text):
-    lines = [ln for ln in text.splitlines(True) if "sim_connect: attached as client" not in ln]
-    return re.sub(r"\[\d+\]", "[PID]", "".join(lines))
 
 
 class Fabric:
     def __init__(self, tmp, server, net):
         self.tmp = tmp
-        self.base = _base()
+        self.base = unique_base("st")
         cmd = (["ibsim", "-s", "-n", str(net)] if server == "ibsim" else
                [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)])
-        self.proc = subprocess.Popen(cmd, cwd=tmp, env=_env(self.base, tmp), stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(cmd, cwd=tmp, env=sim_env(self.base, tmp), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         want = f"@{self.base}:ctl".encode()
         end = time.monotonic() + 10
@@ -105,13 +87,13 @@ class Fabric:
     def sweep(self):
         log = self.tmp / f"osm-{self.base}.log"
         subprocess.run(["opensm", "-o", "-f", str(log)], cwd=self.tmp, capture_output=True,
-                       env=_env(self.base, self.tmp, LD_PRELOAD=SIMSO), timeout=60)
+                       env=sim_env(self.base, self.tmp, LD_PRELOAD=SIMSO), timeout=60)
         assert "SUBNET UP" in log.read_text()
 
     def real(self, args, host=None):
         r = subprocess.run(["ibstat", *args], cwd=self.tmp, capture_output=True, text=True, timeout=30,
-                           env=_env(self.base, self.tmp, LD_PRELOAD=SIMSO, SIM_HOST=host))
-        return r.returncode, r.stdout, _norm_err(r.stderr)
+                           env=sim_env(self.base, self.tmp, LD_PRELOAD=SIMSO, SIM_HOST=host))
+        return r.returncode, r.stdout, norm_err(r.stderr)
 
     def ours(self, args, host=None):
         """In this process (a new python per case would take most of the time)."""
@@ -119,21 +101,21 @@ class Fabric:
         out, err = io.StringIO(), io.StringIO()
         saved = dict(os.environ)
         os.environ.clear()
-        os.environ.update(_env(self.base, self.tmp, SIM_HOST=host))
+        os.environ.update(sim_env(self.base, self.tmp, SIM_HOST=host))
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 rc = ibstat.main(list(args))
         finally:
             os.environ.clear()
             os.environ.update(saved)
-        return rc, out.getvalue(), _norm_err(err.getvalue())
+        return rc, out.getvalue(), norm_err(err.getvalue())
 
     def ours_cli(self, args, host=None):
         r = subprocess.run([sys.executable, "-m", "softrdma", "ibstat", *args], cwd=self.tmp,
                            capture_output=True, text=True, timeout=30,
-                           env=_env(self.base, self.tmp, SIM_HOST=host))
+                           env=sim_env(self.base, self.tmp, SIM_HOST=host))
         assert "Traceback" not in r.stderr, r.stderr
-        return r.returncode, r.stdout, _norm_err(r.stderr)
+        return r.returncode, r.stdout, norm_err(r.stderr)
 
     def diffs(self, nodes, arglist, more=None):
         bad = []
@@ -165,7 +147,7 @@ def ft_net(tmp_path_factory):
     net = tmp / "ft.net"
     subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", "ft2", "--leaves", "4",
                     "--spines", "2", "--hosts-per-leaf", "4", "--radix", "8", "-o", str(net)],
-                   check=True, env=_env("unused", tmp), capture_output=True)
+                   check=True, env=sim_env("unused", tmp), capture_output=True)
     return net
 
 
@@ -209,7 +191,7 @@ def test_rate_of_every_speed_and_width(tmp_path, server):
 def test_no_fabric_server_is_an_ibpanic(tmp_path):
     """The real one waits for ibsim forever; softrdma's says so and exits 255."""
     r = subprocess.run([sys.executable, "-m", "softrdma", "ibstat"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=30, env=_env(_base(), tmp_path))
+                       text=True, timeout=30, env=sim_env(unique_base("st"), tmp_path))
     assert r.returncode == 255 and r.stdout == ""
     assert re.fullmatch(r"ibpanic: \[\d+\] sim_attach: can't connect to sim socket st\d+n\d+:ctl: "
                         r"Connection refused\n", r.stderr), r.stderr

@@ -16,7 +16,6 @@ smpquery also run against the real ibsim.  Needs opensm, ibsim-utils and
 infiniband-diags: skipped when missing, except in CI (CI=true).
 """
 
-import os
 import re
 import shutil
 import subprocess
@@ -25,28 +24,14 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, unique_base
 
 pytestmark = need_ibsim()
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 DIAGS = ("ibnetdiscover", "iblinkinfo", "ibroute", "ibtracert", "smpquery", "perfquery",
          "sminfo", "ibqueryerrors", "ibhosts", "ibswitches", "ibnodes")
-_seq = [0]
 
 
-def _base():
-    _seq[0] += 1
-    return f"dg{os.getpid()}n{_seq[0]}"
-
-
-def _env(base, tmp, **extra):
-    env = dict(os.environ, IBSIM_SOCKNAME=base, PYTHONPATH=SRC, OSM_CACHE_DIR=str(tmp),
-               OSM_TMP_DIR=str(tmp))
-    for k in ("LD_PRELOAD", "SIM_HOST", "IBSIM_SERVER_NAME", "IBSIM_SERVER_PORT"):
-        env.pop(k, None)
-    env.update(extra)
-    return env
 
 
 def _wait_bound(base, proc, timeout=10.0):
@@ -61,10 +46,6 @@ def _wait_bound(base, proc, timeout=10.0):
     raise AssertionError(f"nothing bound {want!r}")
 
 
-def _norm_err(text):
-    lines = [ln for ln in text.splitlines(True) if "sim_connect: attached as client" not in ln]
-    return re.sub(r"^ibwarn: \[\d+\]", "ibwarn: [PID]", "".join(lines), flags=re.M)
-
 
 def _norm_out(text):
     return re.sub(r"^# Topology file: generated on .*$", "# Topology file: generated on -",
@@ -74,31 +55,31 @@ def _norm_out(text):
 class Fabric:
     def __init__(self, tmp, server):
         self.tmp = tmp
-        self.base = _base()
+        self.base = unique_base("dg")
         net = tmp / "ft.net"
         if not net.exists():
             subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", "ft2", "--leaves", "4",
                             "--spines", "2", "--hosts-per-leaf", "4", "--radix", "8", "-o", str(net)],
-                           check=True, env=_env(self.base, tmp), capture_output=True)
+                           check=True, env=sim_env(self.base, tmp), capture_output=True)
         cmd = (["ibsim", "-s", "-n", str(net)] if server == "ibsim" else
                [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)])
-        self.proc = subprocess.Popen(cmd, cwd=tmp, env=_env(self.base, tmp), stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(cmd, cwd=tmp, env=sim_env(self.base, tmp), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _wait_bound(self.base, self.proc)
         r = self.real("opensm", "-o", "-f", str(tmp / "osm.log"), timeout=60)
         assert "SUBNET UP" in (tmp / "osm.log").read_text(), r
 
     def real(self, *cmd, timeout=30):
-        r = subprocess.run(list(cmd), cwd=self.tmp, env=_env(self.base, self.tmp, LD_PRELOAD=SIMSO),
+        r = subprocess.run(list(cmd), cwd=self.tmp, env=sim_env(self.base, self.tmp, LD_PRELOAD=SIMSO),
                            capture_output=True, text=True, timeout=timeout)
-        return r.returncode, _norm_out(r.stdout), _norm_err(r.stderr)
+        return r.returncode, _norm_out(r.stdout), norm_err(r.stderr)
 
     def ours(self, *cmd, timeout=30):
         r = subprocess.run([sys.executable, "-m", "softrdma", *cmd], cwd=self.tmp,
-                           env=_env(self.base, self.tmp), capture_output=True, text=True,
+                           env=sim_env(self.base, self.tmp), capture_output=True, text=True,
                            timeout=timeout)
         assert "Traceback" not in r.stderr, r.stderr
-        return r.returncode, _norm_out(r.stdout), _norm_err(r.stderr)
+        return r.returncode, _norm_out(r.stdout), norm_err(r.stderr)
 
     def same(self, *cmd):
         mine = self.ours(*cmd)
@@ -197,7 +178,7 @@ def test_with_a_resident_sm(fab):
     ibqueryerrors' PathRecord table (last in the module: the SM stays up)."""
     log = fab.tmp / "resident.log"
     sm = subprocess.Popen(["opensm", "-d2", "-f", str(log)], cwd=fab.tmp,
-                          env=_env(fab.base, fab.tmp, LD_PRELOAD=SIMSO), stdin=subprocess.DEVNULL,
+                          env=sim_env(fab.base, fab.tmp, LD_PRELOAD=SIMSO), stdin=subprocess.DEVNULL,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         end = time.monotonic() + 20
@@ -220,7 +201,7 @@ def test_with_a_resident_sm(fab):
 
 def test_no_fabric_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "softrdma", "ibnetdiscover"], cwd=tmp_path,
-                       env=_env(_base(), tmp_path), capture_output=True, text=True, timeout=30)
+                       env=sim_env(unique_base("dg"), tmp_path), capture_output=True, text=True, timeout=30)
     assert r.returncode == 255
     assert "cannot reach the ibsim server" in r.stderr and "Traceback" not in r.stderr
 

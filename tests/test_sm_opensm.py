@@ -8,7 +8,6 @@ opensm's.  Needs opensm, ibsim-utils and infiniband-diags: skipped when they
 are missing, except in CI (CI=true), where that is a failure.
 """
 
-import os
 import re
 import subprocess
 import sys
@@ -16,28 +15,10 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, fixture, have_ibsim, need_ibsim
+from sm_helpers import SIMSO, fixture, have_ibsim, need_ibsim, sim_env, unique_base
 from softrdma.sm import lft_dump
 
 pytestmark = need_ibsim()
-
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-_seq = [0]
-
-
-def _base():
-    _seq[0] += 1
-    return f"smt{os.getpid()}n{_seq[0]}"
-
-
-def _env(base, tmp, **extra):
-    env = dict(os.environ, IBSIM_SOCKNAME=base, PYTHONPATH=SRC, OSM_CACHE_DIR=str(tmp),
-               OSM_TMP_DIR=str(tmp))
-    env.pop("LD_PRELOAD", None)
-    env.pop("SIM_HOST", None)
-    env.update(extra)
-    return env
-
 
 def _wait_bound(base, timeout=10.0):
     want = f"@{base}:ctl".encode()
@@ -62,12 +43,12 @@ def fabric(tmp_path, request):
         text = re.sub(r'^(Switch\t\d+ "[^"]+")$', r"\1\t# enhanced port 0", text, flags=re.M)
     net.write_text(text)
     (tmp_path / "roots").write_text(fixture(topo + ".roots"))
-    base = _base()
+    base = unique_base("smt")
     if server == "ibsim":
         cmd = ["ibsim", "-s", "-n", str(net)]
     else:
         cmd = [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(base, tmp_path), stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=sim_env(base, tmp_path), stdin=subprocess.DEVNULL,
                             stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT)
     try:
         _wait_bound(base)
@@ -79,11 +60,11 @@ def fabric(tmp_path, request):
 
 def _opensm(base, tmp, *args, timeout=120):
     return subprocess.run([sys.executable, "-m", "softrdma", "opensm", *args], cwd=tmp,
-                          env=_env(base, tmp), capture_output=True, text=True, timeout=timeout)
+                          env=sim_env(base, tmp), capture_output=True, text=True, timeout=timeout)
 
 
 def _diag(base, tmp, *cmd):
-    r = subprocess.run(list(cmd), cwd=tmp, env=_env(base, tmp, LD_PRELOAD=SIMSO),
+    r = subprocess.run(list(cmd), cwd=tmp, env=sim_env(base, tmp, LD_PRELOAD=SIMSO),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -225,7 +206,7 @@ def test_lmc_esp0_on_enhanced_switch_port0(fabric):
 
 
 def test_no_fabric_is_a_clear_error(tmp_path):
-    r = _opensm(_base(), tmp_path, "-o", "-f", str(tmp_path / "osm.log"), timeout=30)
+    r = _opensm(unique_base("smt"), tmp_path, "-o", "-f", str(tmp_path / "osm.log"), timeout=30)
     assert r.returncode == 1
     assert "cannot reach the ibsim server" in r.stderr and "Traceback" not in r.stderr
 
@@ -240,31 +221,31 @@ def test_no_fabric_is_a_clear_error(tmp_path):
     (["-s", "x"], "invalid number"),
 ])
 def test_bad_options_fail_like_argparse(tmp_path, args, msg):
-    r = _opensm(_base(), tmp_path, *args, timeout=30)
+    r = _opensm(unique_base("smt"), tmp_path, *args, timeout=30)
     assert r.returncode == 2
     assert msg in r.stderr and "usage:" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_config_file_round_trip(tmp_path):
     conf = tmp_path / "opensm.conf"
-    r = _opensm(_base(), tmp_path, "-R", "updn", "-s", "5", "-c", str(conf), timeout=30)
+    r = _opensm(unique_base("smt"), tmp_path, "-R", "updn", "-s", "5", "-c", str(conf), timeout=30)
     assert r.returncode == 0, r.stderr
     text = conf.read_text()
     assert "routing_engine updn" in text and "sweep_interval 5" in text
     conf.write_text(text + "qos TRUE\n")
-    r = _opensm(_base(), tmp_path, "-F", str(conf), "-o", timeout=30)
+    r = _opensm(unique_base("smt"), tmp_path, "-F", str(conf), "-o", timeout=30)
     assert r.returncode == 2 and "unsupported option 'qos'" in r.stderr
 
 
 def test_lmc_options_as_opensm(tmp_path):
     conf = tmp_path / "opensm.conf"
-    r = _opensm(_base(), tmp_path, "-l", "3", "-c", str(conf), timeout=30)
+    r = _opensm(unique_base("smt"), tmp_path, "-l", "3", "-c", str(conf), timeout=30)
     assert r.returncode == 0, r.stderr
     text = conf.read_text()
     assert "lmc 3\n" in text and "lmc_esp0 FALSE\n" in text
     # opensm's osm_subn_verify_config: a bad cached LMC falls back to 0, with its message
     conf.write_text("lmc 9\n")
-    r = _opensm(_base(), tmp_path, "-F", str(conf), "-c", str(tmp_path / "out.conf"), timeout=30)
+    r = _opensm(unique_base("smt"), tmp_path, "-F", str(conf), "-c", str(tmp_path / "out.conf"), timeout=30)
     assert r.returncode == 0 and " Invalid Cached Option Value:lmc = 9:Using Default:0" in r.stdout
     assert "lmc 0\n" in (tmp_path / "out.conf").read_text()
 
@@ -277,7 +258,7 @@ def test_udp_remote_mode_on_softrdma_fabric_server(tmp_path):
     net.write_text(fixture("ft2_64.net.xz"))
     (tmp_path / "roots").write_text(fixture("ft2_64.roots"))
     port = random.randrange(20000, 60000, 16)
-    env = _env(_base(), tmp_path)
+    env = sim_env(unique_base("smt"), tmp_path)
     srv = subprocess.Popen([sys.executable, "-m", "softrdma", "fabric", "serve", "-r", "-l", str(port),
                             "--no-console", str(net)], cwd=tmp_path, env=env,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
