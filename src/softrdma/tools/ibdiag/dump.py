@@ -138,8 +138,9 @@ def capmask(v, names=CAPMASK_BITS) -> str:
     return s
 
 
-def portinfo(data, show_keys: bool = False) -> str:
-    """dump_portinfo() of ibdiag_common.c with mad_dump_portinfo's fields."""
+def portinfo(data, show_keys: bool = False, tabs: int = 0) -> str:
+    """dump_portinfo(pi, tabs) of ibdiag_common.c with mad_dump_portinfo's fields: each
+    field's line after ``tabs`` tabs (a CapMask's bit names ride on its line, unindented)."""
     pi = smp.PORT_INFO.decode(data)
     f = []
     f.append(field("Mkey", f"0x{pi['Mkey']:016x}" if show_keys else "<not displayed>"))
@@ -185,7 +186,7 @@ def portinfo(data, show_keys: bool = False) -> str:
     f.append(field("LinkSpeedExtActive", speed_ext(pi["LinkSpeedExtActive"])))
     f.append(field("LinkSpeedExtSupported", speed_ext_bits(pi["LinkSpeedExtSupported"])))
     f.append(field("LinkSpeedExtEnabled", speed_ext_bits(pi["LinkSpeedExtEnabled"], True)))
-    return "".join(f)
+    return "".join("\t" * tabs + line for line in f)
 
 
 def sltovl(data) -> str:

@@ -237,26 +237,12 @@ def dump_portinfo_record(r, p) -> str:
 
 
 def dump_one_portinfo_record(r, p) -> str:
-    body = "".join("\t\t" + line + "\n" for line in _portinfo_lines(r[4:68], p.show_keys))
+    body = dump_portinfo(bytes(r[4:68]), p.show_keys, tabs=2)
     return ("PortInfoRecord dump:\n\tRID\n"
             f"\t\tEndPortLid..............{_u(r, 0, 2)}\n"
             f"\t\tPortNum.................{r[2]}\n"
             f"\t\tOptions.................0x{r[3]:x}\n"
             "\tPortInfo dump:\n" + body)
-
-
-def _portinfo_lines(pi, show_keys):
-    """dump_portinfo(pi, 2): every field line of libibmad's dump, each prefixed
-    (a CapMask's bit names ride on its line, as in the real tool)."""
-    text = dump_portinfo(bytes(pi), show_keys)
-    lines, cur = [], None
-    for line in text.split("\n")[:-1]:
-        if line.startswith("\t\t\t\t") and cur is not None:
-            lines[-1] += "\n" + line
-        else:
-            lines.append(line)
-            cur = line
-    return lines
 
 
 def _mcm_fields(r):
