@@ -73,9 +73,7 @@ class SubnetAdmin:
         self.groups = Groups()
         self.services: list[list] = []          # [record bytes, expiry time or None]
         self.mfts: dict[int, dict[int, int]] = {}   # switch GUID -> {mlid: mask} as programmed
-        self.by_lid = subnet.port_by_lid()
-        # an LMC range answers to each of its LIDs, but a table lists a port once (base LID)
-        self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
+        self.set_subnet(subnet)
         self.transfers: dict[tuple[int, int], RmppSender] = {}
         # generous: a resend after the reader is gone would reach the next client in its slot
         self.rmpp_timeout, self.rmpp_retries = 1.0, 3
@@ -246,12 +244,9 @@ class SubnetAdmin:
                 RespTimeValue=SA_RESP_TIME_VALUE, RedirectQP=1, RedirectQKey=0x80010000,
                 TrapQKey=0x80010000))], CLASS_PORT_INFO.size
         if attr == SaAttr.SWITCH_INFO_RECORD:
-            want = u16(0) if mask & SWIR_COMP_LID else None
-            out = []
-            for lid, p in sorted(self.by_lid.items()):
-                if p.node.is_switch and p.lid == lid and want in (None, lid) and p.node.switch_info:
-                    out.append(lid.to_bytes(2, "big") + bytes(2) + p.node.switch_info[:20].ljust(20, b"\0"))
-            return out, SWITCH_INFO_RECORD_SIZE
+            return [sw.base_lid().to_bytes(2, "big") + bytes(2) + sw.switch_info[:20].ljust(20, b"\0")
+                    for sw in self._switches_by_lid(u16(0) if mask & SWIR_COMP_LID else None)
+                    if sw.switch_info], SWITCH_INFO_RECORD_SIZE
         if attr == SaAttr.SM_INFO_RECORD:
             me = self.subnet.ports.get(self.subnet.sm_port_guid)
             if me is None or self.sminfo is None or (mask & SMIR_COMP_LID and u16(0) != me.lid):
@@ -299,23 +294,22 @@ class SubnetAdmin:
         return None
 
     def _switches_by_lid(self, lid):
-        return [p.node for l, p in sorted(self.by_lid.items())
-                if p.node.is_switch and p.lid == l and lid in (None, l)]
+        """Switches in LID order (only the one with ``lid`` unless None)."""
+        return [self.by_lid[b].node for b in self.base_lids
+                if self.by_lid[b].node.is_switch and lid in (None, b)]
 
     def _links(self, mask, rec) -> list[bytes]:
         """LinkRecords in (FromLID, FromPort) order: every linked port of every node."""
         f_lid, f_port, t_port, t_lid = (int.from_bytes(rec[0:2], "big"), rec[2], rec[3],
                                         int.from_bytes(rec[4:6], "big"))
         out = []
-        seen = set()
-        for lid, p in sorted(self.by_lid.items()):
-            node = p.node
-            if lid != p.lid or node in seen:
-                continue
-            seen.add(node)
-            for num in sorted(node.ports):
-                ph = node.ports[num]
-                if not num or ph.remote is None:
+        for lid in self.base_lids:
+            p = self.by_lid[lid]
+            # a switch's links go by its port 0 LID, a CA port's by its own
+            phs = [ph for num, ph in sorted(p.node.ports.items()) if num] if p.node.is_switch else [p]
+            for ph in phs:
+                num = ph.num
+                if ph.remote is None:
                     continue
                 to_lid = ph.remote.node.base_lid() if ph.remote.node.is_switch else ph.remote.lid
                 if (mask & LR_COMP_FROM_LID and f_lid != lid or mask & LR_COMP_FROM_PORT and f_port != num
@@ -429,6 +423,7 @@ class SubnetAdmin:
         """A new heavy sweep's view; what clients registered (groups, services) stays."""
         self.subnet = subnet
         self.by_lid = subnet.port_by_lid()
+        # an LMC range answers to each of its LIDs, but a table lists a port once (base LID)
         self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
 
     def handle(self, mad: bytearray, slid: int = 0, sqp: int = 1, now: float = 0.0) -> list:
