@@ -235,7 +235,17 @@ def test_multicast_tree_spans_members_once():
     # one Set per 16-port position that has a bit, none for what is programmed already
     used = {(sw, num // 16) for sw, t in tables.items() for num in range(37) if t.get(0xC001, 0) >> num & 1}
     assert len(mft_smps(s, tables, {})) == len(used)
-    assert mft_smps(s, tables, {sw.guid: t for sw, t in tables.items()}) == []
+    programmed = {sw.guid: t for sw, t in tables.items()}
+    assert mft_smps(s, tables, programmed) == []
+    assert len(mft_smps(s, tables, programmed, resend=True)) == len(used)       # after a heavy sweep
+    # a group gone since (its last member's port left): its blocks are cleared
+    stale = {g: {**t, 0xC002: 0b110} for g, t in programmed.items()}
+    clears = mft_smps(s, tables, stale)
+    assert len(clears) == len(tables)                   # block 0, position 0 of every switch
+    for (guid, block, pos), m in clears:
+        sw = next(x for x in tables if x.guid == guid)
+        assert m[64 + 4:64 + 6] == bytes(2)                                        # 0xC002 cleared
+        assert int.from_bytes(m[64 + 2:64 + 4], "big") == tables[sw].get(0xC001, 0) & 0xFFFF
 
 
 def test_service_records_and_leases():

@@ -227,9 +227,11 @@ def _bfs(root: Node):
     return dist, parent
 
 
-def mft_smps(subnet: Subnet, tables: dict[Node, dict[int, int]], previous: dict[int, dict[int, int]]):
+def mft_smps(subnet: Subnet, tables: dict[Node, dict[int, int]], previous: dict[int, dict[int, int]],
+             resend: bool = False):
     """(key, SMP) for every MFT block (32 MLIDs × 16 ports) that differs from ``previous``
-    (switch GUID -> {mlid: mask}, what was programmed)."""
+    (switch GUID -> {mlid: mask}, what was programmed); with ``resend`` (after a heavy
+    sweep: a switch may have come back empty) also every block that has a port."""
     items = []
     for sw in subnet.switches():
         new, old = tables.get(sw, {}), previous.get(sw.guid, {})
@@ -241,7 +243,7 @@ def mft_smps(subnet: Subnet, tables: dict[Node, dict[int, int]], previous: dict[
                 shift = pos * 16
                 want = [(new.get(lo + i, 0) >> shift) & 0xFFFF for i in range(MFT_BLOCK)]
                 had = [(old.get(lo + i, 0) >> shift) & 0xFFFF for i in range(MFT_BLOCK)]
-                if want != had:
+                if want != had or resend and any(want):
                     items.append(((sw.guid, b, pos), build_dr_smp(
                         Method.SET, SmpAttr.MCAST_FWD_TABLE, sw.dr_path, mft_attr_mod(b, pos), encode_mft(want))))
     return items

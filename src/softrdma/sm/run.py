@@ -68,13 +68,14 @@ class SmLoop:
         self.events.extend(events)
 
     def _program_mfts(self, force: bool = False) -> None:
-        """MulticastForwardingTable blocks for the SA's groups, where they changed."""
+        """MulticastForwardingTable blocks for the SA's groups, where they changed
+        (``force``: every block with a port again, and the emptied ones cleared)."""
         sa = self.agent.sa
         if sa is None or self.subnet is None or (not force and sa.groups.version == self.mcast_version):
             return
         self.mcast_version = sa.groups.version
         tables = mft(self.subnet, sa.groups)
-        items = mft_smps(self.subnet, tables, {} if force else sa.mfts)
+        items = mft_smps(self.subnet, tables, sa.mfts, resend=force)
         if items:
             q = MadQueue()
             batch = light.Queries(q, items)
