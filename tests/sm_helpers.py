@@ -92,6 +92,26 @@ def sim_env(base: str, tmp, **extra) -> dict:
     return env
 
 
+def start_fabric(server: str, net, base: str, tmp, log=None, timeout: float = 10.0):
+    """The real ``ibsim`` or ``softrdma fabric serve`` (no console) on ``net`` as fabric
+    ``base``, once its ``@<base>:ctl`` socket is bound; output to ``log`` or nowhere."""
+    cmd = ["ibsim", "-s", "-n", str(net)] if server == "ibsim" else \
+        [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)]
+    out = open(log, "w") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, cwd=tmp, env=sim_env(base, tmp), stdin=subprocess.DEVNULL, stdout=out,
+                            stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
+    want = f"@{base}:ctl".encode()          # shown as @<base>:ctl@ (the name ends in a NUL)
+    end = time.monotonic() + timeout
+    while True:
+        with open("/proc/net/unix", "rb") as f:
+            if want in f.read():
+                return proc
+        if proc.poll() is not None or time.monotonic() > end:
+            proc.kill()
+            raise AssertionError(f"the fabric server exited or bound nothing: {want!r}")
+        time.sleep(0.05)
+
+
 def norm_err(text: str) -> str:
     """A real tool's stderr without umad2sim's "attached" line and with pids masked."""
     lines = [ln for ln in text.splitlines(True) if "sim_connect: attached as client" not in ln]

@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, unique_base
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, start_fabric, unique_base
 
 pytestmark = need_ibsim()
 
@@ -54,19 +54,7 @@ class Fabric:
         subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", "ft2", "--leaves", "4",
                         "--spines", "2", "--hosts-per-leaf", "4", "--radix", "8", "-o", str(net)],
                        check=True, env=sim_env(self.base, tmp), capture_output=True)
-        cmd = (["ibsim", "-s", "-n", str(net)] if server == "ibsim" else
-               [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)])
-        self.proc = subprocess.Popen(cmd, cwd=tmp, env=sim_env(self.base, tmp), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        want = f"@{self.base}:ctl".encode()
-        end = time.monotonic() + 10
-        while True:
-            with open("/proc/net/unix", "rb") as f:
-                if want in f.read():
-                    break
-            assert self.proc.poll() is None, "the fabric server exited"
-            assert time.monotonic() < end, f"nothing bound {want!r}"
-            time.sleep(0.05)
+        self.proc = start_fabric(server, net, self.base, tmp)
         log = tmp / "osm.log"
         subprocess.run(["opensm", "-o", "-f", str(log)], cwd=tmp, capture_output=True, timeout=60,
                        env=sim_env(self.base, tmp, LD_PRELOAD=SIMSO))

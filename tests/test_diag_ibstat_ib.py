@@ -20,11 +20,10 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, unique_base
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, start_fabric, unique_base
 
 pytestmark = need_ibsim()
 
@@ -70,19 +69,7 @@ class Fabric:
     def __init__(self, tmp, server, net):
         self.tmp = tmp
         self.base = unique_base("st")
-        cmd = (["ibsim", "-s", "-n", str(net)] if server == "ibsim" else
-               [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)])
-        self.proc = subprocess.Popen(cmd, cwd=tmp, env=sim_env(self.base, tmp), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        want = f"@{self.base}:ctl".encode()
-        end = time.monotonic() + 10
-        while True:
-            with open("/proc/net/unix", "rb") as f:
-                if want in f.read():
-                    break
-            assert self.proc.poll() is None, "the fabric server exited"
-            assert time.monotonic() < end, f"nothing bound {want!r}"
-            time.sleep(0.05)
+        self.proc = start_fabric(server, net, self.base, tmp)
 
     def sweep(self):
         log = self.tmp / f"osm-{self.base}.log"

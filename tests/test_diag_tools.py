@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, unique_base
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, start_fabric, unique_base
 
 pytestmark = need_ibsim()
 
@@ -32,18 +32,6 @@ DIAGS = ("ibnetdiscover", "iblinkinfo", "ibroute", "ibtracert", "smpquery", "per
          "sminfo", "ibqueryerrors", "ibhosts", "ibswitches", "ibnodes")
 
 
-
-
-def _wait_bound(base, proc, timeout=10.0):
-    want = f"@{base}:ctl".encode()
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with open("/proc/net/unix", "rb") as f:
-            if want in f.read():
-                return
-        assert proc.poll() is None, "the fabric server exited"
-        time.sleep(0.05)
-    raise AssertionError(f"nothing bound {want!r}")
 
 
 
@@ -61,11 +49,7 @@ class Fabric:
             subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", "ft2", "--leaves", "4",
                             "--spines", "2", "--hosts-per-leaf", "4", "--radix", "8", "-o", str(net)],
                            check=True, env=sim_env(self.base, tmp), capture_output=True)
-        cmd = (["ibsim", "-s", "-n", str(net)] if server == "ibsim" else
-               [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)])
-        self.proc = subprocess.Popen(cmd, cwd=tmp, env=sim_env(self.base, tmp), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_bound(self.base, self.proc)
+        self.proc = start_fabric(server, net, self.base, tmp)
         r = self.real("opensm", "-o", "-f", str(tmp / "osm.log"), timeout=60)
         assert "SUBNET UP" in (tmp / "osm.log").read_text(), r
 

@@ -15,21 +15,10 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, fixture, have_ibsim, need_ibsim, sim_env, unique_base
+from sm_helpers import SIMSO, fixture, have_ibsim, need_ibsim, sim_env, start_fabric, unique_base
 from softrdma.sm import lft_dump
 
 pytestmark = need_ibsim()
-
-def _wait_bound(base, timeout=10.0):
-    want = f"@{base}:ctl".encode()
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with open("/proc/net/unix", "rb") as f:
-            if want in f.read():        # shown as @<base>:ctl@ (the name ends in a NUL)
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing bound {want!r}")
-
 
 @pytest.fixture
 def fabric(tmp_path, request):
@@ -44,14 +33,9 @@ def fabric(tmp_path, request):
     net.write_text(text)
     (tmp_path / "roots").write_text(fixture(topo + ".roots"))
     base = unique_base("smt")
-    if server == "ibsim":
-        cmd = ["ibsim", "-s", "-n", str(net)]
-    else:
-        cmd = [sys.executable, "-m", "softrdma", "fabric", "serve", "--no-console", str(net)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=sim_env(base, tmp_path), stdin=subprocess.DEVNULL,
-                            stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT)
+    proc = start_fabric("ibsim" if server == "ibsim" else "softrdma", net, base, tmp_path,
+                        log=tmp_path / "server.log")
     try:
-        _wait_bound(base)
         yield base, tmp_path, topo
     finally:
         proc.terminate()
