@@ -445,7 +445,14 @@ def _duplicate(qp, pkt, info, psn: int) -> None:
     """C9-104..C9-112: answer a retransmitted request without redoing it."""
     mask = info.mask
     if mask & (SEND_MASK | WRITE_MASK):
-        send_ack(qp, AETH_ACK_UNLIMITED, (qp.resp_psn - 1) & 0xFFFFFF)
+        # one ACK per duplicate, never coalesced (as rxe's duplicate_request):
+        # the requester retransmits because ACKs were lost, and a single
+        # coalesced ACK for the whole re-sent window is lost as easily
+        last = (qp.resp_psn - 1) & 0xFFFFFF
+        pending = qp.ack_pending
+        flush_ack(qp)
+        if pending is None or pending[0] != last:
+            _emit_ack(qp, AETH_ACK_UNLIMITED, last, qp.msn)
         return
     for res in reversed(qp.resources):
         kind, first, last = res[0], res[1], res[2]
