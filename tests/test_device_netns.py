@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -40,20 +41,36 @@ def _xfer(h: TwoHosts, mib: int, timeout: float = 600, qp_timeout: int = 14) -> 
     cli.stdin.flush()
     srv.stdin.write(a)
     srv.stdin.flush()
+    results = {}
+
+    def summary(name, p):
+        results[name] = p.stdout.readline()
+
+    readers = [threading.Thread(target=summary, args=(n, p), daemon=True) for n, p in (("cli", cli), ("srv", srv))]
+    for t in readers:
+        t.start()
     try:
-        # the server first: the client holds its QP open until the server is done
+        # both hold their QPs until both are done (see rc_xfer.py): a side that
+        # fails exits at once, and its peer is not waited for
         end = time.monotonic() + timeout
-        while srv.poll() is None and cli.poll() in (None, 0) and time.monotonic() < end:
+        while (any(t.is_alive() for t in readers) and time.monotonic() < end
+               and cli.poll() in (None, 0) and srv.poll() in (None, 0)):
             time.sleep(0.1)
-        if srv.poll() is None:                  # the client failed or time ran out
-            time.sleep(5 if cli.poll() is not None else 0)
-            srv.kill()
-        srv_out, _ = srv.communicate(timeout=10)
-        cli_out, _ = cli.communicate(timeout=60)
+        for p in (cli, srv):
+            if p.poll() is None:
+                p.stdin.close()
+        deadline = time.monotonic() + 10
+        for p in (cli, srv):
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
     finally:
         for p in (cli, srv):
             if p.poll() is None:
                 p.kill()
+    cli_out, srv_out = results.get("cli", ""), results.get("srv", "")
     assert cli.returncode == 0 and srv.returncode == 0, (cli_out, srv_out)
     res = json.loads(cli_out.strip().splitlines()[-1])
     res["server"] = json.loads(srv_out.strip().splitlines()[-1])

@@ -76,6 +76,7 @@ if role == "server":
         q.post_send(wr.SendWR(b, IBV_WR_SEND, 1, sg=[wr.SGE(msg_mr.buf, 2, msg_mr.lkey)]))
         wait(1)
     print(json.dumps({"batches": batches, "bad": bad}), flush=True)
+    sys.stdin.read()
 else:
     rng = random.Random(1)
     for b in range(batches):
