@@ -34,9 +34,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIVE_HOST = os.path.join(_HERE, "..", "..", "shared", "interop", "rxe-vm", "host")
 _VENDORED = os.path.join(_HERE, "data", "rxe_vm")       # copies, for clones without ../shared
 RXE_VM_HOST = _LIVE_HOST if os.path.isfile(os.path.join(_LIVE_HOST, "roce_min.py")) else _VENDORED
-NOTES_MD = os.path.join(_LIVE_HOST, "..", "NOTES.md")
-if not os.path.isfile(NOTES_MD):
-    NOTES_MD = os.path.join(_VENDORED, "NOTES_excerpt.txt")
+_LIVE_NOTES = os.path.join(_LIVE_HOST, "..", "NOTES.md")
+NOTES_MD = _LIVE_NOTES if os.path.isfile(_LIVE_NOTES) else os.path.join(_VENDORED, "NOTES_excerpt.txt")
 
 SRC4, DST4 = "10.77.0.1", "10.77.0.2"
 SRC6, DST6 = "fe80::5054:ff:fe77:2", "2001:db8:77::1"

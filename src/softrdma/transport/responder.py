@@ -447,12 +447,10 @@ def _duplicate(qp, pkt, info, psn: int) -> None:
     if mask & (SEND_MASK | WRITE_MASK):
         # one ACK per duplicate, never coalesced (as rxe's duplicate_request):
         # the requester retransmits because ACKs were lost, and a single
-        # coalesced ACK for the whole re-sent window is lost as easily
-        last = (qp.resp_psn - 1) & 0xFFFFFF
-        pending = qp.ack_pending
-        flush_ack(qp)
-        if pending is None or pending[0] != last:
-            _emit_ack(qp, AETH_ACK_UNLIMITED, last, qp.msn)
+        # coalesced ACK for the whole re-sent window is lost as easily.  It
+        # acknowledges the newest PSN, so it also covers an ACK held back.
+        qp.ack_pending = None
+        _emit_ack(qp, AETH_ACK_UNLIMITED, (qp.resp_psn - 1) & 0xFFFFFF, qp.msn)
         return
     for res in reversed(qp.resources):
         kind, first, last = res[0], res[1], res[2]
