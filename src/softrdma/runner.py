@@ -7,7 +7,10 @@ default if none does), then executes CMD with:
 * ``PYTHONPATH`` led by the shim directory, whose ``pyverbs`` package maps
   every ``pyverbs.X`` to ``softrdma.pyverbs.X``;
 * ``PATH`` led by RUN/bin, where each familiar tool name (rdma, ibv_devinfo,
-  ibstat, ibv_*_pingpong, ...) runs softrdma's version of it;
+  ibstat, ibv_*_pingpong, ...) runs softrdma's version of it, and ``python3``
+  and ``python`` are the interpreter softrdma is installed in (so ``softrdma
+  run -- python3 prog.py`` works from a venv that was never activated, and
+  never picks up a ``python3`` on PATH that cannot import softrdma);
 * where it may (root), a private mount namespace in which /sys/class is an
   overlay of softrdma's tree (RUN/sys/class) over the real one, so software
   that reads /sys/class/infiniband sees softrdma's devices.  Nothing
@@ -25,6 +28,10 @@ from . import shim
 from .tools import TOOLS
 
 
+# Names under which RUN/bin offers softrdma's own interpreter.
+INTERPRETERS = ("python3", "python")
+
+
 def shim_path() -> str:
     return os.path.dirname(os.path.abspath(shim.__file__))
 
@@ -32,9 +39,11 @@ def shim_path() -> str:
 def _bin_dir(run_dir: str) -> str:
     d = os.path.join(run_dir, "bin")
     os.makedirs(d, exist_ok=True)
-    for name in TOOLS:
+    scripts = {name: f'#!/bin/sh\nexec "{sys.executable}" -m softrdma {name} "$@"\n' for name in TOOLS}
+    for name in INTERPRETERS:
+        scripts[name] = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
+    for name, text in scripts.items():
         path = os.path.join(d, name)
-        text = f'#!/bin/sh\nexec "{sys.executable}" -m softrdma {name} "$@"\n'
         try:
             with open(path) as f:
                 if f.read() == text:
