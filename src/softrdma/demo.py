@@ -69,10 +69,25 @@ def run_device(args: argparse.Namespace) -> int:
     import sys
     import time
 
-    from .verbs.device import get_device_list, management
-    devs = get_device_list()                       # starts the embedded default if needed
+    from .device.daemon import default_run_dir
+    from .verbs.device import AutostartError, connect, management
+    try:
+        conn = connect(report=False)               # starts the embedded default if needed
+    except AutostartError as e:
+        print(f"softrdma demo: no device: {e.strerror}")
+        return 1
+    except OSError as e:
+        why = (f"no softrdmad serves {default_run_dir()} and SOFTRDMA_AUTOSTART=0"
+               if os.environ.get("SOFTRDMA_AUTOSTART", "1") == "0" else e.strerror)
+        print(f"softrdma demo: no device: {why}")
+        return 1
+    try:
+        devs = conn.call("devices")[0]["devices"]
+    finally:
+        conn.close()
     if not devs:
-        print("softrdma demo: no device (SOFTRDMA_AUTOSTART=0 and no softrdmad)")
+        print(f"softrdma demo: no device: the softrdmad serving {default_run_dir()} hosts none "
+              "(add one: softrdma rdma link add rxe0 type rxe netdev lo)")
         return 1
     mgmt = management()
     link = mgmt.call("links")[0]["links"][0]
