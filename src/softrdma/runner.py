@@ -68,7 +68,7 @@ def run(args) -> int:
     except AutostartError:                  # its reason is printed already
         return 1
     except OSError as e:
-        print(f"softrdma run: no softrdmad: {e}", file=sys.stderr)
+        print(f"softrdma run: no softrdmad: {e.strerror}", file=sys.stderr)
         return 1
     env = dict(os.environ)
     env["SOFTRDMA_RUN"] = run_dir
