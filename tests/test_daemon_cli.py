@@ -66,9 +66,8 @@ def _exited(pid: int) -> bool:
 
 
 def _env(run: str, **kw) -> dict:
-    env = {**os.environ, "SOFTRDMA_RUN": run, "SOFTRDMA_AUTOSTART": "0", **kw}
-    env.pop("SOFTRDMA_PORT", None) if "SOFTRDMA_PORT" not in kw else None
-    return env
+    env = {k: v for k, v in os.environ.items() if k != "SOFTRDMA_PORT"}
+    return {**env, "SOFTRDMA_RUN": run, "SOFTRDMA_AUTOSTART": "0", **kw}
 
 
 def _softrdma(args, env, timeout=60) -> tuple[subprocess.CompletedProcess, float]:
