@@ -13,7 +13,7 @@ import time
 
 def test_demo_runs_every_part(tmp_path):
     run = f"/dev/shm/softrdma-demo-{os.getpid()}"
-    env = {**os.environ, "SOFTRDMA_RUN": run}
+    env = {**os.environ, "SOFTRDMA_RUN": run, "SOFTRDMA_PORT": "0"}     # (never 4791: other daemons may hold it)
     env.pop("SOFTRDMA_AUTOSTART", None)
     try:
         r = subprocess.run([sys.executable, "-m", "softrdma", "demo", "-n", "4", "-s", "8192", "--pp-iters", "50"],

@@ -271,7 +271,7 @@ def test_sigterm_removes_socket_and_pid_file(tmp_path):
 def test_embedded_default_starts_a_daemon_once(tmp_path):
     run = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
     run = os.path.join(run, f"softrdma-test-{os.getpid()}")
-    env = {**os.environ, "SOFTRDMA_RUN": run}
+    env = {**os.environ, "SOFTRDMA_RUN": run, "SOFTRDMA_PORT": "0"}     # (never 4791: other daemons may hold it)
     env.pop("SOFTRDMA_AUTOSTART", None)
     prog = ("from softrdma.verbs.device import get_device_list, Context\n"
             "print([d.name.decode() for d in get_device_list()])\n"

@@ -190,7 +190,8 @@ def _parse(capsys, tool, argv):
 
 @pytest.mark.parametrize("tool,argv,err", [
     ("ib_write_bw", ["-n", "3"], " Iteration num should be between 5 and 100000000\n Parser function exited with Error\n"),
-    ("ib_write_bw", ["-n", "12x"], " Iteration num argument should be an integer\n Parser function exited with Error\n"),
+    ("ib_write_bw", ["-n", "12x"], " Iteration num argument 12x should be uint64_t\n Parser function exited with Error\n"),
+    ("ib_write_bw", ["-p", "x1"], " Port argument x1 should be int\n Parser function exited with Error\n"),
     ("ib_write_bw", ["-t", "0"], " Tx depth should be between 1 and 15000\n Parser function exited with Error\n"),
     ("ib_send_bw", ["-r", "0"], "  Rx depth should be between 1 and 16384\n Parser function exited with Error\n"),
     ("ib_read_bw", ["-r", "4"], " On RDMA verbs rx depth can be only 1\n Parser function exited with Error\n"),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="softrdma", description="softrdma: a software RDMA stack")
+    from .cliargs import Parser
+    from . import __version__
+    parser = Parser(prog="softrdma", description="softrdma: a software RDMA stack")
+    parser.add_argument("-V", "--version", action="version", version=f"softrdma {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from . import demo
     p = sub.add_parser("demo", help="two RC QPs moving data over a lossy simulated link")
@@ -44,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         except BrokenPipeError:
             return 141
+    if not argv:
+        parser.print_usage(sys.stderr)
+        print("softrdma: error: a command is required (softrdma --help lists them)", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -33,22 +33,36 @@ ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_RE
 
 
 def _pct(s: str) -> float:
-    v = float(s.rstrip("%"))
-    return v / 100 if s.endswith("%") or v > 1 else v
+    """A rate: "10%", "10" (above 1: percent) or "0.1"; 0 to 100%."""
+    try:
+        v = float(s.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid rate: {s!r} (e.g. 10% or 0.1)") from None
+    rate = v / 100 if s.endswith("%") or v > 1 else v
+    if not 0 <= rate <= 1:                       # (also NaN)
+        raise argparse.ArgumentTypeError(f"invalid rate: {s} (0-100%)")
+    return rate
+
+
+MAX_SIZE = 1 << 24                               # the simulator keeps every buffer in memory
+MAX_ITERS = 100_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .cliargs import int_range
     p.add_argument("--loss", type=_pct, default=0.10, help="packet loss rate (default 10%%)")
     p.add_argument("--dup", type=_pct, default=0.02, help="duplication rate (default 2%%)")
     p.add_argument("--reorder", type=_pct, default=0.05, help="reordering rate (default 5%%)")
     p.add_argument("--corrupt", type=_pct, default=0.01, help="bit-flip rate (default 1%%)")
-    p.add_argument("-s", "--size", type=int, default=65536, help="bytes per message (default 65536)")
-    p.add_argument("-n", "--iters", type=int, default=32, help="messages of each kind (default 32)")
+    p.add_argument("-s", "--size", type=int_range(1, MAX_SIZE), default=65536,
+                   help=f"bytes per message (default 65536, at most {MAX_SIZE})")
+    p.add_argument("-n", "--iters", type=int_range(1, MAX_ITERS), default=32,
+                   help=f"messages of each kind (default 32, at most {MAX_ITERS})")
     p.add_argument("-m", "--mtu", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
                    help="path MTU (default 1024)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--sim-only", action="store_true", help="only the simulated link, not the device")
-    p.add_argument("--pp-iters", type=int, default=1000, help="ping-pong iterations on the device (default 1000)")
+    p.add_argument("--pp-iters", type=int_range(1, 10_000_000), default=1000, help="ping-pong iterations on the device (default 1000)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,10 +83,25 @@ def run_device(args: argparse.Namespace) -> int:
     import sys
     import time
 
-    from .verbs.device import get_device_list, management
-    devs = get_device_list()                       # starts the embedded default if needed
+    from .device.daemon import default_run_dir
+    from .verbs.device import AutostartError, connect, management
+    try:
+        conn = connect(report=False)               # starts the embedded default if needed
+    except AutostartError as e:
+        print(f"softrdma demo: no device: {e.strerror}")
+        return 1
+    except OSError as e:
+        why = (f"no softrdmad serves {default_run_dir()} and SOFTRDMA_AUTOSTART=0"
+               if os.environ.get("SOFTRDMA_AUTOSTART", "1") == "0" else e.strerror)
+        print(f"softrdma demo: no device: {why}")
+        return 1
+    try:
+        devs = conn.call("devices")[0]["devices"]
+    finally:
+        conn.close()
     if not devs:
-        print("softrdma demo: no device (SOFTRDMA_AUTOSTART=0 and no softrdmad)")
+        print(f"softrdma demo: no device: the softrdmad serving {default_run_dir()} hosts none "
+              "(add one: softrdma rdma link add rxe0 type rxe netdev lo)")
         return 1
     mgmt = management()
     link = mgmt.call("links")[0]["links"][0]

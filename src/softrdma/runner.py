@@ -64,7 +64,7 @@ def pyverbs_path(args) -> int:
 
 def run(args) -> int:
     from .device.daemon import default_run_dir
-    from .verbs.device import connect
+    from .verbs.device import AutostartError, connect
     cmd = list(args.command)
     if cmd[:1] == ["--"]:
         cmd = cmd[1:]
@@ -74,8 +74,10 @@ def run(args) -> int:
     run_dir = default_run_dir()
     try:
         connect().close()
+    except AutostartError:                  # its reason is printed already
+        return 1
     except OSError as e:
-        print(f"softrdma run: no softrdmad: {e}", file=sys.stderr)
+        print(f"softrdma run: no softrdmad: {e.strerror}", file=sys.stderr)
         return 1
     env = dict(os.environ)
     env["SOFTRDMA_RUN"] = run_dir

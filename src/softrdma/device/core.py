@@ -166,8 +166,13 @@ class Device:
         self.sockets: list[RoceSocket] = []
         self.udp_port = port
         if bind:
-            for a in self.addresses:
-                self.sockets.append(RoceSocket(a, port))
+            try:
+                for a in self.addresses:
+                    self.sockets.append(RoceSocket(a, port))
+            except OSError as e:                     # e.g. the port is taken: name the address, leak nothing
+                for s in self.sockets:
+                    s.close()
+                raise OSError(e.errno, e.strerror, f"[{a}]:{port}" if ":" in a else f"{a}:{port}") from None
         self._by_ip = {s.ip: s for s in self.sockets}
         self.traffic = {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0, "rx_bytes": 0}
         self.route_cache: dict = {}

@@ -1003,6 +1003,8 @@ class Daemon(StatCommands, CmCommands):
             dev = make_device(f"{name}:{netdev}", self.udp_port)
         except SystemExit as e:
             raise VerbsError(errno.ENODEV, str(e)) from None
+        except VerbsError:                  # make_device's own: errno and extack as they are
+            raise
         except OSError as e:
             raise VerbsError(e.errno or errno.EIO, str(e)) from None
         self.add_device(dev)

@@ -1,43 +1,72 @@
-"""``softrdmad`` / ``softrdma daemon``: start the device daemon.
+"""``softrdmad`` / ``softrdma daemon``: start, stop and show the device daemon.
 
-    softrdmad [-f] [--run-dir DIR] [--device NAME:NETDEV ...]
+    softrdmad [-f] [--run-dir DIR] [--port PORT] [--device NAME:NETDEV ...]
+    softrdmad status | stop [--run-dir DIR]
+
+Started by hand, the daemon hosts the devices given with ``--device`` and
+no other: like ``modprobe rdma_rxe``, it creates none, and ``rdma link add``
+adds them.  (A tool or ``softrdma run`` that finds no daemon starts one
+with the embedded default, rxe0 on lo, by passing ``--device`` itself.)
 
 Foreground (``-f``) logs to stderr; background mode detaches, logs to
 RUN/softrdmad.log, and writes RUN/softrdmad.pid once the control socket
-accepts connections (so a starter can wait for the pid file).  SIGTERM
-shuts down cleanly: every client connection is closed and the socket and
-pid file are removed.
+accepts connections.  The command itself returns only then -- 0 -- or
+once the daemon failed to start, with the daemon's one-line reason on
+stderr and exit status 1, so a starter never polls.  SIGTERM shuts down
+cleanly: every client connection is closed and the socket and pid file are
+removed; ``stop`` sends it and waits until the daemon is gone.
 """
 
 from __future__ import annotations
 
-import argparse
+import errno
 import logging
 import os
+import select
 import signal
+import socket
 import sys
+import time
 
+from ..cliargs import Parser, udp_port
+from ..errors import VerbsError
 from .core import Device
-from .daemon import Daemon, default_run_dir
+from .daemon import SOCKET_NAME, Daemon, default_run_dir
 from .netdev import active_mtu, netdev_info
 from ..transport.qp import DeviceCaps
 
 PID_NAME = "softrdmad.pid"
 LOG_NAME = "softrdmad.log"
+#: how long ``stop`` waits for the daemon to end after SIGTERM
+STOP_TIMEOUT_S = 30.0
 
 
-def build_parser(prog: str = "softrdmad") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="softrdma device daemon")
+def build_parser(prog: str = "softrdmad") -> Parser:
+    p = Parser(prog=prog, description="softrdma device daemon: start it (the default), "
+               "or show (status) or end (stop) the one serving the run directory")
+    p.add_argument("action", nargs="?", choices=("start", "status", "stop"), default="start",
+                   help="start (default), status, or stop")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground, log to stderr")
     p.add_argument("--run-dir", default=None, help="run directory (default: $SOFTRDMA_RUN, "
-                   "$XDG_RUNTIME_DIR/softrdma, or /tmp/softrdma-UID)")
+                   "$XDG_RUNTIME_DIR/softrdma, /dev/shm/softrdma-UID or /tmp/softrdma-UID)")
     p.add_argument("--device", action="append", metavar="NAME:NETDEV",
-                   help="a device to host (repeatable; default rxe0:lo)")
-    p.add_argument("--port", type=int, default=4791, help="UDP port (default 4791)")
+                   help="a device to host (repeatable; default: none -- add them with "
+                   "'softrdma rdma link add NAME type rxe netdev NETDEV')")
+    p.add_argument("--port", type=udp_port, default=4791, help="UDP port (default 4791; 0: any free port)")
     return p
 
 
+def port_in_use(address: str, prog: str = "softrdmad") -> str:
+    """The one line that says a device's UDP address is taken, and what to do."""
+    return (f"{prog}: UDP {address} is already in use (another softrdmad, the kernel's rxe or another "
+            f"program holds it): use the run directory of the daemon that serves it (SOFTRDMA_RUN or "
+            f"--run-dir), or start this one with another --port or on another netdev")
+
+
 def make_device(spec: str, port: int) -> Device:
+    """The device ``NAME:NETDEV`` on ``port``.  A netdev that does not exist
+    is SystemExit (the message); a UDP address that cannot be bound is a
+    VerbsError with its errno (EADDRINUSE, ...) and the message as extack."""
     name, _, netdev = spec.partition(":")
     if not name or not netdev:
         raise SystemExit(f"softrdmad: bad --device {spec!r}: expected NAME:NETDEV")
@@ -46,7 +75,26 @@ def make_device(spec: str, port: int) -> Device:
     except LookupError as e:
         raise SystemExit(f"softrdmad: {e}") from None
     caps = DeviceCaps(active_mtu=active_mtu(info.mtu))
-    return Device(name, netdev, info.addresses, mac=info.mac, port=port, caps=caps, netdev_index=info.index)
+    try:
+        return Device(name, netdev, info.addresses, mac=info.mac, port=port, caps=caps, netdev_index=info.index)
+    except OSError as e:
+        address = e.filename or f"{netdev} port {port}"
+        if e.errno == errno.EADDRINUSE:
+            msg = port_in_use(address)
+        else:
+            msg = f"softrdmad: cannot bind UDP {address}: {e.strerror}"
+        err = VerbsError(e.errno or errno.EIO, msg)
+        err.extack = msg.removeprefix("softrdmad: ")
+        raise err from None
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` exists and has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def running_pid(run_dir: str) -> int | None:
@@ -55,41 +103,109 @@ def running_pid(run_dir: str) -> int | None:
         with open(os.path.join(run_dir, PID_NAME)) as f:
             pid = int(f.read().strip())
         os.kill(pid, 0)
-        return pid
     except (OSError, ValueError):
         return None
+    return pid if _alive(pid) else None
 
 
 def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
     args = build_parser(prog).parse_args(argv)
     run_dir = args.run_dir or default_run_dir()
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    if running_pid(run_dir):
-        print(f"{prog}: already running in {run_dir} (pid {running_pid(run_dir)})", file=sys.stderr)
+    if args.action == "status":
+        return status(run_dir, prog)
+    if args.action == "stop":
+        return stop(run_dir, prog)
+    try:
+        os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    except OSError as e:
+        print(f"{prog}: cannot create run directory {run_dir}: {e.strerror}", file=sys.stderr)
         return 1
-    devices = [make_device(s, args.port) for s in (args.device or ["rxe0:lo"])]
-    if not args.foreground:
-        if os.fork():
+    pid = running_pid(run_dir)
+    if pid:
+        print(f"{prog}: already running in {run_dir} (pid {pid})", file=sys.stderr)
+        return 1
+    devices: list[Device] = []
+    try:
+        for spec in args.device or ():
+            devices.append(make_device(spec, args.port))
+    except (SystemExit, OSError) as e:
+        for d in devices:
+            d.close()
+        msg = e.strerror if isinstance(e, OSError) else str(e)
+        print(msg.replace("softrdmad:", f"{prog}:", 1), file=sys.stderr)
+        return 1
+    if args.foreground:
+        return _serve(run_dir, devices, args.port, None)
+    r, w = os.pipe()
+    child = os.fork()
+    if child:
+        # the starter: wait for the daemon's word -- "ok" once its pid file
+        # exists, or the line that says why it could not start
+        os.close(w)
+        for d in devices:                       # the daemon's now
+            d.close()
+        os.waitpid(child, 0)
+        with os.fdopen(r, "rb") as f:
+            word = f.read().decode(errors="replace").strip()
+        if word == "ok":
             return 0
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        fd = os.open(os.path.join(run_dir, LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
+        print(word or f"{prog}: the daemon exited while starting (see {os.path.join(run_dir, LOG_NAME)})",
+              file=sys.stderr)
+        return 1
+    os.close(r)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    fd = os.open(os.path.join(run_dir, LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(null)
+    os.close(fd)
+    return _serve(run_dir, devices, args.port, w)
+
+
+def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None) -> int:
+    """Run the daemon until stopped.  ``ready_fd`` (background mode) gets
+    "ok" once the pid file exists, or the reason the start failed."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s softrdmad[%(process)d] %(message)s")
+    foreground = ready_fd is None
+
+    def tell(word: str) -> None:
+        nonlocal ready_fd
+        if ready_fd is not None:
+            try:
+                os.write(ready_fd, word.encode() + b"\n")
+            except OSError:
+                pass
+            os.close(ready_fd)
+            ready_fd = None
+
     # SIGTERM/SIGINT only ask to stop from before the socket and the pid file
     # exist: a signal in between (a starter that saw the socket, or the pid
     # file, and stops us at once) must still remove both, never kill us with
     # the default action and leave them behind.
-    stop = _StopRequest()
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    daemon = Daemon(run_dir, devices)
-    stop.daemon = daemon
-    if stop.requested:
+    stop_request = _StopRequest()
+    signal.signal(signal.SIGTERM, stop_request)
+    signal.signal(signal.SIGINT, stop_request)
+    try:
+        daemon = Daemon(run_dir, devices)
+    except SystemExit as e:                 # e.g. another daemon holds the run directory's lock
+        tell(str(e))
+        if foreground:
+            print(e, file=sys.stderr)
+        else:
+            logging.error("%s", e)
+        return 1
+    except Exception as e:                  # noqa: BLE001 -- the starter must hear of it
+        logging.exception("could not start")
+        tell(f"softrdmad: could not start: {e}")
+        raise
+    if not devices:
+        daemon.udp_port = port              # the port ``rdma link add`` binds
+    stop_request.daemon = daemon
+    if stop_request.requested:
         daemon.stop()
     pid_path = os.path.join(run_dir, PID_NAME)
     serving = False
@@ -98,18 +214,85 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
             f.write(f"{os.getpid()}\n")
         os.replace(pid_path + ".tmp", pid_path)
         logging.info("serving %s in %s", ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})"
-                                                   for d in devices), run_dir)
+                                                   for d in devices) or "no device", run_dir)
         serving = True
+        tell("ok")
         daemon.serve()                  # returns at once if a stop came already; shuts down either way
     finally:
         if not serving:
             daemon.shutdown()
+            tell("softrdmad: could not start (see the log in the run directory)")
         for path in (pid_path + ".tmp", pid_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
         logging.info("stopped")
+    return 0
+
+
+def _devices(run_dir: str) -> list[dict] | None:
+    """The devices the daemon serving ``run_dir`` reports (None: no answer)."""
+    from .control import recv_msg, send_msg
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(5)
+            s.connect(os.path.join(run_dir, SOCKET_NAME))
+            send_msg(s, {"op": "devices", "seq": 1})
+            msg, fds = recv_msg(s)
+            for fd in fds:
+                os.close(fd)
+        return list(msg["devices"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def status(run_dir: str, prog: str = "softrdmad") -> int:
+    """Print whether a daemon serves ``run_dir``, its pid and devices; 0 if one does, 3 if not
+    (as ``systemctl status``)."""
+    pid = running_pid(run_dir)
+    if pid is None:
+        print(f"{prog}: not running (run dir {run_dir})")
+        return 3
+    devs = _devices(run_dir)
+    print(f"{prog}: running, pid {pid}, run dir {run_dir}")
+    if devs is None:
+        print("devices: (no answer on the control socket)")
+    elif not devs:
+        print("devices: none (add one: softrdma rdma link add rxe0 type rxe netdev NETDEV)")
+    else:
+        print("devices: " + ", ".join(f"{d['name']} (netdev {d['netdev']})" for d in devs))
+    return 0
+
+
+def stop(run_dir: str, prog: str = "softrdmad") -> int:
+    """SIGTERM the daemon serving ``run_dir`` and wait until it is gone."""
+    pid = running_pid(run_dir)
+    if pid is None:
+        print(f"{prog}: not running (run dir {run_dir})", file=sys.stderr)
+        return 1
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return 0
+    end = time.monotonic() + STOP_TIMEOUT_S
+    try:
+        while _alive(pid):
+            left = end - time.monotonic()
+            if left <= 0:
+                print(f"{prog}: pid {pid} did not stop within {STOP_TIMEOUT_S:.0f} s", file=sys.stderr)
+                return 1
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)   # readable once the process exited
+            else:
+                time.sleep(0.02)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     return 0
 
 

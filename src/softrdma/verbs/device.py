@@ -23,10 +23,24 @@ def _socket_path() -> str:
 _announced = False
 
 
-def connect() -> Connection:
+#: the embedded default a tool starts when no daemon runs
+DEFAULT_DEVICE = "rxe0:lo"
+
+
+class AutostartError(OSError):
+    """softrdmad could not be started; ``strerror`` is the daemon's one-line
+    reason (printed on stderr by ``connect`` unless told not to)."""
+
+
+def connect(report: bool = True) -> Connection:
     """A connection to this run directory's softrdmad.  If none runs, start
     one with rxe0 on lo (the embedded default) and say so once on stderr;
-    SOFTRDMA_AUTOSTART=0 turns that off."""
+    SOFTRDMA_AUTOSTART=0 turns that off, SOFTRDMA_PORT sets its UDP port.
+
+    The start is ``softrdmad`` in background mode, which returns once the
+    daemon serves (its pid file exists) or failed: then its one-line reason
+    is printed at once (unless ``report`` is false: the caller says it) and
+    AutostartError raised -- no polling, no wait."""
     global _announced
     path = _socket_path()
     try:
@@ -35,19 +49,33 @@ def connect() -> Connection:
         if e.errno not in (errno.ENOENT, errno.ECONNREFUSED) or os.environ.get("SOFTRDMA_AUTOSTART", "1") == "0":
             raise
     run_dir = os.path.dirname(path)
-    proc = subprocess.run([sys.executable, "-m", "softrdma", "daemon", "--run-dir", run_dir],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 15
+    cmd = [sys.executable, "-m", "softrdma", "daemon", "--run-dir", run_dir, "--device", DEFAULT_DEVICE]
+    if os.environ.get("SOFTRDMA_PORT"):
+        cmd += ["--port", os.environ["SOFTRDMA_PORT"]]
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+    reason = proc.stderr.strip()
+    # "already running"/"already serves": a concurrent starter won the run
+    # directory; its daemon listens once it got that far (bounded wait)
+    raced = proc.returncode != 0 and ("already running" in reason or "already serves" in reason)
+    if proc.returncode != 0 and not raced:
+        reason = reason or f"softrdmad: could not start in {run_dir} (exit status {proc.returncode})"
+        if report:
+            print(reason, file=sys.stderr)
+        raise AutostartError(errno.EADDRINUSE if "already in use" in reason else errno.ENODEV, reason)
+    end = time.monotonic() + (15 if raced else 0)
     while True:
         try:
             conn = Connection(path)
             break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise OSError(errno.ENODEV, f"could not start softrdmad in {run_dir}: {proc.stderr.strip()}") \
-                    from None
+        except OSError as e:
+            if time.monotonic() >= end:
+                reason = f"softrdmad: no daemon answers in {run_dir}: {e.strerror}"
+                if report:
+                    print(reason, file=sys.stderr)
+                raise AutostartError(e.errno or errno.ENODEV, reason) from None
             time.sleep(0.02)
-    if not _announced:
+    if not _announced and proc.returncode == 0:
         _announced = True
         print(f"softrdma: no softrdmad was running; started one with rxe0 on lo (run dir {run_dir})",
               file=sys.stderr)

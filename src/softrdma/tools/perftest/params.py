@@ -484,7 +484,7 @@ def check_value(optarg: str, ctype: str, name: str, unsigned: bool = False) -> i
     """CHECK_VALUE: the C conversion into the field, FAILURE if the argument
     is not entirely an integer."""
     if not _is_c_integer(optarg):
-        _err(f" {name} argument should be an integer\n")
+        _err(f" {name} argument {optarg} should be {ctype}\n")
         raise _Fail
     v = strtoul(optarg) if unsigned else strtol(optarg)
     return _CASTS[ctype](v)
@@ -501,7 +501,7 @@ def check_value_in_range(optarg: str, ctype: str, minv: int, maxv: int, name: st
 def check_value_positive(optarg: str, ctype: str, name: str) -> int:
     v = check_value(optarg, ctype, name)
     if v <= 0:
-        _err(f" {name} should be positive\n")
+        _err(f" {name} must be positive\n")
         raise _Fail
     return v
 
@@ -509,7 +509,7 @@ def check_value_positive(optarg: str, ctype: str, name: str) -> int:
 def check_value_non_negative(optarg: str, ctype: str, name: str) -> int:
     v = check_value(optarg, ctype, name)
     if v < 0:
-        _err(f" {name} should be non-negative\n")
+        _err(f" {name} must be non-negative {ctype}\n")
         raise _Fail
     return v
 
