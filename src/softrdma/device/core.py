@@ -19,8 +19,8 @@ daemon's loop calls them; nothing here blocks.
 
 Peers are who they claim to be (rxe's check_addr): a packet for an RC or UC
 QP is taken only if its source address is the QP's destination (the AV's
-dgid) and its destination address the QP's own (the AV's sgid), on the
-socket and the same-daemon paths alike; anything else is dropped and
+dgid) and its destination address the one the QP sends from (the AV's
+sgid), on the socket and the same-daemon paths alike; anything else is dropped and
 counted (``dropped_bad_addr``) before the transport sees it.  The address
 pair is worked out once per AV (``DevQP.peer``) -- per packet it is one
 comparison.  UD QPs (and QP1) take datagrams from anyone, as in rxe.
@@ -594,16 +594,17 @@ class Device:
     def _peer(self, dqp: DevQP) -> tuple[bytes, bytes] | None:
         """Work out ``dqp.peer`` for the QP's current AV (rxe check_addr's
         operands): for a connected QP whose AV names a destination, the
-        dgid's address (the packets' source) and the sgid's (their
-        destination), 4 bytes for IPv4(-mapped) GIDs, else 16.  None for UD,
-        and for a QP not yet given a destination (its state drops the packet)."""
+        dgid's address (the packets' source) and the address this QP sends
+        from (their destination: the sgid's, as ``route`` sends; when no
+        socket has the sgid's address, the device's first, which is where
+        the peer sees our packets come from), 4 bytes for IPv4(-mapped)
+        GIDs, else 16.  None for UD, and for a QP not yet given a
+        destination (its state drops the packet)."""
         qp = dqp.qp
         av = qp.av
         peer = None
         if qp.qp_type in (RC, UC) and av is not None and any(av.dgid):
-            sgid = self.gid(av.sgid_index)
-            # an sgid index with no GID (any more): no packet can match
-            peer = (_addr_bytes(av.dgid), _addr_bytes(sgid) if sgid is not None else b"")
+            peer = (_addr_bytes(av.dgid), ipaddress.ip_address(self._source(av.sgid_index)[0]).packed)
         dqp.peer_av, dqp.peer = av, peer
         return peer
 
