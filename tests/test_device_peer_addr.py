@@ -18,7 +18,7 @@ from daemon_helpers import daemon_in_shm
 from rc_pair import ACC, rc_attr
 from softrdma import wire
 from softrdma.device.net import RoceSocket
-from softrdma.enums import IBV_QPT_RC, IBV_QPT_UD, IBV_WC_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE
+from softrdma.enums import IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_WC_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE
 from softrdma.tools import rdma as tool
 from softrdma.verbs import cq, device, mr, pd, qp, wr
 
@@ -50,6 +50,13 @@ def udp_port(ip: str) -> int:
     return next(p for a, p in link["udp"] if a == ip)
 
 
+def rx_packets() -> int:
+    """Datagrams the daemon's sockets took in (whole, ICRC good): once one
+    is counted, the daemon (one thread) has also handed it on."""
+    link = device.management().call("links")[0]["links"][0]
+    return sum(n["rx_packets"] for n in link["net"])
+
+
 def bad_addr(capsys, qpn: int) -> int:
     """``dropped_bad_addr`` of the rdma counter QP ``qpn`` is bound to."""
     assert tool.main(["-j", "stat", "qp", "show", "link", "rxe0/1"], prog="rdma") == 0
@@ -76,21 +83,24 @@ def until(cond, what: str, timeout: float = 20.0):
 
 
 class Victim:
-    """An RC QP connected (to RTS) to QP 0x99 at GID index ``gi`` of the
-    daemon's own device, and a remotely writable MR filled with a pattern."""
+    """An RC (or UC) QP connected (to RTS) to QP 0x99 at GID index ``gi``
+    of the daemon's own device, and a remotely writable MR filled with a
+    pattern."""
 
-    def __init__(self, ctx, gi: int):
+    def __init__(self, ctx, gi: int, qp_type: int = IBV_QPT_RC):
+        self.qp_type = qp_type
         self.pd = pd.PD(ctx)
         self.mr = mr.MR(self.pd, MR_BYTES, ACC)
         self.pattern = os.urandom(MR_BYTES)
         self.mr.write(self.pattern, MR_BYTES)
         self.cq = cq.CQ(ctx, 16)
-        self.qp = qp.QP(self.pd, qp.QPInitAttr(IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=qp.QPCap(4, 4)))
+        self.qp = qp.QP(self.pd, qp.QPInitAttr(qp_type, scq=self.cq, rcq=self.cq, cap=qp.QPCap(4, 4)))
         self.qp.to_rts(rc_attr(0x99, ctx.query_gid(1, gi), gi))
 
     def write_packet(self, data: bytes, offset: int = 0) -> bytearray:
         """A correct RDMA WRITE ONLY for this QP: its next PSN (0), its rkey."""
-        return wire.build(wire.Opcode.RC_RDMA_WRITE_ONLY, self.qp.qp_num, 0, data, ackreq=True,
+        op = wire.Opcode.RC_RDMA_WRITE_ONLY if self.qp_type == IBV_QPT_RC else wire.Opcode.UC_RDMA_WRITE_ONLY
+        return wire.build(op, self.qp.qp_num, 0, data, ackreq=self.qp_type == IBV_QPT_RC,
                           reth=(self.mr.buf + offset, self.mr.rkey, len(data)))
 
     def unchanged(self) -> bool:
@@ -98,22 +108,26 @@ class Victim:
 
 
 def send_from(src_ip: str, pkt, dst_ip: str) -> None:
-    """``pkt`` with the right ICRC, from a socket bound to ``src_ip``."""
+    """``pkt`` with the right ICRC, from a socket bound to ``src_ip``;
+    returns once the daemon has taken it in."""
+    before = rx_packets()
     s = RoceSocket(src_ip, port=0)
     try:
         assert s.send(pkt, dst_ip, udp_port(dst_ip))
     finally:
         s.close()
+    until(lambda: rx_packets() > before, f"the daemon did not receive the packet from {src_ip}")
 
 
-def test_write_from_a_spoofed_ipv4_source_is_dropped_and_counted(env, capsys):
+@pytest.mark.parametrize("qp_type", [IBV_QPT_RC, IBV_QPT_UC], ids=["rc", "uc"])
+def test_write_from_a_spoofed_ipv4_source_is_dropped_and_counted(env, capsys, qp_type):
     daemon, ctx = env
-    v = Victim(ctx, gid_index(ctx, V4))                     # its peer is 127.0.0.1
+    v = Victim(ctx, gid_index(ctx, V4), qp_type)            # its peer is 127.0.0.1
     bind(capsys, v.qp.qp_num)
     pkt = v.write_packet(b"forged by 127.0.0.2", 100)
     send_from("127.0.0.2", pkt, "127.0.0.1")
-    until(lambda: bad_addr(capsys, v.qp.qp_num) == 1, "the spoofed WRITE was not counted")
     assert v.unchanged()
+    assert bad_addr(capsys, v.qp.qp_num) == 1
     # the same packet from the peer's address lands (so the drop was the address, and
     # the dropped one did not consume the PSN)
     send_from("127.0.0.1", pkt, "127.0.0.1")
@@ -128,8 +142,8 @@ def test_ipv6_peer_takes_packets_only_from_its_ipv6_address(env, capsys):
     bind(capsys, v.qp.qp_num)
     pkt = v.write_packet(b"via IPv4", 8)
     send_from("127.0.0.1", pkt, "127.0.0.1")                # both addresses wrong (the IPv4 forms)
-    until(lambda: bad_addr(capsys, v.qp.qp_num) == 1, "the IPv4 WRITE was not counted")
     assert v.unchanged()
+    assert bad_addr(capsys, v.qp.qp_num) == 1
     pkt = v.write_packet(b"via IPv6", 8)
     send_from("::1", pkt, "::1")
     until(lambda: v.mr.read(8, 8) == b"via IPv6", "the WRITE from ::1 did not land")
