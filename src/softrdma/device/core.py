@@ -17,6 +17,14 @@ another device of the same daemon without a socket), ``deliver`` feeds
 received packets to QPs by destination QPN, ``tick`` fires QP timers.  The
 daemon's loop calls them; nothing here blocks.
 
+Peers are who they claim to be (rxe's check_addr): a packet for an RC or UC
+QP is taken only if its source address is the QP's destination (the AV's
+dgid) and its destination address the one the QP sends from (the AV's
+sgid), on the socket and the same-daemon paths alike; anything else is dropped and
+counted (``dropped_bad_addr``) before the transport sees it.  The address
+pair is worked out once per AV (``DevQP.peer``) -- per packet it is one
+comparison.  UD QPs (and QP1) take datagrams from anyone, as in rxe.
+
 Capture (``device.capture``): while ``Device.tap`` is set, every packet the
 device sends or receives -- socket and loopback paths, fault path included
 -- is handed to it; when it is None the only cost is that test.  While a
@@ -32,7 +40,7 @@ import struct
 
 from ..enums import ibv_event_type, ibv_wc_opcode, ibv_wc_status, ints
 from ..errors import VerbsError
-from ..transport.counters import RXE_HW_COUNTERS, new_counters
+from ..transport.counters import RXE_HW_COUNTERS, Counter, new_counters
 from ..transport.memory import MemoryTable
 from ..transport.qp import QP, SRQ, DeviceCaps
 from ..transport.wr import WC, AddressVector
@@ -51,7 +59,9 @@ from .queues import CompletionQueueProducer, WorkQueueConsumer
 EV = ints(ibv_event_type)
 ST = ints(ibv_wc_status)
 WCO = ints(ibv_wc_opcode)
-RC, UD = 2, 4             # IBV_QPT_RC, IBV_QPT_UD
+RC, UC, UD = 2, 3, 4      # IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD
+BAD_ADDR = int(Counter.dropped_bad_addr)
+_V4_MAPPED = bytes(10) + b"\xff\xff"
 WC_RECV_BIT = int(WCO.IBV_WC_RECV)   # ibv_wc_opcode: every receive opcode has this bit (128)
 _HANDLE = struct.Struct("<I")
 
@@ -117,6 +127,10 @@ class DevQP:
         self.doorbell = doorbell
         self.owner = owner
         self.srq = srq
+        # the (source, destination) address bytes packets for this QP must
+        # carry, worked out for the AV object ``peer_av`` (None: not checked)
+        self.peer_av = None
+        self.peer: tuple[bytes, bytes] | None = None
 
     def publish_sq(self) -> None:
         self.sq.publish(len(self.qp.sq))
@@ -220,6 +234,8 @@ class Device:
                 opened.append(sock)
         self.addresses = want
         self._by_ip = {sk.ip: sk for sk in self.sockets}
+        for dqp in self.qps.values():             # a GID index may now stand for another address
+            dqp.peer_av = None
         return changes, opened, closed
 
     def _source(self, sgid_index: int) -> tuple[str, "RoceSocket | None"]:
@@ -280,8 +296,8 @@ class Device:
             return None                               # not resolved, remote, a multicast fan-out,
                                                       # faulty, or captured
         dqp = r[0].qps.get(qp.dest_qpn)
-        if dqp is None:
-            return None
+        if dqp is None or not r[0].accepts(dqp, r[3], r[4]):
+            return None                               # (not its peer: the packets get dropped, counted)
         # receives posted but not yet read from the peer's ring count too:
         # else a SEND that finds none would take the packets (and an RNR)
         peer = dqp.qp
@@ -514,28 +530,36 @@ class Device:
         batch: dict[int, list] = {}
         grhs: dict[int, list] = {}
         tap = self.tap
+        qps = self.qps
+        dst = sock.ip_bytes
         for pkt, src, sport in sock.recv():
             if tap is not None:                # every packet that arrived whole, malformed ones too
-                tap.packet(RX, (pkt[5] << 16) | (pkt[6] << 8) | pkt[7], src, sock.ip_bytes, sport, sock.port, pkt)
+                tap.packet(RX, (pkt[5] << 16) | (pkt[6] << 8) | pkt[7], src, dst, sport, sock.port, pkt)
             try:
                 check(pkt)
             except WireError:
                 self.rx_dropped["wire"] += 1
                 continue
             dqpn = (pkt[5] << 16) | (pkt[6] << 8) | pkt[7]
-            if dqpn not in self.qps:
+            dqp = qps.get(dqpn)
+            if dqp is None:
                 if dqpn == 1:
                     self.traffic["rx_packets"] += 1
                     self.traffic["rx_bytes"] += len(pkt) + 4
-                    self.gsi.receive(pkt, src, sock.ip_bytes, now)
+                    self.gsi.receive(pkt, src, dst, now)
                 else:
                     self.rx_dropped["unknown_qpn"] += 1
+                continue
+            qp = dqp.qp
+            peer = dqp.peer if dqp.peer_av is qp.av else self._peer(dqp)
+            if peer is not None and (src != peer[0] or dst != peer[1]) and not _same_pair(peer, src, dst):
+                qp.cnt[BAD_ADDR] += 1
                 continue
             batch.setdefault(dqpn, []).append(pkt)
             self.traffic["rx_packets"] += 1
             self.traffic["rx_bytes"] += len(pkt) + 4
-            if self.qps[dqpn].qp.qp_type == UD:           # only UD receive buffers get the GRH
-                grhs.setdefault(dqpn, []).append(_grh(src, sock.ip_bytes, len(pkt) + 4))
+            if qp.qp_type == UD:           # only UD receive buffers get the GRH
+                grhs.setdefault(dqpn, []).append(_grh(src, dst, len(pkt) + 4))
         for dqpn, pkts in batch.items():
             dqp = self.qps.get(dqpn)
             if dqp is not None:
@@ -563,10 +587,36 @@ class Device:
             else:
                 self.rx_dropped["unknown_qpn"] += 1
             return
+        qp = dqp.qp
+        peer = dqp.peer if dqp.peer_av is qp.av else self._peer(dqp)
+        if peer is not None and (src != peer[0] or dst != peer[1]) and not _same_pair(peer, src, dst):
+            qp.cnt[BAD_ADDR] += 1
+            return
         self.traffic["rx_packets"] += 1
         self.traffic["rx_bytes"] += len(pkt) + 4
-        qp = dqp.qp
         qp.receive(pkt, now, _grh(src, dst, len(pkt) + 4) if qp.qp_type == UD else None)
+
+    def _peer(self, dqp: DevQP) -> tuple[bytes, bytes] | None:
+        """Work out ``dqp.peer`` for the QP's current AV (rxe check_addr's
+        operands): for a connected QP whose AV names a destination, the
+        dgid's address (the packets' source) and the address this QP sends
+        from (their destination: the sgid's, as ``route`` sends; when no
+        socket has the sgid's address, the device's first, which is where
+        the peer sees our packets come from), 4 bytes for IPv4(-mapped)
+        GIDs, else 16.  None for UD, and for a QP not yet given a
+        destination (its state drops the packet)."""
+        qp = dqp.qp
+        av = qp.av
+        peer = None
+        if qp.qp_type in (RC, UC) and av is not None and any(av.dgid):
+            peer = (_addr_bytes(av.dgid), ipaddress.ip_address(self._source(av.sgid_index)[0]).packed)
+        dqp.peer_av, dqp.peer = av, peer
+        return peer
+
+    def accepts(self, dqp: DevQP, src: bytes, dst: bytes) -> bool:
+        """Would ``dqp`` take a packet from ``src`` to ``dst``?"""
+        peer = dqp.peer if dqp.peer_av is dqp.qp.av else self._peer(dqp)
+        return peer is None or (src == peer[0] and dst == peer[1]) or _same_pair(peer, src, dst)
 
     def next_deadline(self) -> float | None:
         """The earliest QP timer, without firing any."""
@@ -607,6 +657,24 @@ class Device:
                              flow_label=d.get("flow_label", 0), hop_limit=d.get("hop_limit", 64),
                              traffic_class=d.get("traffic_class", 0), sl=d.get("sl", 0), dlid=d.get("dlid", 0),
                              port_num=d.get("port_num", 1), is_global=d.get("is_global", True))
+
+
+def _addr_bytes(gid: bytes) -> bytes:
+    """The address a RoCEv2 GID stands for, as packed bytes (IPv4-mapped:
+    the 4 IPv4 bytes, as a socket reports an IPv4 source)."""
+    gid = bytes(gid)
+    return gid[12:] if gid[:12] == _V4_MAPPED else gid
+
+
+def _same_pair(peer: tuple[bytes, bytes], src: bytes, dst: bytes) -> bool:
+    """The slow path of the address check, after the byte comparison
+    failed: the same addresses in the other form (an IPv4 peer reported as
+    ``::ffff:a.b.c.d`` by a dual-stack socket)."""
+    if len(src) == 16 and src[:12] == _V4_MAPPED:
+        src = src[12:]
+    if len(dst) == 16 and dst[:12] == _V4_MAPPED:
+        dst = dst[12:]
+    return src == peer[0] and dst == peer[1]
 
 
 def _grh(src: bytes, dst: bytes, udp_payload_len: int) -> bytes:

@@ -101,6 +101,9 @@ class Client:
         self.sock = sock
         self.pid, self.uid, _ = _peer_cred(sock)
         self.comm = _comm(self.pid)
+        # the kernel's has_cap_net_admin for what nldev shows (keys): decided
+        # when the connection is made, from the process that made it
+        self.net_admin = net_admin(self.pid)
         self.device: Device | None = None
         self.objects: dict[int, tuple[str, object]] = {}
         self.ah_pd: dict[int, object] = {}          # AH handle -> its PD (an AddressVector has none)
@@ -1097,7 +1100,10 @@ class Daemon(StatCommands, CmCommands):
         given when an object is first listed, in creation order; ``ctxn``, the
         id of its client's context; and per kind the kernel's fields (usecnt
         as ``users``, the PD's and CQs' ids, the port once the QP left
-        RESET, ...).  ``contexts`` lists every context (client with a device)."""
+        RESET, ...).  ``contexts`` lists every context (client with a device).
+        MR keys and addresses and the PD's local_dma_lkey go only to a client
+        with CAP_NET_ADMIN (fill_res_mr_entry / fill_res_pd_entry)."""
+        keys = c.net_admin
         ids = self.__dict__.setdefault("_restrack_ids", {})      # id(obj) -> (obj, restrack id)
         nxt = self.__dict__.setdefault("_restrack_next", {})     # device name -> (device, {kind: next id})
 
@@ -1173,13 +1179,16 @@ class Daemon(StatCommands, CmCommands):
                              path_mtu=int(dev.caps.active_mtu if int(q.qp_type) == 4 else q.attr.path_mtu),
                              send_cqn=rid(dev, "cq", q.send_cq), recv_cqn=rid(dev, "cq", q.recv_cq))
                 elif kind == "mr":
-                    r.update(lkey=obj[0].lkey, rkey=obj[0].rkey, mrlen=obj[0].length)
-                    r.update(id=rid(dev, "mr", obj), pdn=pdn(obj[0].pd), iova=obj[0].addr, access=obj[0].access)
+                    if keys:
+                        r.update(lkey=obj[0].lkey, rkey=obj[0].rkey, iova=obj[0].addr)
+                    r.update(mrlen=obj[0].length, id=rid(dev, "mr", obj), pdn=pdn(obj[0].pd), access=obj[0].access)
                 elif kind == "cq":
                     r.update(cqe=obj.ring.nslots - 1)
                     r.update(id=rid(dev, "cq", obj), users=cq_users[id(obj)], dim=False)
                 elif kind == "pd":
-                    r.update(id=rid(dev, "pd", obj), users=pd_users[id(obj)], local_dma_lkey=0)
+                    r.update(id=rid(dev, "pd", obj), users=pd_users[id(obj)])
+                    if keys:
+                        r.update(local_dma_lkey=0)
                 elif kind == "cm_id":
                     # fill_res_cm_id_entry: only IDs on a device; no lqpn (a user QP is
                     # not the kernel's cm_id->qp)

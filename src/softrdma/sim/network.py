@@ -72,7 +72,8 @@ class Node:
         self.ip_bytes = ipaddress.IPv4Address(ip).packed
         self.gid = gid_of(ip)
         self.caps = caps or DeviceCaps()
-        self.memory = MemoryTable()
+        # keys from the run's seed: a seeded simulation is reproducible
+        self.memory = MemoryTable(rng=random.Random(f"{sim.seed}:{name}"))
         self.qps: dict[int, QP] = {}
         self.tx: list = []
         self.events: list = []
@@ -129,6 +130,7 @@ class Node:
 class Simulator:
     def __init__(self, seed: int = 0):
         self.now = 0.0
+        self.seed = seed
         self.rng = random.Random(seed)
         self.nodes: list[Node] = []
         self.links: dict[tuple[str, str], Link] = {}

@@ -148,7 +148,8 @@ def _task_name(pid: int) -> str | None:
 
 
 def _cap_net_admin() -> bool:
-    """Does this process have CAP_NET_ADMIN (the kernel shows keys only then)?"""
+    """Does this process have CAP_NET_ADMIN (the daemon, as the kernel,
+    sends it keys only then)?"""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -252,7 +253,6 @@ class Rd:
         self.dev: dict | None = None
         self.port_idx = 0
         self._res = None
-        self.cap_net_admin = _cap_net_admin()
 
     # ---------------------------------------------------------------- output (lib/json_print.c)
     @staticmethod
@@ -957,8 +957,9 @@ def res_mr(rd: Rd) -> int:
         rd.open_obj()
         rd.print_dev()
         rd.u("mrn", r.get("id", 0), "id" in r)
-        rd.key("rkey", r["rkey"], rd.cap_net_admin)
-        rd.key("lkey", r["lkey"], rd.cap_net_admin)
+        # the daemon sends keys only to CAP_NET_ADMIN, as the kernel does
+        rd.key("rkey", r.get("rkey", 0), "rkey" in r)
+        rd.key("lkey", r.get("lkey", 0), "lkey" in r)
         rd.u("mrlen", r["mrlen"])
         rd.u("pdn", pdn or 0, pdn is not None)
         rd.u("pid", pid or 0, pid is not None)
@@ -984,7 +985,7 @@ def res_pd(rd: Rd) -> int:
         rd.open_obj()
         rd.print_dev()
         rd.u("pdn", r.get("id", 0), "id" in r)
-        rd.key("local_dma_lkey", r.get("local_dma_lkey", 0), rd.cap_net_admin)
+        rd.key("local_dma_lkey", r.get("local_dma_lkey", 0), "local_dma_lkey" in r)
         rd.u("users", users)
         rd.u("ctxn", ctxn or 0, ctxn is not None)
         rd.u("pid", pid or 0, pid is not None)

@@ -44,6 +44,10 @@ class Counter(IntEnum):
     dropped_bad_transport = 28
     dropped_ghost_response = 29
     retransmitted_pkts = 30
+    # a packet for an RC/UC QP from an address that is not its peer's (or
+    # to another of ours): dropped by the device before the transport, as
+    # rxe's check_addr drops it (rxe counts none)
+    dropped_bad_addr = 31
 
 
 #: rxe's hw_counters, the names sysfs shows under ports/1/hw_counters/.

@@ -11,6 +11,7 @@ same interface over shared memory.
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 from ..enums import ibv_access_flags as A
@@ -64,13 +65,18 @@ class MemoryTable:
     ``reg_mr`` backs an MR with a fresh bytearray at a made-up address (the
     simulator, tests); ``register`` takes the buffer and the address the
     application sees (the daemon: a view of the app's shared memory).  Keys
-    are ``index << 8 | key`` as rxe makes them; lkey == rkey."""
+    are ``index << 8 | key`` as rxe makes them; lkey == rkey.  The key byte
+    is random (rxe_get_next_key): a peer that learns one key cannot guess
+    the next MR's.  ``rng``: where key bytes come from -- by default the
+    OS's CSPRNG; the simulator passes a seeded ``random.Random`` so that a
+    seeded run is reproducible."""
 
-    def __init__(self, base_addr: int = 0x7F0000000000):
+    def __init__(self, base_addr: int = 0x7F0000000000, rng=None):
         self._mrs: dict[int, MR] = {}     # index -> MR
         self._next_index = 1
         self._next_addr = base_addr
-        self._key_byte = 0x5A
+        self._rng = rng
+        self._random: list[int] = []       # CSPRNG bytes drawn ahead
 
     def reg_mr(self, pd, length: int, access: int) -> MR:
         """An MR over fresh zeroed memory at a made-up address."""
@@ -83,8 +89,14 @@ class MemoryTable:
         if index >= 1 << 24:
             raise MemoryError("MR key space exhausted")
         self._next_index += 1
-        self._key_byte = (self._key_byte * 37 + 11) & 0xFF
-        return (index << 8) | self._key_byte
+        return (index << 8) | self._key_byte()
+
+    def _key_byte(self) -> int:
+        if self._rng is not None:
+            return self._rng.getrandbits(8)
+        if not self._random:
+            self._random = list(os.urandom(256))     # one system call per 256 registrations
+        return self._random.pop()
 
     def register(self, pd, addr: int, length: int, access: int, buf=None) -> MR:
         """An MR over ``buf`` (e.g. a shared-memory view) that the owner sees
