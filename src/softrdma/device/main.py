@@ -34,7 +34,25 @@ def build_parser(prog: str = "softrdmad") -> argparse.ArgumentParser:
     p.add_argument("--device", action="append", metavar="NAME:NETDEV",
                    help="a device to host (repeatable; default rxe0:lo)")
     p.add_argument("--port", type=int, default=4791, help="UDP port (default 4791)")
+    p.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=N",
+                   help="lower a resource limit (repeatable): a device attribute ("
+                   + ", ".join(DeviceCaps.LIMITS) + ") for every device, or max_contexts_per_user")
     return p
+
+
+def _limit(text: str) -> tuple[str, int]:
+    """``--limit NAME=N``: a limit softrdmad enforces and query_device reports."""
+    name, sep, value = text.partition("=")
+    if name not in (*DeviceCaps.LIMITS, "max_contexts_per_user") or not sep:
+        raise argparse.ArgumentTypeError(f"unknown limit {text!r}: expected NAME=N, NAME one of "
+                                         + ", ".join((*DeviceCaps.LIMITS, "max_contexts_per_user")))
+    try:
+        n = int(value, 0)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a non-negative integer")
+    return name, n
 
 
 def make_device(spec: str, port: int) -> Device:
@@ -87,7 +105,7 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
     stop = _StopRequest()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    daemon = Daemon(run_dir, devices)
+    daemon = Daemon(run_dir, devices, limits=dict(args.limit))
     stop.daemon = daemon
     if stop.requested:
         daemon.stop()
