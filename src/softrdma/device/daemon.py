@@ -448,8 +448,12 @@ class Daemon(StatCommands, CmCommands):
             self.counters_at = now
             self.refresh_sysfs()
         by_ip = self.by_ip
+        # asleep, every ring rings its doorbell (which wakes us): the rings
+        # are read while awake, and when a sleep ends without input (a timer,
+        # or max_wait, which also covers a lost doorbell)
+        poll = not self.sleeping or not events
         for dev in self.devices.values():
-            if dev.poll_rings(now):
+            if poll and dev.poll_rings(now):
                 self._busy()
             if dev.faults is not None and dev.flush_held(now):
                 self._busy()
@@ -641,7 +645,9 @@ class Daemon(StatCommands, CmCommands):
             _close_fds(fds)
             self._drop(client)
             return
-        self._busy()                       # new queues must learn the daemon's sleep state too
+        # a request is no data-path work: it wakes no ring (that is a pass
+        # over every QP's rings, and then spinning over them); a queue it
+        # creates takes the daemon's sleep state instead (_adopt_sleep)
         try:
             reply, out_fds = self.run_command(client, msg, fds)
         finally:
@@ -931,7 +937,14 @@ class Daemon(StatCommands, CmCommands):
             undo.pop_all()
         dqp.handle = c.add("qp", dqp)
         dev.add_qp(dqp)
+        self._adopt_sleep(dqp.sq, dqp.rq)
         return {"qp": dqp.handle, "qp_num": qp.qp_num}, []
+
+    def _adopt_sleep(self, *queues) -> None:
+        """A new queue sleeps if the daemon does (so the library rings its
+        doorbell); if work is already in it, the daemon wakes."""
+        if self.sleeping and not all(q.sleep() for q in queues if q is not None):
+            self._busy()
 
     def cmd_modify_qp(self, c, m, fds):
         dqp = c.get(m.get("qp"), "qp")
@@ -1028,6 +1041,7 @@ class Daemon(StatCommands, CmCommands):
             undo.pop_all()
         dsrq.handle = c.add("srq", dsrq)
         dev.srqs.append(dsrq)
+        self._adopt_sleep(dsrq.wq)
         return {"srq": dsrq.handle}, []
 
     def cmd_modify_srq(self, c, m, fds):
