@@ -73,7 +73,7 @@ class CompletionQueue:
 
     def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0):
         max_cqe = ctx._attr.get("max_cqe", 1 << 22)
-        if type(cqe) is not int or not 0 < cqe <= max_cqe:     # before the ring exists (the daemon checks too)
+        if not isinstance(cqe, int) or not 0 < cqe <= max_cqe:     # before the ring exists (the daemon checks too)
             raise PyverbsRDMAError(f"Failed to create CQ: cqe {cqe!r} not in 1..max_cqe ({max_cqe})", errno.EINVAL)
         if not 0 <= comp_vector < ctx.num_comp_vectors:       # the kernel's ib_uverbs create_cq check
             raise PyverbsRDMAError(f"Failed to create CQ: comp_vector {comp_vector} not below num_comp_vectors"
