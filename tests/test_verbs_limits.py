@@ -91,13 +91,15 @@ class _Daemon:
 def daemon(monkeypatch):
     """A softrdmad at the default limits; this process's contexts use it."""
     run = _shm_dir("limits")
-    d = _Daemon(run)
-    monkeypatch.setenv("SOFTRDMA_RUN", run)
-    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
     try:
-        yield d
+        d = _Daemon(run)
+        monkeypatch.setenv("SOFTRDMA_RUN", run)
+        monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+        try:
+            yield d
+        finally:
+            d.stop()
     finally:
-        d.stop()
         shutil.rmtree(run, ignore_errors=True)
 
 
@@ -107,13 +109,15 @@ LOWERED = {"max_qp": 3, "max_cq": 4, "max_mr": 3, "max_pd": 3, "max_srq": 2, "ma
 @pytest.fixture
 def lowered(monkeypatch):
     run = _shm_dir("limits-low")
-    d = _Daemon(run, *[a for k, v in LOWERED.items() for a in ("--limit", f"{k}={v}")])
-    monkeypatch.setenv("SOFTRDMA_RUN", run)
-    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
     try:
-        yield d
+        d = _Daemon(run, *[a for k, v in LOWERED.items() for a in ("--limit", f"{k}={v}")])
+        monkeypatch.setenv("SOFTRDMA_RUN", run)
+        monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+        try:
+            yield d
+        finally:
+            d.stop()
     finally:
-        d.stop()
         shutil.rmtree(run, ignore_errors=True)
 
 
@@ -262,11 +266,12 @@ def test_qp_and_srq_sizes(daemon):
 
 def test_lowered_sizes_are_reported_and_enforced(monkeypatch):
     run = _shm_dir("limits-size")
-    d = _Daemon(run, "--limit", "max_sge=2", "--limit", "max_inline_data=64", "--limit", "max_cqe=100",
-                "--limit", "max_mr_size=65536")
-    monkeypatch.setenv("SOFTRDMA_RUN", run)
-    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+    d = None
     try:
+        d = _Daemon(run, "--limit", "max_sge=2", "--limit", "max_inline_data=64", "--limit", "max_cqe=100",
+                    "--limit", "max_mr_size=65536")
+        monkeypatch.setenv("SOFTRDMA_RUN", run)
+        monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
         with Context(name="rxe0") as ctx:
             a = ctx.query_device()
             assert (a.max_sge, a.max_cqe, a.max_mr_size) == (2, 100, 65536)
@@ -284,7 +289,8 @@ def test_lowered_sizes_are_reported_and_enforced(monkeypatch):
                 MR(pd, 65537, IBV_ACCESS_LOCAL_WRITE)
             assert _errno(e) == errno.EINVAL
     finally:
-        d.stop()
+        if d is not None:
+            d.stop()
         shutil.rmtree(run, ignore_errors=True)
 
 
@@ -419,12 +425,13 @@ def test_unprivileged_user_memlock_and_contexts():
         pytest.skip("needs root to switch to uid 65534")
     py, env = _python_for(NOBODY)
     run = _shm_dir("limits-nobody")
-    os.chown(run, NOBODY, NOBODY)
-    d = _Daemon(run, "--limit", "max_contexts_per_user=3", user=NOBODY, python=py, env=env)
-    env = {**env, "SOFTRDMA_RUN": run, "SOFTRDMA_AUTOSTART": "0"}
-    page = os.sysconf("SC_PAGE_SIZE")
+    d = None
     clients = []
     try:
+        os.chown(run, NOBODY, NOBODY)
+        d = _Daemon(run, "--limit", "max_contexts_per_user=3", user=NOBODY, python=py, env=env)
+        env = {**env, "SOFTRDMA_RUN": run, "SOFTRDMA_AUTOSTART": "0"}
+        page = os.sysconf("SC_PAGE_SIZE")
         a = _Client(py, env, 16 * page)
         clients.append(a)
         assert a.do(f"mr {8 * page}") == "ok"
@@ -446,5 +453,6 @@ def test_unprivileged_user_memlock_and_contexts():
     finally:
         for c in clients:
             c.close()
-        d.stop()
+        if d is not None:
+            d.stop()
         shutil.rmtree(run, ignore_errors=True)
