@@ -10,13 +10,17 @@ One run measures:
     between two processes on rxe0 of one softrdmad;
   * (b) two daemons in two network namespaces over a veth pair (MTU 9000, so
     the RoCE MTU is 4096), the same sweeps;
-and writes docs/perf/results.json, docs/perf/table.md and PNG plots
-(bandwidth and latency against message size, log-x) next to them, then
-prints the issue's four target ratios.
+and writes results.json, table.md and PNG plots (bandwidth and latency
+against message size, both axes logarithmic) into the output directory,
+then prints the four target ratios.
 
-    python3 benchmarks/perftest_bench.py [--quick] [--out docs/perf]
+    python3 benchmarks/perftest_bench.py [--quick] [--out DIR]
+    python3 benchmarks/perftest_bench.py --from-json DIR/results.json --out DIR
 
---quick: fewer sizes and iterations (a smoke run, a few minutes less).
+--out: where the report goes (default out/perf in the checkout, which git
+ignores; docs/perf holds the published run).  --quick: fewer iterations (a
+smoke run, a few minutes less).  --from-json: no measuring, only the table
+and plots again from a results.json an earlier run wrote.
 """
 
 from __future__ import annotations
@@ -256,7 +260,7 @@ def write_report(r: dict, outdir: str, cmdline: str) -> None:
         if k in lim:
             lines.append(f"| {what} ({lim['path']}) | {lim[k]['sent_Bps'] / 1e6:,.0f} MB/s sent, "
                          f"{lim[k]['received_Bps'] / 1e6:,.0f} MB/s received |")
-    lines += ["", "Targets (issue 4; the target points measured at perftest's default iterations, ib_send_bw "
+    lines += ["", "Targets (the target points measured at perftest's default iterations, ib_send_bw "
               "with -n 50000, best of three):", "", "| target | measured | met |", "|---|---|---|"]
     for name, got, _, ok in targets(r):
         lines.append(f"| {name} | {got} | {'yes' if ok else 'no'} |")
@@ -290,19 +294,22 @@ def write_report(r: dict, outdir: str, cmdline: str) -> None:
             ("bw", BW_TESTS, "bw_avg_MiBps", "bandwidth [MB/s]", (1 << 20) / 1e6),
             ("lat", LAT_TESTS, "t_typical", "latency, typical [us]", 1.0)):
         fig, ax = plt.subplots(figsize=(8, 5))
-        for setup, style in (("one_daemon", "-"), ("two_namespaces", "--")):
+        for setup, style, what in (
+                # one daemon serves both QPs: a message is a shared-memory copy
+                # inside that process (transport.loopback), no packet, no wire
+                ("one_daemon", "-", "one daemon: a shared-memory copy inside it"),
+                ("two_namespaces", "--", "two daemons, RoCEv2 over veth")):
             for t in tests:
                 rows = ((r.get(setup) or {}).get("sweep") or {}).get(t) or []
                 if rows:
                     ax.plot([x["bytes"] for x in rows], [x[key] * scale for x in rows], style, marker=".",
-                            label=f"{t} ({setup.replace('_', ' ')})")
+                            label=f"{t} ({what})")
         if kind == "bw":
             ax.axhline(lim["memcpy_1MiB_Bps"] / 1e6, color="grey", lw=0.8, ls=":", label="memcpy 1 MiB")
             ax.axhline(lim["udp_1KiB"]["sent_Bps"] / 1e6, color="black", lw=0.8, ls=":",
                        label="Python UDP blast 1 KiB")
         ax.set_xscale("log", base=2)
-        if kind == "bw":
-            ax.set_yscale("log")
+        ax.set_yscale("log")                # both: the curves span decades (latency: 1 us .. 10 ms)
         ax.set_xlabel("message size [bytes]")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", lw=0.3)
@@ -315,9 +322,22 @@ def write_report(r: dict, outdir: str, cmdline: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "perf"))
+    ap.add_argument("--quick", action="store_true", help="fewer iterations: a smoke run")
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "perf"),
+                    help="directory for results.json, table.md, bw.png, lat.png (default: out/perf)")
+    ap.add_argument("--from-json", metavar="RESULTS.json",
+                    help="measure nothing: write the table and plots from an earlier run's results.json")
     args = ap.parse_args()
+    if args.from_json:
+        try:
+            with open(args.from_json) as f:
+                r = json.load(f)
+        except (OSError, ValueError) as e:
+            ap.error(f"--from-json: {e}")
+        cmdline = r.get("command", "python3 benchmarks/perftest_bench.py")
+        write_report(r, args.out, cmdline)
+        print(f"report: {args.out}/table.md, bw.png, lat.png")
+        return 0
     r: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()} CPUs, Python "
                f"{sys.version.split()[0]}"}
     hosts = None
@@ -341,7 +361,8 @@ def main() -> int:
     finally:
         if hosts is not None:
             hosts.close()
-    write_report(r, args.out, "python3 benchmarks/perftest_bench.py" + (" --quick" if args.quick else ""))
+    r["command"] = "python3 benchmarks/perftest_bench.py" + (" --quick" if args.quick else "")
+    write_report(r, args.out, r["command"])
     for name, got, _, ok in targets(r):
         print(f"{'MET ' if ok else 'MISS'} {name}: {got}")
     print(f"report: {args.out}/table.md, bw.png, lat.png")

@@ -29,7 +29,8 @@ import socket
 import struct
 import time
 
-from ..enums import IBV_EVENT_DEVICE_FATAL, IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
+from ..enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE, IBV_EVENT_DEVICE_FATAL,
+                     IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR)
 from ..errors import VerbsError
 from ..transport.cm import COUNTER_NAMES as CM_COUNTER_NAMES
 from ..transport.mw import MW
@@ -80,6 +81,79 @@ def _comm(pid: int) -> str:
         return "?"
 
 
+class Objects(dict):
+    """A client's objects, handle -> (kind, object), counting each kind as
+    they come and go (``count``): the device's limits are checked against
+    the sum over its clients without a pass over thousands of objects."""
+
+    def __init__(self):
+        super().__init__()
+        self.count: collections.Counter = collections.Counter()
+
+    def __setitem__(self, h, entry) -> None:
+        old = self.get(h)
+        if old is not None:
+            self.count[old[0]] -= 1
+        super().__setitem__(h, entry)
+        self.count[entry[0]] += 1
+
+    def __delitem__(self, h) -> None:
+        kind = self[h][0]
+        super().__delitem__(h)
+        self.count[kind] -= 1
+
+    def pop(self, h, *default):
+        if h in self:
+            entry = self[h]
+            del self[h]
+            return entry
+        return super().pop(h, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self.count.clear()
+
+
+#: the object kinds the device counts against its limits (DeviceCaps), and
+#: the limit each is checked against
+OBJECT_LIMITS = {"qp": "max_qp", "cq": "max_cq", "mr": "max_mr", "pd": "max_pd", "srq": "max_srq",
+                 "ah": "max_ah", "mw": "max_mw"}
+#: contexts (control connections with a device open) one user may hold at
+#: once unless it has CAP_SYS_RESOURCE, as an rlimit (``--limit max_contexts_per_user=N``)
+MAX_CONTEXTS_PER_USER = 1024
+CAP_SYS_RESOURCE = 24
+CAP_IPC_LOCK = 14
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _caps_of(pid: int) -> int:
+    """The effective capability set of ``pid`` (0 if unknown)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _memlock_limit(pid: int) -> int | None:
+    """The soft RLIMIT_MEMLOCK of ``pid`` in bytes (None: unlimited), from
+    /proc/PID/limits; the daemon's own if that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max locked memory"):
+                    soft = line[len("Max locked memory"):].split()[0]
+                    return None if soft == "unlimited" else int(soft)
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 #: records queued for a client that does not read its socket, past which
 #: further async events for it are dropped (and counted); replies are never
 #: dropped, and a client with anything queued is not read from until the
@@ -105,7 +179,9 @@ class Client:
         # when the connection is made, from the process that made it
         self.net_admin = net_admin(self.pid)
         self.device: Device | None = None
-        self.objects: dict[int, tuple[str, object]] = {}
+        self.objects: Objects = Objects()
+        self.memlock: int | None = None             # RLIMIT_MEMLOCK to charge MRs against (None: CAP_IPC_LOCK)
+        self.pinned: dict[int, int] = {}            # id of an MR's (mr, region) entry -> pages charged
         self.ah_pd: dict[int, object] = {}          # AH handle -> its PD (an AddressVector has none)
         self._next = 1
         self.outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
@@ -217,8 +293,13 @@ def _close_fds(fds) -> None:
 
 
 class Daemon(StatCommands, CmCommands):
-    def __init__(self, run_dir: str, devices: list[Device]):
+    def __init__(self, run_dir: str, devices: list[Device], limits: dict[str, int] | None = None):
         self.run_dir = run_dir
+        # --limit NAME=N: device limits lowered for every device hosted, and
+        # max_contexts_per_user; pages of MRs charged per uid (RLIMIT_MEMLOCK)
+        self.limits = dict(limits or {})
+        self.max_contexts_per_user = self.limits.pop("max_contexts_per_user", MAX_CONTEXTS_PER_USER)
+        self.locked_pages: collections.Counter = collections.Counter()
         self.devices = {d.name: d for d in devices}
         self.sel = selectors.DefaultSelector()
         self.clients: dict[int, Client] = {}
@@ -370,8 +451,12 @@ class Daemon(StatCommands, CmCommands):
             self.counters_at = now
             self.refresh_sysfs()
         by_ip = self.by_ip
+        # asleep, every ring rings its doorbell (which wakes us): the rings
+        # are read while awake, and when a sleep ends without input (a timer,
+        # or max_wait, which also covers a lost doorbell)
+        poll = not self.sleeping or not events
         for dev in self.devices.values():
-            if dev.poll_rings(now):
+            if poll and dev.poll_rings(now):
                 self._busy()
             if dev.faults is not None and dev.flush_held(now):
                 self._busy()
@@ -563,7 +648,9 @@ class Daemon(StatCommands, CmCommands):
             _close_fds(fds)
             self._drop(client)
             return
-        self._busy()                       # new queues must learn the daemon's sleep state too
+        # a request is no data-path work: it wakes no ring (that is a pass
+        # over every QP's rings, and then spinning over them); a queue it
+        # creates takes the daemon's sleep state instead (_adopt_sleep)
         try:
             reply, out_fds = self.run_command(client, msg, fds)
         finally:
@@ -627,13 +714,37 @@ class Daemon(StatCommands, CmCommands):
         if c.device is not None and c.device is not dev:
             # a uverbs file belongs to one device for its whole life
             raise VerbsError(errno.EINVAL, f"this connection has {c.device.name} open")
+        if c.device is None:
+            # a process's limits, read when it opens the device: contexts per
+            # user (an rlimit: CAP_SYS_RESOURCE is exempt), and the pages its
+            # MRs pin (ib_umem_get charges RLIMIT_MEMLOCK unless CAP_IPC_LOCK)
+            caps = _caps_of(c.pid)
+            if not caps >> CAP_SYS_RESOURCE & 1:
+                mine = sum(1 for cl in self.clients.values() if cl.uid == c.uid and cl.device is not None)
+                if mine >= self.max_contexts_per_user:
+                    raise VerbsError(errno.EMFILE, f"user {c.uid} has {mine} contexts open, the most"
+                                                   f" softrdmad allows one user ({self.max_contexts_per_user})")
+            c.memlock = None if caps >> CAP_IPC_LOCK & 1 else _memlock_limit(c.pid)
         c.device = dev
         caps = dev.caps
         return {"device": dev.name, "node_guid": _node_guid(dev.mac), "attr": {
-            "max_qp": 1 << 20, "max_qp_wr": caps.max_qp_wr, "max_sge": caps.max_sge,
+            "max_qp_wr": caps.max_qp_wr, "max_sge": caps.max_sge,
             "max_qp_rd_atom": caps.max_qp_rd_atom, "max_qp_init_rd_atom": caps.max_qp_init_rd_atom,
             "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
-            "active_mtu": caps.active_mtu, "max_msg_sz": caps.max_msg_sz}}, []
+            "active_mtu": caps.active_mtu, "max_msg_sz": caps.max_msg_sz, "max_cqe": caps.max_cqe,
+            "max_mr_size": caps.max_mr_size, **{a: getattr(caps, a) for a in OBJECT_LIMITS.values()}}}, []
+
+    @staticmethod
+    def _room_for(c, kind: str) -> None:
+        """EINVAL if the device holds its limit of ``kind`` already: rxe's
+        pools (__rxe_add_to_pool: num_elem > max_elem -> -EINVAL); counted
+        over every client of the device."""
+        dev = c.device
+        name = OBJECT_LIMITS[kind]
+        limit = getattr(dev.caps, name)
+        used = sum(cl.objects.count[kind] for cl in c.daemon.clients.values() if cl.device is dev)
+        if used >= limit:
+            raise VerbsError(errno.EINVAL, f"{dev.name} has {used} {kind.upper()}s, its {name} ({limit})")
 
     def cmd_query_port(self, c, m, fds):
         if m.get("port", 1) != 1:
@@ -681,6 +792,7 @@ class Daemon(StatCommands, CmCommands):
         return own
 
     def cmd_alloc_pd(self, c, m, fds):
+        self._room_for(c, "pd")
         return {"pd": c.add("pd", object())}, []
 
     def cmd_dealloc_pd(self, c, m, fds):
@@ -698,6 +810,22 @@ class Daemon(StatCommands, CmCommands):
         access = rq.uint(m, "access", rq.U32)
         if addr + length - 1 > rq.U64:                 # ib_umem_get: the range wraps
             raise VerbsError(errno.EINVAL, "addr + length overflows")
+        if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) and not access & IBV_ACCESS_LOCAL_WRITE:
+            # ib_check_mr_access: the remote end may write only what we may
+            raise VerbsError(errno.EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
+        max_size = c.device.caps.max_mr_size
+        if length > max_size:
+            raise VerbsError(errno.EINVAL, f"MR of {length} bytes, above the device's max_mr_size ({max_size})")
+        self._room_for(c, "mr")
+        pages = 0
+        if c.memlock is not None:                      # ib_umem_get's RLIMIT_MEMLOCK charge, per user
+            if c.memlock == 0:                         # can_do_mlock
+                raise VerbsError(errno.EPERM, "RLIMIT_MEMLOCK is 0: no memory may be pinned")
+            pages = ((addr + length + PAGE_SIZE - 1) // PAGE_SIZE) - addr // PAGE_SIZE
+            if self.locked_pages[c.uid] + pages > c.memlock // PAGE_SIZE:
+                raise VerbsError(errno.ENOMEM, f"pinning {pages} more pages exceeds RLIMIT_MEMLOCK"
+                                               f" ({c.memlock} bytes; user {c.uid} has"
+                                               f" {self.locked_pages[c.uid]} pinned)")
         if len(fds) != 1:
             raise VerbsError(errno.EINVAL, "reg_mr needs the memory fd")
         from .shm import SharedRegion
@@ -710,7 +838,11 @@ class Daemon(StatCommands, CmCommands):
         except BaseException:
             region.close()
             raise
-        h = c.add("mr", (mr, region))
+        entry = (mr, region)
+        h = c.add("mr", entry)
+        if pages:
+            c.pinned[id(entry)] = pages
+            self.locked_pages[c.uid] += pages
         return {"mr": h, "lkey": mr.lkey, "rkey": mr.rkey}, []
 
     def cmd_dereg_mr(self, c, m, fds):
@@ -727,6 +859,7 @@ class Daemon(StatCommands, CmCommands):
         mw_type = m.get("type")
         if type(mw_type) is not int or mw_type not in (1, 2):
             raise VerbsError(errno.EINVAL, f"memory window type {mw_type!r}")
+        self._room_for(c, "mw")
         mw = MW(c.device.memory, pd, mw_type)
         return {"mw": c.add("mw", mw), "rkey": mw.rkey}, []
 
@@ -757,7 +890,15 @@ class Daemon(StatCommands, CmCommands):
         if len(fds) != 1:
             raise VerbsError(errno.EINVAL, "create_cq needs the ring fd")
         ch = c.get(m["channel"], "channel") if m.get("channel") else None
+        self._room_for(c, "cq")
+        max_cqe = c.device.caps.max_cqe
+        cqe = rq.uint(m, "cqe", rq.U32, 1)
+        if not 1 <= cqe <= max_cqe:                     # rxe_cq_chk_attr
+            raise VerbsError(errno.EINVAL, f"CQ of {cqe} entries (1..max_cqe, {max_cqe})")
         ring = self._ring(fds[0], "CQ", slot_size=abi.CQE_BYTES)
+        if ring.nslots > 1 << max_cqe.bit_length():     # the ring holds cqe + 1, a power of two
+            ring.close()
+            raise VerbsError(errno.EINVAL, f"CQ ring of {ring.nslots} slots for max_cqe {max_cqe}")
         cq = DevCQ(0, ring, ch, c)
         cq.handle = c.add("cq", cq)
         return {"cq": cq.handle}, []
@@ -779,6 +920,7 @@ class Daemon(StatCommands, CmCommands):
         need = 2 if srq is not None else 3
         if len(fds) != need:
             raise VerbsError(errno.EINVAL, f"create_qp needs {need} fds")
+        self._room_for(c, "qp")
         cap = QPCap(**rq.fields(rq.obj(m, "cap", {}), rq.QP_CAP, "cap"))
         qp = QP(rq.uint(m, "qp_type"), dev.alloc_qpn(), pd=pd, memory=dev.memory, send_cq=scq, recv_cq=rcq,
                 cap=cap, srq=srq.srq if srq else None, sq_sig_all=bool(m.get("sq_sig_all")), caps=dev.caps,
@@ -798,7 +940,14 @@ class Daemon(StatCommands, CmCommands):
             undo.pop_all()
         dqp.handle = c.add("qp", dqp)
         dev.add_qp(dqp)
+        self._adopt_sleep(dqp.sq, dqp.rq)
         return {"qp": dqp.handle, "qp_num": qp.qp_num}, []
+
+    def _adopt_sleep(self, *queues) -> None:
+        """A new queue sleeps if the daemon does (so the library rings its
+        doorbell); if work is already in it, the daemon wakes."""
+        if self.sleeping and not all(q.sleep() for q in queues if q is not None):
+            self._busy()
 
     def cmd_modify_qp(self, c, m, fds):
         dqp = c.get(m.get("qp"), "qp")
@@ -879,6 +1028,10 @@ class Daemon(StatCommands, CmCommands):
             raise VerbsError(errno.EINVAL, "create_srq needs 2 fds")
         dev = c.device
         max_wr, max_sge = rq.uint(m, "max_wr", rq.U32, 256), rq.uint(m, "max_sge", rq.U32, 4)
+        if not 1 <= max_wr <= dev.caps.max_qp_wr or max_sge > dev.caps.max_sge:     # rxe_srq_chk_init
+            raise VerbsError(errno.EINVAL, f"SRQ max_wr {max_wr} (1..{dev.caps.max_qp_wr}), max_sge {max_sge}"
+                                           f" (at most {dev.caps.max_sge})")
+        self._room_for(c, "srq")
         srq = SRQ(max_wr, max_sge, rq.uint(m, "srq_limit", rq.U32, 0), events=dev.events)
         srq.pd = pd
         with contextlib.ExitStack() as undo:
@@ -891,6 +1044,7 @@ class Daemon(StatCommands, CmCommands):
             undo.pop_all()
         dsrq.handle = c.add("srq", dsrq)
         dev.srqs.append(dsrq)
+        self._adopt_sleep(dsrq.wq)
         return {"srq": dsrq.handle}, []
 
     def cmd_modify_srq(self, c, m, fds):
@@ -926,6 +1080,7 @@ class Daemon(StatCommands, CmCommands):
         av = self._checked_av(c, m.get("attr"))
         if not av.is_global:
             raise VerbsError(errno.EINVAL, "RoCE address handles need a GRH")
+        self._room_for(c, "ah")
         h = c.add("ah", av)
         c.ah_pd[h] = pd
         return {"ah": h}, []
@@ -1058,6 +1213,10 @@ class Daemon(StatCommands, CmCommands):
         return {}, []
 
     def add_device(self, dev: Device) -> None:
+        caps = dev.caps
+        caps.max_mr_size = min(caps.max_mr_size, os.sysconf("SC_PHYS_PAGES") * PAGE_SIZE)
+        for name, value in self.limits.items():
+            setattr(caps, name, min(getattr(caps, name), value))
         dev.ifindex = self._next_ifindex
         self._next_ifindex += 1
         self.devices[dev.name] = dev
@@ -1234,6 +1393,9 @@ class Daemon(StatCommands, CmCommands):
             mr.view = None
             mr.buf = None
             region.close()
+            pages = c.pinned.pop(id(obj), 0)
+            if pages:
+                self.locked_pages[c.uid] -= pages
         elif kind == "mw":
             obj.dealloc()
         elif kind == "channel":

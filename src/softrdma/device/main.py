@@ -19,6 +19,7 @@ removed; ``stop`` sends it and waits until the daemon is gone.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import logging
 import os
@@ -53,6 +54,9 @@ def build_parser(prog: str = "softrdmad") -> Parser:
                    help="a device to host (repeatable; default: none -- add them with "
                    "'softrdma rdma link add NAME type rxe netdev NETDEV')")
     p.add_argument("--port", type=udp_port, default=4791, help="UDP port (default 4791; 0: any free port)")
+    p.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=N",
+                   help="lower a resource limit (repeatable): a device attribute ("
+                   + ", ".join(DeviceCaps.LIMITS) + ") for every device, or max_contexts_per_user")
     return p
 
 
@@ -61,6 +65,21 @@ def port_in_use(address: str, prog: str = "softrdmad") -> str:
     return (f"{prog}: UDP {address} is already in use (another softrdmad, the kernel's rxe or another "
             f"program holds it): use the run directory of the daemon that serves it (SOFTRDMA_RUN or "
             f"--run-dir), or start this one with another --port or on another netdev")
+
+
+def _limit(text: str) -> tuple[str, int]:
+    """``--limit NAME=N``: a limit softrdmad enforces and query_device reports."""
+    name, sep, value = text.partition("=")
+    if name not in (*DeviceCaps.LIMITS, "max_contexts_per_user") or not sep:
+        raise argparse.ArgumentTypeError(f"unknown limit {text!r}: expected NAME=N, NAME one of "
+                                         + ", ".join((*DeviceCaps.LIMITS, "max_contexts_per_user")))
+    try:
+        n = int(value, 0)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a non-negative integer")
+    return name, n
 
 
 def make_device(spec: str, port: int) -> Device:
@@ -135,7 +154,7 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
         print(msg.replace("softrdmad:", f"{prog}:", 1), file=sys.stderr)
         return 1
     if args.foreground:
-        return _serve(run_dir, devices, args.port, None)
+        return _serve(run_dir, devices, args.port, None, dict(args.limit))
     r, w = os.pipe()
     child = os.fork()
     if child:
@@ -163,10 +182,11 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
     os.dup2(fd, 2)
     os.close(null)
     os.close(fd)
-    return _serve(run_dir, devices, args.port, w)
+    return _serve(run_dir, devices, args.port, w, dict(args.limit))
 
 
-def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None) -> int:
+def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
+           limits: dict[str, int]) -> int:
     """Run the daemon until stopped.  ``ready_fd`` (background mode) gets
     "ok" once the pid file exists, or the reason the start failed."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s softrdmad[%(process)d] %(message)s")
@@ -190,7 +210,7 @@ def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None)
     signal.signal(signal.SIGTERM, stop_request)
     signal.signal(signal.SIGINT, stop_request)
     try:
-        daemon = Daemon(run_dir, devices)
+        daemon = Daemon(run_dir, devices, limits=limits)
     except SystemExit as e:                 # e.g. another daemon holds the run directory's lock
         tell(str(e))
         if foreground:

@@ -54,12 +54,35 @@ _UNSUPPORTED_OPS = frozenset((WR.IBV_WR_TSO, WR.IBV_WR_DRIVER1))
 
 
 class DeviceCaps:
-    """The device limits the attribute checks enforce (ibv_device_attr)."""
+    """The device limits the attribute checks enforce (ibv_device_attr).
+
+    Besides the per-QP limits the transport checks itself, the object
+    counts (``max_qp`` .. ``max_mw``: at most this many of each kind on the
+    device at once), ``max_cqe`` (entries of one CQ) and ``max_mr_size``
+    (bytes of one MR; the daemon caps it at the host's memory, which backs
+    every MR) are what the daemon enforces and ``ibv_query_device``
+    reports.  ``LIMITS`` names the ones an administrator may lower
+    (``softrdmad --limit``)."""
+
+    LIMITS = ("max_qp", "max_qp_wr", "max_sge", "max_inline_data", "max_cq", "max_cqe", "max_mr",
+              "max_mr_size", "max_pd", "max_srq", "max_ah", "max_mw")
 
     def __init__(self, max_mtu: int = 5, max_qp_rd_atom: int = 128, max_qp_init_rd_atom: int = 128,
                  max_qp_wr: int = 1 << 20, max_sge: int = 32, max_inline_data: int = 256,
                  pkey_table: tuple[int, ...] = (DEFAULT_PKEY,), max_msg_sz: int = 1 << 31,
-                 phys_port_cnt: int = 1, active_mtu: int | None = None):
+                 phys_port_cnt: int = 1, active_mtu: int | None = None, max_qp: int = 1 << 20,
+                 max_cq: int = 1 << 16, max_cqe: int = (1 << 15) - 1, max_mr: int = 1 << 16,
+                 max_mr_size: int = (1 << 64) - 1, max_pd: int = 1 << 16, max_srq: int = 1 << 16,
+                 max_ah: int = 1 << 15, max_mw: int = 1 << 16):
+        self.max_qp = max_qp
+        self.max_cq = max_cq
+        self.max_cqe = max_cqe
+        self.max_mr = max_mr
+        self.max_mr_size = max_mr_size
+        self.max_pd = max_pd
+        self.max_srq = max_srq
+        self.max_ah = max_ah
+        self.max_mw = max_mw
         self.max_mtu = max_mtu
         self.active_mtu = max_mtu if active_mtu is None else active_mtu   # port's; UD's path MTU
         self.max_qp_rd_atom = max_qp_rd_atom

@@ -18,7 +18,7 @@ from ..device.queues import CompletionQueueConsumer
 from ..device.shm import Ring
 from ..enums import IBV_WC_WITH_IMM
 from ..transport.wr import WC
-from .errors import PyverbsRDMAError
+from .errors import PyverbsError, PyverbsRDMAError
 
 _HANDLE = struct.Struct("<I")
 # a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) for every CQE polled
@@ -72,8 +72,9 @@ class CompletionQueue:
     the ring is the next power of two above it."""
 
     def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0):
-        if cqe <= 0 or cqe > (1 << 22):
-            raise PyverbsRDMAError("Failed to create CQ", errno.EINVAL)
+        max_cqe = ctx._attr.get("max_cqe", 1 << 22)
+        if not isinstance(cqe, int) or not 0 < cqe <= max_cqe:     # before the ring exists (the daemon checks too)
+            raise PyverbsRDMAError(f"Failed to create CQ: cqe {cqe!r} not in 1..max_cqe ({max_cqe})", errno.EINVAL)
         if not 0 <= comp_vector < ctx.num_comp_vectors:       # the kernel's ib_uverbs create_cq check
             raise PyverbsRDMAError(f"Failed to create CQ: comp_vector {comp_vector} not below num_comp_vectors"
                                    f" {ctx.num_comp_vectors}", errno.EINVAL)
@@ -84,7 +85,7 @@ class CompletionQueue:
         self.cqe = self.ring.nslots - 1
         self.consumer = CompletionQueueConsumer(self.ring)
         try:
-            reply, _ = ctx.conn.call("create_cq", fds=[self.ring.fd], cqe=self.cqe,
+            reply, _ = ctx.conn.call("create_cq", fds=[self.ring.fd], cqe=cqe,
                                      channel=channel.handle if channel else None)
         except PyverbsRDMAError:
             self.ring.close()
@@ -96,6 +97,8 @@ class CompletionQueue:
         self.closed = False
 
     def req_notify(self, solicited_only: bool = False) -> None:
+        if self.closed:                             # pyverbs: a closed object's use is a PyverbsError
+            raise PyverbsError("Failed to request notification: the CQ is closed")
         self.consumer.req_notify(bool(solicited_only))
 
     def ack_events(self, num_events: int) -> None:

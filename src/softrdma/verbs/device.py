@@ -219,16 +219,18 @@ class Context:
         guid = self.node_guid.replace(":", "")
         return DeviceAttr({
             "fw_version": "0.0.0", "node_guid": self.node_guid, "sys_image_guid": self.node_guid,
-            "max_mr_size": (1 << 64) - 1, "page_size_cap": 0xFFFFF000, "vendor_id": 0xFFFFFF,
+            "max_mr_size": a.get("max_mr_size", (1 << 64) - 1), "page_size_cap": 0xFFFFF000, "vendor_id": 0xFFFFFF,
             "vendor_part_id": 0, "hw_ver": 0, "max_qp": a["max_qp"], "max_qp_wr": a["max_qp_wr"],
-            "device_cap_flags": 0, "max_sge": a["max_sge"], "max_sge_rd": a["max_sge"], "max_cq": 1 << 16,
-            "max_cqe": (1 << 15) - 1, "max_mr": 1 << 16, "max_pd": 1 << 16,
+            "device_cap_flags": 0, "max_sge": a["max_sge"], "max_sge_rd": a["max_sge"],
+            "max_cq": a.get("max_cq", 1 << 16), "max_cqe": a.get("max_cqe", (1 << 15) - 1),
+            "max_mr": a.get("max_mr", 1 << 16), "max_pd": a.get("max_pd", 1 << 16),
             "max_qp_rd_atom": a["max_qp_rd_atom"], "max_ee_rd_atom": 0, "max_res_rd_atom": 0,
             "max_qp_init_rd_atom": a["max_qp_init_rd_atom"], "max_ee_init_rd_atom": 0, "atomic_caps": 1,
-            "max_ee": 0, "max_rdd": 0, "max_mw": 1 << 16, "max_raw_ipv6_qp": 0, "max_raw_ethy_qp": 0,
+            "max_ee": 0, "max_rdd": 0, "max_mw": a.get("max_mw", 1 << 16), "max_raw_ipv6_qp": 0, "max_raw_ethy_qp": 0,
             "max_mcast_grp": MAX_MCAST_GRP, "max_mcast_qp_attach": MAX_MCAST_QP_ATTACH,
             "max_total_mcast_qp_attach": MAX_TOTAL_MCAST_QP_ATTACH,
-            "max_ah": 1 << 15, "max_fmr": 0, "max_map_per_fmr": 0, "max_srq": 1 << 16,
+            "max_ah": a.get("max_ah", 1 << 15), "max_fmr": 0, "max_map_per_fmr": 0,
+            "max_srq": a.get("max_srq", 1 << 16),
             "max_srq_wr": a["max_qp_wr"], "max_srq_sge": a["max_sge"], "max_pkeys": 1, "local_ca_ack_delay": 15,
             "phys_port_cnt": 1, "guid": guid})
 

@@ -19,6 +19,10 @@ class MR:
                                    " memory it allocates (MR(pd, length, access))", errno.EOPNOTSUPP)
         if length <= 0:
             raise PyverbsRDMAError("Failed to register a MR", errno.EINVAL)
+        max_size = pd.ctx._attr.get("max_mr_size")
+        if max_size is not None and length > max_size:     # before allocating it (the daemon checks too)
+            raise PyverbsRDMAError(f"Failed to register a MR: {length} bytes, above the device's max_mr_size"
+                                   f" ({max_size})", errno.EINVAL)
         self.pd = pd
         self.length = length
         self.access = int(access)

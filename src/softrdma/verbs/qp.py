@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import struct
 
 from ..device import abi
 from ..device.queues import WorkQueueProducer
@@ -28,7 +29,7 @@ from ..enums import (
     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
     IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
-    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_attr_mask,
+    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_attr_mask, ibv_wr_opcode,
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
 from .addr import GID, AHAttr
@@ -38,6 +39,10 @@ from .errors import PyverbsRDMAError
 from .wr import inc_rkey
 
 _IMM_OPS = (IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM)
+# every ibv_wr_opcode: anything else is EINVAL at post time (the provider's
+# validate_send_wr); what the QP type cannot do completes in error
+_WR_OPCODES = frozenset(int(o) for o in ibv_wr_opcode)
+_U32_MAX = 0xFFFFFFFF
 _INV_OPS = (IBV_WR_SEND_WITH_INV, IBV_WR_LOCAL_INV)
 # mask bit -> QPAttr field sent to the daemon
 _FIELDS = [(int(b), b.name[len("IBV_QP_"):].lower()) for b in ibv_qp_attr_mask]
@@ -281,7 +286,10 @@ class QP:
             slot = self.rq_wq.next_slot()
             if slot is None:
                 raise PyverbsRDMAError("Failed to post receive: queue full", errno.ENOMEM)
-            abi.encode_recv_wqe(slot, wr.wr_id, [s.as_tuple() for s in wr.sg_list])
+            try:
+                abi.encode_recv_wqe(slot, wr.wr_id, [s.as_tuple() for s in wr.sg_list])
+            except (struct.error, TypeError, ValueError, OverflowError) as e:     # slot not committed: reused
+                raise PyverbsRDMAError(f"Failed to post receive: bad work request ({e})", errno.EINVAL) from None
             self.rq_wq.commit()
             wr = wr.next_wr
 
@@ -291,12 +299,16 @@ class QP:
                 self._post_bind(wr.wr_id, wr.send_flags, wr.mw, wr.rkey, wr.bind_info, bool(wr.sg_list))
                 wr = wr.next_wr
                 continue
+            if wr.opcode not in _WR_OPCODES:
+                raise PyverbsRDMAError(f"Failed to post send: unknown opcode {wr.opcode!r}", errno.EINVAL)
             sges = [s.as_tuple() for s in wr.sg_list]
             inline = None
             if wr.send_flags & _SEND_INLINE:
-                inline = b"".join(ctypes.string_at(a, n) for a, n, _ in sges)
-                if len(inline) > self.cap.max_inline_data:
+                # lengths first: string_at reads whatever it is told (-1: up to a NUL)
+                if any(type(n) is not int or not 0 <= n <= _U32_MAX for _, n, _ in sges) or \
+                        sum(n for _, n, _ in sges) > self.cap.max_inline_data:
                     raise PyverbsRDMAError("Failed to post send: inline data exceeds max_inline_data", errno.EINVAL)
+                inline = b"".join(ctypes.string_at(a, n) for a, n, _ in sges)
             elif len(sges) > self.cap.max_send_sge:
                 raise PyverbsRDMAError("Failed to post send: too many SGEs", errno.EINVAL)
             slot = self.sq_wq.next_slot()
@@ -308,10 +320,14 @@ class QP:
                 imm = wr.invalidate_rkey
             else:
                 imm = 0
-            abi.encode_send_wqe(slot, wr.wr_id, wr.opcode, wr.send_flags, sges, inline=inline, imm_data=imm,
-                                remote_addr=wr.remote_addr, rkey=wr.rkey, compare_add=wr.compare_add,
-                                swap=wr.swap, ah_handle=wr.ah.handle if wr.ah is not None else 0,
-                                remote_qpn=wr.remote_qpn, remote_qkey=wr.remote_qkey)
+            try:
+                abi.encode_send_wqe(slot, wr.wr_id, wr.opcode, wr.send_flags, sges, inline=inline, imm_data=imm,
+                                    remote_addr=wr.remote_addr, rkey=wr.rkey, compare_add=wr.compare_add,
+                                    swap=wr.swap, ah_handle=wr.ah.handle if wr.ah is not None else 0,
+                                    remote_qpn=wr.remote_qpn, remote_qkey=wr.remote_qkey)
+            except (struct.error, TypeError, ValueError, OverflowError) as e:     # slot not committed: reused
+                # a field out of its ibv_send_wr range (an SGE length < 0 or >= 2^32, ...)
+                raise PyverbsRDMAError(f"Failed to post send: bad work request ({e})", errno.EINVAL) from None
             self.sq_wq.commit()
             wr = wr.next_wr
 
