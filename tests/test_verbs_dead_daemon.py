@@ -1,0 +1,87 @@
+"""A dead softrdmad is noticed: after ``kill -9`` of the daemon, a client
+busy in any verbs call -- polling a CQ, posting onto a full send or
+receive queue, blocked on a completion channel or on the async event queue
+-- fails within a second with PyverbsRDMAError EIO, gets
+IBV_EVENT_DEVICE_FATAL, and every later verbs call on that context fails
+the same way (the kernel's uverbs disassociate: DEVICE_FATAL, then EIO).
+
+The data path makes no system call per poll or post, so the library checks
+the control socket for the daemon's hang-up only when it idles (every few
+dozen empty polls, at most every 50 ms, or when a queue is full); these
+tests show that this is soon enough."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from daemon_helpers import daemon_in_shm
+
+PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "dead_daemon_client.py")
+MODES = ["poll_cq", "poll_cqex", "post_send", "post_recv", "post_srq_recv", "get_cq_event", "get_async_event"]
+#: the bound the issue sets: one second from the kill to the error, as the
+#: client measures it (CLOCK_MONOTONIC is one clock for all processes).  The
+#: clients' loops idle-check every 50 ms; the rest is the time a busy
+#: 2-core machine takes to schedule them.
+LATENCY_S = 1.0
+
+
+def _read_line(proc: subprocess.Popen, deadline: float, mode: str) -> str:
+    """One line of the child's stdout, waiting until ``deadline`` at most."""
+    buf = b""
+    fd = proc.stdout.fileno()
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise AssertionError(f"{mode}: no line from the client in time (got {buf!r})")
+        b = os.read(fd, 1)
+        if not b:
+            raise AssertionError(f"{mode}: the client exited: {buf!r} {proc.stderr.read().decode()[-2000:]}")
+        buf += b
+    return buf.decode().strip()
+
+
+def test_every_busy_client_sees_eio_and_device_fatal_within_a_second():
+    with daemon_in_shm("dead") as d:
+        env = {**d.env, "SOFTRDMA_AUTOSTART": "0"}          # nothing may start a new daemon behind the test
+        procs = {}
+        try:
+            for mode in MODES:
+                procs[mode] = subprocess.Popen([sys.executable, PROGRAM, mode], env=env, stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 120                # Python start-up on a loaded 2-core machine
+            for mode, proc in procs.items():
+                assert _read_line(proc, deadline, mode) == "READY", mode
+            t_kill = time.monotonic()
+            d.stop(signal.SIGKILL)
+            deadline = time.monotonic() + 60                 # generous: the latency is asserted on t below
+            results = {mode: json.loads(_read_line(proc, deadline, mode)) for mode, proc in procs.items()}
+            for mode, proc in procs.items():
+                assert proc.wait(30) == 0, (mode, proc.stderr.read().decode()[-2000:])
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    fatal = results["poll_cq"]["fatal"]
+    report = {m: (round(r["t"] - t_kill, 3), r.get("errno", r.get("event"))) for m, r in results.items()}
+    print("detection latency after kill -9 (s), errno/event:", report)
+    for mode, r in results.items():
+        latency = r["t"] - t_kill
+        assert latency < LATENCY_S, (mode, latency, report)
+        if mode == "get_async_event":
+            assert r["event"] == fatal, (mode, r)
+            assert r["async"] == [errno.EIO], (mode, r)          # DEVICE_FATAL once, then EIO
+        else:
+            assert r["errno"] == errno.EIO, (mode, r)
+            assert r["async"] == [fatal, errno.EIO], (mode, r)
+        assert set(r["after"].values()) == {errno.EIO}, (mode, r["after"])
+        assert r["close"] == 0, (mode, r)
