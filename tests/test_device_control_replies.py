@@ -1,0 +1,136 @@
+"""Every request gets exactly one reply, with its own seq.
+
+softrdmad answers a request it cannot parse -- a non-finite number, bad
+JSON, a record too long, too many fds, a message in fragments -- with an
+errno reply carrying the request's seq whenever the raw record shows it,
+and with exactly one reply (the tail fragments of a refused message get
+none), so a client can always match it.  The case that hung:
+``softrdma rdma link set rxe0 faults delay 1e400s`` (JSON Infinity)."""
+
+from __future__ import annotations
+
+import array
+import errno
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from daemon_helpers import daemon_in_shm
+from softrdma.device.control import MAX_FDS, MAX_MSG, encode, recover_seq, recv_msg
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    with daemon_in_shm("replies") as d:
+        yield d
+
+
+class Raw:
+    def __init__(self, run_dir: str):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.s.connect(os.path.join(run_dir, "softrdmad.sock"))
+        self.s.settimeout(30)
+
+    def send(self, data: bytes, nfds: int = 0) -> None:
+        fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(nfds)]
+        try:
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+            self.s.sendmsg([data], anc)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def reply(self) -> dict:
+        while True:
+            msg, fds = recv_msg(self.s)
+            for fd in fds:
+                os.close(fd)
+            assert msg is not None, "the daemon closed the connection"
+            if "event" in msg and "seq" not in msg:
+                continue
+            return msg
+
+
+LINK_SET = b'{"op":"link_set","seq":SEQ,"name":"rxe0","faults":{"delay":%s}}'
+CASES = [
+    ("infinity", LINK_SET % b"Infinity", 0, errno.EINVAL),
+    ("minus-infinity", LINK_SET % b"-Infinity", 0, errno.EINVAL),
+    ("nan", LINK_SET % b"NaN", 0, errno.EINVAL),
+    ("1e400", LINK_SET % b"1e400", 0, errno.EINVAL),              # a float JSON reads as inf
+    ("-1e400", LINK_SET % b"-1e400", 0, errno.EINVAL),
+    ("seq-after-nan", b'{"op":"devices","x":NaN,"seq":SEQ}', 0, errno.EINVAL),
+    ("truncated-json", b'{"op":"devices","seq":SEQ,"x":[1,2', 0, errno.EINVAL),
+    ("bad-utf8", b'{"op":"devices","seq":SEQ,"x":"\xff\xfe"}', 0, errno.EINVAL),
+    ("too-long", b'{"op":"devices","seq":SEQ,"pad":"' + b"x" * MAX_MSG + b'"}', 0, errno.EMSGSIZE),
+    ("too-many-fds", b'{"op":"devices","seq":SEQ}', MAX_FDS + 1, errno.EINVAL),
+]
+
+
+@pytest.mark.parametrize("data,nfds,code", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_malformed_request_gets_one_reply_with_its_seq(daemon, data, nfds, code):
+    c = Raw(daemon.run_dir)
+    for seq in (7, 1 << 40):
+        c.send(data.replace(b"SEQ", str(seq).encode()), nfds)
+        c.send(b'{"op":"devices","seq":%d}' % (seq + 1))
+        r = c.reply()
+        assert (r["seq"], r["errno"]) == (seq, code), r
+        r = c.reply()                                  # the very next reply is the next request's
+        assert (r["seq"], r["errno"]) == (seq + 1, 0), r
+    c.s.close()
+
+
+def test_a_request_in_fragments_gets_one_reply(daemon):
+    """Requests are one record: a longer one is refused once, EMSGSIZE,
+    and its other fragments are no requests of their own."""
+    c = Raw(daemon.run_dir)
+    records = encode({"op": "devices", "seq": 11, "pad": 'q"\\' * MAX_MSG})
+    assert len(records) > 3
+    for rec in records:
+        c.send(rec)
+    c.send(b'{"op":"devices","seq":12}')
+    r = c.reply()
+    assert (r["seq"], r["errno"]) == (11, errno.EMSGSIZE), r
+    r = c.reply()
+    assert (r["seq"], r["errno"]) == (12, 0), r
+    c.s.close()
+
+
+def test_a_request_without_a_readable_seq_still_gets_one_reply(daemon):
+    c = Raw(daemon.run_dir)
+    for data in (b"garbage", b"[1,2]", b'{"op":"devices","seq":' + b"9" * 5000 + b"}",
+                 b'{"seq":1,"seq":2,', b'{"op":"devices","seq":1.5}'):
+        c.send(data)
+        c.send(b'{"op":"devices","seq":99}')
+        r = c.reply()
+        assert r["seq"] is None and r["errno"] == errno.EINVAL, (data[:40], r)
+        r = c.reply()
+        assert (r["seq"], r["errno"]) == (99, 0), (data[:40], r)
+    c.s.close()
+
+
+def test_recover_seq():
+    assert recover_seq(b'{"op":"x","seq":5,"d":Infinity}') == 5
+    assert recover_seq(b'{"op":"x","seq":"abc","d":NaN}') == "abc"
+    assert recover_seq(b'{"op":"x", "seq" : -3, "d":[') == -3
+    assert recover_seq(b'{"frag":0,"of":3,"part":"{\\"op\\":\\"x\\",\\"seq\\":42,\\"pad\\":\\""}') == 42
+    assert recover_seq(b'{"frag":0,"of":3,"part":"{\\"op\\":\\"x\\",\\"seq\\":42') == 42     # truncated too
+    assert recover_seq(b'{"seq":1,"a":{"seq":2},') is None                                   # ambiguous
+    assert recover_seq(b'{"seq":1.5,') is None
+    assert recover_seq(b'{"seq":' + b"9" * 30 + b",") is None
+    assert recover_seq(b'{"seq":[1]}') is None
+    assert recover_seq(b"\xff" * 10) is None
+
+
+@pytest.mark.parametrize("delay", ["1e400s", "1e999ms"])
+def test_rdma_link_set_with_a_non_finite_delay_fails_at_once(daemon, delay):
+    """It waited for ever for a reply it could not match."""
+    out = subprocess.run([sys.executable, "-m", "softrdma", "rdma", "link", "set", "rxe0", "faults", "delay", delay],
+                         env={**daemon.env, "SOFTRDMA_AUTOSTART": "0"}, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) in (1, 2) and "Traceback" not in out.stderr, out.stderr
+    assert "Invalid argument" in out.stderr or "finite" in out.stderr, out.stderr
