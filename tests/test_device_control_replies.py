@@ -134,3 +134,49 @@ def test_rdma_link_set_with_a_non_finite_delay_fails_at_once(daemon, delay):
     lines = out.stderr.strip().splitlines()
     assert len(lines) in (1, 2) and "Traceback" not in out.stderr, out.stderr
     assert "Invalid argument" in out.stderr or "finite" in out.stderr, out.stderr
+
+
+def test_threads_sharing_a_context_each_get_their_own_replies(daemon, monkeypatch):
+    """One thread waits for async events while others make requests on the
+    same connection: nobody reads another's reply (a reply read by the
+    event reader was lost, and its caller waited or saw the device gone)."""
+    import threading
+
+    from softrdma.verbs import device, pd
+    from softrdma.verbs.errors import PyverbsRDMAError
+    monkeypatch.setenv("SOFTRDMA_RUN", daemon.run_dir)
+    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+    ctx = device.Context(name="rxe0")
+    stop = threading.Event()
+    errors = []
+
+    def events():
+        while not stop.is_set():
+            try:
+                ctx.get_async_event(timeout=0.001)
+            except PyverbsRDMAError as e:
+                if e.error_code != errno.EAGAIN:
+                    errors.append(e)
+                    return
+
+    def requests():
+        try:
+            for _ in range(150):
+                assert ctx.query_port(1).state is not None
+                pd.PD(ctx).close()
+        except Exception as e:                      # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    waiter = threading.Thread(target=events)
+    callers = [threading.Thread(target=requests) for _ in range(2)]
+    waiter.start()
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(120)
+    stop.set()
+    waiter.join(30)
+    assert not waiter.is_alive() and not any(t.is_alive() for t in callers)
+    assert not errors, errors
+    assert not ctx.conn.dead
+    ctx.close()

@@ -85,3 +85,55 @@ def test_every_busy_client_sees_eio_and_device_fatal_within_a_second():
             assert r["async"] == [fatal, errno.EIO], (mode, r)
         assert set(r["after"].values()) == {errno.EIO}, (mode, r["after"])
         assert r["close"] == 0, (mode, r)
+
+
+def test_a_daemon_that_stops_answering_is_a_bounded_wait(monkeypatch):
+    """A stopped daemon (SIGSTOP) does not answer: the call fails with
+    ETIMEDOUT after REPLY_TIMEOUT_S (shortened here), and the device counts
+    as gone, as for a dead daemon."""
+    from softrdma.enums import IBV_EVENT_DEVICE_FATAL
+    from softrdma.verbs import connection, device, pd
+    from softrdma.verbs.errors import PyverbsRDMAError
+    monkeypatch.setattr(connection, "REPLY_TIMEOUT_S", 1.0)
+    with daemon_in_shm("stopped") as d:
+        monkeypatch.setenv("SOFTRDMA_RUN", d.run_dir)
+        monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+        ctx = device.Context(name="rxe0")
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(PyverbsRDMAError) as e:
+                pd.PD(ctx)
+            waited = time.monotonic() - t0
+            assert e.value.error_code == errno.ETIMEDOUT
+            assert 1.0 <= waited < 10.0, waited
+            assert ctx.get_async_event(timeout=0)["event"] == IBV_EVENT_DEVICE_FATAL
+            with pytest.raises(PyverbsRDMAError) as e:
+                pd.PD(ctx)
+            assert e.value.error_code == errno.EIO
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        ctx.close()
+
+
+def test_teardown_right_after_the_daemon_died_works(monkeypatch):
+    """Destroying objects of a context whose daemon just died succeeds (there
+    is nothing left to destroy), also before the library noticed the death."""
+    from softrdma.enums import IBV_QPT_UD
+    from softrdma.verbs import cq, device, mr, pd, qp, srq
+    with daemon_in_shm("teardown") as d:
+        monkeypatch.setenv("SOFTRDMA_RUN", d.run_dir)
+        monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+        ctx = device.Context(name="rxe0")
+        p = pd.PD(ctx)
+        m = mr.MR(p, 4096, 15)
+        ch = cq.CompChannel(ctx)
+        c = cq.CQ(ctx, 8, channel=ch)
+        s = srq.SRQ(p, srq.SrqInitAttr())
+        q = qp.QP(p, qp.QPInitAttr(IBV_QPT_UD, scq=c, rcq=c))
+        d.stop(signal.SIGKILL)
+        assert not ctx.conn.dead                      # nothing asked yet
+        q.close()
+        assert ctx.conn.dead
+        for obj in (s, c, ch, m, p, ctx):
+            obj.close()

@@ -169,6 +169,17 @@ class Connection:
         _close(got[want_fds:])
         return Reply(msg), got[:want_fds]
 
+    def destroy(self, op: str, **kw) -> None:
+        """A destroy/dealloc request: once the daemon is gone there is
+        nothing left to destroy, and it succeeds (as after a disassociate)."""
+        if self.dead:
+            return
+        try:
+            self.call(op, **kw)
+        except PyverbsRDMAError:
+            if not self.dead:
+                raise
+
     def _exchange(self, request: dict, fds, seq: int) -> tuple[dict, list[int]]:
         """Send ``request``; its reply.  TimeoutError past REPLY_TIMEOUT_S;
         OSError or ControlError when the connection broke or carried

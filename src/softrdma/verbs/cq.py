@@ -70,8 +70,8 @@ class CompChannel:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            if not self.ctx.closed and not self.ctx.conn.dead:
-                self.ctx.conn.call("destroy_comp_channel", channel=self.handle)
+            if not self.ctx.closed:
+                self.ctx.conn.destroy("destroy_comp_channel", channel=self.handle)
             self.sock.close()
 
 
@@ -125,8 +125,8 @@ class CompletionQueue:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            if not self.ctx.closed and not self.ctx.conn.dead:
-                self.ctx.conn.call("destroy_cq", cq=self.handle)
+            if not self.ctx.closed:
+                self.ctx.conn.destroy("destroy_cq", cq=self.handle)
             if self.channel is not None:
                 self.channel._cqs.pop(self.handle, None)
             self.ring.close()

@@ -372,8 +372,8 @@ class QP:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            if not self.ctx.closed and not self.ctx.conn.dead:
-                self.ctx.conn.call("destroy_qp", qp=self.handle)
+            if not self.ctx.closed:
+                self.ctx.conn.destroy("destroy_qp", qp=self.handle)
             self._release()
 
 

@@ -65,7 +65,7 @@ class SRQ:
         if not self.closed:
             self.closed = True
             ctx = self.pd.ctx
-            if not ctx.closed and not ctx.conn.dead:
-                ctx.conn.call("destroy_srq", srq=self.handle)
+            if not ctx.closed:
+                ctx.conn.destroy("destroy_srq", srq=self.handle)
             os.close(self.doorbell)
             self.ring.close()
