@@ -7,7 +7,7 @@ the same way (the kernel's uverbs disassociate: DEVICE_FATAL, then EIO).
 
 The data path makes no system call per poll or post, so the library checks
 the control socket for the daemon's hang-up only when it idles (every few
-dozen empty polls, at most every 50 ms, or when a queue is full); these
+empty polls, at most every 50 ms, or when a queue is full); these
 tests show that this is soon enough."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ REPLY_TIMEOUT_S = 60.0
 LIVENESS_INTERVAL_S = 0.05
 #: empty polls of a CQ between two looks at the clock (an empty poll
 #: yields the core, so on a busy machine each may take a scheduler slice)
-IDLE_POLLS = 32
+IDLE_POLLS = 8
 #: records one look at the socket reads at most (a peer that floods it
 #: cannot keep the caller)
 MAX_PENDING = 4096
