@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import errno
+import json
 import os
 import socket
 import subprocess
@@ -19,7 +20,7 @@ import sys
 import pytest
 
 from daemon_helpers import daemon_in_shm
-from softrdma.device.control import MAX_FDS, MAX_MSG, encode, recover_seq, recv_msg
+from softrdma.device.control import MAX_FDS, MAX_MSG, ControlError, encode, recover_seq, recv_msg
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +102,12 @@ def test_a_request_in_fragments_gets_one_reply(daemon):
 def test_a_request_without_a_readable_seq_still_gets_one_reply(daemon):
     c = Raw(daemon.run_dir)
     for data in (b"garbage", b"[1,2]", b'{"op":"devices","seq":' + b"9" * 5000 + b"}",
-                 b'{"seq":1,"seq":2,', b'{"op":"devices","seq":1.5}'):
+                 b'{"seq":1,"seq":2,', b'{"op":"devices","seq":1.5}', b'{"frag":0,"of":3,"part":"\\ud800"}',
+                 b'{"frag":0,"of":3,"part":"\\udfff\\"seq\\":"', b'{"frag":0,"of":3,"part":"\\ud800",'):
         c.send(data)
         c.send(b'{"op":"devices","seq":99}')
         r = c.reply()
-        assert r["seq"] is None and r["errno"] == errno.EINVAL, (data[:40], r)
+        assert r["seq"] is None and r["errno"] in (errno.EINVAL, errno.EMSGSIZE), (data[:40], r)
         r = c.reply()
         assert (r["seq"], r["errno"]) == (99, 0), (data[:40], r)
     c.s.close()
@@ -180,3 +182,42 @@ def test_threads_sharing_a_context_each_get_their_own_replies(daemon, monkeypatc
     assert not errors, errors
     assert not ctx.conn.dead
     ctx.close()
+
+
+def _records():
+    from hypothesis import strategies as st
+    text = st.one_of(st.text(st.characters(blacklist_categories=()), max_size=30),
+                     st.text(st.sampled_from(["\ud800", "\udfff", '"', "\\", "a", "\u00e9"]), max_size=8))
+    value = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), text, st.lists(st.integers(), max_size=3))
+    obj = st.dictionaries(st.sampled_from(["op", "seq", "frag", "of", "part", "x"]), value, max_size=5)
+    frag = st.fixed_dictionaries({"frag": st.sampled_from([0, 1, -1, "0", None, True, 0.0]),
+                                  "of": st.one_of(st.integers(-1, 5), value), "part": st.one_of(text, value)},
+                                 optional={"seq": value})
+    as_json = st.one_of(obj, frag).map(lambda d: json.dumps(d).encode())
+    cut = st.tuples(as_json, st.integers(0, 200)).map(lambda t: t[0][:t[1]])
+    return st.one_of(as_json, cut, st.binary(max_size=200))
+
+
+def test_no_record_makes_the_request_reader_raise_anything_but_control_error():
+    """What the daemon's reader does with a record: a message, or a
+    ControlError (with a seq when one shows) -- never another exception,
+    which would end the daemon's loop."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=1500, deadline=None)
+    @given(_records())
+    def check(data):
+        seq = recover_seq(data)
+        assert seq is None or type(seq) in (int, str)
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            a.send(data)
+            b.setblocking(False)
+            try:
+                recv_msg(b, max_bytes=MAX_MSG)
+            except ControlError:
+                pass
+        finally:
+            a.close()
+            b.close()
+    check()

@@ -109,7 +109,8 @@ def recover_seq(data: bytes):
 def _seq_of(msg: dict):
     part = msg.get("part")
     if "frag" in msg and isinstance(part, str):          # a first fragment: the seq is in its text
-        return _seq_in_text(part.encode())
+        # (which may hold anything JSON can escape, a lone surrogate too)
+        return _seq_in_text(part.encode("utf-8", "surrogatepass"))
     seq = msg.get("seq")
     return seq if valid_seq(seq) else None
 
