@@ -137,3 +137,51 @@ def test_teardown_right_after_the_daemon_died_works(monkeypatch):
         assert ctx.conn.dead
         for obj in (s, c, ch, m, p, ctx):
             obj.close()
+
+
+def test_completion_events_queued_before_the_death_are_still_read(monkeypatch):
+    """As ib_uverbs_event_read: a channel whose device is gone hands out the
+    events it already holds, then fails with EIO (never waits)."""
+    from softrdma.enums import IBV_QPT_UD, IBV_WC_SUCCESS, IBV_WR_SEND
+    from softrdma.verbs import addr, cq, device, mr, pd, qp, wr
+    from softrdma.verbs.errors import PyverbsRDMAError
+    with daemon_in_shm("queued") as d:
+        monkeypatch.setenv("SOFTRDMA_RUN", d.run_dir)
+        monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+        ctx = device.Context(name="rxe0")
+        p = pd.PD(ctx)
+        m = mr.MR(p, 4096, 15)
+        ch = cq.CompChannel(ctx)
+        c = cq.CQ(ctx, 8, channel=ch)
+        q = qp.QP(p, qp.QPInitAttr(IBV_QPT_UD, scq=c, rcq=c), qp.QPAttr())     # UD, to RTS (qkey 0)
+        gi = next(i for i in range(8) if str(ctx.query_gid(1, i)).startswith("0000:0000:0000:0000:0000:ffff"))
+        ah = addr.AH(p, addr.AHAttr(gr=addr.GlobalRoute(dgid=ctx.query_gid(1, gi), sgid_index=gi), is_global=1,
+                                    port_num=1))
+        q.post_recv(wr.RecvWR(1, 1, [wr.SGE(m.buf, 256, m.lkey)]))
+        c.req_notify()
+        send = wr.SendWR(2, IBV_WR_SEND, 1, sg=[wr.SGE(m.buf + 1024, 16, m.lkey)])
+        send.set_wr_ud(ah, q.qp_num, 0)
+        q.post_send(send)
+        assert ch.get_cq_event(c, timeout=30) is c                # the channel works
+        c.ack_events(1)
+        got = []
+        end = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < end:
+            got += c.poll(2)[1]
+        assert sorted(w.status for w in got) == [IBV_WC_SUCCESS] * 2
+        c.req_notify()
+        q.post_recv(wr.RecvWR(3, 1, [wr.SGE(m.buf, 256, m.lkey)]))
+        q.post_send(send)
+        r, _, _ = select.select([ch.fd], [], [], 30)              # the next event is queued, unread
+        assert r
+        d.stop(signal.SIGKILL)
+        with pytest.raises(PyverbsRDMAError) as e:
+            while True:
+                c.poll()                                          # until the library notices
+        assert e.value.error_code == errno.EIO
+        assert ch.get_cq_event(c) is c                            # what was queued, then
+        with pytest.raises(PyverbsRDMAError) as e:
+            ch.get_cq_event(c)                                    # EIO, at once
+        assert e.value.error_code == errno.EIO
+        for obj in (q, ah, c, ch, m, p, ctx):
+            obj.close()

@@ -47,14 +47,17 @@ class CompChannel:
 
     def get_cq_event(self, expected_cq=None, timeout: float | None = None):
         conn = self.ctx.conn
-        if conn.dead:
-            raise gone_error("get CQ event")
-        self.sock.settimeout(timeout)
+        dead = conn.dead
+        # once the device is gone: the events already queued, then EIO (as
+        # ib_uverbs_event_read), never a wait
+        self.sock.settimeout(0.0 if dead else timeout)
         try:
             data = self.sock.recv(4)
         except socket.timeout:
             raise PyverbsRDMAError("Failed to get CQ event: timed out", errno.EAGAIN) from None
         except OSError as e:
+            if dead:
+                raise gone_error("get CQ event") from None
             raise PyverbsRDMAError(f"Failed to get CQ event: {e.strerror}", e.errno or errno.EIO) from None
         if len(data) != 4:                          # the daemon is gone: the channel closed
             conn.lost()
