@@ -185,3 +185,50 @@ def test_completion_events_queued_before_the_death_are_still_read(monkeypatch):
         assert e.value.error_code == errno.EIO
         for obj in (q, ah, c, ch, m, p, ctx):
             obj.close()
+
+
+def _listening(port: int) -> bool:
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(name).read().splitlines()[1:]
+        except OSError:
+            continue
+        if any(r.split()[3] == "0A" and int(r.split()[1].rsplit(":", 1)[1], 16) == port for r in rows):
+            return True
+    return False
+
+
+def test_a_tool_whose_daemon_dies_ends_with_one_line():
+    """ib_send_bw in the middle of its run: both sides end (they hung) with
+    the error in one line, no traceback."""
+    import socket
+    with daemon_in_shm("tool") as d:
+        env = {**d.env, "SOFTRDMA_AUTOSTART": "0", "SOFTRDMA_PROGRESS": "0"}
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [sys.executable, "-m", "softrdma", "ib_send_bw", "-d", "rxe0", "-D", "120", "-p", str(port)]
+        procs = []
+        try:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            end = time.monotonic() + 60
+            while not _listening(port):
+                assert procs[0].poll() is None and time.monotonic() < end, "the server never listened"
+                time.sleep(0.02)
+            procs.append(subprocess.Popen(cmd + ["127.0.0.1"], env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE))
+            deadline = time.monotonic() + 60
+            while "#bytes" not in _read_line(procs[1], deadline, "ib_send_bw client"):   # the run has begun
+                pass
+            d.stop(signal.SIGKILL)
+            for p in procs:
+                out, err = p.communicate(timeout=60)
+                err = err.decode()
+                assert p.returncode == 1, (p.args, p.returncode, err)
+                assert "Traceback" not in err, err
+                assert err.strip().splitlines()[-1].startswith("ib_send_bw: Failed to poll CQ: the device is gone"), err
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
