@@ -256,7 +256,7 @@ def test_daemon_death_is_device_fatal_not_a_hang(daemon):
     daemon.stop(signal.SIGKILL)
     with pytest.raises(PyverbsRDMAError) as e:
         pd_m.PD(ctx)
-    assert e.value.error_code == errno.ENODEV
+    assert e.value.error_code == errno.EIO            # as after the kernel's disassociate
     ev = ctx.get_async_event(timeout=1)
     assert ev["event"] == IBV_EVENT_DEVICE_FATAL
     assert time.monotonic() - t0 < 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 
@@ -40,12 +41,18 @@ def main(argv: list[str] | None = None) -> int:
         except ModuleNotFoundError as e:
             print(f"softrdma: {argv[0]} is not built yet ({e.name})", file=sys.stderr)
             return 1
+        from .verbs.errors import PyverbsRDMAError
         try:
             return mod.main(argv[1:], prog=argv[0])
         except KeyboardInterrupt:
             return 130
         except BrokenPipeError:
             return 141
+        except PyverbsRDMAError as e:
+            if e.error_code not in (errno.EIO, errno.ETIMEDOUT):      # the device is gone: say so, in one line
+                raise
+            print(f"{argv[0]}: {e}", file=sys.stderr)
+            return 1
     if not argv:
         parser.print_usage(sys.stderr)
         print("softrdma: error: a command is required (softrdma --help lists them)", file=sys.stderr)

@@ -15,6 +15,12 @@ The sender writes the fragments of one message back to back (nothing is
 sent between them), and ``recv_msg`` returns the whole message.  Who
 reassembles decides how much it accepts (``max_bytes``): the daemon takes
 requests of one record only, the library takes replies of any size.
+
+Numbers are finite: a record with NaN, Infinity or a float that overflows
+(``1e400``) is malformed.  A malformed record still names its request when
+its ``seq`` can be read from the raw bytes (``ControlError.seq``), so that
+every request gets its one reply; the tail fragments of a message that was
+refused (``ControlError.fragment``) are no requests and get none.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 import array
 import errno
 import json
+import math
 import os
+import re
 import select
 import socket
 
@@ -42,26 +50,75 @@ FRAG_TIMEOUT_S = 30.0
 
 class ControlError(ConnectionError):
     """The control connection broke or carried garbage.  ``errno``: EINVAL
-    for a record that is no JSON object, EMSGSIZE for one too long."""
+    for a record that is no JSON object, EMSGSIZE for one too long.
+    ``seq``: the request's seq as far as the raw record tells it (None if
+    it does not); ``fragment``: the record is a later fragment of a message
+    (the first one was answered already)."""
 
-    def __init__(self, msg: str, code: int = errno.EINVAL):
+    def __init__(self, msg: str, code: int = errno.EINVAL, seq=None, fragment: bool = False):
         super().__init__(code, msg)
+        self.seq = seq
+        self.fragment = fragment
+
+
+def valid_seq(seq) -> bool:
+    """What a request may use as its seq (echoed in the reply): an integer
+    of at most 64 bits or a short string."""
+    return (type(seq) is int and -(1 << 63) <= seq < 1 << 64) or (isinstance(seq, str) and len(seq) <= 64)
 
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return v
+
+
 def _loads(data) -> dict:
-    """A JSON object (ValueError otherwise: bad JSON, NaN/Infinity, nesting
-    too deep, not an object)."""
+    """A JSON object (ValueError otherwise: bad JSON, NaN/Infinity or a
+    float out of range, nesting too deep, not an object)."""
     try:
-        msg = json.loads(data, parse_constant=_reject_constant)
+        msg = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
         raise ValueError("nested too deeply") from None
     if not isinstance(msg, dict):
         raise ValueError("not an object")
     return msg
+
+
+# "seq": <integer> in raw JSON text, also as it appears escaped inside a
+# fragment's "part" string; the digits must end there (no 5000-digit number)
+_SEQ_RE = re.compile(rb'\\?"seq\\?"\s*:\s*(-?\d{1,20})(?![\d.eE])')
+
+
+def recover_seq(data: bytes):
+    """The seq of the request in ``data``, a record that is not a valid
+    message (bad JSON, a non-finite number, truncated, a fragment), or None
+    if the record does not tell it unambiguously."""
+    try:
+        msg = json.loads(data, parse_constant=lambda _: None)
+    except (ValueError, RecursionError):
+        return _seq_in_text(data)
+    return _seq_of(msg) if isinstance(msg, dict) else None
+
+
+def _seq_of(msg: dict):
+    part = msg.get("part")
+    if "frag" in msg and isinstance(part, str):          # a first fragment: the seq is in its text
+        # (which may hold anything JSON can escape, a lone surrogate too)
+        return _seq_in_text(part.encode("utf-8", "surrogatepass"))
+    seq = msg.get("seq")
+    return seq if valid_seq(seq) else None
+
+
+def _seq_in_text(data: bytes):
+    found = {int(m) for m in _SEQ_RE.findall(bytes(data[:MAX_MSG]))}
+    seq = found.pop() if len(found) == 1 else None
+    return seq if valid_seq(seq) else None
 
 
 def encode(msg: dict) -> list[bytes]:
@@ -116,13 +173,14 @@ def recv_msg(sock: socket.socket, max_bytes: int = MAX_REASSEMBLED) -> tuple[dic
         return None, []
     try:
         if flags & socket.MSG_CTRUNC:
-            raise ControlError(f"more than {MAX_FDS} fds or a truncated control message", errno.EINVAL)
+            raise ControlError(f"more than {MAX_FDS} fds or a truncated control message", errno.EINVAL,
+                               recover_seq(data))
         if flags & socket.MSG_TRUNC:
-            raise ControlError(f"record longer than {MAX_MSG} bytes", errno.EMSGSIZE)
+            raise ControlError(f"record longer than {MAX_MSG} bytes", errno.EMSGSIZE, recover_seq(data))
         try:
             msg = _loads(data)
         except ValueError as e:
-            raise ControlError(f"malformed control message: {e}") from None
+            raise ControlError(f"malformed control message: {e}", errno.EINVAL, recover_seq(data)) from None
         if "frag" in msg:
             msg = _reassemble(sock, msg, fds, max_bytes)
     except BaseException:
@@ -135,15 +193,20 @@ def _reassemble(sock: socket.socket, first: dict, fds: list[int], max_bytes: int
     """The message whose first fragment is ``first``: read the rest (their
     fds join ``fds``)."""
     n = first.get("of")
-    if first.get("frag") != 0 or type(n) is not int or not isinstance(first.get("part"), str) or n < 2:
-        raise ControlError("malformed control message: bad first fragment")
+    i = first.get("frag")
+    if type(i) is int and i != 0:
+        raise ControlError("a fragment without the message's first one", fragment=True)
+    seq = _seq_of(first)
+    if i != 0 or type(n) is not int or not isinstance(first.get("part"), str) or n < 2:
+        raise ControlError("malformed control message: bad first fragment", errno.EINVAL, seq)
     if max_bytes <= MAX_MSG or n > max_bytes // FRAG_CHARS + 1:
-        raise ControlError(f"message longer than {max_bytes} bytes", errno.EMSGSIZE)
+        raise ControlError(f"message longer than {max_bytes} bytes", errno.EMSGSIZE, seq)
     parts = [first["part"]]
     size = len(parts[0])
     while len(parts) < n:
-        if sock.gettimeout() is not None:        # non-blocking or with a timeout: wait for the rest
-            ready, _, _ = select.select([sock], [], [], FRAG_TIMEOUT_S)
+        timeout = sock.gettimeout()
+        if timeout is not None:                  # non-blocking or with a timeout: wait for the rest
+            ready, _, _ = select.select([sock], [], [], min(timeout, FRAG_TIMEOUT_S) or FRAG_TIMEOUT_S)
             if not ready:
                 raise ControlError("message fragments stopped coming")
         data, more_fds, flags = _recv_record(sock)

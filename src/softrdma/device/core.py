@@ -97,12 +97,14 @@ class DevCQ:
 
 
 class DevChannel:
-    """A completion channel: a datagram socketpair; the daemon writes the
-    handle of the CQ that fired, ``get_cq_event`` reads it."""
+    """A completion channel: a SEQPACKET socketpair; the daemon writes the
+    handle of the CQ that fired, ``get_cq_event`` reads it.  SEQPACKET, not
+    datagrams: the application's end sees the daemon's end close (EOF,
+    POLLHUP), as a uverbs channel reports its device gone."""
 
     def __init__(self, handle: int):
         self.handle = handle
-        self.ours, self.theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.ours, self.theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ours.setblocking(False)
 
     def signal(self, cq_handle: int) -> None:

@@ -39,7 +39,7 @@ from . import abi
 from . import request as rq
 from .capture import BOTH, Capture
 from .cm_commands import CmCommands
-from .control import MAX_MSG, ControlError, encode, recv_msg
+from .control import MAX_MSG, ControlError, encode, recv_msg, valid_seq
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from .faults import FaultSettings
 from .net import gid_to_ip
@@ -637,7 +637,8 @@ class Daemon(StatCommands, CmCommands):
         try:
             msg, fds = recv_msg(client.sock, max_bytes=MAX_MSG)
         except ControlError as e:                   # garbage, or too long: say so, keep the connection
-            client.send({"seq": None, "errno": e.errno, "msg": e.strerror})
+            if not e.fragment:                      # (the rest of a refused message was answered with it)
+                client.send({"seq": e.seq, "errno": e.errno, "msg": e.strerror})
             return
         except (BlockingIOError, InterruptedError):
             return
@@ -666,8 +667,7 @@ class Daemon(StatCommands, CmCommands):
         """The reply to one request, never an exception: every failure is
         an errno reply (``out_fds``, new fds the reply carries, belong to it)."""
         seq = msg.get("seq")
-        if not (seq is None or (type(seq) is int and -(1 << 63) <= seq < 1 << 64)
-                or (isinstance(seq, str) and len(seq) <= 64)):
+        if not (seq is None or valid_seq(seq)):
             return {"seq": None, "errno": errno.EINVAL, "msg": "bad request: seq must be an integer"}, []
         try:
             reply, out_fds = self.command(client, msg, fds)

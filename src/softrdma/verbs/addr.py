@@ -91,4 +91,4 @@ class AH:
         if not self.closed:
             self.closed = True
             if not self.pd.ctx.closed:
-                self.pd.ctx.conn.call("destroy_ah", ah=self.handle)
+                self.pd.ctx.conn.destroy("destroy_ah", ah=self.handle)

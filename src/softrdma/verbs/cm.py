@@ -116,7 +116,7 @@ class EventChannel:
                 if rec.get("event") == "cm":
                     return rec
             if conn.dead:
-                raise _err("Failed to get CM event", errno.ENODEV, "softrdmad is gone")
+                raise _err("Failed to get CM event", errno.EIO, "softrdmad is gone")
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None

@@ -1,11 +1,22 @@
 """The library's end of one control connection (one per Context).
 
-Requests are synchronous: ``call`` sends one and waits for the reply with
-the same ``seq``; async-event records that arrive meanwhile are queued for
-``Context.get_async_event``.  A reply's errno becomes
-``PyverbsRDMAError(msg, errno)``; a broken connection (the daemon died)
-becomes ``PyverbsRDMAError(..., ENODEV)`` and an IBV_EVENT_DEVICE_FATAL in
-the event queue.
+Requests are synchronous, one at a time (a lock serializes threads):
+``call`` sends one and waits for its reply, the record with the same
+``seq``; async-event records that arrive meanwhile are queued for
+``Context.get_async_event``, replies to older requests are dropped.  An
+error reply without a seq (the daemon could not read the request well
+enough to tell) answers the one request outstanding.  A reply's errno
+becomes ``PyverbsRDMAError(msg, errno)``.
+
+The daemon is gone when the connection breaks: its end closed (the
+process died), a record that is no message arrived, or no reply came
+within ``REPLY_TIMEOUT_S``.  As with the kernel's disassociate, the
+context then gets IBV_EVENT_DEVICE_FATAL and every verbs call on it fails
+with EIO: ``call`` at once, and the shared queues registered with
+``track`` (CQs, QPs, SRQs) are switched to ``Gone``, which raises on any
+use.  The data path makes no system call per poll or post, so it asks
+``check_alive`` only when it idles (an empty CQ, a full queue): one
+poll(2) for the socket's hang-up, at most every ``LIVENESS_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -13,11 +24,54 @@ from __future__ import annotations
 import collections
 import errno
 import os
+import select
 import socket
+import threading
+import time
+import weakref
 
 from ..device.control import ControlError, recv_msg, send_msg
 from ..enums import IBV_EVENT_DEVICE_FATAL
 from .errors import PyverbsRDMAError
+
+#: the longest ``call`` waits for its reply (a daemon that stopped
+#: answering is taken for gone; a dead one is noticed at once, by EOF)
+REPLY_TIMEOUT_S = 60.0
+#: the data path's idle check polls the socket at most this often
+LIVENESS_INTERVAL_S = 0.05
+#: empty polls of a CQ between two looks at the clock (an empty poll
+#: yields the core, so on a busy machine each may take a scheduler slice)
+IDLE_POLLS = 8
+#: records one look at the socket reads at most (a peer that floods it
+#: cannot keep the caller)
+MAX_PENDING = 4096
+
+_HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL | select.POLLRDHUP
+_GONE_MSG = "the device is gone (softrdmad exited)"
+
+
+def gone_error(what: str) -> PyverbsRDMAError:
+    return PyverbsRDMAError(f"Failed to {what}: {_GONE_MSG}", errno.EIO)
+
+
+class Gone:
+    """What a queue's producer or consumer becomes once the daemon is gone:
+    using it in any way (poll, post, arm) raises EIO."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __getattr__(self, name):
+        raise gone_error("request notify CQ" if name == "req_notify" else self.what)
+
+
+class Reply(dict):
+    """A reply: a field it lacks is a malformed reply (EIO), not a KeyError."""
+
+    def __missing__(self, key):
+        raise PyverbsRDMAError(f"malformed reply from softrdmad: no {key!r}", errno.EIO)
 
 
 class Connection:
@@ -29,72 +83,176 @@ class Connection:
         except OSError:
             self.sock.close()
             raise
+        # never blocking for ever: every wait is bounded (recv_msg's
+        # fragment wait included, which takes the socket's timeout)
+        self.sock.settimeout(REPLY_TIMEOUT_S)
         self._seq = 0
+        self._lock = threading.RLock()
+        self._hangup = select.poll()
+        self._hangup.register(self.sock, select.POLLRDHUP)
+        self._next_check = 0.0
+        self._tracked: weakref.WeakSet = weakref.WeakSet()
         self.events: collections.deque = collections.deque()
         self.dead = False
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def _fatal(self) -> None:
-        if not self.dead:
-            self.dead = True
-            self.events.append({"event": int(IBV_EVENT_DEVICE_FATAL)})
+    # ------------------------------------------------------------ liveness
+    def track(self, obj) -> None:
+        """``obj.device_gone()`` is called when the daemon is gone (its
+        shared queues then stop working)."""
+        self._tracked.add(obj)
 
-    def call(self, op: str, fds=(), **kw) -> tuple[dict, list[int]]:
+    def lost(self) -> None:
+        """The daemon is gone: read what events it sent before, then queue
+        IBV_EVENT_DEVICE_FATAL; stop every tracked queue."""
         if self.dead:
-            raise PyverbsRDMAError(f"{op}: the device is gone (softrdmad exited)", errno.ENODEV)
-        self._seq += 1
-        seq = self._seq
-        try:
-            send_msg(self.sock, {"op": op, "seq": seq, **kw}, fds)
-            while True:
-                msg, got = recv_msg(self.sock)
-                if msg is None:
-                    raise ConnectionResetError("daemon closed the connection")
-                if "event" in msg and "seq" not in msg:
-                    self.events.append(msg)
-                    continue
-                if msg.get("seq") != seq:
-                    for fd in got:
-                        os.close(fd)
-                    continue
-                break
-        except (OSError, ControlError) as e:
-            self._fatal()
-            raise PyverbsRDMAError(f"{op}: lost the connection to softrdmad ({e})", errno.ENODEV) from None
+            return
+        self.dead = True
+        for obj in list(self._tracked):
+            obj.device_gone()
+        if self._lock.acquire(blocking=False):        # (a thread in ``call`` reads them itself)
+            try:
+                self._read_pending()
+            finally:
+                self._lock.release()
+        self.events.append({"event": int(IBV_EVENT_DEVICE_FATAL)})
+
+    def check_alive(self, what: str = "poll CQ") -> None:
+        """EIO if the daemon is gone; looks (one poll(2), no read) at most
+        every LIVENESS_INTERVAL_S, so the data path may call it when idle."""
+        if not self.dead:
+            now = time.monotonic()
+            if now < self._next_check:
+                return
+            self._next_check = now + LIVENESS_INTERVAL_S
+            try:
+                hung_up = any(ev & _HANGUP for _, ev in self._hangup.poll(0))
+            except (OSError, ValueError):             # closed under us
+                hung_up = True
+            if not hung_up:
+                return
+            self.lost()
+        raise gone_error(what)
+
+    # ------------------------------------------------------------ requests
+    def call(self, op: str, fds=(), want_fds: int = 0, **kw) -> tuple[dict, list[int]]:
+        """Send request ``op`` and return (reply, fds): the reply's first
+        ``want_fds`` fds (it must carry that many; more are closed)."""
+        with self._lock:
+            if self.dead:
+                raise gone_error(op.replace("_", " "))
+            self._seq += 1
+            seq = self._seq
+            try:
+                msg, got = self._exchange({"op": op, "seq": seq, **kw}, fds, seq)
+            except TimeoutError:
+                self.lost()
+                raise PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: softrdmad did not answer within"
+                                       f" {REPLY_TIMEOUT_S:g} s", errno.ETIMEDOUT) from None
+            except (OSError, ControlError) as e:
+                self.lost()
+                raise PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: lost the connection to softrdmad"
+                                       f" ({e.strerror or e})", errno.EIO) from None
         err = msg.get("errno", 0)
+        if type(err) is not int or not 0 <= err < 4096 or (err == 0 and len(got) < want_fds):
+            _close(got)
+            raise PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: malformed reply from softrdmad", errno.EIO)
         if err:
-            for fd in got:
-                os.close(fd)
-            exc = PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: {msg.get('msg', os.strerror(err))}", err)
+            _close(got)
+            text = msg.get("msg")
+            exc = PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: "
+                                   f"{text if isinstance(text, str) else os.strerror(err)}", err)
             exc.extack = msg.get("extack")        # the netlink-style extended ack, if the daemon gave one
             raise exc
-        return msg, got
+        _close(got[want_fds:])
+        return Reply(msg), got[:want_fds]
+
+    def destroy(self, op: str, **kw) -> None:
+        """A destroy/dealloc request: once the daemon is gone there is
+        nothing left to destroy, and it succeeds (as after a disassociate)."""
+        if self.dead:
+            return
+        try:
+            self.call(op, **kw)
+        except PyverbsRDMAError:
+            if not self.dead:
+                raise
+
+    def _exchange(self, request: dict, fds, seq: int) -> tuple[dict, list[int]]:
+        """Send ``request``; its reply.  TimeoutError past REPLY_TIMEOUT_S;
+        OSError or ControlError when the connection broke or carried
+        something that is no message (the daemon is not one to trust then)."""
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
+        sock = self.sock
+        try:
+            sock.settimeout(REPLY_TIMEOUT_S)
+            send_msg(sock, request, fds)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                sock.settimeout(left)
+                msg, got = recv_msg(sock)
+                if self._is_reply(msg, got, seq):
+                    return msg, got
+        finally:
+            sock.settimeout(REPLY_TIMEOUT_S)        # (a fragment wait in poll_events takes it too)
+
+    def _is_reply(self, msg: dict | None, got: list[int], seq: int) -> bool:
+        """Whether ``msg`` answers request ``seq``; an event is queued, an
+        older reply dropped (its fds closed)."""
+        if msg is None:
+            raise ConnectionResetError(errno.ECONNRESET, "softrdmad closed the connection")
+        rseq = msg.get("seq")
+        if rseq == seq and type(rseq) is int:
+            return True
+        if rseq is None and "event" in msg:
+            _close(got)
+            self.events.append(msg)
+            return False
+        if rseq is None and msg.get("errno"):
+            # an error the daemon could not tie to a request: requests are
+            # synchronous, so it is this one's
+            return True
+        _close(got)
+        if rseq is None:
+            raise ControlError("a record that is neither a reply nor an event")
+        return False                             # the reply to an older request: not ours
 
     def poll_events(self) -> None:
         """Collect async events that arrived without a request."""
         if self.dead:
             return
-        while True:
+        with self._lock:
+            self._read_pending()
+
+    def _read_pending(self) -> None:
+        """Read what the socket holds now (caller holds the lock): events
+        are queued, anything else dropped; EOF or garbage: the daemon is gone."""
+        sock = self.sock
+        for _ in range(MAX_PENDING):
             try:
-                self.sock.setblocking(False)
-                msg, fds = recv_msg(self.sock)
-            except (BlockingIOError, InterruptedError):
-                break
-            except (OSError, ControlError):
-                self._fatal()
-                break
-            finally:
-                if not self.dead:
-                    self.sock.setblocking(True)
-            for fd in fds:
-                os.close(fd)
+                if not select.select([sock], [], [], 0)[0]:
+                    return
+                msg, fds = recv_msg(sock)
+            except (OSError, ControlError, ValueError):
+                msg, fds = None, []
+            _close(fds)
             if msg is None:
-                self._fatal()
-                break
-            if "event" in msg:
+                self.lost()
+                return
+            if "event" in msg and msg.get("seq") is None:
                 self.events.append(msg)
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _close(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -3,7 +3,11 @@
 
 ``CQ.poll`` reads the shared CQ ring: no system call.  ``req_notify`` arms
 the ring; the daemon then writes this CQ's handle into the channel, which
-``get_cq_event`` reads (its ``fd`` works with select/poll/asyncio)."""
+``get_cq_event`` reads (its ``fd`` works with select/poll/asyncio).
+
+When the daemon is gone every use of the CQ fails with EIO: an empty poll
+asks the connection now and then (``Connection.check_alive``, every
+IDLE_POLLS empty polls), the channel sees its peer close."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from ..device.queues import CompletionQueueConsumer
 from ..device.shm import Ring
 from ..enums import IBV_WC_WITH_IMM
 from ..transport.wr import WC
+from .connection import IDLE_POLLS, Gone, gone_error
 from .errors import PyverbsError, PyverbsRDMAError
 
 _HANDLE = struct.Struct("<I")
@@ -33,7 +38,7 @@ def bswap32(v: int) -> int:
 class CompChannel:
     def __init__(self, ctx):
         self.ctx = ctx
-        reply, fds = ctx.conn.call("create_comp_channel")
+        reply, fds = ctx.conn.call("create_comp_channel", want_fds=1)
         self.handle = reply["channel"]
         self.sock = socket.socket(fileno=fds[0])
         self.fd = self.sock.fileno()
@@ -41,15 +46,22 @@ class CompChannel:
         self._cqs: dict[int, "CQ"] = {}
 
     def get_cq_event(self, expected_cq=None, timeout: float | None = None):
-        self.sock.settimeout(timeout)
+        conn = self.ctx.conn
+        dead = conn.dead
+        # once the device is gone: the events already queued, then EIO (as
+        # ib_uverbs_event_read), never a wait
+        self.sock.settimeout(0.0 if dead else timeout)
         try:
             data = self.sock.recv(4)
         except socket.timeout:
             raise PyverbsRDMAError("Failed to get CQ event: timed out", errno.EAGAIN) from None
         except OSError as e:
+            if dead:
+                raise gone_error("get CQ event") from None
             raise PyverbsRDMAError(f"Failed to get CQ event: {e.strerror}", e.errno or errno.EIO) from None
         if len(data) != 4:                          # the daemon is gone: the channel closed
-            raise PyverbsRDMAError("Failed to get CQ event: the device is gone", errno.ENODEV)
+            conn.lost()
+            raise gone_error("get CQ event")
         (h,) = _HANDLE.unpack(data)
         cq = self._cqs.get(h)
         if expected_cq is not None and cq is not expected_cq:
@@ -61,8 +73,8 @@ class CompChannel:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            if not self.ctx.closed and not self.ctx.conn.dead:
-                self.ctx.conn.call("destroy_comp_channel", channel=self.handle)
+            if not self.ctx.closed:
+                self.ctx.conn.destroy("destroy_comp_channel", channel=self.handle)
             self.sock.close()
 
 
@@ -95,6 +107,12 @@ class CompletionQueue:
             channel._cqs[self.handle] = self
         self.events_pending = 0
         self.closed = False
+        self._idle = IDLE_POLLS
+        ctx.conn.track(self)
+
+    def device_gone(self) -> None:
+        """The daemon is gone: polling and arming fail from now on."""
+        self.consumer = Gone("poll CQ")
 
     def req_notify(self, solicited_only: bool = False) -> None:
         if self.closed:                             # pyverbs: a closed object's use is a PyverbsError
@@ -113,8 +131,8 @@ class CompletionQueue:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            if not self.ctx.closed and not self.ctx.conn.dead:
-                self.ctx.conn.call("destroy_cq", cq=self.handle)
+            if not self.ctx.closed:
+                self.ctx.conn.destroy("destroy_cq", cq=self.handle)
             if self.channel is not None:
                 self.channel._cqs.pop(self.handle, None)
             self.ring.close()
@@ -127,6 +145,10 @@ class CQ(CompletionQueue):
             # The NIC here is a process that needs a core too: an empty poll
             # lets it run (a no-op when nothing else waits for this core).
             sched_yield()
+            self._idle -= 1
+            if not self._idle:                      # now and then: is the daemon still there?
+                self._idle = IDLE_POLLS
+                self.ctx.conn.check_alive()
             return 0, wcs
         for wc in wcs:
             if wc.wc_flags & _WITH_IMM:

@@ -33,6 +33,7 @@ from ..enums import (
     IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_SL, IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
     IBV_WC_EX_WITH_TM_INFO, IBV_WC_STANDARD_FLAGS, IBV_WC_WITH_IMM, ibv_create_cq_wc_flags,
 )
+from .connection import IDLE_POLLS
 from .cq import CompChannel, CompletionQueue, bswap32
 from .errors import PyverbsRDMAError
 
@@ -132,7 +133,11 @@ class CQEX(CompletionQueue):
             return errno.EINVAL
         slot = self.consumer.peek(0)
         if slot is None:
-            sched_yield()                # as CQ.poll: let the daemon have the core
+            sched_yield()                # as CQ.poll: let the daemon have the core, and now and then
+            self._idle -= 1              # ask whether it is still there
+            if not self._idle:
+                self._idle = IDLE_POLLS
+                self.ctx.conn.check_alive()
             return _ENOENT
         self._cur = cur = _unpack(slot)
         self._pos = 0

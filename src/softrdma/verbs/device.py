@@ -12,7 +12,7 @@ import time
 from ..device.daemon import SOCKET_NAME, default_run_dir
 from ..device.mcast import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from .addr import GID
-from .connection import Connection
+from .connection import Connection, gone_error
 from .errors import PyverbsRDMAError
 
 
@@ -279,8 +279,8 @@ class Context:
         conn = self.conn
         conn.poll_events()
         while not conn.events:
-            if conn.dead:
-                break
+            if conn.dead:                            # IBV_EVENT_DEVICE_FATAL was the last one
+                raise gone_error("get async event")
             r, _, _ = select.select([conn], [], [], timeout)
             if not r:
                 raise PyverbsRDMAError("Failed to get async event: timed out", errno.EAGAIN)

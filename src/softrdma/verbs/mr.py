@@ -63,8 +63,8 @@ class MR:
         if not self.closed:
             self.closed = True
             ctx = self.pd.ctx
-            if not ctx.closed and not ctx.conn.dead:
-                ctx.conn.call("dereg_mr", mr=self.handle)
+            if not ctx.closed:
+                ctx.conn.destroy("dereg_mr", mr=self.handle)
             self.region.close()
 
 
@@ -111,8 +111,8 @@ class MW:
         if not self.closed:
             self.closed = True
             ctx = self.pd.ctx
-            if not ctx.closed and not ctx.conn.dead:
-                ctx.conn.call("dealloc_mw", mw=self.handle)
+            if not ctx.closed:
+                ctx.conn.destroy("dealloc_mw", mw=self.handle)
 
     def __repr__(self) -> str:
         return f"MW(type {self.type}, rkey=0x{self.rkey:08x}, handle={self.handle})"

@@ -37,5 +37,5 @@ class PD:
             for obj in sorted(self._refs, key=rank):
                 obj.close()
             self.closed = True
-            if not self.ctx.closed and not self.ctx.conn.dead:
-                self.ctx.conn.call("dealloc_pd", pd=self.handle)
+            if not self.ctx.closed:
+                self.ctx.conn.destroy("dealloc_pd", pd=self.handle)

@@ -33,6 +33,7 @@ from ..enums import (
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
 from .addr import GID, AHAttr
+from .connection import Gone
 from .cq import bswap32
 from .device import Context
 from .errors import PyverbsRDMAError
@@ -223,6 +224,7 @@ class QP:
         self.rq_wq = WorkQueueProducer(self.rq, self.doorbell, max(cap.max_recv_wr, 1)) if self.rq else None
         self.closed = False
         self.pd.add_ref(self)
+        self.ctx.conn.track(self)
         if qp_attr is not None:
             if self.qp_type == IBV_QPT_UD:
                 self.to_rts(qp_attr)
@@ -285,6 +287,7 @@ class QP:
                 raise PyverbsRDMAError("Failed to post receive", errno.EINVAL)
             slot = self.rq_wq.next_slot()
             if slot is None:
+                self.ctx.conn.check_alive("post recv")      # (nothing drains a dead daemon's queues)
                 raise PyverbsRDMAError("Failed to post receive: queue full", errno.ENOMEM)
             try:
                 abi.encode_recv_wqe(slot, wr.wr_id, [s.as_tuple() for s in wr.sg_list])
@@ -313,6 +316,7 @@ class QP:
                 raise PyverbsRDMAError("Failed to post send: too many SGEs", errno.EINVAL)
             slot = self.sq_wq.next_slot()
             if slot is None:
+                self.ctx.conn.check_alive("post send")      # (nothing drains a dead daemon's queues)
                 raise PyverbsRDMAError("Failed to post send: queue full", errno.ENOMEM)
             if wr.opcode in _IMM_OPS:
                 imm = bswap32(wr.imm_data & 0xFFFFFFFF)      # ibv_send_wr.imm_data is __be32
@@ -338,6 +342,7 @@ class QP:
             raise PyverbsRDMAError("Failed to post send: not a valid bind MW work request", errno.EINVAL)
         slot = self.sq_wq.next_slot()
         if slot is None:
+            self.ctx.conn.check_alive("post send")
             raise PyverbsRDMAError("Failed to post send: queue full", errno.ENOMEM)
         encode_bind_wqe(slot, wr_id, send_flags, mw, new_rkey, info)
         self.sq_wq.commit()
@@ -358,6 +363,12 @@ class QP:
             raise PyverbsRDMAError("Failed to bind MW", e.error_code) from None
         mw.rkey = new_rkey
 
+    def device_gone(self) -> None:
+        """The daemon is gone: posting fails from now on."""
+        self.sq_wq = Gone("post send")
+        if self.rq_wq is not None:
+            self.rq_wq = Gone("post recv")
+
     # ---------------------------------------------------------------- multicast
     def attach_mcast(self, gid, lid: int = 0) -> None:
         """ibv_attach_mcast(qp, gid, lid): receive the group's UD sends (the
@@ -377,8 +388,8 @@ class QP:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            if not self.ctx.closed and not self.ctx.conn.dead:
-                self.ctx.conn.call("destroy_qp", qp=self.handle)
+            if not self.ctx.closed:
+                self.ctx.conn.destroy("destroy_qp", qp=self.handle)
             self._release()
 
 

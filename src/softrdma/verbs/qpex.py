@@ -121,6 +121,7 @@ class QPEx(QP):
             return None
         slot = self.sq_wq.next_slot(self._n)
         if slot is None:
+            self.ctx.conn.check_alive("post send")      # (nothing drains a dead daemon's queues)
             self._spoil(errno.ENOSPC, "send queue full")
         return slot
 

@@ -8,6 +8,7 @@ import os
 from ..device import abi
 from ..device.queues import WorkQueueProducer
 from ..device.shm import Ring
+from .connection import Gone
 from .errors import PyverbsRDMAError
 
 
@@ -39,6 +40,11 @@ class SRQ:
         self.wq = WorkQueueProducer(self.ring, self.doorbell, a.max_wr)
         self.closed = False
         self.pd.add_ref(self)
+        pd.ctx.conn.track(self)
+
+    def device_gone(self) -> None:
+        """The daemon is gone: posting fails from now on."""
+        self.wq = Gone("post SRQ recv")
 
     def post_recv(self, wr, bad_wr=None) -> None:
         while wr is not None:
@@ -46,6 +52,7 @@ class SRQ:
                 raise PyverbsRDMAError("Failed to post receive to SRQ", errno.EINVAL)
             slot = self.wq.next_slot()
             if slot is None:
+                self.pd.ctx.conn.check_alive("post SRQ recv")    # (nothing drains a dead daemon's queues)
                 raise PyverbsRDMAError("Failed to post receive to SRQ: queue full", errno.ENOMEM)
             abi.encode_recv_wqe(slot, wr.wr_id, [s.as_tuple() for s in wr.sg_list])
             self.wq.commit()
@@ -58,7 +65,7 @@ class SRQ:
         if not self.closed:
             self.closed = True
             ctx = self.pd.ctx
-            if not ctx.closed and not ctx.conn.dead:
-                ctx.conn.call("destroy_srq", srq=self.handle)
+            if not ctx.closed:
+                ctx.conn.destroy("destroy_srq", srq=self.handle)
             os.close(self.doorbell)
             self.ring.close()
