@@ -18,7 +18,9 @@ the user's daemon or another run's.
 from __future__ import annotations
 
 import os
+import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,7 +144,10 @@ def _session_cleanup():
     ns_before = _netns()
     yield
     left = []
-    pids = session_processes(token)
+    # a process told to stop a moment ago may still be on its way out: that is no leftover
+    end = time.monotonic() + 5
+    while (pids := session_processes(token)) and time.monotonic() < end:
+        time.sleep(0.1)
     for p in sorted(pids):
         started_by = _environ(p).get("PYTEST_CURRENT_TEST", "?")
         left.append(f"pid {p}: {_cmdline(p)[:300]}  (started in {started_by})")
@@ -159,3 +164,26 @@ def _session_cleanup():
             os.environ[k] = v
     if left:
         pytest.fail("the test session left these behind (now ended):\n  " + "\n  ".join(left), pytrace=False)
+
+
+def _shm_dir(fallback) -> pathlib.Path:
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(fallback)
+    return pathlib.Path(tempfile.mkdtemp(prefix=f"softrdma-test-{os.getpid()}-", dir=base))
+
+
+@pytest.fixture
+def shm_path(tmp_path):
+    """A fresh directory on /dev/shm for a daemon's run dir, removed
+    afterwards: its sysfs tree is thousands of small files, and on a
+    journalled disk (tmp_path) a daemon takes seconds to start."""
+    d = _shm_dir(tmp_path)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shm_path_module(tmp_path_factory):
+    """shm_path for a module-scoped daemon."""
+    d = _shm_dir(tmp_path_factory.getbasetemp())
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

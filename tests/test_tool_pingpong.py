@@ -202,8 +202,8 @@ def test_bad_option_subprocess_no_traceback():
 
 # --------------------------------------------------------------------------- the daemon and helpers
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    d = RunningDaemon(str(tmp_path_factory.mktemp("pp")))
+def daemon(shm_path_module):
+    d = RunningDaemon(str(shm_path_module))
     yield d
     d.stop()
 

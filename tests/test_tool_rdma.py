@@ -52,7 +52,7 @@ class Daemon:
         self.proc = subprocess.Popen([sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir", run_dir,
                                       "--device", "rxe0:lo", "--port", "0"], stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        end = time.monotonic() + 15
+        end = time.monotonic() + 60
         while not os.path.exists(os.path.join(run_dir, "softrdmad.sock")):
             if self.proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError("softrdmad did not start: " + open(self.log.name).read())
