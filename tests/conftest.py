@@ -35,6 +35,17 @@ sys.path.insert(0, os.path.dirname(__file__))          # the helper modules, for
 MARK = "SOFTRDMA_TEST_SESSION"
 
 
+def pytest_collection_modifyitems(config, items):
+    """The interop tests (they need a VM with kernel rxe) run only when -m
+    names them, so that any other -m ("not slow") still leaves them out."""
+    if "interop" in (config.option.markexpr or ""):
+        return
+    keep = [i for i in items if i.get_closest_marker("interop") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("interop") is not None])
+        items[:] = keep
+
+
 def _children_map() -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):

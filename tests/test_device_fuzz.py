@@ -32,6 +32,7 @@ def _seen(mgmt) -> int:
     return net["rx_packets"] + net["rx_icrc_errors"] + net["rx_short"]
 
 
+@pytest.mark.slow                   # 100k datagrams
 def test_random_and_mutated_datagrams_never_crash_or_write_memory(daemon):
     ctx = device.Context(name="rxe0")
     p = pd.PD(ctx)

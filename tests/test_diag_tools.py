@@ -128,6 +128,7 @@ SAME = [
 ]
 
 
+@pytest.mark.slow                   # every diag tool, ours and the real one
 def test_same_output_as_infiniband_diags(fab):
     bad = []
     for case in SAME:

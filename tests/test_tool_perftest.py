@@ -474,6 +474,7 @@ def test_latency_json_and_histogram(daemon, tmp_path):
                              "percentile_99.9")] == list(row[2:])
 
 
+@pytest.mark.slow                   # -a and -D runs
 def test_sweep_duration_and_progress(daemon):
     # -a: every power of two from 2 to 2^23, one row each (the server prints the client's last one)
     crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_write_bw", ["-a", "-n", "5"])
