@@ -6,7 +6,8 @@ pytest unless it daemonized.  At the end of the session whatever is still
 alive among those -- a daemon a test gave up on, a server whose client
 failed -- is killed, and the run FAILS naming each one (with the test that
 started it, from the PYTEST_CURRENT_TEST its environment inherited).  So are
-network namespaces this run made and did not delete.  Only processes of this
+network namespaces and host interfaces this run made (tests name them
+srdma-<letters><pytest's pid % 100000>) and did not delete.  Only processes of this
 session are ever touched: another test run on the same machine (its own
 marker, its own process tree) is left alone.
 
@@ -123,6 +124,14 @@ def _netns() -> set[str]:
         return set()
 
 
+def _links() -> set[str]:
+    """The host namespace's network interfaces."""
+    try:
+        return set(os.listdir("/sys/class/net"))
+    except OSError:
+        return set()
+
+
 def end_processes(pids: set[int]) -> None:
     for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         live = [p for p in pids if _alive(p)]
@@ -152,7 +161,7 @@ def _session_cleanup():
     run = tempfile.mkdtemp(prefix=f"softrdma-session-{os.getpid()}-", dir=base)
     os.environ["SOFTRDMA_RUN"] = run
     tag = os.getpid() % 100000               # tests name their namespaces srdma-<letters><tag> (netns_helpers)
-    ns_before = _netns()
+    ns_before, links_before = _netns(), _links()
     yield
     left = []
     # a process told to stop a moment ago may still be on its way out: that is no leftover
@@ -167,6 +176,9 @@ def _session_cleanup():
     for n in sorted(ours):
         subprocess.run(["ip", "netns", "del", n], capture_output=True)
         left.append(f"network namespace {n}")
+    for n in sorted(n for n in _links() - links_before if re.fullmatch(rf"srdma-[a-z]+{tag}p?", n)):
+        subprocess.run(["ip", "link", "del", n], capture_output=True)
+        left.append(f"network interface {n}")
     subprocess.run(["rm", "-rf", run], capture_output=True)
     for k, v in saved.items():
         if v is None:

@@ -416,7 +416,9 @@ def test_batch(world, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ link add / delete
-NETDEV = "softrdma-t0"
+# names and an address of this test run's own: another run on the host must not share them
+NETDEV = f"srdma-t{os.getpid() % 100000}"
+NETDEV_ADDR = f"10.99.{os.getpid() % 250}.1/24"
 
 
 def _dummy_netdev():
@@ -436,7 +438,7 @@ def _dummy_netdev():
         if veth.returncode:
             no(f"ip link add: {made.stderr.strip()} / {veth.stderr.strip()}")
         subprocess.run(["ip", "link", "set", NETDEV + "p", "up"], capture_output=True)
-    for cmd in (["ip", "addr", "add", "10.99.0.1/24", "dev", NETDEV], ["ip", "link", "set", NETDEV, "up"]):
+    for cmd in (["ip", "addr", "add", NETDEV_ADDR, "dev", NETDEV], ["ip", "link", "set", NETDEV, "up"]):
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             subprocess.run(["ip", "link", "del", NETDEV], capture_output=True)
