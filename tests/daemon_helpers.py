@@ -9,9 +9,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 from softrdma.device.control import recv_msg, send_msg
+from wait_helpers import DEADLINE_S, wait_for
 
 
 class RunningDaemon:
@@ -26,28 +26,64 @@ class RunningDaemon:
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         sock = os.path.join(run_dir, "softrdmad.sock")
         pid = os.path.join(run_dir, "softrdmad.pid")
-        end = time.monotonic() + 15
-        while not (os.path.exists(sock) and os.path.exists(pid)):
-            if self.proc.poll() is not None or time.monotonic() > end:
-                raise RuntimeError("softrdmad did not start: " + open(self.log.name).read())
-            time.sleep(0.02)
+        try:
+            # 60 s only bounds a failure (a loaded machine can take long to start Python);
+            # a daemon that exited fails at once
+            wait_for(lambda: os.path.exists(sock) and os.path.exists(pid), DEADLINE_S, "softrdmad to start",
+                     proc=self.proc)
+        except AssertionError as e:
+            self.stop(signal.SIGKILL)                  # never leave behind a daemon we gave up on
+            raise RuntimeError(f"softrdmad did not start: {e}; log: " + open(self.log.name).read()) from None
         self.env = {**os.environ, "SOFTRDMA_RUN": run_dir}
 
     def resources(self) -> list[dict]:
-        import socket
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        s.connect(os.path.join(self.run_dir, "softrdmad.sock"))
-        send_msg(s, {"op": "resources", "seq": 1})
-        msg, _ = recv_msg(s)
-        s.close()
-        return msg["resources"]
+        return resources(self.run_dir)
 
     def stop(self, sig=signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        rc = self.proc.wait(10)
-        self.log.close()
+        try:
+            rc = self.proc.wait(30)
+        except subprocess.TimeoutExpired:              # it did not stop when asked: end it anyway
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self.log.close()
         return rc
+
+
+def resources(run_dir: str) -> list[dict]:
+    """The daemon's resource list (what `rdma resource show` prints from)."""
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(os.path.join(run_dir, "softrdmad.sock"))
+        send_msg(s, {"op": "resources", "seq": 1})
+        msg, _ = recv_msg(s)
+    finally:
+        s.close()
+    return msg["resources"]
+
+
+def cm_listening(run_dir: str, port: int, pid: int) -> bool:
+    """An rdma_cm server (process ``pid``) of the daemon in ``run_dir`` is
+    listening on ``port``: a cm_id in LISTEN on that port; for a wildcard
+    listener (no device, so listed without its state and port, as the
+    kernel lists only IDs on a device) a cm_id of that process.  rdma_cm
+    ports live in the daemon, not in the host's TCP table."""
+    LISTEN = 8
+    for r in resources(run_dir):
+        if r["kind"] != "cm_id" or r.get("pid") != pid:
+            continue
+        if r.get("dev") is None or (r.get("state") == LISTEN and r["src_addr"][1] == port):
+            return True
+    return False
+
+
+def wait_cm_listening(run_dir: str, port: int, proc: subprocess.Popen) -> None:
+    wait_for(lambda: cm_listening(run_dir, port, proc.pid), DEADLINE_S, f"an rdma_cm listener on port {port}",
+             proc=proc)
 
 
 @contextlib.contextmanager
@@ -58,7 +94,11 @@ def daemon_in_shm(tag: str, **kw):
     base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
     run = os.path.join(base, f"softrdma-{tag}-{os.getpid()}")
     os.makedirs(run, exist_ok=True)
-    d = RunningDaemon(run, **kw)
+    try:
+        d = RunningDaemon(run, **kw)
+    except BaseException:
+        shutil.rmtree(run, ignore_errors=True)
+        raise
     try:
         yield d
     finally:

@@ -7,9 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
+
+from wait_helpers import DEADLINE_S, wait_for
 
 
 def need_root() -> None:
@@ -60,20 +61,24 @@ class TwoHosts:
                                                self.run_dirs[i], "--device", f"rxe0:{self.dev[i]}"],
                                            stdout=log, stderr=subprocess.STDOUT))
         for i in range(2):
-            end = time.monotonic() + 15
-            while not os.path.exists(os.path.join(self.run_dirs[i], "softrdmad.pid")):
-                if self.daemons[i].poll() is not None or time.monotonic() > end:
-                    raise RuntimeError(open(os.path.join(self.run_dirs[i], "test-daemon.log")).read())
-                time.sleep(0.02)
+            pid = os.path.join(self.run_dirs[i], "softrdmad.pid")
+            try:
+                # 60 s only bounds a failure; a daemon that exited fails at once
+                wait_for(lambda: os.path.exists(pid), DEADLINE_S, f"softrdmad in {self.ns[i]} to start",
+                         proc=self.daemons[i])
+            except AssertionError as e:
+                raise RuntimeError(f"{e}; log: " + open(os.path.join(self.run_dirs[i], "test-daemon.log")).read()) \
+                    from None
 
     def close(self) -> None:
         for d in self.daemons:
             if d.poll() is None:
                 d.terminate()
                 try:
-                    d.wait(10)
+                    d.wait(30)
                 except subprocess.TimeoutExpired:
                     d.kill()
+                    d.wait()
         for ns in self.ns:
             sh("ip", "netns", "del", ns, check=False)
         for r in self.run_dirs:

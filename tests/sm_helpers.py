@@ -134,7 +134,7 @@ class IbsimFabric:
         cmd = ["ibsim", "-s", str(tmp / "ft.net")] if server == "ibsim" else \
             [sys.executable, "-m", "softrdma", "fabric", "serve", str(tmp / "ft.net")]
         self.sim = self._start(cmd, "ibsim.log", stdin=subprocess.PIPE)
-        end = time.monotonic() + 10
+        end = time.monotonic() + 60
         while f"@{self.base}:ctl".encode() not in open("/proc/net/unix", "rb").read():
             assert time.monotonic() < end, "ibsim did not start"
             time.sleep(0.05)

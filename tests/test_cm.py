@@ -16,8 +16,8 @@ from daemon_helpers import daemon_in_shm
 from netns_helpers import TwoHosts, need_root
 from softrdma.device.core import Device
 from softrdma.runner import shim_path
-from softrdma.wire.icrc import ROCEV2_UDP_PORT
 from softrdma.wire.mad import IB_QP1_QKEY, MgmtClass, Method, build_mad
+from wait_helpers import free_port, wait_for, wait_line
 from softrdma.wire.packet import build
 
 PROG = os.path.join(os.path.dirname(__file__), "pyverbs_programs", "cm_pingpong.py")
@@ -35,8 +35,8 @@ def _pair(env, mode, port, addr="127.0.0.1", server_env=None, client_env=None, n
                                                              or env, **kw))
     srv = popen(0, [sys.executable, PROG, "server", addr, str(port), mode, str(n)], stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True)
-    line = srv.stdout.readline()
-    assert "listening" in line, line + srv.stdout.read()
+    _, lines = wait_line(srv.stdout, "listening", proc=srv)
+    line = "".join(lines)
     cli = popen(1, [sys.executable, PROG, "client", addr, str(port), mode, str(n)], stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True)
     cout, _ = cli.communicate(timeout=60)
@@ -52,8 +52,7 @@ def daemon():
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_rc_connect_traffic_disconnect(daemon, mode):
-    port = 7600 + (mode == "async")
-    crc, cout, src, sout = _pair(_env(daemon), mode, port)
+    crc, cout, src, sout = _pair(_env(daemon), mode, free_port())
     assert crc == 0 and src == 0, cout + sout
     assert "pong PING 2" in cout
     if mode == "async":
@@ -63,14 +62,14 @@ def test_rc_connect_traffic_disconnect(daemon, mode):
 
 
 def test_reject_with_private_data(daemon):
-    crc, cout, src, sout = _pair(_env(daemon), "reject", 7610)
+    crc, cout, src, sout = _pair(_env(daemon), "reject", free_port())
     assert crc == 0 and src == 0, cout + sout
     # IB_CM_REJ_CONSUMER_DEFINED (28) and the REJ's private data
     assert "RDMA_CM_EVENT_REJECTED 28 b'go away'" in cout
 
 
 def test_ud_sidr_and_datagrams(daemon):
-    crc, cout, src, sout = _pair(_env(daemon), "ud", 7620)
+    crc, cout, src, sout = _pair(_env(daemon), "ud", free_port())
     assert crc == 0 and src == 0, cout + sout
     assert "resolved qkey 0x1234567" in cout             # RDMA_UDP_QKEY via SIDR_REP
     assert sout.count("got b'dg") == 3
@@ -92,8 +91,9 @@ def _cm_counters(d) -> dict:
 
 
 def test_cm_counters_in_sysfs(daemon):
-    time.sleep(1.2)                                      # counters are written once a second
-    c = _cm_counters(daemon)
+    # the files are rewritten once a second: wait until they show the earlier tests' exchanges
+    c = wait_for(lambda: (lambda c: c["cm_tx_msgs"]["sidr_rep"] >= 1 and c)(_cm_counters(daemon)),
+                 what="the CM counters in sysfs")
     assert set(c["cm_tx_msgs"]) == {"req", "mra", "rej", "rep", "rtu", "dreq", "drep", "sidr_req", "sidr_rep",
                                     "lap", "apr"}
     # one daemon, both ends: every REQ sent was received, and so on
@@ -108,11 +108,11 @@ def test_no_listener_is_rejected_invalid_service_id(daemon):
     ch = EventChannel()
     cid = CmId(ch)
     cid.resolve_addr(None, "127.0.0.1", 7699)
-    assert ch.get_event(5).event_str == "RDMA_CM_EVENT_ADDR_RESOLVED"
+    assert ch.get_event(60).event_str == "RDMA_CM_EVENT_ADDR_RESOLVED"
     cid.resolve_route()
-    assert ch.get_event(5).event_str == "RDMA_CM_EVENT_ROUTE_RESOLVED"
+    assert ch.get_event(60).event_str == "RDMA_CM_EVENT_ROUTE_RESOLVED"
     cid.connect({"private_data": b"x"})
-    ev = ch.get_event(10)
+    ev = ch.get_event(60)
     assert ev.event_str == "RDMA_CM_EVENT_REJECTED" and ev.status == 8      # IB_CM_REJ_INVALID_SERVICE_ID
     cid.destroy()
     ch.close()
@@ -131,26 +131,26 @@ def test_hundred_connections(daemon):
         c = CmId(cch)
         c.resolve_addr(None, "127.0.0.1", 7650)
         clients.append(c)
-    evs = [cch.get_event(10) for _ in range(100)]
+    evs = [cch.get_event(60) for _ in range(100)]
     assert all(e.event_str == "RDMA_CM_EVENT_ADDR_RESOLVED" for e in evs)
     for c in clients:
         c.resolve_route()
-    assert all(cch.get_event(10).event_str == "RDMA_CM_EVENT_ROUTE_RESOLVED" for _ in range(100))
+    assert all(cch.get_event(60).event_str == "RDMA_CM_EVENT_ROUTE_RESOLVED" for _ in range(100))
     for c in clients:
         c.create_qp(QPInitAttr(qp_type=2, cap=QPCap(1, 1)))
         c.connect()
     accepted = []
     established = 0
     while len(accepted) < 100:
-        ev = sch.get_event(20)
+        ev = sch.get_event(60)
         assert ev.event_str == "RDMA_CM_EVENT_CONNECT_REQUEST", ev.event_str
         ev.id.create_qp(QPInitAttr(qp_type=2, cap=QPCap(1, 1)))
         ev.id.accept()
         accepted.append(ev.id)
     while established < 100:
-        assert cch.get_event(20).event_str == "RDMA_CM_EVENT_ESTABLISHED"
+        assert cch.get_event(60).event_str == "RDMA_CM_EVENT_ESTABLISHED"
         established += 1
-    n = sum(1 for _ in range(100) if sch.get_event(20).event_str == "RDMA_CM_EVENT_ESTABLISHED")
+    n = sum(1 for _ in range(100) if sch.get_event(60).event_str == "RDMA_CM_EVENT_ESTABLISHED")
     assert n == 100
     qpns = {c.qp.qp_num for c in clients}
     peers = {a.qp.query(0x1fffff)[0].dest_qp_num for a in accepted}
@@ -177,17 +177,17 @@ def test_unreachable_after_req_retries():
             ch = EventChannel()
             cid = CmId(ch)
             cid.resolve_addr(None, "127.0.0.2", 7660)       # lo, but no device there: nobody answers
-            ev = ch.get_event(5)
+            ev = ch.get_event(60)
             assert ev.event_str == "RDMA_CM_EVENT_ADDR_RESOLVED", (ev.event_str, ev.status)
             cid.resolve_route()
-            ch.get_event(5)
+            ch.get_event(60)
             t0 = time.monotonic()
             cid.connect()
             ev = ch.get_event(30)
             assert ev.event_str == "RDMA_CM_EVENT_UNREACHABLE" and ev.status == -110
             assert time.monotonic() - t0 > 1.0              # 3 sends, 0.5 s apart at least
-            time.sleep(1.2)
-            assert _cm_counters(d)["cm_tx_retries"]["req"] == 2
+            # the files are rewritten once a second; no REQ is sent after UNREACHABLE
+            assert wait_for(lambda: _cm_counters(d)["cm_tx_retries"]["req"], what="the retry counter") == 2
             cid.destroy()
             ch.close()
     finally:
@@ -207,7 +207,7 @@ import sys, time
 from softrdma.verbs.cm import CmId, EventChannel
 ch = EventChannel(); l = CmId(ch); l.bind_addr('127.0.0.1', 7670); l.listen()
 print('listening', flush=True)
-ev = ch.get_event(20); print('request', flush=True); time.sleep(60)
+ev = ch.get_event(60); print('request', flush=True); time.sleep(60)
 """], env=env, stdout=subprocess.PIPE, text=True)
     assert "listening" in srv.stdout.readline()
     from softrdma.verbs.cm import CmId, EventChannel
@@ -215,14 +215,14 @@ ev = ch.get_event(20); print('request', flush=True); time.sleep(60)
     ch = EventChannel()
     cid = CmId(ch)
     cid.resolve_addr(None, "127.0.0.1", 7670)
-    ch.get_event(5)
+    ch.get_event(60)
     cid.resolve_route()
-    ch.get_event(5)
+    ch.get_event(60)
     cid.connect()
     assert "request" in srv.stdout.readline()
     srv.send_signal(signal.SIGKILL)
     srv.wait(10)
-    ev = ch.get_event(10)
+    ev = ch.get_event(60)
     assert ev.event_str == "RDMA_CM_EVENT_REJECTED", ev.event_str
     left = [r for r in daemon.resources() if r["pid"] == srv.pid]
     assert left == []
@@ -240,14 +240,15 @@ def test_malformed_mads_dropped_and_counted():
     """Garbage to QP1 over the real socket: dropped and counted, the CM
     still works afterwards."""
     import random
-    with daemon_in_shm("cm-fuzz", port=ROCEV2_UDP_PORT + 3) as d:
+    port = free_port("udp")                               # never a fixed one: another test run may use it
+    with daemon_in_shm("cm-fuzz", port=port) as d:
         from softrdma.wire.icrc import Ipv4Flow
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.bind(("127.0.0.1", 0))
         lo = socket.inet_aton("127.0.0.1")
-        flow = Ipv4Flow(lo, lo, s.getsockname()[1], ROCEV2_UDP_PORT + 3)
+        flow = Ipv4Flow(lo, lo, s.getsockname()[1], port)
         rng = random.Random(7)
-        dst = ("127.0.0.1", ROCEV2_UDP_PORT + 3)
+        dst = ("127.0.0.1", port)
         good_get = build_mad(MgmtClass.PERF_MGMT, 1, Method.GET, 0x12, tid=77)
         sent = {"qkey": 0, "length": 0, "mad": 0}
         for i in range(300):
@@ -270,13 +271,12 @@ def test_malformed_mads_dropped_and_counted():
             m[16:18] = rng.choice((b"\x00\x10", b"\x00\x13", b"\x00\x15", b"\x00\x17", b"\x00\x99"))
             s.sendto(_roce_to_qp1(flow, bytes(m)), dst)
         s.close()
-        time.sleep(0.5)
-        links = _links(d)
-        g = links["gsi"]
+        g = wait_for(lambda: (lambda g: all(g["rx_dropped"][k] >= n for k, n in sent.items()) and g)(
+            _links(d)["gsi"]), what="the daemon to count every bad MAD")
         assert g["rx_dropped"]["qkey"] == sent["qkey"]
         assert g["rx_dropped"]["length"] == sent["length"]
         assert g["rx_dropped"]["mad"] == sent["mad"]
-        crc, cout, src, sout = _pair(_env(d), "async", 7680)
+        crc, cout, src, sout = _pair(_env(d), "async", free_port())
         assert crc == 0 and src == 0, cout + sout
 
 
@@ -326,8 +326,8 @@ def test_across_namespaces():
 
         def popen(i, args, **kw):
             return h.popen(i, ["env", f"PYTHONPATH={env['PYTHONPATH']}", *args], **kw)
-        for mode, port in (("async", 7700), ("ud", 7701), ("sync", 7702)):
-            crc, cout, src, sout = _pair(None, mode, port, addr=h.ip[0], popen=popen)
+        for mode in ("async", "ud", "sync"):
+            crc, cout, src, sout = _pair(None, mode, free_port(), addr=h.ip[0], popen=popen)
             assert crc == 0 and src == 0, (mode, cout, sout)
     finally:
         h.close()
@@ -370,16 +370,16 @@ def test_ack_timeout_option_reaches_rts(daemon):
     listen.listen()
     c = CmId(cch)
     c.resolve_addr(None, "127.0.0.1", 7695)
-    cch.get_event(5)
+    cch.get_event(60)
     c.set_option("ack_timeout", 19)
     c.resolve_route()
-    cch.get_event(5)
+    cch.get_event(60)
     c.create_qp(QPInitAttr(qp_type=2, cap=QPCap(1, 1)))
     c.connect()
-    ev = sch.get_event(10)
+    ev = sch.get_event(60)
     ev.id.create_qp(QPInitAttr(qp_type=2, cap=QPCap(1, 1)))
     ev.id.accept()
-    assert cch.get_event(10).event_str == "RDMA_CM_EVENT_ESTABLISHED"
+    assert cch.get_event(60).event_str == "RDMA_CM_EVENT_ESTABLISHED"
     assert c.qp.query(0x1fffff)[0].timeout == 19
     for x in (c, ev.id, listen):
         x.destroy()

@@ -475,6 +475,7 @@ def test_bad_attribute_values_leave_the_qp_as_it_was(daemon):
     assert_serves(daemon)
 
 
+@pytest.mark.slow                   # an 8 s fuzz run
 def test_fuzzed_requests_never_kill_the_daemon(daemon):
     """Random and mutated requests, some with fds, for a few seconds: each
     gets one errno reply; afterwards the daemon serves a normal client and

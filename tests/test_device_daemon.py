@@ -30,9 +30,9 @@ ACC = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ 
 
 
 @pytest.fixture
-def daemon(tmp_path, monkeypatch):
-    d = RunningDaemon(str(tmp_path))
-    monkeypatch.setenv("SOFTRDMA_RUN", str(tmp_path))
+def daemon(shm_path, monkeypatch):
+    d = RunningDaemon(str(shm_path))
+    monkeypatch.setenv("SOFTRDMA_RUN", str(shm_path))
     yield d
     d.stop()
 
@@ -42,7 +42,7 @@ def _verbs():
     return device, pd, mr, cq, qp, addr, wr
 
 
-def wait(cq, n, timeout=5.0):
+def wait(cq, n, timeout=60.0):
     got = []
     end = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < end:
@@ -235,13 +235,13 @@ def test_two_processes_rdma_write_and_sigkill_leaves_nothing(daemon):
     assert child.pid in pids
     child.send_signal(signal.SIGKILL)
     child.wait(5)
-    end = time.monotonic() + 5
+    end = time.monotonic() + 60
     while child.pid in {r["pid"] for r in daemon.resources()} and time.monotonic() < end:
         time.sleep(0.02)
     assert child.pid not in {r["pid"] for r in daemon.resources()}
     assert {r["kind"] for r in daemon.resources() if r["pid"] == os.getpid()} >= {"qp", "mr", "cq", "pd"}
     ctx.close()
-    end = time.monotonic() + 5
+    end = time.monotonic() + 60
     while daemon.resources() and time.monotonic() < end:
         time.sleep(0.02)
     assert daemon.resources() == []
@@ -262,7 +262,8 @@ def test_daemon_death_is_device_fatal_not_a_hang(daemon):
     assert time.monotonic() - t0 < 1.0
 
 
-def test_sigterm_removes_socket_and_pid_file(tmp_path):
+def test_sigterm_removes_socket_and_pid_file(shm_path):
+    tmp_path = shm_path
     d = RunningDaemon(str(tmp_path))
     assert d.stop(signal.SIGTERM) == 0
     assert not os.path.exists(tmp_path / "softrdmad.sock") and not os.path.exists(tmp_path / "softrdmad.pid")
@@ -293,8 +294,8 @@ def test_embedded_default_starts_a_daemon_once(tmp_path):
         pid = running_pid(run)
         if pid:
             os.kill(pid, signal.SIGTERM)
-            end = time.monotonic() + 5
-            while running_pid(run) and time.monotonic() < end:
+            end = time.monotonic() + 60
+            while os.path.exists(f"/proc/{pid}") and time.monotonic() < end:     # gone, not only its pid file
                 time.sleep(0.05)
         subprocess.run(["rm", "-rf", run, run + "-off"])
 

@@ -56,6 +56,7 @@ def test_faults_are_off_by_default_and_validated(daemon):
     assert e.value.error_code == errno.ENODEV
 
 
+@pytest.mark.slow                   # a soak under injected faults
 def test_rc_is_exact_under_loss_dup_reorder_delay_corruption(daemon):
     m = device.management()
     m.call("link_set", name="rxe0", seed=7,

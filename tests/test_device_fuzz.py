@@ -32,6 +32,7 @@ def _seen(mgmt) -> int:
     return net["rx_packets"] + net["rx_icrc_errors"] + net["rx_short"]
 
 
+@pytest.mark.slow                   # 100k datagrams
 def test_random_and_mutated_datagrams_never_crash_or_write_memory(daemon):
     ctx = device.Context(name="rxe0")
     p = pd.PD(ctx)
@@ -98,10 +99,10 @@ def test_random_and_mutated_datagrams_never_crash_or_write_memory(daemon):
         except BlockingIOError:
             time.sleep(0.001)
         if sent % 2000 == 0:                                         # let the daemon keep up: every datagram counts
-            end = time.monotonic() + 10
+            end = time.monotonic() + 60
             while _seen(mgmt) < sent - 1000 and time.monotonic() < end:
                 time.sleep(0.005)
-    end = time.monotonic() + 20
+    end = time.monotonic() + 60
     while _seen(mgmt) < N_DATAGRAMS * 0.99 and time.monotonic() < end:
         time.sleep(0.05)
     assert daemon.proc.poll() is None, "softrdmad died"
@@ -123,7 +124,7 @@ def test_random_and_mutated_datagrams_never_crash_or_write_memory(daemon):
     q2.post_recv(wr.RecvWR(1, 1, [wr.SGE(m2.buf + 2048, 64, m2.lkey)]))
     q1.post_send(wr.SendWR(2, IBV_WR_SEND, 1, sg=[wr.SGE(m2.buf, 11, m2.lkey)]))
     got = []
-    end = time.monotonic() + 10
+    end = time.monotonic() + 60
     while len(got) < 2 and time.monotonic() < end:
         got += c2.poll(4)[1]
     assert sorted((w.wr_id, w.status) for w in got) == [(1, IBV_WC_SUCCESS), (2, IBV_WC_SUCCESS)]

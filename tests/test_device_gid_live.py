@@ -10,6 +10,7 @@ import time
 
 
 from netns_helpers import need_root, sh
+from wait_helpers import wait_file
 
 PROBE = """
 import json, sys
@@ -26,7 +27,7 @@ def _probe(ns, env):
     return json.loads(out.stdout)
 
 
-def _until(fn, pred, timeout=5.0):
+def _until(fn, pred, timeout=60.0):
     end = time.monotonic() + timeout
     while True:
         v = fn()
@@ -55,9 +56,7 @@ def test_gid_table_follows_ip_addr_add_del_and_link_state():
         daemon = subprocess.Popen([*ex, sys.executable, "-m", "softrdma", "daemon", "-f", "--port", "0",
                                    "--device", f"rxe0:{dev}"], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
-        end = time.monotonic() + 15
-        while not os.path.exists(f"{run}/softrdmad.pid") and time.monotonic() < end:
-            time.sleep(0.05)
+        wait_file(f"{run}/softrdmad.pid", proc=daemon)       # fails at once if the daemon exited
         v4 = "0000:0000:0000:0000:0000:ffff:0ad2:"
         first = _probe(ns, env)
         assert first["gids"][0].startswith("fe80:") and first["gids"][1] == v4 + "0001"

@@ -83,7 +83,7 @@ def test_socket_rejects_a_damaged_packet_from_a_softrdma_peer():
         a.sock.sendto(bad + ICRC.pack(crc), ("127.0.0.2", b.port))     # as if damaged on the way
         assert a.send(pkt, "127.0.0.2", b.port)
         got = []
-        end = time.monotonic() + 2
+        end = time.monotonic() + 60
         while len(got) < STRICT_AFTER + 1 and time.monotonic() < end:
             select.select([b], [], [], 0.05)
             got += [bytes(p) for p, _, _ in b.recv()]

@@ -60,7 +60,7 @@ def daemon():
             os.environ["SOFTRDMA_RUN"] = old
 
 
-def wait(cq, n, timeout=3.0):
+def wait(cq, n, timeout=60.0):
     got = []
     end = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < end:
@@ -176,7 +176,7 @@ def test_multicast_counters_in_sysfs(daemon):
         r.qp.attach_mcast(gid)
         send(ctx, pd, s, gid, b"count me")
         assert len(wait(r.cq, 1)) == 1
-        end = time.monotonic() + 3
+        end = time.monotonic() + 60
         while read("multicast_xmit_packets") == x0 and time.monotonic() < end:
             time.sleep(0.1)
         assert (read("multicast_xmit_packets") - x0, read("multicast_rcv_packets") - r0) == (1, 1)

@@ -24,7 +24,7 @@ def _pair():
     return a, b
 
 
-def _recv_some(sock, want=1, timeout=2.0):
+def _recv_some(sock, want=1, timeout=60.0):
     got = []
     end = time.monotonic() + timeout
     while len(got) < want and time.monotonic() < end:
@@ -63,7 +63,7 @@ def test_bad_icrc_and_short_datagrams_are_dropped_and_counted():
     raw.sendto(b"\x04\x00", ("127.0.0.2", b.port))                             # short
     for _ in range(200):                                                       # random junk
         raw.sendto(os.urandom(1 + os.urandom(1)[0] * 4), ("127.0.0.2", b.port))
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 60
     while b.stats.rx_icrc_errors + b.stats.rx_short < 202 and time.monotonic() < deadline:
         select.select([b], [], [], 0.05)
         assert b.recv() == []
@@ -74,7 +74,7 @@ def test_bad_icrc_and_short_datagrams_are_dropped_and_counted():
 
 def _pump(nodes, socks, peers, until):
     """A minimal engine: transport tx -> socket, socket -> transport, timers."""
-    end = time.monotonic() + 20
+    end = time.monotonic() + 60
     while not until() and time.monotonic() < end:
         for node, sock in zip(nodes, socks):
             for qp, pkt, av in node.tx:

@@ -82,6 +82,7 @@ def test_rc_across_namespaces(hosts):
     assert res["server"] == {"batches": 4, "bad": 0}
 
 
+@pytest.mark.slow                   # 100 MiB at 10% loss
 def test_100mb_rc_byte_exact_under_kernel_loss_and_device_faults(hosts):
     if not shutil.which("nft"):
         if os.environ.get("CI") == "true":

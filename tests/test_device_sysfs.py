@@ -63,9 +63,10 @@ def make_rxe(root: Path, capacity: int):
 
 
 @pytest.fixture(scope="module")
-def rxe_full(tmp_path_factory):
-    """rxe0 with all 1024 GID slots, built once; tests must not change it."""
-    return make_rxe(tmp_path_factory.mktemp("rxe_full"), 1024)
+def rxe_full(shm_path_module):
+    """rxe0 with all 1024 GID slots, built once (on /dev/shm: thousands of
+    small files); tests must not change it."""
+    return make_rxe(shm_path_module, 1024)
 
 
 @pytest.fixture
@@ -376,6 +377,7 @@ print(json.dumps({"problems": problems[:20], "reads": reads}))
 """
 
 
+@pytest.mark.slow                   # 800 rewrites under a reader process
 def test_concurrent_readers_never_see_partial_values(rxe, tmp_path):
     """Another process lists and reads the counter directories while the
     writer updates them 800 times: every listing is exactly the expected

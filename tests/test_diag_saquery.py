@@ -129,7 +129,7 @@ def mfts(fab):
     return [fab.tool("ibroute", "-M", lid) for _, lid in sorted(lids)]
 
 
-def settled(fab, ready, timeout=15.0):
+def settled(fab, ready, timeout=60.0):
     """The MFTs once ``ready`` holds (leaf001's table first) and two reads agree."""
     end = time.monotonic() + timeout
     prev = None

@@ -241,13 +241,22 @@ def test_udp_remote_mode_on_softrdma_fabric_server(tmp_path):
     net = tmp_path / "ft2_64.net"
     net.write_text(fixture("ft2_64.net.xz"))
     (tmp_path / "roots").write_text(fixture("ft2_64.roots"))
+    def free(p):                      # nobody (another test run, say) holds it now
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return True
+            except OSError:
+                return False
     port = random.randrange(20000, 60000, 16)
+    while not free(port):
+        port = random.randrange(20000, 60000, 16)
     env = sim_env(unique_base("smt"), tmp_path)
     srv = subprocess.Popen([sys.executable, "-m", "softrdma", "fabric", "serve", "-r", "-l", str(port),
                             "--no-console", str(net)], cwd=tmp_path, env=env,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        end = time.monotonic() + 10
+        end = time.monotonic() + 60
         while True:           # bound once the port is taken
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             try:

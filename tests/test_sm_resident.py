@@ -66,7 +66,7 @@ def test_master_answers_sminfo_sa_and_traps(fab):
     sm.wait(10)
     real = fab.real_sm("real", "host0001", "-s", "5")
     wait_log(real, "SUBNET UP")
-    end = time.monotonic() + 10
+    end = time.monotonic() + 60
     while (theirs := [fab.diag(*q) for q in queries]) != ours and time.monotonic() < end:
         time.sleep(0.5)     # opensm may still be answering from an earlier sweep
     for q, a, b in zip(queries, theirs, ours):
@@ -102,7 +102,7 @@ def test_lmc_sa_answers_as_opensm(fab):
     sm.wait(10)
     real = fab.real_sm("real", "host0001", "-l", "2", "-s", "5")
     wait_log(real, "SUBNET UP")
-    end = time.monotonic() + 10
+    end = time.monotonic() + 60
     while (theirs := [ask(q) for q in queries]) != ours and time.monotonic() < end:
         time.sleep(0.5)
     for q, a, b in zip(queries, theirs, ours):

@@ -67,9 +67,9 @@ IBSTAT_USAGE = (
 
 # ------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
-def _rxe0_daemon(tmp_path_factory):
+def _rxe0_daemon(shm_path_module):
     """One softrdmad with rxe0 on lo for the whole module: the tools only read."""
-    d = RunningDaemon(str(tmp_path_factory.mktemp("run")))
+    d = RunningDaemon(str(shm_path_module))
     yield d
     d.stop()
 
@@ -97,7 +97,8 @@ def _second_netdev() -> str | None:
 
 
 @pytest.fixture
-def two_daemon(tmp_path, monkeypatch):
+def two_daemon(shm_path, monkeypatch):
+    tmp_path = shm_path
     nd = _second_netdev()
     if nd is None:
         pytest.skip("no second netdev with an IPv4 address")

@@ -40,6 +40,7 @@ from softrdma.transport.qp import QP, QPCap
 from softrdma.transport.wr import AddressVector, RecvWQE, SendWQE
 from softrdma.wire.opcodes import OPCODE_TABLE, Opcode
 from test_wire_tshark import PAYLOAD_HEURISTICS, tshark  # noqa: F401 -- the tshark fixture
+from wait_helpers import free_port, wait_for, wait_line, wait_listening
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS_PROG = os.path.join(HERE, "programs", "capture_ops.py")
@@ -259,16 +260,16 @@ class Ibdump:
         self.proc = subprocess.Popen([sys.executable, "-m", "softrdma", "ibdump", *args], env=_env(d),
                                      stdout=stdout, stderr=subprocess.PIPE)
         self.head = b""
-        end = time.monotonic() + 20
-        if not self.silent:
-            while b"Ready to capture (Press ^c to stop):\n" not in self.head:
-                line = self.proc.stdout.readline()
-                assert line and time.monotonic() < end, (self.head, self.proc.stderr.read())
-                self.head += line
-        else:
-            while self._captures() <= before:
-                assert self.proc.poll() is None and time.monotonic() < end, self.proc.stderr.read()
-                time.sleep(0.02)
+        try:
+            if not self.silent:
+                _, lines = wait_line(self.proc.stdout, r"^Ready to capture \(Press \^c to stop\):\n", proc=self.proc)
+                self.head = b"".join(lines)
+            else:
+                wait_for(lambda: self._captures() > before, what="the capture to start", proc=self.proc)
+        except AssertionError:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
 
     def _captures(self) -> int:
         return sum(1 for r in self.d.resources() if r["kind"] == "capture")
@@ -552,17 +553,6 @@ def _ipv4_gid_index(h, i: int) -> str:
     return out.strip()
 
 
-def _listening(pid: int, port: int) -> bool:
-    """A TCP socket listening on ``port`` in the network namespace of
-    process ``pid`` (/proc/PID/net is that namespace's)."""
-    for name in ("tcp", "tcp6"):
-        for row in open(f"/proc/{pid}/net/{name}").read().splitlines()[1:]:
-            f = row.split()
-            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
 def test_capture_of_a_real_udp_exchange_across_namespaces(tshark, tmp_path):
     from netns_helpers import TwoHosts, need_root
     need_root()
@@ -573,21 +563,15 @@ def test_capture_of_a_real_udp_exchange_across_namespaces(tshark, tmp_path):
         env = {**os.environ, "SOFTRDMA_RUN": h.run_dirs[0], "SOFTRDMA_AUTOSTART": "0"}
         tool = subprocess.Popen(["ip", "netns", "exec", h.ns[0], sys.executable, "-m", "softrdma", "ibdump",
                                  "-w", pcap], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        head = b""
-        while b"Ready to capture" not in head:
-            line = tool.stdout.readline()
-            assert line, tool.stderr.read()
-            head += line
+        wait_line(tool.stdout, "Ready to capture", proc=tool)
         gid = _ipv4_gid_index(h, 0)
         assert gid == _ipv4_gid_index(h, 1)
-        srv = h.popen(1, [sys.executable, "-m", "softrdma", "ibv_rc_pingpong", "-g", gid, "-n", "5", "-s", "2000"],
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        end = time.monotonic() + 20
-        while not _listening(srv.pid, 18515):
-            assert srv.poll() is None and time.monotonic() < end, srv.communicate()
-            time.sleep(0.02)
+        port = str(free_port())
+        srv = h.popen(1, [sys.executable, "-m", "softrdma", "ibv_rc_pingpong", "-g", gid, "-n", "5", "-s", "2000",
+                          "-p", port], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_listening(int(port), srv)                 # in the server's namespace
         cli = h.popen(0, [sys.executable, "-m", "softrdma", "ibv_rc_pingpong", "-g", gid, "-n", "5", "-s", "2000",
-                          h.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "-p", port, h.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         c_out, c_err = cli.communicate(timeout=60)
         s_out, s_err = srv.communicate(timeout=60)
         assert cli.returncode == 0 and srv.returncode == 0, (c_err, s_err)
@@ -626,9 +610,10 @@ def test_a_perftest_run_captured_opens_in_tshark_with_every_packet_decoded(daemo
     env = _env(daemon)
     for perf, extra in (("ib_write_bw", ["-s", "3000"]), ("ib_read_bw", ["-s", "3000"]),
                         ("ib_send_bw", ["-s", "3000"]), ("ib_atomic_bw", [])):
-        args = [sys.executable, "-m", "softrdma", perf, "-d", "rxe0", "-n", "20", "-m", "1024", "-F", *extra]
+        args = [sys.executable, "-m", "softrdma", perf, "-d", "rxe0", "-n", "20", "-m", "1024", "-F", *extra,
+                "-p", str(free_port())]
         srv = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.8)
+        wait_listening(int(args[-1]), srv)
         cli = subprocess.run(args + ["127.0.0.1"], env=env, capture_output=True, text=True, timeout=120)
         srv.communicate(timeout=60)
         assert cli.returncode == 0 and srv.returncode == 0, cli.stdout + cli.stderr

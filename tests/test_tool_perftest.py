@@ -39,6 +39,7 @@ import time
 import pytest
 
 from daemon_helpers import daemon_in_shm
+from wait_helpers import free_port, wait_listening
 from softrdma.tools.perftest import comm as C
 from softrdma.tools.perftest import params as P
 from softrdma.tools.perftest import report as R
@@ -288,37 +289,20 @@ def tool_env(daemon, **extra) -> dict:
     return {**daemon.env, "SOFTRDMA_AUTOSTART": "0", "SOFTRDMA_PROGRESS": "0", **extra}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = open(name).read().splitlines()[1:]
-        except OSError:
-            continue
-        if any(r.split()[3] == "0A" and int(r.split()[1].rsplit(":", 1)[1], 16) == port for r in rows):
-            return True
-    return False
-
-
 def start_server(daemon, tool: str, args: list[str], port: int, cwd=None, env=None):
     # bytes, decoded without newline translation: a "\r" stays a "\r"
     proc = subprocess.Popen([sys.executable, "-m", "softrdma", tool, "-p", str(port), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or tool_env(daemon), cwd=cwd)
-    end = time.monotonic() + 20
-    while not _listening(port):
-        if proc.poll() is not None or time.monotonic() > end:
-            proc.kill()
-            raise AssertionError(f"{tool} server never listened: {proc.communicate()}")
-        time.sleep(0.02)
+    try:
+        wait_listening(port, proc)
+    except AssertionError:
+        proc.kill()
+        proc.communicate()
+        raise
     return proc
 
 
-def run_pair(daemon, tool: str, args: list[str], timeout: float = 40, cwd=None, env=None):
+def run_pair(daemon, tool: str, args: list[str], timeout: float = 120, cwd=None, env=None):
     port = free_port()
     srv = start_server(daemon, tool, args, port, cwd=cwd, env=env)
     try:
@@ -491,6 +475,7 @@ def test_latency_json_and_histogram(daemon, tmp_path):
                              "percentile_99.9")] == list(row[2:])
 
 
+@pytest.mark.slow                   # -a and -D runs
 def test_sweep_duration_and_progress(daemon):
     # -a: every power of two from 2 to 2^23, one row each (the server prints the client's last one)
     crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_write_bw", ["-a", "-n", "5"])
@@ -520,7 +505,7 @@ def test_run_infinitely_reports_each_period(daemon):
                            env=tool_env(daemon))
     got = b""
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while len(rows(got.decode())) < 2 and time.monotonic() < deadline:
             if select.select([cli.stdout], [], [], 0.5)[0]:
                 chunk = os.read(cli.stdout.fileno(), 65536)
@@ -604,7 +589,7 @@ class FakePeerQP:
                       send_flags=IBV_SEND_SIGNALED)
         w.set_wr_rdma(rem.rkey, rem.vaddr)
         done = posted = 0
-        end = time.monotonic() + 30
+        end = time.monotonic() + 60
         while done < n and time.monotonic() < end:
             while posted < n and posted - done < 32:
                 self.qp.post_send(w)

@@ -20,8 +20,9 @@ import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import daemon_in_shm, wait_cm_listening
 from netns_helpers import TwoHosts, need_root
+from wait_helpers import DEADLINE_S, free_port
 from softrdma.tools.perftest import comm as C
 from softrdma.tools.perftest import rdma_cm as RC
 
@@ -56,20 +57,25 @@ def test_rdma_cm_option_checks(argv, out):
     assert "Traceback" not in r.stderr
 
 
-def pair(popen, tool, args, server_ip, tries=6):
-    """Server first; the client again while the server is not listening
-    yet (perftest's client then fails: no retry in establish_connection)."""
+def pair(popen, tool, args, server_ip, run_dir):
+    """Server first, on a free port; the client once the daemon in
+    ``run_dir`` has the server's rdma_cm listener (a wildcard one is seen a
+    moment before it listens: perftest's client then fails, no retry in
+    establish_connection, and is run again within the deadline)."""
+    args = [*args, "-p", str(free_port())]
     srv = popen(0, [sys.executable, "-m", "softrdma", tool, *args], stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(tries):
-            time.sleep(0.5)
+        wait_cm_listening(run_dir, int(args[-1]), srv)
+        end = time.monotonic() + DEADLINE_S
+        while True:
             cli = popen(1, [sys.executable, "-m", "softrdma", tool, *args, server_ip], stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, text=True)
-            cout, cerr = cli.communicate(timeout=90)
-            if cli.returncode == 0 or srv.poll() is not None or "Unexpected CM event" not in cerr:
+            cout, cerr = cli.communicate(timeout=120)
+            if cli.returncode == 0 or srv.poll() is not None or "Unexpected CM event" not in cerr \
+                    or time.monotonic() > end:
                 break
-        sout, serr = srv.communicate(timeout=60)
+        sout, serr = srv.communicate(timeout=DEADLINE_S)
     finally:
         if srv.poll() is None:
             srv.kill()
@@ -103,9 +109,8 @@ def test_across_two_namespaces():
 
         def popen(i, args, **kw):
             return h.popen(i, ["env", *(f"{k}={v}" for k, v in env.items()), *args], **kw)
-        for tool, port in (("ib_write_bw", 18601), ("ib_send_lat", 18602), ("ib_read_bw", 18603),
-                           ("ib_atomic_bw", 18604)):
-            check(tool, pair(popen, tool, ["-R", "-n", "200", "-p", str(port)], h.ip[0]))
+        for tool in ("ib_write_bw", "ib_send_lat", "ib_read_bw", "ib_atomic_bw"):
+            check(tool, pair(popen, tool, ["-R", "-n", "200"], h.ip[0], h.run_dirs[0]))
     finally:
         h.close()
 
@@ -121,8 +126,8 @@ def test_z_exchange_over_rdma_cm_one_daemon(daemon):
 
     def popen(i, args, **kw):
         return subprocess.Popen(args, env=env, **kw)
-    (crc, cout, cerr), (src, sout, serr) = pair(popen, "ib_write_lat", ["-z", "-n", "200", "-p", "18605"],
-                                                "127.0.0.1")
+    (crc, cout, cerr), (src, sout, serr) = pair(popen, "ib_write_lat", ["-z", "-n", "200"], "127.0.0.1",
+                                                daemon.run_dir)
     assert crc == 0 and src == 0, (cerr, serr)
     assert " rdma_cm QPs\t : OFF\n" in cout and " Data ex. method : rdma_cm\n" in cout, cout
     assert len(LAT_ROW.findall(cout)) == 1

@@ -30,6 +30,8 @@ import time
 import pytest
 
 from daemon_helpers import RunningDaemon
+from wait_helpers import free_port
+from wait_helpers import wait_listening as _wait_listening
 from softrdma.tools import pingpong as pp
 
 # --------------------------------------------------------------------------- the format, as the doc writes it
@@ -200,8 +202,8 @@ def test_bad_option_subprocess_no_traceback():
 
 # --------------------------------------------------------------------------- the daemon and helpers
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    d = RunningDaemon(str(tmp_path_factory.mktemp("pp")))
+def daemon(shm_path_module):
+    d = RunningDaemon(str(shm_path_module))
     yield d
     d.stop()
 
@@ -232,26 +234,6 @@ def tool_env(daemon) -> dict:
     return {**daemon.env, "SOFTRDMA_AUTOSTART": "0"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            f_ = row.split()
-            if f_[3] == "0A" and int(f_[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
 class Tool:
     """A tool subprocess whose output lines are collected as they come."""
 
@@ -271,7 +253,7 @@ class Tool:
         for line in stream:
             put(line.rstrip("\n"))
 
-    def line(self, timeout: float = 15.0) -> str:
+    def line(self, timeout: float = 60.0) -> str:
         try:
             line = self.out.get(timeout=timeout)
         except queue.Empty:
@@ -280,7 +262,7 @@ class Tool:
         self.lines.append(line)
         return line
 
-    def finish(self, timeout: float = 20.0) -> tuple[int, list[str], str]:
+    def finish(self, timeout: float = 60.0) -> tuple[int, list[str], str]:
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -299,12 +281,11 @@ class Tool:
 
 
 def wait_listening(tool: Tool, port: int) -> None:
-    end = time.monotonic() + 15
-    while not listening(port):
-        if tool.proc.poll() is not None or time.monotonic() > end:
-            tool.kill()
-            raise AssertionError(f"server never listened on {port}: {tool.err}")
-        time.sleep(0.01)
+    try:
+        _wait_listening(port, tool.proc)
+    except AssertionError as e:
+        tool.kill()
+        raise AssertionError(f"server never listened on {port}: {e} {tool.err}") from None
 
 
 class VerbsPeer:
@@ -365,7 +346,7 @@ class VerbsPeer:
             s.set_wr_ud(self.ah, self.rem_qpn, QKEY)
         self.qp.post_send(s)
 
-    def wait(self, wr_id: int, timeout: float = 10.0):
+    def wait(self, wr_id: int, timeout: float = 60.0):
         """The next completion of ``wr_id`` (1 receive, 2 send), successful."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -387,7 +368,7 @@ class VerbsPeer:
         self.ctx.close()
 
 
-def recv_exact(s: socket.socket, n: int, timeout: float = 10.0) -> bytes:
+def recv_exact(s: socket.socket, n: int, timeout: float = 60.0) -> bytes:
     s.settimeout(timeout)
     got = b""
     while len(got) < n:
@@ -427,7 +408,7 @@ def test_fake_client_against_server(verbs_env, gid_info, tool):
         lid, qpn, psn = (int(local[i], 16) for i in (1, 2, 3))
         assert lid == 0 and local[4] == socket.inet_ntop(socket.AF_INET6, gid)
         wait_listening(srv, port)
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             assert quiet(s), "the server wrote before the client's message"
             s.sendall(wire_msg(0, peer.qp.qp_num, peer.psn, peer.gid))
             reply = recv_exact(s, 52)
@@ -437,7 +418,7 @@ def test_fake_client_against_server(verbs_env, gid_info, tool):
             peer.send()                              # before "done": the server's QP is RTR/RTS already
             peer.wait(2)
             s.sendall(b"done\x00")
-            s.settimeout(10)
+            s.settimeout(60)
             assert s.recv(16) == b"", "the server must close after reading done"
         for i in range(iters):
             peer.wait(1)
@@ -472,7 +453,7 @@ def test_fake_server_against_client(verbs_env, gid_info, tool):
         local = (LOCAL_UD if ud else LOCAL_RC).match(cli.line())
         assert local, cli.lines
         qpn, psn = int(local[2], 16), int(local[3], 16)
-        lsock.settimeout(15)
+        lsock.settimeout(60)
         s, _ = lsock.accept()
         with s:
             msg = recv_exact(s, 52)
@@ -481,7 +462,7 @@ def test_fake_server_against_client(verbs_env, gid_info, tool):
             peer.connect(qpn, psn, gid)              # as the real server: ready before replying
             s.sendall(wire_msg(0, peer.qp.qp_num, peer.psn, peer.gid))
             assert recv_exact(s, 5) == b"done\x00"
-            s.settimeout(10)
+            s.settimeout(60)
             assert s.recv(16) == b"", "the client must close after done"
         for _ in range(iters):
             peer.wait(1)
@@ -512,7 +493,7 @@ def test_peer_without_gid_has_no_grh(verbs_env, gid_info, tool, errors):
     try:
         srv.line()
         wait_listening(srv, port)
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             s.sendall(wire_msg(0, 0x99, 0x1234, bytes(16)))
             assert recv_exact(s, 52) == b""
         rc, out, err = srv.finish()
@@ -527,7 +508,7 @@ def test_server_short_first_message(verbs_env, gid_info):
     try:
         srv.line()
         wait_listening(srv, port)
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             s.sendall(b"0000:000012")
         rc, out, err = srv.finish()
     finally:

@@ -52,7 +52,7 @@ class Daemon:
         self.proc = subprocess.Popen([sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir", run_dir,
                                       "--device", "rxe0:lo", "--port", "0"], stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        end = time.monotonic() + 15
+        end = time.monotonic() + 60
         while not os.path.exists(os.path.join(run_dir, "softrdmad.sock")):
             if self.proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError("softrdmad did not start: " + open(self.log.name).read())
@@ -416,7 +416,9 @@ def test_batch(world, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ link add / delete
-NETDEV = "softrdma-t0"
+# names and an address of this test run's own: another run on the host must not share them
+NETDEV = f"srdma-t{os.getpid() % 100000}"
+NETDEV_ADDR = f"10.99.{os.getpid() % 250}.1/24"
 
 
 def _dummy_netdev():
@@ -436,7 +438,7 @@ def _dummy_netdev():
         if veth.returncode:
             no(f"ip link add: {made.stderr.strip()} / {veth.stderr.strip()}")
         subprocess.run(["ip", "link", "set", NETDEV + "p", "up"], capture_output=True)
-    for cmd in (["ip", "addr", "add", "10.99.0.1/24", "dev", NETDEV], ["ip", "link", "set", NETDEV, "up"]):
+    for cmd in (["ip", "addr", "add", NETDEV_ADDR, "dev", NETDEV], ["ip", "link", "set", NETDEV, "up"]):
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             subprocess.run(["ip", "link", "del", NETDEV], capture_output=True)

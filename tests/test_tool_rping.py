@@ -24,8 +24,9 @@ import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import daemon_in_shm, wait_cm_listening
 from netns_helpers import TwoHosts, need_root
+from wait_helpers import DEADLINE_S, free_port
 
 USAGE_FIRST = "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n"
 
@@ -58,20 +59,24 @@ def env_of(daemon) -> dict:
     return {**daemon.env, "SOFTRDMA_AUTOSTART": "0"}
 
 
-def run_pair(srv_args, cli_args, env, popen=None, cli_env=None, tries=6):
-    """Start the server, then the client (again while the server is not
-    listening yet: the client's REJECTED); both results."""
+def run_pair(srv_args, cli_args, env, run_dir, popen=None):
+    """Start the server on a port of its own, wait until the daemon in
+    ``run_dir`` has it listening, then run the client; both results.  (A
+    wildcard listener is seen when its cm_id exists, a moment before it
+    listens: a client REJECTED then is run again, within the deadline.)"""
+    port = str(free_port())
     popen = popen or (lambda i, a, **kw: subprocess.Popen([sys.executable, "-m", "softrdma", "rping", *a],
                                                           env=env, **kw))
-    srv = popen(0, srv_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = popen(0, [*srv_args, "-p", port], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(tries):
-            time.sleep(0.4)
-            cli = popen(1, cli_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            cout, cerr = cli.communicate(timeout=60)
-            if not (cli.returncode == 255 and "RDMA_CM_EVENT_REJECTED" in cerr):
+        wait_cm_listening(run_dir, int(port), srv)
+        end = time.monotonic() + DEADLINE_S
+        while True:
+            cli = popen(1, [*cli_args, "-p", port], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cout, cerr = cli.communicate(timeout=DEADLINE_S)
+            if not (cli.returncode == 255 and "RDMA_CM_EVENT_REJECTED" in cerr) or time.monotonic() > end:
                 break
-        sout, serr = srv.communicate(timeout=30)
+        sout, serr = srv.communicate(timeout=DEADLINE_S)
     finally:
         if srv.poll() is None:
             srv.kill()
@@ -114,9 +119,9 @@ def check_pings(cout, sout, n=10, size=64):
 
 
 def test_client_server_one_daemon(daemon):
-    (crc, cout, cerr), (src, sout, serr) = run_pair(["-s", "-v", "-a", "127.0.0.1", "-p", "7301"],
-                                                    ["-c", "-v", "-V", "-C", "10", "-a", "127.0.0.1", "-p", "7301"],
-                                                    env_of(daemon))
+    (crc, cout, cerr), (src, sout, serr) = run_pair(["-s", "-v", "-a", "127.0.0.1"],
+                                                    ["-c", "-v", "-V", "-C", "10", "-a", "127.0.0.1"],
+                                                    env_of(daemon), daemon.run_dir)
     assert crc == 0 and src == 0, (cerr, serr)
     check_pings(cout, sout)
     # the server's loop ends on the DISCONNECTED event (state 10)
@@ -125,21 +130,22 @@ def test_client_server_one_daemon(daemon):
 
 
 def test_self_created_qp_and_size(daemon):
-    (crc, cout, cerr), (src, sout, serr) = run_pair(["-s", "-q", "-v", "-p", "7302"],
-                                                    ["-c", "-q", "-V", "-v", "-S", "26", "-C", "3", "-a", "127.0.0.1",
-                                                     "-p", "7302"], env_of(daemon))
+    (crc, cout, cerr), (src, sout, serr) = run_pair(["-s", "-q", "-v"],
+                                                    ["-c", "-q", "-V", "-v", "-S", "26", "-C", "3", "-a", "127.0.0.1"],
+                                                    env_of(daemon), daemon.run_dir)
     assert crc == 0 and src == 0, (cerr, serr)
     check_pings(cout, sout, n=3, size=26)
 
 
 def test_persistent_server_serves_one_client_after_another(daemon):
     env = env_of(daemon)
-    srv = subprocess.Popen([sys.executable, "-m", "softrdma", "rping", "-s", "-P", "-p", "7303"], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port = str(free_port())
+    srv = subprocess.Popen([sys.executable, "-m", "softrdma", "rping", "-s", "-P", "-a", "127.0.0.1", "-p", port],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.8)
+        wait_cm_listening(daemon.run_dir, int(port), srv)
         for _ in range(2):
-            r = rping(["-c", "-V", "-v", "-C", "2", "-a", "127.0.0.1", "-p", "7303"], env)
+            r = rping(["-c", "-V", "-v", "-C", "2", "-a", "127.0.0.1", "-p", port], env)
             assert r.returncode == 0, r
             assert r.stdout.count("ping data: ") == 2
         assert srv.poll() is None                       # -P: still listening
@@ -149,7 +155,7 @@ def test_persistent_server_serves_one_client_after_another(daemon):
 
 
 def test_no_server_is_rejected(daemon):
-    r = rping(["-c", "-C", "1", "-a", "127.0.0.1", "-p", "7399"], env_of(daemon))
+    r = rping(["-c", "-C", "1", "-a", "127.0.0.1", "-p", str(free_port())], env_of(daemon))
     assert r.returncode == 255, r
     lines = r.stderr.splitlines()
     assert lines[0] == "cma event RDMA_CM_EVENT_REJECTED, error 8", r.stderr      # IB_CM_REJ_INVALID_SERVICE_ID
@@ -180,14 +186,15 @@ def test_wire_protocol_against_a_peer_written_from_the_doc(daemon):
 
     ch = CMEventChannel()
     lid = CMID(creator=ch)
-    lid.bind_addr(AddrInfo(src="127.0.0.1", src_service="7304", flags=RAI_PASSIVE))
+    port = str(free_port())
+    lid.bind_addr(AddrInfo(src="127.0.0.1", src_service=port, flags=RAI_PASSIVE))
     lid.listen(1)
     client = subprocess.Popen([sys.executable, "-m", "softrdma", "rping", "-c", "-v", "-V", "-C", "2", "-S", "40",
-                               "-a", "127.0.0.1", "-p", "7304"], env=env_of(daemon), stdout=subprocess.PIPE,
+                               "-a", "127.0.0.1", "-p", port], env=env_of(daemon), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     seen = []
     try:
-        ev = CMEvent(ch, timeout=30)
+        ev = CMEvent(ch, timeout=60)
         assert ev.event_type == RDMA_CM_EVENT_CONNECT_REQUEST
         conn = ev.event.conn
         # rping_init_conn_param: responder resources 1, initiator depth 1, retry 7, RNR retry 7
@@ -205,7 +212,7 @@ def test_wire_protocol_against_a_peer_written_from_the_doc(daemon):
             qp.post_recv(RecvWR(1, 1, [SGE(recv.buf, 16, recv.lkey)]))
 
         def wait(opcode=None):
-            end = time.monotonic() + 20
+            end = time.monotonic() + 60
             while time.monotonic() < end:
                 n, wcs = cq.poll(1)
                 if n:
@@ -224,7 +231,7 @@ def test_wire_protocol_against_a_peer_written_from_the_doc(daemon):
 
         post_recv()
         cid.accept(ConnParam(retry=7, rnr_retry=7))
-        ev = CMEvent(ch, timeout=20)
+        ev = CMEvent(ch, timeout=60)
         assert ev.event_type == RDMA_CM_EVENT_ESTABLISHED
         ev.ack_cm_event()
         for i in range(2):
@@ -268,7 +275,7 @@ def test_across_two_namespaces():
             return h.popen(i, [sys.executable, "-m", "softrdma", "rping", *args], **kw)
         (crc, cout, cerr), (src, sout, serr) = run_pair(
             ["-s", "-v", "-a", h.ip[0]], ["-c", "-v", "-V", "-C", "10", "-a", h.ip[0], "-I", h.ip[1]], None,
-            popen=popen)
+            h.run_dirs[0], popen=popen)
         assert crc == 0 and src == 0, (cerr, serr)
         check_pings(cout, sout)
         assert serr.startswith("server DISCONNECT EVENT...\n"), serr

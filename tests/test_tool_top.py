@@ -172,11 +172,12 @@ def test_live_view_in_tmux(env, tmp_path):
 
     def device_row(text: str):
         row = next((line for line in text.splitlines() if "rxe0/1" in line), None)
-        return None if row is None else [c.strip() for c in row.strip("│ ").split("│")]
+        cells = None if row is None else [c.strip() for c in row.strip("│ ").split("│")]
+        return cells if cells and len(cells) >= 6 else None          # (a row caught while being drawn)
 
     pair = RcPair(env)
     try:
-        end = time.monotonic() + 20
+        end = time.monotonic() + 60
         busy = None
         while time.monotonic() < end:
             pair.send(8, 2048)
@@ -187,7 +188,7 @@ def test_live_view_in_tmux(env, tmp_path):
         assert busy is not None, screen()
         assert busy[:3] == ["rxe0/1", "ACTIVE", "lo"] and busy[-1] == "2 (RTS 2)"
         # traffic stops: within a few refreshes the rates read 0 again
-        end = time.monotonic() + 10
+        end = time.monotonic() + 60
         while time.monotonic() < end:
             time.sleep(0.5)
             row = device_row(screen())

@@ -30,8 +30,9 @@ import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import daemon_in_shm, wait_cm_listening
 from netns_helpers import TwoHosts, need_root
+from wait_helpers import DEADLINE_S, free_port, wait_line
 
 USAGE = ("usage: ucmatose\n"
          "\t[-s server_address]\n"
@@ -79,7 +80,7 @@ def cmd(*args):
     return [sys.executable, "-m", "softrdma", "ucmatose", *args]
 
 
-def ucmatose(args, env, timeout=30):
+def ucmatose(args, env, timeout=60):
     return subprocess.run(cmd(*args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -93,27 +94,39 @@ def env_of(daemon) -> dict:
     return {**daemon.env, "SOFTRDMA_AUTOSTART": "0"}
 
 
-def run_pair(srv_args, cli_args, env=None, popen=None):
-    """Start the server, wait for its first line (the listen follows at
-    once), run the client; both (returncode, stdout, stderr)."""
+def run_pair(srv_args, cli_args, run_dir, env=None, popen=None, port=None):
+    """Start the server, wait until the daemon in ``run_dir`` has it
+    listening, run the client; both (returncode, stdout, stderr).  ``port``
+    None: a free one, given to both with -p (ucmatose); else the port the
+    server listens on by itself (udaddy's fixed 7174, in this test's own
+    daemon).  A wildcard listener is seen when its cm_id exists, a moment
+    before it listens: a client refused then runs again, within the deadline."""
     popen = popen or (lambda i, a, **kw: subprocess.Popen(cmd(*a), env=env, **kw))
+    if port is None:
+        port = free_port()
+        srv_args, cli_args = [*srv_args, "-p", str(port)], [*cli_args, "-p", str(port)]
     srv = popen(0, srv_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        first = srv.stdout.readline()
-        time.sleep(0.3)
-        cli = popen(1, cli_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            cout, cerr = cli.communicate(timeout=40)
-        finally:
-            if cli.poll() is None:
-                cli.kill()
-                cli.wait()
-        sout, serr = srv.communicate(timeout=20)
+        _, first = wait_line(srv.stdout, "starting server", proc=srv)
+        wait_cm_listening(run_dir, port, srv)
+        end = time.monotonic() + DEADLINE_S
+        while True:
+            cli = popen(1, cli_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                cout, cerr = cli.communicate(timeout=DEADLINE_S)
+            finally:
+                if cli.poll() is None:
+                    cli.kill()
+                    cli.wait()
+            refused = "RDMA_CM_EVENT_REJECTED" in cout or "RDMA_CM_EVENT_UNREACHABLE" in cout
+            if not refused or time.monotonic() > end:
+                break
+        sout, serr = srv.communicate(timeout=DEADLINE_S)
     finally:
         if srv.poll() is None:
             srv.kill()
             srv.wait()
-    return (cli.returncode, cout, cerr), (srv.returncode, first + sout, serr)
+    return (cli.returncode, cout, cerr), (srv.returncode, "".join(first) + sout, serr)
 
 
 # --------------------------------------------------------------------------- options
@@ -144,7 +157,7 @@ def test_numeric_format_refuses_a_name(daemon):
 
 
 def test_no_server_is_rejected(daemon):
-    r = ucmatose(["-s", "127.0.0.1", "-p", "7599"], env_of(daemon))
+    r = ucmatose(["-s", "127.0.0.1", "-p", str(free_port())], env_of(daemon))
     assert r.stdout == ("cmatose: starting client\n"
                         "cmatose: connecting\n"
                         "cmatose: event: RDMA_CM_EVENT_REJECTED, error: 8\n"
@@ -156,28 +169,28 @@ def test_no_server_is_rejected(daemon):
 # --------------------------------------------------------------------------- one daemon
 def test_ten_connections_one_daemon(daemon):
     t0 = time.monotonic()
-    (crc, cout, cerr), (src, sout, serr) = run_pair(["-c", "10", "-C", "10", "-p", "7471"],
-                                                    ["-s", "127.0.0.1", "-c", "10", "-C", "10"], env_of(daemon))
+    (crc, cout, cerr), (src, sout, serr) = run_pair(["-c", "10", "-C", "10"],
+                                                    ["-s", "127.0.0.1", "-c", "10", "-C", "10"], daemon.run_dir,
+                                                    env_of(daemon))
     assert (src, sout, serr) == (0, SERVER_OUT, ""), (sout, serr)
     assert (crc, cout, cerr) == (0, CLIENT_OUT, ""), (cout, cerr)
     assert time.monotonic() - t0 < 15
 
 
 def test_no_messages_and_big_messages(daemon):
-    (crc, cout, cerr), (src, sout, serr) = run_pair(["-c", "3", "-C", "0", "-p", "7472"],
-                                                    ["-s", "127.0.0.1", "-c", "3", "-C", "0", "-p", "7472"],
-                                                    env_of(daemon))
+    (crc, cout, cerr), (src, sout, serr) = run_pair(["-c", "3", "-C", "0"],
+                                                    ["-s", "127.0.0.1", "-c", "3", "-C", "0"],
+                                                    daemon.run_dir, env_of(daemon))
     assert (src, sout, crc, cout) == (0, SERVER_NO_DATA, 0, CLIENT_NO_DATA), (sout, serr, cout, cerr)
     # -S 0 turns the count to 0 (create_message), on each side; -P ib, -t, -a accepted
-    (crc, cout, cerr), (src, sout, serr) = run_pair(["-c", "2", "-S", "0", "-P", "ib", "-p", "7473"],
+    (crc, cout, cerr), (src, sout, serr) = run_pair(["-c", "2", "-S", "0", "-P", "ib"],
                                                     ["-s", "127.0.0.1", "-c", "2", "-S", "0", "-P", "ib", "-t", "32",
-                                                     "-a", "14", "-p", "7473"], env_of(daemon))
+                                                     "-a", "14"], daemon.run_dir, env_of(daemon))
     assert (src, sout, crc, cout) == (0, SERVER_NO_DATA, 0, CLIENT_NO_DATA), (sout, serr, cout, cerr)
     # several packets per message, bound to an address
-    (crc, cout, cerr), (src, sout, serr) = run_pair(["-b", "127.0.0.1", "-c", "4", "-C", "20", "-S", "5000",
-                                                     "-p", "7474"],
+    (crc, cout, cerr), (src, sout, serr) = run_pair(["-b", "127.0.0.1", "-c", "4", "-C", "20", "-S", "5000"],
                                                     ["-s", "localhost", "-b", "127.0.0.1", "-c", "4", "-C", "20",
-                                                     "-S", "5000", "-p", "7474"], env_of(daemon))
+                                                     "-S", "5000"], daemon.run_dir, env_of(daemon))
     assert (src, sout, crc, cout) == (0, SERVER_OUT, 0, CLIENT_OUT), (sout, serr, cout, cerr)
 
 
@@ -185,9 +198,9 @@ def test_migrate_moves_every_id_to_a_new_channel(daemon):
     """-m: after the transfers every ID (and the server's listener) moves to
     a new event channel (rdma_migrate_id); the disconnect events then come on
     that channel."""
-    (crc, cout, cerr), (src, sout, serr) = run_pair(["-m", "-c", "3", "-C", "2", "-p", "7475"],
-                                                    ["-m", "-c", "3", "-C", "2", "-s", "127.0.0.1", "-p", "7475"],
-                                                    env_of(daemon))
+    (crc, cout, cerr), (src, sout, serr) = run_pair(["-m", "-c", "3", "-C", "2"],
+                                                    ["-m", "-c", "3", "-C", "2", "-s", "127.0.0.1"],
+                                                    daemon.run_dir, env_of(daemon))
     assert src == 0 and crc == 0, (sout, serr, cout, cerr)
     assert sout == SERVER_OUT.replace("data transfers complete\n",
                                       "data transfers complete\nmigrating to new event channel\n"), sout
@@ -213,20 +226,21 @@ def test_wire_against_a_client_written_from_the_doc(daemon):
     from softrdma.pyverbs.wr import SGE, RecvWR, SendWR
 
     count, size = 5, 300
-    srv = subprocess.Popen(cmd("-C", str(count), "-S", str(size), "-p", "7476"), env=env_of(daemon),
+    port = free_port()
+    srv = subprocess.Popen(cmd("-C", str(count), "-S", str(size), "-p", str(port)), env=env_of(daemon),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ch = CMEventChannel()
     cid = CMID(creator=ch)
     try:
         assert srv.stdout.readline() == "cmatose: starting server\n"
-        time.sleep(0.3)
+        wait_cm_listening(daemon.run_dir, port, srv)
 
         def event(t):
-            ev = CMEvent(ch, timeout=20)
+            ev = CMEvent(ch, timeout=60)
             assert ev.event_type == t, ev.event_str()
             ev.ack_cm_event()
 
-        cid.resolve_addr(AddrInfo(dst="127.0.0.1", dst_service="7476"), 2000)
+        cid.resolve_addr(AddrInfo(dst="127.0.0.1", dst_service=str(port)), 2000)
         event(RDMA_CM_EVENT_ADDR_RESOLVED)
         cid.resolve_route(2000)
         event(RDMA_CM_EVENT_ROUTE_RESOLVED)
@@ -238,7 +252,7 @@ def test_wire_against_a_client_written_from_the_doc(daemon):
         cid.connect(ConnParam(retry=5, rnr_retry=0))
         event(RDMA_CM_EVENT_ESTABLISHED)
         got = []
-        end = time.monotonic() + 20
+        end = time.monotonic() + 60
         while len(got) < count and time.monotonic() < end:
             n, wcs = cq.poll(1)
             if n:
@@ -249,7 +263,7 @@ def test_wire_against_a_client_written_from_the_doc(daemon):
             cid.qp.post_send(SendWR(2, IBV_WR_SEND, 1, sg=[SGE(mr.buf, size, mr.lkey)], send_flags=2))
         event(RDMA_CM_EVENT_DISCONNECTED)                         # the server's, after all our SENDs
         cid.disconnect()
-        sout, serr = srv.communicate(timeout=20)
+        sout, serr = srv.communicate(timeout=60)
     finally:
         if srv.poll() is None:
             srv.kill()
@@ -270,7 +284,7 @@ def test_ten_connections_across_two_namespaces():
             return h.popen(i, cmd(*args), **kw)
         (crc, cout, cerr), (src, sout, serr) = run_pair(
             ["-b", h.ip[0], "-c", "10", "-C", "10"], ["-s", h.ip[0], "-b", h.ip[1], "-c", "10", "-C", "10"],
-            popen=popen)
+            h.run_dirs[0], popen=popen)
         assert (src, sout, serr) == (0, SERVER_OUT, ""), (sout, serr)
         assert (crc, cout, cerr) == (0, CLIENT_OUT, ""), (cout, cerr)
     finally:
@@ -305,13 +319,18 @@ UD_CLIENT_OUT = ("udaddy: starting client\n"
                  "return status 0\n")
 
 
+UDADDY_PORT = 7174
+
+
 def udcmd(*args):
     return [sys.executable, "-m", "softrdma", "udaddy", *args]
 
 
-def ud_pair(srv_args, cli_args, env=None, popen=None):
+def ud_pair(srv_args, cli_args, run_dir, env=None, popen=None):
+    """udaddy has no port option (as rdma-core's): it listens on 7174, in
+    the test's own daemon, so no other test run shares it."""
     popen = popen or (lambda i, a, **kw: subprocess.Popen(udcmd(*a), env=env, **kw))
-    return run_pair(srv_args, cli_args, popen=popen)
+    return run_pair(srv_args, cli_args, run_dir, popen=popen, port=UDADDY_PORT)
 
 
 @pytest.mark.parametrize("args,err", [
@@ -327,7 +346,8 @@ def test_udaddy_bad_arguments(args, err):
 
 def test_udaddy_ten_connections_one_daemon(daemon):
     (crc, cout, cerr), (src, sout, serr) = ud_pair(["-c", "10", "-C", "10"],
-                                                   ["-s", "127.0.0.1", "-c", "10", "-C", "10"], env_of(daemon))
+                                                   ["-s", "127.0.0.1", "-c", "10", "-C", "10"], daemon.run_dir,
+                                                   env_of(daemon))
     assert (src, sout, serr) == (0, UD_SERVER_OUT, ""), (sout, serr)
     assert (crc, cout, cerr) == (0, UD_CLIENT_OUT, ""), (cout, cerr)
 
@@ -362,9 +382,9 @@ def test_udaddy_across_two_namespaces():
 
         def popen(i, args, **kw):
             return h.popen(i, udcmd(*args), **kw)
-        (crc, cout, cerr), (src, sout, serr) = run_pair(
+        (crc, cout, cerr), (src, sout, serr) = ud_pair(
             ["-b", h.ip[0], "-c", "10", "-C", "10"], ["-s", h.ip[0], "-b", h.ip[1], "-c", "10", "-C", "10"],
-            popen=popen)
+            h.run_dirs[0], popen=popen)
         assert (src, sout, serr) == (0, UD_SERVER_OUT, ""), (sout, serr)
         assert (crc, cout, cerr) == (0, UD_CLIENT_OUT, ""), (cout, cerr)
     finally:

@@ -57,6 +57,8 @@ from softrdma.transport.wr import RecvWQE, SendWQE
 from softrdma.wire.headers import RNR_TIMER_US
 from softrdma.wire.opcodes import OPCODE_TABLE
 
+pytestmark = pytest.mark.slow          # property runs: many generated cases each
+
 LINK_DELAY = 5e-6           # Link's default one-way delay
 
 

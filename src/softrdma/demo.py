@@ -116,7 +116,7 @@ def run_device(args: argparse.Namespace) -> int:
     print(f"softrdma demo: ibv_rc_pingpong between two processes on {link['ifname']} "
           f"(netdev {link['netdev']}, GID {gid_index} = {addr}), {args.pp_iters} iterations of 4096 B")
     server = subprocess.Popen(tool, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.5)
+    _wait(server, lambda: _tcp_listening(port))       # the client starts once the server listens, however slow
     client = subprocess.run(tool + [addr], capture_output=True, text=True, timeout=120)
     sout, _ = server.communicate(timeout=120)
     for who, text in (("server", sout), ("client", client.stdout + client.stderr)):
@@ -132,6 +132,28 @@ def run_device(args: argparse.Namespace) -> int:
     return 0 if ok and _rping(link, addr, port) else 1
 
 
+def _tcp_listening(port: int) -> bool:
+    """A TCP socket listens on ``port`` (/proc/net/tcp, tcp6)."""
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        if any(r.split()[3] == "0A" and int(r.split()[1].rsplit(":", 1)[1], 16) == port for r in rows):
+            return True
+    return False
+
+
+def _wait(server, ready, timeout: float = 60.0) -> None:
+    """Wait until ``ready()`` (the server listens), at most ``timeout``
+    seconds; not at all once the server has exited (the client then
+    reports what went wrong)."""
+    end = time.monotonic() + timeout
+    while server.poll() is None and time.monotonic() < end and not ready():
+        time.sleep(0.02)
+
+
 def _rping(link: dict, addr: str, port: int) -> bool:
     """rping -s / rping -c -v -C 5: a connection made by rdma_cm, then the CM
     messages the device's QP1 counted (sysfs class/infiniband_cm)."""
@@ -141,17 +163,23 @@ def _rping(link: dict, addr: str, port: int) -> bool:
     import time
 
     from .device.daemon import default_run_dir
+    from .verbs.device import management
     rping = [sys.executable, "-m", "softrdma", "rping", "-a", addr, "-p", str(port), "-C", "5"]
     print(f"softrdma demo: rping between two processes, connected by rdma_cm over QP1 of {link['ifname']}")
     server = subprocess.Popen(rping + ["-s"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.5)
+    mgmt = management()
+    _wait(server, lambda: any(r["kind"] == "cm_id" and r.get("state") == 8 and r["src_addr"][1] == port   # LISTEN
+                              for r in mgmt.call("resources")[0]["resources"]))
     client = subprocess.run(rping + ["-c", "-v"], capture_output=True, text=True, timeout=60)
     server.communicate(timeout=60)
     for line in (client.stdout + client.stderr).strip().splitlines():
         print(f"  client: {line}")
     base = os.path.join(default_run_dir(), "sys", "class", "infiniband_cm", link["ifname"], "1", "cm_tx_msgs")
-    time.sleep(1.1)                                     # the daemon writes counters once a second
     try:
+        # the daemon rewrites the counters once a second: wait for the DREP, the last message
+        end = time.monotonic() + 10
+        while int(open(os.path.join(base, "drep")).read()) == 0 and time.monotonic() < end:
+            time.sleep(0.05)
         sent = {m: int(open(os.path.join(base, m)).read()) for m in ("req", "rep", "rtu", "dreq", "drep")}
         print("  CM messages sent (cm_tx_msgs): " + ", ".join(f"{k} {v}" for k, v in sent.items()))
     except OSError:
