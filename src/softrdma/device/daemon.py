@@ -903,8 +903,9 @@ class Daemon(StatCommands, CmCommands):
         return {}, []
 
     def _checked_av(self, c, d: dict):
-        """An address vector whose source GID exists (the kernel's
-        rdma_check_ah_attr / rdma_get_gid_attr fail with EINVAL otherwise);
+        """An address vector the device can use (``Device.check_av``: its
+        source GID exists and can reach the destination's family, as the
+        kernel's rdma_check_ah_attr / rdma_resolve_ip require, else EINVAL);
         every field fits its ibv_ah_attr field first."""
         f = rq.ah_attr(d)
         if "dgid" in f:
@@ -914,8 +915,7 @@ class Daemon(StatCommands, CmCommands):
         if "flow_label" in f:
             f["flow_label"] &= 0xFFFFF                   # 20 bits on the wire; the rest is ignored
         av = c.device.av_from(f)
-        if c.device.gid(av.sgid_index) is None:
-            raise VerbsError(errno.EINVAL, f"no GID at sgid_index {av.sgid_index}")
+        c.device.check_av(av, self.by_ip)
         return av
 
     def cmd_create_ah(self, c, m, fds):
