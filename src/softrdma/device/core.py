@@ -263,6 +263,14 @@ class Device:
         if src not in self._by_ip and dst not in devices_by_ip and self.sockets:
             raise VerbsError(errno.EINVAL, f"no address {src} to send from on {self.netdev}")
 
+    def set_gso(self, on: bool) -> None:
+        """Send bursts as UDP GSO super-packets (on) or one datagram per
+        sendmsg (off: what a capture on a veth, or a raw-socket peer, needs
+        -- a veth hands a GSO packet to the other namespace unsplit)."""
+        self.gso = bool(on)
+        for sk in self.sockets:
+            sk.gso = self.gso
+
     def close(self) -> None:
         for s in self.sockets:
             s.close()

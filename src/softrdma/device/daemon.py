@@ -970,7 +970,7 @@ class Daemon(StatCommands, CmCommands):
         for d in self.devices.values():
             pa = d.port_attrs()
             out.append({"ifindex": d.ifindex, "ifname": d.name, "port": 1, "netdev": d.netdev,
-                        "netdev_index": d.netdev_index, "node_guid": _node_guid(d.mac),
+                        "netdev_index": d.netdev_index, "gso": d.gso, "node_guid": _node_guid(d.mac),
                         "sys_image_guid": _node_guid(d.mac), "addresses": d.addresses,
                         "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
                         "clients": sum(1 for cl in self.clients.values() if cl.device is d),
@@ -995,6 +995,9 @@ class Daemon(StatCommands, CmCommands):
         from .main import make_device
         self._link_admin(c)
         name, netdev = _link_name(m, "name", 63), _link_name(m, "netdev", 15)
+        gso = m.get("gso", True)
+        if type(gso) is not bool:
+            raise VerbsError(errno.EINVAL, "gso is on or off")
         if name in self.devices:
             raise VerbsError(errno.EEXIST, f"device {name} already exists")
         if any(d.netdev == netdev for d in self.devices.values()):
@@ -1005,6 +1008,7 @@ class Daemon(StatCommands, CmCommands):
             raise VerbsError(errno.ENODEV, str(e)) from None
         except OSError as e:
             raise VerbsError(e.errno or errno.EIO, str(e)) from None
+        dev.set_gso(gso)
         self.add_device(dev)
         return {"ifindex": dev.ifindex}, []
 
