@@ -240,6 +240,9 @@ class Device:
         sock = next((sk for sk in self.sockets if v6 is None or sk.v6 == v6), None)
         if sock is not None:
             return sock.ip, sock
+        ip = next((a for a in self.addresses if v6 is None or (":" in a) == v6), None)
+        if ip is not None:                   # no socket (not bound): the loopback path needs only the address
+            return ip, None
         if g is not None:
             return gid_to_ip(g), None
         return ("::" if v6 else "0.0.0.0"), None
