@@ -68,6 +68,14 @@ def vm():
     shutil.rmtree(RUN, ignore_errors=True)
 
 
+def _wait_guest_listening(t, port: int = 18515, timeout: float = 60) -> None:
+    """Until the guest's tool (run by thread ``t``) listens on TCP ``port``:
+    its start over ssh under TCG takes from one to several seconds."""
+    end = time.monotonic() + timeout
+    while guest(f"ss -Hltn 'sport = :{port}' | grep -q LISTEN", timeout=30).returncode != 0:
+        assert t.is_alive() and time.monotonic() < end, "the guest's server never listened"
+
+
 def _host(vm, args):
     return subprocess.Popen(["ip", "netns", "exec", NETNS, sys.executable, "-m", "softrdma", *args], env=vm["env"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -75,8 +83,10 @@ def _host(vm, args):
 
 def _capture(path):
     p = subprocess.Popen(["ip", "netns", "exec", NETNS, "tcpdump", "-i", TAP, "-w", path, "--immediate-mode",
-                          "-U", "udp", "port", "4791"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
+                          "-U", "udp", "port", "4791"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in p.stderr:                   # capturing once it says so
+        if "listening on" in line:
+            break
     return p
 
 
@@ -143,7 +153,7 @@ def _pingpong(vm, tmp_path, kind, softrdma_role, mtu, host_gid, guest_gid, v6_cs
             res = {}
             t = threading.Thread(target=lambda: res.update(g=guest(gcmd)))
             t.start()
-            time.sleep(3)
+            _wait_guest_listening(t)
             host = _host(vm, [tool, "-g", str(host_gid), *common, GUEST_IP])
             t.join(90)
             g = res["g"]
@@ -207,7 +217,10 @@ def _perftest(vm, tmp_path, tool, size, softrdma_role, extra, gids=None, addrs=(
             t = threading.Thread(target=lambda: res.update(g=guest(f"timeout 100 {tool} {' '.join(common)}{gx}",
                                                                    timeout=120)))
             t.start()
-            time.sleep(4)
+            if "-R" in extra:
+                time.sleep(4)               # an rdma_cm listener: nothing to see with ss
+            else:
+                _wait_guest_listening(t)
             host = _host(vm, [tool, *common, *hx, addrs[0]])
             t.join(130)
             g = res["g"]
