@@ -196,3 +196,54 @@ def test_rc_pingpong_over_every_gid_index(hosts, index):
     print(f"GID index {index} ({gid}): {cout.strip().splitlines()[-1]}")
     _alive(h, 0)
     _alive(h, 1)
+
+
+def test_a_source_gid_without_an_address_is_refused():
+    """The embedded device on lo: its default GID (fe80::/64 from lo's zero
+    MAC) is no address of lo, so nothing can be sent from it to another
+    host: modify_qp and create_ah refuse it with EINVAL (the kernel fails
+    the route) -- and accept it towards a GID of the same daemon, whose
+    traffic never leaves it.  The daemon answers after each."""
+    from daemon_helpers import daemon_in_shm
+    from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC
+    from softrdma.verbs import addr, cq, device, pd, qp
+    from softrdma.verbs.errors import PyverbsRDMAError
+
+    def attempt(p, c, sgid, dgid):
+        route = addr.AHAttr(gr=addr.GlobalRoute(dgid=addr.GID(dgid), sgid_index=sgid, hop_limit=1), is_global=1,
+                            port_num=1)
+        errs = []
+        rc = qp.QP(p, qp.QPInitAttr(IBV_QPT_RC, scq=c, rcq=c, cap=qp.QPCap(4, 4, 1, 1)))
+        a = qp.QPAttr()
+        rc.to_init(a)
+        a.path_mtu, a.dest_qp_num, a.rq_psn, a.sq_psn = IBV_MTU_1024, 0x4242, 1, 1
+        a.max_dest_rd_atomic = a.max_rd_atomic = 1
+        a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 1, 1, 1
+        a.ah_attr = route
+        try:
+            rc.to_rts(a)
+        except PyverbsRDMAError as e:
+            errs.append(e.error_code)
+        try:
+            addr.AH(p, route)
+        except PyverbsRDMAError as e:
+            errs.append(e.error_code)
+        rc.close()
+        return errs
+
+    with daemon_in_shm("gid-noaddr") as d:
+        os.environ["SOFTRDMA_RUN"] = d.run_dir
+        try:
+            with device.Context(name="rxe0") as ctx:
+                g0 = ctx.query_gid(1, 0).raw
+                assert g0[:2] == b"\xfe\x80"
+                p = pd.PD(ctx)
+                c = cq.CQ(ctx, 16)
+                remote = ipaddress.IPv6Address("fd00:5d::99").packed
+                assert attempt(p, c, 0, remote) == [errno.EINVAL, errno.EINVAL]
+                assert d.proc.poll() is None
+                assert attempt(p, c, 0, g0) == []
+                assert ctx.query_port(1).state == 4          # the daemon answers
+        finally:
+            del os.environ["SOFTRDMA_RUN"]
+        assert d.proc.poll() is None
