@@ -68,22 +68,77 @@ def vm():
     shutil.rmtree(RUN, ignore_errors=True)
 
 
-def _wait_guest_listening(t, port: int = 18515, timeout: float = 60) -> None:
-    """Until the guest's tool (run by thread ``t``) listens on TCP ``port``:
-    its start over ssh under TCG takes from one to several seconds."""
+def _wait_guest_listening(t, port: int = 18515, rdma_cm: bool = False, timeout: float = 60) -> None:
+    """Until the guest's tool (run by thread ``t``) listens on TCP ``port``,
+    or with an rdma_cm ID on ``port`` (``rdma resource show cm_id``): its
+    start over ssh under TCG takes from one to several seconds."""
     end = time.monotonic() + timeout
-    while guest(f"ss -Hltn 'sport = :{port}' | grep -q LISTEN", timeout=30).returncode != 0:
+    probe = (f"rdma resource show cm_id | grep -q 'state LISTEN.*src-addr [^ ]*:{port} '" if rdma_cm
+             else f"ss -Hltn 'sport = :{port}' | grep -q LISTEN")
+    while guest(probe, timeout=30).returncode != 0:
         assert t.is_alive() and time.monotonic() < end, "the guest's server never listened"
 
 
+def _wait_host_listening(vm, host, port: int, rdma_cm: bool, timeout: float = 60, banner: str = "") -> None:
+    """Until softrdma's server ``host`` listens: on TCP ``port`` (seen in
+    its namespace's /proc/PID/net/tcp*), or with an rdma_cm ID in LISTEN on
+    it (``rdma resource show cm_id``, which lists IDs bound to an address);
+    an rdma_cm server bound to the wildcard: until it printed ``banner``,
+    the line it prints as it starts to listen."""
+    end = time.monotonic() + timeout
+    while True:
+        if rdma_cm and banner:
+            if host.printed(banner):
+                return
+        elif rdma_cm:
+            r = subprocess.run(["ip", "netns", "exec", NETNS, sys.executable, "-m", "softrdma", "rdma", "resource",
+                                "show", "cm_id"], env=vm["env"], capture_output=True, text=True, timeout=60)
+            if re.search(rf"state LISTEN .*src-addr \S+:{port} ", r.stdout):
+                return
+        else:
+            for name in ("tcp", "tcp6"):
+                try:
+                    rows = open(f"/proc/{host.pid}/net/{name}").read().splitlines()[1:]
+                except OSError:
+                    rows = []
+                if any(r.split()[3] == "0A" and int(r.split()[1].rsplit(":", 1)[1], 16) == port for r in rows):
+                    return
+        assert host.poll() is None and time.monotonic() < end, "softrdma's server never listened"
+        time.sleep(0.1)
+
+
+class _Host:
+    """A softrdma tool in the namespace whose output a thread collects as it
+    comes (so a test can wait for a line), with Popen's interface."""
+
+    def __init__(self, vm, args):
+        import threading
+        self.proc = subprocess.Popen(["ip", "netns", "exec", NETNS, sys.executable, "-m", "softrdma", *args],
+                                     env={**vm["env"], "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: list = []
+        self._t = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self._t.start()
+
+    def __getattr__(self, name):
+        return getattr(self.proc, name)
+
+    def printed(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def communicate(self, timeout=None):
+        self.proc.wait(timeout)
+        self._t.join(10)
+        return "".join(self.lines), None
+
+
 def _host(vm, args):
-    return subprocess.Popen(["ip", "netns", "exec", NETNS, sys.executable, "-m", "softrdma", *args], env=vm["env"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return _Host(vm, args)
 
 
 def _capture(path):
-    p = subprocess.Popen(["ip", "netns", "exec", NETNS, "tcpdump", "-i", TAP, "-w", path, "--immediate-mode",
-                          "-U", "udp", "port", "4791"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(["ip", "netns", "exec", NETNS, "tcpdump", "-i", TAP, "-B", "32768", "-w", path,
+                          "--immediate-mode", "-U", "udp", "port", "4791"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in p.stderr:                   # capturing once it says so
         if "listening on" in line:
             break
@@ -146,7 +201,7 @@ def _pingpong(vm, tmp_path, kind, softrdma_role, mtu, host_gid, guest_gid, v6_cs
     try:
         if softrdma_role == "server":
             host = _host(vm, [tool, "-g", str(host_gid), *common])
-            time.sleep(2)
+            _wait_host_listening(vm, host, 18515, False)
             g = guest(f"{gcmd} 10.77.0.1")
         else:
             import threading
@@ -210,6 +265,7 @@ def _perftest(vm, tmp_path, tool, size, softrdma_role, extra, gids=None, addrs=(
     pcap = str(tmp_path / "cap.pcap")
     cap = _capture(pcap)
     t0 = time.monotonic()
+    host = None
     try:
         if softrdma_role == "client":
             import threading
@@ -217,16 +273,13 @@ def _perftest(vm, tmp_path, tool, size, softrdma_role, extra, gids=None, addrs=(
             t = threading.Thread(target=lambda: res.update(g=guest(f"timeout 100 {tool} {' '.join(common)}{gx}",
                                                                    timeout=120)))
             t.start()
-            if "-R" in extra:
-                time.sleep(4)               # an rdma_cm listener: nothing to see with ss
-            else:
-                _wait_guest_listening(t)
+            _wait_guest_listening(t, 18515, "-R" in extra)
             host = _host(vm, [tool, *common, *hx, addrs[0]])
             t.join(130)
             g = res["g"]
         else:
             host = _host(vm, [tool, *common, *hx])
-            time.sleep(2)
+            _wait_host_listening(vm, host, 18515, "-R" in extra, banner="Waiting for client to connect")
             g = guest(f"timeout 100 {tool} {' '.join(common)}{gx} {addrs[1]}", timeout=120)
         out, _ = host.communicate(timeout=130)
         took = time.monotonic() - t0
@@ -234,6 +287,9 @@ def _perftest(vm, tmp_path, tool, size, softrdma_role, extra, gids=None, addrs=(
         time.sleep(0.5)
         cap.terminate()
         cap.wait(10)
+        if host is not None and host.poll() is None:     # never left to hold the port for the next case
+            host.kill()
+            host.wait()
     assert host.returncode == 0, out
     assert g.returncode == 0, g.stdout + g.stderr
     if tool == "ib_write_lat" and "-R" in extra:
@@ -301,7 +357,7 @@ def _rping(vm, tmp_path, softrdma_role, host_ip, guest_ip, v6_csums=None) -> str
     try:
         if softrdma_role == "server":
             host = _host(vm, ["rping", "-s", "-v", "-V", "-a", host_ip, "-C", "10"])
-            time.sleep(2)
+            _wait_host_listening(vm, host, 7174, True)
             g = guest(f"timeout 60 rping -c -v -V -a {host_ip} -C 10", timeout=90)
         else:
             import threading
@@ -309,7 +365,7 @@ def _rping(vm, tmp_path, softrdma_role, host_ip, guest_ip, v6_csums=None) -> str
             t = threading.Thread(target=lambda: res.update(g=guest(
                 f"timeout 60 rping -s -v -V -a {guest_ip} -C 10", timeout=90)))
             t.start()
-            time.sleep(4)
+            _wait_guest_listening(t, 7174, True)
             host = _host(vm, ["rping", "-c", "-v", "-V", "-a", guest_ip, "-C", "10"])
             t.join(100)
             g = res["g"]
@@ -357,14 +413,14 @@ def test_cm_tools_with_kernel_rxe(vm, tool, softrdma_role):
     n = ["-c", "5", "-C", "5"]
     if softrdma_role == "server":
         host = _host(vm, [tool, *n])
-        time.sleep(2)
+        _wait_host_listening(vm, host, 7471 if tool == "ucmatose" else 7174, True, banner="starting server")
         g = guest(f"timeout 60 {tool} -s 10.77.0.1 {' '.join(n)}", timeout=90)
     else:
         import threading
         res = {}
         t = threading.Thread(target=lambda: res.update(g=guest(f"timeout 60 {tool} {' '.join(n)}", timeout=90)))
         t.start()
-        time.sleep(4)
+        _wait_guest_listening(t, 7471 if tool == "ucmatose" else 7174, True)
         host = _host(vm, [tool, "-s", GUEST_IP, *n])
         t.join(100)
         g = res["g"]
