@@ -138,7 +138,8 @@ def _host(vm, args):
 
 def _capture(path):
     p = subprocess.Popen(["ip", "netns", "exec", NETNS, "tcpdump", "-i", TAP, "-B", "32768", "-w", path,
-                          "--immediate-mode", "-U", "udp", "port", "4791"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                          "--immediate-mode", "-U", "udp", "port", "4791"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
     for line in p.stderr:                   # capturing once it says so
         if "listening on" in line:
             break
