@@ -131,3 +131,48 @@ def test_z_exchange_over_rdma_cm_one_daemon(daemon):
     assert crc == 0 and src == 0, (cerr, serr)
     assert " rdma_cm QPs\t : OFF\n" in cout and " Data ex. method : rdma_cm\n" in cout, cout
     assert len(LAT_ROW.findall(cout)) == 1
+
+
+PERFTEST45 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "perftest45_write_lat.py")
+
+
+@pytest.mark.parametrize("softrdma_role", ["server", "client"])
+def test_write_lat_r_peer_disconnects_first(softrdma_role):
+    """``ib_write_lat -R`` against a peer that ends as perftest 4.5 does
+    (no closing exchange; it disconnects at once): softrdma's side sees the
+    DISCONNECTED in its closing read, answers the DREQ and exits 0 in
+    seconds -- it used to poll the exchange QP forever -- and so does the
+    peer, whose DREQ got its DREP instead of ~80 s of retries."""
+    need_root()
+    h = TwoHosts()
+    env = ["env", "SOFTRDMA_PROGRESS=0"]
+    port = 18606 if softrdma_role == "server" else 18607
+    args = ["-R", "-n", "200", "-s", "2", "-p", str(port)]
+    ours = [sys.executable, "-m", "softrdma", "ib_write_lat", *args]
+    theirs = [sys.executable, PERFTEST45, *args]
+    procs = []
+    try:
+        h.start_daemons()
+        srv_cmd, cli_cmd = (ours, theirs) if softrdma_role == "server" else (theirs, ours)
+        srv = h.popen(0, [*env, *srv_cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(srv)
+        for _ in range(6):
+            time.sleep(0.5)
+            cli = h.popen(1, [*env, *cli_cmd, h.ip[0]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs.append(cli)
+            start = time.monotonic()
+            cout, cerr = cli.communicate(timeout=60)
+            if cli.returncode == 0 or srv.poll() is not None or "Unexpected CM event" not in cerr:
+                break
+        sout, serr = srv.communicate(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        h.close()
+    assert cli.returncode == 0 and srv.returncode == 0, (cout, cerr, sout, serr)
+    assert len(LAT_ROW.findall(cout)) == 1, cout
+    assert "Traceback" not in cerr + serr
+    assert took < 40, took

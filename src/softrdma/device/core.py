@@ -34,6 +34,7 @@ goes as packets, so that the capture sees them.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 import struct
@@ -174,17 +175,23 @@ class Device:
         self.tx: list = []                           # shared transport output of all QPs
         self.events: list = []                       # shared transport async events
         ips = [ipaddress.ip_address(a) for a in addresses]
-        # the GID table covers every address (roce_gid_mgmt); sockets only the
-        # ones a UDP socket can bind without a scope (not IPv6 link-local)
+        # the GID table covers every address (roce_gid_mgmt); each address
+        # gets a socket, a link-local one scoped to the netdev (its ifindex)
         self.gid_table = GidTable(netdev)
         self.gid_table.sync(mac, ips)
-        self.addresses = [str(a) for a in ips if not a.is_link_local]
+        self.addresses = [str(a) for a in ips if netdev_index or not a.is_link_local]
         self.sockets: list[RoceSocket] = []
         self.udp_port = port
         if bind:
             try:
                 for a in self.addresses:
-                    self.sockets.append(RoceSocket(a, port))
+                    try:
+                        self.sockets.append(RoceSocket(a, port, ifindex=netdev_index))
+                    except OSError as e:
+                        # an IPv6 address still in DAD (a link that just came up): the
+                        # address event that ends DAD opens it (set_addresses)
+                        if e.errno != errno.EADDRNOTAVAIL or ":" not in a:
+                            raise
             except OSError as e:                     # e.g. the port is taken: name the address, leak nothing
                 for s in self.sockets:
                     s.close()
@@ -198,6 +205,7 @@ class Device:
         self.counters = new_counters()               # of QPs already destroyed
         self.rx_dropped = {"icrc": 0, "wire": 0, "unknown_qpn": 0}
         self.state = 4                               # PORT_ACTIVE
+        self.gso = True                              # send with UDP GSO (``rdma link add ... gso off``)
         self.mcast = McastGroups(self)               # UD multicast groups, their sockets
         self.gsi = Gsi(self)                         # QP1: MADs (the CM)
 
@@ -219,7 +227,7 @@ class Device:
         ips = [ipaddress.ip_address(a) for a in addresses]
         changes = self.gid_table.sync(mac, ips)
         self.mac = mac
-        want = [str(a) for a in ips if not a.is_link_local]
+        want = [str(a) for a in ips if self.netdev_index or not a.is_link_local]
         opened, closed = [], []
         for sock in list(self.sockets):
             if sock.ip not in want:
@@ -229,7 +237,8 @@ class Device:
         for a in want:
             if a not in have:
                 try:
-                    sock = RoceSocket(a, self.udp_port)
+                    sock = RoceSocket(a, self.udp_port, ifindex=self.netdev_index)
+                    sock.gso = self.gso
                 except OSError:
                     continue                      # e.g. an IPv6 address still in DAD: next event retries
                 self.sockets.append(sock)
@@ -240,15 +249,53 @@ class Device:
             dqp.peer_av = None
         return changes, opened, closed
 
-    def _source(self, sgid_index: int) -> tuple[str, "RoceSocket | None"]:
+    def _source(self, sgid_index: int, v6: bool | None = None) -> tuple[str, "RoceSocket | None"]:
+        """(source IP, socket) for a source GID index: the GID's own socket;
+        failing that (the GID went away, or its address has none), a socket
+        of the destination's family (``v6``; None: any), else None -- the
+        packets then go nowhere (counted), never out of the wrong family."""
         g = self.gid(sgid_index)
         if g is not None:
             ip = gid_to_ip(g)
             sock = self._by_ip.get(ip)
-            if sock is not None:
+            if sock is not None and (v6 is None or sock.v6 == v6):
                 return ip, sock
-        sock = self.sockets[0] if self.sockets else None
-        return (sock.ip if sock else (self.addresses[0] if self.addresses else "0.0.0.0")), sock
+        sock = next((sk for sk in self.sockets if v6 is None or sk.v6 == v6), None)
+        if sock is not None:
+            return sock.ip, sock
+        ip = next((a for a in self.addresses if v6 is None or (":" in a) == v6), None)
+        if ip is not None:                   # no socket (not bound): the loopback path needs only the address
+            return ip, None
+        if g is not None:
+            return gid_to_ip(g), None
+        return ("::" if v6 else "0.0.0.0"), None
+
+    def check_av(self, av, devices_by_ip: dict) -> None:
+        """What modify_qp (RTR) and create_ah refuse with EINVAL for RoCE,
+        besides a missing source GID: a source and destination of different
+        IP families (rdma_resolve_ip: ``src->sa_family != dst->sa_family``),
+        and a source GID whose address this host cannot send from (no socket:
+        e.g. the default GID of a netdev without that link-local address)
+        unless the destination is a device of this daemon."""
+        g = self.gid(av.sgid_index)
+        if g is None:
+            raise VerbsError(errno.EINVAL, f"no GID at sgid_index {av.sgid_index}")
+        src = gid_to_ip(g)
+        if is_multicast_gid(av.dgid):
+            return
+        dst = gid_to_ip(av.dgid)
+        if (":" in src) != (":" in dst):
+            raise VerbsError(errno.EINVAL, f"source GID {src} and destination GID {dst} are of different IP families")
+        if src not in self._by_ip and dst not in devices_by_ip and self.sockets:
+            raise VerbsError(errno.EINVAL, f"no address {src} to send from on {self.netdev}")
+
+    def set_gso(self, on: bool) -> None:
+        """Send bursts as UDP GSO super-packets (on) or one datagram per
+        sendmsg (off: what a capture on a veth, or a raw-socket peer, needs
+        -- a veth hands a GSO packet to the other namespace unsplit)."""
+        self.gso = bool(on)
+        for sk in self.sockets:
+            sk.gso = self.gso
 
     def close(self) -> None:
         for s in self.sockets:
@@ -524,9 +571,12 @@ class Device:
         if is_multicast_gid(av.dgid):
             return self.mcast.route(av, devices_by_ip)
         dst_ip = gid_to_ip(av.dgid)
-        src_ip, sock = self._source(av.sgid_index)
-        return (devices_by_ip.get(dst_ip), sock, dst_ip, ipaddress.ip_address(src_ip).packed,
-                ipaddress.ip_address(dst_ip).packed)
+        src_ip, sock = self._source(av.sgid_index, ":" in dst_ip)
+        src_b, dst_b = ipaddress.ip_address(src_ip).packed, ipaddress.ip_address(dst_ip).packed
+        peer = devices_by_ip.get(dst_ip)
+        if len(src_b) != len(dst_b):        # a GID that changed family under a QP: nothing can go
+            peer = sock = None
+        return (peer, sock, dst_ip, src_b, dst_b)
 
     def receive(self, sock: RoceSocket, now: float) -> None:
         batch: dict[int, list] = {}

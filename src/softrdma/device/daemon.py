@@ -1060,8 +1060,9 @@ class Daemon(StatCommands, CmCommands):
         return {}, []
 
     def _checked_av(self, c, d: dict):
-        """An address vector whose source GID exists (the kernel's
-        rdma_check_ah_attr / rdma_get_gid_attr fail with EINVAL otherwise);
+        """An address vector the device can use (``Device.check_av``: its
+        source GID exists and can reach the destination's family, as the
+        kernel's rdma_check_ah_attr / rdma_resolve_ip require, else EINVAL);
         every field fits its ibv_ah_attr field first."""
         f = rq.ah_attr(d)
         if "dgid" in f:
@@ -1071,8 +1072,7 @@ class Daemon(StatCommands, CmCommands):
         if "flow_label" in f:
             f["flow_label"] &= 0xFFFFF                   # 20 bits on the wire; the rest is ignored
         av = c.device.av_from(f)
-        if c.device.gid(av.sgid_index) is None:
-            raise VerbsError(errno.EINVAL, f"no GID at sgid_index {av.sgid_index}")
+        c.device.check_av(av, self.by_ip)
         return av
 
     def cmd_create_ah(self, c, m, fds):
@@ -1128,7 +1128,7 @@ class Daemon(StatCommands, CmCommands):
         for d in self.devices.values():
             pa = d.port_attrs()
             out.append({"ifindex": d.ifindex, "ifname": d.name, "port": 1, "netdev": d.netdev,
-                        "netdev_index": d.netdev_index, "node_guid": _node_guid(d.mac),
+                        "netdev_index": d.netdev_index, "gso": d.gso, "node_guid": _node_guid(d.mac),
                         "sys_image_guid": _node_guid(d.mac), "addresses": d.addresses,
                         "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
                         "clients": sum(1 for cl in self.clients.values() if cl.device is d),
@@ -1153,6 +1153,9 @@ class Daemon(StatCommands, CmCommands):
         from .main import make_device
         self._link_admin(c)
         name, netdev = _link_name(m, "name", 63), _link_name(m, "netdev", 15)
+        gso = m.get("gso", True)
+        if type(gso) is not bool:
+            raise VerbsError(errno.EINVAL, "gso is on or off")
         if name in self.devices:
             raise VerbsError(errno.EEXIST, f"device {name} already exists")
         if any(d.netdev == netdev for d in self.devices.values()):
@@ -1165,6 +1168,7 @@ class Daemon(StatCommands, CmCommands):
             raise
         except OSError as e:
             raise VerbsError(e.errno or errno.EIO, str(e)) from None
+        dev.set_gso(gso)
         self.add_device(dev)
         return {"ifindex": dev.ifindex}, []
 

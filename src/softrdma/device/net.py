@@ -42,6 +42,8 @@ GSO_MAX_BYTES = 65000         # one GSO send: under the 65,507-byte UDP payload 
 GSO_MAX_SEGS = 64             # ... and under UDP_MAX_SEGMENTS
 RX_BUDGET = 64                # datagrams per recv(): then the ACKs go out
 SOL_UDP = 17
+UDP_NO_CHECK6_TX = 101       # linux/udp.h: send UDP checksum 0 over IPv6
+UDP_NO_CHECK6_RX = 102       # ... and accept it
 UDP_SEGMENT = 103
 UDP_GRO = 104
 _SEGSIZE = struct.Struct("=H")
@@ -70,16 +72,27 @@ def gid_to_ip(gid: bytes) -> str:
     return str(a.ipv4_mapped) if a.ipv4_mapped else str(a)
 
 
+def is_link_local(ip: str) -> bool:
+    """fe80::/10: an address that needs a scope (the netdev) to be used."""
+    return ip[:3].lower() in ("fe8", "fe9", "fea", "feb") and ":" in ip
+
+
 class RoceSocket:
-    def __init__(self, ip: str, port: int = ROCEV2_UDP_PORT, pool: int = 64, rcvbuf: int = 4 << 20):
+    def __init__(self, ip: str, port: int = ROCEV2_UDP_PORT, pool: int = 64, rcvbuf: int = 4 << 20,
+                 ifindex: int = 0):
+        """``ifindex``: the netdev's, the scope of link-local addresses (the
+        socket's own, if link-local, and any link-local destination)."""
         addr = ipaddress.ip_address(ip)
         self.ip = str(addr)
         self.v6 = addr.version == 6
         self.ip_bytes = addr.packed
+        self.ifindex = ifindex or getattr(self, "ifindex", 0)     # (McastSocket sets its own first)
         self.sock = socket.socket(socket.AF_INET6 if self.v6 else socket.AF_INET, socket.SOCK_DGRAM)
         try:
             if not self.v6:
                 self.sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+            else:
+                self.sock.setsockopt(SOL_UDP, UDP_NO_CHECK6_RX, 1)     # rxe's zero checksums
             # A go-back window of 128 packets must fit the receive buffer, or
             # bursts overflow it and every overflow costs a retransmission.
             # The *FORCE options pass net.core.rmem_max (root / CAP_NET_ADMIN).
@@ -103,6 +116,7 @@ class RoceSocket:
         self.stats = NetStats()
         self.tx_error_seen: set = set()       # (destination, errno) already logged
         self._flows: dict[str, Ipv4Flow] = {}
+        self._v6dst: dict[tuple, tuple] = {}   # (IPv6 destination, port) -> (its bytes, sockaddr)
         self._addr_bytes: dict[str, bytes] = {}
         self._peer_ids = PeerIds()
         self._pool = [bytearray(MAX_DATAGRAM) for _ in range(pool)]
@@ -110,7 +124,12 @@ class RoceSocket:
 
     def _bind(self, port: int) -> None:
         """Bind the socket (``device.mcast.McastSocket`` binds a group)."""
-        self.sock.bind((self.ip, port))
+        if self.v6 and is_link_local(self.ip):
+            if not self.ifindex:
+                raise OSError(errno.EINVAL, f"link-local {self.ip} needs the netdev's ifindex")
+            self.sock.bind((self.ip, port, 0, self.ifindex))
+        else:
+            self.sock.bind((self.ip, port))
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -120,29 +139,43 @@ class RoceSocket:
 
     # -- send
     def _flow(self, dst_ip: str, dport: int) -> Ipv4Flow:
-        """The cached ICRC context of the IPv4 flow to ``dst_ip``:``dport``."""
+        """The cached ICRC context of the IPv4 flow to ``dst_ip``:``dport``
+        (OSError for a destination that is not an IPv4 address)."""
         flow = self._flows.get(dst_ip)
         if flow is None or flow.dport != dport:
             flow = self._flows[dst_ip] = Ipv4Flow(self.ip_bytes, socket.inet_aton(dst_ip), self.port, dport)
         return flow
+
+    def _dst6(self, dst_ip: str, dport: int) -> tuple:
+        """(address bytes, sockaddr) of an IPv6 destination, a link-local
+        one scoped to our netdev (OSError if it is not an IPv6 address)."""
+        d = self._v6dst.get((dst_ip, dport))
+        if d is None:
+            try:
+                a = ipaddress.IPv6Address(dst_ip)
+            except ValueError:
+                raise OSError(errno.EAFNOSUPPORT, f"{dst_ip} is not an IPv6 address") from None
+            d = self._v6dst[(dst_ip, dport)] = (a.packed, (dst_ip, dport, 0, self.ifindex if a.is_link_local else 0))
+        return d
 
     def send(self, pkt, dst_ip: str, dport: int = ROCEV2_UDP_PORT, corrupt_bit: int | None = None) -> bool:
         """Send one packet (BTH .. pad) with its ICRC.  False if the kernel
         refused it (counted; the transport's retransmission covers it).
         ``corrupt_bit``: fault injection -- flip that bit of the packet after
         the ICRC was computed, as a damaged link would."""
-        if self.v6:
-            dst = ipaddress.IPv6Address(dst_ip).packed
-            n = len(pkt) + 4
-            crc = icrc(ipv6_header(self.ip_bytes, dst, n), udp_header(self.port, dport, n), pkt)
-        else:
-            crc = self._flow(dst_ip, dport).icrc(pkt)
-        if corrupt_bit is not None:
-            pkt = bytearray(pkt)
-            pos = corrupt_position(corrupt_bit, len(pkt))
-            pkt[pos >> 3] ^= 1 << (pos & 7)
         try:
-            self.sock.sendmsg([pkt, ICRC.pack(crc)], (), 0, (dst_ip, dport))
+            if self.v6:
+                dst, addr = self._dst6(dst_ip, dport)
+                n = len(pkt) + 4
+                crc = icrc(ipv6_header(self.ip_bytes, dst, n), udp_header(self.port, dport, n), pkt)
+            else:
+                addr = (dst_ip, dport)
+                crc = self._flow(dst_ip, dport).icrc(pkt)
+            if corrupt_bit is not None:
+                pkt = bytearray(pkt)
+                pos = corrupt_position(corrupt_bit, len(pkt))
+                pkt[pos >> 3] ^= 1 << (pos & 7)
+            self.sock.sendmsg([pkt, ICRC.pack(crc)], (), 0, addr)
         except OSError as e:
             # whatever the kernel refuses (a destination it cannot send to from
             # this address: EINVAL, EPERM from a firewall, ...) is one lost packet,
@@ -161,7 +194,12 @@ class RoceSocket:
         took (the rest are counted as errors; retransmission covers them)."""
         if self.v6 or not self.gso or len(pkts) == 1:
             return sum(self.send(p, dst_ip, dport) for p in pkts)
-        icrc4 = self._flow(dst_ip, dport).icrc
+        try:
+            icrc4 = self._flow(dst_ip, dport).icrc
+        except OSError as e:                    # not an IPv4 destination: nothing goes
+            _log_tx_error(self, e, dst_ip)
+            self.stats.tx_errors += len(pkts)
+            return 0
         pack = ICRC.pack
         sendmsg = self.sock.sendmsg
         addr = (dst_ip, dport)

@@ -100,8 +100,9 @@ HELP = ("Usage: {0} [ OPTIONS ] OBJECT {{ COMMAND | help }}\n"
 LINK_HELP = ("Usage: {0} link show [DEV/PORT_INDEX]\n"
              "Usage: {0} link add NAME type TYPE netdev NETDEV\n"
              "Usage: {0} link delete NAME\n")
-# softrdma's extension, left out of the help so that it prints what iproute2 prints:
+# softrdma's extensions, left out of the help so that it prints what iproute2 prints:
 #   link set NAME faults { off | [loss P%] [dup P%] [reorder P%] [corrupt P%] [delay TIME] }
+#   link add NAME type rxe netdev NETDEV [ gso { on | off } ]   (shown by link show when off)
 DEV_HELP = ("Usage: {0} dev show [DEV]\n"
             "       {0} dev set [DEV] name DEVNAME\n"
             "       {0} dev set [DEV] netns NSNAME\n"
@@ -616,6 +617,8 @@ def cmd_link(rd: Rd) -> int:
             rd.pr("netdev", d["netdev"], f"netdev {d['netdev']} ")
             idx = d.get("netdev_index", 0)
             rd.pr("netdev_index", idx, f"netdev_index {idx} " if rd.show_details else "")
+        if d.get("gso") is False:
+            rd.pr("gso", "off", "gso off ")
         rd.newline()
         return 0
 
@@ -645,7 +648,16 @@ def cmd_link(rd: Rd) -> int:
                 if rd.no_arg():
                     rd.err("Please provide a net device name.")
                     return -errno.EINVAL
-                return _newlink(rd, name, ltype, rd.argv0())
+                netdev = rd.argv0()
+                rd.arg_inc()
+                gso = True
+                if not rd.no_arg():             # softrdma's extension: gso on|off
+                    if rd.argv != ["gso", "on"] and rd.argv != ["gso", "off"]:
+                        rd.err(f"Unknown parameter '{' '.join(rd.argv)}'.")
+                        return -errno.EINVAL
+                    gso = rd.argv[1] == "on"
+                    rd.argv = []
+                return _newlink(rd, name, ltype, netdev, gso)
 
             return rd.exec_cmd([(None, link_help), ("netdev", add_netdev)], "parameter")
 
@@ -712,7 +724,7 @@ def parse_faults(args: list[str]) -> dict:
     return out
 
 
-def _newlink(rd: Rd, name: str, ltype: str, netdev: str) -> int:
+def _newlink(rd: Rd, name: str, ltype: str, netdev: str, gso: bool = True) -> int:
     """RDMA_NLDEV_CMD_NEWLINK, checked in nldev_newlink()'s order: the name,
     the netdev, the link type (only rxe exists here), then the driver."""
     def fail(code):
@@ -727,7 +739,8 @@ def _newlink(rd: Rd, name: str, ltype: str, netdev: str) -> int:
         return fail(errno.ENODEV)
     if ltype != "rxe":
         return fail(errno.EINVAL)
-    return 0 if rd.call("link_add", name=name, netdev=netdev) is not None else -errno.EIO
+    extra = {} if gso else {"gso": False}
+    return 0 if rd.call("link_add", name=name, netdev=netdev, **extra) is not None else -errno.EIO
 
 
 # ==================================================================== dev

@@ -31,6 +31,14 @@ With -R perftest sets ``use_rdma_cm`` too, so there is no TCP connection:
   rdma_cm_disconnect_nodes does (the server disconnects, both wait for
   DISCONNECTED), and closes the exchange's ID.
 
+A peer may close first: perftest 4.5's ib_write_lat -R skips the closing
+key exchange and disconnects its test QP at once (a DREQ, resent for ~80 s
+until answered), then its exchange QP.  A DISCONNECTED on either ID is the
+exchange's end of file: every read and write of the exchange watches both
+channels while it polls, and stops when one comes; a closing exchange is
+also bounded in time (``CLOSE_TIMEOUT_S``).  The disconnect that follows
+answers the peer's DREQ (a DREP) instead of waiting for its own.
+
 One rdma_cm QP only (perftest's own check of older releases says so for -q
 above 1); RC only.  The ACK-timeout option (``RDMA_OPTION_ID_ACK_TIMEOUT``)
 is not set, so the CM's default local ACK timeout stands.
@@ -50,6 +58,8 @@ PP_DEST = struct.Struct(">iiiiI4xQ16sIi")         # struct pingpong_dest, networ
 NUM_OF_RETRIES = 10
 POLL_SPINS = 64
 POLL_NAP_S = 50e-6
+EVENT_CHECK_S = 0.02          # how often a waiting poll looks for DISCONNECTED
+CLOSE_TIMEOUT_S = 20.0        # a closing exchange step: the peer's next message is due at once
 
 
 def _err(msg: str) -> None:
@@ -81,16 +91,27 @@ def decode_dest(raw: bytes) -> Dest:
     return Dest(lid=lid, out_reads=out_reads, qpn=qpn, psn=psn, rkey=rkey, vaddr=vaddr, gid=gid)
 
 
-def _poll(cq):
+def _poll(cq, stop=None):
     """``do { ne = ibv_poll_cq(cq, 1, &wc); } while (ne == 0);`` (with a
-    nap after a while: softrdmad needs the CPU a pure spin would take)."""
+    nap after a while: softrdmad needs the CPU a pure spin would take).
+    ``stop()``, asked every EVENT_CHECK_S once napping, ends the wait
+    (None): the peer disconnected, or a closing step's time is up."""
     spins = 0
+    next_check = 0.0
     while True:
         n, wcs = cq.poll(1)
         if n:
             return wcs[0]
         spins += 1
         if spins > POLL_SPINS:
+            if stop is not None:
+                now = time.monotonic()
+                if now >= next_check:
+                    if stop():
+                        # what arrived before the DISCONNECTED still counts
+                        n, wcs = cq.poll(1)
+                        return wcs[0] if n else None
+                    next_check = now + EVENT_CHECK_S
             time.sleep(POLL_NAP_S)
 
 
@@ -116,6 +137,23 @@ class RdmaComm(Comm):
         self.p = p
         self.channel = self.cm_id = None
         self.mr = self.send_cq = self.recv_cq = self.qp = None
+        self.test_cma = None          # the test QP's CmaMaster, watched too (create_rdma_cm_connection)
+        self.peer_gone = False        # a DISCONNECTED came: nothing more will arrive
+        self.deadline = None          # monotonic end of a closing step, or None
+
+    def _stop_waiting(self) -> bool:
+        """True once the peer disconnected either ID or the closing step's
+        time is up.  Events other than DISCONNECTED (the server's ESTABLISHED
+        it does not wait for) are acknowledged and passed over."""
+        if self.peer_gone:
+            return True
+        for channel, cma in ((self.channel, None), (getattr(self.test_cma, "channel", None), self.test_cma)):
+            if channel is not None and _disconnected(channel):
+                self.peer_gone = True
+                if cma is not None:
+                    cma.peer_disconnected = True
+                return True
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     # ---- create_rdma_resources() + establish_connection()
     def connect(self) -> bool:
@@ -334,7 +372,9 @@ class RdmaComm(Comm):
         except PyverbsError:
             _err("Function ibv_post_send failed\n")
             return False
-        wc = _poll(self.send_cq)
+        wc = _poll(self.send_cq, self._stop_waiting)
+        if wc is None:
+            return False
         if wc.status or wc.opcode != IBV_WC_SEND or wc.wr_id != SYNC_SPEC_ID:
             _err(f" Bad wc status {int(wc.status)}\n")
             return False
@@ -342,7 +382,9 @@ class RdmaComm(Comm):
 
     def read(self, n: int) -> bytes | None:
         from ...pyverbs.enums import IBV_WC_RECV
-        wc = _poll(self.recv_cq)
+        wc = _poll(self.recv_cq, self._stop_waiting)
+        if wc is None:
+            return None
         if wc.status or not (wc.opcode & IBV_WC_RECV) or wc.wr_id != SYNC_SPEC_ID:
             _err(f"Bad wc status -- {int(wc.status)} -- {int(wc.wr_id)} \n")
             return None
@@ -384,6 +426,9 @@ class RdmaComm(Comm):
 
     # ---- ctx_close_connection(): the key exchange only
     def close_connection(self, my: Dest, lenient: bool = False) -> bool:
+        """The closing key exchange, each step bounded; ``lenient``: a peer
+        that disconnects instead (perftest 4.5's ib_write_lat) is no error."""
+        self.deadline = time.monotonic() + CLOSE_TIMEOUT_S
         try:
             if lenient:
                 self._lenient_hand_shake(my)
@@ -391,6 +436,8 @@ class RdmaComm(Comm):
                 self.hand_shake(my)
         except CommError:
             return False
+        finally:
+            self.deadline = None
         return True
 
     def _lenient_hand_shake(self, my: Dest) -> None:
@@ -420,6 +467,7 @@ class CmaMaster:
         self.channel = None
         self.cm_id = None
         self.connected = False
+        self.peer_disconnected = False     # its DISCONNECTED was taken by the exchange (RdmaComm)
 
 
 def create_rdma_cm_connection(t) -> bool:
@@ -429,6 +477,8 @@ def create_rdma_cm_connection(t) -> bool:
     from ...pyverbs.pyverbs_error import PyverbsError
     p, comm = t.p, t.comm
     cma = t.cma = CmaMaster()
+    if isinstance(comm, RdmaComm):
+        comm.test_cma = cma
     try:
         cma.channel = CMEventChannel()
     except PyverbsError:
@@ -630,6 +680,14 @@ def disconnect_nodes(t) -> None:
     if cma is None or cma.cm_id is None or not cma.connected:
         return
     cma.connected = False
+    if cma.peer_disconnected:
+        # the peer disconnected first (its DREQ is here): answer it with the
+        # DREP, whichever side we are; its DISCONNECTED was already taken
+        try:
+            cma.cm_id.disconnect()
+        except PyverbsError:
+            pass
+        return
     if t.p.machine == P.SERVER:
         try:
             cma.cm_id.disconnect()
@@ -645,6 +703,23 @@ def disconnect_nodes(t) -> None:
         ev.ack_cm_event()
         if typ == RDMA_CM_EVENT_DISCONNECTED:
             return
+
+
+def _disconnected(channel) -> bool:
+    """Take the events waiting on ``channel`` (without blocking): True if a
+    DISCONNECTED was among them."""
+    from ...pyverbs.cmid import CMEvent
+    from ...pyverbs.librdmacm_enums import RDMA_CM_EVENT_DISCONNECTED
+    from ...pyverbs.pyverbs_error import PyverbsError
+    seen = False
+    while not seen:
+        try:
+            ev = CMEvent(channel, timeout=0)
+        except PyverbsError:
+            break
+        seen = ev.event_type == RDMA_CM_EVENT_DISCONNECTED
+        ev.ack_cm_event()
+    return seen
 
 
 def close(t) -> None:
