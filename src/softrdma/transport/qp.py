@@ -9,7 +9,9 @@ A ``QP`` is sans-IO.  Its inputs are:
 * ``receive(pkt, now)`` -- one received packet (BTH .. pad, the ICRC already
   checked and stripped, ``wire.check`` already passed, and the BTH DestQP
   already matched to this QP by the caller);
-* ``tick(now)`` -- the clock; call it at ``deadline`` (or later).
+* ``tick(now)`` -- the clock; call it at ``deadline`` (or later);
+* ``stalled(since, until)`` -- the host did not run the QP for a while (a
+  descheduled process): that time is not charged to the peer.
 
 Its outputs are appended to lists the caller owns and drains:
 
@@ -279,6 +281,7 @@ class QP:
         self.rnr_retry = a.rnr_retry
         self.timer_at = None           # local ACK timeout deadline
         self.rnr_at = None             # RNR back-off deadline
+        self.timer_stalled = None      # the timer_at ``stalled`` last moved (once per arming)
         self.retry_psn = None          # PSN at which an immediate go-back was last started
         self.sent_end = a.sq_psn       # the PSN after the highest ever sent (across go-backs)
         self.timeout_s = timeout_seconds(a.timeout)
@@ -563,6 +566,18 @@ class QP:
             completer.rnr_expired(self, now)
         if self.timer_at is not None and now >= self.timer_at:
             completer.ack_timeout(self, now)
+
+    def stalled(self, since: float, until: float) -> None:
+        """The host did not run this QP from ``since`` to ``until`` (its
+        process was descheduled): an ACK that came in that time could not be
+        seen.  A local ACK timer that ran out in that span is moved on by
+        the stall's length, as if the clock had stopped -- once per arming,
+        so that a host that keeps stalling still detects a dead peer (at
+        most one stall later).  The RNR back-off is the peer's request to
+        wait at least that long: it fires as it is."""
+        t = self.timer_at
+        if t is not None and since < t <= until and t != self.timer_stalled:
+            self.timer_at = self.timer_stalled = t + (until - since)
 
     def rnr_timer_us(self) -> int:
         return RNR_TIMER_US[self.attr.min_rnr_timer]
