@@ -12,7 +12,9 @@ The end-to-end run under CPU load is tests/test_device_netns.py's
 from __future__ import annotations
 
 import select
+import shutil
 import socket
+import tempfile
 
 import pytest
 
@@ -206,3 +208,79 @@ def test_device_stalled_reaches_every_qp_with_a_timer(link):
     assert link.qa.timer_at == pytest.approx(t + 0.201)
     link.a.tick(t + 0.2)                 # the ACK is not there yet (B has not answered): no timeout either
     assert link.qa.cnt[C.local_ack_timeout_err] == 0
+
+
+# ---------------------------------------------------------------- the loop
+class _Queue:
+    """The ring consumer calls ``Daemon.step`` makes on a QP's queues (no
+    WQE ever posted: the QP below is driven directly)."""
+
+    class ring:
+        nslots = 1
+
+    def take(self):
+        return None
+
+    def sleep(self) -> bool:
+        return True
+
+    def wake(self) -> None:
+        pass
+
+    def publish(self, n: int) -> None:
+        pass
+
+
+class _LoopSlot(_Slot):
+    def __init__(self, qp: QP):
+        super().__init__(qp)
+        self.sq, self.rq = _Queue(), None
+
+    def publish(self) -> None:
+        pass
+
+
+class _Clock:
+    """``time`` for the daemon module: monotonic() is what the test says."""
+
+    def __init__(self, t: float):
+        self.t = t
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+def test_the_loop_gives_a_stalled_timer_its_time_back(monkeypatch):
+    """``Daemon.step`` after the process was off the CPU for a second: the
+    ACK timer that ran out meanwhile does not fire (no ACK could have been
+    seen); a timer that runs out while the loop runs on time does."""
+    from softrdma.device import daemon as daemon_mod
+    lk = Link()
+    d = None
+    run = tempfile.mkdtemp(prefix="softrdma-busy-", dir="/dev/shm")   # the sysfs tree: memory, as the daemon's own
+    try:
+        lk.a.qps[lk.qa.qp_num] = _LoopSlot(lk.qa)
+        lk.b.qps[lk.qb.qp_num] = _LoopSlot(lk.qb)
+        clock = _Clock(1000.0)
+        monkeypatch.setattr(daemon_mod, "time", clock)
+        d = daemon_mod.Daemon(run, [lk.a])
+        d.step(0.0)
+        lk.write(1, clock.t)                         # the WRITE leaves; B never answers (a silent peer)
+        t = lk.qa.timer_at
+        d.step(0.0)                                  # the loop looks at the timers before the deadline
+        clock.t = t + 1.0                            # ... and next runs a second later
+        d.step(0.0)
+        assert lk.qa.cnt[C.local_ack_timeout_err] == 0, "the daemon's own stall was charged to the peer"
+        assert lk.qa.timer_at > clock.t
+        # the loop now runs on time (passes closer than STALL_S): the moved
+        # timer runs out and fires -- a silent peer is still noticed
+        while lk.qa.cnt[C.local_ack_timeout_err] == 0:
+            assert clock.t < t + 10, "the timer never fired"
+            clock.t += daemon_mod.STALL_S / 2
+            d.step(0.0)
+        assert lk.qa.cnt[C.local_ack_timeout_err] == 1
+    finally:
+        if d is not None:
+            d.shutdown()
+        lk.close()
+        shutil.rmtree(run, ignore_errors=True)
