@@ -1,8 +1,8 @@
 """A daemon that was not scheduled for a while (a busy host) must not charge
 its own stall to the peer: the ACKs that arrived meanwhile are read before
 an ACK timer may fire (``Device.tick`` reads the sockets empty first), and
-an ACK timer that ran out while the process was descheduled gets the stall
-back, once per arming (``QP.stalled``, driven by ``Daemon.step``).
+the ACK timers stop for the time the process was descheduled
+(``QP.stalled``, driven by ``Daemon.step``).
 
 Deterministic: two devices on loopback addresses with real UDP sockets, the
 clock passed in by hand, so the "stall" is a ``now`` far past the deadline.
@@ -171,32 +171,28 @@ def test_the_drain_reads_past_one_receive_budget(link):
     assert [(w.wr_id, w.status) for w in link.qa.send_cq.poll(4)] == [(3, IBV_WC_SUCCESS)]
 
 
-def test_a_timer_that_ran_out_during_a_stall_gets_the_stall_back_once():
+def test_the_ack_timer_stops_while_the_host_does_not_run():
     """``QP.stalled``: the clock stops for the time the host did not run."""
     lk = Link()
     try:
         qa = lk.qa
         lk.write(1, 0.0)
         t = qa.timer_at
-        # a stall that ended before the deadline: nothing to give back
-        qa.stalled(0.0, t / 2)
-        assert qa.timer_at == t
+        # a stall that ended before the deadline: the deadline moves by its length
+        qa.stalled(0.01, 0.03)
+        assert qa.timer_at == pytest.approx(t + 0.02)
+        t = qa.timer_at
         # the deadline passed during a 100 ms stall: moved on by the stall
         qa.stalled(t - 0.05, t + 0.05)
         assert qa.timer_at == pytest.approx(t + 0.1)
         qa.tick(t + 0.05)
         assert qa.cnt[C.local_ack_timeout_err] == 0
-        # once per arming: a second stall over the moved deadline does not move it again
-        t2 = qa.timer_at
-        qa.stalled(t2 - 0.01, t2 + 0.5)
-        assert qa.timer_at == t2
-        qa.tick(t2 + 0.5)
+        # a deadline that passed before the stall began had its chance: it stays and fires
+        t = qa.timer_at
+        qa.stalled(t + 0.001, t + 0.5)
+        assert qa.timer_at == t
+        qa.tick(t + 0.5)
         assert qa.cnt[C.local_ack_timeout_err] == 1          # a silent peer still times out
-        # the go-back re-armed the timer: a new arming may be moved again
-        t3 = qa.timer_at
-        assert t3 == pytest.approx(t2 + 0.5 + timeout_seconds(TIMEOUT))
-        qa.stalled(t3 - 0.01, t3 + 0.01)
-        assert qa.timer_at == pytest.approx(t3 + 0.02)
     finally:
         lk.close()
 
@@ -250,20 +246,36 @@ class _Clock:
         return self.t
 
 
+def _loop(monkeypatch):
+    """A daemon hosting device A of a fresh ``Link``, on a clock the test sets."""
+    from softrdma.device import daemon as daemon_mod
+    lk = Link()
+    lk.a.qps[lk.qa.qp_num] = _LoopSlot(lk.qa)
+    lk.b.qps[lk.qb.qp_num] = _LoopSlot(lk.qb)
+    clock = _Clock(1000.0)
+    monkeypatch.setattr(daemon_mod, "time", clock)
+    run = tempfile.mkdtemp(prefix="softrdma-busy-", dir="/dev/shm")   # the sysfs tree: memory, as the daemon's own
+    try:
+        d = daemon_mod.Daemon(run, [lk.a])
+    except BaseException:
+        lk.close()
+        shutil.rmtree(run, ignore_errors=True)
+        raise
+
+    def close():
+        d.shutdown()
+        lk.close()
+        shutil.rmtree(run, ignore_errors=True)
+    return lk, clock, d, close
+
+
 def test_the_loop_gives_a_stalled_timer_its_time_back(monkeypatch):
     """``Daemon.step`` after the process was off the CPU for a second: the
     ACK timer that ran out meanwhile does not fire (no ACK could have been
-    seen); a timer that runs out while the loop runs on time does."""
-    from softrdma.device import daemon as daemon_mod
-    lk = Link()
-    d = None
-    run = tempfile.mkdtemp(prefix="softrdma-busy-", dir="/dev/shm")   # the sysfs tree: memory, as the daemon's own
+    seen); once the loop runs on time again, the silent peer times out."""
+    from softrdma.device.daemon import STALL_S
+    lk, clock, d, close = _loop(monkeypatch)
     try:
-        lk.a.qps[lk.qa.qp_num] = _LoopSlot(lk.qa)
-        lk.b.qps[lk.qb.qp_num] = _LoopSlot(lk.qb)
-        clock = _Clock(1000.0)
-        monkeypatch.setattr(daemon_mod, "time", clock)
-        d = daemon_mod.Daemon(run, [lk.a])
         d.step(0.0)
         lk.write(1, clock.t)                         # the WRITE leaves; B never answers (a silent peer)
         t = lk.qa.timer_at
@@ -272,15 +284,29 @@ def test_the_loop_gives_a_stalled_timer_its_time_back(monkeypatch):
         d.step(0.0)
         assert lk.qa.cnt[C.local_ack_timeout_err] == 0, "the daemon's own stall was charged to the peer"
         assert lk.qa.timer_at > clock.t
-        # the loop now runs on time (passes closer than STALL_S): the moved
-        # timer runs out and fires -- a silent peer is still noticed
-        while lk.qa.cnt[C.local_ack_timeout_err] == 0:
+        while lk.qa.cnt[C.local_ack_timeout_err] == 0:      # passes closer than STALL_S: on time
             assert clock.t < t + 10, "the timer never fired"
-            clock.t += daemon_mod.STALL_S / 2
+            clock.t += STALL_S / 2
             d.step(0.0)
         assert lk.qa.cnt[C.local_ack_timeout_err] == 1
     finally:
-        if d is not None:
-            d.shutdown()
-        lk.close()
-        shutil.rmtree(run, ignore_errors=True)
+        close()
+
+
+def test_a_daemon_late_on_every_pass_still_times_out_a_silent_peer(monkeypatch):
+    """Every pass 50 ms late: the timer advances STALL_S a pass, so the
+    67 ms timeout fires after about 67/4 passes -- never "never"."""
+    from softrdma.device.daemon import STALL_S
+    lk, clock, d, close = _loop(monkeypatch)
+    try:
+        d.step(0.0)
+        lk.write(1, clock.t)
+        passes = 0
+        while lk.qa.cnt[C.local_ack_timeout_err] == 0:
+            passes += 1
+            assert passes < 1000, "a silent peer was never timed out"
+            clock.t += 0.05
+            d.step(0.0)
+        assert passes == pytest.approx(timeout_seconds(TIMEOUT) / STALL_S, abs=2)
+    finally:
+        close()

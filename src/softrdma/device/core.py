@@ -625,9 +625,8 @@ class Device:
     def stalled(self, since: float, until: float) -> None:
         """The daemon did not run from ``since`` to ``until`` (descheduled
         on a busy host, or busy elsewhere): no QP could see an ACK in that
-        time, so the ACK timers that ran out in it get the stall on top
-        (``transport.QP.stalled``) -- the stall is the host's, not the
-        peer's."""
+        time, so the ACK timers stop for it (``transport.QP.stalled``) --
+        the stall is the host's, not the peer's."""
         for dqp in self.qps.values():
             if dqp.qp.timer_at is not None:
                 dqp.qp.stalled(since, until)

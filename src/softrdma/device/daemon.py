@@ -9,8 +9,8 @@ spell (``SPIN_S``, 2 ms; env SOFTRDMA_SPIN_S for experiments) it tells
 every ring it sleeps (so the library rings the doorbell) and blocks until
 the next input or QP deadline.  Before a QP timer fires, the device's
 sockets are read empty; a pass that comes much later than the loop planned
-(the process was descheduled) gives the timers that ran out meanwhile the
-stalled time back (``Device.stalled``): the host's stall is not the peer's.
+(the process was descheduled) stops the ACK timers for the stalled time
+(``Device.stalled``): the host's stall is not the peer's.
 
 A client connection is the uverbs file of one Context: every object it
 creates belongs to it, and all of them are destroyed when it closes --
@@ -52,7 +52,7 @@ from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
 log = logging.getLogger("softrdmad")
 SPIN_S = float(os.environ.get("SOFTRDMA_SPIN_S", "0.002"))
-STALL_S = 0.004           # a loop pass this much later than planned: the process was descheduled (a time slice)
+STALL_S = 0.004           # what one loop pass may take; a later pass: the process was descheduled (a time slice)
 SOCKET_NAME = "softrdmad.sock"
 LOCK_NAME = "softrdmad.lock"
 PROTOCOL_VERSION = 1
@@ -370,13 +370,16 @@ class Daemon(StatCommands, CmCommands):
                 self._accept()
         now = time.monotonic()
         # Since the timers were last looked at, the loop meant to wait
-        # ``timeout`` at most; much longer means the process was not running
-        # (a busy host deschedules it for tens of milliseconds).  Nobody could
-        # see an ACK meanwhile: the timers that ran out then get the time back.
-        stall = now - self.ticked_at - timeout
-        if stall > STALL_S:
+        # ``timeout`` at most, and a pass takes well under STALL_S; a pass
+        # later than that found the process not running (a busy host
+        # deschedules it for tens of milliseconds).  Nobody could see an ACK
+        # meanwhile: the ACK timers stop for all but STALL_S of it, so they
+        # run on the daemon's own time -- and a daemon that is late on every
+        # pass still advances them STALL_S a pass (a silent peer times out).
+        since = self.ticked_at + timeout + STALL_S
+        if now > since:
             for dev in self.devices.values():
-                dev.stalled(now - stall, now)
+                dev.stalled(since, now)
         self.ticked_at = now
         if now - self.counters_at >= 1.0:
             self.counters_at = now

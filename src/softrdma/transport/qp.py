@@ -281,7 +281,6 @@ class QP:
         self.rnr_retry = a.rnr_retry
         self.timer_at = None           # local ACK timeout deadline
         self.rnr_at = None             # RNR back-off deadline
-        self.timer_stalled = None      # the timer_at ``stalled`` last moved (once per arming)
         self.retry_psn = None          # PSN at which an immediate go-back was last started
         self.sent_end = a.sq_psn       # the PSN after the highest ever sent (across go-backs)
         self.timeout_s = timeout_seconds(a.timeout)
@@ -569,15 +568,17 @@ class QP:
 
     def stalled(self, since: float, until: float) -> None:
         """The host did not run this QP from ``since`` to ``until`` (its
-        process was descheduled): an ACK that came in that time could not be
-        seen.  A local ACK timer that ran out in that span is moved on by
-        the stall's length, as if the clock had stopped -- once per arming,
-        so that a host that keeps stalling still detects a dead peer (at
-        most one stall later).  The RNR back-off is the peer's request to
-        wait at least that long: it fires as it is."""
+        process was descheduled): nothing it sent could be answered into its
+        view, no ACK could be seen.  The local ACK timer stops for that span
+        -- a deadline after ``since`` moves on by its length; one that
+        passed before ``since`` had its chance and fires.  The caller
+        charges every late pass some time (``device.daemon.STALL_S``), so a
+        host that keeps stalling still times out a silent peer.  The RNR
+        back-off is the peer's request to wait at least that long: it fires
+        as it is."""
         t = self.timer_at
-        if t is not None and since < t <= until and t != self.timer_stalled:
-            self.timer_at = self.timer_stalled = t + (until - since)
+        if t is not None and t > since:
+            self.timer_at = t + (until - since)
 
     def rnr_timer_us(self) -> int:
         return RNR_TIMER_US[self.attr.min_rnr_timer]
