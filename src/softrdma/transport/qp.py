@@ -572,8 +572,9 @@ class QP:
         view, no ACK could be seen.  The local ACK timer stops for that span
         -- a deadline after ``since`` moves on by its length; one that
         passed before ``since`` had its chance and fires.  The caller
-        charges every late pass some time (``device.daemon.STALL_S``), so a
-        host that keeps stalling still times out a silent peer.  The RNR
+        leaves some time of every late pass on the clock (the daemon: what a
+        pass may take), so a host that keeps stalling still times out a
+        silent peer.  The RNR
         back-off is the peer's request to wait at least that long: it fires
         as it is."""
         t = self.timer_at
