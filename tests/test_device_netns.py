@@ -19,6 +19,7 @@ from netns_helpers import TwoHosts, need_root
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 XFER = os.path.join(HERE, "programs", "rc_xfer.py")
+BUSY_HOGS = 4               # CPU-bound processes beside the daemons (two cores: oversubscribed)
 
 
 @pytest.fixture
@@ -84,6 +85,28 @@ def test_rc_across_namespaces(hosts):
 
 @pytest.mark.slow                   # 100 MiB at 10% loss
 def test_100mb_rc_byte_exact_under_kernel_loss_and_device_faults(hosts):
+    _lossy_100mb(hosts)
+
+
+@pytest.mark.slow
+def test_100mb_rc_byte_exact_under_loss_on_a_busy_host(hosts):
+    """The same transfer with the CPU oversubscribed: four CPU-bound
+    processes beside the two daemons and the two applications on a small
+    machine.  The daemons are descheduled for many milliseconds at a time;
+    ACKs then wait in their sockets while the ACK timer runs out.  A daemon
+    must read them before it fires the timer, and not charge its own stall
+    to the peer, or it ends in IBV_WC_RETRY_EXC_ERR."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BUSY_HOGS)]
+    try:
+        _lossy_100mb(hosts)
+    finally:
+        for p in hogs:
+            p.kill()
+        for p in hogs:
+            p.wait()
+
+
+def _lossy_100mb(hosts) -> None:
     if not shutil.which("nft"):
         if os.environ.get("CI") == "true":
             pytest.fail("CI installs nftables: this test must run")

@@ -53,7 +53,7 @@ def wait(n):
         got += c.poll(32)[1]
     for w in got:
         if w.status != IBV_WC_SUCCESS:
-            sys.exit(f"completion error {w.status} on wr {w.wr_id}")
+            sys.exit(f"{role}: completion error {w.status} on wr {w.wr_id}")
     return got
 
 

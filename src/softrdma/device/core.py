@@ -14,8 +14,10 @@ UD multicast groups and their sockets are ``mcast`` (``device.mcast``).
 ``Device.poll_rings`` moves posted WQEs into the transport, ``route`` sends
 what the transport emits (over the device's ``RoceSocket``, or straight to
 another device of the same daemon without a socket), ``deliver`` feeds
-received packets to QPs by destination QPN, ``tick`` fires QP timers.  The
-daemon's loop calls them; nothing here blocks.
+received packets to QPs by destination QPN, ``tick`` fires QP timers --
+after reading the sockets empty, so that no ACK timer runs out over an ACK
+already received -- and ``stalled`` keeps a stall of the daemon from being
+charged to the peers.  The daemon's loop calls them; nothing here blocks.
 
 Peers are who they claim to be (rxe's check_addr): a packet for an RC or UC
 QP is taken only if its source address is the QP's destination (the AV's
@@ -65,6 +67,7 @@ BAD_ADDR = int(Counter.dropped_bad_addr)
 _V4_MAPPED = bytes(10) + b"\xff\xff"
 WC_RECV_BIT = int(WCO.IBV_WC_RECV)   # ibv_wc_opcode: every receive opcode has this bit (128)
 _HANDLE = struct.Struct("<I")
+DRAIN_BATCHES = 64        # receive passes (of net.RX_BUDGET datagrams) a drain may take: a full socket buffer
 
 
 class DevCQ:
@@ -679,22 +682,61 @@ class Device:
                 nxt = d
         return nxt
 
-    def tick(self, now: float) -> float | None:
-        """Fire due timers; return the earliest pending deadline."""
+    def tick(self, now: float, devices_by_ip: dict | None = None) -> float | None:
+        """Fire due timers; return the earliest pending deadline.
+
+        Before a timer fires, the sockets are read until the kernel holds
+        nothing more (``drain``): a daemon that was not scheduled for a
+        while finds the ACKs that came meanwhile waiting there, and an ACK
+        timer must not run out over an ACK that has arrived (rxe's timer is
+        a kernel timer, and the softirq that receives runs whatever process
+        is on the CPU).  Costs nothing while no timer is due."""
         nxt = None
+        due = None
         for dqp in self.qps.values():
-            qp = dqp.qp
-            d = qp.deadline
+            d = dqp.qp.deadline
             if d is None:
                 continue
             if d <= now:
+                if due is None:
+                    due = [dqp.qp]
+                else:
+                    due.append(dqp.qp)
+            elif nxt is None or d < nxt:
+                nxt = d
+        if due is None:
+            return nxt
+        self.drain(now, devices_by_ip)
+        for qp in due:
+            d = qp.deadline
+            if d is not None and d <= now:
                 qp.tick(now)
                 d = qp.deadline
-                if d is None:
-                    continue
-            if nxt is None or d < nxt:
+            if d is not None and (nxt is None or d < nxt):
                 nxt = d
         return nxt
+
+    def drain(self, now: float, devices_by_ip: dict | None = None) -> None:
+        """Receive from every socket until it is empty (``DRAIN_BATCHES``
+        receive passes at most: a peer sending without pause cannot hold
+        us here), sending what each pass produced (the ACKs for the peer's
+        data) before reading the next, when ``devices_by_ip`` is given."""
+        for sock in self.sockets:
+            for _ in range(DRAIN_BATCHES):
+                self.receive(sock, now)
+                if devices_by_ip is not None and self.tx:
+                    self.route(devices_by_ip, now)
+                if sock.rx_empty:
+                    break
+
+    def stalled(self, since: float, until: float) -> None:
+        """The daemon did not run from ``since`` to ``until`` (descheduled
+        on a busy host, or busy elsewhere): no QP could see an ACK in that
+        time, so the ACK timers stop for it (``transport.QP.stalled``) --
+        the stall is the host's, not the peer's."""
+        for dqp in self.qps.values():
+            if dqp.qp.timer_at is not None:
+                dqp.qp.stalled(since, until)
 
     def port_attrs(self) -> dict:
         mtu = self.caps.active_mtu

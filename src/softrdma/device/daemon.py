@@ -7,7 +7,10 @@ any input, and while traffic flows, the loop polls the shared rings,
 routes what the transports produced, and fires QP timers.  After a quiet
 spell (``SPIN_S``, 2 ms; env SOFTRDMA_SPIN_S for experiments) it tells
 every ring it sleeps (so the library rings the doorbell) and blocks until
-the next input or QP deadline.
+the next input or QP deadline.  Before a QP timer fires, the device's
+sockets are read empty; a pass that comes much later than the loop planned
+(the process was descheduled) stops the ACK timers for the stalled time
+(``Device.stalled``): the host's stall is not the peer's.
 
 A client connection is the uverbs file of one Context: every object it
 creates belongs to it, and all of them are destroyed when it closes --
@@ -50,6 +53,7 @@ from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
 log = logging.getLogger("softrdmad")
 SPIN_S = float(os.environ.get("SOFTRDMA_SPIN_S", "0.002"))
+STALL_S = 0.004           # what one loop pass may take; a later pass: the process was descheduled (a time slice)
 SOCKET_NAME = "softrdmad.sock"
 LOCK_NAME = "softrdmad.lock"
 PROTOCOL_VERSION = 1
@@ -305,6 +309,7 @@ class Daemon(StatCommands, CmCommands):
         self.clients: dict[int, Client] = {}
         self.stopping = False
         self.last_busy = time.monotonic()
+        self.ticked_at = self.last_busy         # when the loop last looked at the QP timers
         self.sleeping = False
         os.makedirs(run_dir, mode=0o700, exist_ok=True)
         # one daemon per run directory: the lock lives as long as we do
@@ -399,8 +404,9 @@ class Daemon(StatCommands, CmCommands):
         else:
             timeout = max_wait
             for dev in self.devices.values():
-                # timers fire after the inputs are read (below): an ACK that
-                # waited in the socket while we were descheduled must count
+                # timers fire after the inputs are read (below, and
+                # Device.tick reads the sockets empty before one fires): an
+                # ACK that waited in the socket while we were descheduled counts
                 d = dev.next_deadline()
                 if d is not None:
                     timeout = min(timeout, max(0.0, d - now))
@@ -447,6 +453,18 @@ class Daemon(StatCommands, CmCommands):
             elif kind == "listen":
                 self._accept()
         now = time.monotonic()
+        # Since the timers were last looked at, the loop meant to wait
+        # ``timeout`` at most, and a pass takes well under STALL_S; a pass
+        # later than that found the process not running (a busy host
+        # deschedules it for tens of milliseconds).  Nobody could see an ACK
+        # meanwhile: the ACK timers stop for all but STALL_S of it, so they
+        # run on the daemon's own time -- and a daemon that is late on every
+        # pass still advances them STALL_S a pass (a silent peer times out).
+        since = self.ticked_at + timeout + STALL_S
+        if now > since:
+            for dev in self.devices.values():
+                dev.stalled(since, now)
+        self.ticked_at = now
         if now - self.counters_at >= 1.0:
             self.counters_at = now
             self.refresh_sysfs()
@@ -460,7 +478,7 @@ class Daemon(StatCommands, CmCommands):
                 self._busy()
             if dev.faults is not None and dev.flush_held(now):
                 self._busy()
-            dev.tick(now)
+            dev.tick(now, by_ip)                # reads the sockets empty first if a timer is due
             if dev.route(by_ip, now):
                 self._busy()
             # loopback delivery may have produced more output (ACKs, responses)

@@ -119,6 +119,7 @@ class RoceSocket:
         self._v6dst: dict[tuple, tuple] = {}   # (IPv6 destination, port) -> (its bytes, sockaddr)
         self._addr_bytes: dict[str, bytes] = {}
         self._peer_ids = PeerIds()
+        self.rx_empty = True                   # the last recv() found the socket empty
         self._pool = [bytearray(MAX_DATAGRAM) for _ in range(pool)]
         self._views = [memoryview(b) for b in self._pool]
 
@@ -257,12 +258,14 @@ class RoceSocket:
         accept_id = self._peer_ids.accept
         ip_bytes, port = self.ip_bytes, self.port
         ndgrams = 0
+        self.rx_empty = False
         for view in self._views:
             if ndgrams >= budget:
                 break
             try:
                 n, anc, _flags, addr = recvmsg_into([view], _GRO_CMSG)
             except (BlockingIOError, InterruptedError):
+                self.rx_empty = True           # the kernel holds nothing more (``Device.drain``)
                 break
             except OSError as e:                    # ICMP errors surface here: not ours to act on
                 if e.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):

@@ -9,7 +9,9 @@ A ``QP`` is sans-IO.  Its inputs are:
 * ``receive(pkt, now)`` -- one received packet (BTH .. pad, the ICRC already
   checked and stripped, ``wire.check`` already passed, and the BTH DestQP
   already matched to this QP by the caller);
-* ``tick(now)`` -- the clock; call it at ``deadline`` (or later).
+* ``tick(now)`` -- the clock; call it at ``deadline`` (or later);
+* ``stalled(since, until)`` -- the host did not run the QP for a while (a
+  descheduled process): that time is not charged to the peer.
 
 Its outputs are appended to lists the caller owns and drains:
 
@@ -586,6 +588,21 @@ class QP:
             completer.rnr_expired(self, now)
         if self.timer_at is not None and now >= self.timer_at:
             completer.ack_timeout(self, now)
+
+    def stalled(self, since: float, until: float) -> None:
+        """The host did not run this QP from ``since`` to ``until`` (its
+        process was descheduled): nothing it sent could be answered into its
+        view, no ACK could be seen.  The local ACK timer stops for that span
+        -- a deadline after ``since`` moves on by its length; one that
+        passed before ``since`` had its chance and fires.  The caller
+        leaves some time of every late pass on the clock (the daemon: what a
+        pass may take), so a host that keeps stalling still times out a
+        silent peer.  The RNR
+        back-off is the peer's request to wait at least that long: it fires
+        as it is."""
+        t = self.timer_at
+        if t is not None and t > since:
+            self.timer_at = t + (until - since)
 
     def rnr_timer_us(self) -> int:
         return RNR_TIMER_US[self.attr.min_rnr_timer]
