@@ -38,6 +38,7 @@ class _Slot:
 
     def __init__(self, qp: QP):
         self.qp = qp
+        self.peer_av = self.peer = None     # the peer-address check's cache, as DevQP's (worked out on use)
 
 
 def _free_port() -> int:
