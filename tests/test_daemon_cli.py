@@ -162,3 +162,39 @@ def test_demo_without_daemon_and_autostart_off_says_so(run_dir):
     assert demo.returncode == 1
     assert demo.stdout.splitlines()[-1] == (f"softrdma demo: no device: no softrdmad serves {run_dir} "
                                             "and SOFTRDMA_AUTOSTART=0")
+
+
+def _nice(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[16])      # field 19: nice
+
+
+@pytest.mark.parametrize("args, prefix, want", [
+    ((), (), -10),                                  # the default: a NIC's work runs ahead of user processes
+    (("--nice", "-3"), (), -3),
+    (("--nice", "5"), (), 0),                       # never lowers the priority it was started with
+    ((), ("setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"), 0),   # not allowed: serves as it is
+])
+def test_daemon_raises_its_priority_where_it_may(run_dir, args, prefix, want):
+    need_root()
+    env = _env(run_dir)
+    log = open(os.path.join(run_dir, "test-daemon.log"), "w")
+    p = subprocess.Popen([*prefix, sys.executable, "-m", "softrdma", "daemon", "-f", "--port", "0", *args],
+                         env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        pid_file = os.path.join(run_dir, "softrdmad.pid")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(pid_file):
+            assert p.poll() is None and time.monotonic() < deadline, open(log.name).read()
+            time.sleep(0.02)
+        assert _nice(p.pid) == want
+        assert f"(nice {want})" in open(log.name).read()
+    finally:
+        p.terminate()
+        p.wait(30)
+        log.close()
+
+
+def test_daemon_nice_out_of_range_is_one_line(run_dir):
+    r, _ = _softrdma(["daemon", "--nice", "-21"], _env(run_dir))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--nice" in r.stderr, r.stderr

@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 
-from ..cliargs import Parser, udp_port
+from ..cliargs import Parser, int_range, udp_port
 from ..errors import VerbsError
 from .core import Device
 from .daemon import SOCKET_NAME, Daemon, default_run_dir
@@ -40,6 +40,14 @@ PID_NAME = "softrdmad.pid"
 LOG_NAME = "softrdmad.log"
 #: how long ``stop`` waits for the daemon to end after SIGTERM
 STOP_TIMEOUT_S = 30.0
+#: The daemon's nice value where it may raise its own priority (root,
+#: CAP_SYS_NICE).  softrdmad is the NIC: its work -- answering a peer's
+#: packets, ACKing them -- runs ahead of user processes on a real host (the
+#: kernel's softirqs do), and a device that waits its turn behind CPU-bound
+#: processes leaves its peers' ACK timers running out for tens of
+#: milliseconds at a time.  It sleeps when idle, so it takes nothing from an
+#: idle host.
+DEFAULT_NICE = -10
 
 
 def build_parser(prog: str = "softrdmad") -> Parser:
@@ -54,6 +62,9 @@ def build_parser(prog: str = "softrdmad") -> Parser:
                    help="a device to host (repeatable; default: none -- add them with "
                    "'softrdma rdma link add NAME type rxe netdev NETDEV')")
     p.add_argument("--port", type=udp_port, default=4791, help="UDP port (default 4791; 0: any free port)")
+    p.add_argument("--nice", type=int_range(-20, 19), default=DEFAULT_NICE, metavar="N",
+                   help=f"scheduling priority, where the daemon may raise its own (default {DEFAULT_NICE}: "
+                   "a NIC's work runs ahead of user processes; 0 keeps the starter's)")
     p.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=N",
                    help="lower a resource limit (repeatable): a device attribute ("
                    + ", ".join(DeviceCaps.LIMITS) + ") for every device, or max_contexts_per_user")
@@ -80,6 +91,21 @@ def _limit(text: str) -> tuple[str, int]:
     if n < 0:
         raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a non-negative integer")
     return name, n
+
+
+def raise_priority(nice: int) -> int:
+    """Lower the process's nice value to ``nice`` if that raises its priority
+    and it is allowed to; never lowers the priority.  Returns the nice value
+    in force.  Called before any thread exists (Linux's nice is per thread;
+    threads inherit it)."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice < current:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+            return nice
+        except PermissionError:               # no CAP_SYS_NICE (and RLIMIT_NICE does not allow it)
+            pass
+    return current
 
 
 def make_device(spec: str, port: int) -> Device:
@@ -154,7 +180,7 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
         print(msg.replace("softrdmad:", f"{prog}:", 1), file=sys.stderr)
         return 1
     if args.foreground:
-        return _serve(run_dir, devices, args.port, None, dict(args.limit))
+        return _serve(run_dir, devices, args.port, None, dict(args.limit), args.nice)
     r, w = os.pipe()
     child = os.fork()
     if child:
@@ -182,15 +208,16 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
     os.dup2(fd, 2)
     os.close(null)
     os.close(fd)
-    return _serve(run_dir, devices, args.port, w, dict(args.limit))
+    return _serve(run_dir, devices, args.port, w, dict(args.limit), args.nice)
 
 
 def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
-           limits: dict[str, int]) -> int:
+           limits: dict[str, int], nice: int = DEFAULT_NICE) -> int:
     """Run the daemon until stopped.  ``ready_fd`` (background mode) gets
     "ok" once the pid file exists, or the reason the start failed."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s softrdmad[%(process)d] %(message)s")
     foreground = ready_fd is None
+    nice_in_force = raise_priority(nice)
 
     def tell(word: str) -> None:
         nonlocal ready_fd
@@ -233,8 +260,9 @@ def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
         with open(pid_path + ".tmp", "w") as f:
             f.write(f"{os.getpid()}\n")
         os.replace(pid_path + ".tmp", pid_path)
-        logging.info("serving %s in %s", ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})"
-                                                   for d in devices) or "no device", run_dir)
+        logging.info("serving %s in %s (nice %d)", ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})"
+                                                             for d in devices) or "no device", run_dir,
+                     nice_in_force)
         serving = True
         tell("ok")
         daemon.serve()                  # returns at once if a stop came already; shuts down either way
