@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from wait_helpers import DEADLINE_S, wait_for
+from wait_helpers import DEADLINE_S, free_port, wait_for, wait_listening
 
 
 def need_root() -> None:
@@ -69,6 +69,27 @@ class TwoHosts:
             except AssertionError as e:
                 raise RuntimeError(f"{e}; log: " + open(os.path.join(self.run_dirs[i], "test-daemon.log")).read()) \
                     from None
+
+    def pingpong(self, args: list[str], timeout: float = 60) -> tuple[str, str]:
+        """``softrdma ibv_rc_pingpong ARGS``: the server in B on a free port,
+        the client in A once the server listens.  Returns (client output,
+        server output); both must exit 0."""
+        port = str(free_port())
+        args = [sys.executable, "-m", "softrdma", "ibv_rc_pingpong", *args, "-p", port]
+        srv = self.popen(1, args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cli = None
+        try:
+            wait_listening(int(port), srv)
+            cli = self.popen(0, [*args, self.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            cout, _ = cli.communicate(timeout=timeout)
+            sout, _ = srv.communicate(timeout=timeout)
+        finally:
+            for p in (srv, cli):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+        assert cli.returncode == 0 and srv.returncode == 0, (cout, sout)
+        return cout, sout
 
     def close(self) -> None:
         for d in self.daemons:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
-import socket
-import subprocess
 import sys
 import time
 
@@ -152,45 +150,13 @@ def test_every_source_and_destination_gid(hosts):
     assert len(seen) == len(mine) * len(theirs) >= 9, seen
 
 
-def _listening(pid: int, port: int) -> bool:
-    for name in ("tcp", "tcp6"):
-        try:
-            rows = open(f"/proc/{pid}/net/{name}").read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            f = row.split()
-            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_rc_pingpong_over_every_gid_index(hosts, index):
     """``ibv_rc_pingpong -g N`` between the namespaces for every GID index
     (0: the link-local default GID, 1: IPv4, 2: the IPv6 ULA)."""
     h = hosts
     assert index in _gids(h, 0) and index in _gids(h, 1)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    args = [sys.executable, "-m", "softrdma", "ibv_rc_pingpong", "-g", str(index), "-n", "20", "-p", str(port)]
-    srv = h.popen(1, args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    cli = None
-    try:
-        end = time.monotonic() + 30
-        while not _listening(srv.pid, port):
-            assert srv.poll() is None and time.monotonic() < end, srv.communicate()[0]
-            time.sleep(0.02)
-        cli = h.popen(0, [*args, h.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        cout, _ = cli.communicate(timeout=60)
-        sout, _ = srv.communicate(timeout=30)
-    finally:
-        for p in (srv, cli):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
-    assert cli.returncode == 0 and srv.returncode == 0, (cout, sout)
+    cout, sout = h.pingpong(["-g", str(index), "-n", "20"])
     assert "20 iters in" in cout and "20 iters in" in sout, (cout, sout)
     gid = ipaddress.IPv6Address(_gids(h, 0)[index])
     print(f"GID index {index} ({gid}): {cout.strip().splitlines()[-1]}")

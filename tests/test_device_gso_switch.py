@@ -18,7 +18,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 from netns_helpers import TwoHosts, need_root
 from softrdma.wire.icrc import Verdict, verify
@@ -35,41 +34,10 @@ def _rdma(h: TwoHosts, i: int, *args: str) -> str:
     return r.stdout
 
 
-def _listening(pid: int, port: int) -> bool:
-    for name in ("tcp", "tcp6"):
-        try:
-            rows = open(f"/proc/{pid}/net/{name}").read().splitlines()[1:]
-        except OSError:
-            continue
-        if any(r.split()[3] == "0A" and int(r.split()[1].rsplit(":", 1)[1], 16) == port for r in rows):
-            return True
-    return False
-
-
 def _pingpong(h: TwoHosts) -> None:
     """ibv_rc_pingpong, 16 KiB messages (16 packets each at path MTU 1024),
     client in namespace A, server in B."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    args = [sys.executable, "-m", "softrdma", "ibv_rc_pingpong", "-g", "1", "-s", "16384", "-n", "10", "-m", "1024",
-            "-p", str(port)]
-    srv = h.popen(1, args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    cli = None
-    try:
-        end = time.monotonic() + 30
-        while not _listening(srv.pid, port):
-            assert srv.poll() is None and time.monotonic() < end, srv.communicate()[0]
-            time.sleep(0.02)
-        cli = h.popen(0, [*args, h.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        cout, _ = cli.communicate(timeout=60)
-        sout, _ = srv.communicate(timeout=30)
-    finally:
-        for p in (srv, cli):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
-    assert cli.returncode == 0 and srv.returncode == 0, (cout, sout)
+    h.pingpong(["-g", "1", "-s", "16384", "-n", "10", "-m", "1024"])
 
 
 def _captured_from_a(h: TwoHosts, gso: str) -> list[bytes]:

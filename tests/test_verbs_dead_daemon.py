@@ -24,6 +24,7 @@ import time
 import pytest
 
 from daemon_helpers import daemon_in_shm
+from wait_helpers import free_port, wait_listening
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "dead_daemon_client.py")
 MODES = ["poll_cq", "poll_cqex", "post_send", "post_recv", "post_srq_recv", "get_cq_event", "get_async_event"]
@@ -187,34 +188,17 @@ def test_completion_events_queued_before_the_death_are_still_read(monkeypatch):
             obj.close()
 
 
-def _listening(port: int) -> bool:
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = open(name).read().splitlines()[1:]
-        except OSError:
-            continue
-        if any(r.split()[3] == "0A" and int(r.split()[1].rsplit(":", 1)[1], 16) == port for r in rows):
-            return True
-    return False
-
-
 def test_a_tool_whose_daemon_dies_ends_with_one_line():
     """ib_send_bw in the middle of its run: both sides end (they hung) with
     the error in one line, no traceback."""
-    import socket
     with daemon_in_shm("tool") as d:
         env = {**d.env, "SOFTRDMA_AUTOSTART": "0", "SOFTRDMA_PROGRESS": "0"}
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         cmd = [sys.executable, "-m", "softrdma", "ib_send_bw", "-d", "rxe0", "-D", "120", "-p", str(port)]
         procs = []
         try:
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-            end = time.monotonic() + 60
-            while not _listening(port):
-                assert procs[0].poll() is None and time.monotonic() < end, "the server never listened"
-                time.sleep(0.02)
+            wait_listening(port, procs[0])
             procs.append(subprocess.Popen(cmd + ["127.0.0.1"], env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE))
             deadline = time.monotonic() + 60
