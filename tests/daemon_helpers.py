@@ -6,6 +6,8 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -104,3 +106,42 @@ def daemon_in_shm(tag: str, **kw):
     finally:
         d.stop()
         shutil.rmtree(run, ignore_errors=True)
+
+
+class RawControl:
+    """A control connection without the library."""
+
+    def __init__(self, run_dir: str, timeout: float = 10.0):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.s.connect(os.path.join(run_dir, "softrdmad.sock"))
+        self.s.settimeout(timeout)
+        self.seq = 0
+
+    def call(self, op, fds=(), **kw) -> dict:
+        self.seq += 1
+        send_msg(self.s, {"op": op, "seq": self.seq, **kw}, fds)
+        return self.reply()
+
+    def send_raw(self, data: bytes, fds=()) -> dict:
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
+        self.s.sendmsg([data], anc)
+        return self.reply()
+
+    def reply(self) -> dict:
+        """The next record that is not an async event (fds it carries closed)."""
+        while True:
+            msg, fds = recv_msg(self.s)
+            for fd in fds:
+                os.close(fd)
+            assert msg is not None, "the daemon closed the connection"
+            if "event" in msg and "seq" not in msg:
+                continue
+            return msg
+
+    def ok(self, op, fds=(), **kw) -> dict:
+        r = self.call(op, fds, **kw)
+        assert r["errno"] == 0, r
+        return r
+
+    def close(self):
+        self.s.close()

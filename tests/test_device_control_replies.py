@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import RawControl, daemon_in_shm
 from softrdma.device.control import MAX_FDS, MAX_MSG, ControlError, encode, recover_seq, recv_msg
 
 
@@ -29,11 +29,9 @@ def daemon():
         yield d
 
 
-class Raw:
+class Raw(RawControl):
     def __init__(self, run_dir: str):
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.s.connect(os.path.join(run_dir, "softrdmad.sock"))
-        self.s.settimeout(30)
+        super().__init__(run_dir, timeout=30)
 
     def send(self, data: bytes, nfds: int = 0) -> None:
         fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(nfds)]
@@ -43,16 +41,6 @@ class Raw:
         finally:
             for fd in fds:
                 os.close(fd)
-
-    def reply(self) -> dict:
-        while True:
-            msg, fds = recv_msg(self.s)
-            for fd in fds:
-                os.close(fd)
-            assert msg is not None, "the daemon closed the connection"
-            if "event" in msg and "seq" not in msg:
-                continue
-            return msg
 
 
 LINK_SET = b'{"op":"link_set","seq":SEQ,"name":"rxe0","faults":{"delay":%s}}'

@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import random
-import socket
 import struct
 import subprocess
 import sys
@@ -22,9 +21,9 @@ import time
 
 import pytest
 
-from daemon_helpers import RunningDaemon, daemon_in_shm
+from daemon_helpers import RawControl as Raw, RunningDaemon, daemon_in_shm
 from softrdma.device import abi
-from softrdma.device.control import MAX_MSG, recv_msg, send_msg
+from softrdma.device.control import MAX_MSG, send_msg
 from softrdma.device.shm import HEADER_BYTES, MAGIC
 
 
@@ -33,45 +32,6 @@ def daemon(monkeypatch):
     with daemon_in_shm("robust") as d:
         monkeypatch.setenv("SOFTRDMA_RUN", d.run_dir)
         yield d
-
-
-class Raw:
-    """A control connection without the library."""
-
-    def __init__(self, run_dir: str, timeout: float = 10.0):
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.s.connect(os.path.join(run_dir, "softrdmad.sock"))
-        self.s.settimeout(timeout)
-        self.seq = 0
-
-    def call(self, op, fds=(), **kw) -> dict:
-        self.seq += 1
-        send_msg(self.s, {"op": op, "seq": self.seq, **kw}, fds)
-        return self.reply()
-
-    def send_raw(self, data: bytes, fds=()) -> dict:
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
-        self.s.sendmsg([data], anc)
-        return self.reply()
-
-    def reply(self) -> dict:
-        """The next record that is not an async event (fds it carries closed)."""
-        while True:
-            msg, fds = recv_msg(self.s)
-            for fd in fds:
-                os.close(fd)
-            assert msg is not None, "the daemon closed the connection"
-            if "event" in msg and "seq" not in msg:
-                continue
-            return msg
-
-    def ok(self, op, fds=(), **kw) -> dict:
-        r = self.call(op, fds, **kw)
-        assert r["errno"] == 0, r
-        return r
-
-    def close(self):
-        self.s.close()
 
 
 def memfd(size: int, *, seal: bool = True, ring: tuple[int, int] | None = None) -> int:

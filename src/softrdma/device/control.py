@@ -154,7 +154,8 @@ def _recv_record(sock: socket.socket) -> tuple[bytes, list[int], int]:
     return data, fds, flags
 
 
-def _close_all(fds) -> None:
+def close_fds(fds) -> None:
+    """Close every fd of ``fds``, ignoring ones already closed."""
     for fd in fds:
         try:
             os.close(fd)
@@ -169,7 +170,7 @@ def recv_msg(sock: socket.socket, max_bytes: int = MAX_REASSEMBLED) -> tuple[dic
     fds that came with it are closed then."""
     data, fds, flags = _recv_record(sock)
     if not data:
-        _close_all(fds)
+        close_fds(fds)
         return None, []
     try:
         if flags & socket.MSG_CTRUNC:
@@ -184,7 +185,7 @@ def recv_msg(sock: socket.socket, max_bytes: int = MAX_REASSEMBLED) -> tuple[dic
         if "frag" in msg:
             msg = _reassemble(sock, msg, fds, max_bytes)
     except BaseException:
-        _close_all(fds)
+        close_fds(fds)
         raise
     return msg, fds
 

@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 
-from ..device.control import ControlError, recv_msg, send_msg
+from ..device.control import ControlError, close_fds, recv_msg, send_msg
 from ..enums import IBV_EVENT_DEVICE_FATAL
 from .errors import PyverbsRDMAError
 
@@ -157,16 +157,16 @@ class Connection:
                                        f" ({e.strerror or e})", errno.EIO) from None
         err = msg.get("errno", 0)
         if type(err) is not int or not 0 <= err < 4096 or (err == 0 and len(got) < want_fds):
-            _close(got)
+            close_fds(got)
             raise PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: malformed reply from softrdmad", errno.EIO)
         if err:
-            _close(got)
+            close_fds(got)
             text = msg.get("msg")
             exc = PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: "
                                    f"{text if isinstance(text, str) else os.strerror(err)}", err)
             exc.extack = msg.get("extack")        # the netlink-style extended ack, if the daemon gave one
             raise exc
-        _close(got[want_fds:])
+        close_fds(got[want_fds:])
         return Reply(msg), got[:want_fds]
 
     def destroy(self, op: str, **kw) -> None:
@@ -209,14 +209,14 @@ class Connection:
         if rseq == seq and type(rseq) is int:
             return True
         if rseq is None and "event" in msg:
-            _close(got)
+            close_fds(got)
             self.events.append(msg)
             return False
         if rseq is None and msg.get("errno"):
             # an error the daemon could not tie to a request: requests are
             # synchronous, so it is this one's
             return True
-        _close(got)
+        close_fds(got)
         if rseq is None:
             raise ControlError("a record that is neither a reply nor an event")
         return False                             # the reply to an older request: not ours
@@ -239,7 +239,7 @@ class Connection:
                 msg, fds = recv_msg(sock)
             except (OSError, ControlError, ValueError):
                 msg, fds = None, []
-            _close(fds)
+            close_fds(fds)
             if msg is None:
                 self.lost()
                 return
@@ -248,11 +248,3 @@ class Connection:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def _close(fds) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
