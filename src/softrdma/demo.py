@@ -81,7 +81,6 @@ def run_device(args: argparse.Namespace) -> int:
     import socket
     import subprocess
     import sys
-    import time
 
     from .device.daemon import default_run_dir
     from .verbs.device import AutostartError, connect, management

@@ -1,5 +1,5 @@
 """A simulated InfiniBand fabric that real subnet managers and diagnostics
-can drive (issue 7).
+can drive.
 
 ``model`` (nodes, ports, links, SM-programmed state), ``topo`` (ibsim .net
 files), ``gen`` (fat trees, torus), ``agents`` (SMA and PMA), ``route``
