@@ -46,7 +46,7 @@ from softrdma.pyverbs.device import Context
 from softrdma.pyverbs.mr import MR, MW
 from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
-from softrdma.pyverbs.qp import QP, QPCap, QPInitAttr
+from softrdma.pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from softrdma.pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from softrdma.pyverbs.wr import SGE, RecvWR, SendWR
 
@@ -308,6 +308,10 @@ def test_post_send_and_recv_refuse_bad_work_requests(daemon):
         mr = MR(pd, 4096, IBV_ACCESS_LOCAL_WRITE)
         qp = QP(pd, QPInitAttr(qp_type=IBV_QPT_UD, scq=cq, rcq=cq,
                                cap=QPCap(max_send_wr=2, max_recv_wr=2, max_inline_data=64)))
+        # INIT: receives may be posted (in RESET the device takes them as errors, freeing their slots)
+        attr = QPAttr()
+        attr.qkey = 0x11111111
+        qp.to_init(attr)
         bad_sends = [
             SendWR(opcode=99, sg=[SGE(mr.buf, 8, mr.lkey)]),
             SendWR(opcode=-1, sg=[SGE(mr.buf, 8, mr.lkey)]),
