@@ -28,6 +28,23 @@ from netns_helpers import TwoHosts, need_root
 QKEY = 0x11111111
 
 
+def _rc_in_init(p, c, sgid_index: int, dgid: str):
+    """An RC QP in INIT and the RTR/RTS attributes towards ``dgid`` from
+    ``sgid_index``: (the route, the QP, the attributes)."""
+    from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC
+    from softrdma.verbs import addr, qp
+    route = addr.AHAttr(gr=addr.GlobalRoute(dgid=addr.GID(dgid), sgid_index=sgid_index, hop_limit=1),
+                        is_global=1, port_num=1)
+    rc = qp.QP(p, qp.QPInitAttr(IBV_QPT_RC, scq=c, rcq=c, cap=qp.QPCap(4, 4, 1, 1)))
+    a = qp.QPAttr()
+    rc.to_init(a)
+    a.path_mtu, a.dest_qp_num, a.rq_psn, a.sq_psn = IBV_MTU_1024, 0x4242, 1, 1
+    a.max_dest_rd_atomic = a.max_rd_atomic = 1
+    a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 1, 1, 1
+    a.ah_attr = route
+    return route, rc, a
+
+
 def _ready(h: TwoHosts, i: int, want: int) -> list:
     """The netdev's addresses once every one is usable (no DAD pending)."""
     end = time.monotonic() + 20
@@ -91,7 +108,7 @@ def test_gid_table_has_every_kind(hosts):
 def _attempt(h: TwoHosts, sgid_index: int, dgid: bytes) -> int | None:
     """RC QP to RTR/RTS and a UD AH against ``dgid`` from ``sgid_index`` of
     host 0, a send posted on each.  None if accepted, else the errno."""
-    from softrdma.enums import IBV_ACCESS_LOCAL_WRITE, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD
+    from softrdma.enums import IBV_ACCESS_LOCAL_WRITE, IBV_QPT_UD
     from softrdma.verbs import addr, cq, device, mr, pd, qp, wr
     from softrdma.verbs.errors import PyverbsRDMAError
     os.environ["SOFTRDMA_RUN"] = h.run_dirs[0]
@@ -101,15 +118,7 @@ def _attempt(h: TwoHosts, sgid_index: int, dgid: bytes) -> int | None:
         p = pd.PD(ctx)
         m = mr.MR(p, 4096, IBV_ACCESS_LOCAL_WRITE)
         c = cq.CQ(ctx, 16)
-        route = addr.AHAttr(gr=addr.GlobalRoute(dgid=addr.GID(dgid), sgid_index=sgid_index, hop_limit=1),
-                            is_global=1, port_num=1)
-        rc = qp.QP(p, qp.QPInitAttr(IBV_QPT_RC, scq=c, rcq=c, cap=qp.QPCap(4, 4, 1, 1)))
-        a = qp.QPAttr()
-        rc.to_init(a)
-        a.path_mtu, a.dest_qp_num, a.rq_psn, a.sq_psn = IBV_MTU_1024, 0x4242, 1, 1
-        a.max_dest_rd_atomic = a.max_rd_atomic = 1
-        a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 1, 1, 1
-        a.ah_attr = route
+        route, rc, a = _rc_in_init(p, c, sgid_index, dgid)
         try:
             rc.to_rts(a)
             rc.post_send(wr.SendWR(1, sg=[wr.SGE(m.buf, 64, m.lkey)]))
@@ -171,21 +180,12 @@ def test_a_source_gid_without_an_address_is_refused():
     the route) -- and accept it towards a GID of the same daemon, whose
     traffic never leaves it.  The daemon answers after each."""
     from daemon_helpers import daemon_in_shm
-    from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC
-    from softrdma.verbs import addr, cq, device, pd, qp
+    from softrdma.verbs import addr, cq, device, pd
     from softrdma.verbs.errors import PyverbsRDMAError
 
     def attempt(p, c, sgid, dgid):
-        route = addr.AHAttr(gr=addr.GlobalRoute(dgid=addr.GID(dgid), sgid_index=sgid, hop_limit=1), is_global=1,
-                            port_num=1)
         errs = []
-        rc = qp.QP(p, qp.QPInitAttr(IBV_QPT_RC, scq=c, rcq=c, cap=qp.QPCap(4, 4, 1, 1)))
-        a = qp.QPAttr()
-        rc.to_init(a)
-        a.path_mtu, a.dest_qp_num, a.rq_psn, a.sq_psn = IBV_MTU_1024, 0x4242, 1, 1
-        a.max_dest_rd_atomic = a.max_rd_atomic = 1
-        a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 1, 1, 1
-        a.ah_attr = route
+        route, rc, a = _rc_in_init(p, c, sgid, dgid)
         try:
             rc.to_rts(a)
         except PyverbsRDMAError as e:
