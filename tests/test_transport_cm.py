@@ -4,16 +4,16 @@ import random
 
 import pytest
 
-from softrdma.transport.cm import (
+from softrdma.mgmt.cm.agent import (
     AcceptParams,
     CmAgent,
     ConnectParams,
     cm_convert_to_ms,
 )
-from softrdma.transport.cm import (
+from softrdma.mgmt.cm.agent import (
     CmEventType as E,
 )
-from softrdma.transport.cm import (
+from softrdma.mgmt.cm.agent import (
     CmState as S,
 )
 from softrdma.wire.cm import AprStatus, RejReason, decode, encode_mad
@@ -559,7 +559,7 @@ def test_qp_attrs_bring_transport_qps_to_rts():
     from transport_helpers import new_qp
 
     from softrdma.enums import ibv_qp_state as QPS
-    from softrdma.transport.cm import to_qp_attr
+    from softrdma.mgmt.cm.agent import to_qp_attr
 
     w = Wire()
     a_id, b_id = establish(w, path_mtu=5)

@@ -48,7 +48,7 @@ import socket
 from ..enums import RDMA_UDP_QKEY
 from ..enums import rdma_cm_event_type as EV
 from ..errors import VerbsError
-from ..transport.cm import (
+from ..mgmt.cm.agent import (
     AcceptParams,
     CmAgent,
     CmEventType,

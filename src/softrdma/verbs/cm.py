@@ -40,7 +40,7 @@ from ..enums import (
     ibv_qp_attr_mask,
 )
 from ..enums import rdma_cm_event_type as EV
-from ..transport.cm import qp_attr_mask
+from ..mgmt.cm.agent import qp_attr_mask
 from .addr import AHAttr
 from .errors import PyverbsRDMAError
 

@@ -54,9 +54,9 @@ import random
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from ..enums import ibv_qp_attr_mask as M
-from ..enums import ibv_qp_state as QPS
-from ..wire.cm import (
+from ...enums import ibv_qp_attr_mask as M
+from ...enums import ibv_qp_state as QPS
+from ...wire.cm import (
     PRIVATE_DATA_SIZE,
     AprStatus,
     CmMsgResponse,
@@ -65,7 +65,7 @@ from ..wire.cm import (
     decode,
     encode_mad,
 )
-from ..wire.errors import WireError
+from ...wire.errors import WireError
 
 __all__ = [
     "COUNTER_NAMES",
@@ -1039,8 +1039,8 @@ def qp_attr_mask(attrs: dict) -> int:
 
 def to_qp_attr(attrs: dict):
     """``qp_attrs``' dict -> (transport QPAttr, ibv_qp_attr_mask) for ``QP.modify``."""
-    from .qp import QPAttr
-    from .wr import AddressVector
+    from ...transport.qp import QPAttr
+    from ...transport.wr import AddressVector
     kw = dict(attrs)
     if "ah_attr" in kw:
         kw["ah_attr"] = AddressVector(**kw["ah_attr"])
