@@ -48,16 +48,9 @@ import socket
 from ..enums import RDMA_UDP_QKEY
 from ..enums import rdma_cm_event_type as EV
 from ..errors import VerbsError
-from ..mgmt.cm.agent import (
-    AcceptParams,
-    CmAgent,
-    CmEventType,
-    CmState,
-    ConnectParams,
-    QP_TYPE_RC,
-    QP_TYPE_UC,
-    QP_TYPE_UD,
-)
+from ..mgmt.cm.agent import CmAgent
+from ..mgmt.cm.ids import QP_TYPE_RC, QP_TYPE_UC, QP_TYPE_UD, CmEventType, CmState
+from ..mgmt.cm.request import AcceptParams, ConnectParams
 from ..wire.cm import PRIVATE_DATA_SIZE, RejReason, SidrStatus
 from ..wire.cma import CMA_HDR_SIZE, PortSpace, from_service_id, pack_cma_hdr, parse_cma_hdr, service_id
 from ..wire.errors import WireError
