@@ -54,8 +54,8 @@ from ..mgmt.cm.request import AcceptParams, ConnectParams
 from ..wire.cm import PRIVATE_DATA_SIZE, RejReason, SidrStatus
 from ..wire.cma import CMA_HDR_SIZE, PortSpace, from_service_id, pack_cma_hdr, parse_cma_hdr, service_id
 from ..wire.errors import WireError
+from ..wire.gid import gid_ip, ip_gid
 from ..wire.mad import MgmtClass
-from .gid import gid_ip, ip_gid
 
 IDLE, ADDR_QUERY, ADDR_RESOLVED, ROUTE_QUERY, ROUTE_RESOLVED, CONNECT, DISCONNECT, ADDR_BOUND, LISTEN, \
     DEVICE_REMOVAL, DESTROYING = range(11)

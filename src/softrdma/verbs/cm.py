@@ -40,6 +40,7 @@ from ..enums import (
     ibv_qp_attr_mask,
 )
 from ..enums import rdma_cm_event_type as EV
+from ..wire.gid import ip_gid
 from .addr import AHAttr
 from .errors import PyverbsRDMAError
 
@@ -482,7 +483,6 @@ class CmId:
 
     def leave_multicast(self, addr: str) -> None:
         if self.qp is not None:
-            from ..device.gid import ip_gid
             try:
                 self.qp.detach_mcast(ip_gid(addr), 0)
             except PyverbsRDMAError:
