@@ -40,11 +40,16 @@ from ..enums import (
     ibv_qp_attr_mask,
 )
 from ..enums import rdma_cm_event_type as EV
+from ..wire.cma import PortSpace
 from ..wire.gid import ip_gid
 from .addr import AHAttr
 from .errors import PyverbsRDMAError
 
-RDMA_PS_IPOIB, RDMA_PS_IB, RDMA_PS_TCP, RDMA_PS_UDP = 0x0002, 0x013F, 0x0106, 0x0111
+# enum rdma_ucm_port_space, as the service ID codec (wire.cma) names it
+RDMA_PS_IPOIB = int(PortSpace.IPOIB)
+RDMA_PS_IB = int(PortSpace.IB)
+RDMA_PS_TCP = int(PortSpace.TCP)
+RDMA_PS_UDP = int(PortSpace.UDP)
 RDMA_MAX_RESP_RES = 0xFF
 RDMA_MAX_INIT_DEPTH = 0xFF
 _QPT_NAME = {IBV_QPT_RC: "RC", IBV_QPT_UC: "UC", IBV_QPT_UD: "UD"}
