@@ -24,6 +24,7 @@ channel and waits inside each call for the event that completes it.
 
 from __future__ import annotations
 
+import copy
 import errno
 import select
 import time
@@ -43,7 +44,11 @@ from ..enums import rdma_cm_event_type as EV
 from ..wire.cma import PortSpace
 from ..wire.gid import ip_gid
 from .addr import AHAttr
+from .cq import CQ
+from .device import Context, _socket_path, connect
 from .errors import PyverbsRDMAError
+from .pd import PD
+from .qp import QP
 
 # enum rdma_ucm_port_space, as the service ID codec (wire.cma) names it
 RDMA_PS_IPOIB = int(PortSpace.IPOIB)
@@ -81,7 +86,6 @@ _contexts: dict[tuple[str, str], object] = {}   # (daemon socket, device) -> Con
 
 
 def _context(name: str):
-    from .device import Context, _socket_path
     key = (_socket_path(), name)
     ctx = _contexts.get(key)
     if ctx is None or getattr(ctx, "closed", False) or ctx.conn.dead:
@@ -119,7 +123,6 @@ class EventChannel:
     """rdma_create_event_channel."""
 
     def __init__(self):
-        from .device import connect
         try:
             self.conn = connect()             # rdma_create_event_channel: the embedded default starts too
         except OSError as e:
@@ -262,7 +265,6 @@ class CmId:
 
     def default_pd(self):
         if self.pd is None and self.verbs is not None:
-            from .pd import PD
             self.pd = PD(self.verbs)
             self._own_pd = True
         return self.pd
@@ -348,8 +350,6 @@ class CmId:
     def create_qp(self, init_attr, pd=None):
         """rdma_create_qp: a QP on the ID's device, with CQs made for it
         when ``init_attr`` names none, moved to INIT (UD: to RTS)."""
-        from .cq import CQ
-        from .qp import QP
         if self.qp is not None or self.verbs is None:
             raise _err("Failed to Create QP", errno.EINVAL,
                        "the ID has a QP already" if self.qp is not None else "the ID has no device yet")
@@ -476,7 +476,6 @@ class CmId:
         new.sync = True
         new.channel = self.channel
         if self.qp_init_attr is not None:
-            import copy
             new.create_qp(copy.copy(self.qp_init_attr), self.pd)
         return new
 
