@@ -18,9 +18,9 @@ class CmInitQpAttr:
 
     def qp_attrs(self, cm_id: CmId, qp_state) -> dict:
         """ib_cm_init_qp_attr: the attributes of a modify to INIT, RTR or RTS
-        ("INIT"/"RTR"/"RTS" or IBV_QPS_*), named as the transport's QPAttr
-        (``ah_attr`` as AddressVector's keywords); ``to_qp_attr`` makes the
-        QPAttr and its mask."""
+        ("INIT"/"RTR"/"RTS" or IBV_QPS_*), named as ibv_qp_attr's fields
+        (``ah_attr`` as a dict of the address vector's); the library's
+        ``verbs.cm.qp_attr_mask`` makes their mask."""
         if not isinstance(qp_state, str):
             qp_state = {1: "INIT", 2: "RTR", 3: "RTS"}.get(int(qp_state), str(qp_state))
         if cm_id.state not in (CmState.REQ_SENT, CmState.MRA_REQ_RCVD, CmState.REQ_RCVD,
