@@ -45,7 +45,9 @@ from .cma_id import (
 
 
 class CmaAddr:
-    """Ports, addresses, listens and multicast of ``RdmaCm`` (a mixin)."""
+    """Ports, addresses, listens and multicast of ``RdmaCm`` (a mixin: it
+    uses the ``bind_lists``, ``agent_listens``, ``daemon``, ``rng`` and
+    ``_emit`` of ``rdma_cm.RdmaCm``)."""
 
     # -- ports ---------------------------------------------------------------------------------
     def _release_port(self, cid: CmaId) -> None:

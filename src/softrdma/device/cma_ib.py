@@ -25,7 +25,8 @@ _ETIMEDOUT = -errno.ETIMEDOUT
 
 
 class CmaIbHandler:
-    """The IB CM's events for ``RdmaCm`` (a mixin)."""
+    """The IB CM's events for ``RdmaCm`` (a mixin: it uses the
+    ``bind_lists``, ``rng`` and ``_emit`` of ``rdma_cm.RdmaCm``)."""
 
     def _cm_event(self, dev, ev) -> None:
         t = ev.type
