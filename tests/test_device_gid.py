@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from softrdma.device.gid import (
-    ROCE_V2, ZERO_GID, GidEntry, GidTable, default_gid, eui64, gid_from_str, gid_ip,
-    gid_str, ip_gid, ipv4_gid, ipv6_gid,
+    ROCE_V2, ZERO_GID, GidEntry, GidTable, default_gid, eui64, gid_from_str, gid_str,
 )
+from softrdma.wire.gid import gid_ip, ip_gid, ipv4_gid, ipv6_gid
 
 ip = ipaddress.ip_address
 

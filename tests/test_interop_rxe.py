@@ -433,7 +433,7 @@ def test_cm_tools_with_kernel_rxe(vm, tool, softrdma_role):
 # -- IPv6: RoCE over IPv6 GIDs (rxe sends them with UDP checksum 0) ------------------------------------
 
 def _host_gid_index(vm, ip: str) -> int | None:
-    from softrdma.device.gid import ip_gid
+    from softrdma.wire.gid import ip_gid
     from softrdma.verbs import device
     want = ip_gid(ip)
     old = os.environ.get("SOFTRDMA_RUN")
@@ -465,7 +465,8 @@ def v6(vm):
     """An IPv6 ULA on each end (the tap in the namespace, the guest's eth0),
     removed afterwards; the GID indices of the ULAs and link-locals."""
     import ipaddress
-    from softrdma.device.gid import gid_str, ip_gid
+    from softrdma.device.gid import gid_str
+    from softrdma.wire.gid import ip_gid
     subprocess.run(["ip", "netns", "exec", NETNS, "ip", "-6", "addr", "replace", f"{HOST_V6}/64", "dev", TAP,
                     "nodad"], check=True)
     r = guest(f"ip -6 addr replace {GUEST_V6_ULA}/64 dev eth0 nodad && ip -6 -o addr show dev eth0", timeout=30)

@@ -4,18 +4,11 @@ import random
 
 import pytest
 
-from softrdma.transport.cm import (
-    AcceptParams,
-    CmAgent,
-    ConnectParams,
-    cm_convert_to_ms,
-)
-from softrdma.transport.cm import (
-    CmEventType as E,
-)
-from softrdma.transport.cm import (
-    CmState as S,
-)
+from softrdma.mgmt.cm.agent import CmAgent
+from softrdma.mgmt.cm.ids import CmEventType as E
+from softrdma.mgmt.cm.ids import CmState as S
+from softrdma.mgmt.cm.request import AcceptParams, ConnectParams
+from softrdma.mgmt.cm.timers import cm_convert_to_ms
 from softrdma.wire.cm import AprStatus, RejReason, decode, encode_mad
 
 GID_A = bytes.fromhex("fe800000000000000000000000000001")
@@ -559,7 +552,16 @@ def test_qp_attrs_bring_transport_qps_to_rts():
     from transport_helpers import new_qp
 
     from softrdma.enums import ibv_qp_state as QPS
-    from softrdma.transport.cm import to_qp_attr
+    from softrdma.transport.qp import QPAttr
+    from softrdma.transport.wr import AddressVector
+    from softrdma.verbs.cm import qp_attr_mask
+
+    def to_qp_attr(attrs: dict):
+        """``qp_attrs``' dict -> (transport QPAttr, ibv_qp_attr_mask) for ``QP.modify``."""
+        kw = dict(attrs)
+        if "ah_attr" in kw:
+            kw["ah_attr"] = AddressVector(**kw["ah_attr"])
+        return QPAttr(**kw), qp_attr_mask(attrs)
 
     w = Wire()
     a_id, b_id = establish(w, path_mtu=5)

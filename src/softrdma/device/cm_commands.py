@@ -13,6 +13,7 @@ import secrets
 
 from ..errors import VerbsError
 from . import request as rq
+from .cma_id import IDLE
 
 _MAX_PD = 256          # more than any CM message's private data
 
@@ -76,7 +77,7 @@ class CmCommands:
         opt = rq.string(m, "option", 32)
         if opt == "reuseaddr":
             v = rq.uint(m, "value", rq.U32)
-            if not v and cid.state != 0:
+            if not v and cid.state != IDLE:
                 raise VerbsError(errno.EINVAL, "reuseaddr can only be cleared before bind")
             cid.reuseaddr = bool(v)
         elif opt == "tos":

@@ -35,7 +35,7 @@ import time
 from ..enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE, IBV_EVENT_DEVICE_FATAL,
                      IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR)
 from ..errors import VerbsError
-from ..transport.cm import COUNTER_NAMES as CM_COUNTER_NAMES
+from ..mgmt.cm.counters import COUNTER_NAMES as CM_COUNTER_NAMES
 from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi

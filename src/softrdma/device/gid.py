@@ -56,7 +56,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Iterable, Iterator, NamedTuple, Optional
 
-GID_LEN = 16
+from ..wire.gid import GID_LEN, ipv4_gid, ipv6_gid
+
 #: rxe's gid_tbl_len (RXE_PORT_GID_TBL_LEN)
 RXE_GID_TABLE_LEN = 1024
 #: cache.c gid_type_str[]: IB and RoCE v1 both print "IB/RoCE v1"
@@ -65,7 +66,6 @@ ROCE_V1 = "IB/RoCE v1"
 ZERO_GID = bytes(GID_LEN)
 
 _LINK_LOCAL_PREFIX = b"\xfe\x80" + bytes(6)
-_V4MAPPED_PREFIX = bytes(10) + b"\xff\xff"
 
 
 def _mac_bytes(mac: bytes | str) -> bytes:
@@ -91,32 +91,6 @@ def eui64(mac: bytes | str) -> bytes:
 def default_gid(mac: bytes | str) -> bytes:
     """fe80::/64 + EUI-64 of the MAC (cache.c make_default_gid)."""
     return _LINK_LOCAL_PREFIX + eui64(mac)
-
-
-def ipv4_gid(addr) -> bytes:
-    """The IPv4-mapped GID ::ffff:a.b.c.d (rdma_ip2gid for AF_INET)."""
-    return _V4MAPPED_PREFIX + ipaddress.IPv4Address(addr).packed
-
-
-def ipv6_gid(addr) -> bytes:
-    """An IPv6 address is its own GID (rdma_ip2gid for AF_INET6)."""
-    return ipaddress.IPv6Address(addr).packed
-
-
-def ip_gid(addr) -> bytes:
-    """ipv4_gid or ipv6_gid by the address's family."""
-    a = ipaddress.ip_address(addr)
-    return ipv4_gid(a) if a.version == 4 else ipv6_gid(a)
-
-
-def gid_ip(gid: bytes) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """rdma_gid2ip: an IPv4-mapped GID is that IPv4 address, any other its IPv6."""
-    gid = bytes(gid)
-    if len(gid) != GID_LEN:
-        raise ValueError(f"a GID is 16 bytes, got {len(gid)}")
-    if gid[:12] == _V4MAPPED_PREFIX:
-        return ipaddress.IPv4Address(gid[12:])
-    return ipaddress.IPv6Address(gid)
 
 
 def gid_str(gid: bytes) -> str:

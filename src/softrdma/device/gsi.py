@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ..transport.wr import AddressVector
 from ..wire.errors import WireError
+from ..wire.gid import ip_gid
 from ..wire.mad import (
     IB_MGMT_MAD_SIZE,
     IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB,
@@ -37,7 +38,6 @@ from ..wire.mad import (
 )
 from ..wire.opcodes import Opcode
 from ..wire.packet import build, parse
-from .gid import ip_gid
 
 UD_SEND_ONLY = int(Opcode.UD_SEND_ONLY)
 _GET, _SET, _GET_RESP = int(Method.GET), int(Method.SET), int(Method.GET_RESP)

@@ -24,6 +24,7 @@ channel and waits inside each call for the event that completes it.
 
 from __future__ import annotations
 
+import copy
 import errno
 import select
 import time
@@ -40,21 +41,51 @@ from ..enums import (
     ibv_qp_attr_mask,
 )
 from ..enums import rdma_cm_event_type as EV
-from ..transport.cm import qp_attr_mask
+from ..wire.cma import PortSpace
+from ..wire.gid import ip_gid
 from .addr import AHAttr
+from .cq import CQ
+from .device import Context, _socket_path, connect
 from .errors import PyverbsRDMAError
+from .pd import PD
+from .qp import QP
 
-RDMA_PS_IPOIB, RDMA_PS_IB, RDMA_PS_TCP, RDMA_PS_UDP = 0x0002, 0x013F, 0x0106, 0x0111
+# enum rdma_ucm_port_space, as the service ID codec (wire.cma) names it
+RDMA_PS_IPOIB = int(PortSpace.IPOIB)
+RDMA_PS_IB = int(PortSpace.IB)
+RDMA_PS_TCP = int(PortSpace.TCP)
+RDMA_PS_UDP = int(PortSpace.UDP)
 RDMA_MAX_RESP_RES = 0xFF
 RDMA_MAX_INIT_DEPTH = 0xFF
 _QPT_NAME = {IBV_QPT_RC: "RC", IBV_QPT_UC: "UC", IBV_QPT_UD: "UD"}
 _PS_QPT = {RDMA_PS_TCP: IBV_QPT_RC, RDMA_PS_UDP: IBV_QPT_UD, RDMA_PS_IPOIB: IBV_QPT_UD, RDMA_PS_IB: IBV_QPT_RC}
 
+# The ibv_qp_attr field each name of cm_init_qp_attr's reply sets (the names
+# the IB CM's qp_attrs and the daemon's rdma_init_qp_attr use).
+_M = ibv_qp_attr_mask
+_MASK_OF = {"qp_state": _M.IBV_QP_STATE, "port_num": _M.IBV_QP_PORT, "pkey_index": _M.IBV_QP_PKEY_INDEX,
+            "qp_access_flags": _M.IBV_QP_ACCESS_FLAGS, "ah_attr": _M.IBV_QP_AV,
+            "path_mtu": _M.IBV_QP_PATH_MTU, "dest_qp_num": _M.IBV_QP_DEST_QPN, "rq_psn": _M.IBV_QP_RQ_PSN,
+            "max_dest_rd_atomic": _M.IBV_QP_MAX_DEST_RD_ATOMIC, "min_rnr_timer": _M.IBV_QP_MIN_RNR_TIMER,
+            "sq_psn": _M.IBV_QP_SQ_PSN, "timeout": _M.IBV_QP_TIMEOUT, "retry_cnt": _M.IBV_QP_RETRY_CNT,
+            "rnr_retry": _M.IBV_QP_RNR_RETRY, "max_rd_atomic": _M.IBV_QP_MAX_QP_RD_ATOMIC,
+            "qkey": _M.IBV_QP_QKEY}
+
+
+def qp_attr_mask(attrs: dict) -> int:
+    """The ibv_qp_attr_mask of an ``init_qp_attr`` dict (its keys): what
+    ucma_init_qp_attr returns beside the attributes (the daemon sends the
+    names only)."""
+    mask = 0
+    for k in attrs:
+        mask |= _MASK_OF[k]
+    return int(mask)
+
+
 _contexts: dict[tuple[str, str], object] = {}   # (daemon socket, device) -> Context (one per process, as librdmacm's)
 
 
 def _context(name: str):
-    from .device import Context, _socket_path
     key = (_socket_path(), name)
     ctx = _contexts.get(key)
     if ctx is None or getattr(ctx, "closed", False) or ctx.conn.dead:
@@ -92,7 +123,6 @@ class EventChannel:
     """rdma_create_event_channel."""
 
     def __init__(self):
-        from .device import connect
         try:
             self.conn = connect()             # rdma_create_event_channel: the embedded default starts too
         except OSError as e:
@@ -235,7 +265,6 @@ class CmId:
 
     def default_pd(self):
         if self.pd is None and self.verbs is not None:
-            from .pd import PD
             self.pd = PD(self.verbs)
             self._own_pd = True
         return self.pd
@@ -321,8 +350,6 @@ class CmId:
     def create_qp(self, init_attr, pd=None):
         """rdma_create_qp: a QP on the ID's device, with CQs made for it
         when ``init_attr`` names none, moved to INIT (UD: to RTS)."""
-        from .cq import CQ
-        from .qp import QP
         if self.qp is not None or self.verbs is None:
             raise _err("Failed to Create QP", errno.EINVAL,
                        "the ID has a QP already" if self.qp is not None else "the ID has no device yet")
@@ -449,7 +476,6 @@ class CmId:
         new.sync = True
         new.channel = self.channel
         if self.qp_init_attr is not None:
-            import copy
             new.create_qp(copy.copy(self.qp_init_attr), self.pd)
         return new
 
@@ -461,7 +487,6 @@ class CmId:
 
     def leave_multicast(self, addr: str) -> None:
         if self.qp is not None:
-            from ..device.gid import ip_gid
             try:
                 self.qp.detach_mcast(ip_gid(addr), 0)
             except PyverbsRDMAError:

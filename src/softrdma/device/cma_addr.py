@@ -1,0 +1,280 @@
+"""rdma_cm's addresses in the daemon: ports, binding, address and route
+resolution, listens, devices coming and going, multicast joins.
+
+As cma.c for RoCE:
+
+* port spaces (TCP, UDP, IB, IPoIB) with their bind lists, an ephemeral
+  port from 32768..60999 when none is given, EADDRINUSE / EADDRNOTAVAIL /
+  EACCES as cma_check_port and cma_use_port;
+* ``resolve_addr``: the source address and device of a destination found
+  by the host's routing (the device whose GID table holds the source
+  address); ``resolve_route``: a RoCE route built locally
+  (cma_resolve_iboe_route: GIDs from the addresses);
+* ``listen`` on the bound device, or on every device (cma_listen_on_all),
+  as one IB CM listen per (device, service ID) shared by the IDs;
+* multicast joins on RoCE (cma_iboe_join_multicast): the MGID of an IPv4
+  group is its IPv4-mapped address, the Q_Key RDMA_UDP_QKEY for UDP; the
+  library attaches its QP.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+
+from ..enums import RDMA_UDP_QKEY
+from ..enums import rdma_cm_event_type as EV
+from ..errors import VerbsError
+from ..wire.cma import PortSpace, service_id
+from ..wire.gid import gid_ip, ip_gid
+from .cma_id import (
+    ADDR_BOUND,
+    ADDR_QUERY,
+    ADDR_RESOLVED,
+    DEVICE_REMOVAL,
+    IDLE,
+    LISTEN,
+    LOCAL_PORT_RANGE,
+    MAX_BACKLOG,
+    ROUTE_RESOLVED,
+    STATE_NAMES,
+    CmaId,
+    cma_any_addr,
+)
+
+
+class CmaAddr:
+    """Ports, addresses, listens and multicast of ``RdmaCm`` (a mixin: it
+    uses the ``bind_lists``, ``agent_listens``, ``daemon``, ``rng`` and
+    ``_emit`` of ``rdma_cm.RdmaCm``)."""
+
+    # -- ports ---------------------------------------------------------------------------------
+    def _release_port(self, cid: CmaId) -> None:
+        if cid.bound is None:
+            return
+        owners = self.bind_lists.get(cid.bound)
+        if owners is not None and cid in owners:
+            owners.remove(cid)
+            if not owners:
+                del self.bind_lists[cid.bound]
+        cid.bound = None
+
+    def _check_port(self, owners: list[CmaId], cid: CmaId, reuseaddr: bool) -> None:
+        for cur in owners:
+            if cur is cid:
+                continue
+            if cur.state != LISTEN and reuseaddr and cur.reuseaddr:
+                continue
+            if cur.family != cid.family:
+                continue                              # afonly: IPv4 and IPv6 do not collide
+            if cma_any_addr(cid.src_ip) or cma_any_addr(cur.src_ip):
+                raise VerbsError(errno.EADDRNOTAVAIL, "port in use on another address of the port space")
+            if cid.src_ip == cur.src_ip:
+                raise VerbsError(errno.EADDRINUSE, f"port {cid.src_port} in use")
+
+    def _get_port(self, cid: CmaId) -> None:
+        """cma_get_port: the given port (cma_use_port) or an ephemeral one."""
+        ps = cid.ps
+        if cid.src_port:
+            if cid.src_port < 1024 and cid.owner.uid != 0:
+                raise VerbsError(errno.EACCES, f"port {cid.src_port} needs CAP_NET_BIND_SERVICE")
+            key = (ps, cid.src_port)
+            owners = self.bind_lists.get(key)
+            if owners:
+                self._check_port(owners, cid, cid.reuseaddr)
+            self.bind_lists.setdefault(key, []).append(cid)
+            cid.bound = key
+            return
+        low, high = LOCAL_PORT_RANGE
+        n = high - low + 1
+        start = self.rng.randrange(n)
+        for i in range(n):
+            port = low + (start + i) % n
+            if (ps, port) not in self.bind_lists:
+                cid.src_port = port
+                self.bind_lists[(ps, port)] = [cid]
+                cid.bound = (ps, port)
+                return
+        raise VerbsError(errno.EADDRNOTAVAIL, "no free port in the port space")
+
+    def _device_of(self, ip):
+        return self.daemon.by_ip.get(str(ip))
+
+    def bind_addr(self, cid: CmaId, ip: str | None, port: int, family: int = 4) -> None:
+        """rdma_bind_addr."""
+        if cid.state != IDLE:
+            raise VerbsError(errno.EINVAL, f"bind in state {STATE_NAMES[cid.state]}")
+        addr = ipaddress.ip_address(ip) if ip else (ipaddress.ip_address("0.0.0.0") if family == 4
+                                                     else ipaddress.ip_address("::"))
+        dev = None
+        if not cma_any_addr(addr):
+            dev = self._device_of(addr)
+            if dev is None:
+                if not _is_local(addr):
+                    raise VerbsError(errno.EADDRNOTAVAIL, f"{addr} is not an address of this host")
+                raise VerbsError(errno.ENODEV, f"no RDMA device has {addr}")
+        elif addr.is_loopback:
+            dev = self._device_of(addr)
+        cid.family = addr.version
+        cid.src_ip = addr
+        cid.src_port = port
+        cid.dev = dev
+        if dev is not None:
+            cid.sgid = ip_gid(addr)
+            cid.mtu = dev.caps.active_mtu
+        try:
+            self._get_port(cid)
+        except VerbsError:
+            cid.src_ip, cid.src_port, cid.dev = None, 0, None
+            raise
+        cid.state = ADDR_BOUND
+
+    def resolve_addr(self, cid: CmaId, src: str | None, dst: str, dst_port: int) -> None:
+        """rdma_resolve_addr: the reply now, ADDR_RESOLVED or ADDR_ERROR after it."""
+        d = ipaddress.ip_address(dst)
+        if cid.state == IDLE:
+            s = ipaddress.ip_address(src) if src else None
+            if s is not None and s.version != d.version:
+                raise VerbsError(errno.EINVAL, "source and destination families differ")
+            self.bind_addr(cid, str(s) if s is not None else None, 0, d.version)
+        if cid.family != d.version:
+            raise VerbsError(errno.EINVAL, "destination family differs from the bound address's")
+        if cid.state != ADDR_BOUND:
+            raise VerbsError(errno.EINVAL, f"resolve_addr in state {STATE_NAMES[cid.state]}")
+        cid.dst_ip, cid.dst_port = d, dst_port
+        cid.state = ADDR_QUERY
+        status = 0
+        dev = cid.dev
+        src_ip = cid.src_ip
+        if dev is None or cma_any_addr(src_ip):
+            try:
+                src_ip = ipaddress.ip_address(_route_source(d))
+            except OSError as e:
+                status = -(e.errno or errno.EHOSTUNREACH)
+            else:
+                dev = self._device_of(src_ip)
+                if dev is None and d.is_loopback and self.daemon.devices:
+                    dev = next(iter(self.daemon.devices.values()))      # cma_bind_loopback
+                    first = next((e.gid for i, e in dev.gid_table if i), None)
+                    src_ip = gid_ip(first) if first is not None else src_ip
+                if dev is None:
+                    status = -errno.ENODEV
+        if status:
+            cid.state = ADDR_BOUND
+            self._emit(cid, EV.RDMA_CM_EVENT_ADDR_ERROR, status)
+            return
+        cid.src_ip, cid.dev = src_ip, dev
+        cid.sgid, cid.dgid = ip_gid(src_ip), ip_gid(d)
+        cid.mtu = dev.caps.active_mtu
+        cid.state = ADDR_RESOLVED
+        self._emit(cid, EV.RDMA_CM_EVENT_ADDR_RESOLVED, info=cid.info())
+
+    def resolve_route(self, cid: CmaId) -> None:
+        """rdma_resolve_route for RoCE: the path is made locally."""
+        if cid.state != ADDR_RESOLVED:
+            raise VerbsError(errno.EINVAL, f"resolve_route in state {STATE_NAMES[cid.state]}")
+        cid.state = ROUTE_RESOLVED
+        self._emit(cid, EV.RDMA_CM_EVENT_ROUTE_RESOLVED, info=cid.info())
+
+    def listen(self, cid: CmaId, backlog: int) -> None:
+        """rdma_listen: on the bound device, or on every device (cma_listen_on_all)."""
+        if cid.state == IDLE:
+            self.bind_addr(cid, None, 0, 4)
+        if cid.state != ADDR_BOUND:
+            raise VerbsError(errno.EINVAL, f"listen in state {STATE_NAMES[cid.state]}")
+        if cid.reuseaddr:
+            self._check_port(self.bind_lists.get(cid.bound, []), cid, False)
+        cid.backlog = backlog if 0 < backlog < MAX_BACKLOG else MAX_BACKLOG
+        cid.state = LISTEN
+        sid = service_id(cid.ps, cid.src_port)
+        devs = [cid.dev] if cid.dev is not None else list(self.daemon.devices.values())
+        for dev in devs:
+            self._agent_listen(dev, sid)
+
+    def _agent_listen(self, dev, sid: int) -> None:
+        key = (dev.name, sid)
+        entry = self.agent_listens.get(key)
+        if entry is None:
+            entry = self.agent_listens[key] = [dev.cm.listen(sid, context=("listen", sid)), 0]
+        entry[1] += 1
+
+    def _cancel_listens(self, cid: CmaId) -> None:
+        sid = service_id(cid.ps, cid.src_port)
+        for name, dev in self.daemon.devices.items():
+            if cid.dev is not None and dev is not cid.dev:
+                continue
+            entry = self.agent_listens.get((name, sid))
+            if entry is None:
+                continue
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self.agent_listens[(name, sid)]
+                dev.cm.destroy(entry[0])
+
+    def device_added(self, dev) -> None:
+        """A new device joins every listen that is bound to no device."""
+        seen = set()
+        for owners in self.bind_lists.values():
+            for cid in owners:
+                if cid.state == LISTEN and cid.dev is None:
+                    sid = service_id(cid.ps, cid.src_port)
+                    if sid not in seen:
+                        seen.add(sid)
+                    self._agent_listen(dev, sid)
+
+    def device_removed(self, dev) -> None:
+        for key in [k for k in self.agent_listens if k[0] == dev.name]:
+            del self.agent_listens[key]
+        for owners in list(self.bind_lists.values()):
+            for cid in list(owners):
+                if cid.dev is dev and not cid.destroyed:
+                    cid.ib = None
+                    self._emit(cid, EV.RDMA_CM_EVENT_DEVICE_REMOVAL)
+                    cid.state = DEVICE_REMOVAL
+
+    # -- multicast -------------------------------------------------------------------------------
+    def join_multicast(self, cid: CmaId, addr: str) -> None:
+        if cid.state not in (ADDR_BOUND, ADDR_RESOLVED) or cid.dev is None:
+            raise VerbsError(errno.EINVAL, f"join in state {STATE_NAMES[cid.state]}")
+        a = ipaddress.ip_address(addr)
+        if a.is_unspecified:
+            raise VerbsError(errno.EINVAL, "zero multicast address")
+        if a.version == 6:
+            raise VerbsError(errno.EOPNOTSUPP, "IPv6 multicast over RoCEv2 (cma_iboe_join_multicast: -ENOTSUPP)")
+        if not a.is_multicast:
+            raise VerbsError(errno.EINVAL, f"{a} is not a multicast address")
+        mgid = ip_gid(a)
+        if cid.ps == PortSpace.UDP:
+            cid.qkey = cid.qkey or RDMA_UDP_QKEY
+        qkey = RDMA_UDP_QKEY if cid.ps == PortSpace.UDP else 0
+        idx = cid.dev.gid_table.find(cid.sgid) or 0
+        ud = {"qp_num": 0xFFFFFF, "qkey": qkey,
+              "ah_attr": {"dgid": mgid.hex(), "sgid_index": idx, "hop_limit": 64, "is_global": True,
+                          "traffic_class": 0, "flow_label": 0, "sl": 0, "port_num": 1, "dlid": 0}}
+        cid.mcast[mgid] = ud
+        self._emit(cid, EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=ud, addr=str(a))
+
+    def leave_multicast(self, cid: CmaId, addr: str) -> None:
+        mgid = ip_gid(ipaddress.ip_address(addr))
+        if cid.mcast.pop(mgid, None) is None:
+            raise VerbsError(errno.EADDRNOTAVAIL, f"not joined to {addr}")
+
+
+def _is_local(addr) -> bool:
+    fam = socket.AF_INET if addr.version == 4 else socket.AF_INET6
+    with socket.socket(fam, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind((str(addr), 0))
+        except OSError:
+            return False
+    return True
+
+
+def _route_source(dst) -> str:
+    """The source address the host's routing picks for ``dst`` (a UDP
+    connect sends nothing)."""
+    fam = socket.AF_INET if dst.version == 4 else socket.AF_INET6
+    with socket.socket(fam, socket.SOCK_DGRAM) as s:
+        s.connect((str(dst), 4791))
+        return s.getsockname()[0]

@@ -1,0 +1,77 @@
+"""An rdma_cm ID in the daemon (cma.c's struct rdma_id_private), its
+states (enum rdma_cm_state) and cma.c's constants.
+
+A ``CmaId`` belongs to the client connection that made it (librdmacm's
+event channel); ``ib`` is its IB CM ID (``mgmt.cm.ids.CmId``) while a
+connection or SIDR exchange is under way.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+
+from ..mgmt.cm.ids import QP_TYPE_RC, QP_TYPE_UC, QP_TYPE_UD
+
+IDLE, ADDR_QUERY, ADDR_RESOLVED, ROUTE_QUERY, ROUTE_RESOLVED, CONNECT, DISCONNECT, ADDR_BOUND, LISTEN, \
+    DEVICE_REMOVAL, DESTROYING = range(11)
+STATE_NAMES = ("IDLE", "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_QUERY", "ROUTE_RESOLVED", "CONNECT",
+               "DISCONNECT", "ADDR_BOUND", "LISTEN", "DEVICE_REMOVAL", "DESTROYING")
+
+# cma.c's constants; the environment may shorten them (tests of the
+# timeout paths: 15 retries of 4.6 s each are 73 s)
+CMA_CM_RESPONSE_TIMEOUT = int(os.environ.get("SOFTRDMA_CMA_RESPONSE_TIMEOUT", "20"))
+CMA_MAX_CM_RETRIES = int(os.environ.get("SOFTRDMA_CMA_MAX_RETRIES", "15"))
+CMA_IBOE_PACKET_LIFETIME = 18         # as the 6.1 kernel of the reference peer (later kernels: 16)
+CMA_CM_MRA_SERVICE_TIMEOUT = 24        # CMA_CM_MRA_SETTING without IB_CM_MRA_FLAG_DELAY
+MAX_BACKLOG = 1024                     # ucma's max_backlog
+LOCAL_PORT_RANGE = (32768, 60999)      # net.ipv4.ip_local_port_range's default
+QP_TYPES = {"RC": QP_TYPE_RC, "UC": QP_TYPE_UC, "UD": QP_TYPE_UD}
+
+
+def cma_any_addr(ip) -> bool:
+    """cma_any_addr: the zero address or loopback."""
+    return ip is None or ip.is_unspecified or ip.is_loopback
+
+
+class CmaId:
+    """struct rdma_id_private."""
+
+    def __init__(self, owner, ps: int, qp_type: str, seq_num: int):
+        self.owner = owner              # the Client (event channel) it belongs to
+        self.handle = 0
+        self.ps = ps
+        self.qp_type = qp_type
+        self.state = IDLE
+        self.family = 4
+        self.src_ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+        self.src_port = 0
+        self.dst_ip = None
+        self.dst_port = 0
+        self.dev = None
+        self.sgid = bytes(16)
+        self.dgid = bytes(16)
+        self.ib = None                  # mgmt.cm.ids.CmId
+        self.seq_num = seq_num
+        self.qkey = 0
+        self.backlog = 0
+        self.pending = 0                # connection requests not yet answered (listeners)
+        self.listener: CmaId | None = None
+        self.bound = None               # key of the bind list it is in
+        self.reuseaddr = False
+        self.tos = 0
+        self.tos_set = False
+        self.timeout: int | None = None    # RDMA_OPTION_ID_ACK_TIMEOUT
+        self.mtu = 3
+        self.mcast: dict[bytes, dict] = {}
+        self.destroyed = False
+
+    def addr(self, ip, port) -> dict:
+        return {"family": self.family, "ip": str(ip) if ip is not None else None, "port": port}
+
+    def info(self) -> dict:
+        return {"id": self.handle, "state": STATE_NAMES[self.state], "ps": self.ps, "qp_type": self.qp_type,
+                "src": self.addr(self.src_ip, self.src_port), "dst": self.addr(self.dst_ip, self.dst_port),
+                "device": self.dev.name if self.dev is not None else None, "port_num": 1,
+                "sgid": self.sgid.hex(), "dgid": self.dgid.hex(), "pkey": 0xFFFF, "qkey": self.qkey,
+                "mtu": self.mtu}
