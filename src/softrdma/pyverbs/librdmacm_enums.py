@@ -3,10 +3,13 @@
 from ..enums import RDMA_UDP_QKEY, rdma_cm_event_type  # noqa: F401
 from ..enums import *  # noqa: F401,F403  (the RDMA_CM_EVENT_* names, flat)
 
-RDMA_PS_IPOIB = 0x0002
-RDMA_PS_IB = 0x013F
-RDMA_PS_TCP = 0x0106
-RDMA_PS_UDP = 0x0111
+from ..wire.cma import PortSpace
+
+# Plain ints, as pyverbs' cdef enums are.
+RDMA_PS_IPOIB = int(PortSpace.IPOIB)
+RDMA_PS_IB = int(PortSpace.IB)
+RDMA_PS_TCP = int(PortSpace.TCP)
+RDMA_PS_UDP = int(PortSpace.UDP)
 
 # struct rdma_addrinfo's ai_flags
 RAI_PASSIVE = 0x00000001
