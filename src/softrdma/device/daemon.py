@@ -1,5 +1,5 @@
-"""softrdmad: the device daemon -- the control socket, the clients' objects,
-and the one loop that drives every device.
+"""softrdmad: the device daemon -- the control socket and the one loop that
+drives every device.
 
 One selector loop, one thread.  Inputs: the listening socket, each client's
 control connection, each device's UDP sockets, each QP/SRQ doorbell.  After
@@ -14,14 +14,14 @@ sockets are read empty; a pass that comes much later than the loop planned
 
 A client connection is the uverbs file of one Context: every object it
 creates belongs to it, and all of them are destroyed when it closes --
-whatever way the process ended.
+whatever way the process ended (``session.Client``).  A request goes to
+its handler through the one table of commands (``commands.COMMANDS``) in
+``Daemon.run_command``.
 """
 
 from __future__ import annotations
 
-import array
 import collections
-import contextlib
 import errno
 import fcntl
 import logging
@@ -32,23 +32,18 @@ import socket
 import struct
 import time
 
-from ..enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE, IBV_EVENT_DEVICE_FATAL,
-                     IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR)
+from ..enums import IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
 from ..mgmt.cm.counters import COUNTER_NAMES as CM_COUNTER_NAMES
-from ..transport.mw import MW
-from ..transport.qp import QP, SRQ, QPAttr, QPCap
-from . import abi
-from . import request as rq
-from .capture import BOTH, Capture
-from .cm_commands import CmCommands
-from .control import MAX_MSG, ControlError, encode, recv_msg, valid_seq
-from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
-from .faults import FaultSettings
+from .commands import COMMANDS, FREE
+from .commands.restrack import Restrack
+from .control import MAX_MSG, ControlError, recv_msg, valid_seq
+from .core import Device
+from .gid import eui64
 from .net import gid_to_ip
+from .netdev import netdev_info
 from .rdma_cm import RdmaCm
-from .shm import Ring
-from .stat import StatCommands, net_admin
+from .session import MAX_CONTEXTS_PER_USER, PAGE_SIZE, Client, close_fds
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
 log = logging.getLogger("softrdmad")
@@ -56,7 +51,6 @@ SPIN_S = float(os.environ.get("SOFTRDMA_SPIN_S", "0.002"))
 STALL_S = 0.004           # what one loop pass may take; a later pass: the process was descheduled (a time slice)
 SOCKET_NAME = "softrdmad.sock"
 LOCK_NAME = "softrdmad.lock"
-PROTOCOL_VERSION = 1
 
 
 def default_run_dir() -> str:
@@ -72,231 +66,10 @@ def default_run_dir() -> str:
     return f"/tmp/softrdma-{os.getuid()}"
 
 
-def _peer_cred(sock: socket.socket) -> tuple[int, int, int]:
-    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    return pid, uid, gid
+class Daemon:
+    """The loop, the listening socket, the clients and the devices of one
+    run directory."""
 
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
-
-
-class Objects(dict):
-    """A client's objects, handle -> (kind, object), counting each kind as
-    they come and go (``count``): the device's limits are checked against
-    the sum over its clients without a pass over thousands of objects."""
-
-    def __init__(self):
-        super().__init__()
-        self.count: collections.Counter = collections.Counter()
-
-    def __setitem__(self, h, entry) -> None:
-        old = self.get(h)
-        if old is not None:
-            self.count[old[0]] -= 1
-        super().__setitem__(h, entry)
-        self.count[entry[0]] += 1
-
-    def __delitem__(self, h) -> None:
-        kind = self[h][0]
-        super().__delitem__(h)
-        self.count[kind] -= 1
-
-    def pop(self, h, *default):
-        if h in self:
-            entry = self[h]
-            del self[h]
-            return entry
-        return super().pop(h, *default)
-
-    def clear(self) -> None:
-        super().clear()
-        self.count.clear()
-
-
-#: the object kinds the device counts against its limits (DeviceCaps), and
-#: the limit each is checked against
-OBJECT_LIMITS = {"qp": "max_qp", "cq": "max_cq", "mr": "max_mr", "pd": "max_pd", "srq": "max_srq",
-                 "ah": "max_ah", "mw": "max_mw"}
-#: contexts (control connections with a device open) one user may hold at
-#: once unless it has CAP_SYS_RESOURCE, as an rlimit (``--limit max_contexts_per_user=N``)
-MAX_CONTEXTS_PER_USER = 1024
-CAP_SYS_RESOURCE = 24
-CAP_IPC_LOCK = 14
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _caps_of(pid: int) -> int:
-    """The effective capability set of ``pid`` (0 if unknown)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return int(line.split()[1], 16)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _memlock_limit(pid: int) -> int | None:
-    """The soft RLIMIT_MEMLOCK of ``pid`` in bytes (None: unlimited), from
-    /proc/PID/limits; the daemon's own if that cannot be read."""
-    try:
-        with open(f"/proc/{pid}/limits") as f:
-            for line in f:
-                if line.startswith("Max locked memory"):
-                    soft = line[len("Max locked memory"):].split()[0]
-                    return None if soft == "unlimited" else int(soft)
-    except (OSError, ValueError, IndexError):
-        pass
-    import resource
-    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-#: records queued for a client that does not read its socket, past which
-#: further async events for it are dropped (and counted); replies are never
-#: dropped, and a client with anything queued is not read from until the
-#: queue drains, so replies cannot pile up
-MAX_QUEUED = 1024
-
-
-class Client:
-    """One control connection: its device and the objects it owns.
-
-    Everything sent to the client goes through ``send``: the socket is
-    non-blocking, and what it cannot take now waits in ``outbox`` (records
-    with the fds they carry, which the outbox owns) until the socket is
-    writable -- a process that stops reading its socket never blocks the
-    daemon's loop."""
-
-    def __init__(self, daemon: "Daemon", sock: socket.socket):
-        self.daemon = daemon
-        self.sock = sock
-        self.pid, self.uid, _ = _peer_cred(sock)
-        self.comm = _comm(self.pid)
-        # the kernel's has_cap_net_admin for what nldev shows (keys): decided
-        # when the connection is made, from the process that made it
-        self.net_admin = net_admin(self.pid)
-        self.device: Device | None = None
-        self.objects: Objects = Objects()
-        self.memlock: int | None = None             # RLIMIT_MEMLOCK to charge MRs against (None: CAP_IPC_LOCK)
-        self.pinned: dict[int, int] = {}            # id of an MR's (mr, region) entry -> pages charged
-        self.ah_pd: dict[int, object] = {}          # AH handle -> its PD (an AddressVector has none)
-        self._next = 1
-        self.outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
-        self.broken = False                 # a send failed: the connection is dropped on its next event
-        self.events_dropped = 0
-        self.cm_token: str | None = None     # names this connection as an rdma_cm event channel (migrate)
-
-    def add(self, kind: str, obj) -> int:
-        h = self._next
-        self._next += 1
-        self.objects[h] = (kind, obj)
-        return h
-
-    def get(self, h, kind: str):
-        entry = self.objects.get(h) if type(h) is int else None
-        if entry is None or entry[0] != kind:
-            raise VerbsError(errno.EINVAL, f"no {kind} with handle {h!r}")
-        return entry[1]
-
-    def pd_of(self, h: int):
-        """The PD object ``h`` was made on (None for what has no PD)."""
-        kind, obj = self.objects[h]
-        if kind == "mr":
-            return obj[0].pd
-        if kind == "qp":
-            return obj.qp.pd
-        if kind == "srq":
-            return obj.srq.pd
-        if kind == "mw":
-            return obj.pd
-        if kind == "ah":
-            return self.ah_pd.get(h)
-        return None
-
-    def ah_lookup(self, h: int):
-        entry = self.objects.get(h)
-        return entry[1] if entry is not None and entry[0] == "ah" else None
-
-    def event(self, event_type: int, **kw) -> None:
-        self.send({"event": int(event_type), **kw}, event=True)
-
-    def send(self, msg: dict, fds=(), event: bool = False) -> None:
-        """Send ``msg`` now, or queue what the socket cannot take.  ``fds``
-        become the send's: each is closed once it went out (or could not)."""
-        fds = list(fds)
-        try:
-            records = encode(msg)
-        except (TypeError, ValueError) as e:          # a handler's bug: tell the client, keep going
-            log.error("cannot encode a message for pid %d: %s", self.pid, e)
-            records = encode({"seq": msg.get("seq"), "errno": errno.EIO, "msg": "reply could not be encoded"})
-            _close_fds(fds)
-            fds = []
-        if self.broken or (event and len(self.outbox) >= MAX_QUEUED):
-            if event and not self.broken:
-                self.events_dropped += 1
-            _close_fds(fds)
-            return
-        queued = bool(self.outbox)
-        for i, data in enumerate(records):
-            if not self.outbox:
-                try:
-                    self._send_record(data, fds if i == 0 else ())
-                    if i == 0:
-                        _close_fds(fds)
-                    continue
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    self.broken = True            # the peer is gone: dropped when its EOF or HUP is seen
-                    if i == 0:
-                        _close_fds(fds)
-                    return
-            self.outbox.append((data, fds if i == 0 else []))
-        if self.outbox and not queued:
-            self.daemon.client_interest(self)     # wait for room; read nothing from it meanwhile
-
-    def _send_record(self, data: bytes, fds) -> None:
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        self.sock.sendmsg([data], anc)
-
-    def flush(self) -> None:
-        """Send what waits while the socket takes it (OSError: the peer is gone)."""
-        while self.outbox:
-            data, fds = self.outbox[0]
-            self._send_record(data, fds)
-            self.outbox.popleft()
-            _close_fds(fds)
-
-    def close(self) -> None:
-        """Destroy everything this client created (the process is gone)."""
-        dev = self.device
-        for h, (kind, obj) in sorted(self.objects.items(), reverse=True):
-            try:
-                self.daemon.destroy(self, kind, obj)
-            except Exception:                      # noqa: BLE001 -- cleanup must go on
-                log.exception("destroying %s %d", kind, h)
-        self.objects.clear()
-        if dev is not None:
-            dev.tx[:] = [t for t in dev.tx if t[0].qp_num in dev.qps or t[0] is dev.gsi]
-
-
-def _close_fds(fds) -> None:
-    """Close fds this process owns: each exactly once, by its one owner."""
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError as e:                        # would be a double close: a bug, never fatal
-            log.error("closing fd %d: %s", fd, e)
-
-
-class Daemon(StatCommands, CmCommands):
     def __init__(self, run_dir: str, devices: list[Device], limits: dict[str, int] | None = None):
         self.run_dir = run_dir
         # --limit NAME=N: device limits lowered for every device hosted, and
@@ -360,6 +133,8 @@ class Daemon(StatCommands, CmCommands):
         self._next_ifindex = 0
         self.rdma_cm = RdmaCm(self)
         self.sysfs = SysfsTree(os.path.join(self.run_dir, "sys"))
+        self.port_counters: dict = {}           # device -> its rdma_port_counter (commands.stat)
+        self.restrack = Restrack()
         self.counters_at = 0.0
         self.udp_port = devices[0].udp_port if devices else 4791
         for dev in devices:
@@ -520,7 +295,6 @@ class Daemon(StatCommands, CmCommands):
                 self.refresh_netdev(dev)
 
     def refresh_netdev(self, dev: Device) -> None:
-        from .netdev import netdev_info
         try:
             info = netdev_info(dev.netdev)
         except LookupError:
@@ -579,6 +353,11 @@ class Daemon(StatCommands, CmCommands):
         else:
             self._busy()
 
+    def adopt_sleep(self, *queues) -> None:
+        """A new queue sleeps if the daemon does (so the library rings its
+        doorbell); if work is already in it, the daemon wakes."""
+        if self.sleeping and not all(q.sleep() for q in queues if q is not None):
+            self._busy()
     def _dispatch_events(self, dev: Device) -> None:
         if not dev.events:
             return
@@ -626,7 +405,7 @@ class Daemon(StatCommands, CmCommands):
         except (KeyError, ValueError):              # dropped already
             pass
 
-    def _drop(self, client: Client) -> None:
+    def drop(self, client: Client) -> None:
         try:
             self.sel.unregister(client.sock)
         except (KeyError, ValueError):
@@ -635,19 +414,19 @@ class Daemon(StatCommands, CmCommands):
         client.close()
         client.broken = True                        # nothing more is sent to it
         while client.outbox:
-            _close_fds(client.outbox.popleft()[1])
+            close_fds(client.outbox.popleft()[1])
         client.sock.close()
 
     def _client_writable(self, client: Client) -> None:
         if client.broken:
-            self._drop(client)
+            self.drop(client)
             return
         try:
             client.flush()
         except BlockingIOError:
             return
         except OSError:
-            self._drop(client)
+            self.drop(client)
             return
         self.client_interest(client)
 
@@ -661,22 +440,22 @@ class Daemon(StatCommands, CmCommands):
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            self._drop(client)
+            self.drop(client)
             return
         if msg is None or client.broken:
-            _close_fds(fds)
-            self._drop(client)
+            close_fds(fds)
+            self.drop(client)
             return
         # a request is no data-path work: it wakes no ring (that is a pass
         # over every QP's rings, and then spinning over them); a queue it
-        # creates takes the daemon's sleep state instead (_adopt_sleep)
+        # creates takes the daemon's sleep state instead (adopt_sleep)
         try:
             reply, out_fds = self.run_command(client, msg, fds)
         finally:
             # The request's fds are the dispatcher's, whatever the command
             # did: a command that keeps one keeps its own dup (or just the
             # mapping of a memfd), so each is closed here, exactly once.
-            _close_fds(fds)
+            close_fds(fds)
         client.send(reply, out_fds)
         if self.rdma_cm.outq:                 # events a request caused go after its reply
             self.rdma_cm.flush()
@@ -688,7 +467,13 @@ class Daemon(StatCommands, CmCommands):
         if not (seq is None or valid_seq(seq)):
             return {"seq": None, "errno": errno.EINVAL, "msg": "bad request: seq must be an integer"}, []
         try:
-            reply, out_fds = self.command(client, msg, fds)
+            op = msg.get("op")
+            cmd = COMMANDS.get(op) if isinstance(op, str) else None
+            if cmd is None:
+                raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
+            if cmd.needs_device and client.device is None:
+                raise VerbsError(errno.EINVAL, "no device opened on this connection")
+            reply, out_fds = cmd.handler(self, client, msg, fds)
             return dict(reply or {}, seq=seq, errno=0), out_fds
         except VerbsError as e:
             reply = {"seq": seq, "errno": e.errno, "msg": e.strerror}
@@ -707,533 +492,7 @@ class Daemon(StatCommands, CmCommands):
             reply = {"seq": seq, "errno": errno.EIO, "msg": f"internal error: {type(e).__name__}: {e}"}
         return reply, []
 
-    # ------------------------------------------------------------ commands
-    def command(self, c: Client, m: dict, fds: list[int]):
-        op = m.get("op")
-        handler = getattr(self, f"cmd_{op}", None) if isinstance(op, str) else None
-        if handler is None:
-            raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
-        if not op.startswith("cm_") and op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set",
-                      "stat_get", "stat_dump", "stat_set", "stat_del", "stat_get_status", "stat_snapshot") and \
-                c.device is None:
-            raise VerbsError(errno.EINVAL, "no device opened on this connection")
-        return handler(c, m, fds)
-
-    def cmd_devices(self, c, m, fds):
-        return {"version": PROTOCOL_VERSION,
-                "devices": [{"name": d.name, "netdev": d.netdev, "node_guid": _node_guid(d.mac)}
-                            for d in self.devices.values()]}, []
-
-    def cmd_open(self, c, m, fds):
-        name = rq.string(m, "device")
-        dev = self.devices.get(name)
-        if dev is None:
-            raise VerbsError(errno.ENODEV, f"no device {name!r}")
-        if c.device is not None and c.device is not dev:
-            # a uverbs file belongs to one device for its whole life
-            raise VerbsError(errno.EINVAL, f"this connection has {c.device.name} open")
-        if c.device is None:
-            # a process's limits, read when it opens the device: contexts per
-            # user (an rlimit: CAP_SYS_RESOURCE is exempt), and the pages its
-            # MRs pin (ib_umem_get charges RLIMIT_MEMLOCK unless CAP_IPC_LOCK)
-            caps = _caps_of(c.pid)
-            if not caps >> CAP_SYS_RESOURCE & 1:
-                mine = sum(1 for cl in self.clients.values() if cl.uid == c.uid and cl.device is not None)
-                if mine >= self.max_contexts_per_user:
-                    raise VerbsError(errno.EMFILE, f"user {c.uid} has {mine} contexts open, the most"
-                                                   f" softrdmad allows one user ({self.max_contexts_per_user})")
-            c.memlock = None if caps >> CAP_IPC_LOCK & 1 else _memlock_limit(c.pid)
-        c.device = dev
-        caps = dev.caps
-        return {"device": dev.name, "node_guid": _node_guid(dev.mac), "attr": {
-            "max_qp_wr": caps.max_qp_wr, "max_sge": caps.max_sge,
-            "max_qp_rd_atom": caps.max_qp_rd_atom, "max_qp_init_rd_atom": caps.max_qp_init_rd_atom,
-            "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
-            "active_mtu": caps.active_mtu, "max_msg_sz": caps.max_msg_sz, "max_cqe": caps.max_cqe,
-            "max_mr_size": caps.max_mr_size, **{a: getattr(caps, a) for a in OBJECT_LIMITS.values()}}}, []
-
-    @staticmethod
-    def _room_for(c, kind: str) -> None:
-        """EINVAL if the device holds its limit of ``kind`` already: rxe's
-        pools (__rxe_add_to_pool: num_elem > max_elem -> -EINVAL); counted
-        over every client of the device."""
-        dev = c.device
-        name = OBJECT_LIMITS[kind]
-        limit = getattr(dev.caps, name)
-        used = sum(cl.objects.count[kind] for cl in c.daemon.clients.values() if cl.device is dev)
-        if used >= limit:
-            raise VerbsError(errno.EINVAL, f"{dev.name} has {used} {kind.upper()}s, its {name} ({limit})")
-
-    def cmd_query_port(self, c, m, fds):
-        if m.get("port", 1) != 1:
-            raise VerbsError(errno.EINVAL, "port must be 1")
-        return {"attr": c.device.port_attrs()}, []
-
-    def cmd_query_gid(self, c, m, fds):
-        idx = m.get("index", 0)
-        if type(idx) is not int or not 0 <= idx < c.device.gid_table.capacity:
-            raise VerbsError(errno.EINVAL, "GID index out of range")
-        gid = c.device.gid(idx)
-        return {"gid": (gid or bytes(16)).hex(), "type": "RoCE v2" if gid is not None else None}, []
-
-    # -- the client's fds: the dispatcher (_client_readable) owns and closes
-    #    every fd a request brought; a command keeps only what these give it
-    def _ring(self, fd: int, what: str, *, slot_size: int | None = None, min_slot: int = 1) -> Ring:
-        """The ring in the memfd ``fd`` (mapped: the fd itself stays the
-        dispatcher's); EINVAL if it is no sealed memfd holding a ring with
-        the slots the queue needs."""
-        try:
-            ring = Ring.map_fd(fd)
-        except ValueError as e:
-            raise VerbsError(errno.EINVAL, f"bad {what} ring: {e}") from None
-        if (slot_size is not None and ring.slot_size != slot_size) or ring.slot_size < min_slot:
-            got = ring.slot_size
-            ring.close()
-            raise VerbsError(errno.EINVAL, f"bad {what} ring: slots of {got} bytes, "
-                                           f"{slot_size or min_slot} needed")
-        return ring
-
-    @staticmethod
-    def _eventfd(fd: int, what: str) -> int:
-        """Our own non-blocking duplicate of the eventfd ``fd`` (the caller
-        owns the duplicate); EINVAL for any other kind of fd -- the loop
-        reads and writes doorbells and must never meet a file, a pipe end
-        or a socket there."""
-        try:
-            kind = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            kind = None if os.path.isdir("/proc/self/fd") else "anon_inode:[eventfd]"   # no /proc: trust it
-        if kind != "anon_inode:[eventfd]":
-            raise VerbsError(errno.EINVAL, f"the {what} doorbell must be an eventfd")
-        own = os.dup(fd)
-        os.set_blocking(own, False)
-        return own
-
-    def cmd_alloc_pd(self, c, m, fds):
-        self._room_for(c, "pd")
-        return {"pd": c.add("pd", object())}, []
-
-    def cmd_dealloc_pd(self, c, m, fds):
-        pd = c.get(m.get("pd"), "pd")
-        # every MR, MW, QP, SRQ and AH holds a use count on its PD (ib_dealloc_pd_user's EBUSY)
-        if any(c.pd_of(h) is pd for h in c.objects):
-            raise VerbsError(errno.EBUSY, "PD still in use")
-        del c.objects[m["pd"]]
-        return {}, []
-
-    def cmd_reg_mr(self, c, m, fds):
-        pd = c.get(m.get("pd"), "pd")
-        length = rq.uint(m, "length", rq.U64, lo=1)
-        addr = rq.uint(m, "addr", rq.U64)
-        access = rq.uint(m, "access", rq.U32)
-        if addr + length - 1 > rq.U64:                 # ib_umem_get: the range wraps
-            raise VerbsError(errno.EINVAL, "addr + length overflows")
-        if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) and not access & IBV_ACCESS_LOCAL_WRITE:
-            # ib_check_mr_access: the remote end may write only what we may
-            raise VerbsError(errno.EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
-        max_size = c.device.caps.max_mr_size
-        if length > max_size:
-            raise VerbsError(errno.EINVAL, f"MR of {length} bytes, above the device's max_mr_size ({max_size})")
-        self._room_for(c, "mr")
-        pages = 0
-        if c.memlock is not None:                      # ib_umem_get's RLIMIT_MEMLOCK charge, per user
-            if c.memlock == 0:                         # can_do_mlock
-                raise VerbsError(errno.EPERM, "RLIMIT_MEMLOCK is 0: no memory may be pinned")
-            pages = ((addr + length + PAGE_SIZE - 1) // PAGE_SIZE) - addr // PAGE_SIZE
-            if self.locked_pages[c.uid] + pages > c.memlock // PAGE_SIZE:
-                raise VerbsError(errno.ENOMEM, f"pinning {pages} more pages exceeds RLIMIT_MEMLOCK"
-                                               f" ({c.memlock} bytes; user {c.uid} has"
-                                               f" {self.locked_pages[c.uid]} pinned)")
-        if len(fds) != 1:
-            raise VerbsError(errno.EINVAL, "reg_mr needs the memory fd")
-        from .shm import SharedRegion
-        try:
-            region = SharedRegion.map_fd(fds[0], length)
-        except ValueError as e:
-            raise VerbsError(errno.EINVAL, f"bad MR memory: {e}") from None
-        try:
-            mr = c.device.memory.register(pd, addr, length, access, region.view[:length])
-        except BaseException:
-            region.close()
-            raise
-        entry = (mr, region)
-        h = c.add("mr", entry)
-        if pages:
-            c.pinned[id(entry)] = pages
-            self.locked_pages[c.uid] += pages
-        return {"mr": h, "lkey": mr.lkey, "rkey": mr.rkey}, []
-
-    def cmd_dereg_mr(self, c, m, fds):
-        obj = c.get(m.get("mr"), "mr")
-        if obj[0].mws:                          # rxe_dereg_mr: not while windows are bound
-            raise VerbsError(errno.EINVAL, "memory windows are bound to the MR")
-        self.destroy(c, "mr", obj)
-        del c.objects[m["mr"]]
-        return {}, []
-
-    def cmd_alloc_mw(self, c, m, fds):
-        """ibv_alloc_mw: type 1 or 2 (uverbs: any other type is EINVAL)."""
-        pd = c.get(m.get("pd"), "pd")
-        mw_type = m.get("type")
-        if type(mw_type) is not int or mw_type not in (1, 2):
-            raise VerbsError(errno.EINVAL, f"memory window type {mw_type!r}")
-        self._room_for(c, "mw")
-        mw = MW(c.device.memory, pd, mw_type)
-        return {"mw": c.add("mw", mw), "rkey": mw.rkey}, []
-
-    def cmd_dealloc_mw(self, c, m, fds):
-        mw = c.get(m.get("mw"), "mw")
-        self.destroy(c, "mw", mw)
-        del c.objects[m["mw"]]
-        return {}, []
-
-    def cmd_create_comp_channel(self, c, m, fds):
-        ch = DevChannel(0)
-        h = c.add("channel", ch)
-        ch.handle = h
-        # the application's end goes with the reply (which closes our copy
-        # once sent); the daemon keeps its own end only
-        theirs, ch.theirs = ch.theirs, None
-        return {"channel": h}, [theirs.detach()]
-
-    def cmd_destroy_comp_channel(self, c, m, fds):
-        ch = c.get(m.get("channel"), "channel")
-        if any(o[0] == "cq" and o[1].channel is ch for o in c.objects.values()):
-            raise VerbsError(errno.EBUSY, "completion channel still used by a CQ")
-        ch.close()
-        del c.objects[m["channel"]]
-        return {}, []
-
-    def cmd_create_cq(self, c, m, fds):
-        if len(fds) != 1:
-            raise VerbsError(errno.EINVAL, "create_cq needs the ring fd")
-        ch = c.get(m["channel"], "channel") if m.get("channel") else None
-        self._room_for(c, "cq")
-        max_cqe = c.device.caps.max_cqe
-        cqe = rq.uint(m, "cqe", rq.U32, 1)
-        if not 1 <= cqe <= max_cqe:                     # rxe_cq_chk_attr
-            raise VerbsError(errno.EINVAL, f"CQ of {cqe} entries (1..max_cqe, {max_cqe})")
-        ring = self._ring(fds[0], "CQ", slot_size=abi.CQE_BYTES)
-        if ring.nslots > 1 << max_cqe.bit_length():     # the ring holds cqe + 1, a power of two
-            ring.close()
-            raise VerbsError(errno.EINVAL, f"CQ ring of {ring.nslots} slots for max_cqe {max_cqe}")
-        cq = DevCQ(0, ring, ch, c)
-        cq.handle = c.add("cq", cq)
-        return {"cq": cq.handle}, []
-
-    def cmd_destroy_cq(self, c, m, fds):
-        cq = c.get(m.get("cq"), "cq")
-        if any(o[0] == "qp" and cq in (o[1].qp.send_cq, o[1].qp.recv_cq) for o in c.objects.values()):
-            raise VerbsError(errno.EBUSY, "CQ still used by a QP")
-        self.destroy(c, "cq", cq)
-        del c.objects[m["cq"]]
-        return {}, []
-
-    def cmd_create_qp(self, c, m, fds):
-        dev = c.device
-        pd = c.get(m.get("pd"), "pd")
-        scq = c.get(m.get("send_cq"), "cq")
-        rcq = c.get(m.get("recv_cq"), "cq")
-        srq = c.get(m["srq"], "srq") if m.get("srq") else None
-        need = 2 if srq is not None else 3
-        if len(fds) != need:
-            raise VerbsError(errno.EINVAL, f"create_qp needs {need} fds")
-        self._room_for(c, "qp")
-        cap = QPCap(**rq.fields(rq.obj(m, "cap", {}), rq.QP_CAP, "cap"))
-        qp = QP(rq.uint(m, "qp_type"), dev.alloc_qpn(), pd=pd, memory=dev.memory, send_cq=scq, recv_cq=rcq,
-                cap=cap, srq=srq.srq if srq else None, sq_sig_all=bool(m.get("sq_sig_all")), caps=dev.caps,
-                tx=dev.tx, events=dev.events)
-        with contextlib.ExitStack() as undo:            # every step undone if a later one fails
-            sq = self._ring(fds[0], "send queue", min_slot=abi.send_slot_size(cap.max_send_sge,
-                                                                               cap.max_inline_data))
-            undo.callback(sq.close)
-            rqr = None
-            if srq is None:
-                rqr = self._ring(fds[1], "receive queue", min_slot=abi.recv_slot_size(cap.max_recv_sge))
-                undo.callback(rqr.close)
-            doorbell = self._eventfd(fds[-1], "QP")
-            undo.callback(os.close, doorbell)
-            dqp = DevQP(0, qp, sq, rqr, doorbell, c, srq)
-            self.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dqp))
-            undo.pop_all()
-        dqp.handle = c.add("qp", dqp)
-        dev.add_qp(dqp)
-        self._adopt_sleep(dqp.sq, dqp.rq)
-        return {"qp": dqp.handle, "qp_num": qp.qp_num}, []
-
-    def _adopt_sleep(self, *queues) -> None:
-        """A new queue sleeps if the daemon does (so the library rings its
-        doorbell); if work is already in it, the daemon wakes."""
-        if self.sleeping and not all(q.sleep() for q in queues if q is not None):
-            self._busy()
-
-    def cmd_modify_qp(self, c, m, fds):
-        dqp = c.get(m.get("qp"), "qp")
-        mask = rq.uint(m, "mask")
-        raw = rq.obj(m, "attr", {})
-        a = rq.fields({k: v for k, v in raw.items() if k not in ("ah_attr", "cap")}, rq.QP_ATTR, "attr")
-        if "ah_attr" in raw:
-            a["ah_attr"] = self._checked_av(c, raw["ah_attr"])
-        if "cap" in raw:
-            a["cap"] = QPCap(**rq.fields(rq.obj(raw, "cap"), rq.QP_CAP, "cap"))
-        self.stat_modify_qp(c.device, dqp, a, mask)
-        dqp.qp.modify(QPAttr(**a), mask)
-        return {}, []
-
-    def cmd_query_qp(self, c, m, fds):
-        dqp = c.get(m.get("qp"), "qp")
-        a = dqp.qp.query()
-        out = {k: getattr(a, k) for k in ("qp_state", "cur_qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn",
-                                          "dest_qp_num", "qp_access_flags", "pkey_index", "sq_draining",
-                                          "max_rd_atomic", "max_dest_rd_atomic", "min_rnr_timer", "port_num",
-                                          "timeout", "retry_cnt", "rnr_retry", "en_sqd_async_notify")}
-        out = {k: int(v) for k, v in out.items()}
-        av = a.ah_attr
-        out["ah_attr"] = {"dgid": av.dgid.hex(), "sgid_index": av.sgid_index, "flow_label": av.flow_label,
-                          "hop_limit": av.hop_limit, "traffic_class": av.traffic_class, "sl": av.sl,
-                          "is_global": av.is_global, "port_num": av.port_num, "dlid": av.dlid}
-        cap = dqp.qp.cap
-        out["cap"] = {k: getattr(cap, k) for k in ("max_send_wr", "max_recv_wr", "max_send_sge",
-                                                   "max_recv_sge", "max_inline_data")}
-        return {"attr": out}, []
-
-    def cmd_destroy_qp(self, c, m, fds):
-        dqp = c.get(m.get("qp"), "qp")
-        self.destroy(c, "qp", dqp)
-        del c.objects[m["qp"]]
-        return {}, []
-
-    def _mcast_args(self, c, m):
-        dqp = c.get(m.get("qp"), "qp")
-        g = m.get("gid")
-        lid = m.get("lid", 0)
-        try:
-            gid = bytes.fromhex(g) if isinstance(g, str) else b""
-        except ValueError:
-            gid = b""
-        if len(gid) != 16 or type(lid) is not int or not 0 <= lid <= 0xFFFF:
-            raise VerbsError(errno.EINVAL, "bad multicast GID or LID")
-        return dqp.qp, gid, lid
-
-    def cmd_attach_mcast(self, c, m, fds):
-        """ibv_attach_mcast; the device joins the group while any QP is attached."""
-        qp, gid, lid = self._mcast_args(c, m)
-        dev = c.device
-        opened = dev.mcast.attach(qp, gid, lid)
-        if opened is not None:
-            self.sel.register(opened.sock, selectors.EVENT_READ, ("mcast", (dev, opened)))
-        return {}, []
-
-    def cmd_detach_mcast(self, c, m, fds):
-        qp, gid, lid = self._mcast_args(c, m)
-        self._close_mcast_sockets([c.device.mcast.detach(qp, gid, lid)])
-        return {}, []
-
-    def _close_mcast_sockets(self, socks) -> None:
-        """Group sockets nobody is attached to any more: leave the group."""
-        for sk in socks:
-            if sk is None:
-                continue
-            try:
-                self.sel.unregister(sk.sock)
-            except (KeyError, ValueError):
-                pass
-            sk.close()
-
-    def cmd_create_srq(self, c, m, fds):
-        pd = c.get(m.get("pd"), "pd")
-        if len(fds) != 2:
-            raise VerbsError(errno.EINVAL, "create_srq needs 2 fds")
-        dev = c.device
-        max_wr, max_sge = rq.uint(m, "max_wr", rq.U32, 256), rq.uint(m, "max_sge", rq.U32, 4)
-        if not 1 <= max_wr <= dev.caps.max_qp_wr or max_sge > dev.caps.max_sge:     # rxe_srq_chk_init
-            raise VerbsError(errno.EINVAL, f"SRQ max_wr {max_wr} (1..{dev.caps.max_qp_wr}), max_sge {max_sge}"
-                                           f" (at most {dev.caps.max_sge})")
-        self._room_for(c, "srq")
-        srq = SRQ(max_wr, max_sge, rq.uint(m, "srq_limit", rq.U32, 0), events=dev.events)
-        srq.pd = pd
-        with contextlib.ExitStack() as undo:
-            ring = self._ring(fds[0], "SRQ", min_slot=abi.recv_slot_size(max_sge))
-            undo.callback(ring.close)
-            doorbell = self._eventfd(fds[1], "SRQ")
-            undo.callback(os.close, doorbell)
-            dsrq = DevSRQ(0, srq, ring, doorbell, c)
-            self.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dsrq))
-            undo.pop_all()
-        dsrq.handle = c.add("srq", dsrq)
-        dev.srqs.append(dsrq)
-        self._adopt_sleep(dsrq.wq)
-        return {"srq": dsrq.handle}, []
-
-    def cmd_modify_srq(self, c, m, fds):
-        c.get(m.get("srq"), "srq").srq.modify(rq.uint(m, "srq_limit"))
-        return {}, []
-
-    def cmd_destroy_srq(self, c, m, fds):
-        dsrq = c.get(m.get("srq"), "srq")
-        if any(o[0] == "qp" and o[1].qp.srq is dsrq.srq for o in c.objects.values()):
-            raise VerbsError(errno.EBUSY, "SRQ still used by a QP")
-        self.destroy(c, "srq", dsrq)
-        del c.objects[m["srq"]]
-        return {}, []
-
-    def _checked_av(self, c, d: dict):
-        """An address vector the device can use (``Device.check_av``: its
-        source GID exists and can reach the destination's family, as the
-        kernel's rdma_check_ah_attr / rdma_resolve_ip require, else EINVAL);
-        every field fits its ibv_ah_attr field first."""
-        f = rq.ah_attr(d)
-        if "dgid" in f:
-            f["dgid"] = f["dgid"].hex()
-        f.pop("src_path_bits", None)
-        f.pop("static_rate", None)
-        if "flow_label" in f:
-            f["flow_label"] &= 0xFFFFF                   # 20 bits on the wire; the rest is ignored
-        av = c.device.av_from(f)
-        c.device.check_av(av, self.by_ip)
-        return av
-
-    def cmd_create_ah(self, c, m, fds):
-        pd = c.get(m.get("pd"), "pd")
-        av = self._checked_av(c, m.get("attr"))
-        if not av.is_global:
-            raise VerbsError(errno.EINVAL, "RoCE address handles need a GRH")
-        self._room_for(c, "ah")
-        h = c.add("ah", av)
-        c.ah_pd[h] = pd
-        return {"ah": h}, []
-
-    def cmd_destroy_ah(self, c, m, fds):
-        c.get(m.get("ah"), "ah")
-        del c.objects[m["ah"]]
-        c.ah_pd.pop(m["ah"], None)
-        return {}, []
-
-    def cmd_capture_start(self, c, m, fds):
-        """Capture the opened device's packets into the caller's ring (fds:
-        the ring's memfd, an eventfd the daemon writes when the reader
-        sleeps); ``directions``: capture.RX, TX or BOTH."""
-        if len(fds) != 2:
-            raise VerbsError(errno.EINVAL, "capture_start needs the ring fd and the doorbell fd")
-        dev = c.device
-        directions = rq.uint(m, "directions", rq.U32, BOTH)
-        with contextlib.ExitStack() as undo:
-            ring = self._ring(fds[0], "capture")
-            undo.callback(ring.close)
-            doorbell = self._eventfd(fds[1], "capture")
-            undo.callback(os.close, doorbell)
-            try:
-                cap = Capture(ring, doorbell, directions, dev.caps.max_mtu)
-            except ValueError as e:
-                raise VerbsError(errno.EINVAL, str(e)) from None
-            undo.pop_all()
-        cap.handle = c.add("capture", cap)
-        dev.add_capture(cap)
-        return {"capture": cap.handle, "entries": ring.nslots}, []
-
-    def cmd_capture_stop(self, c, m, fds):
-        """Stop a capture; its counters (packets, bytes, dropped) in the reply.
-        What is in the ring stays there for the reader."""
-        cap = c.get(m.get("capture"), "capture")
-        stats = cap.stats()
-        self.destroy(c, "capture", cap)
-        del c.objects[m["capture"]]
-        return stats, []
-
-    def cmd_links(self, c, m, fds):
-        """Devices and their port (``rdma link``/``rdma dev``, ibv_devinfo, ibstat)."""
-        out = []
-        for d in self.devices.values():
-            pa = d.port_attrs()
-            out.append({"ifindex": d.ifindex, "ifname": d.name, "port": 1, "netdev": d.netdev,
-                        "netdev_index": d.netdev_index, "gso": d.gso, "node_guid": _node_guid(d.mac),
-                        "sys_image_guid": _node_guid(d.mac), "addresses": d.addresses,
-                        "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
-                        "clients": sum(1 for cl in self.clients.values() if cl.device is d),
-                        "udp": [[sk.ip, sk.port] for sk in d.sockets], "rx_dropped": dict(d.rx_dropped),
-                        "gsi": {**d.gsi.counters, "rx_dropped": dict(d.gsi.rx_dropped),
-                                "cm_rx_drops": d.cm.rx_drops if getattr(d, "cm", None) else 0},
-                        "net": [dict(vars(sk.stats)) for sk in d.sockets]})
-            # what nldev's fill_dev_info sends for an rxe device (``rdma dev``): node type CA, no
-            # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
-            # docs/formats/ibv_devinfo.md infers), no CQ DIM; one port
-            out[-1].update(node_type=1, fw="", caps=0x01A23C76, dim=False, num_ports=1)
-        return {"links": out}, []
-
-    @staticmethod
-    def _link_admin(c) -> None:
-        """RDMA_NLDEV_CMD_NEWLINK/DELLINK (and softrdma's link set) carry
-        RDMA_NL_ADMIN_PERM: EPERM without CAP_NET_ADMIN."""
-        if not net_admin(c.pid):
-            raise VerbsError(errno.EPERM, "CAP_NET_ADMIN is required to change links")
-
-    def cmd_link_add(self, c, m, fds):
-        from .main import make_device
-        self._link_admin(c)
-        name, netdev = _link_name(m, "name", 63), _link_name(m, "netdev", 15)
-        gso = m.get("gso", True)
-        if type(gso) is not bool:
-            raise VerbsError(errno.EINVAL, "gso is on or off")
-        if name in self.devices:
-            raise VerbsError(errno.EEXIST, f"device {name} already exists")
-        if any(d.netdev == netdev for d in self.devices.values()):
-            raise VerbsError(errno.EEXIST, f"{netdev} already has an RDMA link")
-        try:
-            dev = make_device(f"{name}:{netdev}", self.udp_port)
-        except SystemExit as e:
-            raise VerbsError(errno.ENODEV, str(e)) from None
-        except VerbsError:                  # make_device's own: errno and extack as they are
-            raise
-        except OSError as e:
-            raise VerbsError(e.errno or errno.EIO, str(e)) from None
-        dev.set_gso(gso)
-        self.add_device(dev)
-        return {"ifindex": dev.ifindex}, []
-
-    def cmd_link_set(self, c, m, fds):
-        """Change a link's settings; now: ``faults`` (fault injection)."""
-        self._link_admin(c)
-        name = rq.string(m, "name")
-        dev = self.devices.get(name)
-        if dev is None:
-            raise VerbsError(errno.ENODEV, f"no device {name!r}")
-        if "faults" in m:
-            seed = rq.uint(m, "seed", rq.U64, None)
-            try:
-                settings = FaultSettings.from_dict(rq.obj(m, "faults", {}))
-            except (TypeError, ValueError) as e:
-                raise VerbsError(errno.EINVAL, f"bad faults: {e}") from None
-            dev.set_faults(settings, seed)
-        return {"faults": dev.faults.settings.as_dict() if dev.faults else None,
-                "fault_counters": dict(vars(dev.faults.counters)) if dev.faults else None}, []
-
-    def cmd_link_delete(self, c, m, fds):
-        self._link_admin(c)
-        name = rq.string(m, "name")
-        dev = self.devices.get(name)
-        if dev is None:
-            raise VerbsError(errno.ENODEV, f"no device {name!r}")
-        for cl in list(self.clients.values()):
-            if cl.device is dev and cl is not c:
-                cl.event(IBV_EVENT_DEVICE_FATAL)
-                self._drop(cl)
-        if c.device is dev:                  # the caller's own context: disassociated, its objects gone
-            c.close()
-            c.device = None
-            c.event(IBV_EVENT_DEVICE_FATAL)
-        for s in [*dev.sockets, *dev.mcast.sockets.values()]:
-            try:
-                self.sel.unregister(s.sock)
-            except (KeyError, ValueError):
-                pass
-        dev.close()
-        del self.devices[dev.name]
-        self.rdma_cm.device_removed(dev)
-        self.stat_device_removed(dev)
-        self.topology_changed()
-        self.sysfs.remove_device(dev.name)
-        return {}, []
-
+    # ------------------------------------------------------------ devices
     def add_device(self, dev: Device) -> None:
         caps = dev.caps
         caps.max_mr_size = min(caps.max_mr_size, os.sysconf("SC_PHYS_PAGES") * PAGE_SIZE)
@@ -1243,7 +502,7 @@ class Daemon(StatCommands, CmCommands):
         self._next_ifindex += 1
         self.devices[dev.name] = dev
         self.topology_changed()
-        self.rdma_cm.add_device(dev, int(_node_guid(dev.mac).replace(":", ""), 16))
+        self.rdma_cm.add_device(dev, int.from_bytes(eui64(dev.mac), "big"))
         self.rdma_cm.device_added(dev)
         for s in dev.sockets:
             self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
@@ -1272,165 +531,15 @@ class Daemon(StatCommands, CmCommands):
         for dev in self.devices.values():
             self._write_counters(dev)
 
-    def cmd_resources(self, c, m, fds):
-        """Every object of every client (``rdma resource show``).
-
-        Besides the handle, each object carries what the kernel's restrack
-        reports for it: ``id`` -- its pdn/cqn/mrn/srqn (the lqpn for a QP) --
-        per device and kind from 0 and never reused (``xa_alloc_cyclic``),
-        given when an object is first listed, in creation order; ``ctxn``, the
-        id of its client's context; and per kind the kernel's fields (usecnt
-        as ``users``, the PD's and CQs' ids, the port once the QP left
-        RESET, ...).  ``contexts`` lists every context (client with a device).
-        MR keys and addresses and the PD's local_dma_lkey go only to a client
-        with CAP_NET_ADMIN (fill_res_mr_entry / fill_res_pd_entry)."""
-        keys = c.net_admin
-        ids = self.__dict__.setdefault("_restrack_ids", {})      # id(obj) -> (obj, restrack id)
-        nxt = self.__dict__.setdefault("_restrack_next", {})     # device name -> (device, {kind: next id})
-
-        def rid(dev, kind, obj):
-            e = ids.get(id(obj))
-            if e is not None and e[0] is obj:
-                return e[1]
-            d = nxt.get(dev.name)
-            if d is None or d[0] is not dev:
-                d = nxt[dev.name] = (dev, {})
-            n = d[1].get(kind, 0)
-            d[1][kind] = (n + 1) & 0xFFFFFFFF
-            ids[id(obj)] = (obj, n)                  # holding obj keeps id(obj) from being reused
-            return n
-
-        live = set()
-        for cl in self.clients.values():             # ids in creation order: clients, then handles
-            if cl.device is not None:
-                live.add(id(cl))
-                rid(cl.device, "ctx", cl)
-            for h in sorted(cl.objects):
-                kind, obj = cl.objects[h]
-                if kind in ("pd", "cq", "mr", "srq") and cl.device is not None:
-                    live.add(id(obj))
-                    rid(cl.device, kind, obj)
-                elif kind == "cm_id" and obj.dev is not None:
-                    live.add(id(obj))
-                    rid(obj.dev, kind, obj)
-        for k in [k for k in ids if k not in live]:
-            del ids[k]
-        out = []
-        contexts = []
-        for cl in self.clients.values():
-            dev = cl.device
-            if dev is not None:
-                contexts.append({"dev": dev.name, "ctxn": rid(dev, "ctx", cl), "pid": cl.pid, "comm": cl.comm})
-            objs = cl.objects
-            # one pass over the client's objects for what the entries refer to
-            # (thousands of objects must not cost thousands of passes each)
-            qps = [o for k, o in objs.values() if k == "qp"]
-            pds = {id(o): o for k, o in objs.values() if k == "pd"}
-            srqs = {id(o.srq): o for k, o in objs.values() if k == "srq"}
-            pd_users: dict[int, int] = collections.Counter()
-            for k, o in objs.values():
-                p = (o.qp.pd if k == "qp" else o[0].pd if k == "mr" else o.srq.pd if k == "srq"
-                     else o.pd if k == "mw" else None)
-                if p is not None:
-                    pd_users[id(p)] += 1
-            cq_users: dict[int, int] = collections.Counter()
-            srq_qpns: dict[int, list] = collections.defaultdict(list)
-            for d in qps:
-                cq_users[id(d.qp.send_cq)] += 1
-                cq_users[id(d.qp.recv_cq)] += 1
-                if d.qp.srq is not None:
-                    srq_qpns[id(d.qp.srq)].append(d.qp.qp_num)
-
-            def pdn(pd, dev=dev, pds=pds):
-                return rid(dev, "pd", pd) if pds.get(id(pd)) is pd else None
-
-            for h, (kind, obj) in objs.items():
-                r = {"pid": cl.pid, "comm": cl.comm, "kind": kind, "handle": h,
-                     "dev": cl.device.name if cl.device else None}
-                if dev is not None:
-                    r["ctxn"] = rid(dev, "ctx", cl)
-                if kind == "qp":
-                    r.update(lqpn=obj.qp.qp_num, type=int(obj.qp.qp_type), state=int(obj.qp.state),
-                             rqpn=obj.qp.dest_qpn, sq_psn=obj.qp.req_psn, rq_psn=obj.qp.resp_psn)
-                    q = obj.qp
-                    s = srqs.get(id(q.srq)) if q.srq is not None else None
-                    r.update(id=q.qp_num, pdn=pdn(q.pd), srqn=rid(dev, "srq", s) if s is not None else None,
-                             port=int(q.attr.port_num) if int(q.state) != 0 else None,
-                             path_mig_state=int(q.attr.path_mig_state),
-                             path_mtu=int(dev.caps.active_mtu if int(q.qp_type) == 4 else q.attr.path_mtu),
-                             send_cqn=rid(dev, "cq", q.send_cq), recv_cqn=rid(dev, "cq", q.recv_cq))
-                elif kind == "mr":
-                    if keys:
-                        r.update(lkey=obj[0].lkey, rkey=obj[0].rkey, iova=obj[0].addr)
-                    r.update(mrlen=obj[0].length, id=rid(dev, "mr", obj), pdn=pdn(obj[0].pd), access=obj[0].access)
-                elif kind == "cq":
-                    r.update(cqe=obj.ring.nslots - 1)
-                    r.update(id=rid(dev, "cq", obj), users=cq_users[id(obj)], dim=False)
-                elif kind == "pd":
-                    r.update(id=rid(dev, "pd", obj), users=pd_users[id(obj)])
-                    if keys:
-                        r.update(local_dma_lkey=0)
-                elif kind == "cm_id":
-                    # fill_res_cm_id_entry: only IDs on a device; no lqpn (a user QP is
-                    # not the kernel's cm_id->qp)
-                    if obj.dev is not None:
-                        r.update(dev=obj.dev.name, port=1, id=rid(obj.dev, "cm_id", obj), ps=obj.ps,
-                                 state=obj.state, src_addr=[str(obj.src_ip or "0.0.0.0"), obj.src_port],
-                                 dst_addr=[str(obj.dst_ip or ("0.0.0.0" if obj.family == 4 else "::")),
-                                           obj.dst_port])
-                elif kind == "srq":
-                    lq = srq_qpns.get(id(obj.srq), [])
-                    r.update(id=rid(dev, "srq", obj), pdn=pdn(obj.srq.pd), type=0, lqpn=sorted(lq), users=len(lq))
-                out.append(r)
-        return {"resources": out, "contexts": contexts}, []
-
     # ------------------------------------------------------------ teardown
     def destroy(self, c: Client, kind: str, obj) -> None:
-        dev = c.device
-        if kind == "qp":
-            self._close_mcast_sockets(dev.mcast.detach_all(obj.qp))
-            self.stat_destroy_qp(dev, obj)
-            dev.remove_qp(obj)
-            try:
-                self.sel.unregister(obj.doorbell)
-            except (KeyError, ValueError):
-                pass
-            os.close(obj.doorbell)
-            obj.sq_ring.close()
-            if obj.rq_ring is not None:
-                obj.rq_ring.close()
-        elif kind == "srq":
-            dev.srqs.remove(obj)
-            try:
-                self.sel.unregister(obj.doorbell)
-            except (KeyError, ValueError):
-                pass
-            os.close(obj.doorbell)
-            obj.ring.close()
-        elif kind == "cq":
-            obj.ring.close()
-        elif kind == "mr":
-            mr, region = obj
-            dev.memory.dereg_mr(mr)
-            mr.view = None
-            mr.buf = None
-            region.close()
-            pages = c.pinned.pop(id(obj), 0)
-            if pages:
-                self.locked_pages[c.uid] -= pages
-        elif kind == "mw":
-            obj.dealloc()
-        elif kind == "channel":
-            obj.close()
-        elif kind == "capture":
-            dev.remove_capture(obj)
-            obj.close()
-        elif kind == "cm_id":
-            self.rdma_cm.destroy_id(obj)
+        free = FREE.get(kind)
+        if free is not None:
+            free(self, c, obj)
 
     def shutdown(self) -> None:
         for client in list(self.clients.values()):
-            self._drop(client)
+            self.drop(client)
         for dev in self.devices.values():
             dev.close()
             try:
@@ -1448,20 +557,4 @@ class Daemon(StatCommands, CmCommands):
         os.close(self.lock_fd)
 
 
-def _link_name(m: dict, key: str, max_len: int) -> str:
-    """A device or netdev name: what the kernel accepts as one (a file name
-    in sysfs: no '/', not '.' or '..', no '%' -- nldev_newlink)."""
-    v = rq.string(m, key, max_len)
-    if not v or v in (".", "..") or any(ch in v for ch in "/%:") or not v.isprintable() or any(
-            ch.isspace() for ch in v):
-        raise VerbsError(errno.EINVAL, f"{key}: bad name {v!r}")
-    return v
-
-
-def _node_guid(mac: bytes) -> str:
-    """rxe's node GUID from the MAC (EUI-64), as sysfs prints it."""
-    eui = bytes([mac[0] ^ 2, mac[1], mac[2], 0xFF, 0xFE, mac[3], mac[4], mac[5]])
-    return ":".join(eui[i:i + 2].hex() for i in range(0, 8, 2))
-
-
-__all__ = ["Daemon", "Client", "default_run_dir"]
+__all__ = ["Daemon", "default_run_dir"]

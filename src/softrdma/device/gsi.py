@@ -10,7 +10,7 @@ general services interface, for one RoCE port:
   its transaction ID (``request``: timeout, retries, one callback with the
   response or None); unmatched responses go to the class's agent;
 * a request goes to the agent registered for its management class (the
-  CM, ``transport.cm.CmAgent``); a Get/Set that no agent takes is answered
+  CM, ``mgmt.cm.CmAgent``); a Get/Set that no agent takes is answered
   as generate_unmatched_resp does: GetResp with status
   UNSUPPORTED_METHOD_ATTRIB;
 * send: the MAD as the payload of a UD SEND_ONLY from QPN 1 (DETH Q_Key

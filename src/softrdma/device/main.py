@@ -20,7 +20,6 @@ removed; ``stop`` sends it and waits until the daemon is gone.
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import select
@@ -30,11 +29,11 @@ import sys
 import time
 
 from ..cliargs import Parser, int_range, udp_port
-from ..errors import VerbsError
+from ..transport.qp import DeviceCaps
+from .commands.link import make_device
+from .control import recv_msg, send_msg
 from .core import Device
 from .daemon import SOCKET_NAME, Daemon, default_run_dir
-from .netdev import active_mtu, netdev_info
-from ..transport.qp import DeviceCaps
 
 PID_NAME = "softrdmad.pid"
 LOG_NAME = "softrdmad.log"
@@ -71,13 +70,6 @@ def build_parser(prog: str = "softrdmad") -> Parser:
     return p
 
 
-def port_in_use(address: str, prog: str = "softrdmad") -> str:
-    """The one line that says a device's UDP address is taken, and what to do."""
-    return (f"{prog}: UDP {address} is already in use (another softrdmad, the kernel's rxe or another "
-            f"program holds it): use the run directory of the daemon that serves it (SOFTRDMA_RUN or "
-            f"--run-dir), or start this one with another --port or on another netdev")
-
-
 def _limit(text: str) -> tuple[str, int]:
     """``--limit NAME=N``: a limit softrdmad enforces and query_device reports."""
     name, sep, value = text.partition("=")
@@ -106,31 +98,6 @@ def raise_priority(nice: int) -> int:
         except PermissionError:               # no CAP_SYS_NICE (and RLIMIT_NICE does not allow it)
             pass
     return current
-
-
-def make_device(spec: str, port: int) -> Device:
-    """The device ``NAME:NETDEV`` on ``port``.  A netdev that does not exist
-    is SystemExit (the message); a UDP address that cannot be bound is a
-    VerbsError with its errno (EADDRINUSE, ...) and the message as extack."""
-    name, _, netdev = spec.partition(":")
-    if not name or not netdev:
-        raise SystemExit(f"softrdmad: bad --device {spec!r}: expected NAME:NETDEV")
-    try:
-        info = netdev_info(netdev)
-    except LookupError as e:
-        raise SystemExit(f"softrdmad: {e}") from None
-    caps = DeviceCaps(active_mtu=active_mtu(info.mtu))
-    try:
-        return Device(name, netdev, info.addresses, mac=info.mac, port=port, caps=caps, netdev_index=info.index)
-    except OSError as e:
-        address = e.filename or f"{netdev} port {port}"
-        if e.errno == errno.EADDRINUSE:
-            msg = port_in_use(address)
-        else:
-            msg = f"softrdmad: cannot bind UDP {address}: {e.strerror}"
-        err = VerbsError(e.errno or errno.EIO, msg)
-        err.extack = msg.removeprefix("softrdmad: ")
-        raise err from None
 
 
 def _alive(pid: int) -> bool:
@@ -281,7 +248,6 @@ def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
 
 def _devices(run_dir: str) -> list[dict] | None:
     """The devices the daemon serving ``run_dir`` reports (None: no answer)."""
-    from .control import recv_msg, send_msg
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
             s.settimeout(5)

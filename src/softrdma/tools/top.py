@@ -1,7 +1,7 @@
 """``softrdma top``: a live view of every softrdma device/port and its QPs.
 
 Every ``-i`` seconds (default 1) it takes a snapshot through the daemon's
-``stat_snapshot`` management command (``device.stat``) and shows, with
+``stat_snapshot`` management command (``device.commands.stat``) and shows, with
 rich, the rates over the last interval and the totals:
 
 * per device/port: its state and netdev; packets and bytes per second

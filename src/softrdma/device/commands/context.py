@@ -1,0 +1,64 @@
+"""Commands on the device and its port: list the devices, open one (the
+uverbs context: get_context with the process's limits), query the port and
+a GID."""
+
+from __future__ import annotations
+
+import errno
+
+from ...errors import VerbsError
+from .. import request as rq
+from ..gid import eui64
+from ..session import CAP_IPC_LOCK, CAP_SYS_RESOURCE, OBJECT_LIMITS, caps_of, memlock_limit
+from ..sysfs import guid_str
+
+PROTOCOL_VERSION = 1
+
+
+def cmd_devices(daemon, c, m, fds):
+    return {"version": PROTOCOL_VERSION,
+            "devices": [{"name": d.name, "netdev": d.netdev, "node_guid": guid_str(eui64(d.mac))}
+                        for d in daemon.devices.values()]}, []
+
+
+def cmd_open(daemon, c, m, fds):
+    name = rq.string(m, "device")
+    dev = daemon.devices.get(name)
+    if dev is None:
+        raise VerbsError(errno.ENODEV, f"no device {name!r}")
+    if c.device is not None and c.device is not dev:
+        # a uverbs file belongs to one device for its whole life
+        raise VerbsError(errno.EINVAL, f"this connection has {c.device.name} open")
+    if c.device is None:
+        # a process's limits, read when it opens the device: contexts per
+        # user (an rlimit: CAP_SYS_RESOURCE is exempt), and the pages its
+        # MRs pin (ib_umem_get charges RLIMIT_MEMLOCK unless CAP_IPC_LOCK)
+        caps = caps_of(c.pid)
+        if not caps >> CAP_SYS_RESOURCE & 1:
+            mine = sum(1 for cl in daemon.clients.values() if cl.uid == c.uid and cl.device is not None)
+            if mine >= daemon.max_contexts_per_user:
+                raise VerbsError(errno.EMFILE, f"user {c.uid} has {mine} contexts open, the most"
+                                               f" softrdmad allows one user ({daemon.max_contexts_per_user})")
+        c.memlock = None if caps >> CAP_IPC_LOCK & 1 else memlock_limit(c.pid)
+    c.device = dev
+    caps = dev.caps
+    return {"device": dev.name, "node_guid": guid_str(eui64(dev.mac)), "attr": {
+        "max_qp_wr": caps.max_qp_wr, "max_sge": caps.max_sge,
+        "max_qp_rd_atom": caps.max_qp_rd_atom, "max_qp_init_rd_atom": caps.max_qp_init_rd_atom,
+        "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
+        "active_mtu": caps.active_mtu, "max_msg_sz": caps.max_msg_sz, "max_cqe": caps.max_cqe,
+        "max_mr_size": caps.max_mr_size, **{a: getattr(caps, a) for a in OBJECT_LIMITS.values()}}}, []
+
+
+def cmd_query_port(daemon, c, m, fds):
+    if m.get("port", 1) != 1:
+        raise VerbsError(errno.EINVAL, "port must be 1")
+    return {"attr": c.device.port_attrs()}, []
+
+
+def cmd_query_gid(daemon, c, m, fds):
+    idx = m.get("index", 0)
+    if type(idx) is not int or not 0 <= idx < c.device.gid_table.capacity:
+        raise VerbsError(errno.EINVAL, "GID index out of range")
+    gid = c.device.gid(idx)
+    return {"gid": (gid or bytes(16)).hex(), "type": "RoCE v2" if gid is not None else None}, []

@@ -1,0 +1,67 @@
+"""Completion channels and completion queues: create and destroy each, and
+what freeing each undoes."""
+
+from __future__ import annotations
+
+import errno
+
+from ...errors import VerbsError
+from .. import abi
+from .. import request as rq
+from ..core import DevChannel, DevCQ
+from ..session import room_for
+from .fds import ring
+
+
+def cmd_create_comp_channel(daemon, c, m, fds):
+    ch = DevChannel(0)
+    h = c.add("channel", ch)
+    ch.handle = h
+    # the application's end goes with the reply (which closes our copy
+    # once sent); the daemon keeps its own end only
+    theirs, ch.theirs = ch.theirs, None
+    return {"channel": h}, [theirs.detach()]
+
+
+def cmd_destroy_comp_channel(daemon, c, m, fds):
+    ch = c.get(m.get("channel"), "channel")
+    if any(o[0] == "cq" and o[1].channel is ch for o in c.objects.values()):
+        raise VerbsError(errno.EBUSY, "completion channel still used by a CQ")
+    ch.close()
+    del c.objects[m["channel"]]
+    return {}, []
+
+
+def cmd_create_cq(daemon, c, m, fds):
+    if len(fds) != 1:
+        raise VerbsError(errno.EINVAL, "create_cq needs the ring fd")
+    ch = c.get(m["channel"], "channel") if m.get("channel") else None
+    room_for(c, "cq")
+    max_cqe = c.device.caps.max_cqe
+    cqe = rq.uint(m, "cqe", rq.U32, 1)
+    if not 1 <= cqe <= max_cqe:                     # rxe_cq_chk_attr
+        raise VerbsError(errno.EINVAL, f"CQ of {cqe} entries (1..max_cqe, {max_cqe})")
+    r = ring(fds[0], "CQ", slot_size=abi.CQE_BYTES)
+    if r.nslots > 1 << max_cqe.bit_length():        # the ring holds cqe + 1, a power of two
+        r.close()
+        raise VerbsError(errno.EINVAL, f"CQ ring of {r.nslots} slots for max_cqe {max_cqe}")
+    cq = DevCQ(0, r, ch, c)
+    cq.handle = c.add("cq", cq)
+    return {"cq": cq.handle}, []
+
+
+def cmd_destroy_cq(daemon, c, m, fds):
+    cq = c.get(m.get("cq"), "cq")
+    if any(o[0] == "qp" and cq in (o[1].qp.send_cq, o[1].qp.recv_cq) for o in c.objects.values()):
+        raise VerbsError(errno.EBUSY, "CQ still used by a QP")
+    free_cq(daemon, c, cq)
+    del c.objects[m["cq"]]
+    return {}, []
+
+
+def free_cq(daemon, c, cq) -> None:
+    cq.ring.close()
+
+
+def free_channel(daemon, c, ch) -> None:
+    ch.close()

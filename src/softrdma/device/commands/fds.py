@@ -1,0 +1,46 @@
+"""The fds a request brings, as a command keeps them: a ring (the memfd
+mapped) or a doorbell (our own duplicate of an eventfd).
+
+The dispatcher (``Daemon._client_readable``) owns and closes every fd a
+request brought; a command keeps only what these give it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from ...errors import VerbsError
+from ..shm import Ring
+
+
+def ring(fd: int, what: str, *, slot_size: int | None = None, min_slot: int = 1) -> Ring:
+    """The ring in the memfd ``fd`` (mapped: the fd itself stays the
+    dispatcher's); EINVAL if it is no sealed memfd holding a ring with
+    the slots the queue needs."""
+    try:
+        r = Ring.map_fd(fd)
+    except ValueError as e:
+        raise VerbsError(errno.EINVAL, f"bad {what} ring: {e}") from None
+    if (slot_size is not None and r.slot_size != slot_size) or r.slot_size < min_slot:
+        got = r.slot_size
+        r.close()
+        raise VerbsError(errno.EINVAL, f"bad {what} ring: slots of {got} bytes, "
+                                       f"{slot_size or min_slot} needed")
+    return r
+
+
+def eventfd(fd: int, what: str) -> int:
+    """Our own non-blocking duplicate of the eventfd ``fd`` (the caller
+    owns the duplicate); EINVAL for any other kind of fd -- the loop
+    reads and writes doorbells and must never meet a file, a pipe end
+    or a socket there."""
+    try:
+        kind = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        kind = None if os.path.isdir("/proc/self/fd") else "anon_inode:[eventfd]"   # no /proc: trust it
+    if kind != "anon_inode:[eventfd]":
+        raise VerbsError(errno.EINVAL, f"the {what} doorbell must be an eventfd")
+    own = os.dup(fd)
+    os.set_blocking(own, False)
+    return own

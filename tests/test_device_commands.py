@@ -1,0 +1,59 @@
+"""The daemon's table of control commands (``device.commands``) and its one
+dispatch point (``Daemon.run_command``), without a daemon running."""
+
+from __future__ import annotations
+
+import errno
+import importlib
+
+from softrdma.device.commands import COMMANDS, FREE
+from softrdma.device.daemon import Daemon
+
+#: what a connection may ask before it opened a device: the management
+#: commands and rdma_cm's event channels
+NO_DEVICE = {"devices", "open", "links", "link_add", "link_set", "link_delete", "resources",
+             "stat_get", "stat_dump", "stat_set", "stat_del", "stat_get_status", "stat_snapshot"}
+
+
+def test_every_handler_is_named_after_its_op():
+    for op, cmd in COMMANDS.items():
+        assert cmd.handler.__name__ == f"cmd_{op}", op
+        mod = importlib.import_module(cmd.handler.__module__)
+        assert mod.__name__.startswith("softrdma.device.commands.")
+        assert getattr(mod, cmd.handler.__name__) is cmd.handler
+
+
+def test_which_commands_need_an_open_device():
+    nodev = {op for op, cmd in COMMANDS.items() if not cmd.needs_device}
+    assert nodev == NO_DEVICE | {op for op in COMMANDS if op.startswith("cm_")}
+    assert len(COMMANDS) == 56
+
+
+def test_freeing_covers_every_kind_that_holds_something():
+    assert set(FREE) == {"qp", "srq", "cq", "mr", "mw", "channel", "capture", "cm_id"}
+
+
+class _Client:
+    device = None
+    pid = 1
+
+
+def _run(msg):
+    d = Daemon.__new__(Daemon)          # run_command needs no socket, device or loop
+    return d.run_command(_Client(), msg, [])
+
+
+def test_unknown_and_malformed_ops():
+    for op in ("no_such_op", "", None, 7, ["open"], {"op": 1}, "__init__"):
+        reply, fds = _run({"op": op, "seq": 3})
+        assert reply["errno"] == errno.EOPNOTSUPP and reply["seq"] == 3 and fds == [], op
+
+
+def test_a_command_on_a_connection_without_a_device():
+    reply, _ = _run({"op": "alloc_pd", "seq": 4})
+    assert (reply["errno"], reply["msg"]) == (errno.EINVAL, "no device opened on this connection")
+
+
+def test_a_bad_seq_is_refused_before_dispatch():
+    reply, _ = _run({"op": "devices", "seq": 1.5})
+    assert reply == {"seq": None, "errno": errno.EINVAL, "msg": "bad request: seq must be an integer"}
