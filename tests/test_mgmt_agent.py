@@ -81,7 +81,7 @@ def test_the_window_keeps_at_most_n_on_the_wire_in_order():
     a.deliver(response(reqs[1]), 0.1)
     a.deliver(response(reqs[2]), 0.1)
     assert [mad_tid(m) for _d, m in a.take(0.1)] == [4, 5]
-    assert a.sent == 5 and a.on_wire == 2
+    assert a.sent == 5 and len(a.wire) == 2
 
 
 def test_timeouts_resend_ahead_of_the_backlog_then_give_up():
@@ -138,7 +138,7 @@ def test_a_request_handed_back_undelivered_fails_at_once_and_cancel_forgets():
     a.take(0.0)
     assert a.fail(r1, 110) and got == [None] and s1.status == 110
     a.cancel(s2.tid)
-    assert a.idle and got == [None] and a.on_wire == 0
+    assert a.idle and got == [None] and not a.wire
     assert not a.deliver(response(r2), 0.1) and a.unmatched == 1
 
 

@@ -60,15 +60,15 @@ def is_response(mad) -> bool:
     return bool(mad[METHOD_OFFSET] & IB_MGMT_METHOD_RESP)
 
 
-def is_mad_class_rmpp(mgmt_class: int) -> bool:
-    """ib_is_mad_class_rmpp(): the classes whose MADs carry an RMPP header."""
-    return mgmt_class in (MgmtClass.SUBN_ADM, MgmtClass.DEVICE_MGMT, MgmtClass.DEVICE_ADM, MgmtClass.BIS) \
-        or IB_MGMT_CLASS_VENDOR_RANGE2_START <= mgmt_class <= IB_MGMT_CLASS_VENDOR_RANGE2_END
+#: ib_is_mad_class_rmpp(): the classes whose MADs carry an RMPP header
+RMPP_CLASSES = frozenset(int(c) for c in (MgmtClass.SUBN_ADM, MgmtClass.DEVICE_MGMT, MgmtClass.DEVICE_ADM,
+                                          MgmtClass.BIS)) \
+    | frozenset(range(IB_MGMT_CLASS_VENDOR_RANGE2_START, IB_MGMT_CLASS_VENDOR_RANGE2_END + 1))
 
 
 def rmpp_type(mad) -> int:
     """The RMPPType of an active RMPP MAD of an RMPP class, else 0 (not RMPP)."""
-    if len(mad) < IB_MGMT_RMPP_HDR or not is_mad_class_rmpp(mad[MGMT_CLASS_OFFSET]):
+    if mad[MGMT_CLASS_OFFSET] not in RMPP_CLASSES or len(mad) < IB_MGMT_RMPP_HDR:
         return 0
     h = parse_rmpp(mad)
     return h.type if h.version == RMPP_VERSION and h.active else 0
@@ -102,6 +102,8 @@ class MadSend:
 
 
 class MadAgent:
+    """One user's MADs: ``post_send``/``deliver``/``tick``/``take`` (see the module)."""
+
     def __init__(self, *, window: int | None = None, timeout: float = 1.0, retries: int = 3,
                  tid_mask: int = 0xFFFFFFFF, first_tid: int = 1, rmpp_window: int | None = None) -> None:
         self.window = window
@@ -111,7 +113,7 @@ class MadAgent:
         self.rmpp_window = rmpp_window
         self.sends: dict[int, MadSend] = {}           # tid & mask -> outstanding request
         self.backlog: deque[MadSend] = deque()        # waiting for a place in the window
-        self.on_wire = 0
+        self.wire: dict[int, MadSend] = {}            # on the wire, in the order they left
         self.transfers: dict[tuple, RmppSender] = {}  # (peer, tid) -> outgoing RMPP transfer
         self.out: list[tuple] = []                    # (dest, mad) to put on the wire
         self.sent = self.retried = self.timeouts = self.failed = self.unmatched = 0
@@ -172,7 +174,7 @@ class MadAgent:
 
     def _off_wire(self, s: MadSend) -> None:
         if s.deadline is not None:
-            self.on_wire -= 1
+            del self.wire[s.tid & self.tid_mask]
             s.deadline = None
         else:
             try:
@@ -192,6 +194,8 @@ class MadAgent:
         """A MAD from ``src``: an RMPP ACK/STOP/ABORT for one of our
         transfers, or a response to one of our requests.  False when it is
         neither (a request for the caller, or an unmatched response, counted)."""
+        if len(mad) < IB_MGMT_MAD_HDR:
+            return False
         rtype = rmpp_type(mad)
         if rtype and rtype != RMPP_TYPE_DATA:
             t = self.transfers.get((src, mad_tid(mad)))
@@ -201,7 +205,7 @@ class MadAgent:
                 if t.done:
                     self._finish(t)
                 return True
-        if len(mad) < IB_MGMT_MAD_HDR or not is_response(mad):
+        if not is_response(mad):
             return False
         s = self._match(mad)
         if s is None:
@@ -267,11 +271,10 @@ class MadAgent:
         """Expire what is past its deadline: resend (ahead of the backlog,
         the latest expiry first, as opensm's queue did) or give up; RMPP
         transfers resend their window or end."""
-        expired = sorted((s for s in self.sends.values() if s.deadline is not None and s.deadline <= now),
-                         key=lambda s: s.deadline)
+        expired = [s for s in self.wire.values() if s.deadline <= now]
         for s in expired:
             self.timeouts += 1
-            self.on_wire -= 1
+            del self.wire[s.tid & self.tid_mask]
             s.deadline = None
             if s.tries <= s.retries:
                 self.backlog.appendleft(s)
@@ -288,13 +291,13 @@ class MadAgent:
         """What to put on the wire now, ``(dest, mad)`` in order: ACKs and
         segments, then requests from the backlog while the window allows."""
         out, self.out = self.out, []
-        while self.backlog and (self.window is None or self.on_wire < self.window):
+        while self.backlog and (self.window is None or len(self.wire) < self.window):
             s = self.backlog.popleft()
             if s.tries:
                 self.retried += 1
             s.tries += 1
             s.deadline = now + s.timeout
-            self.on_wire += 1
+            self.wire[s.tid & self.tid_mask] = s
             self.sent += 1
             out.append((s.dest, s.mad))
         return out
@@ -302,7 +305,7 @@ class MadAgent:
     @property
     def deadline(self) -> float | None:
         """When ``tick`` is next due (None: nothing to time)."""
-        d = min((s.deadline for s in self.sends.values() if s.deadline is not None), default=None)
+        d = min((s.deadline for s in self.wire.values()), default=None)
         for t in self.transfers.values():
             if d is None or t.deadline < d:
                 d = t.deadline

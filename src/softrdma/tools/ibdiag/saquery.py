@@ -3,7 +3,7 @@
 with saquery's options, record dumps and errors.
 
 Unlike the real tool under umad2sim (one MAD per answer: a table is cut to
-what fits in 200 bytes), this one does RMPP itself (``wire.rmpp``): it
+what fits in 200 bytes), this one does RMPP itself (``mgmt.agent``): it
 ACKs the SA's segments and prints the whole table.  A single-MAD answer (an
 SM that sends no segments, as opensm through umad2sim) is taken at the
 length the fabric reports, as umad does.
