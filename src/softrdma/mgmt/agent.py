@@ -120,6 +120,11 @@ class MadAgent:
         self.rmpp_transfers = self.rmpp_aborted = 0
 
     # -- requests ------------------------------------------------------------------------------
+    @property
+    def next_tid(self) -> int:
+        """The TID ``alloc_tid`` hands out next."""
+        return self._next_tid
+
     def alloc_tid(self) -> int:
         tid = self._next_tid
         self._next_tid = (tid + 1) & self.tid_mask or 1

@@ -27,6 +27,9 @@ METHOD_SET = 0x02
 DEFAULT_TIMEOUT_MS = 1000       # libibmad MAD_DEF_TIMEOUT_MS
 DEFAULT_RETRIES = 3             # libibmad MAD_DEF_RETRIES
 GSI_QP = 1
+# the process's TIDs (libibmad: one counter from the pid): a port opened after
+# another one goes on where it stopped, so no late answer matches a new request
+_next_tid = (os.getpid() & 0xFFFF) << 16 | 1
 
 
 class PortId:
@@ -76,10 +79,11 @@ class MadPort:
         self.port_info = pi
         self.node_info = ni
         self.last_status = 0
-        self.agent = MadAgent(timeout=self.timeout, retries=retries,
-                              first_tid=(os.getpid() & 0xFFFF) << 16 | 1)
+        self.agent = MadAgent(timeout=self.timeout, retries=retries, first_tid=_next_tid)
 
     def close(self):
+        global _next_tid
+        _next_tid = self.agent.next_tid
         self.port.close()
 
     def __enter__(self):
