@@ -7,6 +7,9 @@ what fits in 200 bytes), this one does RMPP itself (``mgmt.agent``): it
 ACKs the SA's segments and prints the whole table.  A single-MAD answer (an
 SM that sends no segments, as opensm through umad2sim) is taken at the
 length the fabric reports, as umad does.
+
+A faithful port of a large C tool (saquery.c's every query, option and
+dump in one place, as there): longer than the modules around it for that.
 """
 
 from __future__ import annotations
