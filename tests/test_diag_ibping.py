@@ -281,7 +281,7 @@ def _clear_issm(fab, host, lid):
     (umad2sim closes the issm device: SET_ISSM 0).  A ping makes ibsim find
     the dead client (its write fails) and free its slot; softrdma's server
     frees it by its liveness check."""
-    from softrdma.sm.umad import IbsimPort, TransportError
+    from softrdma.mgmt.umad import IbsimPort, TransportError
     from softrdma.wire import ibsim
     end = time.monotonic() + 60
     while True:

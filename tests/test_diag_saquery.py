@@ -209,7 +209,7 @@ def test_malformed_mads_never_stop_the_sm(fab):
     sm = fab.sm("ours")
     code = """
 import random
-from softrdma.sm.umad import IbsimPort
+from softrdma.mgmt.umad import IbsimPort
 rng = random.Random(7)
 port = IbsimPort(issm=False)
 for i in range(3000):

@@ -12,7 +12,8 @@ from softrdma.sm.routing import compute
 from softrdma.sm.sa import SubnetAdmin
 from softrdma.sm.sminfo import HANDOVER, RemoteSm, SmInfoState
 from softrdma.wire.mad import MgmtClass, Method, build_mad
-from softrdma.wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_FLAG_FIRST, RMPP_TYPE_DATA, RmppReceiver, parse_rmpp
+from softrdma.mgmt.rmpp import RmppReceiver
+from softrdma.wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_FLAG_FIRST, RMPP_TYPE_DATA, parse_rmpp
 from softrdma.sm.mcast import mft, mft_smps
 from softrdma.wire.sa import (MCMEMBER_RECORD, MCR_COMP, NR_COMP_LID, PATH_RECORD, PR_COMP_DLID, PR_COMP_SLID,
                               SA_CLASS_VERSION, SA_STATUS_INSUFFICIENT_COMPONENTS, SA_STATUS_NO_RECORDS,

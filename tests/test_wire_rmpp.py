@@ -1,13 +1,14 @@
-"""RMPP (softrdma.wire.rmpp): segmentation, windows, ACKs, loss, and the kernel's length arithmetic."""
+"""RMPP (softrdma.wire.rmpp, softrdma.mgmt.rmpp): segmentation, windows, ACKs, loss, and the kernel's length arithmetic."""
 
 import random
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from softrdma.mgmt.rmpp import RmppReceiver, RmppSender
 from softrdma.wire.rmpp import (RMPP_FLAG_ACTIVE, RMPP_FLAG_FIRST, RMPP_FLAG_LAST, RMPP_STATUS_BADT,
                                 RMPP_STATUS_TMR, RMPP_TYPE_ABORT, RMPP_TYPE_ACK, RMPP_TYPE_DATA,
-                                RmppReceiver, RmppSender, control_mad, is_segmented, parse_rmpp)
+                                control_mad, is_segmented, parse_rmpp)
 
 
 def sa_header(tid=0x1234):

@@ -8,7 +8,8 @@ general services interface, for one RoCE port:
   anything else is dropped and counted (``rx_dropped``, by reason);
 * a response (method bit 0x80) is matched to the request it answers by
   its transaction ID (``request``: timeout, retries, one callback with the
-  response or None); unmatched responses go to the class's agent;
+  response or None -- the port's ``mgmt.agent.MadAgent`` keeps them, all
+  64 TID bits, no window); unmatched responses go to the class's agent;
 * a request goes to the agent registered for its management class (the
   CM, ``mgmt.cm.CmAgent``); a Get/Set that no agent takes is answered
   as generate_unmatched_resp does: GetResp with status
@@ -24,6 +25,7 @@ clocks: ``tick(now)`` fires retries, ``deadline`` says when.
 
 from __future__ import annotations
 
+from ..mgmt.agent import MadAgent
 from ..transport.wr import AddressVector
 from ..wire.errors import WireError
 from ..wire.gid import ip_gid
@@ -32,7 +34,6 @@ from ..wire.mad import (
     IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB,
     IB_QP1,
     IB_QP1_QKEY,
-    MAD_HDR,
     Method,
     parse_mad,
 )
@@ -41,14 +42,6 @@ from ..wire.packet import build, parse
 
 UD_SEND_ONLY = int(Opcode.UD_SEND_ONLY)
 _GET, _SET, _GET_RESP = int(Method.GET), int(Method.SET), int(Method.GET_RESP)
-
-
-class _Request:
-    __slots__ = ("mad", "dest", "src", "timeout_s", "retries", "deadline", "done")
-
-    def __init__(self, mad, dest, src, timeout_s, retries, deadline, done):
-        self.mad, self.dest, self.src = mad, dest, src
-        self.timeout_s, self.retries, self.deadline, self.done = timeout_s, retries, deadline, done
 
 
 class Gsi:
@@ -60,10 +53,20 @@ class Gsi:
         self.device = device
         self.psn = 0
         self.agents: dict[int, object] = {}        # mgmt class -> agent.receive(mad, src_gid, now, dst_gid)
-        self.requests: dict[int, _Request] = {}    # TID -> outstanding request
-        self.counters = {"rx_mads": 0, "tx_mads": 0, "tx_retries": 0, "timeouts": 0,
-                         "unmatched_responses": 0, "unsupported": 0}
+        self.mad_agent = MadAgent(tid_mask=(1 << 64) - 1)    # our requests, dest = (GID, our GID)
+        self.rx_mads = self.tx_mads = self.unsupported = 0
         self.rx_dropped = {"opcode": 0, "qkey": 0, "length": 0, "mad": 0}
+
+    @property
+    def counters(self) -> dict:
+        a = self.mad_agent
+        return {"rx_mads": self.rx_mads, "tx_mads": self.tx_mads, "tx_retries": a.retried,
+                "timeouts": a.failed, "unmatched_responses": a.unmatched, "unsupported": self.unsupported}
+
+    @property
+    def requests(self) -> dict:
+        """The outstanding requests, by TID."""
+        return self.mad_agent.sends
 
     # -- agents ------------------------------------------------------------------------------
     def register(self, mgmt_class: int, agent) -> None:
@@ -90,20 +93,16 @@ class Gsi:
         except WireError:
             self.rx_dropped["mad"] += 1
             return
-        self.counters["rx_mads"] += 1
+        self.rx_mads += 1
         mad = bytes(mad)
         src_gid, dst_gid = ip_gid(src), ip_gid(dst)
-        if hdr.method & 0x80:
-            req = self.requests.pop(hdr.tid, None)
-            if req is not None:
-                req.done(mad)
-                return
-            self.counters["unmatched_responses"] += 1
+        if self.mad_agent.deliver(mad, now, src_gid):
+            return
         agent = self.agents.get(hdr.mgmt_class)
         if agent is not None:
             agent.receive(mad, src_gid, now, dst_gid)
         elif hdr.method in (_GET, _SET):
-            self.counters["unsupported"] += 1
+            self.unsupported += 1
             resp = bytearray(mad)
             resp[3] = _GET_RESP
             resp[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
@@ -119,7 +118,7 @@ class Gsi:
                            hop_limit=hop_limit, traffic_class=traffic_class, flow_label=flow_label)
         pkt = build(UD_SEND_ONLY, IB_QP1, self.psn, mad, deth=(IB_QP1_QKEY, IB_QP1))
         self.psn = (self.psn + 1) & 0xFFFFFF
-        self.counters["tx_mads"] += 1
+        self.tx_mads += 1
         dev.tx.append((self, pkt, av))
 
     def _default_index(self) -> int:
@@ -133,34 +132,25 @@ class Gsi:
                 retries: int = 3, src_gid: bytes = b"") -> None:
         """Send a request and call ``done(response_mad)`` when the response
         with its TID arrives, or ``done(None)`` after ``retries`` re-sends
-        each ``timeout_ms`` unanswered."""
-        (tid,) = MAD_HDR.unpack_from(mad, 0)[6:7]
-        if tid in self.requests:
-            raise ValueError(f"TID {tid:#x} already outstanding (EBUSY)")
-        t = timeout_ms / 1000.0
-        self.requests[tid] = _Request(bytes(mad), bytes(dest_gid), bytes(src_gid), t, retries, now + t, done)
-        self.send(mad, dest_gid, src_gid)
+        each ``timeout_ms`` unanswered.  A TID already outstanding: ValueError."""
+        self.mad_agent.post_send(mad, done, dest=(bytes(dest_gid), bytes(src_gid)), own_tid=True,
+                                 timeout=timeout_ms / 1000.0, retries=retries)
+        self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        for (dest, src), mad in self.mad_agent.take(now):
+            self.send(mad, dest, src)
 
     def cancel(self, tid: int) -> None:
-        self.requests.pop(tid, None)
+        self.mad_agent.cancel(tid)
 
     @property
     def deadline(self) -> float | None:
-        return min((r.deadline for r in self.requests.values()), default=None)
+        return self.mad_agent.deadline
 
     def tick(self, now: float) -> None:
-        for tid, r in list(self.requests.items()):
-            if r.deadline > now:
-                continue
-            if r.retries > 0:
-                r.retries -= 1
-                r.deadline = now + r.timeout_s
-                self.counters["tx_retries"] += 1
-                self.send(r.mad, r.dest, r.src)
-            else:
-                del self.requests[tid]
-                self.counters["timeouts"] += 1
-                r.done(None)
+        self.mad_agent.tick(now)
+        self._flush(now)
 
 
 __all__ = ["Gsi"]

@@ -6,7 +6,7 @@ PortInfo (every port of a switch; the entry port of a CA), and through every
 switch port whose link is up (and the SM's own port) asks NodeInfo one hop
 further.  A NodeInfo answer names the node and the port the SMP came in on
 (LocalPortNum), which is the far end of the link it crossed: that is how
-links are learnt, from both ends.  All requests go through the ``MadQueue``
+links are learnt, from both ends.  All requests go through the ``MadAgent``
 so many are in flight at once; the traversal order does not matter for the
 result (a node's DR path is the earliest in BFS order that reached it,
 whatever order the answers came in).
@@ -14,10 +14,10 @@ whatever order the answers came in).
 
 from __future__ import annotations
 
+from ..mgmt.agent import MadAgent
 from ..wire.mad import Method
 from ..wire.smp import (NODE_INFO, PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp, decode_node_desc,
                         parse_dr, smp_data)
-from .mad_queue import MadQueue
 from .subnet import NODE_SWITCH, Node, Physp, Subnet
 
 PORT_DOWN = 1
@@ -33,7 +33,7 @@ def dr_status(mad: bytes) -> int:
 
 
 class Discovery:
-    def __init__(self, q: MadQueue, log=None) -> None:
+    def __init__(self, q: MadAgent, log=None) -> None:
         self.q = q
         self.log = log
         self.subnet = Subnet()
@@ -56,7 +56,7 @@ class Discovery:
             self.done = True
 
     def _get(self, attr: int, path, mod: int, cb) -> None:
-        self.q.submit(build_dr_smp(Method.GET, attr, path, mod), cb)
+        self.q.post_send(build_dr_smp(Method.GET, attr, path, mod), cb)
 
     def _node_info(self, path: tuple[int, ...], via: Physp | None) -> None:
         self._get(SmpAttr.NODE_INFO, path, 0, lambda r: self._on_node_info(path, via, r))

@@ -1,7 +1,7 @@
 """Small SMP rounds of the resident SM, sans-IO: a batch of queries, the light sweep.
 
 ``Queries`` sends a list of SMPs at once and keeps each answer (or None)
-by key; it has the ``start``/``poll``/``done`` shape ``umad.drive`` runs.
+by key; it has the ``start``/``poll``/``done`` shape ``SmLoop`` drives.
 ``light_sweep`` builds opensm's light sweep on it: SwitchInfo of every
 switch and PortInfo of every linked end port; ``changed`` says whether a
 heavy sweep is due (a switch's PortStateChange bit, a port whose state or
@@ -10,14 +10,14 @@ IsSM capability moved, a node that stopped answering).
 
 from __future__ import annotations
 
+from ..mgmt.agent import MadAgent
 from ..wire.mad import Method
 from ..wire.smp import CAP_IS_SM, PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp, parse_dr, smp_data
-from .mad_queue import MadQueue
 from .subnet import Subnet
 
 
 class Queries:
-    def __init__(self, q: MadQueue, items) -> None:
+    def __init__(self, q: MadAgent, items) -> None:
         self.q = q
         self.items = list(items)            # (key, mad)
         self.results: dict = {}
@@ -25,7 +25,7 @@ class Queries:
 
     def start(self) -> None:
         for key, mad in self.items:
-            self.q.submit(bytearray(mad), lambda r, key=key: self._got(key, r))
+            self.q.post_send(bytearray(mad), lambda r, key=key: self._got(key, r))
 
     def _got(self, key, r) -> None:
         if r is not None and r[1] == 0x81 and parse_dr(r).status:
@@ -37,7 +37,7 @@ class Queries:
             self.done = True
 
 
-def light_sweep(q: MadQueue, subnet: Subnet) -> Queries:
+def light_sweep(q: MadAgent, subnet: Subnet) -> Queries:
     items = []
     for sw in subnet.switches():
         items.append((("si", sw.guid), build_dr_smp(Method.GET, SmpAttr.SWITCH_INFO, sw.dr_path)))

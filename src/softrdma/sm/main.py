@@ -1,7 +1,7 @@
 """``softrdma opensm``: the subnet manager's command line, with opensm's main options.
 
 Attaches to an ibsim-protocol fabric (the real ibsim or ``softrdma fabric
-serve``; see ``umad``), runs heavy sweeps (``sweep``) and prints/logs what
+serve``; see ``softrdma.mgmt.umad``), runs heavy sweeps (``sweep``) and prints/logs what
 opensm does ("Entering DISCOVERING state", "Entering MASTER state",
 "SUBNET UP").  ``-o`` sweeps once and exits; otherwise it stays resident,
 light-sweeping every ``-s`` seconds, heavy-sweeping on a change or a trap,
@@ -17,10 +17,10 @@ import os
 import signal
 import sys
 
+from ..mgmt.umad import IbsimPort, TransportError
 from . import log as L
 from .guid2lid import Guid2Lid
 from .routing import ENGINES
-from .umad import IbsimPort, TransportError
 
 VERSION = "OpenSM 3.3.23 (softrdma)"
 

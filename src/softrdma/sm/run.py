@@ -9,7 +9,8 @@ STANDBY (poll the master's SMInfo every ``sminfo_polling_timeout``; take
 over after ``polling_retry_number`` misses or on HANDOVER).  Requests that
 arrive meanwhile (SMInfo, traps, SA) are answered by ``agent.Agent`` even
 in the middle of a sweep.  The decisions are the sans-IO modules'; this
-module only owns time (the port and its sockets are ``umad``'s).
+module only owns time and the socket loop that runs each round of SMPs
+through a ``mgmt.agent.MadAgent`` (``_drive``; the port is ``mgmt.umad``'s).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import os
 import time
 
+from ..mgmt.agent import MadAgent
+from ..mgmt.umad import IbsimPort
 from ..wire.mad import Method
 from ..wire.smp import CAP_IS_SM, NODE_INFO, PORT_INFO, SmState, SmpAttr, build_dr_smp
 from . import light
@@ -24,11 +27,13 @@ from .agent import Agent
 from .discovery import Discovery
 from .guid2lid import Guid2Lid
 from .log import ROUTING, Log
-from .mad_queue import MadQueue
 from .sminfo import HANDOVER, RemoteSm, SmInfoState
 from .sweep import HeavySweep
 from .mcast import mft, mft_smps
-from .umad import IbsimPort, drive
+
+SMP_TIMEOUT = 0.2              # opensm transaction_timeout: 200 ms
+SMP_RETRIES = 3                # opensm transaction_retries
+FIRST_TID = 0x1000             # the low 32 bits of a TID; ibsim/umad2sim own the upper ones
 
 _STATE_NAME = {SmState.DISCOVERING: "DISCOVERING", SmState.STANDBY: "STANDBY",
                SmState.MASTER: "MASTER", SmState.NOT_ACTIVE: "NOT ACTIVE"}
@@ -77,7 +82,7 @@ class SmLoop:
         tables = mft(self.subnet, sa.groups)
         items = mft_smps(self.subnet, tables, sa.mfts, resend=force)
         if items:
-            q = MadQueue()
+            q = self._mads()
             batch = light.Queries(q, items)
             self._drive(q, batch)
             failed = sum(1 for v in batch.results.values() if v is None)
@@ -91,8 +96,34 @@ class SmLoop:
             for dlid, dqp, mad in self.agent.sa.tick(time.monotonic()):
                 self.port.send(mad, dlid, dqp, 1)
 
-    def _drive(self, q: MadQueue, machine) -> None:
-        drive(q, machine, self.port, window=self.s["wire"], on_unsolicited=self._unsolicited)
+    def _mads(self) -> MadAgent:
+        """The agent of one round of SMPs: up to ``-wire`` (opensm's max_wire_smps) in flight."""
+        return MadAgent(window=self.s["wire"], timeout=SMP_TIMEOUT, retries=SMP_RETRIES, first_tid=FIRST_TID)
+
+    def _drive(self, q: MadAgent, machine) -> None:
+        """Run ``machine`` (``start``, ``poll``, ``done``) over the port until done: the
+        agent's SMPs out, their answers in, requests to the SM answered meanwhile;
+        ``poll`` whenever the agent runs idle (the end of a phase)."""
+        port = self.port
+        machine.start()
+        machine.poll()
+        while not machine.done:
+            for _dest, mad in q.take(time.monotonic()):
+                port.send(mad)
+            now = time.monotonic()
+            d = q.deadline
+            if port.wait((now + SMP_TIMEOUT if d is None else d) - now):
+                now = time.monotonic()
+                for req in port.recv_all():
+                    if req.status:
+                        continue          # ibsim could not deliver it (ETIMEDOUT): the timer re-sends it
+                    if req.mad[3] & 0x80:
+                        q.deliver(req.mad, now)
+                    else:
+                        self._unsolicited(req)
+            q.tick(time.monotonic())
+            if q.idle:
+                machine.poll()
 
     def _idle(self, seconds: float) -> None:
         """Answer requests for up to ``seconds``, or until an event or a stop."""
@@ -110,7 +141,7 @@ class SmLoop:
 
     # -- the steps -------------------------------------------------------------------------
     def _discover(self) -> Discovery:
-        q = MadQueue()
+        q = self._mads()
         disc = Discovery(q, self.log)
         t0 = time.monotonic()
         self._drive(q, disc)
@@ -130,7 +161,7 @@ class SmLoop:
                  and PORT_INFO.get(p.port_info, "CapMask") & CAP_IS_SM]
         if not ports:
             return []
-        q = MadQueue()
+        q = self._mads()
         qs = light.Queries(q, [(p.guid, build_dr_smp(Method.GET, SmpAttr.SM_INFO, p.node.dr_path))
                                for p in ports])
         self._drive(q, qs)
@@ -147,7 +178,7 @@ class SmLoop:
 
     def _heavy(self, disc: Discovery | None = None) -> None:
         disc = disc or self._discover()
-        q = MadQueue()
+        q = self._mads()
         sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
                            self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False))
         t0 = time.monotonic()
@@ -229,7 +260,7 @@ class SmLoop:
         target = self.sminfo.handover_target(others)
         if target is None:
             return
-        q = MadQueue()
+        q = self._mads()
         qs = light.Queries(q, [("ho", build_dr_smp(Method.SET, SmpAttr.SM_INFO, target.dr_path,
                                                     HANDOVER, self.sminfo.attr()))])
         self._drive(q, qs)
@@ -245,7 +276,7 @@ class SmLoop:
         m = self.sminfo.master
         answer = None
         if m is not None:
-            q = MadQueue()
+            q = self._mads()
             qs = light.Queries(q, [("m", build_dr_smp(Method.GET, SmpAttr.SM_INFO, m.dr_path))])
             self._drive(q, qs)
             data = qs.results.get("m")
@@ -261,7 +292,7 @@ class SmLoop:
     def _own_guid(self) -> None:
         """Our port GUID before anything else: another SM may ask our SMInfo any moment
         (ibsim's control channel only tells the node GUID)."""
-        q = MadQueue()
+        q = self._mads()
         qs = light.Queries(q, [("me", build_dr_smp(Method.GET, SmpAttr.NODE_INFO, ()))])
         self._drive(q, qs)
         data = qs.results.get("me")
@@ -291,7 +322,7 @@ class SmLoop:
                 traps = [e[1] for e in events if e[0] == "trap"]
                 why = f"trap {traps[0]}" if traps else None
                 if why is None and time.monotonic() >= next_sweep:
-                    q = MadQueue()
+                    q = self._mads()
                     ls = light.light_sweep(q, self.subnet)
                     self._drive(q, ls)
                     why = light.changed(self.subnet, ls)

@@ -15,7 +15,7 @@ preference 2 -- NumbPath of them if asked, a Get one); SwitchInfoRecord;
 SMInfoRecord; LinkRecord; LFTRecord; MFTRecord; MCMemberRecord (Set joins,
 Delete leaves, queries as opensm's mcmr_query_mgrp); ServiceRecord (Set,
 Delete, leases).  Get answers one record (ERR_NO_RECORDS, or REQ_INVALID
-for more than one); GetTable answers by RMPP (``wire.rmpp``): segment 1
+for more than one); GetTable answers by RMPP (a ``mgmt.agent.MadAgent``): segment 1
 goes with the length of its whole records within what umad2sim copies,
 the rest follow the requester's ACKs, and ``tick(now)`` resends or gives
 up.  Other attributes and methods: "method/attribute unsupported".
@@ -23,6 +23,7 @@ up.  Other attributes and methods: "method/attribute unsupported".
 
 from __future__ import annotations
 
+from ..mgmt.agent import MadAgent
 from ..wire.mad import IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB, Method
 from ..wire.sa import (CLASS_PORT_INFO, LFT_RECORD_SIZE, LFTR_COMP_BLOCK, LFTR_COMP_LID, LINK_RECORD_SIZE,
                        LR_COMP_FROM_LID, LR_COMP_FROM_PORT, LR_COMP_TO_LID, LR_COMP_TO_PORT, MCMEMBER_RECORD,
@@ -36,7 +37,7 @@ from ..wire.sa import (CLASS_PORT_INFO, LFT_RECORD_SIZE, LFTR_COMP_BLOCK, LFTR_C
                        SR_COMP_PKEY, SR_SERVICE_NAME, SWIR_COMP_LID, SWITCH_INFO_RECORD_SIZE, SaAttr, SaMethod,
                        parse_sa, set_sa_response)
 from ..wire.errors import WireError
-from ..wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_TYPE_DATA, RmppSender
+from ..wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_TYPE_DATA
 from ..wire.smp import LINK_WIDTH, NODE_INFO, PORT_INFO, SWITCH_INFO, encode_node_desc
 from .mcast import Groups, McastError, port_gid
 from .subnet import NO_PATH, Physp, Subnet
@@ -74,10 +75,18 @@ class SubnetAdmin:
         self.services: list[list] = []          # [record bytes, expiry time or None]
         self.mfts: dict[int, dict[int, int]] = {}   # switch GUID -> {mlid: mask} as programmed
         self.set_subnet(subnet)
-        self.transfers: dict[tuple[int, int], RmppSender] = {}
-        # generous: a resend after the reader is gone would reach the next client in its slot
-        self.rmpp_timeout, self.rmpp_retries = 1.0, 3
-        self.counts = {"rmpp_transfers": 0, "rmpp_aborted": 0}
+        # the RMPP transfers of table answers, to (SLID, source QP), told apart by (SLID, TID);
+        # generous timeout: a resend after the reader is gone would reach the next client in its slot
+        self.rmpp = MadAgent(timeout=1.0, retries=3, tid_mask=(1 << 64) - 1)
+
+    @property
+    def transfers(self) -> dict:
+        """The RMPP transfers running, by (SLID, TID)."""
+        return self.rmpp.transfers
+
+    @property
+    def counts(self) -> dict:
+        return {"rmpp_transfers": self.rmpp.rmpp_transfers, "rmpp_aborted": self.rmpp.rmpp_aborted}
 
     # -- records ---------------------------------------------------------------------------
     def node_record(self, p: Physp) -> bytes:
@@ -441,13 +450,8 @@ class SubnetAdmin:
             return []
         if hdr.rmpp_version and hdr.rmpp_flags & RMPP_FLAG_ACTIVE and hdr.rmpp_type != RMPP_TYPE_DATA:
             # an ACK/STOP/ABORT of one of our transfers
-            t = self.transfers.get((slid, int.from_bytes(mad[8:16], "big")))
-            if t is None:
-                return []
-            out = [(m, None) for m in t.on_control(mad, now)]
-            if t.done:
-                self._finish(t)
-            return out
+            self.rmpp.deliver(mad, now, slid)
+            return [(m, None) for _dest, m in self.rmpp.take(now)]
         trusted = bool(hdr.sm_key) and self.sminfo is not None and hdr.sm_key == self.sminfo.sm_key
         self.expire_services(now)
         if method in (Method.SET, SaMethod.DELETE):
@@ -477,38 +481,19 @@ class SubnetAdmin:
         words = (size + 7) // 8
         set_sa_response(mad, Method.SA_GET_TABLE_RESP, [], size, rmpp=True)
         data = b"".join(r.ljust(words * 8, b"\0") for r in records)
-        key = (slid, int.from_bytes(mad[8:16], "big"))
-        old = self.transfers.pop(key, None)         # the request again: start over
-        if old is not None:
-            self._finish(old)
-        t = RmppSender(mad[:SA_DATA_OFFSET], data, timeout=self.rmpp_timeout, retries=self.rmpp_retries,
-                       now=now)
-        segs = t.start(now)
+        # the request again (same SLID and TID): the agent starts over
+        t = self.rmpp.send_rmpp(mad[:SA_DATA_OFFSET], data, (slid, sqp), now, peer=slid, done=self._ended)
+        segs = [m for _dest, m in self.rmpp.take(now)]
         # a reader without RMPP (umad2sim) takes segment 1 alone, as long as this says:
         # the whole records in what it copies of it, which is what saquery counts
-        out = [(segs[0], t.first_length(words * 8, UMAD2SIM_MAD_VIEW))] + [(m, None) for m in segs[1:]]
-        if t.count > 1:
-            t.dest = (slid, sqp)
-            self.transfers[key] = t
-            self.counts["rmpp_transfers"] += 1
-        return out
+        return [(segs[0], t.first_length(words * 8, UMAD2SIM_MAD_VIEW))] + [(m, None) for m in segs[1:]]
 
     def tick(self, now: float) -> list:
         """Transfers past their deadline: ``[(dlid, dqp, mad), ...]`` to resend."""
-        out = []
-        for key, t in list(self.transfers.items()):
-            for m in t.on_timer(now):
-                out.append((t.dest[0], t.dest[1], m))
-            if t.done:
-                self._finish(t)
-        return out
+        self.rmpp.tick(now)
+        return [(dest[0], dest[1], m) for dest, m in self.rmpp.take(now)]
 
-    def _finish(self, t: RmppSender) -> None:
-        for key, v in list(self.transfers.items()):
-            if v is t:
-                del self.transfers[key]
-        if t.aborted:
-            self.counts["rmpp_aborted"] += 1
-            if self.log:
-                self.log.info(f"SA: RMPP transfer to LID {t.dest[0]} given up (status {t.aborted}) "
-                              f"after segment {t.last_ack} of {t.count}")
+    def _ended(self, t) -> None:
+        if t.aborted and self.log:
+            self.log.info(f"SA: RMPP transfer to LID {t.dest[0]} given up (status {t.aborted}) "
+                          f"after segment {t.last_ack} of {t.count}")

@@ -7,7 +7,7 @@ switch, then block i+1, as opensm pipelines them; only blocks that changed
 since the last sweep) → every linked port in INIT set ARMED, then every
 ARMED port set ACTIVE → SUBNET UP.
 
-Each phase submits its SMPs to the ``MadQueue``; the driver calls ``poll``
+Each phase posts its SMPs to the ``MadAgent``; the driver calls ``poll``
 whenever the queue runs idle, which starts the next phase.  Port state Sets
 carry LinkState only (PhysLinkState, speeds and widths left at "no change"
 or their current values), the rest of PortInfo as last read.
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import time
 
+from ..mgmt.agent import MadAgent
 from ..wire.mad import Method
 from ..wire.smp import PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp, smp_data
 from . import lft_dump, log as L
 from .discovery import Discovery, dr_status
 from .guid2lid import Guid2Lid
 from .lid_mgr import assign_lids
-from .mad_queue import MadQueue
 from .routing import compute
 from .subnet import NO_PATH, Node, Physp, Subnet
 
@@ -36,7 +36,7 @@ LEAF_HOQ_LIFE = 0x10             # leaf_head_of_queue_lifetime (switch ports to 
 
 
 class HeavySweep:
-    def __init__(self, q: MadQueue, log: L.Log, engine: str = "minhop", roots=None,
+    def __init__(self, q: MadAgent, log: L.Log, engine: str = "minhop", roots=None,
                  g2l: Guid2Lid | None = None, lmc: int = 0, previous: dict[int, bytes] | None = None,
                  disc: Discovery | None = None, lmc_esp0: bool = False):
         self.q = q
@@ -85,7 +85,7 @@ class HeavySweep:
                 port.port_info = bytes(smp_data(r)[:PORT_INFO.size])
             elif attr == SmpAttr.SWITCH_INFO:
                 node.switch_info = bytes(smp_data(r)[:SWITCH_INFO.size])     # what the SA reports
-        self.q.submit(build_dr_smp(Method.SET, attr, node.dr_path, mod, data), cb)
+        self.q.post_send(build_dr_smp(Method.SET, attr, node.dr_path, mod, data), cb)
 
     def _lids(self) -> None:
         sub = self.subnet
@@ -167,7 +167,7 @@ class HeavySweep:
                 return
             p.port_info = bytes(smp_data(r)[:PORT_INFO.size])
             p.state = PORT_INFO.get(p.port_info, "LinkState")
-        self.q.submit(build_dr_smp(Method.SET, SmpAttr.PORT_INFO, p.node.dr_path, p.num, bytes(data)), cb)
+        self.q.post_send(build_dr_smp(Method.SET, SmpAttr.PORT_INFO, p.node.dr_path, p.num, bytes(data)), cb)
 
     def _arm(self) -> None:
         self.phase = "arming"

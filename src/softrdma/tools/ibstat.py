@@ -38,7 +38,7 @@ from ..device.sysfs import rate_str
 from ..verbs import device as verbs_device
 from ..verbs.errors import PyverbsError
 from .ibv_devinfo import errno_of
-from ..sm.umad import TransportError
+from ..mgmt.umad import TransportError
 from .ibdiag import simca
 from .libc import GetoptLong, c_int, strtol
 

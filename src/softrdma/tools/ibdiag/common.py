@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import sys
 
-from ...sm.umad import TransportError
+from ...mgmt.umad import TransportError
 from ..libc import GetoptLong, strtol, strtoul
 from .rpc import MadPort, PortId
 

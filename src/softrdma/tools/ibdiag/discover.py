@@ -119,14 +119,13 @@ class _Engine:
         while self.queue or inflight:
             while self.queue and len(inflight) < self.window:
                 e = self.queue.popleft()
-                tid, dgram = self.mad.smp_request(e[0], e[1], e[2])
-                inflight.append((e, tid, dgram))
+                inflight.append((e, self.mad.smp_request(e[0], e[1], e[2])))
             # hand the answers back in request order: take a batch of the oldest
             batch = list(inflight)
             inflight.clear()
-            answers = self.mad.rpc_many([(t, d) for _e, t, d in batch], window=self.window)
+            answers = self.mad.rpc_many([r for _e, r in batch], window=self.window)
             self.f.total_mads_used += len(batch)
-            for (e, _t, _d), mad in zip(batch, answers):
+            for (e, _r), mad in zip(batch, answers):
                 if mad is None:
                     continue
                 st = int.from_bytes(mad[4:6], "big") & 0x7FFF

@@ -30,15 +30,12 @@ MADs (an SM's SMInfo polls) are ignored, where the real one crashes.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
-import select
 import signal
 import socket
 import sys
 import time
 
-from ...wire import ibsim
 from ..libc import strtoul
 from . import common
 from .common import Exit, ibexit
@@ -60,8 +57,6 @@ OPTS = [
     ("oui", "o", 1, "", "use specified OUI number"),
     ("Server", "S", 0, None, "start in server mode"),
 ]
-
-_tids = itertools.count((os.getpid() & 0xFFFF) << 16 | 1)
 
 
 class _Stop(Exception):
@@ -162,30 +157,23 @@ class Pinger:
         self.timeout = timeout_s
 
     def call(self, lid: int, oui: int) -> bytes | None:
-        """ib_vendor_call_via(): the answer's data, or None (with the warnings)."""
-        tid = next(_tids) & 0xFFFFFFFF
-        dgram = ibsim.build_request(lid, 0, GSI_QP, GSI_QP, ping_mad(tid, oui))
-        sock = self.mad.port.data
+        """ib_vendor_call_via(): the answer's data, or None (with the warnings).
+        A timeout ends the call; a request ibsim hands back undelivered (an
+        error status) is sent again, up to MAX_TRIES times in all."""
+        mad = ping_mad(self.mad.agent.alloc_tid(), oui)
         for _try in range(MAX_TRIES):
-            self.mad._send(dgram)
-            end = time.monotonic() + self.timeout
-            ans = None
-            while ans is None:
-                left = end - time.monotonic()
-                if left <= 0 or not select.select([sock], [], [], left)[0]:
-                    ibwarn("_do_madrpc", "recv failed: Connection timed out")
-                    ibwarn("mad_rpc_rmpp", f"_do_madrpc failed; dport (Lid {lid})")
-                    return None
-                for req in self.mad.port.recv_all():
-                    m = req.mad
-                    if int.from_bytes(m[8:16], "big") & 0xFFFFFFFF == tid and \
-                            (m[3] & 0x80 or req.status):
-                        ans = req
-            if ans.status == 0:
-                m = ans.mad
-                if int.from_bytes(m[4:6], "big"):
-                    return None                 # "MAD completed with error status" (only with -e)
-                return bytes(m[VENDOR2_DATA_OFFS:VENDOR2_DATA_OFFS + VENDOR2_DATA_SIZE])
+            s = self.mad.post((lid, GSI_QP, GSI_QP), mad, timeout=self.timeout, retries=0)
+            self.mad.run()
+            if s.status:
+                continue
+            if s.response is None:
+                ibwarn("_do_madrpc", "recv failed: Connection timed out")
+                ibwarn("mad_rpc_rmpp", f"_do_madrpc failed; dport (Lid {lid})")
+                return None
+            m = s.response
+            if int.from_bytes(m[4:6], "big"):
+                return None                 # "MAD completed with error status" (only with -e)
+            return bytes(m[VENDOR2_DATA_OFFS:VENDOR2_DATA_OFFS + VENDOR2_DATA_SIZE])
         ibwarn("mad_rpc_rmpp", f"_do_madrpc failed; dport (Lid {lid})")
         return None
 
@@ -195,14 +183,14 @@ def serve(mad: MadPort) -> None:
     data = host_and_domain()
     port = mad.port
     while True:
-        select.select([port.data], [], [])
+        port.wait(None)
         for req in port.recv_all():
             if req.status or req.mad[1] != PING_CLASS:
                 continue
             resp = pong_mad(req.mad, data)
             if resp is None:
                 continue
-            mad._send(ibsim.build_request(req.slid, 0, req.sqp, GSI_QP, resp))
+            port.send(resp, req.slid, req.sqp, GSI_QP, slid=0, block=mad.timeout)
 
 
 def _cstr(b: bytes) -> str:

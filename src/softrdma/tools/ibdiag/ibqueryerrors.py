@@ -25,8 +25,8 @@ from .discover import NODE_CA, NODE_ROUTER, NODE_SWITCH, discover
 from .iblinkinfo import Printer
 from .perfquery import (PC_FIELDS, PCE_FIELDS, PM_ALL_PORT_SELECT, PM_EXT_WIDTH_NOIETF_SUP,
                         PM_EXT_WIDTH_SUPPORTED, PM_PC_XMIT_WAIT_SUP, _get)
-from .rpc import GID_PREFIX, METHOD_SET, PortId, SA_ATTR_PATH_RECORD, SA_CLASS, \
-    SA_DATA_OFFSET, _tids, ibwarn
+from .rpc import GID_PREFIX, GSI_QP, METHOD_SET, PortId, SA_ATTR_PATH_RECORD, SA_CLASS, \
+    SA_DATA_OFFSET, ibwarn
 
 OPTS = [
     ("suppress", "s", 1, "<err1,err2,...>", "suppress errors listed"),
@@ -305,10 +305,9 @@ class Checker:
 
 def path_record_table(mad, dguid=0) -> bool:
     """path_record_query(): a PathRecord GetTable from the own port; True if the SA answered."""
-    tid = next(_tids) & 0xFFFFFFFF
     m = bytearray(256)
     m[0:4] = bytes([1, SA_CLASS, 2, 0x12])                   # SubnAdmGetTable
-    m[8:16] = tid.to_bytes(8, "big")
+    m[8:16] = mad.agent.alloc_tid().to_bytes(8, "big")
     m[16:18] = SA_ATTR_PATH_RECORD.to_bytes(2, "big")
     mask = (1 << 3) | (1 << 11) | (1 << 10)                  # SGID, NumbPath, Reversible
     rec = SA_DATA_OFFSET
@@ -318,8 +317,7 @@ def path_record_table(mad, dguid=0) -> bool:
         m[rec + 8:rec + 24] = GID_PREFIX.to_bytes(8, "big") + dguid.to_bytes(8, "big")
     m[48:56] = mask.to_bytes(8, "big")
     m[rec + 49] = 0x80 | 1
-    from ...wire import ibsim
-    ans = mad.rpc_many([(tid, ibsim.build_request(mad.sm_lid, 0, 1, 1, bytes(m)))])[0]
+    ans = mad.rpc_many([((mad.sm_lid, GSI_QP, GSI_QP), m)])[0]
     if ans is None:
         sys.stdout.flush()
         sys.stderr.write("Query SA failed: Connection timed out; sa call path_query failed\n")

@@ -1,23 +1,24 @@
 """The MAD transport of the diags: what libibmad's ``mad_rpc`` over
-umad2sim does, as an ibsim client (``softrdma.sm.umad.IbsimPort`` with
-issm off, not modified: this module only adds the requests it lacks).
+umad2sim does, as an ibsim client (``softrdma.mgmt.umad.IbsimPort`` with
+issm off) whose requests a ``softrdma.mgmt.agent.MadAgent`` tracks.
 
 Owns: the own port's LID/port/SM LID (ibsim's GET_PORTINFO, as umad2sim's
 fake sysfs), ``PortId`` (a LID, a directed route, or both: DrSLID routing),
-one request/response exchange with timeout and retries (``rpc``), and a
-pipelined batch (``rpc_many``) that still hands answers back in request
-order.  TIDs: the low 32 bits are ours, ibsim owns the upper ones.
+the socket loop that runs the agent (``run``), one request/response
+exchange (``smp_query``, ``perf_query``) and a pipelined batch
+(``rpc_many``) that still hands answers back in request order.  TIDs: the
+agent's, from the pid as libibmad's; the low 32 bits are ours, ibsim owns
+the upper ones.  A request is ``(dest, mad)`` with ``dest`` = (DLID, DQP, SQP).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
-import select
 import sys
 import time
 
-from ...sm.umad import IbsimPort, TransportError
+from ...mgmt.agent import MadAgent, MadSend
+from ...mgmt.umad import IbsimPort, TransportError
 from ...wire import ibsim, smp
 from ...wire.errors import WireError
 
@@ -25,7 +26,10 @@ METHOD_GET = 0x01
 METHOD_SET = 0x02
 DEFAULT_TIMEOUT_MS = 1000       # libibmad MAD_DEF_TIMEOUT_MS
 DEFAULT_RETRIES = 3             # libibmad MAD_DEF_RETRIES
-_tids = itertools.count((os.getpid() & 0xFFFF) << 16 | 1)
+GSI_QP = 1
+# the process's TIDs (libibmad: one counter from the pid): a port opened after
+# another one goes on where it stopped, so no late answer matches a new request
+_next_tid = (os.getpid() & 0xFFFF) << 16 | 1
 
 
 class PortId:
@@ -75,8 +79,11 @@ class MadPort:
         self.port_info = pi
         self.node_info = ni
         self.last_status = 0
+        self.agent = MadAgent(timeout=self.timeout, retries=retries, first_tid=_next_tid)
 
     def close(self):
+        global _next_tid
+        _next_tid = self.agent.next_tid
         self.port.close()
 
     def __enter__(self):
@@ -88,73 +95,62 @@ class MadPort:
     # --- building ---------------------------------------------------------------
     def smp_request(self, portid: PortId, attr: int, mod: int = 0, data=b"",
                     method: int = METHOD_GET):
-        tid = next(_tids) & 0xFFFFFFFF
+        tid = self.agent.alloc_tid()
         if portid.path is not None and (portid.lid == 0 or portid.path):
             drslid = portid.drslid if portid.lid else 0xFFFF
             mad = smp.build_dr_smp(method, attr, portid.path, mod, data, tid=tid, dr_slid=drslid)
-            dlid = portid.lid if portid.lid else 0xFFFF
-            slid = 0 if portid.lid else 0xFFFF
+            dlid = portid.lid if portid.lid else 0xFFFF      # SLID: permissive with it, else 0
         else:
             mad = smp.build_smp(method, attr, mod, data, tid=tid)
-            dlid, slid = portid.lid, 0
-        return tid, ibsim.build_request(dlid, slid, 0, 0, mad)
+            dlid = portid.lid
+        return (dlid, 0, 0), mad
 
     def perf_request(self, lid: int, attr: int, mod: int = 0, data=b"", method: int = METHOD_GET):
-        tid = next(_tids) & 0xFFFFFFFF
-        mad = smp.build_perf(method, attr, mod, data, tid=tid)
-        return tid, ibsim.build_request(lid, 0, 1, 1, mad)
+        mad = smp.build_perf(method, attr, mod, data, tid=self.agent.alloc_tid())
+        return (lid, GSI_QP, GSI_QP), mad
 
     # --- exchanging ---------------------------------------------------------------
-    def rpc_many(self, reqs, window: int = 16) -> list:
-        """Send (tid, datagram) pairs, up to ``window`` in flight; return each
-        answer MAD (bytes) or None (timed out / dropped / bad status), in order."""
-        reqs = list(reqs)
-        out: list = [None] * len(reqs)
-        index = {tid: i for i, (tid, _) in enumerate(reqs)}
-        tries = [0] * len(reqs)
-        pending: dict[int, float] = {}
-        nxt = 0
-        done = 0
-        sock = self.port.data
-        while done < len(reqs):
-            while nxt < len(reqs) and len(pending) < window:
-                self._send(reqs[nxt][1])
-                pending[nxt] = time.monotonic()
-                nxt += 1
-            wait = min(pending.values()) + self.timeout - time.monotonic() if pending else 0
-            r, _, _ = select.select([sock], [], [], max(0.0, wait))
-            if r:
-                for req in self.port.recv_all():
-                    status, mad = req.status, req.mad
-                    tid = int.from_bytes(mad[8:16], "big") & 0xFFFFFFFF
-                    i = index.get(tid)
-                    # a response, or the request itself back with an error status
-                    # (ibsim could not deliver it: ETIMEDOUT at once, no timer needed)
-                    if i is None or i not in pending or not (mad[3] & 0x80 or status):
-                        continue
-                    del pending[i]
-                    done += 1
-                    self.last_status = status or int.from_bytes(mad[4:6], "big") & 0x7FFF
-                    if status == 0:
-                        out[i] = bytes(mad)
-            now = time.monotonic()
-            for i, t0 in list(pending.items()):
-                if now - t0 >= self.timeout:
-                    tries[i] += 1
-                    if tries[i] > self.retries:
-                        del pending[i]
-                        done += 1
-                    else:
-                        self._send(reqs[i][1])
-                        pending[i] = now
-        return out
+    def post(self, dest, mad, callback=None, *, timeout: float | None = None, retries: int | None = None,
+             rmpp: bool = False) -> MadSend:
+        """Queue one request (its TID already in ``mad``) for ``run``."""
+        return self.agent.post_send(bytearray(mad), callback, dest=dest, own_tid=True,
+                                    timeout=timeout, retries=retries, rmpp=rmpp)
 
-    def _send(self, dgram):
-        try:
-            self.port.data.send(dgram)
-        except BlockingIOError:
-            select.select([], [self.port.data], [], self.timeout)
-            self.port.data.send(dgram)
+    def _answered(self, mad) -> None:
+        if mad is not None:
+            self.last_status = int.from_bytes(mad[4:6], "big") & 0x7FFF
+
+    def run(self) -> None:
+        """The socket loop: send what the agent has, hand it what arrives
+        (a request back with an error status -- ibsim could not deliver it:
+        ETIMEDOUT at once, no timer needed -- fails it), until nothing is
+        outstanding.  Requests to us (not responses) are dropped."""
+        agent, port = self.agent, self.port
+        while not agent.idle:
+            for (dlid, dqp, sqp), mad in agent.take(time.monotonic()):
+                port.send(mad, dlid, dqp, sqp, block=self.timeout)
+            if agent.idle:
+                break
+            d = agent.deadline
+            if port.wait(0.0 if d is None else d - time.monotonic()):
+                now = time.monotonic()
+                for req in port.recv_all():
+                    if req.status:
+                        if agent.fail(req.mad, req.status):
+                            self.last_status = req.status
+                    else:
+                        # what needs an address back (an RMPP ACK) is a GSI MAD: QP1 to QP1
+                        agent.deliver(req.mad, now, (req.slid, GSI_QP, GSI_QP) if req.slid else None,
+                                      req.length)
+            agent.tick(time.monotonic())
+
+    def rpc_many(self, reqs, window: int = 16) -> list:
+        """Send (dest, mad) pairs, up to ``window`` in flight; return each
+        answer MAD (bytes) or None (timed out / dropped / bad status), in order."""
+        self.agent.window = window
+        sends = [self.post(dest, mad, self._answered) for dest, mad in reqs]
+        self.run()
+        return [s.response for s in sends]
 
     def smp_query(self, portid: PortId, attr: int, mod: int = 0, data=b"",
                   method: int = METHOD_GET) -> bytes | None:
@@ -192,10 +188,9 @@ def sa_path_lid(port: MadPort, guid: int) -> int | None:
     """ib_path_query_via(): the DLID of a PathRecord from the own port to
     the port ``guid``, from the SA at the SM LID; None (with libibmad's
     warnings) when no SA answers -- ibsim has none without a resident SM."""
-    tid = next(_tids) & 0xFFFFFFFF
     mad = bytearray(256)
     mad[0:4] = bytes([1, SA_CLASS, 2, METHOD_GET])
-    mad[8:16] = tid.to_bytes(8, "big")
+    mad[8:16] = port.agent.alloc_tid().to_bytes(8, "big")
     mad[16:18] = SA_ATTR_PATH_RECORD.to_bytes(2, "big")
     mad[48:56] = (PR_COMPMASK_DGID | PR_COMPMASK_SGID).to_bytes(8, "big")
     rec = SA_DATA_OFFSET
@@ -204,7 +199,7 @@ def sa_path_lid(port: MadPort, guid: int) -> int | None:
     # (real ibsim's GET_NODEINFO PortGUID of a CA is the NodeGUID: the SA would refuse that)
     sgid_guid = (port.node_info["Guid"] + port.portnum) & 0xFFFFFFFFFFFFFFFF
     mad[rec + 24:rec + 40] = GID_PREFIX.to_bytes(8, "big") + sgid_guid.to_bytes(8, "big")
-    ans = port.rpc_many([(tid, ibsim.build_request(port.sm_lid, 0, 1, 1, bytes(mad)))])[0]
+    ans = port.rpc_many([((port.sm_lid, GSI_QP, GSI_QP), mad)])[0]
     if ans is None:
         ibwarn("mad_rpc_rmpp", f"_do_madrpc failed; dport (Lid {port.sm_lid})")
         ibwarn("ib_path_query_via", "sa call path_query failed")

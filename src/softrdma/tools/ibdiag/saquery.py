@@ -3,28 +3,27 @@
 with saquery's options, record dumps and errors.
 
 Unlike the real tool under umad2sim (one MAD per answer: a table is cut to
-what fits in 200 bytes), this one does RMPP itself (``wire.rmpp``): it
+what fits in 200 bytes), this one does RMPP itself (``mgmt.agent``): it
 ACKs the SA's segments and prints the whole table.  A single-MAD answer (an
 SM that sends no segments, as opensm through umad2sim) is taken at the
 length the fabric reports, as umad does.
+
+A faithful port of a large C tool (saquery.c's every query, option and
+dump in one place, as there): longer than the modules around it for that.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-import select
 import struct
 import sys
-import time
 
-from ...wire import ibsim
-from ...wire.rmpp import RmppReceiver, is_segmented
 from ..libc import strtoul
 from . import common
 from .common import Exit
 from .dump import portinfo as dump_portinfo
-from .rpc import _tids, ibwarn
+from .rpc import GSI_QP, ibwarn
 
 SA_CLASS = 0x03
 GET, GET_TABLE = 0x01, 0x12
@@ -498,50 +497,31 @@ class SaHandle:
 
     def query(self, method: int, attr: int, mod: int = 0, comp_mask: int = 0, data: bytes = b"",
               sm_key: int = 0) -> Result:
-        tid = next(_tids) & 0xFFFFFFFF
         mad = bytearray(256)
         mad[0:4] = bytes([1, SA_CLASS, 2, method])
-        mad[8:16] = tid.to_bytes(8, "big")
+        mad[8:16] = self.mp.agent.alloc_tid().to_bytes(8, "big")
         mad[16:18] = attr.to_bytes(2, "big")
         mad[20:24] = mod.to_bytes(4, "big")
         mad[36:44] = sm_key.to_bytes(8, "big")
         mad[48:56] = comp_mask.to_bytes(8, "big")
         mad[DATA_OFFS:DATA_OFFS + len(data)] = data[:200]
         # one request, no retry (sa_query's umad_send(..., retries 0)): a second answer
-        # would reach whichever client has this one's fabric slot by then
-        self._send(ibsim.build_request(self.sm_lid, 0, 1, 1, bytes(mad)))
-        rx = None
-        end = time.monotonic() + self.timeout
-        sock = self.mp.port.data
-        while True:
-            left = end - time.monotonic()
-            if left <= 0 or not select.select([sock], [], [], left)[0]:
-                ibwarn("sa_query", f"umad_recv failed: attr 0x{attr:x}: {os.strerror(110)}")
-                raise SaError(110)
-            for req in self.mp.port.recv_all():
-                m = req.mad
-                if (_u(m, 8, 8) & 0xFFFFFFFF) != tid or m[1] != SA_CLASS:
-                    continue
-                if req.status:
-                    raise SaError(req.status if req.status < 256 else 110)
-                if not m[3] & 0x80:
-                    continue
-                if is_segmented(m):
-                    rx = rx or RmppReceiver()
-                    ack = rx.on_data(m)
-                    if ack is not None:
-                        self._send(ibsim.build_request(req.slid or self.sm_lid, 0, 1, 1, ack))
-                    end = time.monotonic() + self.timeout      # the transfer moves
-                    if rx.result is not None:
-                        if rx.aborted:
-                            raise SaError(5)
-                        return Result(rx.result.ljust(256, b"\0"), len(rx.result))
-                    continue
-                length = req.length if 0 < req.length <= 256 else 256
-                return Result(bytes(m), length)
-
-    def _send(self, dgram):
-        self.mp._send(dgram)
+        # would reach whichever client has this one's fabric slot by then.  The agent
+        # ACKs the SA's RMPP segments (to the LID they came from) and restarts the
+        # timer with each one, as umad does for an RMPP agent
+        s = self.mp.post((self.sm_lid, GSI_QP, GSI_QP), mad, timeout=self.timeout, retries=0, rmpp=True)
+        self.mp.run()
+        if s.status:
+            raise SaError(s.status if s.status < 256 else 110)
+        if s.response is None:
+            ibwarn("sa_query", f"umad_recv failed: attr 0x{attr:x}: {os.strerror(110)}")
+            raise SaError(110)
+        if s.rmpp is not None:
+            if s.rmpp_status:
+                raise SaError(5)
+            return Result(s.response.ljust(256, b"\0"), len(s.response))
+        length = s.length if 0 < s.length <= 256 else 256
+        return Result(s.response, length)
 
 
 def report_err(status: int) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from ...sm.umad import IbsimPort
+from ...mgmt.umad import IbsimPort
 from ...wire import ibsim, smp
 from ..libc import strtoul
 
@@ -77,7 +77,7 @@ def ca_from(vendor, ni: dict, pi: dict) -> dict:
 
 def sim_ca() -> dict:
     """Attach to the ibsim server (IBSIM_SOCKNAME, SIM_HOST) as umad2sim does,
-    ask what it asks, detach.  Raises softrdma.sm.umad.TransportError."""
+    ask what it asks, detach.  Raises softrdma.mgmt.umad.TransportError."""
     port = IbsimPort(issm=False)
     try:
         vendor = ibsim.parse_vendor(port.control(ibsim.SimCtlType.GET_VENDOR, bytes(24)).data)

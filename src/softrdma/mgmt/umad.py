@@ -1,4 +1,4 @@
-"""The SM's MAD transport: an ibsim client (what libumad2sim does for opensm), and the driver loop.
+"""The ibsim client: what libumad2sim does for opensm and the diags, a umad port over ibsim.
 
 ``IbsimPort`` speaks ibsim's client protocol (softrdma.wire.ibsim): it binds
 ``@<base>:ctl<pid>`` and ``@<base>:in<pid>`` (abstract AF_UNIX names with the
@@ -8,11 +8,8 @@ hands it unsolicited QP0 MADs, as to an SM), and exchanges one
 ``IBSIM_SERVER_NAME``/``IBSIM_SERVER_PORT`` set it uses ibsim's UDP remote
 mode instead (ctl on PORT, data on PORT+1+index).  ``IBSIM_SOCKNAME`` and
 ``SIM_HOST`` mean what they mean to umad2sim.  Works against the real ibsim
-and against ``softrdma fabric serve``.
-
-``drive(queue, sm, port, window, timeout)`` runs a sans-IO SM state machine
-to completion: keeps up to ``window`` MADs in flight, matches answers,
-expires and re-sends late ones.
+and against ``softrdma fabric serve``.  The requests, their TIDs, timers and
+retries are the users' ``agent.MadAgent``'s; this module only moves datagrams.
 """
 
 from __future__ import annotations
@@ -21,11 +18,9 @@ import os
 import select
 import socket
 import struct
-import time
 
 from ..wire import ibsim
 from ..wire.errors import WireError
-from .mad_queue import MadQueue
 
 QP0 = 0
 
@@ -101,19 +96,23 @@ class IbsimPort:
         return self.data.fileno()
 
     def send(self, mad: bytes, dlid: int = 0xFFFF, dqp: int = QP0, sqp: int = QP0,
-             length: int | None = None) -> None:
+             length: int | None = None, *, slid: int | None = None, block: float = 1.0) -> None:
+        """One MAD to ``dlid``/``dqp`` from our ``sqp``; ``block``: how long to
+        wait for room in a full socket buffer."""
         # a directed-route SMP leaves with the permissive SLID as well (umad2sim does so):
         # with SLID 0 ibsim would LID-route the answer to the SM port, LID 0 before the sweep
-        dgram = ibsim.build_request(dlid, 0xFFFF if dlid == 0xFFFF else 0, dqp, sqp, mad, 0, length)
+        if slid is None:
+            slid = 0xFFFF if dlid == 0xFFFF else 0
+        dgram = ibsim.build_request(dlid, slid, dqp, sqp, mad, 0, length)
         try:
             self.data.send(dgram)
         except BlockingIOError:
-            select.select([], [self.data], [], 1.0)
+            select.select([], [self.data], [], block)
             self.data.send(dgram)
 
-    def wait(self, timeout: float) -> bool:
-        """True when a datagram is waiting (within ``timeout`` seconds)."""
-        return bool(select.select([self.data], [], [], max(0.0, timeout))[0])
+    def wait(self, timeout: float | None) -> bool:
+        """True when a datagram is waiting (within ``timeout`` seconds; None: until one is)."""
+        return bool(select.select([self.data], [], [], None if timeout is None else max(0.0, timeout))[0])
 
     def recv_all(self) -> list[ibsim.SimRequest]:
         """Every datagram waiting (status, SLID and source QP say where it came from)."""
@@ -140,37 +139,3 @@ class IbsimPort:
         self.ctl.close()
         self.data.close()
 
-
-def drive(q: MadQueue, sm, port: IbsimPort, window: int = 32, timeout: float = 0.2,
-          on_unsolicited=None, deadline: float | None = None) -> None:
-    """Run ``sm`` (with ``start``, ``poll``, ``done``) over ``port`` until done."""
-    sent_at: dict[int, float] = {}
-    sm.start()
-    sm.poll()
-    while not sm.done:
-        for tid, mad in q.take(window):
-            sent_at[tid] = time.monotonic()
-            port.send(mad)
-        now = time.monotonic()
-        if deadline is not None and now > deadline:
-            raise TransportError("sweep did not finish in time")
-        wait = min((t + timeout for t in sent_at.values()), default=now + timeout) - now
-        r, _, _ = select.select([port], [], [], max(0.0, wait))
-        if r:
-            for req in port.recv_all():
-                if req.status:
-                    # ibsim could not deliver it (ETIMEDOUT): let the timer re-send it
-                    continue
-                mad = req.mad
-                if mad[3] & 0x80:                       # a response (GetResp)
-                    tid = int.from_bytes(mad[8:16], "big") & 0xFFFFFFFF
-                    sent_at.pop(tid, None)
-                    q.deliver(mad)
-                elif on_unsolicited is not None:
-                    on_unsolicited(req)
-        now = time.monotonic()
-        for tid in [t for t, s in sent_at.items() if now - s >= timeout]:
-            del sent_at[tid]
-            q.expire(tid)
-        if q.idle:
-            sm.poll()
