@@ -35,7 +35,9 @@ import sys
 import time
 
 from ..verbs.errors import PyverbsError
-from .rdma import LINK_STATES, QP_STATES, _name, _task_name, qp_type_str
+from .rdma.link import LINK_STATES
+from .rdma.res import QP_STATES, qp_type_str
+from .rdma.utils import get_task_name, table_str
 
 #: the columns a QP and a device share: (key, counter)
 PACKETS = (("rx_packets", "rcvd_pkts"), ("tx_packets", "sent_pkts"))
@@ -84,11 +86,11 @@ def model(prev: Snapshot | None, cur: Snapshot) -> dict:
     qp_states: dict[str, dict[str, int]] = {}
     for q in cur.qps.values():
         s = qp_states.setdefault(q[0], {})
-        st = _name(QP_STATES, q[3])
+        st = table_str(QP_STATES, q[3])
         s[st] = s.get(st, 0) + 1
     for name, d in cur.devices.items():
         old = prev.devices.get(name) if prev is not None else None
-        e = {"ifname": name, "port": d["port"], "state": _name(LINK_STATES, d["state"]), "netdev": d["netdev"],
+        e = {"ifname": name, "port": d["port"], "state": table_str(LINK_STATES, d["state"]), "netdev": d["netdev"],
              "qps": d["qps"], "qp_states": qp_states.get(name, {}), "counters_bound": d["counters"]}
         for key, src in DEV_TRAFFIC:
             e[key] = d["traffic"][src]
@@ -105,8 +107,8 @@ def model(prev: Snapshot | None, cur: Snapshot) -> dict:
         old = prev.qps.get(key) if prev is not None else None
         if old is not None and old[2] != qtype:
             old = None                                 # the QPN was reused
-        e = {"ifname": dev, "lqpn": qpn, "type": qp_type_str(qtype), "state": _name(QP_STATES, state),
-             "pid": pid, "comm": _task_name(pid), "cntn": cntn}
+        e = {"ifname": dev, "lqpn": qpn, "type": qp_type_str(qtype), "state": table_str(QP_STATES, state),
+             "pid": pid, "comm": get_task_name(pid), "cntn": cntn}
         for key2, cname in PACKETS + QP_BYTES + EVENTS:
             e[key2] = cnt[idx[cname]]
             e[key2 + "_rate"] = _rate(e[key2], old[6][idx[cname]] if old else None, dt)
