@@ -42,7 +42,26 @@ import select
 import socket
 import struct
 import sys
+import time
 
+from ..pyverbs.cmid import CMID, AddrInfo, CMEvent, ConnParam
+from ..pyverbs.cq import CQ, CompChannel
+from ..pyverbs.enums import (
+    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_QP_ACCESS_FLAGS, IBV_QP_PKEY_INDEX,
+    IBV_QP_PORT, IBV_QP_STATE, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_SEND_SIGNALED,
+    IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_SEND, IBV_WC_WR_FLUSH_ERR, IBV_WR_RDMA_READ,
+    IBV_WR_RDMA_WRITE, IBV_WR_SEND,
+)
+from ..pyverbs.librdmacm_enums import (
+    RAI_PASSIVE, RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_CONNECT_ERROR,
+    RDMA_CM_EVENT_CONNECT_REQUEST, RDMA_CM_EVENT_CONNECT_RESPONSE, RDMA_CM_EVENT_DEVICE_REMOVAL,
+    RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_REJECTED, RDMA_CM_EVENT_ROUTE_ERROR,
+    RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_UNREACHABLE, RDMA_PS_TCP,
+)
+from ..pyverbs.mr import MR
+from ..pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+from ..pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from ..pyverbs.wr import SGE, RecvWR, SendWR
 from .cma_common import _close, _err, _out, atoi, create_first_event_channel, perror
 from .libc import c_int
 
@@ -195,8 +214,6 @@ class Rping:
         return 0
 
     def _pump(self) -> None:
-        from ..pyverbs.cmid import CMEvent
-        from ..pyverbs.pyverbs_error import PyverbsRDMAError
         progressed = False
         while True:                                       # cm_thread
             try:
@@ -244,14 +261,6 @@ class Rping:
         return getattr(ev, "id", None) or getattr(inner, "id", None)
 
     def cma_event_handler(self, ev) -> int:
-        from ..pyverbs.cmid import CMID
-        from ..pyverbs.librdmacm_enums import (
-            RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_CONNECT_ERROR,
-            RDMA_CM_EVENT_CONNECT_REQUEST, RDMA_CM_EVENT_CONNECT_RESPONSE, RDMA_CM_EVENT_DEVICE_REMOVAL,
-            RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_REJECTED,
-            RDMA_CM_EVENT_ROUTE_ERROR, RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_UNREACHABLE,
-        )
-        from ..pyverbs.pyverbs_error import PyverbsError
         t = ev.event_type
         eid = self._event_id(ev)
         parent = self.cm_id is not None and eid is self.cm_id.id
@@ -335,10 +344,6 @@ class Rping:
     def cq_event_handler(self) -> bool:
         """rping_cq_event_handler(): poll until empty; True if anything
         completed.  A flushed completion or an error ends the CQ thread."""
-        from ..pyverbs.enums import (
-            IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_SEND, IBV_WC_WR_FLUSH_ERR,
-        )
-        from ..pyverbs.pyverbs_error import PyverbsError
         got = False
         flushed = False
         while True:
@@ -395,13 +400,11 @@ class Rping:
 
     # ------------------------------------------------------------------ verbs resources
     def post_recv(self) -> None:
-        from ..pyverbs.wr import SGE, RecvWR
         self.qp.post_recv(RecvWR(0, 1, [SGE(self.recv_mr.buf, INFO.size, self.recv_mr.lkey)]))
 
     def post_or_report(self, post, *args, errors: tuple = ()) -> int:
         """One post of the ping loops: 0, or the negative errno after rping's
         "post send error" (a PyverbsError, or one of ``errors``, failed it)."""
-        from ..pyverbs.pyverbs_error import PyverbsError
         try:
             post(*args)
         except (PyverbsError, *errors) as e:
@@ -411,15 +414,11 @@ class Rping:
         return 0
 
     def post_send_info(self) -> None:
-        from ..pyverbs.enums import IBV_SEND_SIGNALED, IBV_WR_SEND
-        from ..pyverbs.wr import SGE, SendWR
         self.send_mr.write(self.send_buf, INFO.size, 0)
         self.qp.post_send(SendWR(0, IBV_WR_SEND, 1, sg=[SGE(self.send_mr.buf, INFO.size, self.send_mr.lkey)],
                                  send_flags=IBV_SEND_SIGNALED))
 
     def post_rdma(self, opcode: int, length: int) -> None:
-        from ..pyverbs.enums import IBV_SEND_SIGNALED
-        from ..pyverbs.wr import SGE, SendWR
         wr = SendWR(0, opcode, 1, sg=[SGE(self.rdma_mr.buf, length, self.rdma_mr.lkey)],
                     send_flags=IBV_SEND_SIGNALED)
         wr.set_wr_rdma(self.remote_rkey, self.remote_addr)
@@ -427,8 +426,6 @@ class Rping:
 
     def setup_qp(self, cm_id) -> int:
         """rping_setup_qp(): PD, completion channel, CQ (armed), QP."""
-        from ..pyverbs.cq import CQ, CompChannel
-        from ..pyverbs.pyverbs_error import PyverbsError
         try:
             self.pd = cm_id.pd
         except PyverbsError:
@@ -462,11 +459,6 @@ class Rping:
         return 0
 
     def create_qp(self, cm_id) -> int:
-        from ..pyverbs.enums import (
-            IBV_QP_ACCESS_FLAGS, IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_STATE, IBV_QPS_INIT, IBV_QPT_RC,
-        )
-        from ..pyverbs.pyverbs_error import PyverbsError
-        from ..pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
         cap = QPCap(max_send_wr=RPING_SQ_DEPTH, max_recv_wr=2, max_send_sge=1, max_recv_sge=1)
         init = QPInitAttr(qp_type=IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap)
         if self.self_create_qp:
@@ -495,9 +487,6 @@ class Rping:
         return 0
 
     def setup_buffers(self) -> int:
-        from ..pyverbs.enums import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE
-        from ..pyverbs.mr import MR
-        from ..pyverbs.pyverbs_error import PyverbsError
         self.log(f"rping_setup_buffers called on cb {_ptr(self)}\n")
         rdma = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE
         steps = [("recv_mr", INFO.size, IBV_ACCESS_LOCAL_WRITE, "recv_buf reg_mr failed\n"),
@@ -565,13 +554,10 @@ class Rping:
 
     # ------------------------------------------------------------------ connection steps
     def conn_param(self):
-        from ..pyverbs.cmid import ConnParam
         return ConnParam(resources=1, depth=1, retry=7, rnr_retry=7,
                          qp_num=self.qp.qp_num if self.self_create_qp else 0)
 
     def self_modify_qp(self, cm_id) -> int:
-        from ..pyverbs.enums import IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS
-        from ..pyverbs.pyverbs_error import PyverbsError
         for st in (IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS):
             try:
                 attr, mask = cm_id.init_qp_attr(st)
@@ -581,7 +567,6 @@ class Rping:
         return 0
 
     def accept(self) -> int:
-        from ..pyverbs.pyverbs_error import PyverbsError
         self.log("accepting client connection request\n")
         try:
             if self.self_create_qp:
@@ -601,9 +586,6 @@ class Rping:
         return 0
 
     def disconnect(self, cm_id) -> int:
-        from ..pyverbs.enums import IBV_QP_STATE, IBV_QPS_ERR
-        from ..pyverbs.pyverbs_error import PyverbsError
-        from ..pyverbs.qp import QPAttr
         try:
             if self.self_create_qp and self.qp is not None:
                 self.qp.modify(QPAttr(qp_state=IBV_QPS_ERR), IBV_QP_STATE)
@@ -616,7 +598,6 @@ class Rping:
         """pthread_join(cqthread) and what the CM thread still prints: the
         flushed receive ends the CQ thread; the DISCONNECTED event of the
         side that disconnected first comes with the peer's DREP."""
-        import time
         end = time.monotonic() + timeout
         while self.state != DISCONNECTED and self.cm_exit is None and time.monotonic() < end:
             self._pump()
@@ -624,9 +605,6 @@ class Rping:
 
     # ------------------------------------------------------------------ server
     def bind_server(self) -> int:
-        from ..pyverbs.cmid import AddrInfo
-        from ..pyverbs.librdmacm_enums import RAI_PASSIVE
-        from ..pyverbs.pyverbs_error import PyverbsError
         try:
             self.cm_id.bind_addr(AddrInfo(src=self.sin[1], src_service=str(self.port), flags=RAI_PASSIVE))
         except PyverbsError as e:
@@ -687,7 +665,6 @@ class Rping:
             self.state = IDLE
 
     def test_server(self) -> int:
-        from ..pyverbs.enums import IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE
         ret = 0
         while True:
             ret = self.wait_for(RDMA_READ_ADV, "wait for RDMA_READ_ADV")
@@ -731,8 +708,6 @@ class Rping:
 
     # ------------------------------------------------------------------ client
     def bind_client(self) -> int:
-        from ..pyverbs.cmid import AddrInfo
-        from ..pyverbs.pyverbs_error import PyverbsError
         try:
             ai = AddrInfo(src=self.ssource[1] if self.ssource else None, dst=self.sin[1],
                           dst_service=str(self.port))
@@ -746,7 +721,6 @@ class Rping:
         return 0
 
     def connect_client(self) -> int:
-        from ..pyverbs.pyverbs_error import PyverbsError
         try:
             self.cm_id.connect(self.conn_param())
         except PyverbsError as e:
@@ -911,9 +885,6 @@ def main(argv: list[str] | None = None, prog: str = "rping") -> int:
 
 
 def _run(cb: Rping) -> int:
-    from ..pyverbs.cmid import CMID
-    from ..pyverbs.librdmacm_enums import RDMA_PS_TCP
-    from ..pyverbs.pyverbs_error import PyverbsError
     channel = create_first_event_channel()
     if isinstance(channel, int):
         return channel

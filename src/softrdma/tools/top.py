@@ -34,6 +34,8 @@ import os
 import sys
 import time
 
+from ..device.daemon import default_run_dir
+from ..verbs.device import management
 from ..verbs.errors import PyverbsError
 from .rdma.link import LINK_STATES
 from .rdma.res import QP_STATES, qp_type_str
@@ -130,6 +132,7 @@ def si(v: float | None, unit: str = "") -> str:
 
 
 def render(m: dict, max_qps: int, run_dir: str):
+    # rich is imported where it draws: it is heavy, and --json / one-shot use never draws
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -163,7 +166,6 @@ def render(m: dict, max_qps: int, run_dir: str):
 
 def _connect():
     """The daemon's management connection, never starting one."""
-    from ..verbs.device import management
     saved = os.environ.get("SOFTRDMA_AUTOSTART")
     os.environ["SOFTRDMA_AUTOSTART"] = "0"
     try:
@@ -189,7 +191,6 @@ def main(argv: list[str] | None = None, prog: str = "top") -> int:
         p.error("-j/--json needs --once")
     if args.qps < 0:
         p.error("argument -q/--qps: must not be negative")
-    from ..device.daemon import default_run_dir
     run_dir = default_run_dir()
     try:
         conn = _connect()
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None, prog: str = "top") -> int:
 
 
 def _run(conn, args, run_dir: str, prog: str) -> int:
-    from rich.console import Console
+    from rich.console import Console               # deferred: rich is heavy (see render)
     tty = sys.stdout.isatty()
     console = Console(file=sys.stdout, width=160, color_system="auto" if tty else None, highlight=False)
 
@@ -229,7 +230,7 @@ def _run(conn, args, run_dir: str, prog: str) -> int:
         else:
             console.print(render(m, args.qps, run_dir))
         return 0
-    from rich.live import Live
+    from rich.live import Live                     # deferred: rich is heavy (see render)
     try:
         with Live(render(model(None, prev), args.qps, run_dir), console=console, screen=tty,
                   auto_refresh=False) as live:
