@@ -1,69 +1,35 @@
-"""rping, as rdma-core's librdmacm/examples/rping.c has it.
-
-What a user or a peer sees is the real tool's (docs/formats/rping.md):
-
-* the options (``getopt(argc, argv, "a:I:Pp:C:S:t:scvVdq")`` with
-  ``opterr = 0``: an unknown option, a missing argument and ``-t`` all give
-  the usage text and exit 22, EINVAL), the checks of ``-S`` (26 to 65535)
-  and ``-C``, the usage text, every message and the exit codes (``ret`` of
-  main, so -1 is 255);
-* the wire: an RC connection made with rdma_cm (port space TCP, default
-  port 7174, responder resources and initiator depth 1, retry and RNR
-  retry 7), one receive of ``struct rping_rdma_info`` (be64 buf, be32 rkey,
-  be32 size: 16 bytes) re-posted after each receive, and the ping-pong:
-  the client SENDs its source buffer's address/rkey/size, the server RDMA
-  READs it and SENDs "go ahead" (its own 16-byte send buffer, contents
-  unchanged), the client SENDs its sink buffer's info, the server RDMA
-  WRITEs ``strlen + 1`` bytes of what it read there and SENDs "go ahead";
-* the ping data: ``"rdma-ping-%d: "`` then letters from ``start`` (65, one
-  more each ping, wrapping after 122) counting up to 122 and wrapping to
-  65, the last byte NUL;
-* the CM events and what rping prints for them ("cma event %s, error %d"
-  then exit 255 for the error events, "client DISCONNECT EVENT..." /
-  "server DISCONNECT EVENT...").
-
-rping is three threads (the CM event thread, the CQ thread and the main
-thread, which waits on a semaphore the other two post).  This module is one
-thread doing the same: ``Rping.sem_wait`` handles CM events and CQ
-completions with rping's two handlers, in arrival order, until one of them
-posts the semaphore.  ``-P`` (persistent server) serves the connections one
-after another rather than one thread each: a second client's request waits
-(in the listen backlog of 3) until the first client is done.
-
-The tool uses only ``softrdma.pyverbs`` (``cmid``, ``cq``, ``mr``, ``qp``,
-``wr``).
-"""
+"""struct rping_cb and the functions working on it (rping.c): the CM event
+handler, the CQ handler, the semaphore that the main loop waits on (here:
+both handlers run in turn until one posts it), the verbs resources and the
+connection steps both sides share."""
 
 from __future__ import annotations
 
 import errno
-import os
 import select
 import socket
 import struct
-import sys
 import time
 
-from ..pyverbs.cmid import CMID, AddrInfo, CMEvent, ConnParam
-from ..pyverbs.cq import CQ, CompChannel
-from ..pyverbs.enums import (
+from ...pyverbs.cmid import CMID, CMEvent, ConnParam
+from ...pyverbs.cq import CQ, CompChannel
+from ...pyverbs.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_QP_ACCESS_FLAGS, IBV_QP_PKEY_INDEX,
     IBV_QP_PORT, IBV_QP_STATE, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_SEND_SIGNALED,
-    IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_SEND, IBV_WC_WR_FLUSH_ERR, IBV_WR_RDMA_READ,
-    IBV_WR_RDMA_WRITE, IBV_WR_SEND,
+    IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_SEND, IBV_WC_WR_FLUSH_ERR, IBV_WR_SEND,
 )
-from ..pyverbs.librdmacm_enums import (
-    RAI_PASSIVE, RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_CONNECT_ERROR,
+from ...pyverbs.librdmacm_enums import (
+    RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_CONNECT_ERROR,
     RDMA_CM_EVENT_CONNECT_REQUEST, RDMA_CM_EVENT_CONNECT_RESPONSE, RDMA_CM_EVENT_DEVICE_REMOVAL,
     RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_REJECTED, RDMA_CM_EVENT_ROUTE_ERROR,
-    RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_UNREACHABLE, RDMA_PS_TCP,
+    RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_UNREACHABLE,
 )
-from ..pyverbs.mr import MR
-from ..pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
-from ..pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
-from ..pyverbs.wr import SGE, RecvWR, SendWR
-from .cma_common import _close, _err, _out, atoi, create_first_event_channel, perror
-from .libc import c_int
+from ...pyverbs.mr import MR
+from ...pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+from ...pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from ...pyverbs.wr import SGE, RecvWR, SendWR
+from ..cma_common import _close, _err, _out, perror
+from ..libc import c_int
 
 RPING_BUFSIZE = 64 * 1024
 RPING_SQ_DEPTH = 16
@@ -78,23 +44,6 @@ INFO = struct.Struct(">QII")            # struct rping_rdma_info: __be64 buf, __
 IDLE, CONNECT_REQUEST, ADDR_RESOLVED, ROUTE_RESOLVED, CONNECTED, RDMA_READ_ADV, RDMA_READ_COMPLETE, \
     RDMA_WRITE_ADV, RDMA_WRITE_COMPLETE, DISCONNECTED, ERROR = range(1, 12)
 
-USAGE = (
-    "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n"
-    "rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n"
-    "\t-c\t\tclient side\n"
-    "\t-I\t\tSource address to bind to for client.\n"
-    "\t-s\t\tserver side.  To bind to any address with IPv6 use -a ::0\n"
-    "\t-v\t\tdisplay ping data to stdout\n"
-    "\t-V\t\tvalidate ping data\n"
-    "\t-d\t\tdebug printfs\n"
-    "\t-S size \tping data size\n"
-    "\t-C count\tping count times\n"
-    "\t-a addr\t\taddress\n"
-    "\t-p port\t\tport\n"
-    "\t-P\t\tpersistent server mode allowing multiple connections\n"
-    "\t-q\t\tuse self-created, self-modified QP\n"
-)
-
 
 class Exit(Exception):
     """Leave the program with this status (rping's ``exit(ret)``)."""
@@ -104,59 +53,9 @@ class Exit(Exception):
         self.code = code
 
 
-def _ptr(obj) -> str:
+def ptr_str(obj) -> str:
+    """What rping's debug lines print for a pointer (``%p``)."""
     return "%#x" % (id(obj) & 0xFFFFFFFFFFFF)
-
-
-def getopt(argv: list[str], optstring: str):
-    """POSIX getopt with ``opterr = 0`` (no diagnostics), glibc's argument
-    permutation; yields ``(opt, optarg)``, ``("?", None)`` for an unknown
-    option or a missing argument."""
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            return
-        if a[:1] != "-" or a == "-":
-            i += 1                              # operands are permuted to the end; rping has none
-            continue
-        i += 1
-        j = 1
-        while j < len(a):
-            c = a[j]
-            k = optstring.find(c)
-            if c == ":" or k < 0:
-                yield "?", None
-                j += 1
-                continue
-            if optstring[k + 1:k + 2] == ":":
-                if j + 1 < len(a):
-                    yield c, a[j + 1:]
-                elif i < len(argv):
-                    yield c, argv[i]
-                    i += 1
-                else:
-                    yield "?", None
-                break
-            yield c, None
-            j += 1
-
-
-def get_addr(dst: str) -> tuple[int, str] | int:
-    """getaddrinfo(dst, NULL, NULL, &res): the first address (family, text),
-    or the getaddrinfo error (negative) after rping's message."""
-    try:
-        res = socket.getaddrinfo(dst, None)
-    except socket.gaierror as e:
-        _out(f"getaddrinfo failed ({e.strerror}) - invalid hostname or IP address\n")
-        return e.errno if e.errno else -1
-    except UnicodeError:
-        _out("getaddrinfo failed (Name or service not known) - invalid hostname or IP address\n")
-        return socket.EAI_NONAME
-    family, _, _, _, sa = res[0]
-    if family not in (socket.AF_INET, socket.AF_INET6):
-        return -1
-    return family, sa[0]
 
 
 class Rping:
@@ -264,7 +163,7 @@ class Rping:
         t = ev.event_type
         eid = self._event_id(ev)
         parent = self.cm_id is not None and eid is self.cm_id.id
-        self.log(f"cma_event type {ev.event_str()} cma_id {_ptr(eid)} ({'parent' if parent else 'child'})\n")
+        self.log(f"cma_event type {ev.event_str()} cma_id {ptr_str(eid)} ({'parent' if parent else 'child'})\n")
         if t == RDMA_CM_EVENT_ADDR_RESOLVED:
             self.state = ADDR_RESOLVED
             try:
@@ -283,7 +182,7 @@ class Rping:
                 return 0
             self.state = CONNECT_REQUEST
             self.child_cm_id = child
-            self.log(f"child cma {_ptr(child)}\n")
+            self.log(f"child cma {ptr_str(child)}\n")
             self.sem_post()
         elif t == RDMA_CM_EVENT_CONNECT_RESPONSE:
             self.log("CONNECT_RESPONSE\n")
@@ -433,20 +332,20 @@ class Rping:
         if self.pd is None:
             _err("ibv_alloc_pd failed\n")
             return errno.ENOMEM
-        self.log(f"created pd {_ptr(self.pd)}\n")
+        self.log(f"created pd {ptr_str(self.pd)}\n")
         ctx = cm_id.context
         try:
             self.channel = CompChannel(ctx)
         except PyverbsError as e:
             _err("ibv_create_comp_channel failed\n")
             return e.error_code or errno.EINVAL
-        self.log(f"created channel {_ptr(self.channel)}\n")
+        self.log(f"created channel {ptr_str(self.channel)}\n")
         try:
             self.cq = CQ(ctx, RPING_SQ_DEPTH * 2, None, self.channel, 0)
         except PyverbsError as e:
             _err("ibv_create_cq failed\n")
             return e.error_code or errno.EINVAL
-        self.log(f"created cq {_ptr(self.cq)}\n")
+        self.log(f"created cq {ptr_str(self.cq)}\n")
         try:
             self.cq.req_notify(False)
         except PyverbsError as e:
@@ -455,7 +354,7 @@ class Rping:
         ret = self.create_qp(cm_id)
         if ret:
             return ret
-        self.log(f"created qp {_ptr(self.qp)}\n")
+        self.log(f"created qp {ptr_str(self.qp)}\n")
         return 0
 
     def create_qp(self, cm_id) -> int:
@@ -487,7 +386,7 @@ class Rping:
         return 0
 
     def setup_buffers(self) -> int:
-        self.log(f"rping_setup_buffers called on cb {_ptr(self)}\n")
+        self.log(f"rping_setup_buffers called on cb {ptr_str(self)}\n")
         rdma = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE
         steps = [("recv_mr", INFO.size, IBV_ACCESS_LOCAL_WRITE, "recv_buf reg_mr failed\n"),
                  ("send_mr", INFO.size, 0, "send_buf reg_mr failed\n"),
@@ -504,7 +403,7 @@ class Rping:
         return 0
 
     def free_buffers(self) -> None:
-        self.log(f"rping_free_buffers called on cb {_ptr(self)}\n")
+        self.log(f"rping_free_buffers called on cb {ptr_str(self)}\n")
         for mr in (self.recv_mr, self.send_mr, self.rdma_mr, self.start_mr):
             _close(mr)
         self.recv_mr = self.send_mr = self.rdma_mr = self.start_mr = None
@@ -603,305 +502,3 @@ class Rping:
             self._pump()
         self.sem = 0
 
-    # ------------------------------------------------------------------ server
-    def bind_server(self) -> int:
-        try:
-            self.cm_id.bind_addr(AddrInfo(src=self.sin[1], src_service=str(self.port), flags=RAI_PASSIVE))
-        except PyverbsError as e:
-            perror("rdma_bind_addr", e)
-            return -1
-        self.log("rdma_bind_addr successful\n")
-        self.log("rdma_listen\n")
-        try:
-            self.cm_id.listen(3)
-        except PyverbsError as e:
-            perror("rdma_listen", e)
-            return -1
-        return 0
-
-    def _serve_one(self) -> int:
-        """The part of rping_run_server after the CONNECT_REQUEST (also one
-        connection of the persistent server)."""
-        ret = self.setup_connection(self.child_cm_id)
-        if ret:
-            return ret
-        ret = self.accept()
-        if ret:
-            _err(f"connect error {ret}\n")
-            self.free_connection(self.child_cm_id)
-            return ret
-        ret = self.test_server()
-        if ret and not self.persistent:
-            _err(f"rping server failed: {ret}\n")
-        self.disconnect(self.child_cm_id)
-        self.drain_after_disconnect(0.2)
-        self.free_connection(self.child_cm_id)
-        _close(self.child_cm_id)
-        self.child_cm_id = None
-        return 0 if self.persistent else ret
-
-    def run_server(self) -> int:
-        ret = self.bind_server()
-        if ret:
-            return ret
-        if self.wait_for(CONNECT_REQUEST, "wait for CONNECT_REQUEST"):
-            return -1
-        return self._serve_one()
-
-    def run_persistent_server(self) -> int:
-        ret = self.bind_server()
-        if ret:
-            return ret
-        while True:
-            if self.pending_requests:
-                self.child_cm_id = self.pending_requests.pop(0)
-                self.state = CONNECT_REQUEST
-            else:
-                if self.wait_for(CONNECT_REQUEST, "wait for CONNECT_REQUEST"):
-                    return -1
-            self._reset_conn()
-            self.sem = 0
-            self._serve_one()
-            self.state = IDLE
-
-    def test_server(self) -> int:
-        ret = 0
-        while True:
-            ret = self.wait_for(RDMA_READ_ADV, "wait for RDMA_READ_ADV")
-            if ret:
-                break
-            self.log("server received sink adv\n")
-            ret = self.post_or_report(self.post_rdma, IBV_WR_RDMA_READ, self.remote_len, errors=(ValueError,))
-            if ret:
-                break
-            self.log("server posted rdma read req \n")
-            ret = self.wait_for(RDMA_READ_COMPLETE, "wait for RDMA_READ_COMPLETE")
-            if ret:
-                break
-            self.log("server received read complete\n")
-            data = self.rdma_mr.read(self.size, 0)
-            text = data.split(b"\0", 1)[0]
-            if self.verbose:
-                _out(f"server ping data: {text.decode('latin-1')}\n")
-            ret = self.post_or_report(self.post_send_info)
-            if ret:
-                break
-            self.log("server posted go ahead\n")
-            ret = self.wait_for(RDMA_WRITE_ADV, "wait for RDMA_WRITE_ADV")
-            if ret:
-                break
-            self.log("server received sink adv\n")
-            length = min(len(text) + 1, self.size)
-            self.log(f"rdma write from lkey {self.rdma_mr.lkey:x} laddr {self.rdma_mr.buf:x} len {length}\n")
-            ret = self.post_or_report(self.post_rdma, IBV_WR_RDMA_WRITE, length, errors=(ValueError,))
-            if ret:
-                break
-            ret = self.wait_for(RDMA_WRITE_COMPLETE, "wait for RDMA_WRITE_COMPLETE")
-            if ret:
-                break
-            self.log("server rdma write complete \n")
-            ret = self.post_or_report(self.post_send_info)
-            if ret:
-                break
-            self.log("server posted go ahead\n")
-        return 0 if self.state == DISCONNECTED else ret
-
-    # ------------------------------------------------------------------ client
-    def bind_client(self) -> int:
-        try:
-            ai = AddrInfo(src=self.ssource[1] if self.ssource else None, dst=self.sin[1],
-                          dst_service=str(self.port))
-            self.cm_id.resolve_addr(ai, 2000)
-        except PyverbsError as e:
-            perror("rdma_resolve_addr", e)
-            return -1
-        if self.wait_for(ROUTE_RESOLVED, "waiting for addr/route resolution"):
-            return -1
-        self.log("rdma_resolve_addr - rdma_resolve_route successful\n")
-        return 0
-
-    def connect_client(self) -> int:
-        try:
-            self.cm_id.connect(self.conn_param())
-        except PyverbsError as e:
-            perror("rdma_connect", e)
-            return -1
-        if self.wait_for(CONNECTED, "wait for CONNECTED"):
-            return -1
-        if self.self_create_qp:
-            ret = self.self_modify_qp(self.cm_id)
-            if ret:
-                _err("rping_modify_qp: " + os.strerror(-ret) + "\n")
-                return ret
-            try:
-                self.cm_id.establish()
-            except PyverbsError as e:
-                perror("rdma_establish", e)
-                return -1
-        self.log("rdma_connect successful\n")
-        return 0
-
-    def test_client(self) -> int:
-        ret = 0
-        start = 65
-        ping = 0
-        while not self.count or ping < self.count:
-            self.state = RDMA_READ_ADV
-            head = (RPING_MSG_FMT % ping).encode()[:self.size - 1]
-            buf = bytearray(self.size)
-            buf[:len(head)] = head
-            c = start
-            for i in range(len(head), self.size):
-                buf[i] = c
-                c += 1
-                if c > 122:
-                    c = 65
-            start += 1
-            if start > 122:
-                start = 65
-            buf[self.size - 1] = 0
-            self.start_mr.write(bytes(buf), self.size, 0)
-            self.format_send(self.start_mr)
-            ret = self.post_or_report(self.post_send_info)
-            if ret:
-                break
-            ret = self.wait_for(RDMA_WRITE_ADV, "wait for RDMA_WRITE_ADV")
-            if ret:
-                break
-            self.format_send(self.rdma_mr)
-            ret = self.post_or_report(self.post_send_info)
-            if ret:
-                break
-            ret = self.wait_for(RDMA_WRITE_COMPLETE, "wait for RDMA_WRITE_COMPLETE")
-            if ret:
-                break
-            got = self.rdma_mr.read(self.size, 0)
-            if self.validate and got != bytes(buf):
-                _err("data mismatch!\n")
-                ret = -1
-                break
-            if self.verbose:
-                text = got.split(b"\0", 1)[0].decode("latin-1")
-                _out(f"ping data: {text}\n")
-            ping += 1
-        return 0 if self.state == DISCONNECTED else ret
-
-    def run_client(self) -> int:
-        ret = self.bind_client()
-        if ret:
-            return ret
-        ret = self.setup_connection(self.cm_id)
-        if ret:
-            return ret
-        ret = self.connect_client()
-        if ret:
-            _err(f"connect error {ret}\n")
-        else:
-            ret = self.test_client()
-            if ret:
-                _err(f"rping client failed: {ret}\n")
-            self.disconnect(self.cm_id)
-            self.drain_after_disconnect()
-        self.free_connection(self.cm_id)
-        return ret
-
-
-def parse(argv: list[str], cb: Rping) -> int:
-    """main()'s option loop; 0 or the exit status."""
-    ret = 0
-    for op, optarg in getopt(argv, OPTSTRING):
-        if op == "a":
-            r = get_addr(optarg)
-            if isinstance(r, tuple):
-                cb.sin, ret = r, 0
-            else:
-                ret = r
-        elif op == "I":
-            r = get_addr(optarg)
-            if isinstance(r, tuple):
-                cb.ssource, ret = r, 0
-            else:
-                ret = r
-        elif op == "P":
-            cb.persistent = 1
-        elif op == "p":
-            cb.port = atoi(optarg) & 0xFFFF
-            cb.log(f"port {atoi(optarg)}\n")
-        elif op == "s":
-            cb.server = 1
-            cb.log("server\n")
-        elif op == "c":
-            cb.server = 0
-            cb.log("client\n")
-        elif op == "S":
-            cb.size = atoi(optarg)
-            if cb.size < RPING_MIN_BUFSIZE or cb.size > RPING_BUFSIZE - 1:
-                _err(f"Invalid size {cb.size} (valid range is {RPING_MIN_BUFSIZE} to {RPING_BUFSIZE})\n")
-                ret = errno.EINVAL
-            else:
-                ret = 0
-                cb.log(f"size {atoi(optarg)}\n")
-        elif op == "C":
-            cb.count = atoi(optarg)
-            if cb.count < 0:
-                _err(f"Invalid count {cb.count}\n")
-                ret = errno.EINVAL
-            else:
-                ret = 0
-                cb.log(f"count {cb.count}\n")
-        elif op == "v":
-            cb.verbose += 1
-            cb.log("verbose\n")
-        elif op == "V":
-            cb.validate += 1
-            cb.log("validate data\n")
-        elif op == "d":
-            cb.debug += 1
-        elif op == "q":
-            cb.self_create_qp = 1
-        else:
-            _out(USAGE)
-            return errno.EINVAL
-    if ret:
-        return ret
-    if cb.server == -1:
-        _out(USAGE)
-        return errno.EINVAL
-    return 0
-
-
-def main(argv: list[str] | None = None, prog: str = "rping") -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    cb = Rping()
-    ret = parse(argv, cb)
-    if ret:
-        return ret & 0xFF
-    try:
-        return _run(cb) & 0xFF
-    except Exit as e:
-        return e.code
-    finally:
-        sys.stdout.flush()
-
-
-def _run(cb: Rping) -> int:
-    channel = create_first_event_channel()
-    if isinstance(channel, int):
-        return channel
-    cb.cm_channel = channel
-    try:
-        try:
-            cb.cm_id = CMID(creator=cb.cm_channel, port_space=RDMA_PS_TCP)
-        except PyverbsError as e:
-            perror("rdma_create_id", e)
-            return -1
-        cb.log(f"created cm_id {_ptr(cb.cm_id)}\n")
-        if cb.server:
-            ret = cb.run_persistent_server() if cb.persistent else cb.run_server()
-        else:
-            ret = cb.run_client()
-        cb.log(f"destroy cm_id {_ptr(cb.cm_id)}\n")
-        _close(cb.cm_id)
-        return ret
-    finally:
-        _close(cb.cm_channel)
