@@ -56,7 +56,7 @@ def run(d, *args: str, admin: bool) -> str:
 
 def test_the_process_really_lacks_cap_net_admin(world):
     d, _ = world
-    check = "from softrdma.tools.rdma import _cap_net_admin; print(_cap_net_admin(), __import__('os').geteuid())"
+    check = "from softrdma.tools.rdma.utils import _cap_net_admin; print(_cap_net_admin(), __import__('os').geteuid())"
     assert run(d, "-c", check, admin=True).split() == ["True", "0"]
     assert run(d, "-c", check, admin=False).split() == ["False", "0"]
 

@@ -33,6 +33,8 @@ from daemon_helpers import RunningDaemon
 from wait_helpers import free_port
 from wait_helpers import wait_listening as _wait_listening
 from softrdma.tools import pingpong as pp
+from softrdma.tools.libc import Drand48
+from softrdma.tools.pingpong import exchange, options
 
 # --------------------------------------------------------------------------- the format, as the doc writes it
 LOCAL_RC = re.compile(r"^  local address:  LID 0x([0-9a-f]{4}), QPN 0x([0-9a-f]{6}), PSN 0x([0-9a-f]{6}), GID (\S+)$")
@@ -122,17 +124,17 @@ def test_oob_messages_byte_for_byte():
         (0xa1, 0xe6f2d5, v4[:-1] + b"\x01"): b"0000:0000a1:e6f2d5:00000000000000000000ffff0a4d0001\x00",
     }
     for (qpn, psn, gid), raw in observed.items():
-        assert len(raw) == 52 == pp.MSG_SIZE
-        assert pp.encode_dest(pp.Dest(0, qpn, psn, gid)) == raw == wire_msg(0, qpn, psn, gid)
-        assert pp.decode_dest(raw) == pp.Dest(0, qpn, psn, gid)
-    assert pp.DONE == b"done\x00" and len(pp.DONE) == 5
+        assert len(raw) == 52 == exchange.MSG_SIZE
+        assert exchange.encode_dest(exchange.Dest(0, qpn, psn, gid)) == raw == wire_msg(0, qpn, psn, gid)
+        assert exchange.decode_dest(raw) == exchange.Dest(0, qpn, psn, gid)
+    assert exchange.DONE == b"done\x00" and len(exchange.DONE) == 5
     # no -g: all-zero GID; the link-local GID keeps its byte order
-    assert pp.encode_dest(pp.Dest(0, 0x11, 0, bytes(16))) == b"0000:000011:000000:" + b"0" * 32 + b"\x00"
+    assert exchange.encode_dest(exchange.Dest(0, 0x11, 0, bytes(16))) == b"0000:000011:000000:" + b"0" * 32 + b"\x00"
     ll = bytes.fromhex("fe80000000000000505400fffe770002")
-    assert pp.encode_dest(pp.Dest(0, 1, 2, ll))[19:51] == b"fe80000000000000505400fffe770002"
+    assert exchange.encode_dest(exchange.Dest(0, 1, 2, ll))[19:51] == b"fe80000000000000505400fffe770002"
     # sscanf("%x:%x:%x:%s") is lenient: upper case, 0x prefixes, no NUL
-    assert pp.decode_dest(b"0000:0X00001A:00ABCD:00000000000000000000FFFF0A4D0002") == \
-        pp.Dest(0, 0x1a, 0xabcd, v4)
+    assert exchange.decode_dest(b"0000:0X00001A:00ABCD:00000000000000000000FFFF0A4D0002") == \
+        exchange.Dest(0, 0x1a, 0xabcd, v4)
 
 
 def test_summary_lines_float_rule():
@@ -155,11 +157,11 @@ def test_psn_and_number_parsing_match_libc():
     libc.strtoul.argtypes = libc.strtol.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int]
     for seed in (0, 1, 12345 * 1732000000, -7, 2**40 + 99):
         libc.srand48(ctypes.c_long(seed))
-        r = pp.Drand48(seed)
+        r = Drand48(seed)
         assert [r.lrand48() for _ in range(3)] == [libc.lrand48() for _ in range(3)]
     for s in ("18515", "0x4853", "010", "-1", " +12abc", "", "zz", "0x", "99999999999999999999999", "4294967297"):
-        assert pp.strtoul_uint(s) == libc.strtoul(s.encode(), None, 0) & 0xFFFFFFFF, s
-        assert pp.strtol_int(s) == ctypes.c_int(libc.strtol(s.encode(), None, 0) & 0xFFFFFFFF).value, s
+        assert options.strtoul_uint(s) == libc.strtoul(s.encode(), None, 0) & 0xFFFFFFFF, s
+        assert options.strtol_int(s) == ctypes.c_int(libc.strtol(s.encode(), None, 0) & 0xFFFFFFFF).value, s
 
 
 # --------------------------------------------------------------------------- bad options (in process: no daemon)

@@ -23,6 +23,7 @@ import pytest
 
 from softrdma.enums import IBV_MTU_1024, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UD
 from softrdma.tools import rdma as tool
+from softrdma.tools.rdma.utils import _cap_net_admin
 
 ACC = 15
 IPV4_GID = 1                       # on lo: fe80::(MAC) at 0, ::ffff:127.0.0.1 at 1
@@ -145,7 +146,7 @@ def world():
         yield types.SimpleNamespace(
             daemon=d, run_dir=run_dir, ctx=ctx, pd=p, mr=m, cq1=cq1, cq2=cq2, qa=qa, qb=qb, qu=qu, qr=qr, srq=s,
             qs=qs, child=child, child_info=info, pid=os.getpid(), comm=comm_of(os.getpid()),
-            cpid=child.pid, ccomm=comm_of(child.pid), keys=tool._cap_net_admin())
+            cpid=child.pid, ccomm=comm_of(child.pid), keys=_cap_net_admin())
     finally:
         if child is not None:
             child.stdin.close()

@@ -23,7 +23,7 @@ from rc_pair import RcPair, ipv4_gid_index, rc_attr
 from softrdma.enums import (IBV_QPT_RC, IBV_QPT_UD, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR,
                             IBV_WR_SEND)
 from softrdma.tools import rdma as tool
-from softrdma.tools.rdma_stat import STAT_HELP
+from softrdma.tools.rdma.stat import STAT_HELP
 from softrdma.transport.counters import QP_COUNTERS, RXE_HW_COUNTERS
 
 HW_NAMES = [c.name for c in RXE_HW_COUNTERS]

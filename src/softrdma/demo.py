@@ -17,9 +17,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import random
+import socket
+import subprocess
+import sys
 import time
 
+from .cliargs import int_range
+from .device.daemon import default_run_dir
 from .enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
     IBV_WC_SUCCESS, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
@@ -28,6 +34,7 @@ from .enums import (
 from .sim import Link, Simulator, connect_qps
 from .transport.counters import Counter
 from .transport.wr import RecvWQE, SendWQE
+from .verbs.device import AutostartError, connect, management
 
 ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
 
@@ -49,7 +56,6 @@ MAX_ITERS = 100_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .cliargs import int_range
     p.add_argument("--loss", type=_pct, default=0.10, help="packet loss rate (default 10%%)")
     p.add_argument("--dup", type=_pct, default=0.02, help="duplication rate (default 2%%)")
     p.add_argument("--reorder", type=_pct, default=0.05, help="reordering rate (default 5%%)")
@@ -77,13 +83,6 @@ def run_device(args: argparse.Namespace) -> int:
     """The same story on the real device: ibv_rc_pingpong server and client,
     two processes, on rxe0 of the embedded default daemon (started if none
     runs), then what the device counted."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    from .device.daemon import default_run_dir
-    from .verbs.device import AutostartError, connect, management
     try:
         conn = connect(report=False)               # starts the embedded default if needed
     except AutostartError as e:
@@ -156,13 +155,6 @@ def _wait(server, ready, timeout: float = 60.0) -> None:
 def _rping(link: dict, addr: str, port: int) -> bool:
     """rping -s / rping -c -v -C 5: a connection made by rdma_cm, then the CM
     messages the device's QP1 counted (sysfs class/infiniband_cm)."""
-    import os
-    import subprocess
-    import sys
-    import time
-
-    from .device.daemon import default_run_dir
-    from .verbs.device import management
     rping = [sys.executable, "-m", "softrdma", "rping", "-a", addr, "-p", str(port), "-C", "5"]
     print(f"softrdma demo: rping between two processes, connected by rdma_cm over QP1 of {link['ifname']}")
     server = subprocess.Popen(rping + ["-s"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

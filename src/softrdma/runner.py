@@ -25,7 +25,9 @@ import shutil
 import sys
 
 from . import shim
+from .device.daemon import default_run_dir
 from .tools import TOOLS
+from .verbs.device import AutostartError, connect
 
 
 # Names under which RUN/bin offers softrdma's own interpreter.
@@ -63,8 +65,6 @@ def pyverbs_path(args) -> int:
 
 
 def run(args) -> int:
-    from .device.daemon import default_run_dir
-    from .verbs.device import AutostartError, connect
     cmd = list(args.command)
     if cmd[:1] == ["--"]:
         cmd = cmd[1:]

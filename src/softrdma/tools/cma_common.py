@@ -27,6 +27,14 @@ import os
 import socket
 import sys
 
+from ..pyverbs import librdmacm_enums as E
+from ..pyverbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel
+from ..pyverbs.device import get_device_list
+from ..pyverbs.enums import IBV_ACCESS_LOCAL_WRITE
+from ..pyverbs.librdmacm_enums import RAI_PASSIVE, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, RDMA_OPTION_ID_TOS
+from ..pyverbs.mr import MR
+from ..pyverbs.pyverbs_error import PyverbsError
+from ..pyverbs.wr import SGE, RecvWR
 from .libc import GetoptLong, c_int, strtol, strtoul
 
 
@@ -109,9 +117,6 @@ def create_first_event_channel():
     """common.c's create_first_event_channel(): the CMEventChannel, or the
     errno after the message.  librdmacm's ucma_init lists the verbs devices
     first (this also starts softrdma's embedded daemon when none runs)."""
-    from ..pyverbs.cmid import CMEventChannel
-    from ..pyverbs.device import get_device_list
-    from ..pyverbs.pyverbs_error import PyverbsError
     try:
         if not get_device_list():
             raise PyverbsError("no devices", errno.ENODEV)
@@ -230,8 +235,6 @@ class CmaTest:
 
     # ------------------------------------------------------------------ nodes
     def create_message(self, node) -> int:
-        from ..pyverbs.enums import IBV_ACCESS_LOCAL_WRITE
-        from ..pyverbs.mr import MR
         o = self.o
         if not o.message_size:
             o.message_count = 0
@@ -281,7 +284,6 @@ class CmaTest:
         return self.init_node(node)
 
     def post_recvs(self, node) -> int:
-        from ..pyverbs.wr import SGE, RecvWR
         o = self.o
         if not o.message_count:
             return 0
@@ -337,7 +339,6 @@ class CmaTest:
         node.cma_id = None
 
     def alloc_nodes(self) -> int:
-        from ..pyverbs.cmid import CMID
         if self.o.connections < 0:
             _out(f"{self.name}: unable to allocate memory for test nodes\n")
             return -errno.ENOMEM
@@ -363,7 +364,6 @@ class CmaTest:
         self.connects_left -= 1
 
     def set_option(self, cma_id, option: int, value: int, what: str) -> None:
-        from ..pyverbs.librdmacm_enums import RDMA_OPTION_ID
         try:
             cma_id.set_option(RDMA_OPTION_ID, option, value, 1)
         except Exception as e:
@@ -371,12 +371,10 @@ class CmaTest:
 
     def set_ack_timeout(self, cma_id) -> None:
         """-a (cmatose's only: udaddy never sets ``set_timeout``)."""
-        from ..pyverbs.librdmacm_enums import RDMA_OPTION_ID_ACK_TIMEOUT
         if self.o.set_timeout:
             self.set_option(cma_id, RDMA_OPTION_ID_ACK_TIMEOUT, self.o.timeout, "ack timeout")
 
     def addr_handler(self, node) -> int:
-        from ..pyverbs.librdmacm_enums import RDMA_OPTION_ID_TOS
         if self.o.set_tos:
             self.set_option(node.cma_id, RDMA_OPTION_ID_TOS, self.o.tos, "TOS")
         self.set_ack_timeout(node.cma_id)
@@ -414,7 +412,6 @@ class CmaTest:
         """After rdma_accept (UD: the node is connected now)."""
 
     def connect_handler(self, ev) -> int:
-        from ..pyverbs.cmid import CMID
         cma_id = CMID(creator=ev, listen_id=self.listen_id)
         if self.conn_index == self.o.connections:
             ret = -errno.ENOMEM
@@ -455,7 +452,6 @@ class CmaTest:
         return 0
 
     def cma_handler(self, ev) -> int:
-        from ..pyverbs import librdmacm_enums as E
         t = ev.event_type
         node = self.by_id.get(id(ev.event.id))
         if t == E.RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -482,7 +478,6 @@ class CmaTest:
 
     def events(self, left, where: str) -> int:
         """Handle events while ``left()`` and no handler failed."""
-        from ..pyverbs.cmid import CMEvent
         ret = 0
         while left() and not ret:
             try:
@@ -522,8 +517,6 @@ class CmaTest:
         raise NotImplementedError
 
     def run_server(self) -> int:
-        from ..pyverbs.cmid import AddrInfo, CMID
-        from ..pyverbs.librdmacm_enums import RAI_PASSIVE
         o = self.o
         _out(f"{self.name}: starting server\n")
         try:
@@ -558,7 +551,6 @@ class CmaTest:
         raise NotImplementedError
 
     def run_client(self) -> int:
-        from ..pyverbs.cmid import AddrInfo
         o = self.o
         _out(f"{self.name}: starting client\n")
         try:

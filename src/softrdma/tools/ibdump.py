@@ -46,10 +46,13 @@ import sys
 import threading
 import time
 
-from .libc import GetoptLong, c_int, strtol, strtoul
+from .. import __version__
 from ..device.capture import BOTH, MAX_LOG2_ENTRIES, RX, TX, slot_size
+from ..verbs.capture import PacketCapture
+from ..verbs.device import Context, get_device_list
 from ..verbs.errors import PyverbsError
 from ..wire.pcap import PcapWriter, roce_frame
+from .libc import GetoptLong, c_int, strtol, strtoul
 
 DEFAULT_FILE = "sniffer.pcap"
 DEFAULT_LOG2_ENTRIES = 12
@@ -225,7 +228,6 @@ def parse_args(argv: list[str], prog: str) -> Config | int:
             sys.stdout.write(usage)
             return 0
         elif opt == "v":
-            from .. import __version__
             sys.stdout.write(f"{prog}, softrdma {__version__}\n")
             return 0
         else:                                   # '?', and -C / -L: in the optstring, no case in ibdump
@@ -360,8 +362,6 @@ class Sniffer:
     def create(self):
         """ibdump's resources_create, in its order; (None, None, file) and
         the real message on a failure."""
-        from ..verbs.capture import PacketCapture
-        from ..verbs.device import Context, get_device_list
         cfg = self.cfg
         self.say("searching for IB devices in host\n")
         if cfg.to_stdout:

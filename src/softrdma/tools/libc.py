@@ -1,6 +1,7 @@
 """What the real tools get from the C library, reproduced: strtol/strtoul
-(sign, base prefixes, clamping), the int conversion ``%d`` prints, and
-glibc's getopt_long with its diagnostics.  One copy for every tool."""
+(sign, base prefixes, clamping), the int conversion ``%d`` prints,
+glibc's getopt_long with its diagnostics, and glibc's srand48/lrand48.
+One copy for every tool."""
 
 from __future__ import annotations
 
@@ -149,4 +150,18 @@ class GetoptLong:
             self._err(f"option '--{lname}' requires an argument")
             return i, (self._missing(), None)
         return i, (val, None)
+
+
+class Drand48:
+    """glibc's srand48()/lrand48()."""
+
+    A, C, MASK = 0x5DEECE66D, 0xB, (1 << 48) - 1
+
+    def __init__(self, seed: int):
+        seed &= 0xFFFFFFFF                          # glibc keeps 32 bits of a 64-bit long
+        self.x = (seed << 16) | 0x330E
+
+    def lrand48(self) -> int:
+        self.x = (self.A * self.x + self.C) & self.MASK
+        return self.x >> 17
 

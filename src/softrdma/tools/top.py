@@ -34,8 +34,12 @@ import os
 import sys
 import time
 
+from ..device.daemon import default_run_dir
+from ..verbs.device import management
 from ..verbs.errors import PyverbsError
-from .rdma import LINK_STATES, QP_STATES, _name, _task_name, qp_type_str
+from .rdma.link import LINK_STATES
+from .rdma.res import QP_STATES, qp_type_str
+from .rdma.utils import get_task_name, table_str
 
 #: the columns a QP and a device share: (key, counter)
 PACKETS = (("rx_packets", "rcvd_pkts"), ("tx_packets", "sent_pkts"))
@@ -84,11 +88,11 @@ def model(prev: Snapshot | None, cur: Snapshot) -> dict:
     qp_states: dict[str, dict[str, int]] = {}
     for q in cur.qps.values():
         s = qp_states.setdefault(q[0], {})
-        st = _name(QP_STATES, q[3])
+        st = table_str(QP_STATES, q[3])
         s[st] = s.get(st, 0) + 1
     for name, d in cur.devices.items():
         old = prev.devices.get(name) if prev is not None else None
-        e = {"ifname": name, "port": d["port"], "state": _name(LINK_STATES, d["state"]), "netdev": d["netdev"],
+        e = {"ifname": name, "port": d["port"], "state": table_str(LINK_STATES, d["state"]), "netdev": d["netdev"],
              "qps": d["qps"], "qp_states": qp_states.get(name, {}), "counters_bound": d["counters"]}
         for key, src in DEV_TRAFFIC:
             e[key] = d["traffic"][src]
@@ -105,8 +109,8 @@ def model(prev: Snapshot | None, cur: Snapshot) -> dict:
         old = prev.qps.get(key) if prev is not None else None
         if old is not None and old[2] != qtype:
             old = None                                 # the QPN was reused
-        e = {"ifname": dev, "lqpn": qpn, "type": qp_type_str(qtype), "state": _name(QP_STATES, state),
-             "pid": pid, "comm": _task_name(pid), "cntn": cntn}
+        e = {"ifname": dev, "lqpn": qpn, "type": qp_type_str(qtype), "state": table_str(QP_STATES, state),
+             "pid": pid, "comm": get_task_name(pid), "cntn": cntn}
         for key2, cname in PACKETS + QP_BYTES + EVENTS:
             e[key2] = cnt[idx[cname]]
             e[key2 + "_rate"] = _rate(e[key2], old[6][idx[cname]] if old else None, dt)
@@ -128,6 +132,7 @@ def si(v: float | None, unit: str = "") -> str:
 
 
 def render(m: dict, max_qps: int, run_dir: str):
+    # rich is imported where it draws: it is heavy, and --json / one-shot use never draws
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -161,7 +166,6 @@ def render(m: dict, max_qps: int, run_dir: str):
 
 def _connect():
     """The daemon's management connection, never starting one."""
-    from ..verbs.device import management
     saved = os.environ.get("SOFTRDMA_AUTOSTART")
     os.environ["SOFTRDMA_AUTOSTART"] = "0"
     try:
@@ -187,7 +191,6 @@ def main(argv: list[str] | None = None, prog: str = "top") -> int:
         p.error("-j/--json needs --once")
     if args.qps < 0:
         p.error("argument -q/--qps: must not be negative")
-    from ..device.daemon import default_run_dir
     run_dir = default_run_dir()
     try:
         conn = _connect()
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None, prog: str = "top") -> int:
 
 
 def _run(conn, args, run_dir: str, prog: str) -> int:
-    from rich.console import Console
+    from rich.console import Console               # deferred: rich is heavy (see render)
     tty = sys.stdout.isatty()
     console = Console(file=sys.stdout, width=160, color_system="auto" if tty else None, highlight=False)
 
@@ -227,7 +230,7 @@ def _run(conn, args, run_dir: str, prog: str) -> int:
         else:
             console.print(render(m, args.qps, run_dir))
         return 0
-    from rich.live import Live
+    from rich.live import Live                     # deferred: rich is heavy (see render)
     try:
         with Live(render(model(None, prev), args.qps, run_dir), console=console, screen=tty,
                   auto_refresh=False) as live:

@@ -25,6 +25,12 @@ from __future__ import annotations
 
 import errno
 
+from ..pyverbs.cmid import CMEventChannel, ConnParam
+from ..pyverbs.cq import CQ
+from ..pyverbs.enums import IBV_QPT_RC, IBV_WR_SEND
+from ..pyverbs.librdmacm_enums import RDMA_PS_IB, RDMA_PS_TCP
+from ..pyverbs.qp import QPCap, QPInitAttr
+from ..pyverbs.wr import SGE, SendWR
 from . import cma_common
 from .cma_common import (
     CmaNode, CmaTest, Getopt, Options, _close, _out, common_option, perror, port_space_option,
@@ -77,9 +83,6 @@ class CmaTose(CmaTest):
 
     # ------------------------------------------------------------------ nodes
     def qp_init_attr(self, node: Node):
-        from ..pyverbs.cq import CQ
-        from ..pyverbs.enums import IBV_QPT_RC
-        from ..pyverbs.qp import QPCap, QPInitAttr
         ctx = node.cma_id.context
         cqe = self.o.message_count if self.o.message_count else 1
         try:
@@ -93,14 +96,11 @@ class CmaTose(CmaTest):
                           rcq=node.cq[RECV_CQ_INDEX], cap=cap, sq_sig_all=1)
 
     def send_wr_factory(self, node: Node, signal_flag: int):
-        from ..pyverbs.enums import IBV_WR_SEND
-        from ..pyverbs.wr import SGE, SendWR
         return lambda: SendWR(node.id, IBV_WR_SEND, 1, sg=[SGE(node.mr.buf, self.o.message_size, node.mr.lkey)],
                               send_flags=signal_flag)
 
     # ------------------------------------------------------------------ CM handlers
     def conn_param(self):
-        from ..pyverbs.cmid import ConnParam
         # memset 0, then responder resources 1, initiator depth 1, retry 5
         # (RNR retry 0); no private data (ai_connect is AF_IB's)
         return ConnParam(resources=1, depth=1, flow_control=0, retry=5, rnr_retry=0)
@@ -127,7 +127,6 @@ class CmaTose(CmaTest):
     def migrate_channel(self, listen_id) -> int:
         """cmatose's migrate_channel: every ID (and the listener) to a new
         event channel, then the old channel closed."""
-        from ..pyverbs.cmid import CMEventChannel
         _out("migrating to new event channel\n")
         try:
             channel = CMEventChannel()
@@ -215,7 +214,6 @@ def parse(argv: list[str], prog: str) -> Options | int:
         if common_option(o, op, optarg):
             continue
         if op == "P":
-            from ..pyverbs.librdmacm_enums import RDMA_PS_IB
             port_space_option(o, optarg, "ib", RDMA_PS_IB, "tcp")
         elif op == "p":
             o.port = optarg
@@ -227,7 +225,6 @@ def parse(argv: list[str], prog: str) -> Options | int:
             _out(usage(prog))
             return 1
     if o.port_space is None:
-        from ..pyverbs.librdmacm_enums import RDMA_PS_TCP
         o.port_space = RDMA_PS_TCP
     return o
 

@@ -25,6 +25,12 @@ from __future__ import annotations
 import errno
 import socket
 
+from ..pyverbs.addr import AH, GID, AHAttr, GlobalRoute
+from ..pyverbs.cmid import ConnParam, UDParam
+from ..pyverbs.cq import CQ
+from ..pyverbs.enums import IBV_QP_QKEY, IBV_QPT_UD, IBV_SEND_SIGNALED, IBV_WR_SEND_WITH_IMM
+from ..pyverbs.qp import QPCap, QPInitAttr
+from ..pyverbs.wr import SGE, SendWR
 from . import cma_common
 from .cma_common import (
     CmaNode, CmaTest, Getopt, Options, _close, _errno_of, _out, common_option, port_space_option,
@@ -70,7 +76,6 @@ def ah_attr_from_grh(ctx, port_num: int, grh: bytes):
     """ibv_init_ah_from_wc for RoCE: the sender's GID is the destination,
     the local GID the packet was sent to gives the source index.  rxe's
     layout: an IPv4 header in the last 20 bytes, or an IPv6 header."""
-    from ..pyverbs.addr import GID, AHAttr, GlobalRoute
     if grh[20] >> 4 == 4:
         tclass = grh[21]
         sgid = bytes(10) + b"\xff\xff" + grh[32:36]
@@ -120,9 +125,6 @@ class UdAddy(CmaTest):
         return ret
 
     def qp_init_attr(self, node: Node):
-        from ..pyverbs.cq import CQ
-        from ..pyverbs.enums import IBV_QPT_UD
-        from ..pyverbs.qp import QPCap, QPInitAttr
         o = self.o
         cqe = o.message_count * 2 if o.message_count else 2
         try:
@@ -136,8 +138,6 @@ class UdAddy(CmaTest):
                           sq_sig_all=0)
 
     def send_wr_factory(self, node: Node, signal_flag: int):
-        from ..pyverbs.enums import IBV_WR_SEND_WITH_IMM
-        from ..pyverbs.wr import SGE, SendWR
         qpn = node.cma_id.qp.qp_num
 
         def send_wr():
@@ -154,11 +154,9 @@ class UdAddy(CmaTest):
 
     # ------------------------------------------------------------------ CM handlers
     def conn_param(self):
-        from ..pyverbs.cmid import ConnParam
         return ConnParam(resources=0, depth=0, retry=0, rnr_retry=0)     # memset 0: no private data
 
     def accept_param(self, cma_id):
-        from ..pyverbs.cmid import ConnParam
         return ConnParam(resources=0, depth=0, retry=0, rnr_retry=0, qp_num=cma_id.qp.qp_num)
 
     def accepted(self, node: Node) -> None:
@@ -167,8 +165,6 @@ class UdAddy(CmaTest):
 
     def established_handler(self, node: Node, ev) -> int:
         """resolved_handler: the server's QPN, Q_Key and address."""
-        from ..pyverbs.addr import AH
-        from ..pyverbs.cmid import UDParam
         try:
             ud = UDParam(ev)
             node.remote_qpn, node.remote_qkey = ud.qp_num, ud.qkey
@@ -186,8 +182,6 @@ class UdAddy(CmaTest):
 
     # ------------------------------------------------------------------ completions
     def create_reply_ah(self, node: Node, wc) -> None:
-        from ..pyverbs.addr import AH
-        from ..pyverbs.enums import IBV_QP_QKEY
         try:
             attr = ah_attr_from_grh(node.cma_id.context, 1, node.mr.read(GRH, 0))
             node.ah = AH(node.pd, attr=attr)
@@ -203,7 +197,6 @@ class UdAddy(CmaTest):
 
     # ------------------------------------------------------------------ server and client
     def serve(self, listen_id) -> int:
-        from ..pyverbs.enums import IBV_SEND_SIGNALED
         o = self.o
         self.connect_events()                           # its status is not looked at
         ret = 0

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import params as P
+from . import flows, params as P, progress
 
 TOOLS = {
     "ib_send_bw": (P.SEND, P.BW), "ib_write_bw": (P.WRITE, P.BW), "ib_read_bw": (P.READ, P.BW),
@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None, prog: str = "ib_write_bw") -> int:
         for why in p.unsupported:
             sys.stderr.write(f"{name}: {why}\n")
         return 1
-    from . import flows, progress
     if p.test_type == P.DURATION or p.test_method in (P.RUN_ALL, P.RUN_INFINITELY):
         progress.start()
     t = flows.Test(p)

@@ -37,6 +37,7 @@ import struct
 import sys
 from dataclasses import dataclass
 
+from .. import oob
 from ..libc import strtol, strtoul
 
 KEY_MSG_SIZE = 59
@@ -171,8 +172,7 @@ class Comm:
     # ---- establish_connection()
     def _resolve(self, host: str | None, passive: bool):
         try:
-            return socket.getaddrinfo(host, str(self.port), self.family, socket.SOCK_STREAM, 0,
-                                      socket.AI_PASSIVE if passive else 0)
+            return oob.resolve(host, self.port, self.family, passive)
         except socket.gaierror as e:
             _err(f"{e.strerror} for {host if host is not None else '(null)'}:{self.port}\n")
             _err("Problem in resolving basic address and port\n")
@@ -190,107 +190,69 @@ class Comm:
         res = self._resolve(self.servername, False)
         if res is None:
             return False
-        for family, stype, proto, _, addr in res:
-            s = socket.socket(family, stype, proto)
-            if self.source_ip:
-                try:
-                    s.bind((self.source_ip, 0))
-                except OSError:
-                    _err("Failed to bind socket\n")
-                    s.close()
-                    return False
-            try:
-                s.connect(addr)
-            except OSError:
-                s.close()
-                continue
-            self.sock = s
-            self._nodelay()
-            return True
-        _err(f"Couldn't connect to {self.servername}:{self.port}\n")
-        return False
+        self.sock = oob.connect_first(res, self.servername, self.port, self.source_ip)
+        if self.sock is None:
+            return False
+        oob.set_nodelay(self.sock)
+        return True
 
     def _server(self) -> bool:
         res = self._resolve(self.source_ip, True)
         if res is None:
             return False
-        lsock = None
-        for family, stype, proto, _, addr in res:
-            if family != self.family:
-                continue
-            s = socket.socket(family, stype, proto)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(addr)
-            except OSError:
-                s.close()
-                continue
-            lsock = s
-            break
+        lsock = oob.listen_first(res, self.port, self.family)
         if lsock is None:
-            _err(f"Couldn't listen to port {self.port}\n")
             return False
-        lsock.listen(1)
         try:
-            conn, _ = lsock.accept()
+            self.sock = oob.accept_one(lsock)
         except OSError as e:
             _err(f"server accept: {e.strerror}\n")
             _err("accept() failed\n")
-            lsock.close()
             return False
-        lsock.close()
-        self.sock = conn
-        self._nodelay()
+        oob.set_nodelay(self.sock)
         return True
-
-    def _nodelay(self) -> None:
-        # each message is one write and the peer waits for it: Nagle would
-        # hold a small message back until the previous one is acknowledged
-        try:
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
 
     # ---- raw messages
     def write(self, data: bytes) -> bool:
-        try:
-            n = self.sock.send(data)
-        except OSError:
-            n = -1
-        return n == len(data)
+        return oob.write_msg(self.sock, data)
 
     def read(self, n: int) -> bytes | None:
-        """read() of exactly ``n`` bytes (MSG_WAITALL: the peer's single
-        write arrives whole either way; EOF or an error gives None)."""
-        try:
-            data = self.sock.recv(n, socket.MSG_WAITALL)
-        except OSError:
-            return None
-        return data if len(data) == n else None
+        """read() of exactly ``n`` bytes (EOF or an error gives None)."""
+        return oob.read_msg(self.sock, n)
 
     # ---- ctx_xchg_data(): client writes then reads, server reads then writes
-    def xchg_data(self, mine: bytes) -> bytes:
-        n = len(mine)
-        if self.servername is not None:
-            if not self.write(mine):
-                _err("client write: Broken pipe\nCouldn't send reports\n")
-                _err(" Unable to write to socket/rdma_cm\n")
-                raise CommError
-            rem = self.read(n)
-            if rem is None:
-                _err("ethernet_read_data: Couldn't read reports\n")
-                _err(" Unable to read from socket/rdma_cm\n")
-                raise CommError
-            return rem
+    def _write_data(self, data: bytes) -> bool:
+        """ethernet_write_data()."""
+        if self.write(data):
+            return True
+        _err("client write: Broken pipe\nCouldn't send reports\n")
+        return False
+
+    def _read_data(self, n: int) -> bytes | None:
+        """ethernet_read_data()."""
         rem = self.read(n)
         if rem is None:
             _err("ethernet_read_data: Couldn't read reports\n")
-            _err(" Unable to read to socket/rdma_cm\n")
-            raise CommError
-        if not self.write(mine):
-            _err("client write: Broken pipe\nCouldn't send reports\n")
-            _err(" Unable to write from socket/rdma_cm\n")
-            raise CommError
+        return rem
+
+    def _fail(self, msg: str):
+        _err(msg)
+        raise CommError
+
+    def xchg_data(self, mine: bytes) -> bytes:
+        n = len(mine)
+        if self.servername is not None:
+            if not self._write_data(mine):
+                self._fail(" Unable to write to socket/rdma_cm\n")
+            rem = self._read_data(n)
+            if rem is None:
+                self._fail(" Unable to read from socket/rdma_cm\n")
+            return rem
+        rem = self._read_data(n)
+        if rem is None:
+            self._fail(" Unable to read to socket/rdma_cm\n")
+        if not self._write_data(mine):
+            self._fail(" Unable to write from socket/rdma_cm\n")
         return rem
 
     # ---- ctx_hand_shake()

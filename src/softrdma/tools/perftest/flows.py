@@ -17,8 +17,8 @@ import os
 import sys
 import time
 
-from ..pingpong import Drand48
-from . import params as P
+from ..libc import Drand48
+from . import params as P, rdma_cm
 from .comm import BwReport, Comm, CommError, version_float
 from .progress import PROGRESS, out
 from .report import (
@@ -54,8 +54,7 @@ class Test:
         self.p = p
         self.res = Resources(p)
         if p.use_rdma_cm:
-            from .rdma_cm import RdmaComm
-            self.comm = RdmaComm(p)
+            self.comm = rdma_cm.RdmaComm(p)
         else:
             self.comm = Comm(p.servername, p.port, p.ai_family_v6, p.source_ip)
         self.cma = None
@@ -85,7 +84,6 @@ class Test:
         """destroy_ctx() of the test resources (-R: the rdma_cm
         disconnect first), then the exchange's resources."""
         if self.p.work_rdma_cm:
-            from . import rdma_cm
             rdma_cm.disconnect_nodes(self)
             ok = self.res.destroy()
             rdma_cm.close(self)
@@ -165,9 +163,8 @@ def _setup(t: Test, kind: str) -> None:
             raise Failed(1)
     res.size = p.size
     if p.work_rdma_cm:
-        from .rdma_cm import create_rdma_cm_connection
         try:
-            ok = create_rdma_cm_connection(t)
+            ok = rdma_cm.create_rdma_cm_connection(t)
         except SetupError:
             ok = False
         if not ok:

@@ -15,6 +15,10 @@ everything it prints goes where perftest prints it.  Integer options go
 through C's ``strtol``/``strtoul`` and the C cast of the field they land in
 (``uint8_t`` for the IB port, the GID index, the SL and the QP timeout), so
 ``-i 257`` is port 1 and ``-x 300`` is GID index 44, as with perftest.
+
+Over 1,000 lines on purpose: a faithful port of perftest_parameters.c, one
+option table and one parser as there, kept whole so that it can be read
+against the C file line for line.
 """
 
 from __future__ import annotations

@@ -50,8 +50,26 @@ import struct
 import sys
 import time
 
+from ...pyverbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam
+from ...pyverbs.cq import CQ
+from ...pyverbs.enums import (
+    IBV_ACCESS_LOCAL_WRITE, IBV_QP_MIN_RNR_TIMER, IBV_QPT_RC, IBV_SEND_SIGNALED, IBV_WC_RECV, IBV_WC_SEND,
+    IBV_WR_SEND,
+)
+from ...pyverbs.librdmacm_enums import (
+    RAI_PASSIVE, RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_CONNECT_ERROR,
+    RDMA_CM_EVENT_CONNECT_REQUEST, RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_REJECTED,
+    RDMA_CM_EVENT_ROUTE_ERROR, RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_UNREACHABLE, RDMA_OPTION_ID,
+    RDMA_OPTION_ID_TOS, RDMA_PS_TCP, RDMA_PS_UDP,
+)
+from ...pyverbs.mr import MR
+from ...pyverbs.pyverbs_error import PyverbsError
+from ...pyverbs.qp import QPAttr, QPCap, QPInitAttr
+from ...pyverbs.wr import SGE, RecvWR, SendWR
+from .. import verbs_setup as vs
 from . import params as P
 from .comm import Comm, CommError, Dest
+from .resources import MIN_RNR_TIMER
 
 SYNC_SPEC_ID = 5
 PP_DEST = struct.Struct(">iiiiI4xQ16sIi")         # struct pingpong_dest, network order: 56 bytes
@@ -116,12 +134,10 @@ def _poll(cq, stop=None):
 
 
 def _port_space(p: P.Params) -> int:
-    from ...pyverbs.librdmacm_enums import RDMA_PS_TCP, RDMA_PS_UDP
     return RDMA_PS_UDP if p.connection_type == P.UD else RDMA_PS_TCP
 
 
 def _wait_event(channel):
-    from ...pyverbs.cmid import CMEvent
     return CMEvent(channel)
 
 
@@ -157,8 +173,6 @@ class RdmaComm(Comm):
 
     # ---- create_rdma_resources() + establish_connection()
     def connect(self) -> bool:
-        from ...pyverbs.cmid import CMEventChannel, CMID
-        from ...pyverbs.pyverbs_error import PyverbsError
         try:
             self.channel = CMEventChannel()
         except PyverbsError:
@@ -181,9 +195,6 @@ class RdmaComm(Comm):
         return ok
 
     def _addr(self, host: str | None, passive: bool):
-        from ...pyverbs.cmid import AddrInfo
-        from ...pyverbs.librdmacm_enums import RAI_PASSIVE
-        from ...pyverbs.pyverbs_error import PyverbsError
         try:
             if passive:
                 return AddrInfo(src=host, src_service=str(self.port), flags=RAI_PASSIVE)
@@ -196,11 +207,6 @@ class RdmaComm(Comm):
     def _init_ctx(self, cm_id) -> bool:
         """ctx_init() for the exchange's parameters: tx/rx depth 1, one RC
         QP, SEND, a buffer for one struct pingpong_dest."""
-        from ...pyverbs.cq import CQ
-        from ...pyverbs.enums import IBV_ACCESS_LOCAL_WRITE, IBV_QPT_RC
-        from ...pyverbs.mr import MR
-        from ...pyverbs.pyverbs_error import PyverbsError
-        from ...pyverbs.qp import QPCap, QPInitAttr
         try:
             ctx = cm_id.context
             self.mr = MR(cm_id.pd, 2 * max(self.p.cycle_buffer, PP_DEST.size), IBV_ACCESS_LOCAL_WRITE)
@@ -215,8 +221,6 @@ class RdmaComm(Comm):
         return True
 
     def _post_one_recv_wqe(self) -> bool:
-        from ...pyverbs.pyverbs_error import PyverbsError
-        from ...pyverbs.wr import SGE, RecvWR
         try:
             self.qp.post_recv(RecvWR(SYNC_SPEC_ID, 1, [SGE(self.mr.buf, PP_DEST.size, self.mr.lkey)]))
         except PyverbsError:
@@ -225,16 +229,10 @@ class RdmaComm(Comm):
         return True
 
     def _conn_param(self):
-        from ...pyverbs.cmid import ConnParam
         # the exchange's verb is SEND: no responder resources, no initiator depth
         return ConnParam(resources=0, depth=0, retry=self.p.retry_count, rnr_retry=7)
 
     def _client(self) -> bool:
-        from ...pyverbs.librdmacm_enums import (
-            RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ESTABLISHED,
-            RDMA_CM_EVENT_ROUTE_ERROR, RDMA_CM_EVENT_ROUTE_RESOLVED,
-        )
-        from ...pyverbs.pyverbs_error import PyverbsError
         ai = self._addr(self.servername, False)
         if ai is None:
             return False
@@ -259,7 +257,6 @@ class RdmaComm(Comm):
                 return False
             break
         if self.p.tos != P.DEF_TOS:
-            from ...pyverbs.librdmacm_enums import RDMA_OPTION_ID, RDMA_OPTION_ID_TOS
             try:
                 self.cm_id.set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, self.p.tos, 1)
             except PyverbsError:
@@ -307,9 +304,6 @@ class RdmaComm(Comm):
         return True
 
     def _server(self) -> bool:
-        from ...pyverbs.cmid import CMID
-        from ...pyverbs.librdmacm_enums import RDMA_CM_EVENT_CONNECT_REQUEST
-        from ...pyverbs.pyverbs_error import PyverbsError
         ai = self._addr(self.source_ip, True)
         if ai is None:
             return False
@@ -360,9 +354,6 @@ class RdmaComm(Comm):
 
     # ---- rdma_write_data / rdma_read_data
     def write(self, data: bytes) -> bool:
-        from ...pyverbs.enums import IBV_SEND_SIGNALED, IBV_WC_SEND, IBV_WR_SEND
-        from ...pyverbs.pyverbs_error import PyverbsError
-        from ...pyverbs.wr import SGE, SendWR
         data = bytes(data)
         self.mr.write(data, len(data), 0)
         wr = SendWR(SYNC_SPEC_ID, IBV_WR_SEND, 1, sg=[SGE(self.mr.buf, len(data), self.mr.lkey)],
@@ -381,7 +372,6 @@ class RdmaComm(Comm):
         return True
 
     def read(self, n: int) -> bytes | None:
-        from ...pyverbs.enums import IBV_WC_RECV
         wc = _poll(self.recv_cq, self._stop_waiting)
         if wc is None:
             return None
@@ -394,27 +384,16 @@ class RdmaComm(Comm):
             return None
         return data
 
-    def xchg_data(self, mine: bytes) -> bytes:
-        """ctx_xchg_data_rdma(): client writes then reads, server the other
-        way round."""
-        n = len(mine)
-        if self.servername is not None:
-            if not self.write(mine):
-                _err(" Unable to write to socket/rdma_cm\n")
-                raise CommError
-            rem = self.read(n)
-            if rem is None:
-                _err(" Unable to read from socket/rdma_cm\n")
-                raise CommError
-            return rem
-        rem = self.read(n)
-        if rem is None:
-            _err(" Unable to read to socket/rdma_cm\n")
-            raise CommError
-        if not self.write(mine):
-            _err(" Unable to write from socket/rdma_cm\n")
-            raise CommError
-        return rem
+    # ---- ctx_xchg_data_rdma(): Comm.xchg_data over these, without ethernet's messages
+    def _write_data(self, data: bytes) -> bool:
+        return self.write(data)
+
+    def _read_data(self, n: int) -> bytes | None:
+        return self.read(n)
+
+    def _fail(self, msg: str):
+        _err(msg)
+        raise CommError
 
     # ---- ctx_hand_shake() with rdma_write_keys / rdma_read_keys
     def _write_keys(self, d: Dest) -> bool:
@@ -450,12 +429,7 @@ class RdmaComm(Comm):
     def close(self) -> None:
         """destroy_ctx() of the exchange: its ID (a connected one sends the
         DREQ), CQs, MR, the channel."""
-        for obj in (self.cm_id, self.send_cq, self.recv_cq, self.mr, self.channel):
-            if obj is not None:
-                try:
-                    obj.close()
-                except Exception:
-                    pass
+        vs.close_quietly(self.cm_id, self.send_cq, self.recv_cq, self.mr, self.channel)
         self.cm_id = self.send_cq = self.recv_cq = self.mr = self.channel = self.qp = None
 
 
@@ -473,8 +447,6 @@ class CmaMaster:
 def create_rdma_cm_connection(t) -> bool:
     """create_rdma_cm_connection(): the test QP connected by rdma_cm, its
     resources (ctx_init) made on the ID.  False after perftest's messages."""
-    from ...pyverbs.cmid import CMEventChannel
-    from ...pyverbs.pyverbs_error import PyverbsError
     p, comm = t.p, t.comm
     cma = t.cma = CmaMaster()
     if isinstance(comm, RdmaComm):
@@ -503,7 +475,6 @@ def create_rdma_cm_connection(t) -> bool:
 
 
 def _conn_param(p: P.Params, req_conn: dict | None = None):
-    from ...pyverbs.cmid import ConnParam
     resources = depth = 0
     if p.verb in (P.READ, P.ATOMIC):
         resources = depth = p.out_reads
@@ -517,11 +488,6 @@ def _conn_param(p: P.Params, req_conn: dict | None = None):
 def _client_once(t, cma) -> bool:
     """_rdma_cm_client_connection(): resolve, route, ctx_init + QP, connect,
     until ESTABLISHED."""
-    from ...pyverbs.cmid import AddrInfo, CMID
-    from ...pyverbs.librdmacm_enums import (
-        RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_ROUTE_RESOLVED,
-    )
-    from ...pyverbs.pyverbs_error import PyverbsError
     p = t.p
     try:
         cma.cm_id = CMID(creator=cma.channel, port_space=_port_space(p))
@@ -548,7 +514,6 @@ def _client_once(t, cma) -> bool:
         try:
             if typ == RDMA_CM_EVENT_ADDR_RESOLVED:
                 if p.tos != P.DEF_TOS:
-                    from ...pyverbs.librdmacm_enums import RDMA_OPTION_ID, RDMA_OPTION_ID_TOS
                     cma.cm_id.set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, p.tos, 1)
                 cma.cm_id.resolve_route(2000)
             elif typ == RDMA_CM_EVENT_ROUTE_RESOLVED:
@@ -575,10 +540,6 @@ def _client_once(t, cma) -> bool:
 
 
 def _is_error_event(typ) -> bool:
-    from ...pyverbs.librdmacm_enums import (
-        RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_CONNECT_ERROR, RDMA_CM_EVENT_REJECTED, RDMA_CM_EVENT_ROUTE_ERROR,
-        RDMA_CM_EVENT_UNREACHABLE,
-    )
     return typ in (RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ROUTE_ERROR, RDMA_CM_EVENT_CONNECT_ERROR,
                    RDMA_CM_EVENT_UNREACHABLE, RDMA_CM_EVENT_REJECTED)
 
@@ -590,12 +551,8 @@ def _client_connection(t, cma) -> bool:
         if _client_once(t, cma):
             return True
         t.res.release_cm()
-        if cma.cm_id is not None:
-            try:
-                cma.cm_id.close()
-            except Exception:
-                pass
-            cma.cm_id = None
+        vs.close_quietly(cma.cm_id)
+        cma.cm_id = None
         time.sleep(0.1)
     error_handler("Failed to connect RDMA CM client, tried 10 times.")
     return False
@@ -604,12 +561,6 @@ def _client_connection(t, cma) -> bool:
 def _server_connection(t, cma) -> bool:
     """rdma_cm_server_connection(): listen on port -p, take one request,
     ctx_init + QP on its ID, accept, destroy the listening ID."""
-    from ...pyverbs.cmid import AddrInfo, CMID
-    from ...pyverbs.enums import IBV_QP_MIN_RNR_TIMER
-    from ...pyverbs.librdmacm_enums import RAI_PASSIVE, RDMA_CM_EVENT_CONNECT_REQUEST
-    from ...pyverbs.pyverbs_error import PyverbsError
-    from ...pyverbs.qp import QPAttr
-    from .resources import MIN_RNR_TIMER
     p = t.p
     try:
         listen_id = CMID(creator=cma.channel, port_space=_port_space(p))
@@ -673,9 +624,6 @@ def disconnect_nodes(t) -> None:
     """rdma_cm_disconnect_nodes(): the server disconnects, each side waits
     for its DISCONNECTED (bounded here: a peer that is gone does not hang
     the tool)."""
-    from ...pyverbs.cmid import CMEvent
-    from ...pyverbs.librdmacm_enums import RDMA_CM_EVENT_DISCONNECTED
-    from ...pyverbs.pyverbs_error import PyverbsError
     cma = getattr(t, "cma", None)
     if cma is None or cma.cm_id is None or not cma.connected:
         return
@@ -708,9 +656,6 @@ def disconnect_nodes(t) -> None:
 def _disconnected(channel) -> bool:
     """Take the events waiting on ``channel`` (without blocking): True if a
     DISCONNECTED was among them."""
-    from ...pyverbs.cmid import CMEvent
-    from ...pyverbs.librdmacm_enums import RDMA_CM_EVENT_DISCONNECTED
-    from ...pyverbs.pyverbs_error import PyverbsError
     seen = False
     while not seen:
         try:
@@ -725,8 +670,5 @@ def _disconnected(channel) -> bool:
 def close(t) -> None:
     cma = getattr(t, "cma", None)
     if cma is not None and cma.channel is not None:
-        try:
-            cma.channel.close()
-        except Exception:
-            pass
+        vs.close_quietly(cma.channel)
         cma.channel = None

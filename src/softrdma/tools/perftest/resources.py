@@ -24,13 +24,15 @@ from __future__ import annotations
 import sys
 
 from ...enums import (
-    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
-    IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC, IBV_QP_MAX_QP_RD_ATOMIC,
-    IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_RETRY_CNT,
-    IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE, IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RTR,
-    IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_SIGNALED, IBV_WR_ATOMIC_CMP_AND_SWP,
-    IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
+    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_QPT_RC,
+    IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_SIGNALED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
 )
+from ...verbs import (
+    addr as addr_m, cq as cq_m, device as dev_m, mr as mr_m, pd as pd_m, qp as qp_m, srq as srq_m, wr as wr_m,
+)
+from ...verbs.errors import PyverbsError
+from .. import verbs_setup as vs
 from . import params as P
 from .comm import Dest
 
@@ -120,12 +122,10 @@ class Resources:
     # ------------------------------------------------------------------ device
     def open_device(self) -> bool:
         """ctx_find_dev() + ibv_open_device()."""
-        from ...verbs import device as dev_m
         try:
-            devs = dev_m.get_device_list()
+            names = vs.device_names()
         except Exception:
-            devs = []
-        names = [d.name.decode() if isinstance(d.name, bytes) else d.name for d in devs]
+            names = []
         if not names:
             _err(" Did not detect devices \n")
             _err(" If device exists, check if driver is up\n")
@@ -147,7 +147,6 @@ class Resources:
         return True
 
     def query_port(self, port: int):
-        from ...verbs.errors import PyverbsError
         try:
             return self.ctx.query_port(port)
         except PyverbsError:
@@ -250,8 +249,6 @@ class Resources:
         With ``cm_id`` (-R: ``ctx->context = cm_id->verbs`` and
         ``rdma_create_qp``) the objects are made on the rdma_cm ID's device
         context and PD, and the ID creates the QP (the CM moves it to INIT)."""
-        from ...verbs import cq as cq_m, mr as mr_m, pd as pd_m, qp as qp_m, srq as srq_m
-        from ...verbs.errors import PyverbsError
         p = self.p
         self.cm_id = cm_id
         if cm_id is not None:
@@ -381,23 +378,15 @@ class Resources:
 
     def _to_init(self, qp) -> bool:
         """ctx_modify_qp_to_init()."""
-        from ...verbs import qp as qp_m
-        from ...verbs.errors import PyverbsError
         p = self.p
-        a = qp_m.QPAttr(qp_state=IBV_QPS_INIT)
-        a.pkey_index = p.pkey_index
-        a.port_num = p.ib_port
-        mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT
-        if p.connection_type == P.UD:
-            a.qkey = P.DEF_QKEY
-            mask |= IBV_QP_QKEY
-        else:
-            a.qp_access_flags = {P.ATOMIC: IBV_ACCESS_REMOTE_ATOMIC, P.READ: IBV_ACCESS_REMOTE_READ,
-                                 P.WRITE: IBV_ACCESS_REMOTE_WRITE, P.WRITE_IMM: IBV_ACCESS_REMOTE_WRITE,
-                                 P.SEND: IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE}[p.verb]
-            mask |= IBV_QP_ACCESS_FLAGS
         try:
-            qp.modify(a, mask)
+            if p.connection_type == P.UD:
+                vs.qp_to_init(qp, p.ib_port, p.pkey_index, qkey=P.DEF_QKEY)
+            else:
+                vs.qp_to_init(qp, p.ib_port, p.pkey_index, access={
+                    P.ATOMIC: IBV_ACCESS_REMOTE_ATOMIC, P.READ: IBV_ACCESS_REMOTE_READ,
+                    P.WRITE: IBV_ACCESS_REMOTE_WRITE, P.WRITE_IMM: IBV_ACCESS_REMOTE_WRITE,
+                    P.SEND: IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE}[p.verb])
         except PyverbsError as e:
             _err(f"Failed to modify QP to INIT, ret={e.error_code}\n")
             return False
@@ -406,7 +395,6 @@ class Resources:
     # ------------------------------------------------------------------ GIDs
     def _gid(self, index: int) -> bytes | None:
         """The GID in a table slot (each slot asked once)."""
-        from ...verbs.errors import PyverbsError
         if index not in self.gid_cache:
             try:
                 self.gid_cache[index] = self.ctx.query_gid(self.p.ib_port, index).raw
@@ -417,7 +405,6 @@ class Resources:
     def _gid_typed(self, index: int) -> bool:
         """ibv_query_gid_type() succeeds for the slot (asked once, and only
         when the comparison needs it, as in perftest)."""
-        from ...verbs.errors import PyverbsError
         if index not in self.gid_type_cache:
             if self._gid(index) == bytes(16):
                 # an empty slot: ibv_query_gid_type() fails for it (ENODATA), no need to ask
@@ -473,56 +460,38 @@ class Resources:
 
     # ------------------------------------------------------------------ ctx_connect()
     def _ah_attr(self, dest: Dest):
-        from ...verbs import addr as addr_m
         p = self.p
-        if p.gid_index == -1:
-            return addr_m.AHAttr(is_global=0, port_num=p.ib_port, dlid=dest.lid & 0xFFFF, sl=p.sl)
-        gr = addr_m.GlobalRoute(dgid=addr_m.GID(dest.gid), sgid_index=p.gid_index, hop_limit=GRH_HOP_LIMIT,
-                                traffic_class=p.traffic_class, flow_label=p.flow_label & 0xFFFFF)
-        return addr_m.AHAttr(gr=gr, is_global=1, port_num=p.ib_port, dlid=dest.lid & 0xFFFF, sl=p.sl)
+        return vs.ah_attr(p.ib_port, dest.lid & 0xFFFF, p.sl, None if p.gid_index == -1 else dest.gid,
+                          p.gid_index, GRH_HOP_LIMIT, p.traffic_class, p.flow_label & 0xFFFFF)
 
     def connect(self, rem: list[Dest], my: list[Dest]) -> bool:
-        from ...verbs import addr as addr_m, qp as qp_m
-        from ...verbs.errors import PyverbsError
         p = self.p
+        rc, ud = p.connection_type == P.RC, p.connection_type == P.UD
         for i, qp in enumerate(self.qps):
-            a = qp_m.QPAttr(qp_state=IBV_QPS_RTR)
-            a.ah_attr = self._ah_attr(rem[i])
-            mask = IBV_QP_STATE
-            if p.connection_type != P.UD:
-                a.path_mtu = p.curr_mtu
-                a.dest_qp_num = rem[i].qpn & 0xFFFFFF
-                a.rq_psn = rem[i].psn & 0xFFFFFF
-                mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
-                if p.connection_type == P.RC:
-                    a.max_dest_rd_atomic = my[i].out_reads
-                    a.min_rnr_timer = MIN_RNR_TIMER
-                    mask |= IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_DEST_RD_ATOMIC
+            ah = self._ah_attr(rem[i])
             try:
-                qp.modify(a, mask)
+                if ud:
+                    a = vs.qp_to_rtr(qp)
+                else:
+                    a = vs.qp_to_rtr(qp, ah, p.curr_mtu, rem[i].qpn & 0xFFFFFF, rem[i].psn & 0xFFFFFF,
+                                     my[i].out_reads if rc else None, MIN_RNR_TIMER if rc else None)
             except PyverbsError:
                 _err(f"Failed to modify QP {qp.qp_num} to RTR\n")
                 _err(" Unable to Connect the HCA's through the link\n")
                 return False
             if p.tst == P.LAT or p.machine == P.CLIENT or p.duplex:
-                a.qp_state = IBV_QPS_RTS
-                a.sq_psn = my[i].psn & 0xFFFFFF
-                mask = IBV_QP_STATE | IBV_QP_SQ_PSN
-                if p.connection_type == P.RC:
-                    a.timeout = p.qp_timeout
-                    a.retry_cnt = 7
-                    a.rnr_retry = 7
-                    a.max_rd_atomic = rem[i].out_reads
-                    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC
                 try:
-                    qp.modify(a, mask)
+                    if rc:
+                        vs.qp_to_rts(qp, a, my[i].psn & 0xFFFFFF, p.qp_timeout, 7, 7, rem[i].out_reads)
+                    else:
+                        vs.qp_to_rts(qp, a, my[i].psn & 0xFFFFFF)
                 except PyverbsError:
                     _err("Failed to modify QP to RTS\n")
                     _err(" Unable to Connect the HCA's through the link\n")
                     return False
-            if p.connection_type == P.UD and (p.tst == P.LAT or p.machine == P.CLIENT or p.duplex):
+            if ud and (p.tst == P.LAT or p.machine == P.CLIENT or p.duplex):
                 try:
-                    self.ahs.append(addr_m.AH(self.pd, a.ah_attr))
+                    self.ahs.append(addr_m.AH(self.pd, ah))
                 except PyverbsError:
                     _err("Failed to create AH for UD\n")
                     _err(" Unable to Connect the HCA's through the link\n")
@@ -541,7 +510,6 @@ class Resources:
         the list of heads for QP ``i``: ``positions`` single WRs when
         ``post_list`` is 1 and the message fits half the cycle buffer, else
         one chain."""
-        from ...verbs import wr as wr_m
         p = self.p
         self.size = p.size
         step = inc(p.size, self.cache_line_size)
@@ -585,8 +553,6 @@ class Resources:
         sends, every position has its own prebuilt WR: receive ``k`` of a QP
         uses ``recv_wrs[i][k % positions]``; ``recv_next[i]`` is ``k`` of the
         next one to post."""
-        from ...verbs import wr as wr_m
-        from ...verbs.errors import PyverbsError
         p = self.p
         self.size = p.size
         size_per_qp = p.rx_depth // p.num_of_qps if p.use_srq else p.rx_depth
@@ -616,8 +582,6 @@ class Resources:
     # ------------------------------------------------------------------ teardown
     def destroy(self) -> bool:
         """destroy_ctx(): every object, in reverse order of creation."""
-        from ...verbs.errors import PyverbsError
-        ok = True
         steps = [(ah, "failed to destroy AH\n") for ah in self.ahs]
         steps += [(qp, " Couldn't destroy QP\n") for qp in self.qps]
         steps += [(self.srq, "Couldn't destroy SRQ\n"), (self.send_cq, "failed to destroy CQ\n")]
@@ -631,14 +595,7 @@ class Resources:
         else:
             steps += [(self.pd, "failed to deallocate PD\n"), (self.channel, "failed to close event channel\n"),
                       (self.ctx, "failed to close device context\n")]
-        for obj, msg in steps:
-            if obj is None:
-                continue
-            try:
-                obj.close()
-            except (PyverbsError, OSError):
-                _err(msg)
-                ok = False
+        ok = vs.destroy(steps, _err, keep_going=True)
         self.ahs, self.qps, self.mrs = [], [], []
         self.srq = self.send_cq = self.recv_cq = self.pd = self.channel = self.ctx = None
         self.cm_id = self.own_ctx = None
@@ -650,13 +607,8 @@ class Resources:
         that the next try starts afresh."""
         if self.cm_id is None:
             return
-        for obj in [self.srq, self.send_cq, self.recv_cq if self.recv_cq is not self.send_cq else None,
-                    *self.mrs, self.channel]:
-            if obj is not None:
-                try:
-                    obj.close()
-                except Exception:
-                    pass
+        vs.close_quietly(self.srq, self.send_cq, self.recv_cq if self.recv_cq is not self.send_cq else None,
+                         *self.mrs, self.channel)
         self.qps, self.mrs, self.ahs = [], [], []
         self.buf_addr, self.rx_addr, self.views, self.view_base = [], [], [], []
         self.srq = self.send_cq = self.recv_cq = self.pd = self.channel = None
@@ -665,8 +617,4 @@ class Resources:
     def abandon(self) -> None:
         """An error exit: the C tool just returns; closing the context makes
         the daemon release everything the same way."""
-        if self.ctx is not None:
-            try:
-                self.ctx.close()
-            except Exception:
-                pass
+        vs.close_quietly(self.ctx)

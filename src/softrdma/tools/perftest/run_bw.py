@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 
 from ...enums import ibv_send_flags as _F, ibv_wc_status as _S
+from ...verbs.errors import PyverbsError
 from . import params as P
 from .progress import PROGRESS
 from .timing import Duration, Idle, now
@@ -52,7 +53,6 @@ class Run:
 
 def notify_events(res) -> bool:
     """ctx_notify_events(): sleep until a CQ event, ack it, re-arm the CQ."""
-    from ...verbs.errors import PyverbsError
     try:
         cq = res.channel.get_cq_event()
     except PyverbsError:
@@ -129,7 +129,6 @@ def _rate_gap_ns(p: P.Params) -> int:
 def perform_warm_up(res, p: P.Params) -> bool:
     """perform_warm_up() (--perform_warm_up): a tx_depth of WRs per QP, all
     completed, before the measurement."""
-    from ...verbs.errors import PyverbsError
     if not p.perform_warm_up:
         return True
     session = p.tx_depth if p.post_list == 1 else p.post_list
@@ -160,7 +159,6 @@ def perform_warm_up(res, p: P.Params) -> bool:
 
 def run_iter_bw(res, p: P.Params, run: Run) -> bool:
     """The requester loop of every BW test."""
-    from ...verbs.errors import PyverbsError
     qps = res.qps
     nq = len(qps)
     posts = [qp.post_send for qp in qps]
@@ -310,7 +308,6 @@ def _repost(res, index: int, size_per_qp: int) -> None:
 
 def run_iter_bw_server(res, p: P.Params, run: Run) -> bool:
     """The SEND receiver: count receives, re-post each one while more are due."""
-    from ...verbs.errors import PyverbsError
     nq = p.num_of_qps
     size_per_qp = p.rx_depth // nq if p.use_srq else p.rx_depth
     tot_iters = p.iters * nq
@@ -374,7 +371,6 @@ def run_iter_bw_server(res, p: P.Params, run: Run) -> bool:
 def run_iter_bi(res, p: P.Params, run: Run) -> bool:
     """Bidirectional SEND: each side sends and receives; the server starts
     sending once its first message arrived."""
-    from ...verbs.errors import PyverbsError
     nq = p.num_of_qps
     size_per_qp = p.rx_depth // nq if p.use_srq else p.rx_depth
     posts = [qp.post_send for qp in res.qps]
@@ -501,7 +497,6 @@ def run_iter_bw_infinitely(res, p: P.Params, run: Run, report) -> bool:
     QP, every WR signaled; every ``duration`` seconds print the BW of the
     period (catch_alarm_infintely) and start a new one.  Ends only with the
     process (Ctrl-C)."""
-    from ...verbs.errors import PyverbsError
     nq = p.num_of_qps
     posts = [qp.post_send for qp in res.qps]
     wrs = res.send_wrs
@@ -559,7 +554,6 @@ def run_iter_bw_infinitely(res, p: P.Params, run: Run, report) -> bool:
 
 def run_iter_bw_infinitely_server(res, p: P.Params) -> bool:
     """--run_infinitely, SEND receiver: re-post every receive, forever."""
-    from ...verbs.errors import PyverbsError
     poll = res.recv_cq.poll
     size_per_qp = p.rx_depth // p.num_of_qps if p.use_srq else p.rx_depth
     idle = Idle()

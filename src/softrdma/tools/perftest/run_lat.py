@@ -15,6 +15,7 @@ import os
 import sys
 
 from ...enums import ibv_send_flags as _F, ibv_wc_status as _S
+from ...verbs.errors import PyverbsError
 from . import params as P
 from .progress import PROGRESS
 from .run_bw import Events, comp_error_recv, comp_error_send, _repost
@@ -57,7 +58,6 @@ def _show(p: P.Params, done: int, dur) -> None:
 
 
 def run_iter_lat_write(res, p: P.Params, run: LatRun) -> bool:
-    from ...verbs.errors import PyverbsError
     wr = res.send_wrs[0][0]
     wr.sg_list[0].length = p.size
     wr.send_flags = IBV_SEND_SIGNALED
@@ -122,7 +122,6 @@ def run_iter_lat_write(res, p: P.Params, run: LatRun) -> bool:
 
 def run_iter_lat(res, p: P.Params, run: LatRun) -> bool:
     """READ / ATOMIC latency: one WR, wait for its completion, again."""
-    from ...verbs.errors import PyverbsError
     wr = res.send_wrs[0][0]
     wr.sg_list[0].length = p.size
     wr.send_flags = IBV_SEND_SIGNALED
@@ -174,7 +173,6 @@ def run_iter_lat(res, p: P.Params, run: LatRun) -> bool:
 def run_iter_lat_send(res, p: P.Params, run: LatRun) -> bool:
     """SEND latency: the server receives first, the client sends first; each
     side answers a receive with a send."""
-    from ...verbs.errors import PyverbsError
     wr = res.send_wrs[0][0]
     wr.sg_list[0].length = p.size
     wr.send_flags = 0

@@ -22,6 +22,7 @@ import os
 import time
 
 from . import params as P
+from .report import cpu_stats
 
 now = time.perf_counter_ns
 
@@ -101,5 +102,4 @@ class Duration:
 
 
 def _cpu_stats() -> tuple[int, int]:
-    from .report import cpu_stats
     return cpu_stats()

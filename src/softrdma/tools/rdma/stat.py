@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import errno
 
-from ..device.rdma_counter import RDMA_COUNTER_MASK_PID, RDMA_COUNTER_MASK_QP_TYPE, RDMA_COUNTER_MODE_AUTO
-from .libc import c_int, strtol
-from .rdma import Rd, _objects, _task_name, qp_type_str, strcmpx
+from ...device.rdma_counter import RDMA_COUNTER_MASK_PID, RDMA_COUNTER_MASK_QP_TYPE, RDMA_COUNTER_MODE_AUTO
+from ..libc import c_int, strtol
+from .res import qp_type_str, res_objects
+from .utils import Rd, get_task_name, strcmpx
 
 STAT_HELP = """\
 Usage: {0} [ OPTIONS ] statistic {{ COMMAND | help }}
@@ -132,7 +133,7 @@ def stat_mr(rd: Rd) -> int:
         return ret
 
     def one_dev():
-        mrs = _objects(rd, "mr")
+        mrs = res_objects(rd, "mr")
         if mrs is None:
             return -errno.EIO
         for r in mrs:
@@ -159,7 +160,7 @@ def _counter_line(rd: Rd, names: list[str], e: dict) -> None:
     if rd.str_filtered("qp-type", qp_type_str(qp_type or 0)):
         return
     pid = e.get("pid")
-    comm = _task_name(pid) if pid is not None else None
+    comm = get_task_name(pid) if pid is not None else None
     if rd.filtered("pid", pid or 0, pid is not None):
         return
     if any(rd.filtered("lqpn", q) for q in e["lqpn"]):
