@@ -82,7 +82,7 @@ def run_device(args: argparse.Namespace) -> int:
     import subprocess
     import sys
 
-    from .device.daemon import default_run_dir
+    from .uapi.rundir import default_run_dir
     from .verbs.device import AutostartError, connect, management
     try:
         conn = connect(report=False)               # starts the embedded default if needed
@@ -161,7 +161,7 @@ def _rping(link: dict, addr: str, port: int) -> bool:
     import sys
     import time
 
-    from .device.daemon import default_run_dir
+    from .uapi.rundir import default_run_dir
     from .verbs.device import management
     rping = [sys.executable, "-m", "softrdma", "rping", "-a", addr, "-p", str(port), "-C", "5"]
     print(f"softrdma demo: rping between two processes, connected by rdma_cm over QP1 of {link['ifname']}")

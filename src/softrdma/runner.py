@@ -63,7 +63,7 @@ def pyverbs_path(args) -> int:
 
 
 def run(args) -> int:
-    from .device.daemon import default_run_dir
+    from .uapi.rundir import default_run_dir
     from .verbs.device import AutostartError, connect
     cmd = list(args.command)
     if cmd[:1] == ["--"]:

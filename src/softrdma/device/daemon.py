@@ -38,38 +38,26 @@ from ..errors import VerbsError
 from ..transport.cm import COUNTER_NAMES as CM_COUNTER_NAMES
 from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
-from . import abi
-from . import request as rq
-from .capture import BOTH, Capture
+from ..uapi import abi
+from ..uapi import request as rq
+from ..uapi.capture import BOTH
+from ..uapi.commands import PROTOCOL_VERSION, check_request
+from ..uapi.control import MAX_MSG, ControlError, encode, recv_msg, valid_seq
+from ..uapi.rundir import SOCKET_NAME
+from ..uapi.shm import Ring, SharedRegion
+from .capture import Capture
 from .cm_commands import CmCommands
-from .control import MAX_MSG, ControlError, encode, recv_msg, valid_seq
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from .faults import FaultSettings
 from .net import gid_to_ip
 from .rdma_cm import RdmaCm
-from .shm import Ring
 from .stat import StatCommands, net_admin
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
 log = logging.getLogger("softrdmad")
 SPIN_S = float(os.environ.get("SOFTRDMA_SPIN_S", "0.002"))
 STALL_S = 0.004           # what one loop pass may take; a later pass: the process was descheduled (a time slice)
-SOCKET_NAME = "softrdmad.sock"
 LOCK_NAME = "softrdmad.lock"
-PROTOCOL_VERSION = 1
-
-
-def default_run_dir() -> str:
-    env = os.environ.get("SOFTRDMA_RUN")
-    if env:
-        return env
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isdir(xdg):
-        return os.path.join(xdg, "softrdma")
-    # memory-backed like /run: the sysfs tree is thousands of small files
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        return f"/dev/shm/softrdma-{os.getuid()}"
-    return f"/tmp/softrdma-{os.getuid()}"
 
 
 def _peer_cred(sock: socket.socket) -> tuple[int, int, int]:
@@ -710,14 +698,8 @@ class Daemon(StatCommands, CmCommands):
     # ------------------------------------------------------------ commands
     def command(self, c: Client, m: dict, fds: list[int]):
         op = m.get("op")
-        handler = getattr(self, f"cmd_{op}", None) if isinstance(op, str) else None
-        if handler is None:
-            raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
-        if not op.startswith("cm_") and op not in ("devices", "open", "resources", "links", "link_add", "link_delete", "link_set",
-                      "stat_get", "stat_dump", "stat_set", "stat_del", "stat_get_status", "stat_snapshot") and \
-                c.device is None:
-            raise VerbsError(errno.EINVAL, "no device opened on this connection")
-        return handler(c, m, fds)
+        check_request(op, m, len(fds), c.device is not None)     # the command table (uapi.commands)
+        return getattr(self, f"cmd_{op}")(c, m, fds)
 
     def cmd_devices(self, c, m, fds):
         return {"version": PROTOCOL_VERSION,
@@ -846,7 +828,6 @@ class Daemon(StatCommands, CmCommands):
                                                f" {self.locked_pages[c.uid]} pinned)")
         if len(fds) != 1:
             raise VerbsError(errno.EINVAL, "reg_mr needs the memory fd")
-        from .shm import SharedRegion
         try:
             region = SharedRegion.map_fd(fds[0], length)
         except ValueError as e:
@@ -1464,4 +1445,4 @@ def _node_guid(mac: bytes) -> str:
     return ":".join(eui[i:i + 2].hex() for i in range(0, 8, 2))
 
 
-__all__ = ["Daemon", "Client", "default_run_dir"]
+__all__ = ["Daemon", "Client"]

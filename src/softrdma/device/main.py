@@ -31,8 +31,10 @@ import time
 
 from ..cliargs import Parser, int_range, udp_port
 from ..errors import VerbsError
+from ..uapi.control import recv_msg, send_msg
+from ..uapi.rundir import SOCKET_NAME, default_run_dir
 from .core import Device
-from .daemon import SOCKET_NAME, Daemon, default_run_dir
+from .daemon import Daemon
 from .netdev import active_mtu, netdev_info
 from ..transport.qp import DeviceCaps
 
@@ -281,7 +283,6 @@ def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
 
 def _devices(run_dir: str) -> list[dict] | None:
     """The devices the daemon serving ``run_dir`` reports (None: no answer)."""
-    from .control import recv_msg, send_msg
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
             s.settimeout(5)

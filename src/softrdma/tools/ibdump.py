@@ -47,7 +47,7 @@ import threading
 import time
 
 from .libc import GetoptLong, c_int, strtol, strtoul
-from ..device.capture import BOTH, MAX_LOG2_ENTRIES, RX, TX, slot_size
+from ..uapi.capture import BOTH, MAX_LOG2_ENTRIES, RX, TX, slot_size
 from ..verbs.errors import PyverbsError
 from ..wire.pcap import PcapWriter, roce_frame
 

@@ -40,7 +40,7 @@ import shlex
 import socket
 import sys
 
-from ..device.daemon import SOCKET_NAME, default_run_dir
+from ..uapi.rundir import SOCKET_NAME, default_run_dir
 from ..verbs.connection import Connection
 from ..verbs.errors import PyverbsError
 

@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None, prog: str = "top") -> int:
         p.error("-j/--json needs --once")
     if args.qps < 0:
         p.error("argument -q/--qps: must not be negative")
-    from ..device.daemon import default_run_dir
+    from ..uapi.rundir import default_run_dir
     run_dir = default_run_dir()
     try:
         conn = _connect()
