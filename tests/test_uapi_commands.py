@@ -139,3 +139,52 @@ def test_library_checks_before_sending():
     with pytest.raises(TypeError, match="no field colour"):
         conn.call(CMD.alloc_pd, colour=1)
     assert isinstance(CMD.alloc_pd, Command)
+
+
+_RQ_KIND = {"uint": "uint", "string": "string", "obj": "obj", "handle": "u32handle"}
+
+
+def _handler_reads():
+    """(command, field, kind, limit) of every ``rq.<check>(m, "field", ...)``
+    a daemon handler (or the ``_cm_id`` helper, for its callers) makes."""
+    helpers = {"_cm_id": [("id", "u32handle", rq.U32)]}
+    for f in ("daemon.py", "stat.py", "cm_commands.py"):
+        path = os.path.join(SRC, "device", f)
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)
+        for fn in ast.walk(tree):
+            if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith("cmd_")):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                if isinstance(func, ast.Attribute) and func.attr in helpers:
+                    for read in helpers[func.attr]:
+                        yield (fn.name[len("cmd_"):], *read)
+                if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "rq"
+                        and func.attr in _RQ_KIND and len(node.args) >= 2):
+                    continue
+                src, key = node.args[0], node.args[1]
+                if not (isinstance(src, ast.Name) and src.id == "m" and isinstance(key, ast.Constant)):
+                    continue
+                limit = eval(compile(ast.Expression(node.args[2]), path, "eval"), {"rq": rq}) \
+                    if len(node.args) > 2 and func.attr in ("uint", "string") else \
+                    (rq.U32 if func.attr == "handle" else None)
+                if func.attr == "string" and len(node.args) == 2:
+                    limit = 64
+                yield fn.name[len("cmd_"):], key.value, _RQ_KIND[func.attr], limit
+
+
+def test_table_fields_are_the_fields_the_handlers_read():
+    """One fact, two readers until the handlers take check_request's values:
+    every field a handler checks is in its command's entry, of the kind and
+    width the handler checks it with (fields the table leaves to the handler,
+    ANY, may be read any way)."""
+    reads = list(_handler_reads())
+    assert len(reads) > 25
+    for name, field, kind, limit in reads:
+        spec = {f.name: f for f in COMMANDS[name].request}.get(field)
+        assert spec is not None, f"{name}: the handler reads {field!r}, the table does not declare it"
+        if spec.kind == "any":
+            continue
+        assert (spec.kind, spec.limit) == (kind, limit if limit is not None else spec.limit), (name, field)
