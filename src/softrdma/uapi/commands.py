@@ -56,16 +56,45 @@ class Field(NamedTuple):
     optional: bool = False              # HANDLE: 0/None/absent is "none"
 
 
-def u8(name, default=_REQUIRED): return Field(name, UINT, rq.U8, default)
-def u16(name, default=_REQUIRED): return Field(name, UINT, rq.U16, default)
-def u32(name, default=_REQUIRED, limit=rq.U32): return Field(name, UINT, limit, default)
-def u64(name, default=_REQUIRED, lo=0): return Field(name, UINT, rq.U64, default, lo)
-def handle(name, of=None, optional=False): return Field(name, HANDLE, rq.U32, of=of or name, optional=optional)
-def cm_id(): return Field("id", U32_HANDLE, rq.U32, of="cm_id")
-def string(name, limit=64, default=_REQUIRED): return Field(name, STRING, limit, default)
-def obj(name, default=_REQUIRED): return Field(name, OBJ, 0, default)
-def any_(name): return Field(name, ANY)
-def fds(n, why): return Field("", FDS, n, of=why)
+def u8(name: str, default=_REQUIRED) -> Field:
+    return Field(name, UINT, rq.U8, default)
+
+
+def u16(name: str, default=_REQUIRED) -> Field:
+    return Field(name, UINT, rq.U16, default)
+
+
+def u32(name: str, default=_REQUIRED, limit: int = rq.U32) -> Field:
+    return Field(name, UINT, limit, default)
+
+
+def u64(name: str, default=_REQUIRED, lo: int = 0) -> Field:
+    return Field(name, UINT, rq.U64, default, lo)
+
+
+def handle(name: str, of: str | None = None, optional: bool = False) -> Field:
+    return Field(name, HANDLE, rq.U32, of=of or name, optional=optional)
+
+
+def cm_id() -> Field:
+    return Field("id", U32_HANDLE, rq.U32, of="cm_id")
+
+
+def string(name: str, limit: int = 64, default=_REQUIRED) -> Field:
+    return Field(name, STRING, limit, default)
+
+
+def obj(name: str, default=_REQUIRED) -> Field:
+    return Field(name, OBJ, 0, default)
+
+
+def any_(name: str) -> Field:
+    return Field(name, ANY)
+
+
+def fds(n: int, why: str) -> Field:
+    """The request carries ``n`` fds; ``why`` is the refusal's message."""
+    return Field("", FDS, n, of=why)
 
 
 class Command(NamedTuple):
@@ -84,6 +113,9 @@ class Command(NamedTuple):
 
 
 _E = errno
+# rdma_cm's binding of a source address and port (cma_check_port, cma_use_port,
+# an address no device has), explicit or implicit (listen, resolve, join)
+_BIND_ERRNOS = (_E.EADDRINUSE, _E.EADDRNOTAVAIL, _E.EACCES, _E.ENODEV)
 _TABLE = (
     # -- the device (ibv_get_device_list, ibv_open_device, ibv_query_*)
     Command("devices", (), ("version", "devices"), device=False),
@@ -104,15 +136,16 @@ _TABLE = (
     Command("create_cq", (fds(1, "create_cq needs the ring fd"), handle("channel", optional=True), u32("cqe", 1)),
             ("cq",)),
     Command("destroy_cq", (handle("cq"),), (), (_E.EBUSY,)),
-    # -- QPs
+    # -- QPs (fds: the SQ ring, the RQ ring unless the QP has an SRQ, the
+    #    doorbell -- 3 or 2, which the handler checks once it has the SRQ)
     Command("create_qp", (handle("pd"), handle("send_cq", "cq"), handle("recv_cq", "cq"),
                           handle("srq", optional=True), obj("cap", {}), u32("qp_type"), any_("sq_sig_all")),
             ("qp", "qp_num")),
     Command("modify_qp", (handle("qp"), u32("mask"), obj("attr", {}))),
     Command("query_qp", (handle("qp"), u32("mask", 0)), ("attr",)),
     Command("destroy_qp", (handle("qp"),)),
-    Command("attach_mcast", (handle("qp"), any_("gid"), any_("lid")), (), (_E.EEXIST,)),
-    Command("detach_mcast", (handle("qp"), any_("gid"), any_("lid")), (), (_E.ENOENT,)),
+    Command("attach_mcast", (handle("qp"), any_("gid"), any_("lid")), (), (_E.EADDRNOTAVAIL,)),
+    Command("detach_mcast", (handle("qp"), any_("gid"), any_("lid"))),
     # -- SRQs
     Command("create_srq", (handle("pd"), fds(2, "create_srq needs 2 fds"), u32("max_wr", 256), u32("max_sge", 4),
                            u32("srq_limit", 0)), ("srq",)),
@@ -152,12 +185,11 @@ _TABLE = (
     Command("cm_destroy_id", (cm_id(),), device=False),
     Command("cm_set_option", (cm_id(), string("option", 32), any_("value")), (), (_E.ENOSYS,), device=False),
     Command("cm_bind_addr", (cm_id(), u32("family", 4, limit=6), any_("ip"), u16("port", 0)), ("info",),
-            (_E.EADDRINUSE, _E.EADDRNOTAVAIL, _E.ENODEV), device=False),
+            _BIND_ERRNOS, device=False),
     Command("cm_resolve_addr", (cm_id(), u32("timeout_ms", 2000), any_("src"), any_("dst"), u16("port", 0)), (),
-            (_E.EADDRNOTAVAIL, _E.ENODEV), device=False),
+            _BIND_ERRNOS, device=False),
     Command("cm_resolve_route", (cm_id(), u32("timeout_ms", 2000)), device=False),
-    Command("cm_listen", (cm_id(), u32("backlog", 0, limit=0x7FFFFFFF)), ("info",), (_E.EADDRINUSE,),
-            device=False),
+    Command("cm_listen", (cm_id(), u32("backlog", 0, limit=0x7FFFFFFF)), ("info",), _BIND_ERRNOS, device=False),
     Command("cm_connect", (cm_id(), any_("conn"), any_("private_data")), device=False),
     Command("cm_accept", (cm_id(), any_("conn"), any_("private_data")), device=False),
     Command("cm_reject", (cm_id(), any_("private_data")), device=False),
@@ -167,7 +199,7 @@ _TABLE = (
     Command("cm_query", (cm_id(),), ("info",), device=False),
     Command("cm_channel_token", (), ("token",), device=False),
     Command("cm_migrate_id", (cm_id(), string("token")), ("id",), device=False),
-    Command("cm_join_multicast", (cm_id(), any_("addr")), (), (_E.EADDRNOTAVAIL,), device=False),
+    Command("cm_join_multicast", (cm_id(), any_("addr")), (), _BIND_ERRNOS, device=False),
     Command("cm_leave_multicast", (cm_id(), any_("addr")), (), (_E.EADDRNOTAVAIL,), device=False),
 )
 
