@@ -125,7 +125,8 @@ _TABLE = (
     # -- PD, MR, MW
     Command("alloc_pd", (), ("pd",), state_first=True),
     Command("dealloc_pd", (handle("pd"),), (), (_E.EBUSY,)),
-    Command("reg_mr", (handle("pd"), u64("length", lo=1), u64("addr"), u32("access"), fds(1, "reg_mr needs the memory fd")),
+    Command("reg_mr", (handle("pd"), u64("length", lo=1), u64("addr"), u32("access"),
+                       fds(1, "reg_mr needs the memory fd")),
             ("mr", "lkey", "rkey"), (_E.EPERM,)),
     Command("dereg_mr", (handle("mr"),)),
     Command("alloc_mw", (handle("pd"), any_("type")), ("mw", "rkey")),
