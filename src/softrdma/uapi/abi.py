@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import struct
 
-from ..enums import ibv_wc_opcode, ibv_wc_status
+from ..enums import ibv_send_flags, ibv_wc_opcode, ibv_wc_status
 
 
 SEND_WQE_HDR = struct.Struct("<QBBHIQIIQQIIII")
@@ -54,7 +54,7 @@ CQE_FIELDS = ("wr_id", "byte_len", "imm_data", "qp_num", "src_qp", "vendor_err",
               "status", "opcode", "wc_flags", "sl", "dlid_path_bits", "solicited")
 CQE_BYTES = 64
 CQE_OWNER = 63
-IBV_SEND_INLINE = 8
+IBV_SEND_INLINE = int(ibv_send_flags.IBV_SEND_INLINE)      # a plain int: no IntFlag built per WQE
 # send WQE fields the ibv_wr_* setters rewrite after the builder wrote the header
 _NUM_SGE_AT, _FLAGS_AT, _INLINE_LEN_AT, _UD_AT = 9, 10, 28, 48
 _U16 = struct.Struct("<H")
