@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from softrdma.device.control import recv_msg, send_msg
+from softrdma.uapi.control import recv_msg, send_msg
 from wait_helpers import DEADLINE_S, wait_for
 
 

@@ -307,7 +307,7 @@ def test_unmatched_get_answered_unsupported():
 
 
 def _links(d) -> dict:
-    from softrdma.device.control import recv_msg, send_msg
+    from softrdma.uapi.control import recv_msg, send_msg
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(os.path.join(d.run_dir, "softrdmad.sock"))
     send_msg(s, {"op": "links", "seq": 1})

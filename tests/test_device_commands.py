@@ -6,7 +6,8 @@ from __future__ import annotations
 import errno
 import importlib
 
-from softrdma.device.commands import COMMANDS, FREE
+from softrdma.device.commands import FREE, HANDLERS
+from softrdma.uapi.commands import COMMANDS
 from softrdma.device.daemon import Daemon
 
 #: what a connection may ask before it opened a device: the management
@@ -16,15 +17,19 @@ NO_DEVICE = {"devices", "open", "links", "link_add", "link_set", "link_delete", 
 
 
 def test_every_handler_is_named_after_its_op():
-    for op, cmd in COMMANDS.items():
-        assert cmd.handler.__name__ == f"cmd_{op}", op
-        mod = importlib.import_module(cmd.handler.__module__)
+    for op, handler in HANDLERS.items():
+        assert handler.__name__ == f"cmd_{op}", op
+        mod = importlib.import_module(handler.__module__)
         assert mod.__name__.startswith("softrdma.device.commands.")
-        assert getattr(mod, cmd.handler.__name__) is cmd.handler
+        assert getattr(mod, handler.__name__) is handler
+
+
+def test_a_handler_for_every_command_of_the_table():
+    assert set(HANDLERS) == set(COMMANDS)
 
 
 def test_which_commands_need_an_open_device():
-    nodev = {op for op, cmd in COMMANDS.items() if not cmd.needs_device}
+    nodev = {op for op, cmd in COMMANDS.items() if not cmd.device}
     assert nodev == NO_DEVICE | {op for op in COMMANDS if op.startswith("cm_")}
     assert len(COMMANDS) == 56
 

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from softrdma.device.control import MAX_MSG, ControlError, encode, recv_msg, send_msg
+from softrdma.uapi.control import MAX_MSG, ControlError, encode, recv_msg, send_msg
 
 
 @pytest.fixture

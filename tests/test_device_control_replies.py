@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from daemon_helpers import RawControl, daemon_in_shm
-from softrdma.device.control import MAX_FDS, MAX_MSG, ControlError, encode, recover_seq, recv_msg
+from softrdma.uapi.control import MAX_FDS, MAX_MSG, ControlError, encode, recover_seq, recv_msg
 
 
 @pytest.fixture(scope="module")

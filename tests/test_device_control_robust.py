@@ -3,7 +3,7 @@ an errno reply, the daemon never dies, never leaks an fd and never keeps
 shared memory the client can pull from under it; and the daemon's start
 and stop leave nothing behind whenever a signal comes.
 
-The client here talks the control protocol itself (``device.control``:
+The client here talks the control protocol itself (``uapi.control``:
 JSON records on SOCK_SEQPACKET, fds in SCM_RIGHTS), as a process that does
 not use the library -- or a buggy one -- would."""
 
@@ -22,10 +22,10 @@ import time
 import pytest
 
 from daemon_helpers import RawControl as Raw, RunningDaemon, daemon_in_shm
-from softrdma.device import abi
 from softrdma.device.commands import COMMANDS
-from softrdma.device.control import MAX_MSG, send_msg
-from softrdma.device.shm import HEADER_BYTES, MAGIC
+from softrdma.uapi import abi
+from softrdma.uapi.control import MAX_MSG, send_msg
+from softrdma.uapi.shm import HEADER_BYTES, MAGIC
 
 
 @pytest.fixture

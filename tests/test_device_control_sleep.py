@@ -16,7 +16,7 @@ import time
 import pytest
 
 from daemon_helpers import daemon_in_shm
-from softrdma.device.shm import RING_CONSUMER_SLEEPING
+from softrdma.uapi.shm import RING_CONSUMER_SLEEPING
 from softrdma.enums import IBV_ACCESS_LOCAL_WRITE, IBV_QPT_UD, IBV_WC_SUCCESS, IBV_WR_SEND
 
 IPV4_GID = 1             # on lo: fe80::(MAC) at 0, ::ffff:127.0.0.1 at 1

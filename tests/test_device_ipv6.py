@@ -18,7 +18,7 @@ import time
 import pytest
 
 from daemon_helpers import daemon_in_shm
-from softrdma.device.control import recv_msg, send_msg
+from softrdma.uapi.control import recv_msg, send_msg
 from softrdma.wire.icrc import ICRC, icrc, ipv6_header, udp_header
 
 UNKNOWN_QPN = 0xABCDE

@@ -7,11 +7,12 @@ import select
 
 import pytest
 
-from softrdma.device import abi
-from softrdma.device.queues import (
+from softrdma.device import wqe
+from softrdma.uapi import abi
+from softrdma.uapi.queues import (
     CompletionQueueConsumer, CompletionQueueProducer, WorkQueueConsumer, WorkQueueProducer,
 )
-from softrdma.device.shm import Ring, SharedRegion
+from softrdma.uapi.shm import Ring, SharedRegion
 from softrdma.enums import (
     IBV_SEND_SIGNALED, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
@@ -100,14 +101,14 @@ def test_send_wqe_round_trip_sges_and_inline():
     slot = memoryview(bytearray(abi.send_slot_size(4, 64)))
     abi.encode_send_wqe(slot, 7, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, [(0x1000, 64, 0x101), (0x2000, 8, 0x202)],
                         remote_addr=0xABC0, rkey=0x303, imm_data=0xDEADBEEF)
-    w = abi.decode_send_wqe(slot)
+    w = wqe.decode_send_wqe(slot)
     assert (w.wr_id, w.opcode, w.sg_list, w.remote_addr, w.rkey, w.length) == (
         7, IBV_WR_RDMA_WRITE, [(0x1000, 64, 0x101), (0x2000, 8, 0x202)], 0xABC0, 0x303, 72)
     abi.encode_send_wqe(slot, 8, IBV_WR_SEND, 0, inline=b"x" * 40)
-    w = abi.decode_send_wqe(slot)
+    w = wqe.decode_send_wqe(slot)
     assert w.inline_data == b"x" * 40 and w.length == 40
     abi.encode_send_wqe(slot, 9, IBV_WR_ATOMIC_CMP_AND_SWP, 0, [(0x1000, 8, 1)], compare_add=5, swap=6)
-    w = abi.decode_send_wqe(slot)
+    w = wqe.decode_send_wqe(slot)
     assert (w.compare_add, w.swap, w.is_rd_atomic) == (5, 6, True)
 
 
@@ -115,13 +116,13 @@ def test_decode_rejects_counts_that_overrun_the_slot():
     slot = memoryview(bytearray(128))
     abi.SEND_WQE_HDR.pack_into(slot, 0, 1, IBV_WR_SEND, 200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     with pytest.raises(ValueError):
-        abi.decode_send_wqe(slot)
+        wqe.decode_send_wqe(slot)
     abi.SEND_WQE_HDR.pack_into(slot, 0, 1, IBV_WR_SEND, 0, abi.IBV_SEND_INLINE, 0, 0, 0, 4000, 0, 0, 0, 0, 0, 0)
     with pytest.raises(ValueError):
-        abi.decode_send_wqe(slot)
+        wqe.decode_send_wqe(slot)
     abi.RECV_WQE_HDR.pack_into(slot, 0, 1, 99, 0)
     with pytest.raises(ValueError):
-        abi.decode_recv_wqe(slot)
+        wqe.decode_recv_wqe(slot)
 
 
 def test_work_queue_full_empty_and_doorbell_suppression():
@@ -136,7 +137,7 @@ def test_work_queue_full_empty_and_doorbell_suppression():
     assert select.select([efd], [], [], 0)[0] == []       # consumer awake: no doorbell
     got = []
     while (slot := cons.take()) is not None:
-        got.append(abi.decode_recv_wqe(slot).wr_id)
+        got.append(wqe.decode_recv_wqe(slot).wr_id)
         cons.release()
     assert got == [0, 1, 2, 3]
     assert prod.next_slot() is None                       # read is not done: the slots are still held

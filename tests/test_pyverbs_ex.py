@@ -13,7 +13,7 @@ import time
 import pytest
 
 from daemon_helpers import daemon_in_shm
-from softrdma.device.queues import CompletionQueueProducer
+from softrdma.uapi.queues import CompletionQueueProducer
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.addr import AH, AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQ, CQEX, CompChannel, CqInitAttrEx, PollCqAttr

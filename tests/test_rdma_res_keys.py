@@ -23,7 +23,7 @@ from softrdma.verbs import device, mr, pd
 
 DROP = ["setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin", "--"]
 RAW = ("import json, os, socket\n"
-       "from softrdma.device.control import recv_msg, send_msg\n"
+       "from softrdma.uapi.control import recv_msg, send_msg\n"
        "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
        "s.connect(os.path.join(os.environ['SOFTRDMA_RUN'], 'softrdmad.sock'))\n"
        "send_msg(s, {'op': 'resources', 'seq': 1})\n"

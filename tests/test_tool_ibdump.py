@@ -29,9 +29,10 @@ import time
 import pytest
 
 from daemon_helpers import daemon_in_shm
-from softrdma.device.capture import BOTH, NO_CORRUPTION, RECORD, RX, TX, Capture, slot_size
+from softrdma.device.capture import Capture
+from softrdma.uapi.capture import BOTH, NO_CORRUPTION, RECORD, RX, TX, slot_size
 from softrdma.device.core import Device, DevQP
-from softrdma.device.shm import Ring
+from softrdma.uapi.shm import Ring
 from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC, IBV_WR_SEND
 from softrdma.sim import connect_qps
 from softrdma.tools import ibdump

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from softrdma.device.control import MAX_FDS, MAX_MSG, encode, recv_msg, send_msg
+from softrdma.uapi.control import MAX_FDS, MAX_MSG, encode, recv_msg, send_msg
 from softrdma.enums import IBV_EVENT_DEVICE_FATAL
 from softrdma.verbs import connection
 from softrdma.verbs.connection import Connection

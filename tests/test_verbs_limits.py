@@ -35,7 +35,7 @@ import time
 
 import pytest
 
-from softrdma.device.shm import Ring
+from softrdma.uapi.shm import Ring
 from softrdma.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
     IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WR_SEND,

@@ -25,7 +25,7 @@ import sys
 import time
 
 from .cliargs import int_range
-from .device.daemon import default_run_dir
+from .uapi.rundir import default_run_dir
 from .enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
     IBV_WC_SUCCESS, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,

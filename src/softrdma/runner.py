@@ -25,7 +25,7 @@ import shutil
 import sys
 
 from . import shim
-from .device.daemon import default_run_dir
+from .uapi.rundir import default_run_dir
 from .tools import TOOLS
 from .verbs.device import AutostartError, connect
 

@@ -15,53 +15,28 @@ Owns:
   ibdump's receive buffers are), the tool's eventfd doorbell, counters.
   ``put`` never blocks and never grows anything: a full ring drops the
   record and counts it (``dropped``), which the tool reports at exit.
-* the record layout both ends use (``RECORD``, then the packet bytes).
 
-A record is the packet as the device saw it -- BTH to pad, no ICRC: the
-socket path strips it on receive and computes it on send, the loopback
-path never has one -- with what the tool needs to rebuild the frame:
-CLOCK_REALTIME in nanoseconds taken at the tap, the IP addresses and UDP
-ports, the local QP number, and for a packet the fault injector damaged,
-which bit it flipped after the ICRC was computed.  The tool computes the
-ICRC over the frame it writes; a bit recorded as flipped is flipped in the
+The record layout both ends use is ``uapi.capture``.  A record is the
+packet as the device saw it -- BTH to pad, no ICRC: the socket path strips
+it on receive and computes it on send, the loopback path never has one --
+with what the tool needs to rebuild the frame.  The tool computes the ICRC
+over the frame it writes; a bit recorded as flipped is flipped in the
 frame, so the frame carries the bad ICRC the wire carried.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from time import time_ns
 
-from ..enums import mtu_to_bytes
+from ..uapi.capture import BOTH, MAX_HEADER_BYTES, MAX_LOG2_ENTRIES, NO_CORRUPTION, RECORD, RX, TX, slot_size
+from ..uapi.queues import WorkQueueProducer
+from ..uapi.shm import RING_CONSUMER_SLEEPING, Ring
 from ..wire.opcodes import OPCODE_TABLE
-from .queues import WorkQueueProducer
-from .shm import RING_CONSUMER_SLEEPING, Ring
 
-# Directions, as bits: a capture asks for RX, TX or both.
-RX = 1
-TX = 2
-BOTH = RX | TX
-
-NO_CORRUPTION = 0xFFFFFFFF
-# ts_ns, caplen, wire length, local QPN, direction, address length, sport,
-# dport, (2 pad), flipped bit or NO_CORRUPTION, source and destination
-# address (4 or 16 bytes, zero-padded to 16)
-RECORD = struct.Struct("<QIIIBBHHxxI16s16s")
-assert RECORD.size == 64
-
-# The longest packet a device of max MTU ``m`` emits: the longest header
-# run of any opcode (atomic requests: BTH + AtomicETH), the MTU, the pad.
-MAX_HEADER_BYTES = max(i.length for i in OPCODE_TABLE if i is not None)
-MAX_LOG2_ENTRIES = 20          # 2^20 entries of ~4 KiB: 4 GiB of the tool's memory
+# the capture entry holds the longest header run of any opcode
+assert MAX_HEADER_BYTES == max(i.length for i in OPCODE_TABLE if i is not None)
 _DOORBELL = (1).to_bytes(8, "little")
-
-
-def slot_size(max_mtu: int) -> int:
-    """Bytes per ring entry for a device whose largest ibv_mtu is
-    ``max_mtu``: one record header and the longest packet, 64-byte aligned."""
-    need = RECORD.size + MAX_HEADER_BYTES + mtu_to_bytes(max_mtu) + 3
-    return (need + 63) & ~63
 
 
 class Capture:
@@ -126,4 +101,4 @@ class Tap:
                 cap.put(ts, direction, qpn, src, dst, sport, dport, pkt, corrupt)
 
 
-__all__ = ["Capture", "Tap", "RECORD", "RX", "TX", "BOTH", "NO_CORRUPTION", "MAX_LOG2_ENTRIES", "slot_size"]
+__all__ = ["Capture", "Tap"]

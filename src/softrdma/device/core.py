@@ -47,17 +47,18 @@ from ..transport.counters import RXE_HW_COUNTERS, Counter, new_counters
 from ..transport.memory import MemoryTable
 from ..transport.qp import QP, SRQ, DeviceCaps
 from ..transport.wr import WC, AddressVector
+from ..uapi.capture import NO_CORRUPTION, RX, TX
+from ..uapi.queues import CompletionQueueProducer, WorkQueueConsumer
 from ..wire.errors import WireError
 from ..wire.icrc import ROCEV2_UDP_PORT, ipv4_header, ipv6_header
 from ..wire.packet import check
-from . import abi
-from .capture import NO_CORRUPTION, RX, TX, Capture, Tap
+from .capture import Capture, Tap
 from .faults import Faults, FaultSettings, corrupt_position
 from .gid import GidTable
 from .gsi import Gsi
 from .mcast import McastGroups, is_multicast_gid
 from .net import RoceSocket, gid_to_ip
-from .queues import CompletionQueueProducer, WorkQueueConsumer
+from .wqe import decode_recv_wqe, decode_send_wqe
 
 EV = ints(ibv_event_type)
 ST = ints(ibv_wc_status)
@@ -412,7 +413,7 @@ class Device:
                 budget -= 1
                 busy = True
                 try:
-                    wqe = abi.decode_send_wqe(slot, dqp.owner.ah_lookup)
+                    wqe = decode_send_wqe(slot, dqp.owner.ah_lookup)
                 except ValueError:
                     wqe = None
                     wr_id = int.from_bytes(slot[0:8], "little")
@@ -434,7 +435,7 @@ class Device:
             budget -= 1
             found = True
             try:
-                srq.srq.post_recv(abi.decode_recv_wqe(slot))
+                srq.srq.post_recv(decode_recv_wqe(slot))
             except (ValueError, VerbsError):
                 pass                           # a malformed WQE from the app: dropped (SRQ stays usable)
             wq.release()
@@ -450,7 +451,7 @@ class Device:
             budget -= 1
             found = True
             try:
-                wqe = abi.decode_recv_wqe(slot)
+                wqe = decode_recv_wqe(slot)
             except ValueError:
                 wqe = None
                 wr_id = int.from_bytes(slot[0:8], "little")

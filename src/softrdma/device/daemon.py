@@ -15,7 +15,7 @@ sockets are read empty; a pass that comes much later than the loop planned
 A client connection is the uverbs file of one Context: every object it
 creates belongs to it, and all of them are destroyed when it closes --
 whatever way the process ended (``session.Client``).  A request goes to
-its handler through the one table of commands (``commands.COMMANDS``) in
+its handler through the one table of commands (``commands.HANDLERS``, checked against ``uapi.commands``) in
 ``Daemon.run_command``.
 """
 
@@ -35,9 +35,11 @@ import time
 from ..enums import IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
 from ..mgmt.cm.counters import COUNTER_NAMES as CM_COUNTER_NAMES
-from .commands import COMMANDS, FREE
+from ..uapi.commands import check_request
+from ..uapi.control import MAX_MSG, ControlError, recv_msg, valid_seq
+from ..uapi.rundir import SOCKET_NAME
+from .commands import HANDLERS, FREE
 from .commands.restrack import Restrack
-from .control import MAX_MSG, ControlError, recv_msg, valid_seq
 from .core import Device
 from .gid import eui64
 from .net import gid_to_ip
@@ -49,21 +51,7 @@ from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 log = logging.getLogger("softrdmad")
 SPIN_S = float(os.environ.get("SOFTRDMA_SPIN_S", "0.002"))
 STALL_S = 0.004           # what one loop pass may take; a later pass: the process was descheduled (a time slice)
-SOCKET_NAME = "softrdmad.sock"
 LOCK_NAME = "softrdmad.lock"
-
-
-def default_run_dir() -> str:
-    env = os.environ.get("SOFTRDMA_RUN")
-    if env:
-        return env
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isdir(xdg):
-        return os.path.join(xdg, "softrdma")
-    # memory-backed like /run: the sysfs tree is thousands of small files
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        return f"/dev/shm/softrdma-{os.getuid()}"
-    return f"/tmp/softrdma-{os.getuid()}"
 
 
 class Daemon:
@@ -468,12 +456,10 @@ class Daemon:
             return {"seq": None, "errno": errno.EINVAL, "msg": "bad request: seq must be an integer"}, []
         try:
             op = msg.get("op")
-            cmd = COMMANDS.get(op) if isinstance(op, str) else None
-            if cmd is None:
-                raise VerbsError(errno.EOPNOTSUPP, f"unknown command {op!r}")
-            if cmd.needs_device and client.device is None:
-                raise VerbsError(errno.EINVAL, "no device opened on this connection")
-            reply, out_fds = cmd.handler(self, client, msg, fds)
+            # the command table: the command exists, a device is open if it
+            # needs one, the fields read before any state are well formed
+            check_request(op, msg, len(fds), client.device is not None)
+            reply, out_fds = HANDLERS[op](self, client, msg, fds)
             return dict(reply or {}, seq=seq, errno=0), out_fds
         except VerbsError as e:
             reply = {"seq": seq, "errno": e.errno, "msg": e.strerror}
@@ -557,4 +543,4 @@ class Daemon:
         os.close(self.lock_fd)
 
 
-__all__ = ["Daemon", "default_run_dir"]
+__all__ = ["Daemon"]

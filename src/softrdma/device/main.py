@@ -30,10 +30,11 @@ import time
 
 from ..cliargs import Parser, int_range, udp_port
 from ..transport.qp import DeviceCaps
+from ..uapi.control import recv_msg, send_msg
+from ..uapi.rundir import SOCKET_NAME, default_run_dir
 from .commands.link import make_device
-from .control import recv_msg, send_msg
 from .core import Device
-from .daemon import SOCKET_NAME, Daemon, default_run_dir
+from .daemon import Daemon
 
 PID_NAME = "softrdmad.pid"
 LOG_NAME = "softrdmad.log"

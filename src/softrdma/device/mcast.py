@@ -30,15 +30,12 @@ import struct
 import weakref
 
 from ..errors import VerbsError
+from ..uapi.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH
 from ..wire.errors import WireError
 from ..wire.packet import check
 from .net import RoceSocket
 
 MCAST_QPN = 0xFFFFFF                 # IB_MULTICAST_QPN
-# rxe_param.h; query_device reports the same
-MAX_MCAST_GRP = 8192
-MAX_MCAST_QP_ATTACH = 56
-MAX_TOTAL_MCAST_QP_ATTACH = 0x70000
 
 UD = 4                               # IBV_QPT_UD
 _V4MAPPED = bytes(10) + b"\xff\xff"
@@ -263,5 +260,5 @@ class McastGroups:
         return (Fanout(devices, sock, ip, dev.udp_port, self), sock, ip, src_b, dst_b)
 
 
-__all__ = ["MCAST_QPN", "MAX_MCAST_GRP", "MAX_MCAST_QP_ATTACH", "MAX_TOTAL_MCAST_QP_ATTACH", "McastGroups",
+__all__ = ["MCAST_QPN", "McastGroups",
            "McastSocket", "Fanout", "is_multicast_gid", "group_ip"]

@@ -48,10 +48,9 @@ from itertools import count
 
 from ..errors import VerbsError
 from ..transport.counters import new_counters
+from ..uapi.rdma_netlink import (ALL_AUTO_MODE_MASKS, RDMA_COUNTER_MASK_PID, RDMA_COUNTER_MASK_QP_TYPE,
+                                 RDMA_COUNTER_MODE_AUTO, RDMA_COUNTER_MODE_MANUAL, RDMA_COUNTER_MODE_NONE)
 
-RDMA_COUNTER_MODE_NONE, RDMA_COUNTER_MODE_MANUAL, RDMA_COUNTER_MODE_AUTO = 0, 1, 2
-RDMA_COUNTER_MASK_QP_TYPE, RDMA_COUNTER_MASK_PID = 1, 2
-ALL_AUTO_MODE_MASKS = RDMA_COUNTER_MASK_QP_TYPE | RDMA_COUNTER_MASK_PID
 RESET = 0                                           # IBV_QPS_RESET
 EBUSY_EXTACK = "Modifying auto mode is not allowed when there is a bound QP"
 

@@ -21,7 +21,7 @@ import socket
 import struct
 
 from ..errors import VerbsError
-from .control import encode
+from ..uapi.control import encode
 from .core import Device
 
 log = logging.getLogger("softrdmad")

@@ -1,3 +1,3 @@
-from ..transport.wr import WC  # noqa: F401
+from ..uapi.abi import WC  # noqa: F401
 from ..verbs.cq import CQ, CompChannel  # noqa: F401
 from ..verbs.cqex import CQEX, CqInitAttrEx, PollCqAttr, WcTmInfo  # noqa: F401

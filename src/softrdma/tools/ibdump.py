@@ -47,7 +47,7 @@ import threading
 import time
 
 from .. import __version__
-from ..device.capture import BOTH, MAX_LOG2_ENTRIES, RX, TX, slot_size
+from ..uapi.capture import BOTH, MAX_LOG2_ENTRIES, RX, TX, slot_size
 from ..verbs.capture import PacketCapture
 from ..verbs.device import Context, get_device_list
 from ..verbs.errors import PyverbsError

@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from ..device.daemon import default_run_dir
+from ..uapi.rundir import default_run_dir
 from ..verbs.device import management
 from ..verbs.errors import PyverbsError
 from .rdma.link import LINK_STATES

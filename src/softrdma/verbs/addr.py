@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
+from ..uapi.commands import CMD
+from .base import PDObject
+
 
 class GID:
     """A 16-byte GID; ``str()`` is the colon form pyverbs and sysfs print."""
@@ -76,19 +79,16 @@ class AHAttr:
         return cls(gr, int(d["is_global"]), d["port_num"], d["dlid"], d["sl"])
 
 
-class AH:
+class AH(PDObject):
     """An address handle for UD sends: ``AH(pd, attr=AHAttr(...))``."""
+
+    destroy_cmd = CMD.destroy_ah
+    close_rank = 2
 
     def __init__(self, pd, attr: AHAttr):
         self.pd = pd
         self.ah_attr = attr
-        reply, _ = pd.ctx.conn.call("create_ah", pd=pd.handle, attr=attr.to_wire())
+        reply, _ = pd.ctx.conn.call(CMD.create_ah, pd=pd.handle, attr=attr.to_wire())
         self.handle = reply["ah"]
         self.closed = False
         self.pd.add_ref(self)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if not self.pd.ctx.closed:
-                self.pd.ctx.conn.destroy("destroy_ah", ah=self.handle)

@@ -6,7 +6,7 @@ this process's memory (a memfd the daemon maps: ``2^log2_entries`` entries,
 each one record and one whole packet of the device's largest MTU) and an
 eventfd the daemon writes when the reader sleeps, and asks softrdmad to
 start (``capture_start``).  From then on the daemon appends a record for
-every packet the device sends or receives (``device.capture``); a full ring
+every packet the device sends or receives (``device.capture``; the record: ``uapi.capture``); a full ring
 drops records and counts them.  ``read`` drains the ring without a system
 call, ``wait`` sleeps until the daemon rings (at most ``timeout``: the
 sleep flag and the producer index are the same unfenced Dekker pair as the
@@ -21,15 +21,17 @@ import os
 import select
 from typing import NamedTuple
 
-from ..device.capture import BOTH, NO_CORRUPTION, RECORD, slot_size
-from ..device.queues import WorkQueueConsumer
-from ..device.shm import Ring
+from ..uapi.capture import BOTH, NO_CORRUPTION, RECORD, slot_size
+from ..uapi.commands import CMD
+from ..uapi.queues import WorkQueueConsumer
+from ..uapi.shm import Ring
+from .base import VerbsObject
 from .errors import PyverbsRDMAError
 
 
 class CapturedPacket(NamedTuple):
     ts_ns: int              # CLOCK_REALTIME at the daemon's tap
-    direction: int          # device.capture.RX or TX
+    direction: int          # uapi.capture.RX or TX
     qpn: int                # the local QP: the sender's (TX), the BTH destination (RX)
     src: bytes              # IP addresses, 4 or 16 bytes
     dst: bytes
@@ -40,7 +42,9 @@ class CapturedPacket(NamedTuple):
     flipped_bit: int | None  # the bit fault injection flipped after the ICRC was computed
 
 
-class PacketCapture:
+class PacketCapture(VerbsObject):
+    """A capture; closing it stops it (``stop``, unless done) and frees the ring."""
+
     def __init__(self, ctx, log2_entries: int, directions: int = BOTH):
         self.ctx = ctx
         max_mtu = ctx.query_port(1).max_mtu
@@ -51,7 +55,7 @@ class PacketCapture:
                                    getattr(e, "errno", None) or errno.ENOMEM) from None
         self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
-            reply, _ = ctx.conn.call("capture_start", fds=[self.ring.fd, self.doorbell], directions=directions)
+            reply, _ = ctx.conn.call(CMD.capture_start, fds=[self.ring.fd, self.doorbell], directions=directions)
         except PyverbsRDMAError:
             self._release()
             raise
@@ -59,6 +63,7 @@ class PacketCapture:
         self.entries = reply["entries"]
         self.consumer = WorkQueueConsumer(self.ring)
         self.stopped = False
+        self.closed = False
 
     @property
     def entry_size(self) -> int:
@@ -104,23 +109,20 @@ class PacketCapture:
         """End the capture: {'packets', 'bytes', 'dropped'} as the daemon
         counted them.  The records already in the ring can still be read."""
         self.stopped = True
-        reply, _ = self.ctx.conn.call("capture_stop", capture=self.handle)
+        reply, _ = self.ctx.conn.call(CMD.capture_stop, capture=self.handle)
         return {k: reply[k] for k in ("packets", "bytes", "dropped")}
 
-    def _release(self) -> None:
-        self.ring.close()
-        os.close(self.doorbell)
-        self.doorbell = -1
-
-    def close(self) -> None:
-        if self.doorbell < 0:
-            return
+    def _destroy(self) -> None:
         if not self.stopped and not self.ctx.conn.dead:
             try:
                 self.stop()
             except PyverbsRDMAError:
                 pass
-        self._release()
+
+    def _release(self) -> None:
+        self.ring.close()
+        os.close(self.doorbell)
+        self.doorbell = -1
 
 
 __all__ = ["PacketCapture", "CapturedPacket"]

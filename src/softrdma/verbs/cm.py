@@ -43,6 +43,7 @@ from ..enums import (
 from ..enums import rdma_cm_event_type as EV
 from ..wire.cma import PortSpace
 from ..wire.gid import ip_gid
+from ..uapi.commands import CMD, Command
 from .addr import AHAttr
 from .cq import CQ
 from .device import Context, _socket_path, connect
@@ -133,8 +134,8 @@ class EventChannel:
     def fileno(self) -> int:
         return self.conn.fileno()
 
-    def call(self, op: str, **kw) -> dict:
-        return self.conn.call(op, **kw)[0]
+    def call(self, cmd: Command, **kw) -> dict:
+        return self.conn.call(cmd, **kw)[0]
 
     def _next_record(self, timeout: float | None) -> dict | None:
         conn = self.conn
@@ -197,7 +198,7 @@ class EventChannel:
             try:                                             # ucma_process_conn_resp
                 cm_id._modify_rtr(RDMA_MAX_RESP_RES)
                 cm_id._modify_rts(RDMA_MAX_INIT_DEPTH)
-                self.call("cm_accept", id=cm_id.handle)
+                self.call(CMD.cm_accept, id=cm_id.handle)
                 ev.event = int(EV.RDMA_CM_EVENT_ESTABLISHED)
             except PyverbsRDMAError as e:
                 cm_id._modify_err()
@@ -235,7 +236,7 @@ class CmId:
         if _handle is None:
             if ps not in _PS_QPT:
                 raise _err("Failed to create CM ID", errno.EINVAL, f"port space {ps:#x}")
-            _handle = self.channel.call("cm_create_id", ps=ps, qp_type=_QPT_NAME.get(self.qp_type, "RC"))["id"]
+            _handle = self.channel.call(CMD.cm_create_id, ps=ps, qp_type=_QPT_NAME.get(self.qp_type, "RC"))["id"]
         self.handle = _handle
         self.channel.ids[self.handle] = self
         self.info: dict = {}
@@ -269,9 +270,9 @@ class CmId:
             self._own_pd = True
         return self.pd
 
-    def _call(self, what: str, op: str, **kw) -> dict:
+    def _call(self, what: str, cmd: Command, **kw) -> dict:
         try:
-            return self.channel.call(op, id=self.handle, **kw)
+            return self.channel.call(cmd, id=self.handle, **kw)
         except PyverbsRDMAError as e:
             raise _err(what, e.error_code, str(e)) from None
 
@@ -287,36 +288,36 @@ class CmId:
 
     # -- addresses ---------------------------------------------------------------------------
     def bind_addr(self, ip: str | None, port: int = 0, family: int = 4) -> None:
-        r = self._call("Failed to Bind ID", "cm_bind_addr", ip=ip, port=int(port), family=family)
+        r = self._call("Failed to Bind ID", CMD.cm_bind_addr, ip=ip, port=int(port), family=family)
         self.info = r.get("info") or {}
         if self.info.get("device"):
             self._attach(self.info["device"])
 
     def resolve_addr(self, src: str | None, dst: str, port: int = 0, timeout_ms: int = 2000) -> None:
-        self._call("Failed to Resolve Address", "cm_resolve_addr", src=src, dst=dst, port=int(port),
+        self._call("Failed to Resolve Address", CMD.cm_resolve_addr, src=src, dst=dst, port=int(port),
                    timeout_ms=int(timeout_ms))
         if self.sync:
             self._wait(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
 
     def resolve_route(self, timeout_ms: int = 2000) -> None:
-        self._call("Failed to Resolve Route", "cm_resolve_route", timeout_ms=int(timeout_ms))
+        self._call("Failed to Resolve Route", CMD.cm_resolve_route, timeout_ms=int(timeout_ms))
         if self.sync:
             self._wait(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
 
     def listen(self, backlog: int = 0) -> None:
-        r = self._call("Listen Failed", "cm_listen", backlog=int(backlog))
+        r = self._call("Listen Failed", CMD.cm_listen, backlog=int(backlog))
         self.info = r.get("info") or self.info
 
     def query(self) -> dict:
-        self.info = self._call("Failed to query CM ID", "cm_query")["info"]
+        self.info = self._call("Failed to query CM ID", CMD.cm_query)["info"]
         return self.info
 
     def set_option(self, option: str, value: int) -> None:
-        self._call("Failed to set option", "cm_set_option", option=option, value=int(value))
+        self._call("Failed to set option", CMD.cm_set_option, option=option, value=int(value))
 
     # -- QP ---------------------------------------------------------------------------------------
     def init_qp_attr(self, qp_state: int) -> tuple[dict, int]:
-        a = self._call("Failed to get QP attributes", "cm_init_qp_attr", qp_state=int(qp_state))["attr"]
+        a = self._call("Failed to get QP attributes", CMD.cm_init_qp_attr, qp_state=int(qp_state))["attr"]
         return a, qp_attr_mask(a)
 
     def _modify(self, qp_state: int, **override) -> None:
@@ -324,7 +325,7 @@ class CmId:
         for k, v in override.items():
             if k in a:
                 a[k] = v
-        self.qp.ctx.conn.call("modify_qp", qp=self.qp.handle, attr=a, mask=mask)
+        self.qp.ctx.conn.call(CMD.modify_qp, qp=self.qp.handle, attr=a, mask=mask)
 
     def _modify_rtr(self, resp_res: int) -> None:
         self._modify(IBV_QPS_INIT)
@@ -342,7 +343,7 @@ class CmId:
     def _modify_err(self) -> None:
         if self.qp is not None:
             try:
-                self.qp.ctx.conn.call("modify_qp", qp=self.qp.handle, attr={"qp_state": IBV_QPS_ERR},
+                self.qp.ctx.conn.call(CMD.modify_qp, qp=self.qp.handle, attr={"qp_state": IBV_QPS_ERR},
                                       mask=int(ibv_qp_attr_mask.IBV_QP_STATE))
             except PyverbsRDMAError:
                 pass
@@ -416,7 +417,7 @@ class CmId:
             ini, res = self.max_initiator_depth(), self.max_responder_resources()
         self.initiator_depth, self.responder_resources = ini, res
         conn, pd = self._conn_wire(param, (res, ini))
-        self._call("Failed to Connect", "cm_connect", conn=conn, private_data=pd)
+        self._call("Failed to Connect", CMD.cm_connect, conn=conn, private_data=pd)
         if self.sync:
             self._wait(EV.RDMA_CM_EVENT_ESTABLISHED)
 
@@ -441,24 +442,24 @@ class CmId:
                 self._modify_err()
                 raise _err("Failed to Accept Connection", e.error_code, str(e)) from None
         conn, pd = self._conn_wire(param, (self.responder_resources, self.initiator_depth))
-        self._call("Failed to Accept Connection", "cm_accept", conn=conn, private_data=pd)
+        self._call("Failed to Accept Connection", CMD.cm_accept, conn=conn, private_data=pd)
         if self.sync and self.qp_type != IBV_QPT_UD:
             self._wait(EV.RDMA_CM_EVENT_ESTABLISHED)
 
     def establish(self) -> None:
         """rdma_establish: the active side's RTU when the ID has no QP."""
-        self._call("Failed to Complete an active connection request", "cm_accept")
+        self._call("Failed to Complete an active connection request", CMD.cm_accept)
 
     def notify(self) -> None:
-        self._call("Failed to notify", "cm_notify")
+        self._call("Failed to notify", CMD.cm_notify)
 
     def reject(self, private_data: bytes = b"") -> None:
-        self._call("Failed to Reject", "cm_reject", private_data=bytes(private_data).hex())
+        self._call("Failed to Reject", CMD.cm_reject, private_data=bytes(private_data).hex())
 
     def disconnect(self) -> None:
         """rdma_disconnect: the QP to ERR, then DREQ (or DREP)."""
         self._modify_err()
-        self._call("Failed to Disconnect", "cm_disconnect")
+        self._call("Failed to Disconnect", CMD.cm_disconnect)
         if self.sync:
             try:
                 self._wait(EV.RDMA_CM_EVENT_DISCONNECTED, timeout=5.0)
@@ -481,7 +482,7 @@ class CmId:
 
     # -- multicast ---------------------------------------------------------------------------------
     def join_multicast(self, addr: str) -> None:
-        self._call("Failed to Join multicast", "cm_join_multicast", addr=addr)
+        self._call("Failed to Join multicast", CMD.cm_join_multicast, addr=addr)
         if self.sync:
             self._wait(EV.RDMA_CM_EVENT_MULTICAST_JOIN)
 
@@ -491,16 +492,16 @@ class CmId:
                 self.qp.detach_mcast(ip_gid(addr), 0)
             except PyverbsRDMAError:
                 pass
-        self._call("Failed to leave multicast", "cm_leave_multicast", addr=addr)
+        self._call("Failed to leave multicast", CMD.cm_leave_multicast, addr=addr)
 
     def migrate(self, channel: EventChannel) -> None:
         """rdma_migrate_id: this ID's events go to ``channel`` from now on,
         with those already sent but not yet read."""
         if channel is self.channel:
             return
-        token = channel.call("cm_channel_token")["token"]
+        token = channel.call(CMD.cm_channel_token)["token"]
         old, old_handle = self.channel, self.handle
-        r = self._call("Failed to migrate ID", "cm_migrate_id", token=token)
+        r = self._call("Failed to migrate ID", CMD.cm_migrate_id, token=token)
         old.conn.poll_events()
         keep = []
         for rec in old.conn.events:
@@ -530,7 +531,7 @@ class CmId:
             self.pd = None
         try:
             if not self.channel.closed:
-                self.channel.call("cm_destroy_id", id=self.handle)
+                self.channel.call(CMD.cm_destroy_id, id=self.handle)
         except PyverbsRDMAError:
             pass
         self.channel.ids.pop(self.handle, None)

@@ -1,7 +1,8 @@
 """The library's end of one control connection (one per Context).
 
 Requests are synchronous, one at a time (a lock serializes threads):
-``call`` sends one and waits for its reply, the record with the same
+``call`` sends one -- a command of the table, ``uapi.commands.CMD``, whose
+leading fields it checks first as the daemon would -- and waits for its reply, the record with the same
 ``seq``; async-event records that arrive meanwhile are queued for
 ``Context.get_async_event``, replies to older requests are dropped.  An
 error reply without a seq (the daemon could not read the request well
@@ -30,8 +31,10 @@ import threading
 import time
 import weakref
 
-from ..device.control import ControlError, close_fds, recv_msg, send_msg
 from ..enums import IBV_EVENT_DEVICE_FATAL
+from ..errors import VerbsError
+from ..uapi.commands import Command, check_request, lookup
+from ..uapi.control import ControlError, close_fds, recv_msg, send_msg
 from .errors import PyverbsRDMAError
 
 #: the longest ``call`` waits for its reply (a daemon that stopped
@@ -94,6 +97,7 @@ class Connection:
         self._tracked: weakref.WeakSet = weakref.WeakSet()
         self.events: collections.deque = collections.deque()
         self.dead = False
+        self.opened = False          # a device is open on it (``open`` succeeded)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -137,12 +141,28 @@ class Connection:
         raise gone_error(what)
 
     # ------------------------------------------------------------ requests
-    def call(self, op: str, fds=(), want_fds: int = 0, **kw) -> tuple[dict, list[int]]:
-        """Send request ``op`` and return (reply, fds): the reply's first
-        ``want_fds`` fds (it must carry that many; more are closed)."""
+    def call(self, cmd: Command | str, fds=(), want_fds: int = 0, **kw) -> tuple[dict, list[int]]:
+        """Send the request ``cmd`` (a ``CMD`` entry, or its name: one the
+        table does not have is refused as the daemon refuses it) and
+        return (reply, fds): the reply's first ``want_fds`` fds (it must
+        carry that many; more are closed).  A field the command does not
+        have is a TypeError; what ``check_request`` refuses fails here as
+        the daemon's reply would."""
+        op = cmd if type(cmd) is str else cmd.name
         with self._lock:
             if self.dead:
                 raise gone_error(op.replace("_", " "))
+            try:
+                cmd = lookup(cmd)
+                extra = kw.keys() - cmd.fields
+                if extra:
+                    raise TypeError(f"{op}: no field {', '.join(sorted(extra))} (uapi.commands)")
+                if self.opened or not cmd.device:     # (else the daemon's "no device opened" comes first)
+                    # as the daemon sees the fields: JSON has no int subclasses (IntEnum, IntFlag)
+                    check_request(cmd, {k: int(v) if isinstance(v, int) and type(v) not in (int, bool) else v
+                                        for k, v in kw.items()}, len(fds))
+            except VerbsError as e:
+                raise PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: {e.strerror}", e.errno) from None
             self._seq += 1
             seq = self._seq
             try:
@@ -167,15 +187,17 @@ class Connection:
             exc.extack = msg.get("extack")        # the netlink-style extended ack, if the daemon gave one
             raise exc
         close_fds(got[want_fds:])
+        if op == "open":
+            self.opened = True
         return Reply(msg), got[:want_fds]
 
-    def destroy(self, op: str, **kw) -> None:
+    def destroy(self, cmd: Command, **kw) -> None:
         """A destroy/dealloc request: once the daemon is gone there is
         nothing left to destroy, and it succeeds (as after a disassociate)."""
         if self.dead:
             return
         try:
-            self.call(op, **kw)
+            self.call(cmd, **kw)
         except PyverbsRDMAError:
             if not self.dead:
                 raise

@@ -17,11 +17,13 @@ import struct
 import sys
 from os import sched_yield
 
-from ..device import abi
-from ..device.queues import CompletionQueueConsumer
-from ..device.shm import Ring
 from ..enums import IBV_WC_WITH_IMM
-from ..transport.wr import WC
+from ..uapi import abi
+from ..uapi.abi import WC
+from ..uapi.commands import CMD
+from ..uapi.queues import CompletionQueueConsumer
+from ..uapi.shm import Ring
+from .base import VerbsObject
 from .connection import IDLE_POLLS, Gone, gone_error
 from .errors import PyverbsError, PyverbsRDMAError
 
@@ -35,10 +37,12 @@ def bswap32(v: int) -> int:
     return int.from_bytes(v.to_bytes(4, "big"), "little") if _LITTLE else v
 
 
-class CompChannel:
+class CompChannel(VerbsObject):
+    destroy_cmd = CMD.destroy_comp_channel
+
     def __init__(self, ctx):
         self.ctx = ctx
-        reply, fds = ctx.conn.call("create_comp_channel", want_fds=1)
+        reply, fds = ctx.conn.call(CMD.create_comp_channel, want_fds=1)
         self.handle = reply["channel"]
         self.sock = socket.socket(fileno=fds[0])
         self.fd = self.sock.fileno()
@@ -70,18 +74,16 @@ class CompChannel:
             cq.events_pending += 1
         return cq
 
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if not self.ctx.closed:
-                self.ctx.conn.destroy("destroy_comp_channel", channel=self.handle)
-            self.sock.close()
+    def _release(self) -> None:
+        self.sock.close()
 
 
-class CompletionQueue:
+class CompletionQueue(VerbsObject):
     """What CQ and the extended CQ (``cqex.CQEX``) share: the CQE ring, the
     daemon's CQ object, notification.  ``cqe`` is the capacity asked for;
     the ring is the next power of two above it."""
+
+    destroy_cmd = CMD.destroy_cq
 
     def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0):
         max_cqe = ctx._attr.get("max_cqe", 1 << 22)
@@ -97,7 +99,7 @@ class CompletionQueue:
         self.cqe = self.ring.nslots - 1
         self.consumer = CompletionQueueConsumer(self.ring)
         try:
-            reply, _ = ctx.conn.call("create_cq", fds=[self.ring.fd], cqe=cqe,
+            reply, _ = ctx.conn.call(CMD.create_cq, fds=[self.ring.fd], cqe=cqe,
                                      channel=channel.handle if channel else None)
         except PyverbsRDMAError:
             self.ring.close()
@@ -122,20 +124,10 @@ class CompletionQueue:
     def ack_events(self, num_events: int) -> None:
         self.events_pending = max(0, self.events_pending - num_events)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if not self.ctx.closed:
-                self.ctx.conn.destroy("destroy_cq", cq=self.handle)
-            if self.channel is not None:
-                self.channel._cqs.pop(self.handle, None)
-            self.ring.close()
+    def _release(self) -> None:
+        if self.channel is not None:
+            self.channel._cqs.pop(self.handle, None)
+        self.ring.close()
 
 
 class CQ(CompletionQueue):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import errno
 from os import sched_yield
 
-from ..device.abi import CQE, CQE_FIELDS
 from ..enums import (
     IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CQ_INIT_ATTR_MASK_PD, IBV_CREATE_CQ_ATTR_SINGLE_THREADED,
     IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
@@ -33,6 +32,7 @@ from ..enums import (
     IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_SL, IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
     IBV_WC_EX_WITH_TM_INFO, IBV_WC_STANDARD_FLAGS, IBV_WC_WITH_IMM, ibv_create_cq_wc_flags,
 )
+from ..uapi.abi import CQE, CQE_FIELDS
 from .connection import IDLE_POLLS
 from .cq import CompChannel, CompletionQueue, bswap32
 from .errors import PyverbsRDMAError

@@ -9,15 +9,17 @@ import subprocess
 import sys
 import time
 
-from ..device.daemon import SOCKET_NAME, default_run_dir
-from ..device.mcast import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
+from ..uapi.commands import CMD
+from ..uapi.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
+from ..uapi.rundir import socket_path
 from .addr import GID
+from .base import VerbsObject
 from .connection import Connection, gone_error
 from .errors import PyverbsRDMAError
 
 
 def _socket_path() -> str:
-    return os.path.join(default_run_dir(), SOCKET_NAME)
+    return socket_path()
 
 
 _announced = False
@@ -165,14 +167,15 @@ def get_device_list() -> list[Device]:
     except OSError:
         return []
     try:
-        reply, _ = conn.call("devices")
+        reply, _ = conn.call(CMD.devices)
     finally:
         conn.close()
     return [Device(d["name"], d["node_guid"], d["netdev"]) for d in reply["devices"]]
 
 
-class Context:
-    """An opened device: ``Context(name='rxe0')``."""
+class Context(VerbsObject):
+    """An opened device: ``Context(name='rxe0')``; closing it closes its
+    control connection, which destroys every object made on it."""
 
     def __init__(self, name: str | bytes | None = None, **kw):
         if isinstance(name, bytes):
@@ -183,13 +186,13 @@ class Context:
             raise PyverbsRDMAError(f"Failed to open device {name}: softrdmad is not running ({e.strerror})",
                                    errno.ENODEV) from None
         if name is None:
-            devs = self.conn.call("devices")[0]["devices"]
+            devs = self.conn.call(CMD.devices)[0]["devices"]
             if not devs:
                 self.conn.close()
                 raise PyverbsRDMAError("No IB devices found", errno.ENODEV)
             name = devs[0]["name"]
         try:
-            reply, _ = self.conn.call("open", device=name)
+            reply, _ = self.conn.call(CMD.open, device=name)
         except PyverbsRDMAError:
             self.conn.close()
             raise
@@ -198,17 +201,8 @@ class Context:
         self._attr = reply["attr"]
         self.closed = False
 
-    # pyverbs' context manager protocol
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.conn.close()
+    def _release(self) -> None:
+        self.conn.close()
 
     @property
     def num_comp_vectors(self) -> int:
@@ -262,14 +256,14 @@ class Context:
     def query_port(self, port_num: int = 1) -> PortAttr:
         if port_num != 1:
             raise PyverbsRDMAError(f"Failed to query port {port_num}", errno.EINVAL)
-        return PortAttr(self.conn.call("query_port", port=port_num)[0]["attr"])
+        return PortAttr(self.conn.call(CMD.query_port, port=port_num)[0]["attr"])
 
     def query_gid(self, port_num: int, index: int) -> GID:
-        reply, _ = self.conn.call("query_gid", port=port_num, index=index)
+        reply, _ = self.conn.call(CMD.query_gid, port=port_num, index=index)
         return GID(bytes.fromhex(reply["gid"]))
 
     def query_gid_type(self, port_num: int, index: int) -> int:
-        reply, _ = self.conn.call("query_gid", port=port_num, index=index)
+        reply, _ = self.conn.call(CMD.query_gid, port=port_num, index=index)
         if reply["type"] is None:
             raise PyverbsRDMAError("Failed to query gid type", errno.ENODATA)
         return 2                                    # IBV_GID_TYPE_ROCE_V2

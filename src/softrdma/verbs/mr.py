@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import errno
 
-from ..device.shm import SharedRegion
+from ..uapi.commands import CMD
+from ..uapi.shm import SharedRegion
+from .base import PDObject
 from .errors import PyverbsRDMAError
 
 
-class MR:
+class MR(PDObject):
+    destroy_cmd = CMD.dereg_mr
+    close_rank = 4
+
     def __init__(self, pd, length: int, access: int, address=None, implicit: bool = False, **kw):
         if address is not None or implicit:
             raise PyverbsRDMAError("Failed to register a MR over caller memory: softrdma registers the"
@@ -29,7 +34,7 @@ class MR:
         self.region = SharedRegion(length, "softrdma-mr")
         self.buf = self.region.address
         try:
-            reply, _ = pd.ctx.conn.call("reg_mr", fds=[self.region.fd], pd=pd.handle, length=length,
+            reply, _ = pd.ctx.conn.call(CMD.reg_mr, fds=[self.region.fd], pd=pd.handle, length=length,
                                         access=self.access, addr=self.buf)
         except PyverbsRDMAError:
             self.region.close()
@@ -53,19 +58,8 @@ class MR:
             raise PyverbsRDMAError("Failed to read from MR: out of bounds", errno.EINVAL)
         return bytes(self.region.view[offset:offset + length])
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            ctx = self.pd.ctx
-            if not ctx.closed:
-                ctx.conn.destroy("dereg_mr", mr=self.handle)
-            self.region.close()
+    def _release(self) -> None:
+        self.region.close()
 
 
 class MWBindInfo:
@@ -87,32 +81,22 @@ class MWBind:
         self.wr_id = wr_id
 
 
-class MW:
+class MW(PDObject):
     """ibv_mw: ``MW(pd, mw_type)``.  ``rkey`` is the window's current rkey
     (``QP.bind_mw`` moves it to the bound one, as libibverbs does; for a
     type 2 window the new rkey is the bind work request's ``rkey``)."""
 
+    destroy_cmd = CMD.dealloc_mw
+    close_rank = 3
+
     def __init__(self, pd, mw_type: int):
         self.pd = pd
         self.type = int(mw_type)
-        reply, _ = pd.ctx.conn.call("alloc_mw", pd=pd.handle, type=self.type)
+        reply, _ = pd.ctx.conn.call(CMD.alloc_mw, pd=pd.handle, type=self.type)
         self.handle = reply["mw"]
         self.rkey = reply["rkey"]
         self.closed = False
         pd.add_ref(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            ctx = self.pd.ctx
-            if not ctx.closed:
-                ctx.conn.destroy("dealloc_mw", mw=self.handle)
 
     def __repr__(self) -> str:
         return f"MW(type {self.type}, rkey=0x{self.rkey:08x}, handle={self.handle})"

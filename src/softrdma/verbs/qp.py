@@ -19,9 +19,6 @@ import errno
 import os
 import struct
 
-from ..device import abi
-from ..device.queues import WorkQueueProducer
-from ..device.shm import Ring
 from ..enums import (
     IBV_MTU_1024, IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_INIT_ATTR_CREATE_FLAGS,
     IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_MAX_DEST_RD_ATOMIC,
@@ -32,7 +29,12 @@ from ..enums import (
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_attr_mask, ibv_wr_opcode,
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
+from ..uapi import abi
+from ..uapi.commands import CMD
+from ..uapi.queues import WorkQueueProducer
+from ..uapi.shm import Ring
 from .addr import GID, AHAttr
+from .base import VerbsObject
 from .connection import Gone
 from .cq import bswap32
 from .device import Context
@@ -180,9 +182,12 @@ class QPAttr:
         return out
 
 
-class QP:
+class QP(VerbsObject):
     """``QP(pd, QPInitAttr)`` (ibv_create_qp) or ``QP(ctx, QPInitAttrEx)``
     (ibv_create_qp_ex), as pyverbs takes them."""
+
+    destroy_cmd = CMD.destroy_qp
+    close_rank = 1
 
     def __init__(self, creator, init_attr, qp_attr: QPAttr | None = None):
         if isinstance(init_attr, QPInitAttrEx):
@@ -212,7 +217,7 @@ class QP:
         fds = [self.sq.fd] + ([self.rq.fd] if self.rq else []) + [self.doorbell]
         try:
             reply, _ = self.ctx.conn.call(
-                "create_qp", fds=fds, pd=pd.handle, qp_type=int(self.qp_type), send_cq=init_attr.send_cq.handle,
+                CMD.create_qp, fds=fds, pd=pd.handle, qp_type=int(self.qp_type), send_cq=init_attr.send_cq.handle,
                 recv_cq=init_attr.recv_cq.handle, srq=init_attr.srq.handle if init_attr.srq else None,
                 cap=cap.to_wire(), sq_sig_all=bool(init_attr.sq_sig_all))
         except PyverbsRDMAError:
@@ -233,10 +238,10 @@ class QP:
 
     # ---------------------------------------------------------------- state
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
-        self.ctx.conn.call("modify_qp", qp=self.handle, attr=qp_attr.to_wire(int(attr_mask)), mask=int(attr_mask))
+        self.ctx.conn.call(CMD.modify_qp, qp=self.handle, attr=qp_attr.to_wire(int(attr_mask)), mask=int(attr_mask))
 
     def query(self, attr_mask: int = 0) -> tuple[QPAttr, QPInitAttr]:
-        a = self.ctx.conn.call("query_qp", qp=self.handle, mask=int(attr_mask))[0]["attr"]
+        a = self.ctx.conn.call(CMD.query_qp, qp=self.handle, mask=int(attr_mask))[0]["attr"]
         attr = QPAttr()
         for k, v in a.items():
             if k == "ah_attr":
@@ -373,10 +378,10 @@ class QP:
     def attach_mcast(self, gid, lid: int = 0) -> None:
         """ibv_attach_mcast(qp, gid, lid): receive the group's UD sends (the
         LID means nothing on RoCE)."""
-        self.ctx.conn.call("attach_mcast", qp=self.handle, gid=_gid_hex(gid), lid=int(lid))
+        self.ctx.conn.call(CMD.attach_mcast, qp=self.handle, gid=_gid_hex(gid), lid=int(lid))
 
     def detach_mcast(self, gid, lid: int = 0) -> None:
-        self.ctx.conn.call("detach_mcast", qp=self.handle, gid=_gid_hex(gid), lid=int(lid))
+        self.ctx.conn.call(CMD.detach_mcast, qp=self.handle, gid=_gid_hex(gid), lid=int(lid))
 
     # ---------------------------------------------------------------- teardown
     def _release(self) -> None:
@@ -385,17 +390,10 @@ class QP:
         if self.rq is not None:
             self.rq.close()
 
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if not self.ctx.closed:
-                self.ctx.conn.destroy("destroy_qp", qp=self.handle)
-            self._release()
-
 
 def encode_bind_wqe(slot, wr_id: int, send_flags: int, mw, new_rkey: int, info) -> None:
     """Write the BIND_MW WQE that binds ``mw`` to ``info`` (an MWBindInfo)
-    with ``new_rkey``, laid out as device/abi.py says: the one writer of a
+    with ``new_rkey``, laid out as uapi/abi.py says: the one writer of a
     bind, for ``post_send``/``bind_mw`` and for ``QPEx.wr_bind_mw``."""
     mr = info.mr
     abi.encode_send_wqe(slot, wr_id, IBV_WR_BIND_MW, send_flags, (), imm_data=mw.rkey,

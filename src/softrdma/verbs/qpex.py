@@ -4,7 +4,7 @@
 ...) writes one WQE into the next free send-queue slot, with ``wr_id`` and
 ``wr_flags`` as they are at that moment, and the setters (``wr_set_sge``,
 ``wr_set_inline_data``, ``wr_set_ud_addr``, ...) complete the WQE the last
-builder wrote -- the same WQE layout ``QP.post_send`` writes (device/abi.py).
+builder wrote -- the same WQE layout ``QP.post_send`` writes (uapi/abi.py).
 Nothing is visible to the device until ``wr_complete`` publishes the whole
 batch with one producer-index store (and one doorbell if the daemon
 sleeps); ``wr_abort`` discards it.
@@ -26,7 +26,6 @@ from __future__ import annotations
 import ctypes
 import errno
 
-from ..device import abi
 from ..enums import (
     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_BIND_MW,
     IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_RDMA_WRITE,
@@ -35,6 +34,7 @@ from ..enums import (
     IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM,
     IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_create_send_ops_flags,
 )
+from ..uapi import abi
 from .errors import PyverbsRDMAError
 from .qp import QP, QPInitAttrEx, encode_bind_wqe
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import errno
 import os
 
-from ..device import abi
-from ..device.queues import WorkQueueProducer
-from ..device.shm import Ring
+from ..uapi import abi
+from ..uapi.commands import CMD
+from ..uapi.queues import WorkQueueProducer
+from ..uapi.shm import Ring
+from .base import PDObject
 from .connection import Gone
 from .errors import PyverbsRDMAError
 
@@ -22,7 +24,10 @@ class SrqInitAttr:
         self.attr = attr or SrqAttr()
 
 
-class SRQ:
+class SRQ(PDObject):
+    destroy_cmd = CMD.destroy_srq
+    close_rank = 0
+
     def __init__(self, pd, init_attr: SrqInitAttr):
         a = init_attr.attr
         self.pd = pd
@@ -30,7 +35,7 @@ class SRQ:
         self.ring = Ring.create(a.max_wr, abi.recv_slot_size(a.max_sge), "softrdma-srq")
         self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
-            reply, _ = pd.ctx.conn.call("create_srq", fds=[self.ring.fd, self.doorbell], pd=pd.handle,
+            reply, _ = pd.ctx.conn.call(CMD.create_srq, fds=[self.ring.fd, self.doorbell], pd=pd.handle,
                                         max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit)
         except PyverbsRDMAError:
             self.ring.close()
@@ -59,13 +64,8 @@ class SRQ:
             wr = wr.next_wr
 
     def modify(self, attr: SrqAttr, attr_mask: int) -> None:
-        self.pd.ctx.conn.call("modify_srq", srq=self.handle, srq_limit=attr.srq_limit)
+        self.pd.ctx.conn.call(CMD.modify_srq, srq=self.handle, srq_limit=attr.srq_limit)
 
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            ctx = self.pd.ctx
-            if not ctx.closed:
-                ctx.conn.destroy("destroy_srq", srq=self.handle)
-            os.close(self.doorbell)
-            self.ring.close()
+    def _release(self) -> None:
+        os.close(self.doorbell)
+        self.ring.close()

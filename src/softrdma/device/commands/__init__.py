@@ -1,5 +1,6 @@
-"""The daemon's control commands: the one table of them (``COMMANDS``) and
-what freeing each kind of object undoes (``FREE``).
+"""The daemon's control commands: their handlers (``HANDLERS``, one per
+entry of the protocol's command table ``uapi.commands``) and what freeing
+each kind of object undoes (``FREE``).
 
 One module per object kind, as the kernel's uverbs_std_types_*.c:
 
@@ -26,88 +27,83 @@ errno reply, which ``Daemon.run_command`` makes of it.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from . import ah, capture, cm, context, cq, link, mcast, mr, pd, qp, restrack, srq, stat
 
 
-class Command(NamedTuple):
-    handler: Callable
-    #: the connection must have opened a device first (else EINVAL); the
-    #: event channels of rdma_cm and the management commands need none
-    needs_device: bool = True
+#: the handler of every control command, by its op string (what each
+#: request carries, and whether it needs an opened device, is the command
+#: table's: ``uapi.commands``)
+HANDLERS: dict[str, Callable] = {
+    "devices": context.cmd_devices,
+    "open": context.cmd_open,
+    "query_port": context.cmd_query_port,
+    "query_gid": context.cmd_query_gid,
 
+    "alloc_pd": pd.cmd_alloc_pd,
+    "dealloc_pd": pd.cmd_dealloc_pd,
 
-#: every control command, by its op string
-COMMANDS: dict[str, Command] = {
-    "devices": Command(context.cmd_devices, False),
-    "open": Command(context.cmd_open, False),
-    "query_port": Command(context.cmd_query_port),
-    "query_gid": Command(context.cmd_query_gid),
+    "reg_mr": mr.cmd_reg_mr,
+    "dereg_mr": mr.cmd_dereg_mr,
+    "alloc_mw": mr.cmd_alloc_mw,
+    "dealloc_mw": mr.cmd_dealloc_mw,
 
-    "alloc_pd": Command(pd.cmd_alloc_pd),
-    "dealloc_pd": Command(pd.cmd_dealloc_pd),
+    "create_comp_channel": cq.cmd_create_comp_channel,
+    "destroy_comp_channel": cq.cmd_destroy_comp_channel,
+    "create_cq": cq.cmd_create_cq,
+    "destroy_cq": cq.cmd_destroy_cq,
 
-    "reg_mr": Command(mr.cmd_reg_mr),
-    "dereg_mr": Command(mr.cmd_dereg_mr),
-    "alloc_mw": Command(mr.cmd_alloc_mw),
-    "dealloc_mw": Command(mr.cmd_dealloc_mw),
+    "create_qp": qp.cmd_create_qp,
+    "modify_qp": qp.cmd_modify_qp,
+    "query_qp": qp.cmd_query_qp,
+    "destroy_qp": qp.cmd_destroy_qp,
 
-    "create_comp_channel": Command(cq.cmd_create_comp_channel),
-    "destroy_comp_channel": Command(cq.cmd_destroy_comp_channel),
-    "create_cq": Command(cq.cmd_create_cq),
-    "destroy_cq": Command(cq.cmd_destroy_cq),
+    "create_srq": srq.cmd_create_srq,
+    "modify_srq": srq.cmd_modify_srq,
+    "destroy_srq": srq.cmd_destroy_srq,
 
-    "create_qp": Command(qp.cmd_create_qp),
-    "modify_qp": Command(qp.cmd_modify_qp),
-    "query_qp": Command(qp.cmd_query_qp),
-    "destroy_qp": Command(qp.cmd_destroy_qp),
+    "create_ah": ah.cmd_create_ah,
+    "destroy_ah": ah.cmd_destroy_ah,
 
-    "create_srq": Command(srq.cmd_create_srq),
-    "modify_srq": Command(srq.cmd_modify_srq),
-    "destroy_srq": Command(srq.cmd_destroy_srq),
+    "attach_mcast": mcast.cmd_attach_mcast,
+    "detach_mcast": mcast.cmd_detach_mcast,
 
-    "create_ah": Command(ah.cmd_create_ah),
-    "destroy_ah": Command(ah.cmd_destroy_ah),
+    "capture_start": capture.cmd_capture_start,
+    "capture_stop": capture.cmd_capture_stop,
 
-    "attach_mcast": Command(mcast.cmd_attach_mcast),
-    "detach_mcast": Command(mcast.cmd_detach_mcast),
+    "links": link.cmd_links,
+    "link_add": link.cmd_link_add,
+    "link_set": link.cmd_link_set,
+    "link_delete": link.cmd_link_delete,
 
-    "capture_start": Command(capture.cmd_capture_start),
-    "capture_stop": Command(capture.cmd_capture_stop),
+    "resources": restrack.cmd_resources,
 
-    "links": Command(link.cmd_links, False),
-    "link_add": Command(link.cmd_link_add, False),
-    "link_set": Command(link.cmd_link_set, False),
-    "link_delete": Command(link.cmd_link_delete, False),
+    "stat_get": stat.cmd_stat_get,
+    "stat_dump": stat.cmd_stat_dump,
+    "stat_set": stat.cmd_stat_set,
+    "stat_del": stat.cmd_stat_del,
+    "stat_get_status": stat.cmd_stat_get_status,
+    "stat_snapshot": stat.cmd_stat_snapshot,
 
-    "resources": Command(restrack.cmd_resources, False),
-
-    "stat_get": Command(stat.cmd_stat_get, False),
-    "stat_dump": Command(stat.cmd_stat_dump, False),
-    "stat_set": Command(stat.cmd_stat_set, False),
-    "stat_del": Command(stat.cmd_stat_del, False),
-    "stat_get_status": Command(stat.cmd_stat_get_status, False),
-    "stat_snapshot": Command(stat.cmd_stat_snapshot, False),
-
-    "cm_create_id": Command(cm.cmd_cm_create_id, False),
-    "cm_destroy_id": Command(cm.cmd_cm_destroy_id, False),
-    "cm_set_option": Command(cm.cmd_cm_set_option, False),
-    "cm_bind_addr": Command(cm.cmd_cm_bind_addr, False),
-    "cm_resolve_addr": Command(cm.cmd_cm_resolve_addr, False),
-    "cm_resolve_route": Command(cm.cmd_cm_resolve_route, False),
-    "cm_listen": Command(cm.cmd_cm_listen, False),
-    "cm_connect": Command(cm.cmd_cm_connect, False),
-    "cm_accept": Command(cm.cmd_cm_accept, False),
-    "cm_reject": Command(cm.cmd_cm_reject, False),
-    "cm_disconnect": Command(cm.cmd_cm_disconnect, False),
-    "cm_notify": Command(cm.cmd_cm_notify, False),
-    "cm_init_qp_attr": Command(cm.cmd_cm_init_qp_attr, False),
-    "cm_query": Command(cm.cmd_cm_query, False),
-    "cm_channel_token": Command(cm.cmd_cm_channel_token, False),
-    "cm_migrate_id": Command(cm.cmd_cm_migrate_id, False),
-    "cm_join_multicast": Command(cm.cmd_cm_join_multicast, False),
-    "cm_leave_multicast": Command(cm.cmd_cm_leave_multicast, False),
+    "cm_create_id": cm.cmd_cm_create_id,
+    "cm_destroy_id": cm.cmd_cm_destroy_id,
+    "cm_set_option": cm.cmd_cm_set_option,
+    "cm_bind_addr": cm.cmd_cm_bind_addr,
+    "cm_resolve_addr": cm.cmd_cm_resolve_addr,
+    "cm_resolve_route": cm.cmd_cm_resolve_route,
+    "cm_listen": cm.cmd_cm_listen,
+    "cm_connect": cm.cmd_cm_connect,
+    "cm_accept": cm.cmd_cm_accept,
+    "cm_reject": cm.cmd_cm_reject,
+    "cm_disconnect": cm.cmd_cm_disconnect,
+    "cm_notify": cm.cmd_cm_notify,
+    "cm_init_qp_attr": cm.cmd_cm_init_qp_attr,
+    "cm_query": cm.cmd_cm_query,
+    "cm_channel_token": cm.cmd_cm_channel_token,
+    "cm_migrate_id": cm.cmd_cm_migrate_id,
+    "cm_join_multicast": cm.cmd_cm_join_multicast,
+    "cm_leave_multicast": cm.cmd_cm_leave_multicast,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 
 from ...errors import VerbsError
-from .. import request as rq
+from ...uapi import request as rq
 from ..session import room_for
 
 

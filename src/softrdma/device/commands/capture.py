@@ -8,8 +8,9 @@ import errno
 import os
 
 from ...errors import VerbsError
-from .. import request as rq
-from ..capture import BOTH, Capture
+from ...uapi import request as rq
+from ...uapi.capture import BOTH
+from ..capture import Capture
 from .fds import eventfd, ring
 
 

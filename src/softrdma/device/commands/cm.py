@@ -12,7 +12,7 @@ import ipaddress
 import secrets
 
 from ...errors import VerbsError
-from .. import request as rq
+from ...uapi import request as rq
 from ..cma_id import IDLE
 
 _MAX_PD = 256          # more than any CM message's private data

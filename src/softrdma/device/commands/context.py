@@ -7,12 +7,11 @@ from __future__ import annotations
 import errno
 
 from ...errors import VerbsError
-from .. import request as rq
+from ...uapi import request as rq
+from ...uapi.commands import PROTOCOL_VERSION
 from ..gid import eui64
 from ..session import CAP_IPC_LOCK, CAP_SYS_RESOURCE, OBJECT_LIMITS, caps_of, memlock_limit
 from ..sysfs import guid_str
-
-PROTOCOL_VERSION = 1
 
 
 def cmd_devices(daemon, c, m, fds):

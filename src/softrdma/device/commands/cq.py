@@ -6,8 +6,8 @@ from __future__ import annotations
 import errno
 
 from ...errors import VerbsError
-from .. import abi
-from .. import request as rq
+from ...uapi import abi
+from ...uapi import request as rq
 from ..core import DevChannel, DevCQ
 from ..session import room_for
 from .fds import ring

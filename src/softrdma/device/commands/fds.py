@@ -11,7 +11,7 @@ import errno
 import os
 
 from ...errors import VerbsError
-from ..shm import Ring
+from ...uapi.shm import Ring
 
 
 def ring(fd: int, what: str, *, slot_size: int | None = None, min_slot: int = 1) -> Ring:

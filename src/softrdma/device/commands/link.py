@@ -13,7 +13,7 @@ import errno
 from ...enums import IBV_EVENT_DEVICE_FATAL
 from ...errors import VerbsError
 from ...transport.qp import DeviceCaps
-from .. import request as rq
+from ...uapi import request as rq
 from ..core import Device
 from ..faults import FaultSettings
 from ..gid import eui64

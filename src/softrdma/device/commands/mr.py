@@ -9,9 +9,9 @@ import errno
 from ...enums import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE
 from ...errors import VerbsError
 from ...transport.mw import MW
-from .. import request as rq
+from ...uapi import request as rq
 from ..session import PAGE_SIZE, room_for
-from ..shm import SharedRegion
+from ...uapi.shm import SharedRegion
 
 
 def cmd_reg_mr(daemon, c, m, fds):

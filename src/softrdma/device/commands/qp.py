@@ -10,8 +10,8 @@ import selectors
 
 from ...errors import VerbsError
 from ...transport.qp import QP, QPAttr, QPCap
-from .. import abi
-from .. import request as rq
+from ...uapi import abi
+from ...uapi import request as rq
 from ..core import DevQP
 from ..session import room_for
 from .ah import checked_av

@@ -10,8 +10,8 @@ import selectors
 
 from ...errors import VerbsError
 from ...transport.qp import SRQ
-from .. import abi
-from .. import request as rq
+from ...uapi import abi
+from ...uapi import request as rq
 from ..core import DevSRQ
 from ..session import room_for
 from .fds import eventfd, ring

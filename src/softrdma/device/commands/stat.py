@@ -35,9 +35,9 @@ import json
 
 from ...enums import IBV_QP_PORT, IBV_QP_STATE, IBV_QPS_INIT
 from ...transport.counters import QP_COUNTERS, RXE_HW_COUNTERS, Counter
-from ..control import MAX_MSG
-from ..rdma_counter import (RDMA_COUNTER_MASK_PID, RDMA_COUNTER_MASK_QP_TYPE, RDMA_COUNTER_MODE_AUTO,
-                            PortCounter, RdmaCounter, nl_error)
+from ...uapi.control import MAX_MSG
+from ...uapi.rdma_netlink import RDMA_COUNTER_MASK_PID, RDMA_COUNTER_MASK_QP_TYPE, RDMA_COUNTER_MODE_AUTO
+from ..rdma_counter import PortCounter, RdmaCounter, nl_error
 from ..session import net_admin
 
 #: a reply page stays well under one control message

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import errno
 
-from ...device.rdma_counter import RDMA_COUNTER_MASK_PID, RDMA_COUNTER_MASK_QP_TYPE, RDMA_COUNTER_MODE_AUTO
+from ...uapi.rdma_netlink import RDMA_COUNTER_MASK_PID, RDMA_COUNTER_MASK_QP_TYPE, RDMA_COUNTER_MODE_AUTO
 from ..libc import c_int, strtol
 from .res import qp_type_str, res_objects
 from .utils import Rd, get_task_name, strcmpx

@@ -12,7 +12,7 @@ import errno
 import os
 import sys
 
-from ...device.daemon import SOCKET_NAME, default_run_dir
+from ...uapi.rundir import SOCKET_NAME, default_run_dir
 from ...verbs.connection import Connection
 from ...verbs.errors import PyverbsError
 from .json_writer import JsonWriter

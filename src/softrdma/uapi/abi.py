@@ -1,7 +1,10 @@
-"""The binary ABI between the verbs library and the daemon: WQE and CQE slots.
+"""The binary ABI between the verbs library and the daemon: WQE and CQE slots,
+and ``WC`` (ibv_wc), the completion a CQE carries.
 
 Like rdma-core's provider ABI headers, this is the one definition both
-sides compile against.  All little-endian, fixed offsets.
+sides compile against.  All little-endian, fixed offsets.  The daemon's
+decoding of a WQE slot into the transport's work request is
+``device.wqe``; everything else about the slots is here.
 
 Send WQE (``SEND_WQE_HDR``, 64 bytes, then SGEs or inline data)::
 
@@ -38,7 +41,8 @@ from __future__ import annotations
 
 import struct
 
-from ..transport.wr import WC, RecvWQE, SendWQE
+from ..enums import ibv_send_flags, ibv_wc_opcode, ibv_wc_status
+
 
 SEND_WQE_HDR = struct.Struct("<QBBHIQIIQQIIII")
 RECV_WQE_HDR = struct.Struct("<QII")
@@ -50,7 +54,7 @@ CQE_FIELDS = ("wr_id", "byte_len", "imm_data", "qp_num", "src_qp", "vendor_err",
               "status", "opcode", "wc_flags", "sl", "dlid_path_bits", "solicited")
 CQE_BYTES = 64
 CQE_OWNER = 63
-IBV_SEND_INLINE = 8
+IBV_SEND_INLINE = int(ibv_send_flags.IBV_SEND_INLINE)      # a plain int: no IntFlag built per WQE
 # send WQE fields the ibv_wr_* setters rewrite after the builder wrote the header
 _NUM_SGE_AT, _FLAGS_AT, _INLINE_LEN_AT, _UD_AT = 9, 10, 28, 48
 _U16 = struct.Struct("<H")
@@ -135,26 +139,6 @@ def set_send_wqe_ud(slot, ah_handle: int, remote_qpn: int, remote_qkey: int) -> 
     _UD.pack_into(slot, _UD_AT, ah_handle, remote_qpn, remote_qkey)
 
 
-def decode_send_wqe(slot, ah_lookup=None) -> SendWQE:
-    """Read a send WQE slot into the transport's ``SendWQE``.  ``ah_lookup``
-    turns an AH handle into an ``AddressVector`` (UD); untrusted lengths are
-    bounded by the slot (``ValueError`` if they overrun it)."""
-    (wr_id, opcode, nsge, flags, imm, raddr, rkey, inline_len, cmp_add, swap, ah, rqpn, rqkey,
-     _) = SEND_WQE_HDR.unpack_from(slot, 0)
-    av = ah_lookup(ah) if ah_lookup is not None and ah else None
-    if flags & IBV_SEND_INLINE:
-        if 64 + inline_len > len(slot):
-            raise ValueError("inline length overruns the WQE slot")
-        return SendWQE(wr_id, opcode, (), send_flags=flags, inline_data=bytes(slot[64:64 + inline_len]),
-                       imm_data=imm, invalidate_rkey=imm, remote_addr=raddr, rkey=rkey, compare_add=cmp_add,
-                       swap=swap, ah=av, remote_qpn=rqpn, remote_qkey=rqkey)
-    if 64 + 16 * nsge > len(slot):
-        raise ValueError("SGE count overruns the WQE slot")
-    sges = [SGE.unpack_from(slot, 64)] if nsge == 1 else [SGE.unpack_from(slot, 64 + 16 * i) for i in range(nsge)]
-    return SendWQE(wr_id, opcode, sges, send_flags=flags, imm_data=imm, invalidate_rkey=imm, remote_addr=raddr,
-                   rkey=rkey, compare_add=cmp_add, swap=swap, ah=av, remote_qpn=rqpn, remote_qkey=rqkey)
-
-
 def encode_recv_wqe(slot, wr_id: int, sg_list) -> None:
     nsge = len(sg_list)
     if RECV_WQE_HDR.size + SGE.size * nsge > len(slot):
@@ -166,16 +150,7 @@ def encode_recv_wqe(slot, wr_id: int, sg_list) -> None:
         off += 16
 
 
-def decode_recv_wqe(slot) -> RecvWQE:
-    wr_id, nsge, _ = RECV_WQE_HDR.unpack_from(slot, 0)
-    if 16 + 16 * nsge > len(slot):
-        raise ValueError("SGE count overruns the WQE slot")
-    if nsge == 1:
-        return RecvWQE(wr_id, [SGE.unpack_from(slot, 16)])
-    return RecvWQE(wr_id, [SGE.unpack_from(slot, 16 + 16 * i) for i in range(nsge)])
-
-
-def write_cqe(slot, wc: WC, owner: int, solicited: bool = False) -> None:
+def write_cqe(slot, wc: "WC", owner: int, solicited: bool = False) -> None:
     """Fill a CQE slot; the owner byte goes last so a reader never sees a
     half-written entry as valid."""
     CQE.pack_into(slot, 0, wc.wr_id, wc.byte_len, wc.imm_data, wc.qp_num, wc.src_qp, wc.vendor_err,
@@ -189,3 +164,37 @@ def read_cqe(slot) -> WC:
      dlid_path_bits, _) = CQE.unpack_from(slot, 0)
     return WC(wr_id, status, opcode, qp_num, byte_len, imm, src_qp, wc_flags, pkey_index, vendor_err,
               slid, sl, dlid_path_bits)
+
+
+class WC:
+    """A work completion (ibv_wc): what ``read_cqe`` returns to the poller,
+    and what the transport completes a work request with (``write_cqe``
+    takes any object with these fields)."""
+
+    __slots__ = ("wr_id", "status", "opcode", "vendor_err", "byte_len", "imm_data",
+                 "qp_num", "src_qp", "wc_flags", "pkey_index", "slid", "sl", "dlid_path_bits")
+
+    def __init__(self, wr_id: int, status: int, opcode: int, qp_num: int, byte_len: int = 0,
+                 imm_data: int = 0, src_qp: int = 0, wc_flags: int = 0, pkey_index: int = 0,
+                 vendor_err: int = 0, slid: int = 0, sl: int = 0, dlid_path_bits: int = 0):
+        self.wr_id = wr_id
+        self.status = status
+        self.opcode = opcode
+        self.vendor_err = vendor_err
+        self.byte_len = byte_len
+        self.imm_data = imm_data
+        self.qp_num = qp_num
+        self.src_qp = src_qp
+        self.wc_flags = wc_flags
+        self.pkey_index = pkey_index
+        self.slid = slid
+        self.sl = sl
+        self.dlid_path_bits = dlid_path_bits
+
+    def __repr__(self) -> str:
+        try:
+            op = ibv_wc_opcode(self.opcode).name
+        except ValueError:
+            op = str(self.opcode)
+        return (f"WC(wr_id={self.wr_id}, status={ibv_wc_status(self.status).name}, opcode={op}, "
+                f"byte_len={self.byte_len}, qp_num={self.qp_num})")

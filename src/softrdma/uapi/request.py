@@ -1,4 +1,6 @@
-"""Checking the fields of a control request before anything uses them.
+"""Checking the fields of a control request before anything uses them
+(the kinds ``uapi.commands`` declares fields with, and the daemon's
+handlers' own reads).
 
 A request is JSON from a process the daemon does not trust: any field may
 be missing, of another type, or a number no C field could hold.  The verbs
@@ -16,7 +18,8 @@ import errno
 from ..errors import VerbsError
 
 U8, U16, U32, U64 = 0xFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
-_REQUIRED = object()
+#: a field's default when it has none: the field is required
+REQUIRED = object()
 
 
 def bad(msg: str) -> VerbsError:
@@ -28,10 +31,10 @@ def _show(v) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
-def uint(m: dict, key: str, limit: int = U32, default=_REQUIRED, *, lo: int = 0) -> int:
+def uint(m: dict, key: str, limit: int = U32, default=REQUIRED, *, lo: int = 0) -> int:
     """``m[key]`` as an integer in [lo, limit] (a JSON boolean counts as 0/1)."""
-    if key not in m or (m[key] is None and default is not _REQUIRED):
-        if default is _REQUIRED:
+    if key not in m or (m[key] is None and default is not REQUIRED):
+        if default is REQUIRED:
             raise bad(f"missing field {key!r}")
         return default
     v = m[key]
@@ -49,9 +52,9 @@ def handle(m: dict, key: str, optional: bool = False) -> int | None:
     return uint(m, key, U32)
 
 
-def string(m: dict, key: str, max_len: int = 64, default=_REQUIRED) -> str:
+def string(m: dict, key: str, max_len: int = 64, default=REQUIRED) -> str:
     if key not in m:
-        if default is _REQUIRED:
+        if default is REQUIRED:
             raise bad(f"missing field {key!r}")
         return default
     v = m[key]
@@ -60,9 +63,9 @@ def string(m: dict, key: str, max_len: int = 64, default=_REQUIRED) -> str:
     return v
 
 
-def obj(m: dict, key: str, default=_REQUIRED) -> dict:
+def obj(m: dict, key: str, default=REQUIRED) -> dict:
     if key not in m or m[key] is None:
-        if default is _REQUIRED:
+        if default is REQUIRED:
             raise bad(f"missing field {key!r}")
         return default
     v = m[key]
@@ -114,5 +117,5 @@ def ah_attr(d) -> dict:
     return out
 
 
-__all__ = ["uint", "handle", "string", "obj", "fields", "ah_attr", "bad", "QP_CAP", "QP_ATTR", "AH_ATTR",
+__all__ = ["REQUIRED", "uint", "handle", "string", "obj", "fields", "ah_attr", "bad", "QP_CAP", "QP_ATTR", "AH_ATTR",
            "U8", "U16", "U32", "U64"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 
-from ..transport.wr import WC
 from . import abi
 from .shm import NOTIFY_NEXT, NOTIFY_NONE, NOTIFY_SOLICITED, RING_CONSUMER_SLEEPING, Ring
 
@@ -104,7 +103,7 @@ class CompletionQueueProducer:
         self.head = ring.producer
         self.overrun = False
 
-    def push(self, wc: WC, solicited: bool = False) -> tuple[bool, bool]:
+    def push(self, wc: abi.WC, solicited: bool = False) -> tuple[bool, bool]:
         """Write one CQE.  Returns (stored, notify): ``stored`` False means
         the CQ was full (overrun); ``notify`` True means the completion
         channel must be signalled (the ring was armed and this CQE matches)."""
@@ -127,7 +126,7 @@ class CompletionQueueConsumer:
         self.ring = ring
         self.tail = ring.consumer
 
-    def poll(self, n: int = 1) -> list[WC]:
+    def poll(self, n: int = 1) -> list[abi.WC]:
         """Up to ``n`` completions, oldest first; no system call."""
         r = self.ring
         out = []

@@ -21,7 +21,7 @@ same x86-64 host, whose stores are seen in program order (TSO); a port to
 a weakly ordered CPU needs a fence between the two steps.
 
 Work queues use the indices.  Completion queues add an owner bit in each
-CQE (``device.abi``) that flips on every wrap, so the consumer (``poll_cq``)
+CQE (``uapi.abi``) that flips on every wrap, so the consumer (``poll_cq``)
 tells a new entry from an old one without reading the producer index; the
 consumer index is still published so the producer can detect overrun.
 """

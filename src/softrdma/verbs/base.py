@@ -1,0 +1,67 @@
+"""What every verbs object shares (pyverbs' ``PyverbsObject``/``PyverbsCM``):
+it closes once, a close destroys the daemon's object over the control
+connection (the table's ``destroy_*``/``dealloc_*``/``dereg_*`` command,
+named by the object's handle), then frees what the library holds for it
+(rings, fds, memory), and it is a context manager that closes on exit.
+
+A subclass sets ``destroy_cmd`` (None: nothing to destroy in the daemon)
+and ``closed = False`` once created; it may add ``_close_children`` (what
+must go first, as a PD closes its MRs and QPs, in ``close_rank`` order) and
+``_release`` (its own resources, also after the daemon is gone).
+"""
+
+from __future__ import annotations
+
+from ..uapi.commands import Command
+
+
+class VerbsObject:
+    #: the command that destroys the daemon's object; its first field names the handle
+    destroy_cmd: Command | None = None
+    #: where a PD closing its objects closes this one (pyverbs' close_weakrefs
+    #: order: SRQs, QPs, AHs, MWs, MRs)
+    close_rank = 5
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _context(self):
+        """The Context the object was made on."""
+        return self.ctx
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._close_children()
+        self.closed = True
+        self._destroy()
+        self._release()
+
+    def _close_children(self) -> None:
+        pass
+
+    def _destroy(self) -> None:
+        """Destroy the daemon's object; nothing to do once the context is
+        closed (its connection took every object with it) or the daemon is
+        gone (``Connection.destroy``)."""
+        cmd = self.destroy_cmd
+        if cmd is not None:
+            ctx = self._context()
+            if not ctx.closed:
+                ctx.conn.destroy(cmd, **{cmd.request[0].name: self.handle})
+
+    def _release(self) -> None:
+        pass
+
+
+class PDObject(VerbsObject):
+    """An object made on a PD (MR, MW, SRQ, AH): its context is the PD's."""
+
+    def _context(self):
+        return self.pd.ctx
+
+
+__all__ = ["VerbsObject", "PDObject"]
