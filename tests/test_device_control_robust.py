@@ -22,7 +22,7 @@ import time
 import pytest
 
 from daemon_helpers import RawControl as Raw, RunningDaemon, daemon_in_shm
-from softrdma.device.commands import COMMANDS
+from softrdma.uapi.commands import COMMANDS
 from softrdma.uapi import abi
 from softrdma.uapi.control import MAX_MSG, send_msg
 from softrdma.uapi.shm import HEADER_BYTES, MAGIC
