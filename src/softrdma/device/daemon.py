@@ -36,6 +36,7 @@ from ..enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCES
                      IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR)
 from ..errors import VerbsError
 from ..transport.cm import COUNTER_NAMES as CM_COUNTER_NAMES
+from ..transport.faults import FaultSettings
 from ..transport.mw import MW
 from ..transport.qp import QP, SRQ, QPAttr, QPCap
 from . import abi
@@ -44,7 +45,6 @@ from .capture import BOTH, Capture
 from .cm_commands import CmCommands
 from .control import MAX_MSG, ControlError, encode, recv_msg, valid_seq
 from .core import DevChannel, DevCQ, Device, DevQP, DevSRQ
-from .faults import FaultSettings
 from .net import gid_to_ip
 from .rdma_cm import RdmaCm
 from .shm import Ring
@@ -479,20 +479,15 @@ class Daemon(StatCommands, CmCommands):
             if dev.faults is not None and dev.flush_held(now):
                 self._busy()
             dev.tick(now, by_ip)                # reads the sockets empty first if a timer is due
+            # (what a same-daemon delivery makes the peer emit is routed too)
             if dev.route(by_ip, now):
                 self._busy()
-            # loopback delivery may have produced more output (ACKs, responses)
-            while dev.tx or any(d.tx for d in self.devices.values()):
-                for d in self.devices.values():
-                    d.route(by_ip, now)
             self._dispatch_events(dev)
         rc = self.rdma_cm
         rc.poll(self.devices.values(), now)
-        if any(d.tx for d in self.devices.values()):
-            self._busy()
-            while any(d.tx for d in self.devices.values()):
-                for d in self.devices.values():
-                    d.route(by_ip, now)
+        for d in self.devices.values():
+            if d.route(by_ip, now):
+                self._busy()
         if rc.outq:
             rc.flush()
 
@@ -1205,7 +1200,7 @@ class Daemon(StatCommands, CmCommands):
                 raise VerbsError(errno.EINVAL, f"bad faults: {e}") from None
             dev.set_faults(settings, seed)
         return {"faults": dev.faults.settings.as_dict() if dev.faults else None,
-                "fault_counters": dict(vars(dev.faults.counters)) if dev.faults else None}, []
+                "fault_counters": dev.faults.counters() if dev.faults else None}, []
 
     def cmd_link_delete(self, c, m, fds):
         self._link_admin(c)
