@@ -34,9 +34,9 @@ import struct
 
 from ..enums import ibv_event_type, ibv_wc_opcode, ibv_wc_status, ints
 from ..errors import VerbsError
-from ..transport.counters import RX_DROPPED, RXE_HW_COUNTERS, TRAFFIC, PortCounter, new_counters
+from ..transport.counters import RX_DROPPED, RXE_HW_COUNTERS, TRAFFIC, new_counters
 from ..transport.memory import MemoryTable
-from ..transport.port import PortQP
+from ..transport.port import RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKETS, PortQP
 from ..transport.qp import QP, SRQ, DeviceCaps
 from ..transport.wr import WC, AddressVector
 from . import abi
@@ -194,14 +194,14 @@ class Device(RocePort):
         packets: as if ``fwd`` went from this device to the peer's, ``back``
         the other way."""
         t, o = self.cnt, self.route_cache[(qp.av.dgid, qp.av.sgid_index)].peer.cnt
-        t[PortCounter.tx_packets] += fwd[0]
-        t[PortCounter.tx_bytes] += fwd[1]
-        o[PortCounter.rx_packets] += fwd[0]
-        o[PortCounter.rx_bytes] += fwd[1]
-        o[PortCounter.tx_packets] += back[0]
-        o[PortCounter.tx_bytes] += back[1]
-        t[PortCounter.rx_packets] += back[0]
-        t[PortCounter.rx_bytes] += back[1]
+        t[TX_PACKETS] += fwd[0]
+        t[TX_BYTES] += fwd[1]
+        o[RX_PACKETS] += fwd[0]
+        o[RX_BYTES] += fwd[1]
+        o[TX_PACKETS] += back[0]
+        o[TX_BYTES] += back[1]
+        t[RX_PACKETS] += back[0]
+        t[RX_BYTES] += back[1]
 
     def local_peer(self, qp):
         """The RC peer of ``qp`` if it lives in this daemon and nothing (fault
