@@ -150,6 +150,7 @@ class Port:
         tap = self.tap
         qps = self.qps
         cnt = self.cnt
+        grh = self._grh
         for pkt, src, sport in datagrams:
             if tap is not None:                # every packet that arrived whole, malformed ones too
                 tap.packet(RX, bth_dqpn(pkt), src, dst, sport, dport, pkt)
@@ -171,7 +172,7 @@ class Port:
             cnt[RX_PACKETS] += 1
             cnt[RX_BYTES] += len(pkt) + ICRC_LEN
             if qp.qp_type == UD:           # only UD receive buffers get the GRH
-                grhs.setdefault(dqpn, []).append(self._grh(src, dst, len(pkt) + ICRC_LEN))
+                grhs.setdefault(dqpn, []).append(grh(src, dst, len(pkt) + ICRC_LEN))
         for dqpn, pkts in batch.items():
             e = qps.get(dqpn)
             if e is not None:
