@@ -242,20 +242,15 @@ class Daemon:
             if dev.faults is not None and dev.flush_held(now):
                 self._busy()
             dev.tick(now, by_ip)                # reads the sockets empty first if a timer is due
+            # (what a same-daemon delivery makes the peer emit is routed too)
             if dev.route(by_ip, now):
                 self._busy()
-            # loopback delivery may have produced more output (ACKs, responses)
-            while dev.tx or any(d.tx for d in self.devices.values()):
-                for d in self.devices.values():
-                    d.route(by_ip, now)
             self._dispatch_events(dev)
         rc = self.rdma_cm
         rc.poll(self.devices.values(), now)
-        if any(d.tx for d in self.devices.values()):
-            self._busy()
-            while any(d.tx for d in self.devices.values()):
-                for d in self.devices.values():
-                    d.route(by_ip, now)
+        for d in self.devices.values():
+            if d.route(by_ip, now):
+                self._busy()
         if rc.outq:
             rc.flush()
 

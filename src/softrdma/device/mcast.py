@@ -13,12 +13,14 @@ address on the RoCE port has joined it on the device's netdev
 (IP_ADD_MEMBERSHIP / IPV6_JOIN_GROUP); the last detach closes it, which
 leaves the group.
 
-Delivery: a UD send to a multicast GID (dest QPN 0xFFFFFF) is routed to a
-``Fanout``: every QP attached to the group on every device of the daemon
-gets the packet directly (as the loopback path does unicast), and it goes
-out once on the wire to the group address (IP_MULTICAST_LOOP off: local
-members already have it).  From the wire, ``McastGroups.receive`` hands the
-packet to each attached QP.  Each QP checks the Q_Key itself.
+Delivery is the port's (``transport.port``): a UD send to a multicast GID
+(dest QPN 0xFFFFFF) resolves to a ``Route`` whose ``group`` is every device
+of the daemon: every QP attached to the group there gets the packet directly
+(as the same-daemon path does unicast), and it goes out once on the wire to
+the group address (IP_MULTICAST_LOOP off: local members already have it).
+From the wire, ``McastGroups.receive`` hands the packets to the port's
+``deliver_mcast``.  The attached QPs by group address are the port's
+``mcast_qps``, which this module keeps.
 """
 
 from __future__ import annotations
@@ -30,12 +32,11 @@ import struct
 import weakref
 
 from ..errors import VerbsError
+from ..transport.counters import PortCounter
+from ..transport.port import Route
 from ..uapi.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH
-from ..wire.errors import WireError
-from ..wire.packet import check
+from ..wire.icrc import ROCEV2_UDP_PORT
 from .net import RoceSocket
-
-MCAST_QPN = 0xFFFFFF                 # IB_MULTICAST_QPN
 
 UD = 4                               # IBV_QPT_UD
 _V4MAPPED = bytes(10) + b"\xff\xff"
@@ -101,38 +102,20 @@ class Group:
         self.members: dict = {}          # transport QP -> LIDs it attached with (uverbs' mcast list)
 
 
-class Fanout:
-    """The route of a multicast destination (``Device.route`` calls
-    ``deliver_one`` as for a same-daemon peer)."""
-
-    __slots__ = ("devices", "sock", "ip", "port", "groups")
-
-    def __init__(self, devices, sock, ip: str, port: int, groups: "McastGroups"):
-        self.devices = devices
-        self.sock = sock
-        self.ip = ip
-        self.port = port
-        self.groups = groups
-
-    def deliver_one(self, pkt, src: bytes, dst: bytes, now: float, sender=None) -> None:
-        for dev in self.devices:
-            dev.mcast.deliver(pkt, src, dst, now)
-        self.groups.xmit_packets += 1
-        if self.sock is not None:
-            self.sock.send(pkt, self.ip, self.port)
-
-
 class McastGroups:
     def __init__(self, dev):
-        from .core import _grh           # (core imports this module)
-        self._grh = _grh
         self.dev = dev
         self.groups: dict[bytes, Group] = {}
-        self.by_ip: dict[bytes, tuple] = {}            # packed group address -> attached QPs
         self.sockets: dict[str, McastSocket] = {}      # group address -> its joined socket
         self._senders = weakref.WeakSet()              # unicast sockets set up to send to groups
-        self.xmit_packets = 0
-        self.rcv_packets = 0
+
+    @property
+    def xmit_packets(self) -> int:
+        return self.dev.cnt[PortCounter.multicast_xmit_packets]
+
+    @property
+    def rcv_packets(self) -> int:
+        return self.dev.cnt[PortCounter.multicast_rcv_packets]
 
     # -- membership (ib_attach_mcast / rxe_attach_mcast and the detach)
     def attach(self, qp, gid: bytes, lid: int) -> McastSocket | None:
@@ -196,7 +179,7 @@ class McastGroups:
         by_ip: dict[bytes, list] = {}
         for g in self.groups.values():
             by_ip.setdefault(ipaddress.ip_address(g.ip).packed, []).extend(g.members)
-        self.by_ip = {k: tuple(v) for k, v in by_ip.items()}
+        self.dev.mcast_qps = {k: tuple(v) for k, v in by_ip.items()}
 
     def close(self) -> list[McastSocket]:
         socks = list(self.sockets.values())
@@ -204,41 +187,19 @@ class McastGroups:
             s.close()
         self.sockets.clear()
         self.groups.clear()
-        self.by_ip = {}
+        self.dev.mcast_qps = {}
         return socks
 
     # -- data path
-    def deliver(self, pkt, src: bytes, dst: bytes, now: float) -> None:
-        """One packet to group address ``dst``: to every QP attached to it
-        here (rxe_rcv_mcast_pkt)."""
-        qps = self.by_ip.get(dst)
-        if not qps:
-            return
-        dev = self.dev
-        try:
-            check(pkt)
-        except WireError:
-            dev.rx_dropped["wire"] += 1
-            return
-        if ((pkt[5] << 16) | (pkt[6] << 8) | pkt[7]) != MCAST_QPN:
-            dev.rx_dropped["unknown_qpn"] += 1
-            return
-        n = len(pkt) + 4
-        dev.traffic["rx_packets"] += 1
-        dev.traffic["rx_bytes"] += n
-        self.rcv_packets += 1
-        grh = self._grh(src, dst, n)
-        for qp in qps:
-            qp.receive(pkt, now, grh)
-
     def receive(self, sock: McastSocket, now: float) -> None:
         """A group socket is readable."""
         dst = sock.ip_bytes
+        deliver = self.dev.deliver_mcast
         for pkt, src, _sport in sock.recv():
-            self.deliver(pkt, src, dst, now)
+            deliver(pkt, src, dst, now)
 
-    def route(self, av, devices_by_ip: dict) -> tuple:
-        """``Device._resolve_route`` for a multicast destination GID."""
+    def route(self, av, devices_by_ip: dict) -> Route:
+        """``RocePort._resolve`` for a multicast destination GID."""
         dev = self.dev
         ip = group_ip(av.dgid)
         dst_b = ipaddress.ip_address(ip).packed
@@ -257,8 +218,7 @@ class McastGroups:
             src = ipaddress.ip_address(src_ip)
             src_b = src.packed if (src.version == 6) == v6 else bytes(len(dst_b))
         devices = tuple({id(d): d for d in (dev, *devices_by_ip.values())}.values())
-        return (Fanout(devices, sock, ip, dev.udp_port, self), sock, ip, src_b, dst_b)
+        return Route(None, devices, sock, ip, src_b, dst_b, ROCEV2_UDP_PORT, ROCEV2_UDP_PORT)
 
 
-__all__ = ["MCAST_QPN", "McastGroups",
-           "McastSocket", "Fanout", "is_multicast_gid", "group_ip"]
+__all__ = ["McastGroups", "McastSocket", "is_multicast_gid", "group_ip"]

@@ -32,7 +32,6 @@ import sys
 from dataclasses import dataclass
 
 from ..wire.icrc import COMBO_DF, ICRC, ROCEV2_UDP_PORT, Ipv4Flow, Verdict, icrc, ipv6_header, udp_header, verify
-from .faults import corrupt_position
 from .ipid import PeerIds
 
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
@@ -162,8 +161,9 @@ class RoceSocket:
     def send(self, pkt, dst_ip: str, dport: int = ROCEV2_UDP_PORT, corrupt_bit: int | None = None) -> bool:
         """Send one packet (BTH .. pad) with its ICRC.  False if the kernel
         refused it (counted; the transport's retransmission covers it).
-        ``corrupt_bit``: fault injection -- flip that bit of the packet after
-        the ICRC was computed, as a damaged link would."""
+        ``corrupt_bit``: fault injection -- flip that bit of the packet (bit
+        ``corrupt_bit & 7`` of byte ``corrupt_bit >> 3``) after the ICRC was
+        computed, as a damaged link would."""
         try:
             if self.v6:
                 dst, addr = self._dst6(dst_ip, dport)
@@ -174,8 +174,7 @@ class RoceSocket:
                 crc = self._flow(dst_ip, dport).icrc(pkt)
             if corrupt_bit is not None:
                 pkt = bytearray(pkt)
-                pos = corrupt_position(corrupt_bit, len(pkt))
-                pkt[pos >> 3] ^= 1 << (pos & 7)
+                pkt[corrupt_bit >> 3] ^= 1 << (corrupt_bit & 7)
             self.sock.sendmsg([pkt, ICRC.pack(crc)], (), 0, addr)
         except OSError as e:
             # whatever the kernel refuses (a destination it cannot send to from

@@ -1,26 +1,31 @@
-"""Nodes, lossy links and the virtual-clock event loop of the simulator."""
+"""Nodes, lossy links and the virtual-clock event loop of the simulator.
+
+A ``Node``'s port is a ``SimPort``: the same receive demux as a device's
+(``transport.port``), over a link whose datagrams carry real IPv4 + UDP +
+ICRC.  A ``Link``'s loss, duplication, reordering, delay and corruption
+are the shared fault injector's (``transport.faults``), drawn from the
+simulator's one seeded random stream.
+"""
 
 from __future__ import annotations
 
 import heapq
 import ipaddress
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..enums import ibv_qp_attr_mask as M
 from ..enums import ibv_qp_state as S
 from ..enums import ibv_qp_type as T
+from ..transport.counters import FaultCounter, PortCounter
 from ..transport.cq import CompletionQueue
+from ..transport.faults import Faults
 from ..transport.memory import MemoryTable
+from ..transport.port import Port, PortQP
 from ..transport.qp import QP, SRQ, DeviceCaps, QPAttr, QPCap
 from ..transport.wr import AddressVector
-import importlib
-
-icrc_mod = importlib.import_module("softrdma.wire.icrc")
-from ..wire.errors import WireError
-from ..wire.packet import check
-
-ROCE_PORT = icrc_mod.ROCEV2_UDP_PORT
+from ..wire.headers import bth_dqpn
+from ..wire.icrc import ICRC, ROCEV2_UDP_PORT, Verdict, icrc, ipv4_header, udp_header, udp_sport, verify
 
 
 def gid_of(ip: str) -> bytes:
@@ -28,20 +33,27 @@ def gid_of(ip: str) -> bytes:
     return b"\x00" * 10 + b"\xff\xff" + ipaddress.IPv4Address(ip).packed
 
 
-@dataclass
 class LinkStats:
-    sent: int = 0
-    delivered: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    reordered: int = 0
-    corrupted: int = 0
+    """A link's counts by name: its fault injector's ``FaultCounter``s."""
+
+    __slots__ = ("cnt",)
+
+    def __init__(self, cnt: list[int]):
+        self.cnt = cnt
+
+    sent = property(lambda self: self.cnt[FaultCounter.sent])
+    delivered = property(lambda self: self.cnt[FaultCounter.delivered])
+    lost = property(lambda self: self.cnt[FaultCounter.lost])
+    duplicated = property(lambda self: self.cnt[FaultCounter.duplicated])
+    reordered = property(lambda self: self.cnt[FaultCounter.reordered])
+    corrupted = property(lambda self: self.cnt[FaultCounter.corrupted])
 
 
 @dataclass
 class Link:
     """One direction of a wire.  Rates are probabilities per packet; times
-    in seconds.  A reordered packet is held back by up to ``reorder_delay``."""
+    in seconds.  A reordered packet is held back by up to ``reorder_delay``.
+    The link is its fault injector's settings (they may change mid-run)."""
 
     loss: float = 0.0
     dup: float = 0.0
@@ -50,8 +62,13 @@ class Link:
     delay: float = 5e-6
     jitter: float = 0.0
     reorder_delay: float = 50e-6
-    stats: LinkStats = field(default_factory=LinkStats)
-    last_arrival: float = 0.0       # FIFO: jitter alone never reorders
+
+    def __post_init__(self):
+        self.faults = Faults(self)        # its rng: the simulator's (``Simulator.connect``)
+
+    @property
+    def stats(self) -> LinkStats:
+        return LinkStats(self.faults.cnt)
 
 
 @dataclass
@@ -60,6 +77,20 @@ class NodeStats:
     icrc_bad: int = 0
     wire_errors: int = 0
     unknown_qpn: int = 0
+
+
+class SimPort(Port):
+    """A node's port: the demux of ``transport.port``; the GRH a UD buffer
+    gets is the IPv4 header the datagram came with (``rx_ip_hdr``, set for
+    each delivery).  The simulator moves the packets itself (``Simulator``),
+    so nothing here sends."""
+
+    def __init__(self):
+        super().__init__()
+        self.rx_ip_hdr = bytes(20)
+
+    def _grh(self, src: bytes, dst: bytes, nbytes: int) -> bytes:
+        return bytes(20) + self.rx_ip_hdr
 
 
 class Node:
@@ -75,9 +106,9 @@ class Node:
         # keys from the run's seed: a seeded simulation is reproducible
         self.memory = MemoryTable(rng=random.Random(f"{sim.seed}:{name}"))
         self.qps: dict[int, QP] = {}
-        self.tx: list = []
+        self.port = SimPort()
+        self.tx: list = self.port.tx
         self.events: list = []
-        self.stats = NodeStats()
         self.pd = object()
         self._next_qpn = 0x11
         self._ip_id = 0x1000
@@ -100,31 +131,30 @@ class Node:
                 cap=cap or QPCap(max_send_wr=4096, max_recv_wr=4096), srq=srq,
                 sq_sig_all=sq_sig_all, caps=self.caps, tx=self.tx, events=self.events)
         self.qps[qpn] = qp
+        self.port.qps[qpn] = PortQP(qp)
         return qp
+
+    @property
+    def stats(self) -> NodeStats:
+        """What arrived and what the port dropped before any QP."""
+        c = self.port.cnt
+        bad, wire, unknown = (c[PortCounter.rx_dropped_icrc], c[PortCounter.rx_dropped_wire],
+                              c[PortCounter.rx_dropped_unknown_qpn])
+        return NodeStats(c[PortCounter.rx_packets] + bad + wire + unknown, bad, wire, unknown)
 
     def av_to(self, other: "Node") -> AddressVector:
         return AddressVector(dgid=other.gid)
 
     # -- wire
     def deliver(self, udp_payload: bytes, ip_hdr: bytes, sport: int, now: float) -> None:
-        st = self.stats
-        st.rx_datagrams += 1
-        verdict, _ = icrc_mod.verify(udp_payload, ip_hdr=ip_hdr, sport=sport)
-        if verdict is not icrc_mod.Verdict.FULL:
-            st.icrc_bad += 1
+        """A datagram off the wire: its ICRC checked, then the port's demux."""
+        port = self.port
+        verdict, _ = verify(udp_payload, ip_hdr=ip_hdr, sport=sport)
+        if verdict is not Verdict.FULL:
+            port.cnt[PortCounter.rx_dropped_icrc] += 1
             return
-        pkt = memoryview(udp_payload)[:-4]
-        try:
-            check(pkt)
-        except WireError:
-            st.wire_errors += 1
-            return
-        dqpn = (pkt[5] << 16) | (pkt[6] << 8) | pkt[7]
-        qp = self.qps.get(dqpn)
-        if qp is None:
-            st.unknown_qpn += 1
-            return
-        qp.receive(pkt, now, grh=bytes(20) + ip_hdr)
+        port.rx_ip_hdr = ip_hdr
+        port.deliver(memoryview(udp_payload)[:-4], ip_hdr[12:16], ip_hdr[16:20], now)
 
 
 class Simulator:
@@ -150,6 +180,7 @@ class Simulator:
         if back is None:
             back = Link(loss=link.loss, dup=link.dup, reorder=link.reorder, corrupt=link.corrupt,
                         delay=link.delay, jitter=link.jitter, reorder_delay=link.reorder_delay)
+        link.faults.rng = back.faults.rng = self.rng
         self.links[(a.name, b.name)] = link
         self.links[(b.name, a.name)] = back
         return link, back
@@ -163,7 +194,6 @@ class Simulator:
         tx = src.tx
         if not tx:
             return
-        rng = self.rng
         now = self.now
         items = tx[:]
         tx.clear()
@@ -174,39 +204,19 @@ class Simulator:
             link = self.links.get((src.name, dst.name))
             if link is None:
                 continue
-            dqpn = (pkt[5] << 16) | (pkt[6] << 8) | pkt[7]
-            sport = icrc_mod.udp_sport(qp.qp_num, dqpn, av.flow_label)
+            dqpn = bth_dqpn(pkt)
+            sport = udp_sport(qp.qp_num, dqpn, av.flow_label)
             src._ip_id = (src._ip_id + 1) & 0xFFFF
             n = len(pkt) + 4
-            ip_hdr = icrc_mod.ipv4_header(src.ip_bytes, dst.ip_bytes, n, ident=src._ip_id, df=True)
-            udp_hdr = icrc_mod.udp_header(sport, ROCE_PORT, n)
-            payload = bytes(pkt) + icrc_mod.ICRC.pack(icrc_mod.icrc(ip_hdr, udp_hdr, pkt))
-            st = link.stats
-            st.sent += 1
-            if link.loss and rng.random() < link.loss:
-                st.lost += 1
-                continue
-            copies = 1
-            if link.dup and rng.random() < link.dup:
-                st.duplicated += 1
-                copies = 2
-            for c in range(copies):
+            ip_hdr = ipv4_header(src.ip_bytes, dst.ip_bytes, n, ident=src._ip_id, df=True)
+            udp_hdr = udp_header(sport, ROCEV2_UDP_PORT, n)
+            payload = bytes(pkt) + ICRC.pack(icrc(ip_hdr, udp_hdr, pkt))
+            for t, bit in link.faults.fate(now, len(payload)):
                 data = payload
-                if link.corrupt and rng.random() < link.corrupt:
-                    st.corrupted += 1
+                if bit is not None:
                     b = bytearray(data)
-                    i = rng.randrange(len(b))
-                    b[i] ^= 1 << rng.randrange(8)
+                    b[bit >> 3] ^= 1 << (bit & 7)
                     data = bytes(b)
-                t = now + link.delay + (rng.random() * link.jitter if link.jitter else 0.0)
-                if c or (link.reorder and rng.random() < link.reorder):
-                    st.reordered += 1 if not c else 0
-                    t += rng.random() * link.reorder_delay
-                elif t < link.last_arrival:
-                    t = link.last_arrival
-                else:
-                    link.last_arrival = t
-                st.delivered += 1
                 self._schedule(t, dst, data, ip_hdr, sport)
 
     def step(self) -> bool:

@@ -1,10 +1,15 @@
 """The one counter registry: every count the transport keeps, by name.
 
-The first names are rxe's hw_counters (rxe_hw_counters.c) in its order, so
-the sysfs tree and ``rdma statistic`` can print them as the kernel does;
-the rest are the per-QP counters ``rdma statistic qp`` shows (iproute2 /
-mlx5 names) and the drop reasons of the receive path.  A QP keeps a plain
-list indexed by ``Counter``; devices sum them.
+``Counter``: the first names are rxe's hw_counters (rxe_hw_counters.c) in
+its order, so the sysfs tree and ``rdma statistic`` can print them as the
+kernel does; the rest are the per-QP counters ``rdma statistic qp`` shows
+(iproute2 / mlx5 names) and the drop reasons of the receive path.  A QP
+keeps a plain list indexed by ``Counter``; devices sum them.
+
+``PortCounter``: what a port (``transport.port``) counts itself -- the
+traffic its PMA reports, multicast, and the packets it drops before any QP
+sees them.  ``FaultCounter``: what a fault injector (``transport.faults``)
+did.  Each is a plain list too, indexed by its enum.
 """
 
 from enum import IntEnum
@@ -60,3 +65,49 @@ N_COUNTERS = len(Counter)
 
 def new_counters() -> list[int]:
     return [0] * N_COUNTERS
+
+
+class PortCounter(IntEnum):
+    # the port's traffic (rxe_ib_get_hw_stats' PMA view: port_xmit_packets ...)
+    tx_packets = 0
+    tx_bytes = 1
+    rx_packets = 2
+    rx_bytes = 3
+    # PortCountersExtended's multicast counts
+    multicast_xmit_packets = 4
+    multicast_rcv_packets = 5
+    # dropped before any QP: a bad ICRC, bad framing, no such QP
+    rx_dropped_icrc = 6
+    rx_dropped_wire = 7
+    rx_dropped_unknown_qpn = 8
+
+
+#: ``Device.traffic``: the counts ``rdma statistic`` and sysfs read, by name.
+TRAFFIC = (PortCounter.tx_packets, PortCounter.tx_bytes, PortCounter.rx_packets, PortCounter.rx_bytes)
+#: ``rx_dropped`` as ``rdma link show -d`` prints it: reason -> counter.
+RX_DROPPED = (("icrc", PortCounter.rx_dropped_icrc), ("wire", PortCounter.rx_dropped_wire),
+              ("unknown_qpn", PortCounter.rx_dropped_unknown_qpn))
+
+
+class FaultCounter(IntEnum):
+    lost = 0
+    duplicated = 1
+    reordered = 2
+    delayed = 3
+    corrupted = 4
+    # the simulator's link: packets put on it, copies that came out
+    sent = 5
+    delivered = 6
+
+
+#: What ``rdma link set ... faults`` reports (``fault_counters``), in order.
+DEVICE_FAULT_COUNTERS = (FaultCounter.lost, FaultCounter.duplicated, FaultCounter.reordered,
+                         FaultCounter.delayed, FaultCounter.corrupted)
+
+
+def new_port_counters() -> list[int]:
+    return [0] * len(PortCounter)
+
+
+def new_fault_counters() -> list[int]:
+    return [0] * len(FaultCounter)

@@ -127,6 +127,12 @@ def pack_bth(buf, opcode: int, dqpn: int, psn: int, *, se=False, mig=False, pad=
     )
 
 
+def bth_dqpn(buf) -> int:
+    """The DestQP of the packet in ``buf`` (BTH bytes 5..7), read without
+    unpacking the BTH: the demux key of the receive path."""
+    return (buf[5] << 16) | (buf[6] << 8) | buf[7]
+
+
 def unpack_bth(buf, offset=0) -> Bth:
     opcode, flags, pkey, w1, w2 = BTH.unpack_from(buf, offset)
     return Bth(opcode, bool(flags & BTH_SE), bool(flags & BTH_MIG), (flags >> BTH_PAD_SHIFT) & 3,

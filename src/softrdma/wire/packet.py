@@ -106,10 +106,12 @@ class Packet:
         return self.info.name
 
 
-def check(buf) -> tuple[OpInfo, int]:
-    """Validate the framing of ``buf``; return (row, payload length).
+def rx_check(buf) -> int:
+    """Validate the framing of ``buf``; return its DestQP.
 
-    The cheap gate every received packet passes before any QP sees it."""
+    The cheap gate every received packet passes before any QP sees it
+    (``transport.port``): one call gives the demux key too (``bth_dqpn``,
+    inlined here because this runs once per packet)."""
     n = len(buf)
     if n < 12:
         raise WireError("truncated", f"{n} bytes, BTH needs 12")
@@ -126,9 +128,19 @@ def check(buf) -> tuple[OpInfo, int]:
     if info.mask & PAYLOAD_MASK:
         if pad > plen or (plen & 3):
             raise WireError("bad_length", f"{info.name}: payload+pad {plen} bytes, pad {pad}")
-        plen -= pad
     elif plen or pad:
         raise WireError("bad_length", f"{info.name}: {plen} bytes after headers, pad {pad}")
+    return (buf[5] << 16) | (buf[6] << 8) | buf[7]
+
+
+def check(buf) -> tuple[OpInfo, int]:
+    """Validate the framing of ``buf`` (``rx_check``); return (row,
+    payload length)."""
+    rx_check(buf)
+    info = OPCODE_TABLE[buf[0]]
+    plen = len(buf) - info.length
+    if info.mask & PAYLOAD_MASK:
+        plen -= (buf[1] >> BTH_PAD_SHIFT) & 3
     return info, plen
 
 

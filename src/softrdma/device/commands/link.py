@@ -15,7 +15,7 @@ from ...errors import VerbsError
 from ...transport.qp import DeviceCaps
 from ...uapi import request as rq
 from ..core import Device
-from ..faults import FaultSettings
+from ...transport.faults import FaultSettings
 from ..gid import eui64
 from ..netdev import active_mtu, netdev_info
 from ..session import net_admin
@@ -131,7 +131,7 @@ def cmd_link_set(daemon, c, m, fds):
             raise VerbsError(errno.EINVAL, f"bad faults: {e}") from None
         dev.set_faults(settings, seed)
     return {"faults": dev.faults.settings.as_dict() if dev.faults else None,
-            "fault_counters": dict(vars(dev.faults.counters)) if dev.faults else None}, []
+            "fault_counters": dev.faults.counters() if dev.faults else None}, []
 
 
 def cmd_link_delete(daemon, c, m, fds):
