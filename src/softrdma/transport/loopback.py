@@ -25,14 +25,13 @@ from __future__ import annotations
 from ..enums import ibv_qp_state, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints
 from ..wire.opcodes import (
     OP_ACKNOWLEDGE, OP_RDMA_READ_REQUEST, OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_LAST,
-    OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE,
+    OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE, READ_MASK, WRITE_MASK,
 )
-from . import requester                       # (requester imports this module: names read at call time)
 from .counters import Counter
 from .memory import REMOTE_READ, REMOTE_WRITE
-from .responder import _NONE, _RES_READ, _add_resource, _resolve_rwqe
+from .responder import RES_READ, add_resource, chk_op_valid, idle, rwqe_for, take_rwqe
 from .sgl import gather, scatter
-from .wr import WC, WQE_DONE
+from .wr import SEGMENT_OPS, WC, WQE_DONE
 
 S = ints(ibv_qp_state)
 WR = ints(ibv_wr_opcode)
@@ -74,14 +73,9 @@ def _source(views, length: int):
 def _take_rwqe(peer, length: int):
     """The receive WQE the message would consume, if it is there and fits;
     else None and nothing taken (the packet path gives the RNR or error)."""
-    srq = peer.srq
-    rq = srq.rq if srq is not None else peer.rq
-    if not rq:
+    if rwqe_for(peer, length) is None:
         return None
-    wqe = rq[0]
-    if wqe.length < length or (wqe.views is None and not _resolve_rwqe(peer, wqe)):
-        return None
-    return srq.take() if srq is not None else rq.popleft()
+    return take_rwqe(peer)
 
 
 def execute(qp, peer, wqe) -> bool:
@@ -89,15 +83,16 @@ def execute(qp, peer, wqe) -> bool:
     True: done (``wqe`` is WQE_DONE, every effect applied); False: nothing
     was touched, send it as packets."""
     op = wqe.opcode
-    if (op not in _OPS or peer.state != RTR and peer.state != RTS or peer.resp_psn != qp.req_psn
-            or peer.resp_opcode != _NONE or peer.sent_psn_nak or peer.dest_qpn != qp.qp_num
-            or peer.ack_pending is not None or not peer.rc):
+    # the responder's checks, as its packets would meet them: the QP's state
+    # and the PSN / op sequence (CHK_PSN, CHK_OP_SEQ) ...
+    if (op not in _OPS or peer.state != RTR and peer.state != RTS or peer.dest_qpn != qp.qp_num
+            or not peer.rc or not idle(peer, qp.req_psn)):
         return False
     length = wqe.length
-    access = peer.attr.qp_access_flags
     rwqe = None
+    # ... then per operation CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY
     if op == READ:
-        if not access & REMOTE_READ or peer.max_dest_rd_atomic == 0:
+        if not chk_op_valid(peer, READ_MASK) or peer.max_dest_rd_atomic == 0:
             return False
         src = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_READ, peer) \
             if length else b""
@@ -106,7 +101,7 @@ def execute(qp, peer, wqe) -> bool:
         if length:
             scatter(wqe.views, 0, src, 0, length)
     elif op == WRITE or op == WRITE_IMM:
-        if not access & REMOTE_WRITE:
+        if not chk_op_valid(peer, WRITE_MASK):
             return False
         dst = None
         if length:
@@ -136,7 +131,7 @@ def execute(qp, peer, wqe) -> bool:
     peer.msn += 1
     pc = peer.cnt
     if op == READ:
-        _add_resource(peer, [_RES_READ, wqe.first_psn, wqe.last_psn, wqe.remote_addr, wqe.rkey, length,
+        add_resource(peer, [RES_READ, wqe.first_psn, wqe.last_psn, wqe.remote_addr, wqe.rkey, length,
                              peer.msn])
         pc[C.rx_read_requests] += 1
         pc[RCVD_PKTS] += 1
@@ -177,7 +172,7 @@ def execute(qp, peer, wqe) -> bool:
             fwd = (1, OPCODE_TABLE[oc | OP_RDMA_READ_REQUEST].length + 4)
             back = (npkts, _wire_bytes(oc, _READ_RESPONSES, length, qp.mtu, npkts))
         else:
-            fwd = (npkts, _wire_bytes(oc, requester._SEGMENT_OPS[op], length, qp.mtu, npkts))
+            fwd = (npkts, _wire_bytes(oc, SEGMENT_OPS[op], length, qp.mtu, npkts))
             back = (1, OPCODE_TABLE[oc | OP_ACKNOWLEDGE].length + 4)
         account(qp, peer, fwd, back)
     qp.retry_cnt = qp.retry_cnt_init

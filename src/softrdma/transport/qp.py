@@ -298,6 +298,8 @@ class QP:
         self.noack_pkts = 0
         self.rd_atomic_out = 0         # READ/ATOMIC requests sent and not completed
         self.cwnd = float(MAX_UNACKED_PSNS)  # go-back window, see requester.py
+        self.req_sched = False         # the completer asks for a requester run ...
+        self.req_need_retry = False    # ... that goes back to comp_psn first (rxe's req.need_retry)
         # completer
         self.comp_psn = a.sq_psn       # oldest PSN not yet acknowledged
         self.retry_cnt = a.retry_cnt
@@ -551,6 +553,8 @@ class QP:
             cnt[C.dropped_bad_pkey] += 1
             return
         self._rx[opcode](self, pkt, info, now, grh)
+        if self.req_sched:                       # the completer asked for the requester
+            self._req_task(now)
 
     def receive_batch(self, pkts, now: float, grhs=None) -> None:
         """Several packets for this QP received together (one recvmmsg).
@@ -573,6 +577,17 @@ class QP:
         """Let the requester send what it may (after posts, ACKs, timers)."""
         requester.run(self, self.now if now is None else now)
 
+    def _req_task(self, now: float) -> None:
+        """Run the requester if the completer asked for it (rxe_run_task(&qp->req.task)):
+        a go-back first if it asked for one."""
+        if self.req_sched:
+            self.req_sched = False
+            if self.req_need_retry:
+                self.req_need_retry = False
+                requester.retry(self, now)
+            else:
+                requester.run(self, now)
+
     @property
     def deadline(self) -> float | None:
         t, r = self.timer_at, self.rnr_at
@@ -586,8 +601,10 @@ class QP:
         if self.rnr_at is not None and now >= self.rnr_at:
             self.rnr_at = None
             completer.rnr_expired(self, now)
+            self._req_task(now)
         if self.timer_at is not None and now >= self.timer_at:
             completer.ack_timeout(self, now)
+            self._req_task(now)
 
     def stalled(self, since: float, until: float) -> None:
         """The host did not run this QP from ``since`` to ``until`` (its

@@ -12,6 +12,31 @@ byte-order convention is the verbs layer's business.
 from __future__ import annotations
 
 from ..enums import ibv_wr_opcode as WR
+from ..wire.opcodes import (
+    OP_COMPARE_SWAP, OP_FETCH_ADD, OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_LAST,
+    OP_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RDMA_WRITE_MIDDLE, OP_RDMA_WRITE_ONLY,
+    OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE, OP_SEND_FIRST, OP_SEND_LAST, OP_SEND_LAST_WITH_IMMEDIATE,
+    OP_SEND_LAST_WITH_INVALIDATE, OP_SEND_MIDDLE, OP_SEND_ONLY, OP_SEND_ONLY_WITH_IMMEDIATE,
+    OP_SEND_ONLY_WITH_INVALIDATE,
+)
+
+# The wire operations of each work-request opcode (rxe_req.c's next_opcode):
+# (first, middle, last, only) for a message cut into MTU packets ...
+SEGMENT_OPS = {
+    WR.IBV_WR_SEND: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST, OP_SEND_ONLY),
+    WR.IBV_WR_SEND_WITH_IMM: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_IMMEDIATE,
+                              OP_SEND_ONLY_WITH_IMMEDIATE),
+    WR.IBV_WR_SEND_WITH_INV: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_INVALIDATE,
+                              OP_SEND_ONLY_WITH_INVALIDATE),
+    WR.IBV_WR_RDMA_WRITE: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE, OP_RDMA_WRITE_LAST,
+                           OP_RDMA_WRITE_ONLY),
+    WR.IBV_WR_RDMA_WRITE_WITH_IMM: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE,
+                                    OP_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                                    OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
+}
+# ... and the one packet of an ATOMIC (a READ is OP_RDMA_READ_REQUEST).
+ATOMIC_OPS = {WR.IBV_WR_ATOMIC_CMP_AND_SWP: OP_COMPARE_SWAP,
+              WR.IBV_WR_ATOMIC_FETCH_AND_ADD: OP_FETCH_ADD}
 
 _ATOMICS = frozenset((int(WR.IBV_WR_ATOMIC_CMP_AND_SWP), int(WR.IBV_WR_ATOMIC_FETCH_AND_ADD)))
 _RD_ATOMICS = _ATOMICS | {int(WR.IBV_WR_RDMA_READ)}
