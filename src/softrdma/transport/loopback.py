@@ -23,6 +23,7 @@ engine learns the packets and wire bytes that did not fly through
 from __future__ import annotations
 
 from ..enums import ibv_qp_state, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints
+from ..uapi.wr import WR_INV_MASK, WR_READ_MASK, WR_SEND_MASK, WR_WRITE_MASK, wr_opcodes
 from ..wire.opcodes import (
     OP_ACKNOWLEDGE, OP_RDMA_READ_REQUEST, OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_LAST,
     OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE, READ_MASK, WRITE_MASK,
@@ -45,7 +46,8 @@ WRITE, WRITE_IMM, READ = WR.IBV_WR_RDMA_WRITE, WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR
 SEND_SOLICITED = 4
 SENT_PKTS, RCVD_PKTS, SENT_BYTES, RCVD_BYTES = C.sent_pkts, C.rcvd_pkts, C.sent_bytes, C.rcvd_bytes
 RDMA_SENDS, RDMA_RECVS = C.rdma_sends, C.rdma_recvs
-_OPS = frozenset((SEND, SEND_IMM, WRITE, WRITE_IMM, READ))
+# every SEND, WRITE and READ but SEND with invalidate (the short cut carries no IETH)
+_OPS = wr_opcodes(WR_SEND_MASK | WR_WRITE_MASK | WR_READ_MASK) - wr_opcodes(WR_INV_MASK)
 _READ_RESPONSES = (OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_LAST,
                    OP_RDMA_READ_RESPONSE_ONLY)
 

@@ -30,6 +30,7 @@ responses are missing (IBA 9.7.5.1.6 allows the shortened re-request).
 from __future__ import annotations
 
 from ..enums import ibv_qp_state, ibv_qp_type, ibv_wc_status, ibv_wr_opcode, ints
+from ..uapi.wr import WR_SOLICITED_MASK, wr_opcodes
 from ..wire.headers import (
     ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
 )
@@ -58,8 +59,7 @@ RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
 SEND_FENCE = 1
 SEND_SOLICITED = 4
 
-_SOLICITABLE = (WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM, WR.IBV_WR_SEND_WITH_INV,
-                WR.IBV_WR_RDMA_WRITE_WITH_IMM)
+_SOLICITABLE = wr_opcodes(WR_SOLICITED_MASK)     # IBV_SEND_SOLICITED -> BTH SE on the last packet
 
 
 def _resolve(qp, wqe) -> bool:

@@ -12,6 +12,7 @@ byte-order convention is the verbs layer's business.
 from __future__ import annotations
 
 from ..enums import ibv_wr_opcode as WR
+from ..uapi.wr import WR_ATOMIC_MASK, WR_ATOMIC_OR_READ_MASK, wr_opcodes
 from ..wire.opcodes import (
     OP_COMPARE_SWAP, OP_FETCH_ADD, OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_LAST,
     OP_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RDMA_WRITE_MIDDLE, OP_RDMA_WRITE_ONLY,
@@ -38,8 +39,8 @@ SEGMENT_OPS = {
 ATOMIC_OPS = {WR.IBV_WR_ATOMIC_CMP_AND_SWP: OP_COMPARE_SWAP,
               WR.IBV_WR_ATOMIC_FETCH_AND_ADD: OP_FETCH_ADD}
 
-_ATOMICS = frozenset((int(WR.IBV_WR_ATOMIC_CMP_AND_SWP), int(WR.IBV_WR_ATOMIC_FETCH_AND_ADD)))
-_RD_ATOMICS = _ATOMICS | {int(WR.IBV_WR_RDMA_READ)}
+_ATOMICS = wr_opcodes(WR_ATOMIC_MASK)                 # 8 bytes of local buffer, whatever the SGEs say
+_RD_ATOMICS = wr_opcodes(WR_ATOMIC_OR_READ_MASK)      # answered with data: max_rd_atomic, fences
 
 # WQE states (rxe_verbs.h wqe_state)
 WQE_POSTED = 0       # not started
