@@ -30,7 +30,7 @@ from ..wire.opcodes import (
 )
 from .counters import Counter
 from .memory import REMOTE_READ, REMOTE_WRITE
-from .responder import RES_READ, add_resource, chk_op_valid, idle, rwqe_for, take_rwqe
+from .responder import RES_READ, add_resource, idle, take_rwqe_for
 from .sgl import gather, scatter
 from .wr import SEGMENT_OPS, WC, WQE_DONE
 
@@ -72,14 +72,6 @@ def _source(views, length: int):
     return buf
 
 
-def _take_rwqe(peer, length: int):
-    """The receive WQE the message would consume, if it is there and fits;
-    else None and nothing taken (the packet path gives the RNR or error)."""
-    if rwqe_for(peer, length) is None:
-        return None
-    return take_rwqe(peer)
-
-
 def execute(qp, peer, wqe) -> bool:
     """Run the started ``wqe`` of ``qp`` against ``peer`` as one message.
     True: done (``wqe`` is WQE_DONE, every effect applied); False: nothing
@@ -94,7 +86,7 @@ def execute(qp, peer, wqe) -> bool:
     rwqe = None
     # ... then per operation CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY
     if op == READ:
-        if not chk_op_valid(peer, READ_MASK) or peer.max_dest_rd_atomic == 0:
+        if peer.resp_denied & READ_MASK or peer.max_dest_rd_atomic == 0:
             return False
         src = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_READ, peer) \
             if length else b""
@@ -103,7 +95,7 @@ def execute(qp, peer, wqe) -> bool:
         if length:
             scatter(wqe.views, 0, src, 0, length)
     elif op == WRITE or op == WRITE_IMM:
-        if not chk_op_valid(peer, WRITE_MASK):
+        if peer.resp_denied & WRITE_MASK:
             return False
         dst = None
         if length:
@@ -111,7 +103,7 @@ def execute(qp, peer, wqe) -> bool:
             if dst is None:
                 return False
         if op == WRITE_IMM:
-            rwqe = _take_rwqe(peer, 0)
+            rwqe = take_rwqe_for(peer, 0)
             if rwqe is None:
                 return False
         if length:
@@ -121,7 +113,7 @@ def execute(qp, peer, wqe) -> bool:
             else:
                 gather(views, 0, length, dst, 0)
     else:
-        rwqe = _take_rwqe(peer, length)
+        rwqe = take_rwqe_for(peer, length)
         if rwqe is None:
             return False
         if length:

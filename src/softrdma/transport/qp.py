@@ -313,6 +313,7 @@ class QP:
         self.retry_cnt_init = a.retry_cnt
         self.rnr_retry_init = a.rnr_retry
         self.rc = self.qp_type == RC
+        self.resp_denied = responder.denied_ops(a.qp_access_flags)   # CHK_OP_VALID
 
     def modify(self, attr: QPAttr, mask: int) -> None:
         """ibv_modify_qp: check everything, then apply atomically."""
@@ -524,7 +525,11 @@ class QP:
             return
         self._rx[opcode](self, pkt, info, now, grh)
         if self.req_sched:                       # the completer asked for the requester
-            self._req_task(now)
+            if self.req_need_retry:
+                self._req_task(now)
+            else:
+                self.req_sched = False
+                requester.run(self, now)
 
     def receive_batch(self, pkts, now: float, grhs=None) -> None:
         """Several packets for this QP received together (one recvmmsg).

@@ -30,10 +30,11 @@ UC: no ACKs, no NAKs; a PSN gap drops the rest of the message in progress
 UD: Q_Key must match, the receive buffer gets the 40-byte network header
 first, any PSN is accepted, a message with no receive WQE is dropped.
 
-The checks a whole message needs are functions (``idle``, ``chk_op_valid``,
-``rwqe_for``, ``take_rwqe``, ``add_resource``): ``transport.loopback``, which
-runs a message between two QPs of one engine without its packets, makes
-them through the same functions.
+The checks a whole message needs are functions (``idle``, ``denied_ops``,
+``take_rwqe_for``, ``add_resource``): ``transport.loopback``, which runs a
+message between two QPs of one engine without its packets, makes them
+through the same functions.  CHK_OP_VALID is computed once per change of
+the access flags (``denied_ops`` -> ``qp.resp_denied``) and read per packet.
 """
 
 from __future__ import annotations
@@ -94,13 +95,13 @@ def idle(qp, psn: int) -> bool:
             and qp.ack_pending is None)
 
 
-def chk_op_valid(qp, mask: int) -> bool:
-    """CHK_OP_VALID: a WRITE/READ/ATOMIC request (``mask``: its opcode's
-    mask) needs the QP's remote access right for it."""
-    access = qp.attr.qp_access_flags
-    return not ((mask & WRITE_MASK and not access & REMOTE_WRITE) or
-                (mask & READ_MASK and not access & REMOTE_READ) or
-                (mask & ATOMIC_MASK and not access & REMOTE_ATOMIC))
+def denied_ops(access: int) -> int:
+    """CHK_OP_VALID for the QP access flags ``access``: the request kinds
+    (WRITE_MASK, READ_MASK, ATOMIC_MASK of the opcode table) they refuse.
+    The QP keeps it as ``resp_denied``; a request whose opcode mask meets it
+    is invalid."""
+    return ((0 if access & REMOTE_WRITE else WRITE_MASK) | (0 if access & REMOTE_READ else READ_MASK)
+            | (0 if access & REMOTE_ATOMIC else ATOMIC_MASK))
 
 
 # ----------------------------------------------------------------- outputs
@@ -214,10 +215,10 @@ def resolve_rwqe(qp, wqe) -> bool:
     return wqe.views is not None
 
 
-def rwqe_for(qp, length: int):
+def take_rwqe_for(qp, length: int):
     """CHK_RESOURCE and CHK_LENGTH for a whole message of ``length`` bytes:
-    the receive WQE it would consume, resolved, if it is there and large
-    enough; else None.  Nothing is taken (``take_rwqe`` does)."""
+    the receive WQE it consumes, resolved, if it is there and large enough;
+    else None and nothing taken."""
     srq = qp.srq
     rq = srq.rq if srq is not None else qp.rq
     if not rq:
@@ -225,7 +226,7 @@ def rwqe_for(qp, length: int):
     wqe = rq[0]
     if wqe.length < length or (wqe.views is None and not resolve_rwqe(qp, wqe)):
         return None
-    return wqe
+    return srq.take() if srq is not None else rq.popleft()
 
 
 def _return_rwqe(qp, wqe) -> None:
@@ -275,7 +276,7 @@ def receive_rc(qp, pkt, info, now: float, grh) -> None:
         _rc_send(qp, pkt, info, psn, mask)
         return
     # --- CHK_OP_VALID
-    if not chk_op_valid(qp, mask):
+    if mask & qp.resp_denied:
         _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
         return
     if mask & WRITE_MASK:
@@ -577,7 +578,7 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
             qp.resp_opcode = _IN_SEND
         return
     # RDMA WRITE
-    if not qp.attr.qp_access_flags & REMOTE_WRITE:
+    if mask & qp.resp_denied:                  # CHK_OP_VALID
         _uc_drop_msg(qp, mask)
         return
     if mask & START_MASK:
@@ -648,5 +649,5 @@ def _receive_ud(qp, pkt, info, grh) -> None:
                     bool(pkt[1] & BTH_SE))
 
 
-__all__ = ["receive_rc", "receive_uc", "receive_ud", "send_ack", "flush_ack", "idle", "chk_op_valid",
-           "take_rwqe", "resolve_rwqe", "rwqe_for", "add_resource", "RES_READ", "RES_ATOMIC"]
+__all__ = ["receive_rc", "receive_uc", "receive_ud", "send_ack", "flush_ack", "idle", "denied_ops",
+           "take_rwqe", "take_rwqe_for", "resolve_rwqe", "add_resource", "RES_READ", "RES_ATOMIC"]
