@@ -40,7 +40,7 @@ WCO = ints(ibv_wc_opcode)
 WF = ints(ibv_wc_flags)
 ST = ints(ibv_wc_status)
 C = ints(Counter)
-RTR, RTS = S.IBV_QPS_RTR, S.IBV_QPS_RTS
+_RECEIVING = frozenset((S.IBV_QPS_RTR, S.IBV_QPS_RTS))
 SEND, SEND_IMM = WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM
 WRITE, WRITE_IMM, READ = WR.IBV_WR_RDMA_WRITE, WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR.IBV_WR_RDMA_READ
 SEND_SOLICITED = 4
@@ -79,7 +79,7 @@ def execute(qp, peer, wqe) -> bool:
     op = wqe.opcode
     # the responder's checks, as its packets would meet them: the QP's state
     # and the PSN / op sequence (CHK_PSN, CHK_OP_SEQ) ...
-    if (op not in _OPS or peer.state != RTR and peer.state != RTS or peer.dest_qpn != qp.qp_num
+    if (op not in _OPS or peer.state not in _RECEIVING or peer.dest_qpn != qp.qp_num
             or not peer.rc or not idle(peer, qp.req_psn)):
         return False
     length = wqe.length

@@ -58,6 +58,7 @@ S, T, M, WR = ibv_qp_state, ibv_qp_type, ibv_qp_attr_mask, ibv_wr_opcode
 EV, ST, WCO, C = ints(ibv_event_type), ints(ibv_wc_status), ints(ibv_wc_opcode), ints(Counter)
 RESET, INIT, RTR, RTS, SQD, SQE, ERR = range(7)
 RC, UC, UD = int(T.IBV_QPT_RC), int(T.IBV_QPT_UC), int(T.IBV_QPT_UD)
+RCVD_PKTS = C.rcvd_pkts
 # the opcodes a WR may have, per QP type (uapi.wr); RC carries every one softrdma has
 _VALID_OPS = {t: valid_opcodes(t) for t in (RC, UC, UD)}
 
@@ -510,20 +511,20 @@ class QP:
         for UD receive buffers."""
         self.now = now
         cnt = self.cnt
-        cnt[C.rcvd_pkts] += 1
+        cnt[RCVD_PKTS] += 1
         state = self.state
         if state < RTR or state == ERR:          # RESET/INIT/ERR receive nothing
             cnt[C.dropped_bad_state] += 1
             return
         opcode = pkt[0]
-        if self._rx[opcode] is None:             # another transport's opcode
+        engine = self._rx[opcode]
+        if engine is None:                       # another transport's opcode
             cnt[C.dropped_bad_transport] += 1
             return
-        info = OPCODE_TABLE[opcode]
         if ((pkt[2] << 8 | pkt[3]) ^ self.pkey) & 0x7FFF:
             cnt[C.dropped_bad_pkey] += 1
             return
-        self._rx[opcode](self, pkt, info, now, grh)
+        engine(self, pkt, OPCODE_TABLE[opcode], now, grh)
         if self.req_sched:                       # the completer asked for the requester
             if self.req_need_retry:
                 self._req_task(now)
