@@ -46,6 +46,7 @@ WRITE, WRITE_IMM, READ = WR.IBV_WR_RDMA_WRITE, WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR
 SEND_SOLICITED = 4
 SENT_PKTS, RCVD_PKTS, SENT_BYTES, RCVD_BYTES = C.sent_pkts, C.rcvd_pkts, C.sent_bytes, C.rcvd_bytes
 RDMA_SENDS, RDMA_RECVS = C.rdma_sends, C.rdma_recvs
+RX_READ_REQUESTS, RX_WRITE_REQUESTS = C.rx_read_requests, C.rx_write_requests
 # every SEND, WRITE and READ but SEND with invalidate (the short cut carries no IETH)
 _OPS = wr_opcodes(WR_SEND_MASK | WR_WRITE_MASK | WR_READ_MASK) - wr_opcodes(WR_INV_MASK)
 _READ_RESPONSES = (OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_LAST,
@@ -127,7 +128,7 @@ def execute(qp, peer, wqe) -> bool:
     if op == READ:
         add_resource(peer, [RES_READ, wqe.first_psn, wqe.last_psn, wqe.remote_addr, wqe.rkey, length,
                              peer.msn])
-        pc[C.rx_read_requests] += 1
+        pc[RX_READ_REQUESTS] += 1
         pc[RCVD_PKTS] += 1
         pc[SENT_PKTS] += npkts
         pc[SENT_BYTES] += length
@@ -136,7 +137,7 @@ def execute(qp, peer, wqe) -> bool:
         pc[RCVD_BYTES] += length
         pc[SENT_PKTS] += 1                               # the ACK
         if op == WRITE or op == WRITE_IMM:
-            pc[C.rx_write_requests] += 1
+            pc[RX_WRITE_REQUESTS] += 1
     if rwqe is not None:
         pc[RDMA_RECVS] += 1
         if op == WRITE_IMM:

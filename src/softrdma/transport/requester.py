@@ -62,21 +62,17 @@ SEND_SOLICITED = 4
 _SOLICITABLE = wr_opcodes(WR_SOLICITED_MASK)     # IBV_SEND_SOLICITED -> BTH SE on the last packet
 
 
-def _resolve(qp, wqe) -> bool:
-    """Look up the WQE's local buffers (lkey, PD, bounds, access)."""
+def _start(qp, wqe) -> bool:
+    """First time a WQE is processed: look up its local buffers (lkey, PD,
+    bounds, access), assign PSNs."""
     if wqe.inline_data is not None:
         wqe.views = [memoryview(wqe.inline_data)]
-        return True
-    # READ and ATOMIC write into the local buffers; the rest only read them.
-    wqe.views = resolve(qp.memory, qp.pd, wqe.sg_list, LOCAL_WRITE if wqe.is_rd_atomic else LOCAL_READ)
-    return wqe.views is not None
-
-
-def _start(qp, wqe) -> bool:
-    """First time a WQE is processed: resolve buffers, assign PSNs."""
-    if not _resolve(qp, wqe):
-        wqe.status = ST.IBV_WC_LOC_PROT_ERR
-        return False
+    else:
+        # READ and ATOMIC write into the local buffers; the rest only read them.
+        wqe.views = resolve(qp.memory, qp.pd, wqe.sg_list, LOCAL_WRITE if wqe.is_rd_atomic else LOCAL_READ)
+        if wqe.views is None:
+            wqe.status = ST.IBV_WC_LOC_PROT_ERR
+            return False
     if wqe.opcode in ATOMIC_OPS or qp.qp_type == UD:
         npkts = 1
     else:

@@ -21,9 +21,10 @@ from ..wire.opcodes import (
     OP_SEND_ONLY_WITH_INVALIDATE,
 )
 
-# The wire operations of each work-request opcode (rxe_req.c's next_opcode):
-# (first, middle, last, only) for a message cut into MTU packets ...
-SEGMENT_OPS = {
+# The wire operations of each work-request opcode (rxe_req.c's next_opcode),
+# keyed by plain ints as the WQEs carry them: (first, middle, last, only)
+# for a message cut into MTU packets ...
+SEGMENT_OPS = {int(op): ops for op, ops in {
     WR.IBV_WR_SEND: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST, OP_SEND_ONLY),
     WR.IBV_WR_SEND_WITH_IMM: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_IMMEDIATE,
                               OP_SEND_ONLY_WITH_IMMEDIATE),
@@ -34,10 +35,10 @@ SEGMENT_OPS = {
     WR.IBV_WR_RDMA_WRITE_WITH_IMM: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE,
                                     OP_RDMA_WRITE_LAST_WITH_IMMEDIATE,
                                     OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
-}
+}.items()}
 # ... and the one packet of an ATOMIC (a READ is OP_RDMA_READ_REQUEST).
-ATOMIC_OPS = {WR.IBV_WR_ATOMIC_CMP_AND_SWP: OP_COMPARE_SWAP,
-              WR.IBV_WR_ATOMIC_FETCH_AND_ADD: OP_FETCH_ADD}
+ATOMIC_OPS = {int(WR.IBV_WR_ATOMIC_CMP_AND_SWP): OP_COMPARE_SWAP,
+              int(WR.IBV_WR_ATOMIC_FETCH_AND_ADD): OP_FETCH_ADD}
 
 _ATOMICS = wr_opcodes(WR_ATOMIC_MASK)                 # 8 bytes of local buffer, whatever the SGEs say
 _RD_ATOMICS = wr_opcodes(WR_ATOMIC_OR_READ_MASK)      # answered with data: max_rd_atomic, fences

@@ -44,7 +44,7 @@ _IMM_OPS = wr_opcodes(WR_IMM_MASK)             # imm_data: __be32 on the user's 
 _INV_OPS = wr_opcodes(WR_INV_MASK)             # the rkey to invalidate rides in imm_data
 # every ibv_wr_opcode: anything else is EINVAL at post time (the provider's
 # validate_send_wr); what the QP type cannot do completes in error
-_WR_OPCODES = frozenset(WR_OPCODE_INFO)
+_WR_OPCODES = frozenset(map(int, WR_OPCODE_INFO))
 _BIND_QP_TYPES = WR_OPCODE_INFO[IBV_WR_BIND_MW].qp_types
 _U32_MAX = 0xFFFFFFFF
 # a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) on every post

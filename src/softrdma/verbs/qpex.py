@@ -40,7 +40,7 @@ _M32 = 0xFFFFFFFF
 # opcodes that carry local data; inline data only for SEND and RDMA WRITE (ibv_wr_post(3))
 _INLINE_OPS = wr_opcodes(WR_INLINE_MASK)
 # opcode -> the IBV_QP_EX_WITH_* flag its builder needs (send_ops_flags)
-_BUILDER_FLAG = {op: i.send_ops_flag for op, i in WR_OPCODE_INFO.items()}
+_BUILDER_FLAG = {int(op): i.send_ops_flag for op, i in WR_OPCODE_INFO.items()}
 
 
 class DataBuffer:
