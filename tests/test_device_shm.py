@@ -17,7 +17,7 @@ from softrdma.enums import (
     IBV_SEND_SIGNALED, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
 )
-from softrdma.transport.wr import WC
+from softrdma.uapi.abi import WC
 
 
 def test_region_is_shared_through_its_fd():

@@ -13,7 +13,7 @@ from softrdma.mgmt.cm.counters import COUNTER_INDEX, COUNTER_NAMES, CmCounters
 from softrdma.mgmt.cm.ids import CmState
 from softrdma.mgmt.cm.request import AcceptParams, ConnectParams
 from softrdma.mgmt.cm.timers import cm_ack_timeout
-from softrdma.verbs.cm import qp_attr_mask
+from softrdma.uapi.qp_attr import mask_of as qp_attr_mask
 from softrdma.wire.cm import CmAttr
 
 GID_A = bytes.fromhex("fe800000000000000000000000000001")

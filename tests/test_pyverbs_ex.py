@@ -24,7 +24,7 @@ from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
 from softrdma.pyverbs.qp import QP, DataBuffer, QPAttr, QPCap, QPEx, QPInitAttr, QPInitAttrEx
 from softrdma.pyverbs.wr import SGE, RecvWR, SendWR
-from softrdma.transport.wr import WC
+from softrdma.uapi.abi import WC
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IPV4_GID = 1                      # on lo: ::ffff:127.0.0.1

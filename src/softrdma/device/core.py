@@ -38,7 +38,8 @@ from ..transport.counters import RX_DROPPED, RXE_HW_COUNTERS, TRAFFIC, new_count
 from ..transport.memory import MemoryTable
 from ..transport.port import RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKETS, PortQP
 from ..transport.qp import QP, SRQ, DeviceCaps
-from ..transport.wr import WC, AddressVector
+from ..transport.wr import AddressVector
+from ..uapi.abi import WC
 from ..uapi.queues import CompletionQueueProducer, WorkQueueConsumer
 from .capture import Capture, Tap
 from .gsi import Gsi

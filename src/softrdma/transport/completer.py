@@ -5,7 +5,21 @@ Every response acknowledges, implicitly, all PSNs before its own; an ACK
 complete in send-queue order once all their PSNs are acknowledged and, for
 READ/ATOMIC, their response data has arrived.
 
-Going back (``requester.retry``) happens on:
+The completer never calls the requester (rxe: rxe_sched_task(&qp->req.task)):
+it sets ``qp.req_sched`` for a run and ``qp.req_need_retry`` for a go-back,
+and the QP's dispatch runs the requester when the completer has returned.
+
+Its steps are rxe_comp.c's states, named as there (``comp_state``; the code
+is straight-line, each step marked with its COMPST_* name):
+COMPST_GET_ACK (``receive``) -> COMPST_CHECK_PSN (ghosts, gaps) ->
+COMPST_CHECK_ACK (ACK/NAK syndrome, response kind) -> COMPST_READ /
+COMPST_ATOMIC (response data) or COMPST_WRITE_SEND (``ack_upto``) ->
+COMPST_UPDATE_COMP (``_update_comp``) -> COMPST_GET_WQE / COMPST_COMP_WQE
+(``retire``) -> COMPST_DONE or COMPST_EXIT; COMPST_COMP_ACK when an ACK
+completes no WQE; COMPST_ERROR_RETRY (``_error_retry``), COMPST_RNR_RETRY
+(an RNR NAK) and COMPST_ERROR (``_comp_error``) on the way.
+
+Going back (the requester's ``retry``) happens on:
 * a local ACK timeout (retry_cnt; ``timeout`` 0 = never),
 * a PSN-sequence-error NAK (retry_cnt),
 * an implied NAK: an ACK beyond a READ/ATOMIC whose response is missing, or
@@ -23,8 +37,11 @@ never sent are dropped and counted.
 from __future__ import annotations
 
 import sys
+from enum import IntEnum
 
 from ..enums import ibv_qp_state, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints
+from ..uapi.abi import WC
+from ..uapi.wr import wc_opcodes
 from ..wire.headers import (
     AETH_ACK, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
     AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, RNR_TIMER_US, psn_diff,
@@ -32,11 +49,10 @@ from ..wire.headers import (
 from ..wire.opcodes import (
     ACK_MASK, ATOMIC_MASK, END_MASK, OP_ACKNOWLEDGE,
 )
-from . import requester
 from . import limits
 from .counters import Counter
 from .sgl import scatter
-from .wr import WC, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_PROCESSING
+from .wr import WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
 
 S = ints(ibv_qp_state)
 WCO = ints(ibv_wc_opcode)
@@ -48,20 +64,32 @@ QPS_SQD = S.IBV_QPS_SQD
 QPS_RTR = S.IBV_QPS_RTR
 _MAX_WND = float(limits.MAX_UNACKED_PSNS)
 
-_WC_OPCODE = {
-    WR.IBV_WR_SEND: WCO.IBV_WC_SEND, WR.IBV_WR_SEND_WITH_IMM: WCO.IBV_WC_SEND,
-    WR.IBV_WR_SEND_WITH_INV: WCO.IBV_WC_SEND, WR.IBV_WR_RDMA_WRITE: WCO.IBV_WC_RDMA_WRITE,
-    WR.IBV_WR_RDMA_WRITE_WITH_IMM: WCO.IBV_WC_RDMA_WRITE, WR.IBV_WR_RDMA_READ: WCO.IBV_WC_RDMA_READ,
-    WR.IBV_WR_ATOMIC_CMP_AND_SWP: WCO.IBV_WC_COMP_SWAP,
-    WR.IBV_WR_ATOMIC_FETCH_AND_ADD: WCO.IBV_WC_FETCH_ADD, WR.IBV_WR_LOCAL_INV: WCO.IBV_WC_LOCAL_INV,
-    WR.IBV_WR_BIND_MW: WCO.IBV_WC_BIND_MW,
-}
+_WC_OPCODE = wc_opcodes()
 _NAK_STATUS = {
     AETH_NAK_INVALID_REQ: ST.IBV_WC_REM_INV_REQ_ERR,
     AETH_NAK_REM_ACC_ERR: ST.IBV_WC_REM_ACCESS_ERR,
     AETH_NAK_REM_OP_ERR: ST.IBV_WC_REM_OP_ERR,
 }
 _BYTEORDER = sys.byteorder
+
+
+class comp_state(IntEnum):
+    """rxe_comp.c's enum comp_state: the names of the completer's steps."""
+    COMPST_GET_ACK = 0
+    COMPST_GET_WQE = 1
+    COMPST_COMP_WQE = 2
+    COMPST_COMP_ACK = 3
+    COMPST_CHECK_PSN = 4
+    COMPST_CHECK_ACK = 5
+    COMPST_READ = 6
+    COMPST_ATOMIC = 7
+    COMPST_WRITE_SEND = 8
+    COMPST_UPDATE_COMP = 9
+    COMPST_ERROR_RETRY = 10
+    COMPST_RNR_RETRY = 11
+    COMPST_ERROR = 12
+    COMPST_EXIT = 13
+    COMPST_DONE = 14
 
 
 def wc_opcode(wr_opcode: int) -> int:
@@ -74,7 +102,8 @@ def complete_wqe(qp, wqe) -> None:
 
 
 def retire(qp) -> None:
-    """Pop finished WQEs off the head of the SQ, completing them in order."""
+    """COMPST_GET_WQE / COMPST_COMP_WQE: pop finished WQEs off the head of
+    the SQ, completing them in order."""
     sq = qp.sq
     while sq:
         wqe = sq[0]
@@ -104,8 +133,8 @@ def check_drained(qp) -> None:
         qp._check_drained()
 
 
-def _fail_head(qp, status: int) -> None:
-    """Complete the oldest outstanding WQE with ``status`` (QP -> ERR)."""
+def _comp_error(qp, status: int) -> None:
+    """COMPST_ERROR: complete the oldest outstanding WQE with ``status`` (QP -> ERR)."""
     for wqe in qp.sq:
         if wqe.state in (WQE_PROCESSING, WQE_PENDING):
             wqe.state = WQE_ERROR
@@ -114,8 +143,8 @@ def _fail_head(qp, status: int) -> None:
     retire(qp)
 
 
-def _progress(qp, now: float, acked: int) -> None:
-    """Forward progress of ``acked`` PSNs: counters back to their attribute
+def _update_comp(qp, now: float, acked: int) -> None:
+    """COMPST_UPDATE_COMP: forward progress of ``acked`` PSNs: counters back to their attribute
     values, timer re-armed, go-back window grown."""
     cwnd = qp.cwnd
     if cwnd < _MAX_WND:
@@ -131,8 +160,9 @@ def _progress(qp, now: float, acked: int) -> None:
 
 
 def ack_upto(qp, psn: int, now: float) -> bool:
-    """Acknowledge every PSN up to and including ``psn``.  Returns False if
-    this revealed a missing READ/ATOMIC response (implied NAK; handled)."""
+    """COMPST_WRITE_SEND: acknowledge every PSN up to and including ``psn``.
+    Returns False if this revealed a missing READ/ATOMIC response (an
+    implied NAK: COMPST_ERROR_RETRY asked for)."""
     comp = qp.comp_psn
     if (psn - comp) & 0xFFFFFF >= 0x800000:
         return True                            # older than what is already acknowledged
@@ -158,19 +188,41 @@ def ack_upto(qp, psn: int, now: float) -> bool:
         break
     if new_comp != comp:
         qp.comp_psn = new_comp
-        _progress(qp, now, (new_comp - comp) & 0xFFFFFF)
+        _update_comp(qp, now, (new_comp - comp) & 0xFFFFFF)
         retire(qp)
         ahead = (new_comp - qp.req_psn) & 0xFFFFFF
         if 0 < ahead < 0x800000:
-            requester.skip_to(qp, new_comp)
+            _skip_resent(qp, new_comp)
     if implied:
-        _go_back(qp, now, once=True, implied=True)
+        _error_retry(qp, now, once=True, implied=True)
         return False
     return True
 
 
-def _go_back(qp, now: float, once: bool, implied: bool = False) -> None:
-    """Retransmit from comp_psn, spending one retry (retry_cnt).  ``once``:
+def _skip_resent(qp, psn: int) -> None:
+    """An ACK acknowledged PSNs this go-back pass had not re-sent yet (the
+    responder had them from the earlier pass): the requester resumes
+    re-sending at ``psn``.  The WQEs wholly covered are already retired;
+    the one ``psn`` falls in continues from there (as rxe's completer moves
+    its WQEs' state, the requester reads it)."""
+    qp.req_psn = psn
+    qp.req_idx = 0
+    for wqe in qp.sq:
+        if wqe.state == WQE_POSTED:
+            break
+        if wqe.state != WQE_PROCESSING and wqe.state != WQE_PENDING:
+            continue
+        done = (psn - wqe.first_psn) & 0xFFFFFF
+        if done < 0x800000 and not wqe.is_rd_atomic:
+            wqe.state = WQE_PROCESSING
+            wqe.offset = min(done * qp.mtu, wqe.length)
+            wqe.pkts_sent = done
+        break
+
+
+def _error_retry(qp, now: float, once: bool, implied: bool = False) -> None:
+    """COMPST_ERROR_RETRY: retransmit from comp_psn, spending one retry
+    (retry_cnt); the requester goes back when it next runs.  ``once``:
     NAK-driven, so not again from the same PSN until progress (the timer
     covers a lost retransmission); timeouts always go back."""
     if qp.state == S.IBV_QPS_ERR:
@@ -184,38 +236,43 @@ def _go_back(qp, now: float, once: bool, implied: bool = False) -> None:
     qp.cnt[C.completer_retry_err] += 1
     if qp.retry_cnt == 0:
         qp.cnt[C.retry_exceeded_err] += 1
-        _fail_head(qp, ST.IBV_WC_RETRY_EXC_ERR)
+        _comp_error(qp, ST.IBV_WC_RETRY_EXC_ERR)
         return
     qp.retry_cnt -= 1
     qp.cwnd = max(limits.MIN_CWND, qp.cwnd * 0.5)
-    requester.retry(qp, now)
+    qp.req_need_retry = True
+    qp.req_sched = True
 
 
 def receive(qp, pkt, info, now: float, grh=None) -> None:
+    """COMPST_GET_ACK: one response packet (ACK/NAK, READ response, ATOMIC
+    ACKNOWLEDGE) for this QP."""
     cnt = qp.cnt
     if qp.state == QPS_RTR:                    # no requests sent yet: nothing to answer
         cnt[C.dropped_bad_state] += 1
         return
+    # --- COMPST_CHECK_PSN
     psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
     if (psn - qp.sent_end) & 0xFFFFFF < 0x800000 or (psn - qp.comp_psn) & 0xFFFFFF >= 0x800000:
         # a response to nothing outstanding: duplicate ACK, stale read response, ghost
         cnt[C.dropped_ghost_response] += 1
         return
+    # --- COMPST_CHECK_ACK
     mask = info.mask
     syn = pkt[info.aeth] if info.aeth >= 0 else AETH_ACK
     op = info.opcode & 0x1F
     if op == OP_ACKNOWLEDGE:
         kind = syn & 0xE0
         if kind == AETH_ACK:
-            ack_upto(qp, psn, now)
-        elif kind == AETH_RNR_NAK:
+            ack_upto(qp, psn, now)             # COMPST_WRITE_SEND (COMPST_COMP_ACK if no WQE ends)
+        elif kind == AETH_RNR_NAK:             # COMPST_RNR_RETRY
             if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
                 return
             cnt[C.rcvd_rnr_err] += 1
             if qp.rnr_retry == 0:
                 cnt[C.retry_rnr_exceeded_err] += 1
                 cnt[C.rnr_nak_retry_err] += 1
-                _fail_head(qp, ST.IBV_WC_RNR_RETRY_EXC_ERR)
+                _comp_error(qp, ST.IBV_WC_RNR_RETRY_EXC_ERR)
                 return
             if qp.rnr_retry != 7:
                 qp.rnr_retry -= 1
@@ -228,25 +285,27 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
             # Not while an RNR back-off runs (the responder NAKs what followed
             # the RNR'd packet), and once per stall, as rxe's started_retry.
             if qp.rnr_at is None:
-                _go_back(qp, now, once=True)
+                _error_retry(qp, now, once=True)
         else:
             if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
                 return
-            _fail_head(qp, _NAK_STATUS.get(syn, ST.IBV_WC_REM_OP_ERR))
+            _comp_error(qp, _NAK_STATUS.get(syn, ST.IBV_WC_REM_OP_ERR))
+        # --- COMPST_DONE: the requester may send what the ACK made room for
         if qp.req_idx < len(qp.sq):
-            requester.run(qp, now)
+            qp.req_sched = True
         return
     # READ response or ATOMIC ACKNOWLEDGE: everything before it is acknowledged
     if mask & ACK_MASK or info.aeth >= 0:
         if syn & 0xE0 != AETH_ACK:
             cnt[C.dropped_ghost_response] += 1
             return
-    if psn != qp.comp_psn:
+    if psn != qp.comp_psn:                     # COMPST_CHECK_PSN: responses skipped?
         if not ack_upto(qp, (psn - 1) & 0xFFFFFF, now):
             return
         if psn != qp.comp_psn:                 # a gap inside the responses
-            _go_back(qp, now, once=True, implied=True)
+            _error_retry(qp, now, once=True, implied=True)
             return
+    # --- COMPST_GET_WQE: the READ/ATOMIC the response belongs to
     wqe = None
     for w in qp.sq:
         if w.state == WQE_PROCESSING or w.state == WQE_PENDING:
@@ -257,17 +316,17 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
     if wqe is None or not wqe.is_rd_atomic:
         cnt[C.dropped_ghost_response] += 1
         return
-    if mask & ATOMIC_MASK:
+    if mask & ATOMIC_MASK:                     # --- COMPST_ATOMIC
         if wqe.opcode == WR.IBV_WR_RDMA_READ or psn != wqe.first_psn:
-            _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
+            _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)
             return
         (orig,) = ATMACK.unpack_from(pkt, info.atmack)
         scatter(wqe.views, 0, orig.to_bytes(8, _BYTEORDER), 0, 8)
         _finish_rd_atomic(qp, wqe, now)
         return
-    # READ response: place the payload at this PSN's offset
+    # --- COMPST_READ: place the payload at this PSN's offset
     if wqe.opcode != WR.IBV_WR_RDMA_READ:
-        _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
+        _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)
         return
     mtu = qp.mtu
     hlen = info.length
@@ -279,40 +338,44 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
     else:
         ok = n == mtu and rem > mtu
     if not ok:
-        _fail_head(qp, ST.IBV_WC_BAD_RESP_ERR)
+        _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)
         return
     if n:
         scatter(wqe.views, off, pkt, hlen, n)
     cnt[C.rcvd_bytes] += n                     # the responder counted them as sent_bytes
     wqe.read_done = off + n
     qp.comp_psn = (psn + 1) & 0xFFFFFF
-    _progress(qp, now, 1)
+    _update_comp(qp, now, 1)
     if mask & END_MASK:
         _finish_rd_atomic(qp, wqe, now)
 
 
 def _finish_rd_atomic(qp, wqe, now: float) -> None:
+    """The READ/ATOMIC ``wqe`` has all its response: COMPST_UPDATE_COMP,
+    COMPST_COMP_WQE, and the requester may send the next one."""
     new_comp = (wqe.last_psn + 1) & 0xFFFFFF
     acked = (new_comp - qp.comp_psn) & 0xFFFFFF
     qp.comp_psn = new_comp
     wqe.state = WQE_DONE
     if qp.rd_atomic_out:
         qp.rd_atomic_out -= 1
-    _progress(qp, now, acked)
+    _update_comp(qp, now, acked)
     retire(qp)
-    requester.run(qp, now)
+    qp.req_sched = True
 
 
 def ack_timeout(qp, now: float) -> None:
-    """The local ACK timer fired."""
+    """The local ACK timer fired (rxe's retransmit_timer): COMPST_ERROR_RETRY."""
     qp.timer_at = None
     if qp.state == S.IBV_QPS_ERR or qp.comp_psn == qp.req_psn:
         return
     qp.cnt[C.local_ack_timeout_err] += 1
-    _go_back(qp, now, once=False)
+    _error_retry(qp, now, once=False)
 
 
 def rnr_expired(qp, now: float) -> None:
-    """The RNR back-off ended: re-send from the NAKed PSN."""
+    """The RNR back-off ended (rxe's rnr_nak_timer): the requester re-sends
+    from the NAKed PSN."""
     if qp.state != S.IBV_QPS_ERR:
-        requester.retry(qp, now)
+        qp.req_need_retry = True
+        qp.req_sched = True

@@ -9,7 +9,7 @@ completion is lost, as on hardware.
 
 from collections import deque
 
-from .wr import WC
+from ..uapi.abi import WC
 
 
 class CompletionQueue:

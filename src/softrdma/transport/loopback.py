@@ -23,16 +23,17 @@ engine learns the packets and wire bytes that did not fly through
 from __future__ import annotations
 
 from ..enums import ibv_qp_state, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints
+from ..uapi.wr import WR_INV_MASK, WR_READ_MASK, WR_SEND_MASK, WR_WRITE_MASK, wr_opcodes
 from ..wire.opcodes import (
     OP_ACKNOWLEDGE, OP_RDMA_READ_REQUEST, OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_LAST,
-    OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE,
+    OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE, READ_MASK, WRITE_MASK,
 )
-from . import requester                       # (requester imports this module: names read at call time)
 from .counters import Counter
 from .memory import REMOTE_READ, REMOTE_WRITE
-from .responder import _NONE, _RES_READ, _add_resource, _resolve_rwqe
+from .responder import RES_READ, add_resource, idle, take_rwqe_for
 from .sgl import gather, scatter
-from .wr import WC, WQE_DONE
+from ..uapi.abi import WC
+from .wr import SEGMENT_OPS, WQE_DONE
 
 S = ints(ibv_qp_state)
 WR = ints(ibv_wr_opcode)
@@ -40,13 +41,15 @@ WCO = ints(ibv_wc_opcode)
 WF = ints(ibv_wc_flags)
 ST = ints(ibv_wc_status)
 C = ints(Counter)
-RTR, RTS = S.IBV_QPS_RTR, S.IBV_QPS_RTS
+_RECEIVING = frozenset((S.IBV_QPS_RTR, S.IBV_QPS_RTS))
 SEND, SEND_IMM = WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM
 WRITE, WRITE_IMM, READ = WR.IBV_WR_RDMA_WRITE, WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR.IBV_WR_RDMA_READ
 SEND_SOLICITED = 4
 SENT_PKTS, RCVD_PKTS, SENT_BYTES, RCVD_BYTES = C.sent_pkts, C.rcvd_pkts, C.sent_bytes, C.rcvd_bytes
 RDMA_SENDS, RDMA_RECVS = C.rdma_sends, C.rdma_recvs
-_OPS = frozenset((SEND, SEND_IMM, WRITE, WRITE_IMM, READ))
+RX_READ_REQUESTS, RX_WRITE_REQUESTS = C.rx_read_requests, C.rx_write_requests
+# every SEND, WRITE and READ but SEND with invalidate (the short cut carries no IETH)
+_OPS = wr_opcodes(WR_SEND_MASK | WR_WRITE_MASK | WR_READ_MASK) - wr_opcodes(WR_INV_MASK)
 _READ_RESPONSES = (OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_LAST,
                    OP_RDMA_READ_RESPONSE_ONLY)
 
@@ -71,33 +74,21 @@ def _source(views, length: int):
     return buf
 
 
-def _take_rwqe(peer, length: int):
-    """The receive WQE the message would consume, if it is there and fits;
-    else None and nothing taken (the packet path gives the RNR or error)."""
-    srq = peer.srq
-    rq = srq.rq if srq is not None else peer.rq
-    if not rq:
-        return None
-    wqe = rq[0]
-    if wqe.length < length or (wqe.views is None and not _resolve_rwqe(peer, wqe)):
-        return None
-    return srq.take() if srq is not None else rq.popleft()
-
-
 def execute(qp, peer, wqe) -> bool:
     """Run the started ``wqe`` of ``qp`` against ``peer`` as one message.
     True: done (``wqe`` is WQE_DONE, every effect applied); False: nothing
     was touched, send it as packets."""
     op = wqe.opcode
-    if (op not in _OPS or peer.state != RTR and peer.state != RTS or peer.resp_psn != qp.req_psn
-            or peer.resp_opcode != _NONE or peer.sent_psn_nak or peer.dest_qpn != qp.qp_num
-            or peer.ack_pending is not None or not peer.rc):
+    # the responder's checks, as its packets would meet them: the QP's state
+    # and the PSN / op sequence (CHK_PSN, CHK_OP_SEQ) ...
+    if (op not in _OPS or peer.state not in _RECEIVING or peer.dest_qpn != qp.qp_num
+            or not peer.rc or not idle(peer, qp.req_psn)):
         return False
     length = wqe.length
-    access = peer.attr.qp_access_flags
     rwqe = None
+    # ... then per operation CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY
     if op == READ:
-        if not access & REMOTE_READ or peer.max_dest_rd_atomic == 0:
+        if peer.resp_denied & READ_MASK or peer.max_dest_rd_atomic == 0:
             return False
         src = peer.memory.remote_view(peer.pd, wqe.rkey, wqe.remote_addr, length, REMOTE_READ, peer) \
             if length else b""
@@ -106,7 +97,7 @@ def execute(qp, peer, wqe) -> bool:
         if length:
             scatter(wqe.views, 0, src, 0, length)
     elif op == WRITE or op == WRITE_IMM:
-        if not access & REMOTE_WRITE:
+        if peer.resp_denied & WRITE_MASK:
             return False
         dst = None
         if length:
@@ -114,7 +105,7 @@ def execute(qp, peer, wqe) -> bool:
             if dst is None:
                 return False
         if op == WRITE_IMM:
-            rwqe = _take_rwqe(peer, 0)
+            rwqe = take_rwqe_for(peer, 0)
             if rwqe is None:
                 return False
         if length:
@@ -124,7 +115,7 @@ def execute(qp, peer, wqe) -> bool:
             else:
                 gather(views, 0, length, dst, 0)
     else:
-        rwqe = _take_rwqe(peer, length)
+        rwqe = take_rwqe_for(peer, length)
         if rwqe is None:
             return False
         if length:
@@ -136,9 +127,9 @@ def execute(qp, peer, wqe) -> bool:
     peer.msn += 1
     pc = peer.cnt
     if op == READ:
-        _add_resource(peer, [_RES_READ, wqe.first_psn, wqe.last_psn, wqe.remote_addr, wqe.rkey, length,
+        add_resource(peer, [RES_READ, wqe.first_psn, wqe.last_psn, wqe.remote_addr, wqe.rkey, length,
                              peer.msn])
-        pc[C.rx_read_requests] += 1
+        pc[RX_READ_REQUESTS] += 1
         pc[RCVD_PKTS] += 1
         pc[SENT_PKTS] += npkts
         pc[SENT_BYTES] += length
@@ -147,7 +138,7 @@ def execute(qp, peer, wqe) -> bool:
         pc[RCVD_BYTES] += length
         pc[SENT_PKTS] += 1                               # the ACK
         if op == WRITE or op == WRITE_IMM:
-            pc[C.rx_write_requests] += 1
+            pc[RX_WRITE_REQUESTS] += 1
     if rwqe is not None:
         pc[RDMA_RECVS] += 1
         if op == WRITE_IMM:
@@ -177,7 +168,7 @@ def execute(qp, peer, wqe) -> bool:
             fwd = (1, OPCODE_TABLE[oc | OP_RDMA_READ_REQUEST].length + 4)
             back = (npkts, _wire_bytes(oc, _READ_RESPONSES, length, qp.mtu, npkts))
         else:
-            fwd = (npkts, _wire_bytes(oc, requester._SEGMENT_OPS[op], length, qp.mtu, npkts))
+            fwd = (npkts, _wire_bytes(oc, SEGMENT_OPS[op], length, qp.mtu, npkts))
             back = (1, OPCODE_TABLE[oc | OP_ACKNOWLEDGE].length + 4)
         account(qp, peer, fwd, back)
     qp.retry_cnt = qp.retry_cnt_init

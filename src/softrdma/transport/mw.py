@@ -27,6 +27,7 @@ overlays (see ``bind_wqe``): ``invalidate_rkey`` the window's current rkey,
 from __future__ import annotations
 
 from ..enums import ibv_access_flags as A, ibv_mw_type, ibv_wc_status, ibv_wr_opcode, ints
+from ..uapi.wr import WR_LOCAL_OP_MASK, wr_opcodes
 from .wr import SendWQE
 
 ST = ints(ibv_wc_status)
@@ -45,7 +46,7 @@ SUPPORTED_MW_ACCESS = int(A.IBV_ACCESS_LOCAL_WRITE | A.IBV_ACCESS_REMOTE_WRITE |
                           | A.IBV_ACCESS_REMOTE_ATOMIC | A.IBV_ACCESS_MW_BIND | A.IBV_ACCESS_ON_DEMAND
                           | A.IBV_ACCESS_RELAXED_ORDERING | A.IBV_ACCESS_ZERO_BASED)
 
-LOCAL_OPS = frozenset((WR.IBV_WR_LOCAL_INV, WR.IBV_WR_BIND_MW))
+LOCAL_OPS = wr_opcodes(WR_LOCAL_OP_MASK)
 
 
 class MW:

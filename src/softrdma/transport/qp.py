@@ -25,6 +25,14 @@ The three engines are modules of functions over a QP, as in rxe:
 receive completions, ACK/NAK/read responses) and ``completer`` (ACK/NAK/
 responses -> send completions, retransmission).  This file owns the
 state (RESET -> INIT -> RTR -> RTS -> SQD/SQE/ERR) and every attribute check.
+
+The engines do not call each other back.  The requester calls forward
+(the completer retires what it finished, ``loopback`` runs whole messages);
+the completer asks for the requester with ``req_sched`` (and a go-back with
+``req_need_retry``), which ``receive`` and ``tick`` service when the
+completer returns -- rxe's rxe_sched_task(&qp->req.task).  The attribute
+model (ibv_qp_attr / ibv_qp_cap, the mask -> field map) is uapi.qp_attr's;
+which work-request opcode a QP type takes is uapi.wr's.
 """
 
 from __future__ import annotations
@@ -36,22 +44,24 @@ from ..enums import (
     ibv_wr_opcode, ints, mtu_to_bytes,
 )
 from ..errors import einval, enomem, eopnotsupp
+from ..uapi import qp_attr
+from ..uapi.abi import WC
+from ..uapi.wr import valid_opcodes
 from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
 from ..wire.opcodes import IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABLE, REQ_MASK, RESP_MASK
 from . import completer, requester, responder
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS
 from .counters import Counter, new_counters
-from .wr import WC, WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
+from .wr import WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
 
 # enums where names are printed or masks combined; ints on the per-packet path
 S, T, M, WR = ibv_qp_state, ibv_qp_type, ibv_qp_attr_mask, ibv_wr_opcode
 EV, ST, WCO, C = ints(ibv_event_type), ints(ibv_wc_status), ints(ibv_wc_opcode), ints(Counter)
 RESET, INIT, RTR, RTS, SQD, SQE, ERR = range(7)
 RC, UC, UD = int(T.IBV_QPT_RC), int(T.IBV_QPT_UC), int(T.IBV_QPT_UD)
-_UD_OPS = frozenset((WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM))
-_UC_OPS = frozenset((WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM, WR.IBV_WR_RDMA_WRITE,
-                     WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR.IBV_WR_LOCAL_INV, WR.IBV_WR_BIND_MW))
-_UNSUPPORTED_OPS = frozenset((WR.IBV_WR_TSO, WR.IBV_WR_DRIVER1))
+RCVD_PKTS = C.rcvd_pkts
+# the opcodes a WR may have, per QP type (uapi.wr); RC carries every one softrdma has
+_VALID_OPS = {t: valid_opcodes(t) for t in (RC, UC, UD)}
 
 
 
@@ -97,52 +107,22 @@ class DeviceCaps:
         self.phys_port_cnt = phys_port_cnt
 
 
-class QPCap:
-    """ibv_qp_cap."""
+class QPCap(qp_attr.QPCap):
+    """ibv_qp_cap (uapi.qp_attr) with the defaults of a QP created without one."""
 
     def __init__(self, max_send_wr: int = 256, max_recv_wr: int = 256, max_send_sge: int = 4,
                  max_recv_sge: int = 4, max_inline_data: int = 0):
-        self.max_send_wr = max_send_wr
-        self.max_recv_wr = max_recv_wr
-        self.max_send_sge = max_send_sge
-        self.max_recv_sge = max_recv_sge
-        self.max_inline_data = max_inline_data
+        super().__init__(max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data)
 
 
-class QPAttr:
-    """ibv_qp_attr (the fields the transport uses)."""
+class QPAttr(qp_attr.QPAttr):
+    """ibv_qp_attr (uapi.qp_attr) whose address vector is the transport's
+    ``AddressVector`` (a GRH to nowhere unless given)."""
 
-    def __init__(self, **kw):
-        self.qp_state = RESET
-        self.cur_qp_state = RESET
-        self.path_mtu = 3
-        self.path_mig_state = 0
-        self.qkey = 0
-        self.rq_psn = 0
-        self.sq_psn = 0
-        self.dest_qp_num = 0
-        self.qp_access_flags = 0
-        self.cap = QPCap()
-        self.ah_attr = AddressVector()
-        self.alt_ah_attr = None
-        self.pkey_index = 0
-        self.alt_pkey_index = 0
-        self.en_sqd_async_notify = 0
-        self.sq_draining = 0
-        self.max_rd_atomic = 0
-        self.max_dest_rd_atomic = 0
-        self.min_rnr_timer = 0
-        self.port_num = 1
-        self.timeout = 0
-        self.retry_cnt = 0
-        self.rnr_retry = 0
-        self.alt_port_num = 0
-        self.alt_timeout = 0
-        self.rate_limit = 0
-        for k, v in kw.items():
-            if not hasattr(self, k):
-                raise TypeError(f"QPAttr has no field {k!r}")
-            setattr(self, k, v)
+    def __init__(self, **fields):
+        if "ah_attr" not in fields:
+            fields["ah_attr"] = AddressVector()
+        super().__init__(**fields)
 
 
 # ib_modify_qp_is_ok()'s table: (cur, next) -> {qp_type: (required, optional)}.
@@ -298,6 +278,8 @@ class QP:
         self.noack_pkts = 0
         self.rd_atomic_out = 0         # READ/ATOMIC requests sent and not completed
         self.cwnd = float(MAX_UNACKED_PSNS)  # go-back window, see requester.py
+        self.req_sched = False         # the completer asks for a requester run ...
+        self.req_need_retry = False    # ... that goes back to comp_psn first (rxe's req.need_retry)
         # completer
         self.comp_psn = a.sq_psn       # oldest PSN not yet acknowledged
         self.retry_cnt = a.retry_cnt
@@ -333,6 +315,7 @@ class QP:
         self.retry_cnt_init = a.retry_cnt
         self.rnr_retry_init = a.rnr_retry
         self.rc = self.qp_type == RC
+        self.resp_denied = responder.denied_ops(a.qp_access_flags)   # CHK_OP_VALID
 
     def modify(self, attr: QPAttr, mask: int) -> None:
         """ibv_modify_qp: check everything, then apply atomically."""
@@ -383,16 +366,11 @@ class QP:
         if mask & M.IBV_QP_RATE_LIMIT:
             raise eopnotsupp("rate limiting is not supported")
 
-    _FIELDS = (
-        (M.IBV_QP_ACCESS_FLAGS, "qp_access_flags"), (M.IBV_QP_PKEY_INDEX, "pkey_index"),
-        (M.IBV_QP_PORT, "port_num"), (M.IBV_QP_QKEY, "qkey"), (M.IBV_QP_AV, "ah_attr"),
-        (M.IBV_QP_PATH_MTU, "path_mtu"), (M.IBV_QP_TIMEOUT, "timeout"),
-        (M.IBV_QP_RETRY_CNT, "retry_cnt"), (M.IBV_QP_RNR_RETRY, "rnr_retry"),
-        (M.IBV_QP_RQ_PSN, "rq_psn"), (M.IBV_QP_MAX_QP_RD_ATOMIC, "max_rd_atomic"),
-        (M.IBV_QP_MIN_RNR_TIMER, "min_rnr_timer"), (M.IBV_QP_SQ_PSN, "sq_psn"),
-        (M.IBV_QP_MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic"), (M.IBV_QP_DEST_QPN, "dest_qp_num"),
-        (M.IBV_QP_EN_SQD_ASYNC_NOTIFY, "en_sqd_async_notify"),
-    )
+    # the fields a modify applies (the state bits are the state machine's;
+    # TRANSITIONS admits no IBV_QP_CAP, _check_values no unsupported bit)
+    _FIELDS = tuple((bit, name) for bit, names in qp_attr.ATTR_MASK_FIELDS
+                    if not bit & (M.IBV_QP_STATE | M.IBV_QP_CUR_STATE | M.IBV_QP_CAP | qp_attr.UNSUPPORTED_MASK)
+                    for name in names)
 
     def _apply(self, attr: QPAttr, mask: int, cur: int, new: int) -> None:
         a = self.attr
@@ -495,15 +473,12 @@ class QP:
             raise einval(f"inline data {len(wqe.inline_data)} > max_inline_data {self.cap.max_inline_data}")
         op = wqe.opcode
         qpt = self.qp_type
-        if qpt == UD:
-            if op not in _UD_OPS:
-                raise einval(f"opcode {WR(op).name} is not valid on a UD QP")
-            if wqe.ah is None:
-                raise einval("UD send needs an address handle")
-        elif qpt == UC and op not in _UC_OPS:
-            raise einval(f"opcode {WR(op).name} is not valid on a UC QP")
-        elif op in _UNSUPPORTED_OPS:
-            raise eopnotsupp(f"opcode {WR(op).name} is not supported by the transport")
+        if op not in _VALID_OPS[qpt]:
+            if qpt == RC:
+                raise eopnotsupp(f"opcode {WR(op).name} is not supported by the transport")
+            raise einval(f"opcode {WR(op).name} is not valid on a {'UD' if qpt == UD else 'UC'} QP")
+        if qpt == UD and wqe.ah is None:
+            raise einval("UD send needs an address handle")
         if wqe.is_rd_atomic and op != WR.IBV_WR_RDMA_READ and sum(s[1] for s in wqe.sg_list) != 8:
             raise einval("an atomic operation needs 8 bytes of local buffer")
         if wqe.length > self.caps.max_msg_sz:
@@ -537,20 +512,26 @@ class QP:
         for UD receive buffers."""
         self.now = now
         cnt = self.cnt
-        cnt[C.rcvd_pkts] += 1
+        cnt[RCVD_PKTS] += 1
         state = self.state
         if state < RTR or state == ERR:          # RESET/INIT/ERR receive nothing
             cnt[C.dropped_bad_state] += 1
             return
         opcode = pkt[0]
-        if self._rx[opcode] is None:             # another transport's opcode
+        engine = self._rx[opcode]
+        if engine is None:                       # another transport's opcode
             cnt[C.dropped_bad_transport] += 1
             return
-        info = OPCODE_TABLE[opcode]
         if ((pkt[2] << 8 | pkt[3]) ^ self.pkey) & 0x7FFF:
             cnt[C.dropped_bad_pkey] += 1
             return
-        self._rx[opcode](self, pkt, info, now, grh)
+        engine(self, pkt, OPCODE_TABLE[opcode], now, grh)
+        if self.req_sched:                       # the completer asked for the requester
+            if self.req_need_retry:
+                self._req_task(now)
+            else:
+                self.req_sched = False
+                requester.run(self, now)
 
     def receive_batch(self, pkts, now: float, grhs=None) -> None:
         """Several packets for this QP received together (one recvmmsg).
@@ -573,6 +554,17 @@ class QP:
         """Let the requester send what it may (after posts, ACKs, timers)."""
         requester.run(self, self.now if now is None else now)
 
+    def _req_task(self, now: float) -> None:
+        """Run the requester if the completer asked for it (rxe_run_task(&qp->req.task)):
+        a go-back first if it asked for one."""
+        if self.req_sched:
+            self.req_sched = False
+            if self.req_need_retry:
+                self.req_need_retry = False
+                requester.retry(self, now)
+            else:
+                requester.run(self, now)
+
     @property
     def deadline(self) -> float | None:
         t, r = self.timer_at, self.rnr_at
@@ -586,8 +578,10 @@ class QP:
         if self.rnr_at is not None and now >= self.rnr_at:
             self.rnr_at = None
             completer.rnr_expired(self, now)
+            self._req_task(now)
         if self.timer_at is not None and now >= self.timer_at:
             completer.ack_timeout(self, now)
+            self._req_task(now)
 
     def stalled(self, since: float, until: float) -> None:
         """The host did not run this QP from ``since`` to ``until`` (its

@@ -15,8 +15,14 @@ down to 16; acknowledged PSNs grow it back by one per window's worth.  On a
 clean link it stays at 128; on a lossy one it keeps a single loss from
 costing 128 retransmissions (go-back-N re-sends everything in flight).
 
-Retransmission (go-back-N) is ``retry``: the completer calls it to restart
-from ``qp.comp_psn``; the WQEs keep their PSNs, so the packets are re-sent
+The requester is a task, as rxe's (rxe_run_task(&qp->req.task)): the
+completer never calls it.  It asks for a run with ``qp.req_sched`` and for
+a go-back with ``qp.req_need_retry`` as well (rxe's qp->req.need_retry), and
+the QP's dispatch (``QP.receive``, ``QP.tick``) runs ``retry`` or ``run``
+once the completer has returned; posts and modify run it directly.
+
+Retransmission (go-back-N) is ``retry``: it restarts from
+``qp.comp_psn``; the WQEs keep their PSNs, so the packets are re-sent
 identically, except a READ, which is re-requested only for the part whose
 responses are missing (IBA 9.7.5.1.6 allows the shortened re-request).
 """
@@ -24,24 +30,19 @@ responses are missing (IBA 9.7.5.1.6 allows the shortened re-request).
 from __future__ import annotations
 
 from ..enums import ibv_qp_state, ibv_qp_type, ibv_wc_status, ibv_wr_opcode, ints
+from ..uapi.wr import WR_SOLICITED_MASK, wr_opcodes
 from ..wire.headers import (
     ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
 )
-from ..wire.opcodes import (
-    OP_COMPARE_SWAP, OP_FETCH_ADD, OP_RDMA_READ_REQUEST, OP_RDMA_WRITE_FIRST,
-    OP_RDMA_WRITE_LAST, OP_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RDMA_WRITE_MIDDLE,
-    OP_RDMA_WRITE_ONLY, OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE, OP_SEND_FIRST, OP_SEND_LAST,
-    OP_SEND_LAST_WITH_IMMEDIATE, OP_SEND_LAST_WITH_INVALIDATE, OP_SEND_MIDDLE, OP_SEND_ONLY,
-    OP_SEND_ONLY_WITH_IMMEDIATE, OP_SEND_ONLY_WITH_INVALIDATE, OPCODE_TABLE,
-)
-from . import completer                       # cycle: completer calls back into retry()
+from ..wire.opcodes import OP_RDMA_READ_REQUEST, OPCODE_TABLE
+from . import completer
 from . import loopback
 from . import mw
 from .counters import Counter
-from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, MIN_CWND  # noqa: F401 (re-exported)
+from .limits import MAX_PKT_PER_ACK
 from .memory import LOCAL_READ, LOCAL_WRITE
 from .sgl import gather, resolve
-from .wr import WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
+from .wr import ATOMIC_OPS, SEGMENT_OPS, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
 
 S = ints(ibv_qp_state)
 T = ints(ibv_qp_type)
@@ -58,41 +59,21 @@ RC, UC, UD = T.IBV_QPT_RC, T.IBV_QPT_UC, T.IBV_QPT_UD
 SEND_FENCE = 1
 SEND_SOLICITED = 4
 
-# (first, middle, last, only) operation per WR opcode; None where not segmented.
-_SEGMENT_OPS = {
-    WR.IBV_WR_SEND: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST, OP_SEND_ONLY),
-    WR.IBV_WR_SEND_WITH_IMM: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_IMMEDIATE,
-                              OP_SEND_ONLY_WITH_IMMEDIATE),
-    WR.IBV_WR_SEND_WITH_INV: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_INVALIDATE,
-                              OP_SEND_ONLY_WITH_INVALIDATE),
-    WR.IBV_WR_RDMA_WRITE: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE, OP_RDMA_WRITE_LAST,
-                           OP_RDMA_WRITE_ONLY),
-    WR.IBV_WR_RDMA_WRITE_WITH_IMM: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE,
-                                    OP_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                                    OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
-}
-_SOLICITABLE = (WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM, WR.IBV_WR_SEND_WITH_INV,
-                WR.IBV_WR_RDMA_WRITE_WITH_IMM)
-_ATOMIC_OPS = {WR.IBV_WR_ATOMIC_CMP_AND_SWP: OP_COMPARE_SWAP,
-               WR.IBV_WR_ATOMIC_FETCH_AND_ADD: OP_FETCH_ADD}
-
-
-def _resolve(qp, wqe) -> bool:
-    """Look up the WQE's local buffers (lkey, PD, bounds, access)."""
-    if wqe.inline_data is not None:
-        wqe.views = [memoryview(wqe.inline_data)]
-        return True
-    # READ and ATOMIC write into the local buffers; the rest only read them.
-    wqe.views = resolve(qp.memory, qp.pd, wqe.sg_list, LOCAL_WRITE if wqe.is_rd_atomic else LOCAL_READ)
-    return wqe.views is not None
+_SOLICITABLE = wr_opcodes(WR_SOLICITED_MASK)     # IBV_SEND_SOLICITED -> BTH SE on the last packet
 
 
 def _start(qp, wqe) -> bool:
-    """First time a WQE is processed: resolve buffers, assign PSNs."""
-    if not _resolve(qp, wqe):
-        wqe.status = ST.IBV_WC_LOC_PROT_ERR
-        return False
-    if wqe.opcode in _ATOMIC_OPS or qp.qp_type == UD:
+    """First time a WQE is processed: look up its local buffers (lkey, PD,
+    bounds, access), assign PSNs."""
+    if wqe.inline_data is not None:
+        wqe.views = [memoryview(wqe.inline_data)]
+    else:
+        # READ and ATOMIC write into the local buffers; the rest only read them.
+        wqe.views = resolve(qp.memory, qp.pd, wqe.sg_list, LOCAL_WRITE if wqe.is_rd_atomic else LOCAL_READ)
+        if wqe.views is None:
+            wqe.status = ST.IBV_WC_LOC_PROT_ERR
+            return False
+    if wqe.opcode in ATOMIC_OPS or qp.qp_type == UD:
         npkts = 1
     else:
         npkts = -(-wqe.length // qp.mtu) or 1
@@ -197,7 +178,7 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
     """Emit the SEND/WRITE packets of ``wqe``; False if the window closed."""
     mtu = qp.mtu
     length = wqe.length
-    ops = _SEGMENT_OPS[wqe.opcode]
+    ops = SEGMENT_OPS[wqe.opcode]
     opclass = qp.opclass
     ud = qp.qp_type == UD
     if ud:
@@ -284,7 +265,7 @@ def _send_rd_atomic(qp, wqe, tx) -> None:
         BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.dest_qpn, ackreq | psn)
         RETH.pack_into(buf, info.reth, wqe.remote_addr + done, wqe.rkey, wqe.length - done)
     else:
-        info = OPCODE_TABLE[qp.opclass | _ATOMIC_OPS[wqe.opcode]]
+        info = OPCODE_TABLE[qp.opclass | ATOMIC_OPS[wqe.opcode]]
         buf = bytearray(info.length)
         psn = wqe.first_psn
         BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.dest_qpn, ackreq | psn)
@@ -309,26 +290,6 @@ def _advance_sent_end(qp, end: int, sent: int) -> None:
     else:
         qp.cnt[C.retransmitted_pkts] += max(0, sent - (0x1000000 - behind))
         qp.sent_end = end
-
-
-def skip_to(qp, psn: int) -> None:
-    """An ACK acknowledged PSNs this go-back pass had not re-sent yet (the
-    responder had them from the earlier pass): resume re-sending at ``psn``.
-    The completer has already retired the WQEs wholly covered."""
-    sq = qp.sq
-    qp.req_psn = psn
-    qp.req_idx = 0
-    for wqe in sq:
-        if wqe.state == WQE_POSTED:
-            break
-        if wqe.state != WQE_PROCESSING and wqe.state != WQE_PENDING:
-            continue
-        done = (psn - wqe.first_psn) & 0xFFFFFF
-        if done < 0x800000 and not wqe.is_rd_atomic:
-            wqe.state = WQE_PROCESSING
-            wqe.offset = min(done * qp.mtu, wqe.length)
-            wqe.pkts_sent = done
-        break
 
 
 def retry(qp, now: float) -> None:

@@ -29,6 +29,12 @@ UC: no ACKs, no NAKs; a PSN gap drops the rest of the message in progress
 (its receive WQE is reused) and every packet until the next FIRST/ONLY.
 UD: Q_Key must match, the receive buffer gets the 40-byte network header
 first, any PSN is accepted, a message with no receive WQE is dropped.
+
+The checks a whole message needs are functions (``idle``, ``denied_ops``,
+``take_rwqe_for``, ``add_resource``): ``transport.loopback``, which runs a
+message between two QPs of one engine without its packets, makes them
+through the same functions.  CHK_OP_VALID is computed once per change of
+the access flags (``denied_ops`` -> ``qp.resp_denied``) and read per packet.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from ..wire.opcodes import (
 from .counters import Counter
 from .memory import LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_READ, REMOTE_WRITE
 from .sgl import resolve, scatter
-from .wr import WC
+from ..uapi.abi import WC
 
 EV = ints(ibv_event_type)
 T = ints(ibv_qp_type)
@@ -77,7 +83,25 @@ _RESP_INFO = (OPCODE_TABLE[OP_RDMA_READ_RESPONSE_FIRST], OPCODE_TABLE[OP_RDMA_RE
               OPCODE_TABLE[OP_RDMA_READ_RESPONSE_LAST], OPCODE_TABLE[OP_RDMA_READ_RESPONSE_ONLY])
 
 # responder resources: [kind, first_psn, last_psn, va, rkey, length | orig, msn]
-_RES_READ, _RES_ATOMIC = 0, 1
+RES_READ, RES_ATOMIC = 0, 1
+
+
+# ----------------------------------------------------------------- checks
+def idle(qp, psn: int) -> bool:
+    """CHK_PSN and CHK_OP_SEQ for a new message at ``psn`` pass, and nothing
+    is owed: ``psn`` is the ePSN, no message is half received, no sequence
+    NAK is outstanding and no ACK is held back."""
+    return (qp.resp_psn == psn and qp.resp_opcode == _NONE and not qp.sent_psn_nak
+            and qp.ack_pending is None)
+
+
+def denied_ops(access: int) -> int:
+    """CHK_OP_VALID for the QP access flags ``access``: the request kinds
+    (WRITE_MASK, READ_MASK, ATOMIC_MASK of the opcode table) they refuse.
+    The QP keeps it as ``resp_denied``; a request whose opcode mask meets it
+    is invalid."""
+    return ((0 if access & REMOTE_WRITE else WRITE_MASK) | (0 if access & REMOTE_READ else READ_MASK)
+            | (0 if access & REMOTE_ATOMIC else ATOMIC_MASK))
 
 
 # ----------------------------------------------------------------- outputs
@@ -175,7 +199,8 @@ def _error_wqe(qp, status: int | None) -> None:
     qp.resp_wqe = None
 
 
-def _take_rwqe(qp):
+def take_rwqe(qp):
+    """CHK_RESOURCE: the next receive WQE (of the SRQ if the QP has one), taken."""
     srq = qp.srq
     if srq is not None:
         return srq.take()
@@ -183,10 +208,25 @@ def _take_rwqe(qp):
     return rq.popleft() if rq else None
 
 
-def _resolve_rwqe(qp, wqe) -> bool:
+def resolve_rwqe(qp, wqe) -> bool:
+    """The receive WQE's buffers (lkey, PD, bounds, local write), once."""
     if wqe.views is None:
         wqe.views = resolve(qp.memory, qp.pd, wqe.sg_list, LOCAL_WRITE)
     return wqe.views is not None
+
+
+def take_rwqe_for(qp, length: int):
+    """CHK_RESOURCE and CHK_LENGTH for a whole message of ``length`` bytes:
+    the receive WQE it consumes, resolved, if it is there and large enough;
+    else None and nothing taken."""
+    srq = qp.srq
+    rq = srq.rq if srq is not None else qp.rq
+    if not rq:
+        return None
+    wqe = rq[0]
+    if wqe.length < length or (wqe.views is None and not resolve_rwqe(qp, wqe)):
+        return None
+    return srq.take() if srq is not None else rq.popleft()
 
 
 def _return_rwqe(qp, wqe) -> None:
@@ -236,10 +276,7 @@ def receive_rc(qp, pkt, info, now: float, grh) -> None:
         _rc_send(qp, pkt, info, psn, mask)
         return
     # --- CHK_OP_VALID
-    access = qp.attr.qp_access_flags
-    if (mask & WRITE_MASK and not access & REMOTE_WRITE) or \
-            (mask & READ_MASK and not access & REMOTE_READ) or \
-            (mask & ATOMIC_MASK and not access & REMOTE_ATOMIC):
+    if mask & qp.resp_denied:
         _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
         return
     if mask & WRITE_MASK:
@@ -275,7 +312,7 @@ def _rc_send(qp, pkt, info, psn: int, mask: int) -> None:
             return
         qp.resp_wqe = wqe
         off = qp.resp_offset = 0
-        if wqe.views is None and not _resolve_rwqe(qp, wqe):
+        if wqe.views is None and not resolve_rwqe(qp, wqe):
             _nak(qp, AETH_NAK_REM_OP_ERR, psn, ST.IBV_WC_LOC_PROT_ERR, EV.IBV_EVENT_QP_FATAL)
             return
     else:
@@ -355,7 +392,7 @@ def _rc_write(qp, pkt, info, psn: int, mask: int) -> None:
     # --- CHK_RESOURCE (WRITE with immediate consumes a receive WQE at its end)
     wqe = None
     if mask & RWR_MASK:
-        wqe = _take_rwqe(qp)
+        wqe = take_rwqe(qp)
         if wqe is None:
             _rnr(qp, psn)
             return
@@ -391,7 +428,9 @@ def _write_data(qp, pkt, info, mask: int, n: int, rem: int, wqe) -> None:
                         pkt[1] & BTH_SE)
 
 
-def _add_resource(qp, res: list) -> None:
+def add_resource(qp, res: list) -> None:
+    """Keep a READ/ATOMIC for duplicate replay (``[RES_READ|RES_ATOMIC,
+    first_psn, last_psn, va, rkey, length | orig, msn]``)."""
     r = qp.resources
     if len(r) >= qp.max_dest_rd_atomic:
         r.popleft()                           # recycled, as rxe does: the requester keeps the limit
@@ -414,7 +453,7 @@ def _rc_read(qp, pkt, info, psn: int) -> None:
     npkts = max(1, -(-dma_len // qp.mtu))
     last_psn = (psn + npkts - 1) & 0xFFFFFF
     qp.msn += 1
-    _add_resource(qp, [_RES_READ, psn, last_psn, va, rkey, dma_len, qp.msn])
+    add_resource(qp, [RES_READ, psn, last_psn, va, rkey, dma_len, qp.msn])
     _read_reply(qp, view, psn, dma_len)
     qp.resp_psn = (last_psn + 1) & 0xFFFFFF
 
@@ -436,7 +475,7 @@ def _rc_atomic(qp, pkt, info, psn: int) -> None:
     else:
         view[0:8] = ((orig + swap_add) & _U64).to_bytes(8, _BYTEORDER)
     qp.msn += 1
-    _add_resource(qp, [_RES_ATOMIC, psn, psn, va, rkey, orig, qp.msn])
+    add_resource(qp, [RES_ATOMIC, psn, psn, va, rkey, orig, qp.msn])
     _send_atomic_ack(qp, psn, orig, qp.msn)
     qp.resp_psn = (psn + 1) & 0xFFFFFF
 
@@ -456,7 +495,7 @@ def _duplicate(qp, pkt, info, psn: int) -> None:
         kind, first, last = res[0], res[1], res[2]
         if psn_diff(psn, first) < 0 or psn_diff(last, psn) < 0:
             continue
-        if mask & READ_MASK and kind == _RES_READ:
+        if mask & READ_MASK and kind == RES_READ:
             va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
             if rkey != res[4] or va < res[3] or va + dma_len > res[3] + res[5]:
                 break
@@ -468,7 +507,7 @@ def _duplicate(qp, pkt, info, psn: int) -> None:
                 view = b""
             _read_reply(qp, view, psn, dma_len)
             return
-        if mask & ATOMIC_MASK and kind == _RES_ATOMIC and psn == first:
+        if mask & ATOMIC_MASK and kind == RES_ATOMIC and psn == first:
             _send_atomic_ack(qp, psn, res[5], res[6])
             return
         break
@@ -502,13 +541,13 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
         return
     if mask & SEND_MASK:
         if mask & START_MASK:
-            wqe = _take_rwqe(qp)
+            wqe = take_rwqe(qp)
             if wqe is None:
                 _uc_drop_msg(qp, mask)
                 return
             qp.resp_wqe = wqe
             qp.resp_offset = 0
-            if not _resolve_rwqe(qp, wqe):
+            if not resolve_rwqe(qp, wqe):
                 qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_PROT_ERR, WCO.IBV_WC_RECV, qp.qp_num))
                 qp.resp_wqe = None
                 _uc_drop_msg(qp, mask)
@@ -539,7 +578,7 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
             qp.resp_opcode = _IN_SEND
         return
     # RDMA WRITE
-    if not qp.attr.qp_access_flags & REMOTE_WRITE:
+    if mask & qp.resp_denied:                  # CHK_OP_VALID
         _uc_drop_msg(qp, mask)
         return
     if mask & START_MASK:
@@ -557,7 +596,7 @@ def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
         return
     wqe = None
     if mask & RWR_MASK:
-        wqe = _take_rwqe(qp)
+        wqe = take_rwqe(qp)
         if wqe is None:
             _uc_drop_msg(qp, mask)
             return
@@ -585,12 +624,12 @@ def _receive_ud(qp, pkt, info, grh) -> None:
     if qkey != qp.attr.qkey:
         cnt[C.dropped_bad_qkey] += 1
         return
-    wqe = _take_rwqe(qp)
+    wqe = take_rwqe(qp)
     if wqe is None:
         cnt[C.dropped_bad_state] += 1
         return
     n = _payload_len(pkt, info)
-    if not _resolve_rwqe(qp, wqe):
+    if not resolve_rwqe(qp, wqe):
         qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_PROT_ERR, WCO.IBV_WC_RECV, qp.qp_num))
         return
     if n + GRH_BYTES > wqe.length:
@@ -610,4 +649,5 @@ def _receive_ud(qp, pkt, info, grh) -> None:
                     bool(pkt[1] & BTH_SE))
 
 
-__all__ = ["receive_rc", "receive_uc", "receive_ud", "send_ack", "flush_ack"]
+__all__ = ["receive_rc", "receive_uc", "receive_ud", "send_ack", "flush_ack", "idle", "denied_ops",
+           "take_rwqe", "take_rwqe_for", "resolve_rwqe", "add_resource", "RES_READ", "RES_ATOMIC"]

@@ -12,9 +12,36 @@ byte-order convention is the verbs layer's business.
 from __future__ import annotations
 
 from ..enums import ibv_wr_opcode as WR
+from ..uapi.wr import WR_ATOMIC_MASK, WR_ATOMIC_OR_READ_MASK, wr_opcodes
+from ..wire.opcodes import (
+    OP_COMPARE_SWAP, OP_FETCH_ADD, OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_LAST,
+    OP_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RDMA_WRITE_MIDDLE, OP_RDMA_WRITE_ONLY,
+    OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE, OP_SEND_FIRST, OP_SEND_LAST, OP_SEND_LAST_WITH_IMMEDIATE,
+    OP_SEND_LAST_WITH_INVALIDATE, OP_SEND_MIDDLE, OP_SEND_ONLY, OP_SEND_ONLY_WITH_IMMEDIATE,
+    OP_SEND_ONLY_WITH_INVALIDATE,
+)
 
-_ATOMICS = frozenset((int(WR.IBV_WR_ATOMIC_CMP_AND_SWP), int(WR.IBV_WR_ATOMIC_FETCH_AND_ADD)))
-_RD_ATOMICS = _ATOMICS | {int(WR.IBV_WR_RDMA_READ)}
+# The wire operations of each work-request opcode (rxe_req.c's next_opcode),
+# keyed by plain ints as the WQEs carry them: (first, middle, last, only)
+# for a message cut into MTU packets ...
+SEGMENT_OPS = {int(op): ops for op, ops in {
+    WR.IBV_WR_SEND: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST, OP_SEND_ONLY),
+    WR.IBV_WR_SEND_WITH_IMM: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_IMMEDIATE,
+                              OP_SEND_ONLY_WITH_IMMEDIATE),
+    WR.IBV_WR_SEND_WITH_INV: (OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST_WITH_INVALIDATE,
+                              OP_SEND_ONLY_WITH_INVALIDATE),
+    WR.IBV_WR_RDMA_WRITE: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE, OP_RDMA_WRITE_LAST,
+                           OP_RDMA_WRITE_ONLY),
+    WR.IBV_WR_RDMA_WRITE_WITH_IMM: (OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_MIDDLE,
+                                    OP_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                                    OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
+}.items()}
+# ... and the one packet of an ATOMIC (a READ is OP_RDMA_READ_REQUEST).
+ATOMIC_OPS = {int(WR.IBV_WR_ATOMIC_CMP_AND_SWP): OP_COMPARE_SWAP,
+              int(WR.IBV_WR_ATOMIC_FETCH_AND_ADD): OP_FETCH_ADD}
+
+_ATOMICS = wr_opcodes(WR_ATOMIC_MASK)                 # 8 bytes of local buffer, whatever the SGEs say
+_RD_ATOMICS = wr_opcodes(WR_ATOMIC_OR_READ_MASK)      # answered with data: max_rd_atomic, fences
 
 # WQE states (rxe_verbs.h wqe_state)
 WQE_POSTED = 0       # not started
@@ -121,34 +148,3 @@ class RecvWQE:
         return f"RecvWQE(wr_id={self.wr_id}, len={self.length})"
 
 
-class WC:
-    """A work completion (ibv_wc)."""
-
-    __slots__ = ("wr_id", "status", "opcode", "vendor_err", "byte_len", "imm_data",
-                 "qp_num", "src_qp", "wc_flags", "pkey_index", "slid", "sl", "dlid_path_bits")
-
-    def __init__(self, wr_id: int, status: int, opcode: int, qp_num: int, byte_len: int = 0,
-                 imm_data: int = 0, src_qp: int = 0, wc_flags: int = 0, pkey_index: int = 0,
-                 vendor_err: int = 0, slid: int = 0, sl: int = 0, dlid_path_bits: int = 0):
-        self.wr_id = wr_id
-        self.status = status
-        self.opcode = opcode
-        self.vendor_err = vendor_err
-        self.byte_len = byte_len
-        self.imm_data = imm_data
-        self.qp_num = qp_num
-        self.src_qp = src_qp
-        self.wc_flags = wc_flags
-        self.pkey_index = pkey_index
-        self.slid = slid
-        self.sl = sl
-        self.dlid_path_bits = dlid_path_bits
-
-    def __repr__(self) -> str:
-        from ..enums import ibv_wc_opcode, ibv_wc_status
-        try:
-            op = ibv_wc_opcode(self.opcode).name
-        except ValueError:
-            op = str(self.opcode)
-        return (f"WC(wr_id={self.wr_id}, status={ibv_wc_status(self.status).name}, opcode={op}, "
-                f"byte_len={self.byte_len}, qp_num={self.qp_num})")

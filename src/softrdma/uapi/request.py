@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 
 from ..errors import VerbsError
+from ..uapi.qp_attr import QP_ATTR, QP_CAP  # ibv_qp_attr / ibv_qp_cap field widths, for fields()
 
 U8, U16, U32, U64 = 0xFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 #: a field's default when it has none: the field is required
@@ -82,17 +83,6 @@ def fields(d: dict, widths: dict, what: str) -> dict:
             raise bad(f"{what} has no field {k!r}")
     return {k: uint(d, k, widths[k]) for k in d}
 
-
-# ibv_qp_cap
-QP_CAP = {"max_send_wr": U32, "max_recv_wr": U32, "max_send_sge": U32, "max_recv_sge": U32,
-          "max_inline_data": U32}
-
-# the integer fields of ibv_qp_attr, as wide as the C struct has them
-QP_ATTR = {"qp_state": U32, "cur_qp_state": U32, "path_mtu": U32, "path_mig_state": U32, "qkey": U32,
-           "rq_psn": U32, "sq_psn": U32, "dest_qp_num": U32, "qp_access_flags": U32, "pkey_index": U16,
-           "alt_pkey_index": U16, "en_sqd_async_notify": U8, "sq_draining": U8, "max_rd_atomic": U8,
-           "max_dest_rd_atomic": U8, "min_rnr_timer": U8, "port_num": U8, "timeout": U8, "retry_cnt": U8,
-           "rnr_retry": U8, "alt_port_num": U8, "alt_timeout": U8, "rate_limit": U32}
 
 # ibv_ah_attr with its ibv_global_route (dgid apart)
 AH_ATTR = {"sgid_index": U8, "flow_label": U32, "hop_limit": U8, "traffic_class": U8, "sl": U8, "dlid": U16,

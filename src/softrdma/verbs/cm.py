@@ -41,9 +41,10 @@ from ..enums import (
     ibv_qp_attr_mask,
 )
 from ..enums import rdma_cm_event_type as EV
+from ..uapi import qp_attr
+from ..uapi.commands import CMD, Command
 from ..wire.cma import PortSpace
 from ..wire.gid import ip_gid
-from ..uapi.commands import CMD, Command
 from .addr import AHAttr
 from .cq import CQ
 from .device import Context, _socket_path, connect
@@ -60,28 +61,6 @@ RDMA_MAX_RESP_RES = 0xFF
 RDMA_MAX_INIT_DEPTH = 0xFF
 _QPT_NAME = {IBV_QPT_RC: "RC", IBV_QPT_UC: "UC", IBV_QPT_UD: "UD"}
 _PS_QPT = {RDMA_PS_TCP: IBV_QPT_RC, RDMA_PS_UDP: IBV_QPT_UD, RDMA_PS_IPOIB: IBV_QPT_UD, RDMA_PS_IB: IBV_QPT_RC}
-
-# The ibv_qp_attr field each name of cm_init_qp_attr's reply sets (the names
-# the IB CM's qp_attrs and the daemon's rdma_init_qp_attr use).
-_M = ibv_qp_attr_mask
-_MASK_OF = {"qp_state": _M.IBV_QP_STATE, "port_num": _M.IBV_QP_PORT, "pkey_index": _M.IBV_QP_PKEY_INDEX,
-            "qp_access_flags": _M.IBV_QP_ACCESS_FLAGS, "ah_attr": _M.IBV_QP_AV,
-            "path_mtu": _M.IBV_QP_PATH_MTU, "dest_qp_num": _M.IBV_QP_DEST_QPN, "rq_psn": _M.IBV_QP_RQ_PSN,
-            "max_dest_rd_atomic": _M.IBV_QP_MAX_DEST_RD_ATOMIC, "min_rnr_timer": _M.IBV_QP_MIN_RNR_TIMER,
-            "sq_psn": _M.IBV_QP_SQ_PSN, "timeout": _M.IBV_QP_TIMEOUT, "retry_cnt": _M.IBV_QP_RETRY_CNT,
-            "rnr_retry": _M.IBV_QP_RNR_RETRY, "max_rd_atomic": _M.IBV_QP_MAX_QP_RD_ATOMIC,
-            "qkey": _M.IBV_QP_QKEY}
-
-
-def qp_attr_mask(attrs: dict) -> int:
-    """The ibv_qp_attr_mask of an ``init_qp_attr`` dict (its keys): what
-    ucma_init_qp_attr returns beside the attributes (the daemon sends the
-    names only)."""
-    mask = 0
-    for k in attrs:
-        mask |= _MASK_OF[k]
-    return int(mask)
-
 
 _contexts: dict[tuple[str, str], object] = {}   # (daemon socket, device) -> Context (one per process, as librdmacm's)
 
@@ -318,7 +297,7 @@ class CmId:
     # -- QP ---------------------------------------------------------------------------------------
     def init_qp_attr(self, qp_state: int) -> tuple[dict, int]:
         a = self._call("Failed to get QP attributes", CMD.cm_init_qp_attr, qp_state=int(qp_state))["attr"]
-        return a, qp_attr_mask(a)
+        return a, qp_attr.mask_of(a)
 
     def _modify(self, qp_state: int, **override) -> None:
         a, mask = self.init_qp_attr(qp_state)

@@ -25,14 +25,15 @@ from ..enums import (
     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
     IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
-    IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
-    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_attr_mask, ibv_wr_opcode,
+    IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW,
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
 from ..uapi import abi
+from ..uapi import qp_attr
 from ..uapi.commands import CMD
 from ..uapi.queues import WorkQueueProducer
 from ..uapi.shm import Ring
+from ..uapi.wr import WR_IMM_MASK, WR_INV_MASK, WR_OPCODE_INFO, send_ops_flags, wr_opcodes
 from .addr import GID, AHAttr
 from .base import VerbsObject
 from .connection import Gone
@@ -41,46 +42,30 @@ from .device import Context
 from .errors import PyverbsRDMAError
 from .wr import inc_rkey
 
-_IMM_OPS = (IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM)
+_IMM_OPS = wr_opcodes(WR_IMM_MASK)             # imm_data: __be32 on the user's side
+_INV_OPS = wr_opcodes(WR_INV_MASK)             # the rkey to invalidate rides in imm_data
 # every ibv_wr_opcode: anything else is EINVAL at post time (the provider's
 # validate_send_wr); what the QP type cannot do completes in error
-_WR_OPCODES = frozenset(int(o) for o in ibv_wr_opcode)
+_WR_OPCODES = frozenset(map(int, WR_OPCODE_INFO))
+_BIND_QP_TYPES = WR_OPCODE_INFO[IBV_WR_BIND_MW].qp_types
 _U32_MAX = 0xFFFFFFFF
-_INV_OPS = (IBV_WR_SEND_WITH_INV, IBV_WR_LOCAL_INV)
-# mask bit -> QPAttr field sent to the daemon
-_FIELDS = [(int(b), b.name[len("IBV_QP_"):].lower()) for b in ibv_qp_attr_mask]
-_ATTR_NAME = {"state": "qp_state", "cur_state": "cur_qp_state", "access_flags": "qp_access_flags",
-              "av": "ah_attr", "dest_qpn": "dest_qp_num", "max_qp_rd_atomic": "max_rd_atomic",
-              "port": "port_num"}
-_NOT_SENT = ("alt_path", "path_mig_state", "rate_limit")     # the mask bit alone gets EOPNOTSUPP
 # a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) on every post
 _SEND_INLINE = int(IBV_SEND_INLINE)
 
 # ibv_wr_* builders an extended QP may ask for (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
-# per QP type: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS (BIND_MW on RC and UC,
-# LOCAL_INV on RC only), less what the transport does not carry (UC has no
-# SEND with invalidate on the wire).
-_UD_SEND_OPS = X.IBV_QP_EX_WITH_SEND | X.IBV_QP_EX_WITH_SEND_WITH_IMM
-_UC_SEND_OPS = _UD_SEND_OPS | X.IBV_QP_EX_WITH_RDMA_WRITE | X.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
-    X.IBV_QP_EX_WITH_BIND_MW
-_RC_SEND_OPS = _UC_SEND_OPS | X.IBV_QP_EX_WITH_RDMA_READ | X.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
-    X.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | X.IBV_QP_EX_WITH_SEND_WITH_INV | X.IBV_QP_EX_WITH_LOCAL_INV
-SEND_OPS = {IBV_QPT_RC: int(_RC_SEND_OPS), IBV_QPT_UC: int(_UC_SEND_OPS), IBV_QPT_UD: int(_UD_SEND_OPS)}
+# per QP type (uapi.wr: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS, less what the
+# transport does not carry)
+SEND_OPS = {t: send_ops_flags(t) for t in (IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD)}
 # the comp_mask bits rxe's create_qp_ex takes (check_qp_init_attr)
 _EX_COMP_MASK = int(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 
 
-class QPCap:
+class QPCap(qp_attr.QPCap):
+    """ibv_qp_cap (uapi.qp_attr) with pyverbs' defaults."""
+
     def __init__(self, max_send_wr: int = 1, max_recv_wr: int = 10, max_send_sge: int = 1,
                  max_recv_sge: int = 1, max_inline_data: int = 0):
-        self.max_send_wr = max_send_wr
-        self.max_recv_wr = max_recv_wr
-        self.max_send_sge = max_send_sge
-        self.max_recv_sge = max_recv_sge
-        self.max_inline_data = max_inline_data
-
-    def to_wire(self) -> dict:
-        return dict(self.__dict__)
+        super().__init__(max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data)
 
 
 class QPInitAttr:
@@ -145,41 +130,14 @@ class QPInitAttrEx:
         return self.pd
 
 
-class QPAttr:
+class QPAttr(qp_attr.QPAttr):
+    """ibv_qp_attr (uapi.qp_attr) as pyverbs constructs it: INIT, an AHAttr
+    and a QPCap of pyverbs' own; ``to_wire(mask)`` is the modify_qp body."""
+
     def __init__(self, qp_state: int = IBV_QPS_INIT, cur_qp_state: int = IBV_QPS_RESET, port_num: int = 1,
                  path_mtu: int = IBV_MTU_1024):
-        self.qp_state = qp_state
-        self.cur_qp_state = cur_qp_state
-        self.path_mtu = path_mtu
-        self.path_mig_state = 0
-        self.qkey = 0
-        self.rq_psn = 0
-        self.sq_psn = 0
-        self.dest_qp_num = 0
-        self.qp_access_flags = 0
-        self.cap = QPCap()
-        self.ah_attr = AHAttr()
-        self.pkey_index = 0
-        self.en_sqd_async_notify = 0
-        self.sq_draining = 0
-        self.max_rd_atomic = 0
-        self.max_dest_rd_atomic = 0
-        self.min_rnr_timer = 0
-        self.port_num = port_num
-        self.timeout = 0
-        self.retry_cnt = 0
-        self.rnr_retry = 0
-
-    def to_wire(self, mask: int) -> dict:
-        out = {}
-        for bit, name in _FIELDS:
-            if mask & bit:
-                field = _ATTR_NAME.get(name, name)
-                if field in _NOT_SENT:
-                    continue
-                v = getattr(self, field)
-                out[field] = v.to_wire() if hasattr(v, "to_wire") else int(v)
-        return out
+        super().__init__(qp_state=qp_state, cur_qp_state=cur_qp_state, port_num=port_num, path_mtu=path_mtu,
+                         cap=QPCap(), ah_attr=AHAttr())
 
 
 class QP(VerbsObject):
@@ -343,7 +301,7 @@ class QP(VerbsObject):
     def _post_bind(self, wr_id: int, send_flags: int, mw, new_rkey: int, info, has_sges: bool) -> None:
         """A BIND_MW WQE (the rxe provider's validate_send_wr: no SGEs, RC
         or UC only)."""
-        if mw is None or info is None or has_sges or self.qp_type not in (IBV_QPT_RC, IBV_QPT_UC):
+        if mw is None or info is None or has_sges or self.qp_type not in _BIND_QP_TYPES:
             raise PyverbsRDMAError("Failed to post send: not a valid bind MW work request", errno.EINVAL)
         slot = self.sq_wq.next_slot()
         if slot is None:

@@ -27,21 +27,20 @@ import ctypes
 import errno
 
 from ..enums import (
-    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_BIND_MW,
-    IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_RDMA_WRITE,
-    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM,
-    IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QPT_UD, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-    IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM,
-    IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, ibv_qp_create_send_ops_flags,
+    IBV_QPT_UD, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
+    IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
+    IBV_WR_SEND_WITH_INV, ibv_qp_create_send_ops_flags,
 )
 from ..uapi import abi
+from ..uapi.wr import WR_INLINE_MASK, WR_OPCODE_INFO, wr_opcodes
 from .errors import PyverbsRDMAError
 from .qp import QP, QPInitAttrEx, encode_bind_wqe
 
 _M32 = 0xFFFFFFFF
 # opcodes that carry local data; inline data only for SEND and RDMA WRITE (ibv_wr_post(3))
-_INLINE_OPS = frozenset(map(int, (IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV, IBV_WR_RDMA_WRITE,
-                                  IBV_WR_RDMA_WRITE_WITH_IMM)))
+_INLINE_OPS = wr_opcodes(WR_INLINE_MASK)
+# opcode -> the IBV_QP_EX_WITH_* flag its builder needs (send_ops_flags)
+_BUILDER_FLAG = {int(op): i.send_ops_flag for op, i in WR_OPCODE_INFO.items()}
 
 
 class DataBuffer:
@@ -132,9 +131,9 @@ class QPEx(QP):
         self._n += 1
         self._need_ud = self.qp_type == IBV_QPT_UD
 
-    def _build(self, flag: int, name: str, opcode: int, imm: int = 0, raddr: int = 0, rkey: int = 0,
+    def _build(self, name: str, opcode: int, imm: int = 0, raddr: int = 0, rkey: int = 0,
                compare_add: int = 0, swap: int = 0) -> None:
-        slot = self._next_slot(flag, name)
+        slot = self._next_slot(_BUILDER_FLAG[opcode], name)
         if slot is None:
             return
         abi.encode_send_wqe(slot, self.wr_id, opcode, self.wr_flags, (), imm_data=imm, remote_addr=raddr,
@@ -154,31 +153,31 @@ class QPEx(QP):
 
     # ------------------------------------------------------------ builders
     def wr_send(self) -> None:
-        self._build(IBV_QP_EX_WITH_SEND, "wr_send", IBV_WR_SEND)
+        self._build("wr_send", IBV_WR_SEND)
 
     def wr_send_imm(self, data: int) -> None:
         # pyverbs passes htobe32(data): on the wire ImmDt carries ``data``
-        self._build(IBV_QP_EX_WITH_SEND_WITH_IMM, "wr_send_imm", IBV_WR_SEND_WITH_IMM, imm=data & _M32)
+        self._build("wr_send_imm", IBV_WR_SEND_WITH_IMM, imm=data & _M32)
 
     def wr_send_inv(self, invalidate_rkey: int) -> None:
-        self._build(IBV_QP_EX_WITH_SEND_WITH_INV, "wr_send_inv", IBV_WR_SEND_WITH_INV, imm=invalidate_rkey & _M32)
+        self._build("wr_send_inv", IBV_WR_SEND_WITH_INV, imm=invalidate_rkey & _M32)
 
     def wr_rdma_write(self, rkey: int, remote_addr: int) -> None:
-        self._build(IBV_QP_EX_WITH_RDMA_WRITE, "wr_rdma_write", IBV_WR_RDMA_WRITE, raddr=remote_addr, rkey=rkey)
+        self._build("wr_rdma_write", IBV_WR_RDMA_WRITE, raddr=remote_addr, rkey=rkey)
 
     def wr_rdma_write_imm(self, rkey: int, remote_addr: int, data: int) -> None:
-        self._build(IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, "wr_rdma_write_imm", IBV_WR_RDMA_WRITE_WITH_IMM,
+        self._build("wr_rdma_write_imm", IBV_WR_RDMA_WRITE_WITH_IMM,
                     imm=data & _M32, raddr=remote_addr, rkey=rkey)
 
     def wr_rdma_read(self, rkey: int, remote_addr: int) -> None:
-        self._build(IBV_QP_EX_WITH_RDMA_READ, "wr_rdma_read", IBV_WR_RDMA_READ, raddr=remote_addr, rkey=rkey)
+        self._build("wr_rdma_read", IBV_WR_RDMA_READ, raddr=remote_addr, rkey=rkey)
 
     def wr_atomic_cmp_swp(self, rkey: int, remote_addr: int, compare: int, swap: int) -> None:
-        self._build(IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, "wr_atomic_cmp_swp", IBV_WR_ATOMIC_CMP_AND_SWP,
+        self._build("wr_atomic_cmp_swp", IBV_WR_ATOMIC_CMP_AND_SWP,
                     raddr=remote_addr, rkey=rkey, compare_add=compare, swap=swap)
 
     def wr_atomic_fetch_add(self, rkey: int, remote_addr: int, add: int) -> None:
-        self._build(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, "wr_atomic_fetch_add", IBV_WR_ATOMIC_FETCH_AND_ADD,
+        self._build("wr_atomic_fetch_add", IBV_WR_ATOMIC_FETCH_AND_ADD,
                     raddr=remote_addr, rkey=rkey, compare_add=add)
 
     def wr_bind_mw(self, mw, rkey: int, bind_info) -> None:
@@ -187,7 +186,7 @@ class QPEx(QP):
         (pyverbs: ``inc_rkey(mw.rkey)``).  As in rxe, ``mw.rkey`` is left
         alone: the window answers to the new rkey once the bind completes.
         The WQE is the one ``QP.post_send`` writes for IBV_WR_BIND_MW."""
-        slot = self._next_slot(IBV_QP_EX_WITH_BIND_MW, "wr_bind_mw")
+        slot = self._next_slot(_BUILDER_FLAG[IBV_WR_BIND_MW], "wr_bind_mw")
         if slot is None:
             return
         if mw is None or bind_info is None:
@@ -197,7 +196,7 @@ class QPEx(QP):
         self._built(slot, IBV_WR_BIND_MW)
 
     def wr_local_inv(self, invalidate_rkey: int) -> None:
-        self._build(IBV_QP_EX_WITH_LOCAL_INV, "wr_local_inv", IBV_WR_LOCAL_INV, imm=invalidate_rkey & _M32)
+        self._build("wr_local_inv", IBV_WR_LOCAL_INV, imm=invalidate_rkey & _M32)
 
     # ------------------------------------------------------------ setters
     def wr_set_sge(self, sge) -> None:
