@@ -554,7 +554,7 @@ def test_qp_attrs_bring_transport_qps_to_rts():
     from softrdma.enums import ibv_qp_state as QPS
     from softrdma.transport.qp import QPAttr
     from softrdma.transport.wr import AddressVector
-    from softrdma.verbs.cm import qp_attr_mask
+    from softrdma.uapi.qp_attr import mask_of as qp_attr_mask
 
     def to_qp_attr(attrs: dict):
         """``qp_attrs``' dict -> (transport QPAttr, ibv_qp_attr_mask) for ``QP.modify``."""
