@@ -34,7 +34,7 @@ import struct
 
 from ..enums import ibv_event_type, ibv_wc_opcode, ibv_wc_status, ints
 from ..errors import VerbsError
-from ..transport.counters import RX_DROPPED, RXE_HW_COUNTERS, TRAFFIC, new_counters
+from ..transport.counters import RX_DROPPED, RXE_HW_COUNTERS, TRAFFIC, as_dict, new_counters
 from ..transport.memory import MemoryTable
 from ..transport.port import RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKETS, PortQP
 from ..transport.qp import QP, SRQ, DeviceCaps
@@ -163,14 +163,12 @@ class Device(RocePort):
     @property
     def traffic(self) -> dict[str, int]:
         """The port's traffic counts by name (``rdma statistic``, sysfs)."""
-        cnt = self.cnt
-        return {c.name: cnt[c] for c in TRAFFIC}
+        return as_dict(self.cnt, TRAFFIC)
 
     @property
     def rx_dropped(self) -> dict[str, int]:
         """The packets the port dropped before any QP, by reason."""
-        cnt = self.cnt
-        return {name: cnt[c] for name, c in RX_DROPPED}
+        return as_dict(self.cnt, RX_DROPPED)
 
     def close(self) -> None:
         self.close_sockets()

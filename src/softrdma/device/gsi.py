@@ -5,7 +5,8 @@ general services interface, for one RoCE port:
 
 * receive: a UD SEND_ONLY to QPN 1 whose DETH Q_Key is ``IB_QP1_QKEY``
   and whose payload is exactly one 256-byte MAD with base version 1 --
-  anything else is dropped and counted (``rx_dropped``, by reason);
+  anything else is dropped and counted (``dropped``, a list by
+  ``transport.counters.GsiDrop``; ``rx_dropped`` by name);
 * a response (method bit 0x80) is matched to the request it answers by
   its transaction ID (``request``: timeout, retries, one callback with the
   response or None -- the port's ``mgmt.agent.MadAgent`` keeps them, all
@@ -26,6 +27,7 @@ clocks: ``tick(now)`` fires retries, ``deadline`` says when.
 from __future__ import annotations
 
 from ..mgmt.agent import MadAgent
+from ..transport.counters import GsiDrop, as_dict, new_gsi_drops
 from ..transport.wr import AddressVector
 from ..wire.errors import WireError
 from ..wire.gid import ip_gid
@@ -42,6 +44,8 @@ from ..wire.packet import build, parse
 
 UD_SEND_ONLY = int(Opcode.UD_SEND_ONLY)
 _GET, _SET, _GET_RESP = int(Method.GET), int(Method.SET), int(Method.GET_RESP)
+DROP_OPCODE, DROP_QKEY, DROP_LENGTH, DROP_MAD = (int(GsiDrop.opcode), int(GsiDrop.qkey), int(GsiDrop.length),
+                                             int(GsiDrop.mad))
 
 
 class Gsi:
@@ -55,7 +59,12 @@ class Gsi:
         self.agents: dict[int, object] = {}        # mgmt class -> agent.receive(mad, src_gid, now, dst_gid)
         self.mad_agent = MadAgent(tid_mask=(1 << 64) - 1)    # our requests, dest = (GID, our GID)
         self.rx_mads = self.tx_mads = self.unsupported = 0
-        self.rx_dropped = {"opcode": 0, "qkey": 0, "length": 0, "mad": 0}
+        self.dropped = new_gsi_drops()               # by GsiDrop
+
+    @property
+    def rx_dropped(self) -> dict[str, int]:
+        """The MADs dropped, by reason (``GsiDrop``)."""
+        return as_dict(self.dropped, GsiDrop)
 
     @property
     def counters(self) -> dict:
@@ -78,20 +87,20 @@ class Gsi:
         """A packet for QPN 1 (framing already checked by ``wire.check``)
         from IP address ``src`` to ``dst`` (4 or 16 bytes)."""
         if pkt[0] != UD_SEND_ONLY:
-            self.rx_dropped["opcode"] += 1
+            self.dropped[DROP_OPCODE] += 1
             return
         p = parse(pkt)
         if p.deth is None or p.deth.qkey != IB_QP1_QKEY:
-            self.rx_dropped["qkey"] += 1                 # rxe check_keys: a Q_Key violation
+            self.dropped[DROP_QKEY] += 1                  # rxe check_keys: a Q_Key violation
             return
         mad = p.payload
         if len(mad) != IB_MGMT_MAD_SIZE:
-            self.rx_dropped["length"] += 1
+            self.dropped[DROP_LENGTH] += 1
             return
         try:
             hdr, _ = parse_mad(mad)
         except WireError:
-            self.rx_dropped["mad"] += 1
+            self.dropped[DROP_MAD] += 1
             return
         self.rx_mads += 1
         mad = bytes(mad)

@@ -19,6 +19,9 @@ recovered (``wire.icrc.verify``), the ID then checked against what that
 peer sends (``ipid.PeerIds``).  ``recv`` returns the packets without their
 ICRC, as memoryviews into the pool, valid until the next ``recv``.  Bad
 ICRCs and short datagrams are dropped and counted, never raised.
+
+Counts: ``cnt``, a plain list indexed by ``transport.counters.NetCounter``
+(by the int constants below on the per-packet path); ``stats`` by name.
 """
 
 from __future__ import annotations
@@ -29,8 +32,7 @@ import logging
 import socket
 import struct
 import sys
-from dataclasses import dataclass
-
+from ..transport.counters import NetCounter, as_dict, new_net_counters
 from ..wire.icrc import COMBO_DF, ICRC, ROCEV2_UDP_PORT, Ipv4Flow, Verdict, icrc, ipv6_header, udp_header, verify
 from .ipid import PeerIds
 
@@ -50,19 +52,17 @@ _GRO_CMSG = socket.CMSG_SPACE(4)
 MIN_ROCE_PAYLOAD = 16         # BTH + ICRC
 
 
-@dataclass
-class NetStats:
-    tx_packets: int = 0
-    tx_bytes: int = 0
-    tx_errors: int = 0
-    tx_gso_sends: int = 0        # sendmsg calls that carried several packets
-    rx_packets: int = 0
-    rx_bytes: int = 0
-    rx_icrc_errors: int = 0
-    rx_short: int = 0
-    rx_gro_buffers: int = 0      # receives that carried several datagrams
-    rx_id_recovered: int = 0     # IPv4 ICRCs checked by recovering the sender's IP ID
-    rx_id_implausible: int = 0   # ... whose recovered ID that peer would not send: damaged (also in icrc errors)
+TX_PACKETS = int(NetCounter.tx_packets)
+TX_BYTES = int(NetCounter.tx_bytes)
+TX_ERRORS = int(NetCounter.tx_errors)
+TX_GSO_SENDS = int(NetCounter.tx_gso_sends)
+RX_PACKETS = int(NetCounter.rx_packets)
+RX_BYTES = int(NetCounter.rx_bytes)
+RX_ICRC_ERRORS = int(NetCounter.rx_icrc_errors)
+RX_SHORT = int(NetCounter.rx_short)
+RX_GRO_BUFFERS = int(NetCounter.rx_gro_buffers)
+RX_ID_RECOVERED = int(NetCounter.rx_id_recovered)
+RX_ID_IMPLAUSIBLE = int(NetCounter.rx_id_implausible)
 
 
 def gid_to_ip(gid: bytes) -> str:
@@ -112,7 +112,7 @@ class RoceSocket:
             pass
         self.gso = True                    # cleared if the kernel refuses UDP_SEGMENT
         self.port = self.sock.getsockname()[1]
-        self.stats = NetStats()
+        self.cnt = new_net_counters()          # by NetCounter
         self.tx_error_seen: set = set()       # (destination, errno) already logged
         self._flows: dict[str, Ipv4Flow] = {}
         self._v6dst: dict[tuple, tuple] = {}   # (IPv6 destination, port) -> (its bytes, sockaddr)
@@ -130,6 +130,11 @@ class RoceSocket:
             self.sock.bind((self.ip, port, 0, self.ifindex))
         else:
             self.sock.bind((self.ip, port))
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counts by name (the daemon's ``links`` reply, net)."""
+        return as_dict(self.cnt, NetCounter)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -182,10 +187,11 @@ class RoceSocket:
             # never the daemon's end
             if e.errno not in _TX_DROPS:
                 _log_tx_error(self, e, dst_ip)
-            self.stats.tx_errors += 1
+            self.cnt[TX_ERRORS] += 1
             return False
-        self.stats.tx_packets += 1
-        self.stats.tx_bytes += len(pkt) + 4
+        cnt = self.cnt
+        cnt[TX_PACKETS] += 1
+        cnt[TX_BYTES] += len(pkt) + 4
         return True
 
     def send_burst(self, pkts: list, dst_ip: str, dport: int = ROCEV2_UDP_PORT) -> int:
@@ -198,12 +204,12 @@ class RoceSocket:
             icrc4 = self._flow(dst_ip, dport).icrc
         except OSError as e:                    # not an IPv4 destination: nothing goes
             _log_tx_error(self, e, dst_ip)
-            self.stats.tx_errors += len(pkts)
+            self.cnt[TX_ERRORS] += len(pkts)
             return 0
         pack = ICRC.pack
         sendmsg = self.sock.sendmsg
         addr = (dst_ip, dport)
-        st = self.stats
+        cnt = self.cnt
         sent = 0
         i, n = 0, len(pkts)
         while i < n:
@@ -228,18 +234,18 @@ class RoceSocket:
                     sendmsg(iov, (), 0, addr)
                 else:
                     sendmsg(iov, [(SOL_UDP, UDP_SEGMENT, _SEGSIZE.pack(seg))], 0, addr)
-                    st.tx_gso_sends += 1
+                    cnt[TX_GSO_SENDS] += 1
             except OSError as e:
                 if count > 1 and e.errno in (errno.EINVAL, errno.ENOPROTOOPT, errno.EIO):
                     self.gso = False                       # no UDP GSO here: one by one from now on
                     return sent + sum(self.send(p, dst_ip, dport) for p in pkts[i:])
                 if e.errno not in _TX_DROPS:
                     _log_tx_error(self, e, dst_ip)
-                st.tx_errors += count
+                cnt[TX_ERRORS] += count
                 i = j
                 continue
-            st.tx_packets += count
-            st.tx_bytes += nbytes
+            cnt[TX_PACKETS] += count
+            cnt[TX_BYTES] += nbytes
             sent += count
             i = j
         return sent
@@ -251,64 +257,72 @@ class RoceSocket:
         were read.  The budget (NAPI's weight) lets the caller send the ACKs
         for a batch before the next one: the sender's window keeps moving."""
         out = []
-        st = self.stats
+        cnt = self.cnt
         addrs = self._addr_bytes
         recvmsg_into = self.sock.recvmsg_into
         accept_id = self._peer_ids.accept
         ip_bytes, port = self.ip_bytes, self.port
         ndgrams = 0
         self.rx_empty = False
-        for view in self._views:
-            if ndgrams >= budget:
-                break
-            try:
-                n, anc, _flags, addr = recvmsg_into([view], _GRO_CMSG)
-            except (BlockingIOError, InterruptedError):
-                self.rx_empty = True           # the kernel holds nothing more (``Device.drain``)
-                break
-            except OSError as e:                    # ICMP errors surface here: not ours to act on
-                if e.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
-                    continue
-                raise
-            src = addrs.get(addr[0])
-            if src is None:
-                src = addrs[addr[0]] = ipaddress.ip_address(addr[0]).packed
-            sport = addr[1]
-            if n < MIN_ROCE_PAYLOAD:
-                st.rx_short += 1
-                ndgrams += 1
-                continue
-            seg = n
-            if anc:
-                for level, kind, data in anc:
-                    if level == SOL_UDP and kind == UDP_GRO:
-                        seg = int.from_bytes(data[:4], sys.byteorder) or n   # 0 never comes; be safe
-                if seg < n:
-                    st.rx_gro_buffers += 1
-            k = 0
-            ndgrams += -(-n // seg)
-            for off in range(0, n, seg):
-                m = min(seg, n - off)
-                dgram = view[off:off + m]
-                if m < MIN_ROCE_PAYLOAD:
-                    st.rx_short += 1
-                    continue
-                # the k-th datagram of a GRO buffer is likely the k-th segment of a GSO send
-                verdict, combo = verify(dgram, src=src, dst=ip_bytes, sport=sport, dport=port,
-                                        expect=COMBO_DF | k)
-                k += 1
-                if verdict is Verdict.BAD:
-                    st.rx_icrc_errors += 1
-                    continue
-                if verdict is Verdict.ID_RECOVERED:
-                    if not accept_id(src, combo):
-                        st.rx_id_implausible += 1
-                        st.rx_icrc_errors += 1
+        # the counts every packet takes are summed in locals (cheaper than a
+        # list item per packet) and added once
+        npkts = nbytes = nrecovered = 0
+        try:
+            for view in self._views:
+                if ndgrams >= budget:
+                    break
+                try:
+                    n, anc, _flags, addr = recvmsg_into([view], _GRO_CMSG)
+                except (BlockingIOError, InterruptedError):
+                    self.rx_empty = True           # the kernel holds nothing more (``Device.drain``)
+                    break
+                except OSError as e:                    # ICMP errors surface here: not ours to act on
+                    if e.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
                         continue
-                    st.rx_id_recovered += 1
-                st.rx_packets += 1
-                st.rx_bytes += m
-                out.append((dgram[:m - 4], src, sport))
+                    raise
+                src = addrs.get(addr[0])
+                if src is None:
+                    src = addrs[addr[0]] = ipaddress.ip_address(addr[0]).packed
+                sport = addr[1]
+                if n < MIN_ROCE_PAYLOAD:
+                    cnt[RX_SHORT] += 1
+                    ndgrams += 1
+                    continue
+                seg = n
+                if anc:
+                    for level, kind, data in anc:
+                        if level == SOL_UDP and kind == UDP_GRO:
+                            seg = int.from_bytes(data[:4], sys.byteorder) or n   # 0 never comes; be safe
+                    if seg < n:
+                        cnt[RX_GRO_BUFFERS] += 1
+                k = 0
+                ndgrams += -(-n // seg)
+                for off in range(0, n, seg):
+                    m = min(seg, n - off)
+                    dgram = view[off:off + m]
+                    if m < MIN_ROCE_PAYLOAD:
+                        cnt[RX_SHORT] += 1
+                        continue
+                    # the k-th datagram of a GRO buffer is likely the k-th segment of a GSO send
+                    verdict, combo = verify(dgram, src=src, dst=ip_bytes, sport=sport, dport=port,
+                                            expect=COMBO_DF | k)
+                    k += 1
+                    if verdict is Verdict.BAD:
+                        cnt[RX_ICRC_ERRORS] += 1
+                        continue
+                    if verdict is Verdict.ID_RECOVERED:
+                        if not accept_id(src, combo):
+                            cnt[RX_ID_IMPLAUSIBLE] += 1
+                            cnt[RX_ICRC_ERRORS] += 1
+                            continue
+                        nrecovered += 1
+                    npkts += 1
+                    nbytes += m
+                    out.append((dgram[:m - 4], src, sport))
+        finally:
+            cnt[RX_PACKETS] += npkts
+            cnt[RX_BYTES] += nbytes
+            cnt[RX_ID_RECOVERED] += nrecovered
         return out
 
 

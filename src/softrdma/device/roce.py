@@ -26,6 +26,7 @@ import errno
 import ipaddress
 
 from ..errors import VerbsError
+from ..transport.counters import NetCounter
 from ..transport.port import Port, Route
 from ..wire.icrc import ROCEV2_UDP_PORT, ipv4_header, ipv6_header
 from .gid import GidTable
@@ -33,6 +34,7 @@ from .mcast import is_multicast_gid
 from .net import RoceSocket, gid_to_ip
 
 RC, UC = 2, 3                 # IBV_QPT_RC, IBV_QPT_UC
+NET_TX_PACKETS, NET_TX_BYTES = int(NetCounter.tx_packets), int(NetCounter.tx_bytes)
 _V4_MAPPED = bytes(10) + b"\xff\xff"
 DRAIN_BATCHES = 64            # receive passes (of net.RX_BUDGET datagrams) a drain may take: a full socket buffer
 
@@ -180,10 +182,10 @@ class RocePort(Port):
         return r.sock.send(pkt, r.dst_ip, self.udp_port, corrupt_bit)
 
     def _send_burst(self, sock: RoceSocket, dst_ip: str, pkts: list) -> tuple[int, int]:
-        st = sock.stats
-        tx0, by0 = st.tx_packets, st.tx_bytes
+        cnt = sock.cnt
+        tx0, by0 = cnt[NET_TX_PACKETS], cnt[NET_TX_BYTES]
         sock.send_burst(pkts, dst_ip, self.udp_port)
-        return st.tx_packets - tx0, st.tx_bytes - by0
+        return cnt[NET_TX_PACKETS] - tx0, cnt[NET_TX_BYTES] - by0
 
     def _peer(self, e) -> tuple[bytes, bytes] | None:
         """Work out ``e.peer`` for the QP's current AV (rxe check_addr's

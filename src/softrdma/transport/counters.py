@@ -9,7 +9,9 @@ keeps a plain list indexed by ``Counter``; devices sum them.
 ``PortCounter``: what a port (``transport.port``) counts itself -- the
 traffic its PMA reports, multicast, and the packets it drops before any QP
 sees them.  ``FaultCounter``: what a fault injector (``transport.faults``)
-did.  Each is a plain list too, indexed by its enum.
+did.  ``GsiDrop``: the MADs QP1 (``device.gsi``) drops, by reason.
+``NetCounter``: what one UDP socket of a RoCE port (``device.net``) counts.
+Each is a plain list too, indexed by its enum; ``as_dict`` shows one by name.
 """
 
 from enum import IntEnum
@@ -105,9 +107,53 @@ DEVICE_FAULT_COUNTERS = (FaultCounter.lost, FaultCounter.duplicated, FaultCounte
                          FaultCounter.delayed, FaultCounter.corrupted)
 
 
+class GsiDrop(IntEnum):
+    """QP1's receive drops by reason (the daemon's ``links`` reply, gsi
+    rx_dropped): not a UD SEND ONLY, a bad Q_Key (rxe check_keys), not
+    256 bytes of MAD, a MAD header that does not parse."""
+    opcode = 0
+    qkey = 1
+    length = 2
+    mad = 3
+
+
+class NetCounter(IntEnum):
+    """One RoCEv2 UDP socket's counts (the daemon's ``links`` reply, net)."""
+    tx_packets = 0
+    tx_bytes = 1
+    tx_errors = 2
+    tx_gso_sends = 3         # sendmsg calls that carried several packets
+    rx_packets = 4
+    rx_bytes = 5
+    rx_icrc_errors = 6
+    rx_short = 7
+    rx_gro_buffers = 8       # receives that carried several datagrams
+    rx_id_recovered = 9      # IPv4 ICRCs checked by recovering the sender's IP ID
+    rx_id_implausible = 10   # ... whose recovered ID that peer would not send: damaged (also in icrc errors)
+
+
+def as_dict(cnt: list[int], counters) -> dict[str, int]:
+    """The counts ``counters`` of the list ``cnt`` as {name: count}, in
+    their order: enum members (named by their names), or (name, member)
+    pairs for a name that is not the member's (``RX_DROPPED``)."""
+    out = {}
+    for c in counters:
+        name, c = c if isinstance(c, tuple) else (c.name, c)
+        out[name] = cnt[c]
+    return out
+
+
 def new_port_counters() -> list[int]:
     return [0] * len(PortCounter)
 
 
 def new_fault_counters() -> list[int]:
     return [0] * len(FaultCounter)
+
+
+def new_gsi_drops() -> list[int]:
+    return [0] * len(GsiDrop)
+
+
+def new_net_counters() -> list[int]:
+    return [0] * len(NetCounter)

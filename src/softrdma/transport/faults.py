@@ -19,7 +19,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .counters import DEVICE_FAULT_COUNTERS, FaultCounter, new_fault_counters
+from .counters import DEVICE_FAULT_COUNTERS, FaultCounter, as_dict, new_fault_counters
 
 SENT, DELIVERED = int(FaultCounter.sent), int(FaultCounter.delivered)
 LOST, DUPLICATED, REORDERED = int(FaultCounter.lost), int(FaultCounter.duplicated), int(FaultCounter.reordered)
@@ -114,7 +114,7 @@ class Faults:
 
     def counters(self) -> dict[str, int]:
         """What ``rdma link set ... faults`` reports."""
-        return {f.name: self.cnt[f] for f in DEVICE_FAULT_COUNTERS}
+        return as_dict(self.cnt, DEVICE_FAULT_COUNTERS)
 
     def hold(self, due: float, item) -> None:
         self._seq += 1

@@ -68,7 +68,7 @@ def cmd_links(daemon, c, m, fds):
                     "udp": [[sk.ip, sk.port] for sk in d.sockets], "rx_dropped": dict(d.rx_dropped),
                     "gsi": {**d.gsi.counters, "rx_dropped": dict(d.gsi.rx_dropped),
                             "cm_rx_drops": d.cm.rx_drops if getattr(d, "cm", None) else 0},
-                    "net": [dict(vars(sk.stats)) for sk in d.sockets]})
+                    "net": [sk.stats for sk in d.sockets]})
         # what nldev's fill_dev_info sends for an rxe device (``rdma dev``): node type CA, no
         # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
         # docs/formats/ibv_devinfo.md infers), no CQ DIM; one port
