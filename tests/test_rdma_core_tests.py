@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -82,7 +83,7 @@ class BTest(unittest.TestCase):
 
 def write_suite(root, modules: dict[str, str], gzipped=()) -> str:
     d = root / "tests"
-    d.mkdir()
+    d.mkdir(parents=True)
     (d / "run_tests.py").write_text(RUN_TESTS)
     (d / "__init__.py").write_text(INIT)
     for name, text in modules.items():
@@ -157,6 +158,46 @@ def test_a_hang_is_stopped_and_named(daemon, tmp_path):
     out = softrdma(["--suite", suite, "--timeout", "5"], daemon)
     assert out.returncode == 1
     assert "ERROR: no result after 5 s; it hung in tests.test_h.H.test_hang" in out.stdout, out.stdout
+
+
+def fake_apt_get(bindir, script: str) -> dict:
+    bindir.mkdir()
+    (bindir / "apt-get").write_text("#!/bin/sh\n" + script)
+    (bindir / "apt-get").chmod(0o755)
+    return dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="dpkg-deb is not installed")
+def test_without_suite_the_package_is_downloaded_unpacked_and_run(daemon, tmp_path):
+    """apt-get download -> dpkg -x -> gunzip -> run, with an apt-get that
+    hands over a python3-pyverbs .deb built here (no network)."""
+    pkg = tmp_path / "pkg"
+    (pkg / "DEBIAN").mkdir(parents=True)
+    (pkg / "DEBIAN" / "control").write_text("Package: python3-pyverbs\nVersion: 44.0-2\nArchitecture: all\n"
+                                            "Maintainer: x <x@example.org>\nDescription: test\n")
+    write_suite(pkg / "usr" / "share" / "doc" / "rdma-core", {"test_b.py": TEST_B}, gzipped={"test_b.py"})
+    deb = tmp_path / "python3-pyverbs_44.0-2_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(pkg), str(deb)], check=True, capture_output=True)
+    env = fake_apt_get(tmp_path / "bin", f'[ "$1 $2" = "download python3-pyverbs" ] && cp "{deb}" . \n')
+    env.pop("PYTHONPATH", None)
+    env["SOFTRDMA_RUN"] = daemon["SOFTRDMA_RUN"]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    out = softrdma(["--json", str(tmp_path / "r.json")], env, cwd=cwd)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("rdma-core tests in Debian's python3-pyverbs\n")
+    assert "ran 3: 0 passed, 0 failed, 0 errors, 3 skipped" in out.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["skipped_by_reason"][0] == \
+        {"reason": "Device is not mlx5", "count": 2}
+    assert not os.listdir(cwd)              # downloaded into a temporary directory, not the current one
+
+
+def test_a_failing_apt_get_is_one_line_and_exit_2(tmp_path):
+    env = fake_apt_get(tmp_path / "bin", 'echo "E: Unable to locate package python3-pyverbs" >&2; exit 100\n')
+    out = softrdma([], env)
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("softrdma rdma-core-tests: apt-get download python3-pyverbs failed "
+                                 "(E: Unable to locate package python3-pyverbs)")
 
 
 def test_without_apt_get_one_line_and_exit_2(tmp_path):
