@@ -10,7 +10,7 @@ from . import __version__, demo, runner
 from .cliargs import Parser
 from .device.main import main as daemon_main
 from .fabric import cli as fabric_cli
-from .tools import HELP as TOOLS_HELP, TOOLS
+from .tools import HELP as TOOLS_HELP, TOOLS, rdma_core_tests
 from .verbs.errors import PyverbsRDMAError
 
 
@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in sorted(TOOLS):
         sub.add_parser(name, help=TOOLS_HELP.get(name, f"{name}, as the real tool"), add_help=False)
     runner.add_parsers(sub)
+    p = sub.add_parser("rdma-core-tests", help="run rdma-core's own test suite, unmodified, on softrdma")
+    rdma_core_tests.add_arguments(p)
+    p.set_defaults(func=rdma_core_tests.run)
     p = sub.add_parser("fabric", help="a simulated IB fabric for opensm and the diags (ibsim protocol)")
     fabric_cli.add_arguments(p)
     p.set_defaults(func=fabric_cli.run)
