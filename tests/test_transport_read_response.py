@@ -113,8 +113,10 @@ def test_duplicates_and_ghosts_are_still_dropped_and_counted():
 @pytest.mark.parametrize("late", [False, True], ids=["re_requested_first", "first_pass_middle_late"])
 def test_go_back_restarts_the_response_with_first_at_the_missing_psn(late):
     """After a timeout go-back, the READ is re-requested from PSN 1 (its
-    missing part): FIRST at PSN 1 starts the new response stream; the first
-    pass's MIDDLE at PSN 1, arriving late, is as good."""
+    missing part): FIRST at PSN 1 starts the new response stream (softrdma's
+    responder replays so); MIDDLE at PSN 1 is as good -- the first pass's,
+    arriving late, or kernel rxe's replay, which continues with MIDDLE/LAST
+    when the re-request is not at the READ's first PSN."""
     s = _read(then_send=False)
     _resp(s, FIRST, 0, DATA[:256])
     s.tick(s.qp.deadline)                   # PSNs 1 and 2 never came: go back
@@ -149,3 +151,16 @@ def test_go_back_to_the_first_psn_still_wants_first():
     _resp(s, MIDDLE, 0, DATA[:256])
     assert [(w.wr_id, w.status) for w in s.scq.poll(5)] == [(1, IBV_WC_BAD_RESP_ERR)]
     assert s.qp.state == IBV_QPS_ERR
+
+
+@pytest.mark.parametrize("op", [ONLY, LAST], ids=["only_softrdma_replay", "last_rxe_replay"])
+def test_go_back_for_the_last_packet_takes_only_or_last(op):
+    s = _read(then_send=False)
+    _resp(s, FIRST, 0, DATA[:256])
+    _resp(s, MIDDLE, 1, DATA[256:512])
+    s.tick(s.qp.deadline)
+    (req,) = s.out()
+    assert (req.psn, req.reth.dma_len) == (2, 700 - 512)
+    _resp(s, op, 2, DATA[512:])
+    assert [(w.wr_id, w.status) for w in s.scq.poll(5)] == [(1, IBV_WC_SUCCESS)]
+    assert s.mr.read(700) == DATA
