@@ -29,8 +29,9 @@ Exhausted counters complete the oldest WQE with IBV_WC_RETRY_EXC_ERR or
 IBV_WC_RNR_RETRY_EXC_ERR; error NAKs with IBV_WC_REM_INV_REQ_ERR /
 REM_ACCESS_ERR / REM_OP_ERR; a response at the expected PSN that does not
 fit (wrong kind for the WQE, a READ response opcode out of sequence, a
-length that does not match) with IBV_WC_BAD_RESP_ERR -- never retried.  Any error completion moves the QP to ERR,
-which flushes the rest with IBV_WC_WR_FLUSH_ERR.
+length that does not match) with IBV_WC_BAD_RESP_ERR -- never retried.
+Any error completion moves the QP to ERR, which flushes the rest with
+IBV_WC_WR_FLUSH_ERR.
 
 Responses older than comp_psn (duplicates, ghosts) and responses to PSNs
 never sent are dropped and counted.
@@ -334,8 +335,9 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
     # response stream starts with FIRST/ONLY at the PSN its READ request
     # carried (``read_psn``: the WQE's first PSN, or where a go-back
     # re-requested the missing part), and only there; MIDDLE/LAST continue
-    # one, so never at the WQE's first PSN.  At a re-request's PSN the first
-    # pass's MIDDLE/LAST may still arrive (delayed, not lost) and is as good.
+    # one, so never at the WQE's first PSN.  At a re-request's PSN a
+    # MIDDLE/LAST is as good: the first pass's, delayed rather than lost, or
+    # kernel rxe's replay of a re-request (rdatm_res_state_replay).
     if mask & START_MASK:
         if psn != wqe.read_psn:
             _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)

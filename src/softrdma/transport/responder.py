@@ -276,9 +276,9 @@ def receive_rc(qp, pkt, info, now: float, grh) -> None:
     if mask & SEND_MASK:
         _rc_send(qp, pkt, info, psn, mask)
         return
-    # --- CHK_OP_VALID: an operation the QP's access flags do not enable is a
-    # remote access error (Class C), as the spec and mlx5 have it; rxe NAKs
-    # it as an invalid request.
+    # --- CHK_OP_VALID: an operation the QP's access flags do not enable is
+    # NAKed as a remote access error, as hardware (mlx5) does; rxe's
+    # check_op_valid NAKs it as an invalid request.
     if mask & qp.resp_denied:
         _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
         return
