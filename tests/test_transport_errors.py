@@ -220,9 +220,6 @@ INVALID_REQUEST_CASES = {
                                                    (O.RC_SEND_MIDDLE, bytes(1024), None)]),
     "send_only_inside_a_send": (ALL_ACCESS, [(O.RC_SEND_FIRST, bytes(1024), None),
                                              (O.RC_SEND_ONLY, b"abc", None)]),
-    "write_without_qp_remote_write": (LW | RR | RA, [(O.RC_RDMA_WRITE_ONLY, b"abcd", "w4")]),
-    "read_without_qp_remote_read": (LW | RW | RA, [(O.RC_RDMA_READ_REQUEST, b"", "w4")]),
-    "atomic_without_qp_remote_atomic": (LW | RW | RR, [(O.RC_FETCH_ADD, b"", "atm0")]),
     "send_first_shorter_than_mtu": (ALL_ACCESS, [(O.RC_SEND_FIRST, bytes(100), None)]),
     "send_only_longer_than_mtu": (ALL_ACCESS, [(O.RC_SEND_ONLY, bytes(1028), None)]),
     "write_last_shorter_than_reth": (ALL_ACCESS, [(O.RC_RDMA_WRITE_FIRST, bytes(1024), "w3k"),
@@ -253,6 +250,44 @@ def test_invalid_request_nak(case):
     assert u64(s.mr.read(8)) == 0
     wcs = s.rcq.poll(5)
     assert len(wcs) == 2 and all(w.status != IBV_WC_SUCCESS for w in wcs)
+
+
+# An operation the QP's access flags do not enable (CHK_OP_VALID): NAK remote
+# access error and the QP to ERR with QP_ACCESS_ERR, as the spec and mlx5
+# have it -- not rxe's invalid-request NAK.
+QP_ACCESS_DENIED_CASES = {
+    "write_only": (LW | RR | RA, O.RC_RDMA_WRITE_ONLY, b"abcd", "w4"),
+    "write_first": (LW | RR | RA, O.RC_RDMA_WRITE_FIRST, bytes(1024), "w3k"),
+    "write_only_with_imm": (LW | RR | RA, O.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, b"abcd", "w4"),
+    "read": (LW | RW | RA, O.RC_RDMA_READ_REQUEST, b"", "w4"),
+    "fetch_add": (LW | RW | RR, O.RC_FETCH_ADD, b"", "atm0"),
+    "cmp_swap": (LW | RW | RR, O.RC_COMPARE_SWAP, b"", "atm0"),
+}
+
+
+@pytest.mark.parametrize("case", list(QP_ACCESS_DENIED_CASES))
+def test_qp_access_flags_deny_with_remote_access_nak(case):
+    access, op, payload, h = QP_ACCESS_DENIED_CASES[case]
+    s = Solo(rq_psn=7, access=access)
+    post_recvs(s, 2)
+    s.mr.write((5).to_bytes(8, "little"), 0)
+    hdr = {"atm0": dict(atmeth=(s.mr.addr, s.mr.rkey, 1, 5)),
+           "w3k": dict(reth=(s.mr.addr, s.mr.rkey, 3072)),
+           "w4": dict(reth=(s.mr.addr, s.mr.rkey, 4))}[h]
+    if op == O.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE:
+        hdr["imm"] = 9
+    s.rx(op, 7, payload, ackreq=True, **hdr)
+    pkts = s.out()
+    assert [p.name for p in pkts] == ["RC_ACKNOWLEDGE"]          # no read response, no atomic ACK
+    assert acks(pkts) == [(NAK_ACC, 7, 0)]
+    assert s.qp.state == IBV_QPS_ERR
+    assert (IBV_EVENT_QP_ACCESS_ERR, s.qp) in s.qp.events
+    assert (IBV_EVENT_QP_REQ_ERR, s.qp) not in s.qp.events
+    assert s.qp.cnt[C.resp_remote_access_errors] == 1
+    assert s.qp.cnt[C.resp_invalid_request_errors] == 0
+    assert u64(s.mr.read(8)) == 5                                 # memory untouched
+    # no receive WQE was consumed: both are flushed
+    assert [w.status for w in s.rcq.poll(5)] == [IBV_WC_WR_FLUSH_ERR] * 2
 
 
 def test_send_longer_than_receive_buffer():
@@ -427,7 +462,7 @@ def test_unsignaled_success_has_no_cqe_but_errors_do():
     ("read_out_of_bounds", IBV_WC_REM_ACCESS_ERR),
     ("misaligned_atomic", IBV_WC_REM_INV_REQ_ERR),
     ("send_too_long", IBV_WC_REM_INV_REQ_ERR),
-    ("no_remote_write_on_qp", IBV_WC_REM_INV_REQ_ERR),
+    ("no_remote_write_on_qp", IBV_WC_REM_ACCESS_ERR),
     ("read_with_no_responder_resources", IBV_WC_REM_INV_REQ_ERR),
 ])
 def test_remote_errors_map_to_requester_status(case, status):

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from softrdma.enums import (
-    IBV_MTU_1024, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS,
-    IBV_WC_WITH_IMM, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
-    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
+    IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_EVENT_QP_ACCESS_ERR,
+    IBV_MTU_1024, IBV_QPS_ERR, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_REM_ACCESS_ERR,
+    IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ,
+    IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
 )
 from softrdma.transport.counters import Counter as C
 from softrdma.transport.wr import RecvWQE, SendWQE
-from transport_helpers import Pair, tap, u64
+from transport_helpers import Pair, p64, tap, u64
 
 
 def _linked(**kw) -> tuple[Pair, list]:
@@ -154,3 +157,36 @@ def test_port_traffic_reported_for_a_message_equals_its_packets_on_the_wire():
         pr2.qa.post_send(w)
     assert _wire(seen) == 0
     assert told == wire
+
+
+@pytest.mark.parametrize("op,access", [
+    (IBV_WR_RDMA_WRITE, 0xF & ~IBV_ACCESS_REMOTE_WRITE),
+    (IBV_WR_RDMA_WRITE_WITH_IMM, 0xF & ~IBV_ACCESS_REMOTE_WRITE),
+    (IBV_WR_RDMA_READ, 0xF & ~IBV_ACCESS_REMOTE_READ),
+    (IBV_WR_ATOMIC_FETCH_AND_ADD, 0xF & ~IBV_ACCESS_REMOTE_ATOMIC),
+], ids=["write", "write_with_imm", "read", "atomic"])
+@pytest.mark.parametrize("linked", [True, False], ids=["loopback", "packets"])
+def test_op_the_qp_does_not_enable_is_a_remote_access_error_on_both_paths(op, access, linked):
+    """CHK_OP_VALID (the QP's access flags) fails the same way whether the
+    engine short-cuts the message or sends its packets: NAK remote access
+    error -> IBV_WC_REM_ACCESS_ERR, the responder QP in ERR with
+    QP_ACCESS_ERR (rxe would say invalid request)."""
+    if linked:
+        pr, seen = _linked(access=access)
+    else:
+        pr = Pair(path_mtu=IBV_MTU_1024, access=access)
+        seen = [tap(pr.sim, pr.a), tap(pr.sim, pr.b)]
+    pr.mb.write(p64(3))
+    pr.qb.post_recv(RecvWQE(5, [(pr.mb.addr + 0x100, 64, pr.mb.lkey)]))
+    pr.qa.post_send(SendWQE(1, op, [(pr.ma.addr, 8, pr.ma.lkey)], remote_addr=pr.mb.addr,
+                            rkey=pr.mb.rkey, compare_add=1, imm_data=7))
+    pr.qa.post_send(SendWQE(2, IBV_WR_SEND, [(pr.ma.addr, 8, pr.ma.lkey)]))
+    pr.run(0.01)
+    assert [(w.wr_id, w.status) for w in pr.qa.send_cq.poll(4)] == [
+        (1, IBV_WC_REM_ACCESS_ERR), (2, IBV_WC_WR_FLUSH_ERR)]
+    assert pr.qa.state == pr.qb.state == IBV_QPS_ERR
+    assert (IBV_EVENT_QP_ACCESS_ERR, pr.qb) in pr.qb.events
+    assert pr.qb.cnt[C.resp_remote_access_errors] == 1 and pr.qb.cnt[C.resp_invalid_request_errors] == 0
+    assert [(w.wr_id, w.status) for w in pr.qb.recv_cq.poll(4)] == [(5, IBV_WC_WR_FLUSH_ERR)]
+    assert u64(pr.mb.read(8)) == 3
+    assert _wire(seen) >= 2                                   # the request and the NAK

@@ -27,8 +27,11 @@ Going back (the requester's ``retry``) happens on:
 * the end of an RNR back-off (rnr_retry; 7 = infinite).
 Exhausted counters complete the oldest WQE with IBV_WC_RETRY_EXC_ERR or
 IBV_WC_RNR_RETRY_EXC_ERR; error NAKs with IBV_WC_REM_INV_REQ_ERR /
-REM_ACCESS_ERR / REM_OP_ERR.  Any error completion moves the QP to ERR,
-which flushes the rest with IBV_WC_WR_FLUSH_ERR.
+REM_ACCESS_ERR / REM_OP_ERR; a response at the expected PSN that does not
+fit (wrong kind for the WQE, a READ response opcode out of sequence, a
+length that does not match) with IBV_WC_BAD_RESP_ERR -- never retried.
+Any error completion moves the QP to ERR, which flushes the rest with
+IBV_WC_WR_FLUSH_ERR.
 
 Responses older than comp_psn (duplicates, ghosts) and responses to PSNs
 never sent are dropped and counted.
@@ -47,7 +50,7 @@ from ..wire.headers import (
     AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, RNR_TIMER_US, psn_diff,
 )
 from ..wire.opcodes import (
-    ACK_MASK, ATOMIC_MASK, END_MASK, OP_ACKNOWLEDGE,
+    ACK_MASK, ATOMIC_MASK, END_MASK, OP_ACKNOWLEDGE, START_MASK,
 )
 from . import limits
 from .counters import Counter
@@ -326,6 +329,20 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
         return
     # --- COMPST_READ: place the payload at this PSN's offset
     if wqe.opcode != WR.IBV_WR_RDMA_READ:
+        _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)
+        return
+    # The opcode must fit the sequence (rxe's check_ack on comp.opcode): a
+    # response stream starts with FIRST/ONLY at the PSN its READ request
+    # carried (``read_psn``: the WQE's first PSN, or where a go-back
+    # re-requested the missing part), and only there; MIDDLE/LAST continue
+    # one, so never at the WQE's first PSN.  At a re-request's PSN a
+    # MIDDLE/LAST is as good: the first pass's, delayed rather than lost, or
+    # kernel rxe's replay of a re-request (rdatm_res_state_replay).
+    if mask & START_MASK:
+        if psn != wqe.read_psn:
+            _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)
+            return
+    elif psn == wqe.first_psn:
         _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)
         return
     mtu = qp.mtu

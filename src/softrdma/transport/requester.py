@@ -262,6 +262,7 @@ def _send_rd_atomic(qp, wqe, tx) -> None:
         info = OPCODE_TABLE[qp.opclass | OP_RDMA_READ_REQUEST]
         buf = bytearray(info.length)
         psn = (wqe.first_psn + done // qp.mtu) & 0xFFFFFF if done else wqe.first_psn
+        wqe.read_psn = psn                     # where its responses must start (completer)
         BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.dest_qpn, ackreq | psn)
         RETH.pack_into(buf, info.reth, wqe.remote_addr + done, wqe.rkey, wqe.length - done)
     else:

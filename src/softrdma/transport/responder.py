@@ -12,7 +12,8 @@ For RC it walks the checks in the spec's (and rxe's) order:
   executed twice).
 * op sequence: MIDDLE/LAST must continue a message of the same kind, a new
   message must start with FIRST/ONLY -> else NAK invalid request.
-* op valid: READ/WRITE/ATOMIC need the QP's remote access flag -> NAK invalid request.
+* op valid: READ/WRITE/ATOMIC need the QP's remote access flag -> NAK remote
+  access error (rxe: invalid request).
 * resource: a message start that needs a receive WQE and finds none -> RNR NAK
   with min_rnr_timer; READ/ATOMIC need max_dest_rd_atomic > 0.
 * length: FIRST/MIDDLE exactly one MTU, LAST/ONLY at most one; the data must
@@ -275,9 +276,11 @@ def receive_rc(qp, pkt, info, now: float, grh) -> None:
     if mask & SEND_MASK:
         _rc_send(qp, pkt, info, psn, mask)
         return
-    # --- CHK_OP_VALID
+    # --- CHK_OP_VALID: an operation the QP's access flags do not enable is
+    # NAKed as a remote access error, as hardware (mlx5) does; rxe's
+    # check_op_valid NAKs it as an invalid request.
     if mask & qp.resp_denied:
-        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
         return
     if mask & WRITE_MASK:
         _rc_write(qp, pkt, info, psn, mask)

@@ -87,7 +87,7 @@ class SendWQE:
         "remote_qpn", "remote_qkey",
         # requester / completer state
         "length", "state", "first_psn", "last_psn", "npkts", "offset", "pkts_sent",
-        "views", "status", "is_rd_atomic", "signaled", "read_done", "fenced",
+        "views", "status", "is_rd_atomic", "signaled", "read_done", "read_psn", "fenced",
     )
 
     def __init__(self, wr_id: int, opcode: int, sg_list=(), *, send_flags: int = 0,
@@ -126,6 +126,7 @@ class SendWQE:
         self.is_rd_atomic = opcode in _RD_ATOMICS
         self.signaled = False
         self.read_done = 0                   # READ response bytes placed
+        self.read_psn = 0                    # PSN of the last READ request sent (its first response)
         self.fenced = False
 
     def __repr__(self) -> str:
