@@ -146,3 +146,23 @@ def test_utils_as_rdma_core_has_them():
     assert pu.gid_str_to_array("fe80:0000:0000:0000:0200:5eff:fe00:0001")[:3] == ["fe", "80", "00"]
     with pytest.raises(PyverbsUserError):
         pu.gid_str_to_array("fe80::1")
+
+
+def test_pyverbs_rdma_errno_carries_the_last_failed_calls_errno(ctx):
+    from softrdma.pyverbs.base import PyverbsRDMAErrno
+    with pytest.raises(PyverbsRDMAError):
+        CQ(ctx, 0, None, None, 0)                      # EINVAL
+    err = PyverbsRDMAErrno("Failed to create a CQ with cq_size=0")
+    assert isinstance(err, PyverbsRDMAError) and err.error_code == errno.EINVAL
+    assert str(err) == "Failed to create a CQ with cq_size=0. Errno: 22, Invalid argument"
+    with pytest.raises(PyverbsRDMAError):
+        Context(cmd_fd=0)                              # EOPNOTSUPP
+    assert PyverbsRDMAErrno("x").error_code == errno.EOPNOTSUPP
+
+
+def test_cm_enums_is_librdmacm_enums():
+    from softrdma.pyverbs import cm_enums as ce, librdmacm_enums as le
+    for name in ("RDMA_PS_TCP", "RDMA_PS_UDP", "RAI_PASSIVE", "RDMA_CM_EVENT_ESTABLISHED",
+                 "RDMA_MC_JOIN_FLAG_FULLMEMBER", "RDMA_OPTION_ID_ACK_TIMEOUT"):
+        assert getattr(ce, name) == getattr(le, name)
+    assert ce.RDMA_PS_TCP == 0x0106 and ce.RDMA_PS_UDP == 0x0111       # rdma_cma.h
