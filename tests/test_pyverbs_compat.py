@@ -166,3 +166,31 @@ def test_cm_enums_is_librdmacm_enums():
                  "RDMA_MC_JOIN_FLAG_FULLMEMBER", "RDMA_OPTION_ID_ACK_TIMEOUT"):
         assert getattr(ce, name) == getattr(le, name)
     assert ce.RDMA_PS_TCP == 0x0106 and ce.RDMA_PS_UDP == 0x0111       # rdma_cma.h
+
+
+def test_query_pkey_is_rxes_one_entry_table(ctx):
+    assert ctx.query_port(1).pkey_tbl_len == 1
+    assert ctx.query_pkey(port_num=1, index=0) == 0xFFFF
+    for port, index in ((1, 1), (1, -1), (2, 0)):
+        with pytest.raises(PyverbsRDMAError) as ex:
+            ctx.query_pkey(port, index)
+        assert ex.value.error_code == errno.EINVAL
+        assert str(ex.value).startswith(f"Failed to query pkey {index} of port {port}")
+
+
+def test_port_attributes_translate_as_pyverbs_prints_them(ctx):
+    from softrdma.pyverbs import device as d
+    a = ctx.query_port(1)
+    for text in (d.phys_state_to_str(a.phys_state), d.translate_mtu(a.max_mtu), d.translate_mtu(a.active_mtu),
+                 d.width_to_str(a.active_width), d.speed_to_str(a.active_speed), d.port_state_to_str(a.state),
+                 d.translate_link_layer(a.link_layer)):
+        assert "Invalid" not in text
+    assert d.phys_state_to_str(5) == "Link up (5)" and d.phys_state_to_str(9) == "Invalid physical state"
+    assert d.width_to_str(1) == "1X (1)" and d.width_to_str(3) == "Invalid width"
+    assert d.speed_to_str(1) == "2.5 Gbps (1)" and d.speed_to_str(3) == "Invalid speed"
+    assert d.translate_mtu(3) == "1024 (3)" and d.translate_mtu(0) == "Invalid MTU (0)"
+    assert d.port_state_to_str(4) == "Active (4)" and d.translate_link_layer(2) == "Ethernet"
+    assert d.translate_node_type(get_device_list()[0].node_type) == "CA"
+    assert d.translate_transport_type(0) == "IB" and d.translate_gid_type(2) == "RoCEv2"
+    assert d.guid_format(0x0200_5eff_fe00_0001) == "0100:00fe:ff5e:0002"     # stored big-endian
+    assert d.guid_to_hex(0xabc) == "abc"

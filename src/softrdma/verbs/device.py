@@ -13,6 +13,7 @@ from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from ..uapi.rundir import socket_path
+from ..wire import DEFAULT_PKEY
 from .addr import GID
 from .base import VerbsObject
 from .connection import Connection, gone_error
@@ -275,6 +276,18 @@ class Context(VerbsObject):
         if port_num != 1:
             raise PyverbsRDMAError(f"Failed to query port {port_num}", errno.EINVAL)
         return PortAttr(self.conn.call(CMD.query_port, port=port_num)[0]["attr"])
+
+    def query_pkey(self, port_num: int, index: int) -> int:
+        """ibv_query_pkey: the port's P_Key table is rxe's, one entry, the
+        default P_Key (0xffff, full membership); an index past
+        pkey_tbl_len or another port is EINVAL as ib_query_pkey's check."""
+        try:
+            tbl_len = self.query_port(port_num).pkey_tbl_len
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}", e.error_code) from None
+        if type(index) is not int or not 0 <= index < tbl_len:
+            raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}", errno.EINVAL)
+        return DEFAULT_PKEY
 
     def query_gid(self, port_num: int, index: int) -> GID:
         reply, _ = self.conn.call(CMD.query_gid, port=port_num, index=index)
