@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..enums import IBV_FORK_UNNEEDED, ibv_fork_status
 
+
 def is_fork_initialized() -> ibv_fork_status:
     """ibv_is_fork_initialized(): the copy-on-fork answer, IBV_FORK_UNNEEDED."""
     return IBV_FORK_UNNEEDED
