@@ -18,7 +18,7 @@ import pytest
 from softrdma.device.gid import GidTable
 from softrdma.device.sysfs import (
     PMA_COUNTERS_EXT, SysfsTree, guid_str, rate_str, read_attr, rxe_device_attrs,
-    rxe_pma_counters,
+    rxe_pma_counters, softrdma_device_attrs,
 )
 from softrdma.transport.counters import RXE_HW_COUNTERS
 
@@ -429,6 +429,29 @@ def test_uverbs_entries(tmp_path):
     assert tree.uverbs_index("rxe2") == 0                # lowest free, like the ida
     assert text(v / "uverbs0" / "ibdev") == "rxe2\n"
     assert tree.devices() == ["rxe1", "rxe2"]
+
+
+def test_device_net_lists_the_netdev_for_softrdma_devices_only(tmp_path):
+    """device/net/<netdev> -> /sys/class/net/<netdev> for the daemon's
+    devices (rdma-core's tests ``ls`` it to find the netdev); the kernel's
+    rxe on a virtual netdev has no ``device`` link, and neither has a tree
+    made with rxe_device_attrs."""
+    tree = SysfsTree(tmp_path)
+    tree.add_device("rxe0", **softrdma_device_attrs(MAC, "lo"))
+    tree.add_device("rxe1", **rxe_device_attrs("52:54:00:77:00:03", "eth1"))
+    net = tree.device_path("rxe0") / "device" / "net"
+    assert sorted(os.listdir(net)) == ["lo"]
+    assert os.readlink(net / "lo") == "/sys/class/net/lo"
+    assert os.path.realpath(net / "lo") == os.path.realpath("/sys/class/net/lo")   # this netns' lo
+    assert read_attr(net / "lo" / "ifindex") == "1"
+    assert not (tree.device_path("rxe1") / "device").exists()
+    tree.remove_device("rxe0")                  # the link goes, its target stays
+    assert not net.exists() and os.path.exists("/sys/class/net/lo")
+    tree.add_device("rxe0", **softrdma_device_attrs(MAC, "eth0"))
+    assert os.listdir(tree.device_path("rxe0") / "device" / "net") == ["eth0"]
+    with pytest.raises(ValueError):
+        tree.add_device("rxe2", **softrdma_device_attrs(MAC, "../x"))
+    assert not tree.device_path("rxe2").exists() and tree.devices() == ["rxe0", "rxe1"]
 
 
 def test_remove_and_readd_rewrites_everything(rxe):

@@ -328,6 +328,22 @@ class ibv_atomic_cap(IntEnum):
     IBV_ATOMIC_GLOB = 2
 
 
+class ibv_fork_status(IntEnum):
+    """enum ibv_fork_status (verbs.h): what ibv_is_fork_initialized() says."""
+    IBV_FORK_DISABLED = 0
+    IBV_FORK_ENABLED = 1
+    IBV_FORK_UNNEEDED = 2
+
+
+class ibv_rereg_mr_err_code(IntEnum):
+    """enum ibv_rereg_mr_err_code (verbs.h): ibv_rereg_mr's negative returns."""
+    IBV_REREG_MR_ERR_INPUT = -1
+    IBV_REREG_MR_ERR_DONT_FORK_NEW = -2
+    IBV_REREG_MR_ERR_DO_FORK_OLD = -3
+    IBV_REREG_MR_ERR_CMD = -4
+    IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW = -5
+
+
 class rdma_cm_event_type(IntEnum):
     """enum rdma_cm_event_type (rdma/rdma_cma.h)."""
 

@@ -112,6 +112,19 @@ Who reads what:
   (ioctl), not sysfs; it reads ``board_id`` from sysfs and prints it when
   the read is non-empty.
 
+**device/net.**  In the kernel ``<dev>/device`` is a link to the ib device's
+parent, rxe's the netdev's parent device (``rxe_dma_device``: a NIC's PCI or
+virtio device), and that device's ``net/`` lists its netdevs -- which is how
+rdma-core's tests (base.py ``get_net_name``: ``ls
+/sys/class/infiniband/<dev>/device/net/``, then ``ip -j addr show``) and
+rdma_cm users find the device's netdev and IP address.  Here ``device/`` is a
+directory whose ``net/`` holds one entry, the device's netdev, a symlink to
+``/sys/class/net/<netdev>`` (the netdev's real sysfs directory), for every
+netdev -- also lo, veth and dummy, where kernel rxe (no parent device) has no
+``device`` link and those lookups find nothing.  The daemon's devices get it
+(``softrdma_device_attrs``); ``rxe_device_attrs`` alone, the kernel's rxe
+on a virtual netdev, does not.
+
 **Writes.**  Every file is written to ``root/.staging`` and moved into place
 with ``os.replace``, so a reader sees the old or the new content, never a
 partial one, and no temporary name ever appears in a listed directory.  The
@@ -137,6 +150,10 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from .gid import ZERO_GID, GidTable, eui64, gid_str
+
+#: where device/net/<netdev> points: the netdev's own sysfs directory as
+#: the reader sees it (its netns' sysfs; /sys/class passes through the overlay)
+SYS_CLASS_NET = "/sys/class/net"
 
 #: the RDMA_NODE_* names of sysfs.c node_type_string()
 NODE_TYPES = {1: "CA", 2: "switch", 3: "router", 4: "RNIC", 5: "usNIC",
@@ -233,8 +250,9 @@ def softrdma_device_attrs(mac: bytes | str, netdev: str) -> dict:
     """What the daemon gives ``add_device``: rxe's attributes plus a
     ``board_id`` driver attribute whose board id is empty (``"%.*s\n"`` of
     "" is ``\n``), because node_exporter's collector before procfs PR #556
-    requires the file (see "Who reads what")."""
-    return dict(rxe_device_attrs(mac, netdev), board_id="")
+    requires the file (see "Who reads what"), and ``device/net/<netdev>``
+    (see "device/net")."""
+    return dict(rxe_device_attrs(mac, netdev), board_id="", net=netdev)
 
 
 def rxe_pma_counters(sent_bytes: int = 0, rcvd_bytes: int = 0, sent_pkts: int = 0,
@@ -368,13 +386,16 @@ class SysfsTree:
                    hca_type: Optional[str] = None, board_id: Optional[str] = None,
                    hw_rev: Optional[str] = None, node_desc: str = "",
                    node_type: int = 1, *, parent: Optional[str] = None,
-                   uverbs_abi_ver: int = RXE_UVERBS_ABI) -> Path:
+                   uverbs_abi_ver: int = RXE_UVERBS_ABI, net: Optional[str] = None) -> Path:
         """Create class/infiniband/<name> with the device attributes and its
         class/infiniband_verbs/uverbsN entry.  ``sys_image_guid`` defaults to
         ``node_guid``; None for hca_type/board_id/hw_rev/parent leaves the file
-        out (rxe: see ``rxe_device_attrs``)."""
+        out (rxe: see ``rxe_device_attrs``).  ``net``: the netdev the device
+        runs on, made ``device/net/<net>`` (see "device/net")."""
         if name in self._uverbs:
             raise FileExistsError(f"device {name!r} already in this tree")
+        if net is not None:
+            _check_name("netdev", net)      # before anything is written
         d = self.device_path(name)
         if d.exists():                      # left over from an earlier run
             shutil.rmtree(d)
@@ -389,6 +410,10 @@ class SysfsTree:
                              ("hw_rev", hw_rev), ("parent", parent)):
             if value is not None:
                 self._put(d / fname, f"{value}\n")
+        if net is not None:
+            n = d / "device" / "net"
+            n.mkdir(parents=True)
+            os.symlink(os.path.join(SYS_CLASS_NET, net), n / net)
 
         used = set(self._uverbs.values())
         n = next(i for i in count() if i not in used)

@@ -9,4 +9,4 @@ EOPNOTSUPP)`` when used, never silently.
 """
 
 MODULES = ("addr", "base", "cq", "device", "enums", "libibverbs_enums", "mr", "pd", "pyverbs_error", "qp",
-           "srq", "wr", "mem_alloc", "librdmacm_enums", "cmid")
+           "srq", "wr", "mem_alloc", "librdmacm_enums", "cmid", "cm_enums", "fork", "utils")

@@ -1,6 +1,6 @@
 """pyverbs.base: the common base class and the errno helper."""
 
-from ..verbs.errors import PyverbsRDMAError  # noqa: F401
+from ..verbs.errors import PyverbsRDMAErrno, PyverbsRDMAError  # noqa: F401
 from ..verbs.wr import inc_rkey  # noqa: F401
 
 

@@ -6,6 +6,7 @@ import ipaddress
 
 from ..uapi.commands import CMD
 from .base import PDObject
+from .errors import PyverbsRDMAError
 
 
 class GID:
@@ -88,7 +89,13 @@ class AH(PDObject):
     def __init__(self, pd, attr: AHAttr):
         self.pd = pd
         self.ah_attr = attr
-        reply, _ = pd.ctx.conn.call(CMD.create_ah, pd=pd.handle, attr=attr.to_wire())
+        try:
+            reply, _ = pd.ctx.conn.call(CMD.create_ah, pd=pd.handle, attr=attr.to_wire())
+        except PyverbsRDMAError as e:
+            # pyverbs' text ("Failed to create AH"), then the daemon's reason
+            reason = getattr(e, "reason", None)
+            raise PyverbsRDMAError(f"Failed to create AH: {reason}" if reason else "Failed to create AH",
+                                   e.error_code) from None
         self.handle = reply["ah"]
         self.closed = False
         self.pd.add_ref(self)

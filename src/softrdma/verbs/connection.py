@@ -185,6 +185,7 @@ class Connection:
             exc = PyverbsRDMAError(f"Failed to {op.replace('_', ' ')}: "
                                    f"{text if isinstance(text, str) else os.strerror(err)}", err)
             exc.extack = msg.get("extack")        # the netlink-style extended ack, if the daemon gave one
+            exc.reason = text if isinstance(text, str) else None    # the daemon's words alone
             raise exc
         close_fds(got[want_fds:])
         if op == "open":

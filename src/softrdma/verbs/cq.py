@@ -87,6 +87,10 @@ class CompletionQueue(VerbsObject):
 
     def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0):
         max_cqe = ctx._attr.get("max_cqe", 1 << 22)
+        if isinstance(cqe, float):
+            # pyverbs passes cqe to ibv_create_cq's C int: Cython converts a
+            # float with int() (the suite's CQ(ctx, max_cqe/2) relies on it)
+            cqe = int(cqe)
         if not isinstance(cqe, int) or not 0 < cqe <= max_cqe:     # before the ring exists (the daemon checks too)
             raise PyverbsRDMAError(f"Failed to create CQ: cqe {cqe!r} not in 1..max_cqe ({max_cqe})", errno.EINVAL)
         if not 0 <= comp_vector < ctx.num_comp_vectors:       # the kernel's ib_uverbs create_cq check
@@ -111,6 +115,11 @@ class CompletionQueue(VerbsObject):
         self.closed = False
         self._idle = IDLE_POLLS
         ctx.conn.track(self)
+
+    @property
+    def comp_channel(self) -> CompChannel | None:
+        """The completion channel the CQ was created with (None: none)."""
+        return self.channel
 
     def device_gone(self) -> None:
         """The daemon is gone: polling and arming fail from now on."""

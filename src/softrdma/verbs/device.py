@@ -9,9 +9,11 @@ import subprocess
 import sys
 import time
 
+from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from ..uapi.rundir import socket_path
+from ..wire import DEFAULT_PKEY
 from .addr import GID
 from .base import VerbsObject
 from .connection import Connection, gone_error
@@ -139,13 +141,19 @@ class DeviceAttrEx(_Attr):
 
 
 class Device:
-    """One entry of get_device_list()."""
+    """One entry of get_device_list() (ibv_device).  Every softrdma device is
+    a RoCE channel adapter, as rxe is: node_type IBV_NODE_CA (sysfs
+    ``1: CA``), transport IBV_TRANSPORT_IB (ibv_get_device_list derives it
+    from the node type)."""
 
-    def __init__(self, name: str, node_guid: str, netdev: str):
+    def __init__(self, name: str, node_guid: str, netdev: str, index: int = 0):
         self.name = name.encode()
         self.node_guid = node_guid
         self.netdev = netdev
         self.guid = node_guid
+        self.index = index
+        self.node_type = IBV_NODE_CA
+        self.transport_type = IBV_TRANSPORT_IB
 
     def __repr__(self) -> str:
         return f"Device {self.name.decode()}, node GUID {self.node_guid}"
@@ -170,7 +178,7 @@ def get_device_list() -> list[Device]:
         reply, _ = conn.call(CMD.devices)
     finally:
         conn.close()
-    return [Device(d["name"], d["node_guid"], d["netdev"]) for d in reply["devices"]]
+    return [Device(d["name"], d["node_guid"], d["netdev"], i) for i, d in enumerate(reply["devices"])]
 
 
 class Context(VerbsObject):
@@ -178,6 +186,11 @@ class Context(VerbsObject):
     control connection, which destroys every object made on it."""
 
     def __init__(self, name: str | bytes | None = None, **kw):
+        if kw.get("cmd_fd") is not None:
+            # ibv_import_device: a second context sharing another's uverbs
+            # file (its objects included); softrdma's control connection is
+            # one context's, so this fails as on a kernel without the ioctl
+            raise PyverbsRDMAError("Failed to import device", errno.EOPNOTSUPP)
         if isinstance(name, bytes):
             name = name.decode()
         try:
@@ -207,6 +220,12 @@ class Context(VerbsObject):
     @property
     def num_comp_vectors(self) -> int:
         return 1
+
+    @property
+    def cmd_fd(self) -> int:
+        """ibv_context.cmd_fd: the fd the context's commands go through --
+        here the control connection's socket (the uverbs file's role)."""
+        return self.conn.fileno()
 
     def query_device(self) -> DeviceAttr:
         a = self._attr
@@ -257,6 +276,18 @@ class Context(VerbsObject):
         if port_num != 1:
             raise PyverbsRDMAError(f"Failed to query port {port_num}", errno.EINVAL)
         return PortAttr(self.conn.call(CMD.query_port, port=port_num)[0]["attr"])
+
+    def query_pkey(self, port_num: int, index: int) -> int:
+        """ibv_query_pkey: the port's P_Key table is rxe's, one entry, the
+        default P_Key (0xffff, full membership); an index past
+        pkey_tbl_len or another port is EINVAL as ib_query_pkey's check."""
+        try:
+            tbl_len = self.query_port(port_num).pkey_tbl_len
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}", e.error_code) from None
+        if type(index) is not int or not 0 <= index < tbl_len:
+            raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}", errno.EINVAL)
+        return DEFAULT_PKEY
 
     def query_gid(self, port_num: int, index: int) -> GID:
         reply, _ = self.conn.call(CMD.query_gid, port=port_num, index=index)
