@@ -128,7 +128,7 @@ class AddrInfo:
     """struct rdma_addrinfo, as pyverbs builds it with rdma_getaddrinfo.
 
     With RAI_PASSIVE, ``src``/``src_service`` is the address to bind to (the
-    wildcard when ``src`` is None). Otherwise ``src`` (if given) is resolved
+    wildcard when only a service is given). Otherwise ``src`` (if given) is resolved
     first as a passive address and handed to the second call as the hints'
     source, and ``dst``/``dst_service`` is the destination; as in librdmacm, a
     call with neither node nor service only copies the hints, so
@@ -350,8 +350,9 @@ class CMID:
         self._need().disconnect()
 
     def set_local_ece(self, ece: ECE):
-        """rdma_set_local_ece: the ECE this ID offers in its REQ/REP (set
-        before the ID has a QP)."""
+        """rdma_set_local_ece (librdmacm's checks: before the ID has a QP, a
+        vendor_id, no comp_mask).  Kept on the ID; softrdma's CM does not yet
+        put it in the REQ/REP (their vendor-ID fields go out zero)."""
         cid = self._need()
         if cid.qp is not None or ece is None or not ece.vendor_id or ece.comp_mask:
             raise PyverbsRDMAError("Failed to set local ECE", errno.EINVAL)
