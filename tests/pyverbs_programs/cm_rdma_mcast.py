@@ -75,7 +75,7 @@ group, local = sys.argv[3], sys.argv[4]
 cmid = CMID(creator=ch, port_space=ce.RDMA_PS_UDP)
 cmid.bind_addr(AddrInfo(src=local, src_service="0", port_space=ce.RDMA_PS_UDP, flags=ce.RAI_PASSIVE))
 cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_UD, cap=QPCap(max_send_wr=2, max_recv_wr=2)))
-cmid.join_multicast(addr=group)
+cmid.join_multicast(addr=AddrInfo(src=group))
 ud = UDParam(expect(ch, ce.RDMA_CM_EVENT_MULTICAST_JOIN))
 mr = cmid.reg_msgs(40 + 64)
 if role == "receiver":
@@ -87,8 +87,8 @@ if role == "receiver":
 else:
     ah = AH(cmid.pd, attr=ud.ah_attr)
     mr.write(b"to a group", 10)
-    cmid.post_ud_send(mr, ah, rqpn=ud.qp_num, size=10)
+    cmid.post_ud_send(mr, ah, rqpn=ud.qp_num, length=10)
     assert cmid.get_send_comp().status == e.IBV_WC_SUCCESS
     print("sent", flush=True)
-cmid.leave_multicast(addr=group)
+cmid.leave_multicast(addr=AddrInfo(src=group))
 cmid.close()

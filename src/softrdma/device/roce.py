@@ -171,6 +171,13 @@ class RocePort(Port):
         src_ip, sock = self._source(av.sgid_index, ":" in dst_ip)
         src_b, dst_b = ipaddress.ip_address(src_ip).packed, ipaddress.ip_address(dst_ip).packed
         peer = devices_by_ip.get(dst_ip)
+        if peer is not None:
+            # no socket on this path: as rxe, the packets come from the source
+            # GID's own address even when the netdev lacks it (the default GID
+            # fe80::<EUI-64> of lo), which is what the peer's check_addr expects
+            g = self.gid(av.sgid_index)
+            if g is not None and (":" in gid_to_ip(g)) == (":" in dst_ip):
+                src_b = ipaddress.ip_address(gid_to_ip(g)).packed
         if len(src_b) != len(dst_b):        # a GID that changed family under a QP: nothing can go
             peer = sock = None
         if peer is not None or sock is None:
@@ -200,7 +207,11 @@ class RocePort(Port):
         av = qp.av
         peer = None
         if qp.qp_type in (RC, UC) and av is not None and any(av.dgid):
-            peer = (_addr_bytes(av.dgid), ipaddress.ip_address(self._source(av.sgid_index)[0]).packed)
+            sent_from = ipaddress.ip_address(self._source(av.sgid_index)[0]).packed
+            g = self.gid(av.sgid_index)
+            # a same-daemon peer sends to the sgid's own address (``_resolve``)
+            own = _addr_bytes(g) if g is not None else sent_from
+            peer = (_addr_bytes(av.dgid), sent_from, own)
         e.peer_av, e.peer = av, peer
         return peer
 
@@ -213,12 +224,13 @@ class RocePort(Port):
     def _same_pair(peer: tuple[bytes, bytes], src: bytes, dst: bytes) -> bool:
         """The slow path of the address check, after the byte comparison
         failed: the same addresses in the other form (an IPv4 peer reported as
-        ``::ffff:a.b.c.d`` by a dual-stack socket)."""
+        ``::ffff:a.b.c.d`` by a dual-stack socket), or sent to the sgid's own
+        address (a same-daemon peer, when the sgid has no socket)."""
         if len(src) == 16 and src[:12] == _V4_MAPPED:
             src = src[12:]
         if len(dst) == 16 and dst[:12] == _V4_MAPPED:
             dst = dst[12:]
-        return src == peer[0] and dst == peer[1]
+        return src == peer[0] and (dst == peer[1] or dst == peer[2])
 
     @staticmethod
     def _grh(src: bytes, dst: bytes, udp_payload_len: int) -> bytes:

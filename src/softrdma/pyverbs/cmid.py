@@ -27,10 +27,14 @@ from ..verbs import cm as _cm
 from ..verbs.addr import AHAttr
 from ..verbs.errors import PyverbsError, PyverbsRDMAError, PyverbsUserError
 from ..verbs.mr import MR
-from ..verbs.qp import QPAttr, QPInitAttr
+from ..verbs.qp import ECE, QPAttr, QPInitAttr
 from ..verbs.wr import SGE, RecvWR, SendWR
 from .librdmacm_enums import (
     RAI_PASSIVE,
+    RDMA_CM_JOIN_MC_ATTR_ADDRESS,
+    RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+    RDMA_MC_JOIN_FLAG_FULLMEMBER,
+    RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
     RDMA_OPTION_ID,
     RDMA_OPTION_ID_ACK_TIMEOUT,
     RDMA_OPTION_ID_AFONLY,
@@ -109,8 +113,28 @@ def _resolve(node, service, passive: bool):
     return infos[0][4][0], port
 
 
+def _group(addr) -> str:
+    """The multicast group an AddrInfo names: its source address (pyverbs
+    passes ``ai_src_addr``), or a group given as text."""
+    if isinstance(addr, AddrInfo):
+        ip = addr.src_addr[0]
+        if ip is None:
+            raise PyverbsRDMAError("Failed to Join multicast", errno.EINVAL)
+        return ip
+    return str(addr)
+
+
 class AddrInfo:
-    """struct rdma_addrinfo (rdma_getaddrinfo)."""
+    """struct rdma_addrinfo, as pyverbs builds it with rdma_getaddrinfo.
+
+    With RAI_PASSIVE, ``src``/``src_service`` is the address to bind to (the
+    wildcard when only a service is given). Otherwise ``src`` (if given) is resolved
+    first as a passive address and handed to the second call as the hints'
+    source, and ``dst``/``dst_service`` is the destination; as in librdmacm, a
+    call with neither node nor service only copies the hints, so
+    ``AddrInfo(src=group)`` (how the suite names a multicast group) has a
+    source address and no destination.
+    """
 
     def __init__(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0,
                  service=None):
@@ -118,13 +142,19 @@ class AddrInfo:
         self.flags = flags
         self.qp_type = _cm._PS_QPT.get(self.port_space, 2)
         if flags & RAI_PASSIVE:
-            self.src_addr = _resolve(src, src_service if src_service is not None else service, True)
+            srv = src_service if src_service is not None else service
+            if src is None and srv is None:
+                self.src_addr = (None, 0)          # only the hints: no address
+            else:
+                self.src_addr = _resolve(src, srv, True)
             self.dst_addr = (None, 0)
         else:
-            self.src_addr = _resolve(src, src_service, False) if src is not None else (None, 0)
-            self.dst_addr = _resolve(dst, dst_service if dst_service is not None else service, False)
-            if self.dst_addr[0] is None:
-                raise PyverbsRDMAError("Failed to get Address Info", errno.EINVAL)
+            self.src_addr = _resolve(src, src_service, True) if src else (None, 0)
+            srv = dst_service if dst_service is not None else service
+            if dst is None and srv is None:
+                self.dst_addr = (None, 0)
+            else:
+                self.dst_addr = _resolve(dst, srv, False)
 
     def close(self):
         pass
@@ -192,9 +222,11 @@ class UDParam:
 
 
 class JoinMCAttrEx:
-    """struct rdma_cm_join_mc_attr_ex."""
+    """struct rdma_cm_join_mc_attr_ex: the group is ``addr``'s source address."""
 
-    def __init__(self, addr=None, comp_mask=0, join_flags=0):
+    def __init__(self, addr: AddrInfo, comp_mask=0, join_flags=0):
+        if addr is None:
+            raise TypeError("Argument 'addr' must not be None")
         self.addr = addr
         self.comp_mask = comp_mask
         self.join_flags = join_flags
@@ -317,6 +349,24 @@ class CMID:
     def disconnect(self):
         self._need().disconnect()
 
+    def set_local_ece(self, ece: ECE):
+        """rdma_set_local_ece (librdmacm's checks: before the ID has a QP, a
+        vendor_id, no comp_mask).  Kept on the ID; softrdma's CM does not yet
+        put it in the REQ/REP (their vendor-ID fields go out zero)."""
+        cid = self._need()
+        if cid.qp is not None or ece is None or not ece.vendor_id or ece.comp_mask:
+            raise PyverbsRDMAError("Failed to set local ECE", errno.EINVAL)
+        cid.local_ece = (ece.vendor_id, ece.options)
+
+    def get_remote_ece(self):
+        """rdma_get_remote_ece: the ECE the peer's REQ/REP carried (zero when
+        it carried none)."""
+        cid = self._need()
+        if cid.qp is not None:
+            raise PyverbsRDMAError("Failed to get remote ECE", errno.EINVAL)
+        vendor_id, options = cid.remote_ece
+        return ECE(vendor_id, options, 0)
+
     def set_option(self, level, optname, optval, optlen=0):
         if level != RDMA_OPTION_ID:
             raise PyverbsRDMAError("Failed to set option", errno.ENOSYS)
@@ -363,25 +413,25 @@ class CMID:
             raise PyverbsRDMAError(f"Failed to {what}", errno.EINVAL)
         return qp
 
-    def post_recv(self, mr: MR, size=None):
-        self._qp("Post Receive").post_recv(RecvWR(0, 1, [SGE(mr.buf, size or mr.length, mr.lkey)]))
+    def post_recv(self, mr: MR, length=None):
+        self._qp("Post Receive").post_recv(RecvWR(0, 1, [SGE(mr.buf, length or mr.length, mr.lkey)]))
 
-    def post_send(self, mr: MR, flags=IBV_SEND_SIGNALED, size=None):
-        self._qp("Post Send").post_send(SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, size or mr.length, mr.lkey)],
+    def post_send(self, mr: MR, flags=IBV_SEND_SIGNALED, length=None):
+        self._qp("Post Send").post_send(SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)],
                                                send_flags=flags))
 
-    def post_read(self, mr: MR, size, remote_addr, rkey, flags=0):
-        wr = SendWR(0, IBV_WR_RDMA_READ, 1, sg=[SGE(mr.buf, size, mr.lkey)], send_flags=flags)
+    def post_read(self, mr: MR, length, remote_addr, rkey, flags=0):
+        wr = SendWR(0, IBV_WR_RDMA_READ, 1, sg=[SGE(mr.buf, length, mr.lkey)], send_flags=flags)
         wr.set_wr_rdma(rkey, remote_addr)
         self._qp("Post Read").post_send(wr)
 
-    def post_write(self, mr: MR, size, remote_addr, rkey, flags=0):
-        wr = SendWR(0, IBV_WR_RDMA_WRITE, 1, sg=[SGE(mr.buf, size, mr.lkey)], send_flags=flags)
+    def post_write(self, mr: MR, length, remote_addr, rkey, flags=0):
+        wr = SendWR(0, IBV_WR_RDMA_WRITE, 1, sg=[SGE(mr.buf, length, mr.lkey)], send_flags=flags)
         wr.set_wr_rdma(rkey, remote_addr)
         self._qp("Post Write").post_send(wr)
 
-    def post_ud_send(self, mr: MR, ah, rqpn=0, flags=IBV_SEND_SIGNALED, size=None):
-        wr = SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, size or mr.length, mr.lkey)], send_flags=flags)
+    def post_ud_send(self, mr: MR, ah, rqpn=0, flags=IBV_SEND_SIGNALED, length=None):
+        wr = SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)], send_flags=flags)
         wr.set_wr_ud(ah, rqpn, self.id.info.get("qkey") or 0x01234567)
         self._qp("Post Send").post_send(wr)
 
@@ -400,17 +450,24 @@ class CMID:
         return self._get_comp(self._need().recv_cq, "receive")
 
     # -- multicast --------------------------------------------------------------------------------------
-    def join_multicast(self, addr=None, comp_mask=0, join_flags=0, attr=None):
-        if isinstance(addr, AddrInfo):
-            addr = addr.dst_addr[0] or addr.src_addr[0]
-        if attr is not None:
-            addr = attr.addr
-        self._need().join_multicast(str(addr))
+    def join_multicast(self, addr: AddrInfo | None = None, mc_attr: JoinMCAttrEx | None = None, context=0):
+        """rdma_join_multicast(addr's source address), or rdma_join_multicast_ex(mc_attr)."""
+        if not addr and not mc_attr:
+            raise PyverbsUserError("Join to multicast must have AddrInfo or JoinMCAttrEx arguments")
+        sendonly = False
+        if mc_attr is not None:
+            # librdmacm's rdma_join_multicast_ex checks
+            if not mc_attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS:
+                raise PyverbsRDMAError("Failed to Join multicast", errno.EINVAL)
+            if not mc_attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS or mc_attr.join_flags not in (
+                    RDMA_MC_JOIN_FLAG_FULLMEMBER, RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER):
+                raise PyverbsRDMAError("Failed to Join multicast", errno.EINVAL)
+            sendonly = mc_attr.join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+            addr = mc_attr.addr
+        self._need().join_multicast(_group(addr), sendonly=sendonly)
 
-    def leave_multicast(self, addr=None):
-        if isinstance(addr, AddrInfo):
-            addr = addr.dst_addr[0] or addr.src_addr[0]
-        self._need().leave_multicast(str(addr))
+    def leave_multicast(self, addr: AddrInfo):
+        self._need().leave_multicast(_group(addr))
 
     # -- teardown ----------------------------------------------------------------------------------------
     def close(self):

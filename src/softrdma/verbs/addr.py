@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import ipaddress
 
+from ..enums import IBV_WC_GRH
 from ..uapi.commands import CMD
 from .base import PDObject
 from .errors import PyverbsRDMAError
@@ -80,13 +83,42 @@ class AHAttr:
         return cls(gr, int(d["is_global"]), d["port_num"], d["dlid"], d["sl"])
 
 
+def ah_attr_from_wc(ctx, port_num: int, wc, grh: bytes) -> AHAttr:
+    """ibv_init_ah_from_wc on RoCE: the packet's source GID is the
+    destination, the local GID it was sent to gives sgid_index.  The 40-byte
+    GRH area holds an IPv6 header, or (RoCEv2 over IPv4) an IPv4 header in
+    its last 20 bytes."""
+    if not wc.wc_flags & IBV_WC_GRH:
+        raise PyverbsRDMAError("Failed to create AH", errno.EINVAL)
+    if grh[20] >> 4 == 4:
+        tclass, flow = grh[21], 0
+        sgid = bytes(10) + b"\xff\xff" + grh[32:36]
+        dgid = bytes(10) + b"\xff\xff" + grh[36:40]
+    else:
+        vtf = int.from_bytes(grh[0:4], "big")
+        tclass, flow = (vtf >> 20) & 0xFF, vtf & 0xFFFFF
+        sgid, dgid = grh[8:24], grh[24:40]
+    for i in range(ctx.query_port(port_num).gid_tbl_len):
+        try:
+            if ctx.query_gid(port_num, i).raw == dgid:
+                break
+        except PyverbsRDMAError:
+            continue
+    else:
+        raise PyverbsRDMAError("Failed to create AH", errno.ENOENT)
+    return AHAttr(GlobalRoute(GID(sgid), flow, i, 0xFF, tclass), 1, port_num, wc.slid, wc.sl,
+                  wc.dlid_path_bits)
+
+
 class AH(PDObject):
     """An address handle for UD sends: ``AH(pd, attr=AHAttr(...))``."""
 
     destroy_cmd = CMD.destroy_ah
     close_rank = 2
 
-    def __init__(self, pd, attr: AHAttr):
+    def __init__(self, pd, attr: AHAttr | None = None, *, wc=None, grh=None, port_num=None):
+        if attr is None:          # ibv_create_ah_from_wc; grh is the buffer's address, as in pyverbs
+            attr = ah_attr_from_wc(pd.ctx, port_num, wc, ctypes.string_at(grh, 40))
         self.pd = pd
         self.ah_attr = attr
         try:

@@ -188,7 +188,8 @@ class EventChannel:
             return None
         elif t == EV.RDMA_CM_EVENT_REJECTED:
             cm_id._modify_err()
-        elif t == EV.RDMA_CM_EVENT_MULTICAST_JOIN and cm_id.qp is not None:
+        elif (t == EV.RDMA_CM_EVENT_MULTICAST_JOIN and cm_id.qp is not None
+              and ev.ud["ah_attr"]["dgid"] not in cm_id.sendonly_groups):
             try:
                 cm_id.qp.attach_mcast(bytes.fromhex(ev.ud["ah_attr"]["dgid"]), 0)
             except PyverbsRDMAError as e:
@@ -230,6 +231,9 @@ class CmId:
         self.initiator_depth = 0
         self.responder_resources = 0
         self.connect_error = False
+        self.local_ece = (0, 0)           # (vendor_id, options): rdma_set_local_ece
+        self.remote_ece = (0, 0)          # the peer's, from its REQ/REP
+        self.sendonly_groups: set[str] = set()   # MGIDs (hex) joined as send-only full member
         self.closed = False
 
     # -- device ----------------------------------------------------------------------------
@@ -460,13 +464,17 @@ class CmId:
         return new
 
     # -- multicast ---------------------------------------------------------------------------------
-    def join_multicast(self, addr: str) -> None:
+    def join_multicast(self, addr: str, sendonly: bool = False) -> None:
+        """rdma_join_multicast; a send-only full member's QP is not attached
+        to the group (librdmacm's ucma_process_join)."""
+        if sendonly:
+            self.sendonly_groups.add(ip_gid(addr).hex())
         self._call("Failed to Join multicast", CMD.cm_join_multicast, addr=addr)
         if self.sync:
             self._wait(EV.RDMA_CM_EVENT_MULTICAST_JOIN)
 
     def leave_multicast(self, addr: str) -> None:
-        if self.qp is not None:
+        if self.qp is not None and ip_gid(addr).hex() not in self.sendonly_groups:
             try:
                 self.qp.detach_mcast(ip_gid(addr), 0)
             except PyverbsRDMAError:

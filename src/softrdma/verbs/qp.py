@@ -140,6 +140,21 @@ class QPAttr(qp_attr.QPAttr):
                          cap=QPCap(), ah_attr=AHAttr())
 
 
+class ECE:
+    """struct ibv_ece: enhanced connection establishment, a vendor's options
+    carried in the CM's REQ/REP (vendor_id, options, comp_mask)."""
+
+    def __init__(self, vendor_id=0, options=0, comp_mask=0):
+        self.vendor_id = vendor_id
+        self.options = options
+        self.comp_mask = comp_mask
+
+    def __str__(self):
+        f = "{:22}: 0x{:<20x}\n"
+        return ("ECE:\n" + f.format("Vendor ID", self.vendor_id) + f.format("Options", self.options)
+                + f.format("Comp Mask", self.comp_mask))
+
+
 class QP(VerbsObject):
     """``QP(pd, QPInitAttr)`` (ibv_create_qp) or ``QP(ctx, QPInitAttrEx)``
     (ibv_create_qp_ex), as pyverbs takes them."""
@@ -208,6 +223,19 @@ class QP(VerbsObject):
                 v = QPCap(**v)
             setattr(attr, k, v)
         return attr, self.init_attr
+
+    # ------------------------------------------------------------------ ECE
+    # softrdma, like rxe, has no vendor options to negotiate: the provider's
+    # set_ece/query_ece are libibverbs' defaults, which fail with EOPNOTSUPP.
+    def set_ece(self, ece: ECE) -> None:
+        """ibv_set_ece; pyverbs skips the call for vendor_id 0."""
+        if ece.vendor_id == 0:
+            return
+        raise PyverbsRDMAError("Failed to set ECE", errno.EOPNOTSUPP)
+
+    def query_ece(self) -> ECE:
+        """ibv_query_ece."""
+        raise PyverbsRDMAError("Failed to query ECE", errno.EOPNOTSUPP)
 
     @property
     def qp_state(self) -> int:
