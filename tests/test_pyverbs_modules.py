@@ -123,7 +123,8 @@ def test_shim_maps_every_module():
     from softrdma.pyverbs import MODULES
     code = ("import importlib, sys\nfrom softrdma.pyverbs import MODULES\n"
             "for n in MODULES:\n"
-            "    assert importlib.import_module('pyverbs.' + n) is importlib.import_module('softrdma.pyverbs.' + n), n\n"
+            "    ours = importlib.import_module('softrdma.pyverbs.' + n)\n"
+            "    assert importlib.import_module('pyverbs.' + n) is ours, n\n"
             "import pyverbs.providers.mlx5.mlx5_enums as dve\nprint(dve.MLX5_SEND_WQE_BB)\n")
     shim = os.path.join(os.path.dirname(importlib.import_module("softrdma").__file__), "shim")
     env = {**os.environ, "PYTHONPATH": shim + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -2,4 +2,9 @@
 
 from .._vendor import other_vendor
 
-globals().update(other_vendor("mlx5", "DrAction", "DrActionQp", "DrActionFlowCounter", "DrActionDrop", "DrActionModify", "DrActionTag", "DrActionDestTable", "DrActionPopVLan", "DrActionPushVLan", "DrActionDestAttr", "DrActionDestArray", "DrActionDefMiss", "DrActionVPort", "DrActionIBPort", "DrActionDestTir", "DrActionPacketReformat", "DrFlowSamplerAttr", "DrActionFlowSample"))
+globals().update(other_vendor(
+    "mlx5",
+    "DrAction", "DrActionQp", "DrActionFlowCounter", "DrActionDrop", "DrActionModify",
+    "DrActionTag", "DrActionDestTable", "DrActionPopVLan", "DrActionPushVLan", "DrActionDestAttr",
+    "DrActionDestArray", "DrActionDefMiss", "DrActionVPort", "DrActionIBPort", "DrActionDestTir",
+    "DrActionPacketReformat", "DrFlowSamplerAttr", "DrActionFlowSample"))

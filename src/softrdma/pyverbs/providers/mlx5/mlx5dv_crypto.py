@@ -2,4 +2,7 @@
 
 from .._vendor import other_vendor
 
-globals().update(other_vendor("mlx5", "Mlx5CryptoLoginAttr", "Mlx5CryptoExtLoginAttr", "Mlx5DEKInitAttr", "Mlx5DEKAttr", "Mlx5CryptoAttr", "Mlx5DEK", "Mlx5CryptoLogin"))
+globals().update(other_vendor(
+    "mlx5",
+    "Mlx5CryptoLoginAttr", "Mlx5CryptoExtLoginAttr", "Mlx5DEKInitAttr", "Mlx5DEKAttr",
+    "Mlx5CryptoAttr", "Mlx5DEK", "Mlx5CryptoLogin"))

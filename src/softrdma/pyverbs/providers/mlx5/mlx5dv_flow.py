@@ -2,4 +2,7 @@
 
 from .._vendor import other_vendor
 
-globals().update(other_vendor("mlx5", "Mlx5FlowMatchParameters", "Mlx5FlowMatcherAttr", "Mlx5FlowMatcher", "Mlx5PacketReformatFlowAction", "Mlx5FlowActionAttr", "Mlx5Flow"))
+globals().update(other_vendor(
+    "mlx5",
+    "Mlx5FlowMatchParameters", "Mlx5FlowMatcherAttr", "Mlx5FlowMatcher",
+    "Mlx5PacketReformatFlowAction", "Mlx5FlowActionAttr", "Mlx5Flow"))
