@@ -16,6 +16,7 @@ class ibv_qp_type(IntEnum):
     IBV_QPT_RAW_PACKET = 8
     IBV_QPT_XRC_SEND = 9
     IBV_QPT_XRC_RECV = 10
+    IBV_QPT_DRIVER = 0xff
 
 
 class ibv_qp_state(IntEnum):
@@ -105,6 +106,7 @@ class ibv_wr_opcode(IntEnum):
     IBV_WR_SEND_WITH_INV = 9
     IBV_WR_TSO = 10
     IBV_WR_DRIVER1 = 11
+    IBV_WR_ATOMIC_WRITE = 15
 
 
 class ibv_send_flags(IntFlag):
@@ -169,6 +171,13 @@ class ibv_wc_opcode(IntEnum):
     IBV_WC_TSO = 7
     IBV_WC_RECV = 1 << 7
     IBV_WC_RECV_RDMA_WITH_IMM = (1 << 7) + 1
+    IBV_WC_TM_ADD = (1 << 7) + 2
+    IBV_WC_TM_DEL = (1 << 7) + 3
+    IBV_WC_TM_SYNC = (1 << 7) + 4
+    IBV_WC_TM_RECV = (1 << 7) + 5
+    IBV_WC_TM_NO_TAG = (1 << 7) + 6
+    IBV_WC_DRIVER2 = (1 << 7) + 8
+    IBV_WC_DRIVER3 = (1 << 7) + 9
 
 
 class ibv_wc_flags(IntFlag):
@@ -363,6 +372,249 @@ class rdma_cm_event_type(IntEnum):
     RDMA_CM_EVENT_MULTICAST_ERROR = 13
     RDMA_CM_EVENT_ADDR_CHANGE = 14
     RDMA_CM_EVENT_TIMEWAIT_EXIT = 15
+
+
+# verbs.h's enums for XRC, WQs/RSS, flow steering, tag matching, SRQ
+# types, MR rereg, device/port capabilities and parent domains (values
+# as libibverbs 44 defines them; pyverbs exports every one).
+class ibv_port_cap_flags(IntFlag):
+    IBV_PORT_SM = 0x2
+    IBV_PORT_NOTICE_SUP = 0x4
+    IBV_PORT_TRAP_SUP = 0x8
+    IBV_PORT_OPT_IPD_SUP = 0x10
+    IBV_PORT_AUTO_MIGR_SUP = 0x20
+    IBV_PORT_SL_MAP_SUP = 0x40
+    IBV_PORT_MKEY_NVRAM = 0x80
+    IBV_PORT_PKEY_NVRAM = 0x100
+    IBV_PORT_LED_INFO_SUP = 0x200
+    IBV_PORT_SYS_IMAGE_GUID_SUP = 0x800
+    IBV_PORT_PKEY_SW_EXT_PORT_TRAP_SUP = 0x1000
+    IBV_PORT_EXTENDED_SPEEDS_SUP = 0x4000
+    IBV_PORT_CAP_MASK2_SUP = 0x8000
+    IBV_PORT_CM_SUP = 0x10000
+    IBV_PORT_SNMP_TUNNEL_SUP = 0x20000
+    IBV_PORT_REINIT_SUP = 0x40000
+    IBV_PORT_DEVICE_MGMT_SUP = 0x80000
+    IBV_PORT_VENDOR_CLASS_SUP = 0x100000
+    IBV_PORT_DR_NOTICE_SUP = 0x200000
+    IBV_PORT_CAP_MASK_NOTICE_SUP = 0x400000
+    IBV_PORT_BOOT_MGMT_SUP = 0x800000
+    IBV_PORT_LINK_LATENCY_SUP = 0x1000000
+    IBV_PORT_CLIENT_REG_SUP = 0x2000000
+    IBV_PORT_IP_BASED_GIDS = 0x4000000
+
+
+class ibv_port_cap_flags2(IntFlag):
+    IBV_PORT_SET_NODE_DESC_SUP = 0x1
+    IBV_PORT_INFO_EXT_SUP = 0x2
+    IBV_PORT_VIRT_SUP = 0x4
+    IBV_PORT_SWITCH_PORT_STATE_TABLE_SUP = 0x8
+    IBV_PORT_LINK_WIDTH_2X_SUP = 0x10
+    IBV_PORT_LINK_SPEED_HDR_SUP = 0x20
+    IBV_PORT_LINK_SPEED_NDR_SUP = 0x400
+
+
+class ibv_rereg_mr_flags(IntFlag):
+    IBV_REREG_MR_CHANGE_TRANSLATION = 0x1
+    IBV_REREG_MR_CHANGE_PD = 0x2
+    IBV_REREG_MR_CHANGE_ACCESS = 0x4
+
+
+class ibv_ops_wr_opcode(IntEnum):
+    IBV_WR_TAG_ADD = 0
+    IBV_WR_TAG_DEL = 1
+    IBV_WR_TAG_SYNC = 2
+
+
+class ibv_ops_flags(IntFlag):
+    IBV_OPS_SIGNALED = 1
+    IBV_OPS_TM_SYNC = 2
+
+
+class ibv_tm_cap_flags(IntFlag):
+    IBV_TM_CAP_RC = 1
+
+
+class ibv_srq_attr_mask(IntFlag):
+    IBV_SRQ_MAX_WR = 1
+    IBV_SRQ_LIMIT = 2
+
+
+class ibv_srq_type(IntEnum):
+    IBV_SRQT_BASIC = 0
+    IBV_SRQT_XRC = 1
+    IBV_SRQT_TM = 2
+
+
+class ibv_srq_init_attr_mask(IntFlag):
+    IBV_SRQ_INIT_ATTR_TYPE = 0x1
+    IBV_SRQ_INIT_ATTR_PD = 0x2
+    IBV_SRQ_INIT_ATTR_XRCD = 0x4
+    IBV_SRQ_INIT_ATTR_CQ = 0x8
+    IBV_SRQ_INIT_ATTR_TM = 0x10
+
+
+class ibv_mig_state(IntEnum):
+    IBV_MIG_MIGRATED = 0
+    IBV_MIG_REARM = 1
+    IBV_MIG_ARMED = 2
+
+
+class ibv_wq_type(IntEnum):
+    IBV_WQT_RQ = 0
+
+
+class ibv_wq_init_attr_mask(IntFlag):
+    IBV_WQ_INIT_ATTR_FLAGS = 1
+
+
+class ibv_wq_flags(IntFlag):
+    IBV_WQ_FLAGS_CVLAN_STRIPPING = 0x1
+    IBV_WQ_FLAGS_SCATTER_FCS = 0x2
+    IBV_WQ_FLAGS_DELAY_DROP = 0x4
+    IBV_WQ_FLAGS_PCI_WRITE_END_PADDING = 0x8
+
+
+class ibv_wq_state(IntEnum):
+    IBV_WQS_RESET = 0
+    IBV_WQS_RDY = 1
+    IBV_WQS_ERR = 2
+    IBV_WQS_UNKNOWN = 3
+
+
+class ibv_wq_attr_mask(IntFlag):
+    IBV_WQ_ATTR_STATE = 0x1
+    IBV_WQ_ATTR_CURR_STATE = 0x2
+    IBV_WQ_ATTR_FLAGS = 0x4
+
+
+class ibv_rx_hash_function_flags(IntFlag):
+    IBV_RX_HASH_FUNC_TOEPLITZ = 1
+
+
+class ibv_rx_hash_fields(IntFlag):
+    IBV_RX_HASH_SRC_IPV4 = 0x1
+    IBV_RX_HASH_DST_IPV4 = 0x2
+    IBV_RX_HASH_SRC_IPV6 = 0x4
+    IBV_RX_HASH_DST_IPV6 = 0x8
+    IBV_RX_HASH_SRC_PORT_TCP = 0x10
+    IBV_RX_HASH_DST_PORT_TCP = 0x20
+    IBV_RX_HASH_SRC_PORT_UDP = 0x40
+    IBV_RX_HASH_DST_PORT_UDP = 0x80
+
+
+class ibv_flow_flags(IntFlag):
+    IBV_FLOW_ATTR_FLAGS_DONT_TRAP = 0x2
+    IBV_FLOW_ATTR_FLAGS_EGRESS = 0x4
+
+
+class ibv_flow_attr_type(IntEnum):
+    IBV_FLOW_ATTR_NORMAL = 0
+    IBV_FLOW_ATTR_ALL_DEFAULT = 1
+    IBV_FLOW_ATTR_MC_DEFAULT = 2
+    IBV_FLOW_ATTR_SNIFFER = 3
+
+
+class ibv_flow_spec_type(IntEnum):
+    IBV_FLOW_SPEC_ETH = 32
+    IBV_FLOW_SPEC_IPV4 = 48
+    IBV_FLOW_SPEC_IPV6 = 49
+    IBV_FLOW_SPEC_IPV4_EXT = 50
+    IBV_FLOW_SPEC_ESP = 52
+    IBV_FLOW_SPEC_TCP = 64
+    IBV_FLOW_SPEC_UDP = 65
+    IBV_FLOW_SPEC_VXLAN_TUNNEL = 80
+    IBV_FLOW_SPEC_GRE = 81
+    IBV_FLOW_SPEC_MPLS = 96
+    IBV_FLOW_SPEC_INNER = 256
+    IBV_FLOW_SPEC_ACTION_TAG = 4096
+    IBV_FLOW_SPEC_ACTION_DROP = 4097
+    IBV_FLOW_SPEC_ACTION_HANDLE = 4098
+    IBV_FLOW_SPEC_ACTION_COUNT = 4099
+
+
+class ibv_counter_description(IntEnum):
+    IBV_COUNTER_PACKETS = 0
+    IBV_COUNTER_BYTES = 1
+
+
+class ibv_read_counters_flags(IntFlag):
+    IBV_READ_COUNTERS_ATTR_PREFER_CACHED = 1
+
+
+class ibv_device_cap_flags(IntFlag):
+    IBV_DEVICE_RESIZE_MAX_WR = 0x1
+    IBV_DEVICE_BAD_PKEY_CNTR = 0x2
+    IBV_DEVICE_BAD_QKEY_CNTR = 0x4
+    IBV_DEVICE_RAW_MULTI = 0x8
+    IBV_DEVICE_AUTO_PATH_MIG = 0x10
+    IBV_DEVICE_CHANGE_PHY_PORT = 0x20
+    IBV_DEVICE_UD_AV_PORT_ENFORCE = 0x40
+    IBV_DEVICE_CURR_QP_STATE_MOD = 0x80
+    IBV_DEVICE_SHUTDOWN_PORT = 0x100
+    IBV_DEVICE_INIT_TYPE = 0x200
+    IBV_DEVICE_PORT_ACTIVE_EVENT = 0x400
+    IBV_DEVICE_SYS_IMAGE_GUID = 0x800
+    IBV_DEVICE_RC_RNR_NAK_GEN = 0x1000
+    IBV_DEVICE_SRQ_RESIZE = 0x2000
+    IBV_DEVICE_N_NOTIFY_CQ = 0x4000
+    IBV_DEVICE_MEM_WINDOW = 0x20000
+    IBV_DEVICE_UD_IP_CSUM = 0x40000
+    IBV_DEVICE_XRC = 0x100000
+    IBV_DEVICE_MEM_MGT_EXTENSIONS = 0x200000
+    IBV_DEVICE_MEM_WINDOW_TYPE_2A = 0x800000
+    IBV_DEVICE_MEM_WINDOW_TYPE_2B = 0x1000000
+    IBV_DEVICE_RC_IP_CSUM = 0x2000000
+    IBV_DEVICE_RAW_IP_CSUM = 0x4000000
+    IBV_DEVICE_MANAGED_FLOW_STEERING = 0x20000000
+
+
+class ibv_raw_packet_caps(IntFlag):
+    IBV_RAW_PACKET_CAP_CVLAN_STRIPPING = 0x1
+    IBV_RAW_PACKET_CAP_SCATTER_FCS = 0x2
+    IBV_RAW_PACKET_CAP_IP_CSUM = 0x4
+    IBV_RAW_PACKET_CAP_DELAY_DROP = 0x8
+
+
+class ibv_xrcd_init_attr_mask(IntFlag):
+    IBV_XRCD_INIT_ATTR_FD = 0x1
+    IBV_XRCD_INIT_ATTR_OFLAGS = 0x2
+    IBV_XRCD_INIT_ATTR_RESERVED = 0x4
+
+
+class ibv_values_mask(IntFlag):
+    IBV_VALUES_MASK_RAW_CLOCK = 1
+
+
+class ibv_parent_domain_init_attr_mask(IntFlag):
+    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS = 1
+    IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT = 2
+
+
+class ibv_gid_type_sysfs(IntEnum):
+    IBV_GID_TYPE_SYSFS_IB_ROCE_V1 = 0
+    IBV_GID_TYPE_SYSFS_ROCE_V2 = 1
+
+
+class ibv_tmh_op(IntEnum):
+    IBV_TMH_NO_TAG = 0
+    IBV_TMH_RNDV = 1
+    IBV_TMH_FIN = 2
+    IBV_TMH_EAGER = 3
+
+
+# pyverbs' underscore aliases (enums.pyx) for values verbs.h defines as
+# 64-bit constants, pointers or anonymous enums
+_IBV_DEVICE_RAW_SCATTER_FCS = 1 << 34
+_IBV_DEVICE_PCI_WRITE_END_PADDING = 1 << 36
+#: (size_t)IBV_ALLOCATOR_USE_DEFAULT, ((void *)-1): a parent domain allocator's
+#: "use the default allocator" answer
+_IBV_ALLOCATOR_USE_DEFAULT = (1 << 64) - 1
+_IBV_ADVISE_MR_ADVICE_PREFETCH = 0
+_IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE = 1
+_IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT = 2
+_IBV_ADVISE_MR_FLAG_FLUSH = 1 << 0
+IBV_QPF_GRH_REQUIRED = 1 << 0
 
 
 #: rdma_event_str()'s names (librdmacm cma.c)

@@ -17,9 +17,14 @@ def free(ptr: int) -> None:
     _keep.pop(ptr, None)
 
 
-def mmap(length: int, prot=_mmap.PROT_READ | _mmap.PROT_WRITE, flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS,
-         offset: int = 0, fd: int = -1) -> int:
-    m = _mmap.mmap(fd, length, flags=flags, prot=prot, offset=offset)
+def mmap(addr: int = 0, length: int = 100, prot=_mmap.PROT_READ | _mmap.PROT_WRITE,
+         flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS, fd: int = 0, offset: int = 0) -> int:
+    """mmap(2) (pyverbs' signature); ``addr`` is only a hint, as without
+    MAP_FIXED."""
+    try:
+        m = _mmap.mmap(-1 if flags & _mmap.MAP_ANONYMOUS else fd, length, flags=flags, prot=prot, offset=offset)
+    except OSError:
+        raise MemoryError('Failed to mmap memory') from None
     addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
     _keep[addr] = m
     return addr
@@ -29,8 +34,8 @@ def munmap(addr: int, length: int = 0) -> None:
     _keep.pop(addr, None)
 
 
-def read64(addr: int) -> int:
-    return ctypes.c_uint64.from_address(addr).value
+def read64(addr: int, offset: int = 0) -> int:
+    return ctypes.c_uint64.from_address(addr + offset).value
 
 
 def write64(addr: int, val: int) -> None:
@@ -39,3 +44,37 @@ def write64(addr: int, val: int) -> None:
 
 def writebuf(addr: int, data: bytes, offset: int = 0) -> None:
     ctypes.memmove(addr + offset, data, len(data))
+
+
+def posix_memalign(size: int, alignment: int = 8) -> int:
+    """An address aligned to ``alignment`` with ``size`` bytes (freed by free())."""
+    buf = ctypes.create_string_buffer(size + alignment)
+    base = ctypes.addressof(buf)
+    addr = (base + alignment - 1) // alignment * alignment
+    _keep[addr] = buf
+    return addr
+
+
+def writebe32(addr: int, val: int, offset: int = 0) -> None:
+    ctypes.memmove(addr + offset, int(val).to_bytes(4, "big"), 4)
+
+
+def writebe64(addr: int, val: int, offset: int = 0) -> None:
+    ctypes.memmove(addr + offset, int(val).to_bytes(8, "big"), 8)
+
+
+def read32(addr: int, offset: int = 0) -> int:
+    return ctypes.c_uint32.from_address(addr + offset).value
+
+
+# pyverbs' names for mmap(2)'s flags
+MAP_PRIVATE_ = _mmap.MAP_PRIVATE
+MAP_SHARED_ = _mmap.MAP_SHARED
+MAP_ANONYMOUS_ = _mmap.MAP_ANONYMOUS
+MAP_FIXED_ = 0x10
+MAP_STACK_ = getattr(_mmap, "MAP_STACK", 0x20000)
+MAP_LOCKED_ = 0x2000
+MAP_HUGETLB_ = 0x40000
+MAP_POPULATE_ = getattr(_mmap, "MAP_POPULATE", 0x8000)
+MAP_NORESERVE_ = 0x4000
+MAP_GROWSDOWN_ = 0x100

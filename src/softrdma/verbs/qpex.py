@@ -69,6 +69,9 @@ class QPEx(QP):
         self._need_ud = False        # a UD WQE still without its destination
         self._err = 0                # first error of the batch, reported by wr_complete
         self._why = ""
+        # the RSS indirection table (pyverbs' QPEx.ind_table): None unless the
+        # QP was created on one -- which needs WQs, softrdma has none yet
+        self.ind_table = init_attr.ind_table
 
     # ------------------------------------------------------------ the batch
     def wr_start(self) -> None:

@@ -1,0 +1,1 @@
+"""pyverbs.providers.efa: EFA direct verbs (rdma-core pyverbs/providers/efa)."""

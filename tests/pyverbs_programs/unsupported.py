@@ -1,0 +1,70 @@
+"""pyverbs objects softrdma's device does not have (yet) fail as on rxe:
+PyverbsRDMAError with errno EOPNOTSUPP and pyverbs' message; an mlx5
+context is refused as on any non-mlx5 device; an EFA context opens but
+cannot be queried; a basic SRQ through SrqInitAttrEx is created for real.
+Run through ``softrdma run`` (plain ``pyverbs`` imports)."""
+
+import errno
+
+import pyverbs.device as d
+import pyverbs.enums as e
+from pyverbs.cq import CQ
+from pyverbs.flow import Flow, FlowAttr
+from pyverbs.pd import PD, ParentDomain, ParentDomainContext, ParentDomainInitAttr
+from pyverbs.providers.efa.efadv import EfaContext
+from pyverbs.providers.mlx5.mlx5dv import Mlx5Context, Mlx5DVContextAttr, Mlx5QP
+from pyverbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from pyverbs.qp import QP, QPCap, QPInitAttr
+from pyverbs.spec import EthSpec
+from pyverbs.srq import SRQ, SrqInitAttrEx
+from pyverbs.wq import RwqIndTable, RwqIndTableInitAttr, WQ, WQInitAttr
+from pyverbs.xrcd import XRCD, XRCDInitAttr
+
+
+def expect_eopnotsupp(what, msg, make):
+    try:
+        make()
+    except PyverbsRDMAError as ex:
+        assert ex.error_code == errno.EOPNOTSUPP, (what, ex.error_code, ex)
+        assert str(ex).startswith(msg), (what, str(ex))
+        print("EOPNOTSUPP", what)
+        return
+    raise AssertionError(f"{what}: created, expected EOPNOTSUPP")
+
+
+name = d.get_device_list()[0].name.decode()
+with d.Context(name=name) as ctx:
+    pd = PD(ctx)
+    cq = CQ(ctx, 16)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+    expect_eopnotsupp("XRCD", "Failed to allocate XRCD",
+                      lambda: XRCD(ctx, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS,
+                                                     0o100, -1)))
+    expect_eopnotsupp("WQ", "Failed to create WQ", lambda: WQ(ctx, WQInitAttr(wq_pd=pd, wq_cq=cq)))
+    expect_eopnotsupp("RwqIndTable", "Failed to create RwqIndTable",
+                      lambda: RwqIndTable(ctx, RwqIndTableInitAttr(log_ind_tbl_size=1, wqs_list=[])))
+    fa = FlowAttr(num_of_specs=1)
+    fa.specs.append(EthSpec(ether_type=0x800))
+    expect_eopnotsupp("Flow", "Flow creation failed", lambda: Flow(qp, fa))
+    pd_ctx = ParentDomainContext(pd, lambda *a: e._IBV_ALLOCATOR_USE_DEFAULT, lambda *a: None)
+    expect_eopnotsupp("ParentDomain", "Failed to allocate Parent Domain",
+                      lambda: ParentDomain(ctx, attr=ParentDomainInitAttr(pd=pd, pd_context=pd_ctx)))
+    xrc_srq = SrqInitAttrEx(max_wr=8)
+    xrc_srq.comp_mask = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD | e.IBV_SRQ_INIT_ATTR_CQ
+    xrc_srq.srq_type, xrc_srq.pd, xrc_srq.cq = e.IBV_SRQT_TM, pd, cq
+    expect_eopnotsupp("SRQ (tag matching)", "Failed to create SRQ", lambda: SRQ(ctx, xrc_srq))
+    basic = SrqInitAttrEx(max_wr=8)
+    basic.comp_mask, basic.pd = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD, pd
+    srq = SRQ(ctx, basic)
+    assert srq.query().max_wr >= 8 if hasattr(srq, "query") else True
+    srq.close()
+    expect_eopnotsupp("Mlx5QP", "Mlx5QP:", lambda: Mlx5QP(ctx, None))
+    try:
+        Mlx5Context(Mlx5DVContextAttr(), name=name)
+        raise AssertionError("Mlx5Context opened on softrdma's device")
+    except PyverbsUserError as ex:
+        assert str(ex) == "This is not an MLX5 device", str(ex)
+    with EfaContext(name=name) as efa_ctx:
+        expect_eopnotsupp("query_efa_device", f"Failed to query efa device {name}", efa_ctx.query_efa_device)
+    qp.close()
+print("OK unsupported")
