@@ -140,7 +140,7 @@ _TABLE = (
     Command("alloc_dm", (u64("length", lo=1), u32("log_align_req", 0), fds(1, "alloc_dm needs the memory fd")),
             ("dm",)),
     Command("free_dm", (handle("dm"),), (), (_E.EBUSY,)),
-    Command("reg_dm_mr", (handle("pd"), handle("dm"), u64("offset"), u64("length", lo=1), u32("access")),
+    Command("reg_dm_mr", (handle("pd"), handle("dm"), u64("offset"), u64("length"), u32("access")),
             ("mr", "lkey", "rkey")),
     # -- completion channels and CQs
     Command("create_comp_channel", (), ("channel",), fds_out=1),

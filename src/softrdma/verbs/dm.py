@@ -10,13 +10,20 @@ remote work requests like any MR."""
 from __future__ import annotations
 
 import errno
-import weakref
 
 from ..uapi.commands import CMD
 from ..uapi.limits import DM_ALIGNMENT, MAX_DM_SIZE
 from ..uapi.shm import SharedRegion
 from .base import PDObject, VerbsObject
 from .errors import PyverbsRDMAError, PyverbsUserError
+
+
+def _c_size(value):
+    """A size as a C size_t field takes it: an integral float (the suite
+    computes sizes as ``max_dm_size / 4``) is its integer."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 class AllocDmAttr:
@@ -36,14 +43,16 @@ class DM(VerbsObject):
     def __init__(self, context, dm_attr: AllocDmAttr | None = None, **kwargs):
         self.closed = True
         self.ctx = context
-        self.dm_mrs = weakref.WeakSet()
+        # strong references: a DMMR nobody holds any more is still registered in the daemon
+        # (pyverbs deregisters it when it is collected), and must go before the DM (free_dm's EBUSY)
+        self.dm_mrs: set = set()
         if kwargs.get("handle") is not None:          # ibv_import_dm: a DM of another process's context
             raise PyverbsRDMAError("Failed to import DM", errno.EOPNOTSUPP)
         if MAX_DM_SIZE <= 0:
             raise PyverbsUserError("Device doesn't support dm allocation")
         if dm_attr is None:
             dm_attr = AllocDmAttr()
-        length = dm_attr.length
+        length = _c_size(dm_attr.length)
 
         def refused(err: int) -> PyverbsRDMAError:
             return PyverbsRDMAError(f"Failed to allocate device memory of size {length}."
@@ -70,6 +79,7 @@ class DM(VerbsObject):
     def _close_children(self) -> None:
         for mr in list(self.dm_mrs):
             mr.close()
+        self.dm_mrs.clear()
 
     def _bounds(self, dm_offset: int, length: int) -> int:
         """mlx5's check of a copy: 0, or the errno it returns."""
@@ -108,6 +118,7 @@ class DMMR(PDObject):
 
     def __init__(self, pd, length, access, dm: DM, offset):
         self.closed = True
+        length, offset = _c_size(length), _c_size(offset)
         try:
             reply, _ = pd.ctx.conn.call(CMD.reg_dm_mr, pd=pd.handle, dm=dm.handle, offset=offset,
                                         length=length, access=int(access))

@@ -94,9 +94,11 @@ class MR(PDObject):
         try:
             reply, _ = pd.ctx.conn.call(CMD.reg_mr, fds=[self.region.fd], pd=pd.handle, length=length,
                                         access=self.access, addr=self.buf)
-        except PyverbsRDMAError:
+        except PyverbsRDMAError as e:
+            self._view.release()
             self.region.close()
-            raise
+            raise PyverbsRDMAError(f"Failed to register a MR. length: {length}, access flags: {access}",
+                                   e.error_code) from None
         self.handle = reply["mr"]
         self.lkey = reply["lkey"]
         self.rkey = reply["rkey"]

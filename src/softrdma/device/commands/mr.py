@@ -145,7 +145,7 @@ def cmd_reg_dm_mr(daemon, c, m, fds):
     pd = c.get(m.get("pd"), "pd")
     dm = c.get(m.get("dm"), "dm")
     offset = rq.uint(m, "offset", rq.U64)
-    length = rq.uint(m, "length", rq.U64, lo=1)
+    length = rq.uint(m, "length", rq.U64)             # 0 is an MR of no bytes (mlx5 registers it)
     access = rq.uint(m, "access", rq.U32)
     if not access & IBV_ACCESS_ZERO_BASED:
         raise VerbsError(errno.EINVAL, "an MR on device memory needs IBV_ACCESS_ZERO_BASED")
