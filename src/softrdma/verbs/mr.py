@@ -60,7 +60,9 @@ def _share_pages(addr: int, length: int) -> SharedRegion:
         raise OSError(errno.EFAULT, "not writable memory of this process")
     region = SharedRegion(span, "softrdma-mr")
     region.view[:span] = ctypes.string_at(base, span)
-    libc = ctypes.CDLL(None, use_errno=True)
+    # PyDLL: the call keeps the GIL, so no other Python thread writes those pages
+    # between the copy above and the new mapping
+    libc = ctypes.PyDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
     got = libc.mmap(base, span, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | 0x10, region.fd, 0)  # MAP_FIXED
