@@ -55,9 +55,9 @@ class DM(VerbsObject):
             dm_attr = AllocDmAttr()
         length = _c_size(dm_attr.length)
 
-        def refused(err: int) -> PyverbsRDMAError:
+        def refused(err: int, why: str = "") -> PyverbsRDMAError:
             return PyverbsRDMAError(f"Failed to allocate device memory of size {length}."
-                                    f" Max available size {MAX_DM_SIZE}.", err)
+                                    f" Max available size {MAX_DM_SIZE}.{why}", err)
 
         if type(length) is not int or length <= 0 or dm_attr.comp_mask:
             raise refused(errno.EINVAL)
@@ -70,7 +70,8 @@ class DM(VerbsObject):
                                          log_align_req=int(dm_attr.log_align_req))
         except PyverbsRDMAError as e:
             self.region.close()
-            raise refused(e.error_code) from None
+            reason = getattr(e, "reason", None)
+            raise refused(e.error_code, f" ({reason})" if reason else "") from None
         self.handle = reply["dm"]
         self.closed = False
 
@@ -124,8 +125,9 @@ class DMMR(PDObject):
             reply, _ = pd.ctx.conn.call(CMD.reg_dm_mr, pd=pd.handle, dm=dm.handle, offset=offset,
                                         length=length, access=int(access))
         except PyverbsRDMAError as e:
-            raise PyverbsRDMAError(f"Failed to register a device MR. length: {length}, access flags: {access}",
-                                   e.error_code) from None
+            reason = getattr(e, "reason", None)
+            raise PyverbsRDMAError(f"Failed to register a device MR. length: {length}, access flags: {access}"
+                                   + (f" ({reason})" if reason else ""), e.error_code) from None
         self.pd = pd
         self.dm = dm
         self.length = length

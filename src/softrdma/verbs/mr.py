@@ -25,9 +25,15 @@ PAGE_SIZE = mmap.PAGESIZE
 _REREG_ERR = {IBV_REREG_MR_ERR_INPUT: "IBV_REREG_MR_ERR_INPUT", IBV_REREG_MR_ERR_CMD: "IBV_REREG_MR_ERR_CMD"}
 
 
-def _rereg_error(ret: int, err: int) -> PyverbsRDMAError:
+def _why(e: PyverbsRDMAError) -> str:
+    """The daemon's reason, after pyverbs' own text."""
+    reason = getattr(e, "reason", None)
+    return f" ({reason})" if reason else ""
+
+
+def _rereg_error(ret: int, err: int, why: str = "") -> PyverbsRDMAError:
     """pyverbs' rereg failure: the error code's name, then the errno."""
-    return PyverbsRDMAError(f"Failed to rereg MR: {_REREG_ERR[ret]}", err)
+    return PyverbsRDMAError(f"Failed to rereg MR: {_REREG_ERR[ret]}{why}", err)
 
 
 def _writable(start: int, end: int) -> bool:
@@ -99,8 +105,8 @@ class MR(PDObject):
         except PyverbsRDMAError as e:
             self._view.release()
             self.region.close()
-            raise PyverbsRDMAError(f"Failed to register a MR. length: {length}, access flags: {access}",
-                                   e.error_code) from None
+            raise PyverbsRDMAError(f"Failed to register a MR. length: {length}, access flags: {access}"
+                                   + _why(e), e.error_code) from None
         self.handle = reply["mr"]
         self.lkey = reply["lkey"]
         self.rkey = reply["rkey"]
@@ -145,7 +151,7 @@ class MR(PDObject):
         except PyverbsRDMAError as e:
             if region is not None:
                 region.close()
-            raise _rereg_error(IBV_REREG_MR_ERR_CMD, e.error_code) from None
+            raise _rereg_error(IBV_REREG_MR_ERR_CMD, e.error_code, _why(e)) from None
         if region is not None:
             off = addr % PAGE_SIZE
             self._view.release()                 # the old memory is free (pyverbs frees the buffer it allocated)
