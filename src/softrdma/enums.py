@@ -350,7 +350,7 @@ class ibv_rereg_mr_flags(IntEnum):
     IBV_REREG_MR_CHANGE_PD = 1 << 1
     IBV_REREG_MR_CHANGE_ACCESS = 1 << 2
     IBV_REREG_MR_KEEP_VALID = 1 << 3
-    IBV_REREG_MR_FLAGS_SUPPORTED = 1 << 4
+    IBV_REREG_MR_FLAGS_SUPPORTED = (1 << 4) - 1        # ((IBV_REREG_MR_KEEP_VALID << 1) - 1)
 
 
 class rdma_cm_event_type(IntEnum):

@@ -89,6 +89,10 @@ refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_ACCESS, None, 0, 0, e.IBV_
         "Failed to rereg MR: IBV_REREG_MR_ERR_CMD", errno.EINVAL, "REMOTE_WRITE without LOCAL_WRITE")
 refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_PD, pd, 0, 0, RW),
         "Failed to rereg MR: IBV_REREG_MR_ERR_INPUT", errno.EINVAL, "access without CHANGE_ACCESS")
+refused(lambda: server_mr.rereg(1 << 4, None, 0, 0, 0),
+        "Failed to rereg MR: IBV_REREG_MR_ERR_INPUT", errno.EINVAL, "a flag libibverbs does not know")
+refused(lambda: server_mr.rereg(e.IBV_REREG_MR_KEEP_VALID, None, 0, 0, 0),
+        "Failed to rereg MR: IBV_REREG_MR_ERR_CMD", errno.EINVAL, "a flag the device does not take")
 refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION, None, 0, 0, 0),
         "Failed to rereg MR: IBV_REREG_MR_ERR_INPUT", errno.EINVAL, "translation without an address")
 # a bound window holds the MR
@@ -153,6 +157,10 @@ check(rdma(e.IBV_WR_RDMA_WRITE, dmmr.rkey, SIZE - 1024 - 32), e.IBV_WC_REM_ACCES
 dm.close()                                     # closes its DMMR first
 check(dmmr.closed, True, "DMMR closed with its DM")
 big = DM(ctx, AllocDmAttr(length=256 * 1024))  # the pool is whole again
-big.close()
-ctx.close()
+other = Context(name=ctx.name)
+refused(lambda: DM(other, AllocDmAttr(length=4)), "Failed to allocate device memory", errno.ENOMEM,
+        "the pool is the device's, over its contexts")
+ctx.close()                                    # frees its DM with it
+DM(other, AllocDmAttr(length=256 * 1024)).close()
+other.close()
 print("OK mr rereg dm")

@@ -131,7 +131,7 @@ class MR(PDObject):
         IBV_REREG_MR_ERR_INPUT with EINVAL, the device's refusal
         IBV_REREG_MR_ERR_CMD with its errno; the keys stay."""
         flags = int(flags)
-        if flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED - 1) \
+        if flags & ~IBV_REREG_MR_FLAGS_SUPPORTED \
                 or (flags & IBV_REREG_MR_CHANGE_TRANSLATION and (not addr or not length)) \
                 or (access and not flags & IBV_REREG_MR_CHANGE_ACCESS) \
                 or (flags & IBV_REREG_MR_CHANGE_PD and pd is None):

@@ -101,7 +101,7 @@ def cmd_rereg_mr(daemon, c, m, fds):
     mr, old_region, dm = entry
     if not flags or flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD
                               | IBV_REREG_MR_CHANGE_ACCESS):
-        raise VerbsError(errno.EINVAL, f"rereg flags 0x{flags:x}")
+        raise VerbsError(errno.EINVAL, f"rereg flags 0x{flags:x}")     # (uverbs: IB_MR_REREG_SUPPORTED)
     if mr.mws:                                     # a window bound to it holds its translation and PD
         raise VerbsError(errno.EBUSY, "memory windows are bound to the MR")
     pd = mr.pd
