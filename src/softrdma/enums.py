@@ -353,6 +353,15 @@ class ibv_rereg_mr_err_code(IntEnum):
     IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW = -5
 
 
+class ibv_rereg_mr_flags(IntEnum):
+    """enum ibv_rereg_mr_flags (verbs.h): what ibv_rereg_mr changes."""
+    IBV_REREG_MR_CHANGE_TRANSLATION = 1 << 0
+    IBV_REREG_MR_CHANGE_PD = 1 << 1
+    IBV_REREG_MR_CHANGE_ACCESS = 1 << 2
+    IBV_REREG_MR_KEEP_VALID = 1 << 3
+    IBV_REREG_MR_FLAGS_SUPPORTED = (1 << 4) - 1        # ((IBV_REREG_MR_KEEP_VALID << 1) - 1)
+
+
 class rdma_cm_event_type(IntEnum):
     """enum rdma_cm_event_type (rdma/rdma_cma.h)."""
 

@@ -6,7 +6,4 @@ from ..verbs.translate import (  # noqa: F401
     guid_format, guid_to_hex, phys_state_to_str, port_state_to_str, speed_to_str, translate_gid_type,
     translate_link_layer, translate_mtu, translate_node_type, translate_transport_type, width_to_str,
 )
-from ._unsupported import unsupported
-
-DM = unsupported("DM", "device memory does not exist on a software device")
-AllocDmAttr = unsupported("AllocDmAttr", "device memory does not exist on a software device")
+from ..verbs.dm import DM, AllocDmAttr  # noqa: F401

@@ -13,6 +13,17 @@ def malloc(size: int) -> int:
     return addr
 
 
+def posix_memalign(size: int, alignment: int = 8) -> int:
+    """posix_memalign: ``size`` bytes at an address that is a multiple of
+    ``alignment`` (a power of two, at least the size of a pointer)."""
+    if alignment < ctypes.sizeof(ctypes.c_void_p) or alignment & (alignment - 1):
+        raise ValueError(f"alignment {alignment} is not a power of two multiple of the pointer size")
+    buf = ctypes.create_string_buffer(size + alignment)
+    addr = -(-ctypes.addressof(buf) // alignment) * alignment
+    _keep[addr] = buf
+    return addr
+
+
 def free(ptr: int) -> None:
     _keep.pop(ptr, None)
 

@@ -1,7 +1,6 @@
+from ..verbs.dm import DMMR  # noqa: F401
 from ..verbs.mr import MR, MW, MWBind, MWBindInfo  # noqa: F401
 from ._unsupported import unsupported
-
-DMMR = unsupported("DMMR", "device memory does not exist on a software device")
 DmaBufMR = unsupported("DmaBufMR", "dma-buf needs a kernel device")
 
 

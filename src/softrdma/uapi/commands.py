@@ -129,8 +129,19 @@ _TABLE = (
                        fds(1, "reg_mr needs the memory fd")),
             ("mr", "lkey", "rkey"), (_E.EPERM,)),
     Command("dereg_mr", (handle("mr"),)),
+    # ibv_rereg_mr: the fields after flags are read only for the flags that name them;
+    # a new translation carries its memory fd
+    Command("rereg_mr", (handle("mr"), u32("flags"), handle("pd", optional=True), u32("access", 0),
+                         u64("length", 0, lo=1), u64("addr", 0, lo=1)),
+            ("lkey", "rkey"), (_E.EBUSY, _E.EPERM)),
     Command("alloc_mw", (handle("pd"), any_("type")), ("mw", "rkey")),
     Command("dealloc_mw", (handle("mw"),)),
+    # device memory (ibv_alloc_dm, ibv_free_dm, ibv_reg_dm_mr)
+    Command("alloc_dm", (u64("length", lo=1), u32("log_align_req", 0), fds(1, "alloc_dm needs the memory fd")),
+            ("dm",)),
+    Command("free_dm", (handle("dm"),), (), (_E.EBUSY,)),
+    Command("reg_dm_mr", (handle("pd"), handle("dm"), u64("offset"), u64("length"), u32("access")),
+            ("mr", "lkey", "rkey")),
     # -- completion channels and CQs
     Command("create_comp_channel", (), ("channel",), fds_out=1),
     Command("destroy_comp_channel", (handle("channel"),), (), (_E.EBUSY,)),

@@ -5,3 +5,9 @@ the daemon's multicast groups (``device.mcast``) enforce."""
 MAX_MCAST_GRP = 8192
 MAX_MCAST_QP_ATTACH = 56
 MAX_TOTAL_MCAST_QP_ATTACH = 0x70000
+
+#: device memory (ibv_alloc_dm): the bytes of one device's pool, reported
+#: as query_device_ex's max_dm_size (256 KiB, the size of mlx5's MEMIC)
+MAX_DM_SIZE = 256 * 1024
+#: ibv_memcpy_to/from_dm: offset and length are multiples of 4 (mlx5)
+DM_ALIGNMENT = 4

@@ -11,7 +11,7 @@ import time
 
 from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
 from ..uapi.commands import CMD
-from ..uapi.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
+from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from ..uapi.rundir import socket_path
 from ..wire import DEFAULT_PKEY
 from .addr import GID
@@ -248,8 +248,8 @@ class Context(VerbsObject):
             "phys_port_cnt": 1, "guid": guid})
 
     def query_device_ex(self) -> DeviceAttrEx:
-        """rxe's values: no ODP, TSO, RSS, pacing, tag matching, CQ
-        moderation or device memory, and no completion clock
+        """rxe's values: no ODP, TSO, RSS, pacing, tag matching or CQ
+        moderation (device memory: the daemon's pool, see verbs.dm), and no completion clock
         (completion_timestamp_mask and hca_core_clock 0: an extended CQ
         refuses IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, see cqex.py)."""
         orig = self.query_device()
@@ -268,7 +268,7 @@ class Context(VerbsObject):
             "raw_packet_caps": 0,
             "tm_caps": TMCaps({"max_rndv_hdr_size": 0, "max_num_tags": 0, "flags": 0, "max_ops": 0, "max_sge": 0}),
             "cq_mod_caps": CQModerationCaps({"max_cq_count": 0, "max_cq_period": 0}),
-            "max_dm_size": 0,
+            "max_dm_size": MAX_DM_SIZE,
             "pci_atomic_caps": PCIAtomicCaps({"fetch_add": 0, "swap": 0, "compare_swap": 0}),
             "phys_port_cnt_ex": orig.phys_port_cnt})
 

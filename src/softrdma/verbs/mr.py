@@ -2,16 +2,81 @@
 allocates in shared memory, so the daemon reaches it without the process's
 help; ``MW`` a memory window the daemon allocates (ibv_alloc_mw), bound
 with ``QP.bind_mw`` (type 1) or an IBV_WR_BIND_MW work request (type 2:
-``SendWR.set_bind_wr`` or ``QPEx.wr_bind_mw``)."""
+``SendWR.set_bind_wr`` or ``QPEx.wr_bind_mw``).  ``MR.rereg`` is
+ibv_rereg_mr: PD and access change in place; a new translation maps a
+new shared memfd over the caller's pages (their contents copied first),
+so the memory at the caller's address is the memory the daemon reaches."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import mmap
+import os
 
+from ..enums import (IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD, IBV_REREG_MR_CHANGE_TRANSLATION,
+                     IBV_REREG_MR_ERR_CMD, IBV_REREG_MR_ERR_INPUT, IBV_REREG_MR_FLAGS_SUPPORTED)
 from ..uapi.commands import CMD
 from ..uapi.shm import SharedRegion
 from .base import PDObject
 from .errors import PyverbsRDMAError
+
+PAGE_SIZE = mmap.PAGESIZE
+_REREG_ERR = {IBV_REREG_MR_ERR_INPUT: "IBV_REREG_MR_ERR_INPUT", IBV_REREG_MR_ERR_CMD: "IBV_REREG_MR_ERR_CMD"}
+
+
+def _why(e: PyverbsRDMAError) -> str:
+    """The daemon's reason, after pyverbs' own text."""
+    reason = getattr(e, "reason", None)
+    return f" ({reason})" if reason else ""
+
+
+def _rereg_error(ret: int, err: int, why: str = "") -> PyverbsRDMAError:
+    """pyverbs' rereg failure: the error code's name, then the errno."""
+    return PyverbsRDMAError(f"Failed to rereg MR: {_REREG_ERR[ret]}{why}", err)
+
+
+def _writable(start: int, end: int) -> bool:
+    """[start, end) lies in private or shared read-write mappings of this
+    process (/proc/self/maps): what ib_umem_get would pin, not EFAULT."""
+    with open("/proc/self/maps") as f:
+        spans = []
+        for line in f:
+            rng, perms = line.split()[:2]
+            if perms.startswith("rw"):
+                lo, hi = (int(x, 16) for x in rng.split("-"))
+                spans.append((lo, hi))
+    pos = start
+    for lo, hi in sorted(spans):
+        if lo <= pos < hi:
+            pos = hi
+            if pos >= end:
+                return True
+    return False
+
+
+def _share_pages(addr: int, length: int) -> SharedRegion:
+    """Make the caller's pages holding [addr, addr + length) a shared
+    memfd the daemon can map: copy them into a new region, then map that
+    region over them (MAP_FIXED), so the caller sees the same bytes at the
+    same addresses and the daemon sees what the caller writes."""
+    base = addr - addr % PAGE_SIZE
+    span = -(-(addr + length - base) // PAGE_SIZE) * PAGE_SIZE
+    if not _writable(base, base + span):
+        raise OSError(errno.EFAULT, "not writable memory of this process")
+    region = SharedRegion(span, "softrdma-mr")
+    region.view[:span] = ctypes.string_at(base, span)
+    # PyDLL: the call keeps the GIL, so no other Python thread writes those pages
+    # between the copy above and the new mapping
+    libc = ctypes.PyDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+    got = libc.mmap(base, span, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | 0x10, region.fd, 0)  # MAP_FIXED
+    if got != base:
+        err = ctypes.get_errno()
+        region.close()
+        raise OSError(err or errno.EFAULT, os.strerror(err or errno.EFAULT))
+    return region
 
 
 class MR(PDObject):
@@ -33,12 +98,15 @@ class MR(PDObject):
         self.access = int(access)
         self.region = SharedRegion(length, "softrdma-mr")
         self.buf = self.region.address
+        self._view = self.region.view[:length]        # the MR's bytes in the region
         try:
             reply, _ = pd.ctx.conn.call(CMD.reg_mr, fds=[self.region.fd], pd=pd.handle, length=length,
                                         access=self.access, addr=self.buf)
-        except PyverbsRDMAError:
+        except PyverbsRDMAError as e:
+            self._view.release()
             self.region.close()
-            raise
+            raise PyverbsRDMAError(f"Failed to register a MR. length: {length}, access flags: {access}"
+                                   + _why(e), e.error_code) from None
         self.handle = reply["mr"]
         self.lkey = reply["lkey"]
         self.rkey = reply["rkey"]
@@ -51,14 +119,57 @@ class MR(PDObject):
         n = len(data) if length is None else length
         if offset < 0 or offset + n > self.length:
             raise PyverbsRDMAError("Failed to write to MR: out of bounds", errno.EINVAL)
-        self.region.view[offset:offset + n] = bytes(data[:n])
+        self._view[offset:offset + n] = bytes(data[:n])
 
     def read(self, length: int, offset: int = 0) -> bytes:
         if offset < 0 or offset + length > self.length:
             raise PyverbsRDMAError("Failed to read from MR: out of bounds", errno.EINVAL)
-        return bytes(self.region.view[offset:offset + length])
+        return bytes(self._view[offset:offset + length])
+
+    def rereg(self, flags: int, pd=None, addr: int = 0, length: int = 0, access: int = 0) -> None:
+        """ibv_rereg_mr.  libibverbs' own input checks give
+        IBV_REREG_MR_ERR_INPUT with EINVAL, the device's refusal
+        IBV_REREG_MR_ERR_CMD with its errno; the keys stay."""
+        flags = int(flags)
+        if flags & ~IBV_REREG_MR_FLAGS_SUPPORTED \
+                or (flags & IBV_REREG_MR_CHANGE_TRANSLATION and (not addr or not length)) \
+                or (access and not flags & IBV_REREG_MR_CHANGE_ACCESS) \
+                or (flags & IBV_REREG_MR_CHANGE_PD and pd is None):
+            raise _rereg_error(IBV_REREG_MR_ERR_INPUT, errno.EINVAL)
+        region = None
+        fds = []
+        if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
+            try:
+                region = _share_pages(addr, length)
+            except OSError as e:
+                raise _rereg_error(IBV_REREG_MR_ERR_CMD, e.errno) from None
+            fds = [region.fd]
+        try:
+            self._ctx().conn.call(CMD.rereg_mr, fds=fds, mr=self.handle, flags=flags,
+                                  pd=pd.handle if flags & IBV_REREG_MR_CHANGE_PD else 0,
+                                  access=int(access), length=int(length), addr=int(addr))
+        except PyverbsRDMAError as e:
+            if region is not None:
+                region.close()
+            raise _rereg_error(IBV_REREG_MR_ERR_CMD, e.error_code, _why(e)) from None
+        if region is not None:
+            off = addr % PAGE_SIZE
+            self._view.release()                 # the old memory is free (pyverbs frees the buffer it allocated)
+            self.region.close()
+            self.region, self._view = region, region.view[off:off + length]
+            self.buf, self.length = addr, length
+        if flags & IBV_REREG_MR_CHANGE_ACCESS:
+            self.access = int(access)
+        if flags & IBV_REREG_MR_CHANGE_PD:
+            self.pd._refs.discard(self)          # (pyverbs' PD.remove_ref)
+            self.pd = pd
+            pd.add_ref(self)
+
+    def _ctx(self):
+        return self.pd.ctx
 
     def _release(self) -> None:
+        self._view.release()
         self.region.close()
 
 

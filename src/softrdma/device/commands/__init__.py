@@ -7,7 +7,8 @@ One module per object kind, as the kernel's uverbs_std_types_*.c:
 ===========  =============================================================
 context      devices, open (the uverbs context), query_port, query_gid
 pd           alloc_pd, dealloc_pd
-mr           reg_mr, dereg_mr, alloc_mw, dealloc_mw
+mr           reg_mr, rereg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
+dm           alloc_dm, free_dm (device memory)
 cq           create/destroy_comp_channel, create/destroy_cq
 qp           create_qp, modify_qp, query_qp, destroy_qp
 srq          create_srq, modify_srq, destroy_srq
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import ah, capture, cm, context, cq, link, mcast, mr, pd, qp, restrack, srq, stat
+from . import ah, capture, cm, context, cq, dm, link, mcast, mr, pd, qp, restrack, srq, stat
 
 
 #: the handler of every control command, by its op string (what each
@@ -46,8 +47,12 @@ HANDLERS: dict[str, Callable] = {
 
     "reg_mr": mr.cmd_reg_mr,
     "dereg_mr": mr.cmd_dereg_mr,
+    "rereg_mr": mr.cmd_rereg_mr,
+    "reg_dm_mr": mr.cmd_reg_dm_mr,
     "alloc_mw": mr.cmd_alloc_mw,
     "dealloc_mw": mr.cmd_dealloc_mw,
+    "alloc_dm": dm.cmd_alloc_dm,
+    "free_dm": dm.cmd_free_dm,
 
     "create_comp_channel": cq.cmd_create_comp_channel,
     "destroy_comp_channel": cq.cmd_destroy_comp_channel,
@@ -114,6 +119,7 @@ FREE: dict[str, Callable] = {
     "cq": cq.free_cq,
     "mr": mr.free_mr,
     "mw": mr.free_mw,
+    "dm": dm.free_dm,
     "channel": cq.free_channel,
     "capture": capture.free_capture,
     "cm_id": cm.free_cm_id,

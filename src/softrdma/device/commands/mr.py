@@ -1,12 +1,19 @@
 """Memory regions and memory windows: reg_mr (with the RLIMIT_MEMLOCK
-charge ib_umem_get makes), dereg_mr, alloc_mw, dealloc_mw, and what
-freeing each undoes."""
+charge ib_umem_get makes), rereg_mr (ibv_rereg_mr: translation, PD,
+access), reg_dm_mr (an MR on device memory), dereg_mr, alloc_mw,
+dealloc_mw, and what freeing each undoes.
+
+An MR's entry is ``[mr, region, dm]``: the transport's MR, the shared
+memory the daemon mapped for it (None on device memory), the
+``dm.DeviceMemory`` it is registered on (else None)."""
 
 from __future__ import annotations
 
 import errno
 
-from ...enums import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE
+from ...enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE,
+                      IBV_ACCESS_ZERO_BASED, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
+                      IBV_REREG_MR_CHANGE_TRANSLATION)
 from ...errors import VerbsError
 from ...transport.mw import MW
 from ...uapi import request as rq
@@ -14,46 +21,142 @@ from ..session import PAGE_SIZE, room_for
 from ...uapi.shm import SharedRegion
 
 
+def _check_access(access: int) -> None:
+    if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) and not access & IBV_ACCESS_LOCAL_WRITE:
+        # ib_check_mr_access: the remote end may write only what we may
+        raise VerbsError(errno.EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
+
+
+def _check_wrap(addr: int, length: int) -> None:
+    if addr + length - 1 > rq.U64:                 # ib_umem_get: the range wraps
+        raise VerbsError(errno.EINVAL, "addr + length overflows")
+
+
+def _check_size(c, length: int) -> None:
+    max_size = c.device.caps.max_mr_size
+    if length > max_size:
+        raise VerbsError(errno.EINVAL, f"MR of {length} bytes, above the device's max_mr_size ({max_size})")
+
+
+def _pages(daemon, c, addr: int, length: int, already: int = 0) -> int:
+    """ib_umem_get's RLIMIT_MEMLOCK charge, per user: the pages to pin
+    (``already``: pages this registration gives back as it takes them)."""
+    if c.memlock is None:
+        return 0
+    if c.memlock == 0:                             # can_do_mlock
+        raise VerbsError(errno.EPERM, "RLIMIT_MEMLOCK is 0: no memory may be pinned")
+    pages = ((addr + length + PAGE_SIZE - 1) // PAGE_SIZE) - addr // PAGE_SIZE
+    if daemon.locked_pages[c.uid] - already + pages > c.memlock // PAGE_SIZE:
+        raise VerbsError(errno.ENOMEM, f"pinning {pages} more pages exceeds RLIMIT_MEMLOCK"
+                                       f" ({c.memlock} bytes; user {c.uid} has"
+                                       f" {daemon.locked_pages[c.uid]} pinned)")
+    return pages
+
+
+def _region(fds, length: int, what: str) -> SharedRegion:
+    if len(fds) != 1:
+        raise VerbsError(errno.EINVAL, f"{what} needs the memory fd")
+    try:
+        return SharedRegion.map_fd(fds[0], length)
+    except ValueError as e:
+        raise VerbsError(errno.EINVAL, f"bad MR memory: {e}") from None
+
+
+def _charge(daemon, c, entry, pages: int) -> None:
+    old = c.pinned.pop(id(entry), 0)
+    daemon.locked_pages[c.uid] += pages - old
+    if pages:
+        c.pinned[id(entry)] = pages
+
+
 def cmd_reg_mr(daemon, c, m, fds):
     pd = c.get(m.get("pd"), "pd")
     length = rq.uint(m, "length", rq.U64, lo=1)
     addr = rq.uint(m, "addr", rq.U64)
     access = rq.uint(m, "access", rq.U32)
-    if addr + length - 1 > rq.U64:                 # ib_umem_get: the range wraps
-        raise VerbsError(errno.EINVAL, "addr + length overflows")
-    if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) and not access & IBV_ACCESS_LOCAL_WRITE:
-        # ib_check_mr_access: the remote end may write only what we may
-        raise VerbsError(errno.EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
-    max_size = c.device.caps.max_mr_size
-    if length > max_size:
-        raise VerbsError(errno.EINVAL, f"MR of {length} bytes, above the device's max_mr_size ({max_size})")
+    _check_wrap(addr, length)
+    _check_access(access)
+    _check_size(c, length)
     room_for(c, "mr")
-    pages = 0
-    if c.memlock is not None:                      # ib_umem_get's RLIMIT_MEMLOCK charge, per user
-        if c.memlock == 0:                         # can_do_mlock
-            raise VerbsError(errno.EPERM, "RLIMIT_MEMLOCK is 0: no memory may be pinned")
-        pages = ((addr + length + PAGE_SIZE - 1) // PAGE_SIZE) - addr // PAGE_SIZE
-        if daemon.locked_pages[c.uid] + pages > c.memlock // PAGE_SIZE:
-            raise VerbsError(errno.ENOMEM, f"pinning {pages} more pages exceeds RLIMIT_MEMLOCK"
-                                           f" ({c.memlock} bytes; user {c.uid} has"
-                                           f" {daemon.locked_pages[c.uid]} pinned)")
-    if len(fds) != 1:
-        raise VerbsError(errno.EINVAL, "reg_mr needs the memory fd")
-    try:
-        region = SharedRegion.map_fd(fds[0], length)
-    except ValueError as e:
-        raise VerbsError(errno.EINVAL, f"bad MR memory: {e}") from None
+    pages = _pages(daemon, c, addr, length)
+    region = _region(fds, length, "reg_mr")
     try:
         mr = c.device.memory.register(pd, addr, length, access, region.view[:length])
     except BaseException:
         region.close()
         raise
-    entry = (mr, region)
+    entry = [mr, region, None]
     h = c.add("mr", entry)
-    if pages:
-        c.pinned[id(entry)] = pages
-        daemon.locked_pages[c.uid] += pages
+    _charge(daemon, c, entry, pages)
     return {"mr": h, "lkey": mr.lkey, "rkey": mr.rkey}, []
+
+
+def cmd_rereg_mr(daemon, c, m, fds):
+    """ibv_rereg_mr (rxe_rereg_user_mr for PD and access; a translation,
+    which rxe refuses, moves the MR onto new memory the request carries).
+    The keys stay.  Every check runs before anything changes: a refused
+    rereg leaves the MR as it was."""
+    entry = c.get(m.get("mr"), "mr")
+    flags = rq.uint(m, "flags", rq.U32)
+    mr, old_region, dm = entry
+    if not flags or flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD
+                              | IBV_REREG_MR_CHANGE_ACCESS):
+        raise VerbsError(errno.EINVAL, f"rereg flags 0x{flags:x}")     # (uverbs: IB_MR_REREG_SUPPORTED)
+    if mr.mws:                                     # a window bound to it holds its translation and PD
+        raise VerbsError(errno.EBUSY, "memory windows are bound to the MR")
+    pd = mr.pd
+    if flags & IBV_REREG_MR_CHANGE_PD:
+        pd = c.get(m.get("pd"), "pd")
+    access = mr.access
+    if flags & IBV_REREG_MR_CHANGE_ACCESS:
+        access = rq.uint(m, "access", rq.U32)
+        _check_access(access)
+    region = None
+    pages = c.pinned.get(id(entry), 0)
+    if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
+        if dm is not None:                         # device memory has no other translation
+            raise VerbsError(errno.EINVAL, "an MR on device memory cannot change its translation")
+        length = rq.uint(m, "length", rq.U64, lo=1)
+        addr = rq.uint(m, "addr", rq.U64, lo=1)
+        _check_wrap(addr, length)
+        _check_size(c, length)
+        pages = _pages(daemon, c, addr, length, already=pages)
+        # the library maps the memfd over the caller's pages: it starts at addr's page
+        off = addr % PAGE_SIZE
+        region = _region(fds, off + length, "rereg_mr")
+    elif fds:
+        raise VerbsError(errno.EINVAL, "rereg_mr carries memory only for a new translation")
+    if region is not None:
+        mr.addr, mr.length, mr.buf = addr, length, region.view[off:off + length]
+        mr.view = memoryview(mr.buf)
+        entry[1] = region
+        if old_region is not None:
+            old_region.close()
+        _charge(daemon, c, entry, pages)
+    mr.pd = pd
+    mr.access = access
+    return {"lkey": mr.lkey, "rkey": mr.rkey}, []
+
+
+def cmd_reg_dm_mr(daemon, c, m, fds):
+    """ibv_reg_dm_mr: an MR on ``length`` bytes of a DM from ``offset``,
+    zero-based (IBV_ACCESS_ZERO_BASED, as mlx5 requires: its address is
+    the offset into the MR).  Device memory is not pinned: no memlock charge."""
+    pd = c.get(m.get("pd"), "pd")
+    dm = c.get(m.get("dm"), "dm")
+    offset = rq.uint(m, "offset", rq.U64)
+    length = rq.uint(m, "length", rq.U64)             # 0 is an MR of no bytes (mlx5 registers it)
+    access = rq.uint(m, "access", rq.U32)
+    if not access & IBV_ACCESS_ZERO_BASED:
+        raise VerbsError(errno.EINVAL, "an MR on device memory needs IBV_ACCESS_ZERO_BASED")
+    _check_access(access)
+    if offset > dm.length or length > dm.length - offset:
+        raise VerbsError(errno.EINVAL, f"{length} bytes at offset {offset} of a {dm.length}-byte DM")
+    room_for(c, "mr")
+    mr = c.device.memory.register(pd, 0, length, access, dm.region.view[offset:offset + length])
+    dm.mrs += 1
+    entry = [mr, None, dm]
+    return {"mr": c.add("mr", entry), "lkey": mr.lkey, "rkey": mr.rkey}, []
 
 
 def cmd_dereg_mr(daemon, c, m, fds):
@@ -84,11 +187,14 @@ def cmd_dealloc_mw(daemon, c, m, fds):
 
 
 def free_mr(daemon, c, obj) -> None:
-    mr, region = obj
+    mr, region, dm = obj
     c.device.memory.dereg_mr(mr)
     mr.view = None
     mr.buf = None
-    region.close()
+    if region is not None:
+        region.close()
+    if dm is not None:
+        dm.mrs -= 1
     pages = c.pinned.pop(id(obj), 0)
     if pages:
         daemon.locked_pages[c.uid] -= pages
