@@ -423,12 +423,6 @@ class ibv_port_cap_flags2(IntFlag):
     IBV_PORT_LINK_SPEED_NDR_SUP = 0x400
 
 
-class ibv_rereg_mr_flags(IntFlag):
-    IBV_REREG_MR_CHANGE_TRANSLATION = 0x1
-    IBV_REREG_MR_CHANGE_PD = 0x2
-    IBV_REREG_MR_CHANGE_ACCESS = 0x4
-
-
 class ibv_ops_wr_opcode(IntEnum):
     IBV_WR_TAG_ADD = 0
     IBV_WR_TAG_DEL = 1

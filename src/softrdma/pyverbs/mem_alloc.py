@@ -57,15 +57,6 @@ def writebuf(addr: int, data: bytes, offset: int = 0) -> None:
     ctypes.memmove(addr + offset, data, len(data))
 
 
-def posix_memalign(size: int, alignment: int = 8) -> int:
-    """An address aligned to ``alignment`` with ``size`` bytes (freed by free())."""
-    buf = ctypes.create_string_buffer(size + alignment)
-    base = ctypes.addressof(buf)
-    addr = (base + alignment - 1) // alignment * alignment
-    _keep[addr] = buf
-    return addr
-
-
 def writebe32(addr: int, val: int, offset: int = 0) -> None:
     ctypes.memmove(addr + offset, int(val).to_bytes(4, "big"), 4)
 
