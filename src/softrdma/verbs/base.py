@@ -8,6 +8,15 @@ A subclass sets ``destroy_cmd`` (None: nothing to destroy in the daemon)
 and ``closed = False`` once created; it may add ``_close_children`` (what
 must go first, as a PD closes its MRs and QPs, in ``close_rank`` order) and
 ``_release`` (its own resources, also after the daemon is gone).
+
+Closing an object closes its dependants first, as pyverbs' close_weakrefs
+does, so the daemon never sees a destroy it must refuse with EBUSY (that
+rule stays the daemon's, for a C program's ibv_dealloc_pd):
+
+* a Context: its QPs, completion channels, CQs, then PDs;
+* a completion channel: its CQs;
+* a CQ: the QPs that use it;
+* a PD: its QPs, AHs, MWs, MRs, then SRQs (``close_rank``).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ class VerbsObject:
     #: the command that destroys the daemon's object; its first field names the handle
     destroy_cmd: Command | None = None
     #: where a PD closing its objects closes this one (pyverbs' close_weakrefs
-    #: order: SRQs, QPs, AHs, MWs, MRs)
+    #: order: QPs, AHs, MWs, MRs, SRQs)
     close_rank = 5
 
     def __enter__(self):

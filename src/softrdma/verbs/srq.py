@@ -5,12 +5,14 @@ from __future__ import annotations
 import errno
 import os
 
+from ..enums import IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR
 from ..uapi import abi
 from ..uapi.commands import CMD
 from ..uapi.queues import WorkQueueProducer
 from ..uapi.shm import Ring
 from .base import PDObject
 from .connection import Gone
+from .cq import users
 from .errors import PyverbsRDMAError
 
 
@@ -26,7 +28,7 @@ class SrqInitAttr:
 
 class SRQ(PDObject):
     destroy_cmd = CMD.destroy_srq
-    close_rank = 0
+    close_rank = 6                  # a PD closes its SRQs last (pyverbs' PD.close)
 
     def __init__(self, pd, init_attr: SrqInitAttr):
         a = init_attr.attr
@@ -63,8 +65,33 @@ class SRQ(PDObject):
             self.wq.commit()
             wr = wr.next_wr
 
-    def modify(self, attr: SrqAttr, attr_mask: int) -> None:
-        self.pd.ctx.conn.call(CMD.modify_srq, srq=self.handle, srq_limit=attr.srq_limit)
+    def modify(self, attr: SrqAttr, comp_mask: int) -> None:
+        """ibv_modify_srq: IBV_SRQ_LIMIT arms the limit event (EINVAL at or
+        above max_wr, as rxe_srq_chk_attr).  Resizing (IBV_SRQ_MAX_WR)
+        would need a new ring: refused with EOPNOTSUPP."""
+        mask = int(comp_mask)
+        if mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT):
+            raise PyverbsRDMAError("Failed to modify SRQ", errno.EINVAL)
+        if mask & IBV_SRQ_MAX_WR:
+            raise PyverbsRDMAError("Failed to modify SRQ", errno.EOPNOTSUPP)
+        if mask & IBV_SRQ_LIMIT:
+            try:
+                self.pd.ctx.conn.call(CMD.modify_srq, srq=self.handle, srq_limit=attr.srq_limit)
+            except PyverbsRDMAError as e:
+                raise PyverbsRDMAError("Failed to modify SRQ", e.error_code) from None
+
+    def query(self) -> SrqAttr:
+        """ibv_query_srq: max_wr, max_sge and srq_limit (0 once the limit
+        event has fired)."""
+        try:
+            reply, _ = self.pd.ctx.conn.call(CMD.query_srq, srq=self.handle)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError("Failed to query SRQ", e.error_code) from None
+        return SrqAttr(reply["max_wr"], reply["max_sge"], reply["srq_limit"])
+
+    def _close_children(self) -> None:
+        for qp in users(self.pd.ctx, "srq", self):     # pyverbs: an SRQ closes the QPs using it
+            qp.close()
 
     def _release(self) -> None:
         os.close(self.doorbell)

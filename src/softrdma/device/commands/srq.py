@@ -1,5 +1,5 @@
 """Shared receive queues: create (the ring and the doorbell the library
-brings), modify (the limit), destroy, and what freeing one undoes."""
+brings), modify (the limit), query, destroy, and what freeing one undoes."""
 
 from __future__ import annotations
 
@@ -46,6 +46,13 @@ def cmd_create_srq(daemon, c, m, fds):
 def cmd_modify_srq(daemon, c, m, fds):
     c.get(m.get("srq"), "srq").srq.modify(rq.uint(m, "srq_limit"))
     return {}, []
+
+
+def cmd_query_srq(daemon, c, m, fds):
+    """ibv_query_srq (rxe_query_srq): max_wr, max_sge and the limit, which
+    reads 0 once the limit event has fired (it is one-shot)."""
+    srq = c.get(m.get("srq"), "srq").srq
+    return {"max_wr": srq.max_wr, "max_sge": srq.max_sge, "srq_limit": srq.srq_limit}, []
 
 
 def cmd_destroy_srq(daemon, c, m, fds):

@@ -1,0 +1,206 @@
+"""Resource verbs rdma-core's suite uses, end to end through a softrdmad:
+closing a Context/PD/CQ/SRQ/channel with dependants closes them first
+(pyverbs' close_weakrefs order, no EBUSY), ``CQ.resize`` (ibv_resize_cq:
+the CQEs not yet polled move to the new ring in order; EINVAL below their
+count or above max_cqe), ``SRQ.query``/``SRQ.modify``, and
+``Context.query_gid_table``/``query_gid_ex`` (GIDEntry)."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from daemon_helpers import daemon_in_shm
+from softrdma.pyverbs import enums as e
+from softrdma.pyverbs.cq import CQ, CompChannel
+from softrdma.pyverbs.device import Context, GIDEntry
+from softrdma.pyverbs.mr import MR
+from softrdma.pyverbs.pd import PD
+from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
+from softrdma.pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from softrdma.pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
+from softrdma.pyverbs.wr import SGE, RecvWR
+
+
+@pytest.fixture(scope="module")
+def run_dir():
+    with daemon_in_shm("pvres") as d:
+        yield d.run_dir
+
+
+@pytest.fixture
+def ctx(run_dir, monkeypatch):
+    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
+    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+    with Context(name="rxe0") as c:
+        yield c
+
+
+def _qp(pd, cq, srq=None, recv_wr=16):
+    return QP(pd, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, srq, QPCap(4, recv_wr, 1, 1)))
+
+
+def test_pd_close_closes_its_qp_and_mr_first(ctx):
+    pd = PD(ctx)
+    cq = CQ(ctx, 8)
+    qp, mr = _qp(pd, cq), MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    pd.close()                                      # the daemon alone would say EBUSY
+    assert pd.closed and qp.closed and mr.closed
+    assert not cq.closed
+    cq.close()
+
+
+def test_cq_close_closes_the_qps_using_it(ctx):
+    pd = PD(ctx)
+    cq, other = CQ(ctx, 8), CQ(ctx, 8)
+    qp = _qp(pd, cq)
+    keep = _qp(pd, other)
+    cq.close()
+    assert cq.closed and qp.closed and not keep.closed
+    other.close()
+    assert keep.closed
+    pd.close()
+
+
+def test_srq_and_channel_close_their_users(ctx):
+    pd = PD(ctx)
+    cc = CompChannel(ctx)
+    cq = CQ(ctx, 8, None, cc, 0)
+    srq = SRQ(pd, SrqInitAttr(SrqAttr(16, 1)))
+    qp = _qp(pd, cq, srq)
+    srq.close()
+    assert srq.closed and qp.closed
+    cc.close()
+    assert cc.closed and cq.closed
+    pd.close()
+
+
+def test_context_close_closes_everything_in_order(run_dir, monkeypatch):
+    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
+    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+    ctx = Context(name="rxe0")
+    pd = PD(ctx)
+    cc = CompChannel(ctx)
+    cq = CQ(ctx, 8, None, cc, 0)
+    srq = SRQ(pd, SrqInitAttr(SrqAttr(16, 1)))
+    objs = [pd, cc, cq, srq, _qp(pd, cq), _qp(pd, cq, srq), MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)]
+    order = []
+    for o in objs:                                  # record each daemon destroy as it happens
+        real = o._destroy
+
+        def spy(o=o, real=real):
+            real()                                  # raises on the daemon's EBUSY
+            order.append(type(o).__name__)
+        o._destroy = spy
+    ctx.close()
+    assert all(o.closed for o in objs) and ctx.closed
+    assert order.index("QP") < order.index("CQ") < order.index("PD")
+    assert order.index("MR") < order.index("SRQ") < order.index("PD")
+    assert sorted(order) == sorted(["QP", "QP", "CompChannel", "CQ", "MR", "SRQ", "PD"])
+
+
+def _flush(ctx, cq, n):
+    """n receive completions (IBV_WC_WR_FLUSH_ERR) in ``cq``, wr_ids 0..n-1."""
+    pd = PD(ctx)
+    mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    qp = _qp(pd, cq, recv_wr=n)
+    qp.to_init(QPAttr())
+    for i in range(n):
+        qp.post_recv(RecvWR(i, 1, [SGE(mr.buf, 64, mr.lkey)]))
+    a = QPAttr()
+    a.qp_state = e.IBV_QPS_ERR
+    qp.modify(a, e.IBV_QP_STATE)
+    return pd, qp, mr                               # (the caller keeps them alive)
+
+
+def _poll_all(cq, n):
+    got = []
+    for _ in range(20000):
+        k, wcs = cq.poll(n - len(got))
+        got += wcs
+        if len(got) == n:
+            return got
+    raise AssertionError(f"{len(got)} of {n} completions")
+
+
+def test_cq_resize_moves_unpolled_cqes_in_order(ctx):
+    cq = CQ(ctx, 3)
+    cq.resize(1)
+    assert cq.cqe >= 1
+    cq.resize(7)
+    assert cq.cqe >= 7
+    depth = cq.cqe
+    pd, *_ = keep = _flush(ctx, cq, 5)
+    wcs = _poll_all(cq, 1)                          # one polled, four left in the ring
+    assert wcs[0].wr_id == 0
+    for _ in range(2000):                           # the flush is the daemon's: wait for all five
+        if cq.consumer.peek(3) is not None:
+            break
+    with pytest.raises(PyverbsRDMAError) as ex:
+        cq.resize(3)                                # below the four still queued (rxe_cq_chk_attr)
+    assert ex.value.error_code == errno.EINVAL
+    assert str(ex.value).startswith("Failed to resize CQ")
+    assert cq.cqe == depth
+    cq.resize(31)
+    assert cq.cqe >= 31
+    rest = _poll_all(cq, 4)
+    assert [w.wr_id for w in rest] == [1, 2, 3, 4]
+    assert all(w.status == e.IBV_WC_WR_FLUSH_ERR for w in rest)
+    cq.resize(4)                                    # empty again: shrinking is fine
+    assert 4 <= cq.cqe < 31
+    pd.close()
+    assert all(o.closed for o in keep)
+    cq.close()
+
+
+def test_cq_resize_above_max_cqe(ctx):
+    max_cqe = ctx.query_device().max_cqe
+    with CQ(ctx, 8) as cq:
+        for bad in (0, max_cqe + 1):
+            with pytest.raises(PyverbsRDMAError) as ex:
+                cq.resize(bad)
+            assert ex.value.error_code == errno.EINVAL
+        # the daemon's own check: a request past the library's
+        with pytest.raises(PyverbsRDMAError) as ex:
+            ctx.conn.call("resize_cq", cq=cq.handle, cqe=max_cqe + 1, fds=[cq.ring.fd])
+        assert ex.value.error_code == errno.EINVAL
+
+
+def test_srq_query_and_modify(ctx):
+    pd = PD(ctx)
+    srq = SRQ(pd, SrqInitAttr(SrqAttr(32, 2, 0)))
+    a = srq.query()
+    assert (a.max_wr, a.max_sge, a.srq_limit) == (32, 2, 0)
+    srq.modify(SrqAttr(srq_limit=5), e.IBV_SRQ_LIMIT)
+    assert srq.query().srq_limit == 5
+    with pytest.raises(PyverbsRDMAError) as ex:     # at or above max_wr: rxe_srq_chk_attr
+        srq.modify(SrqAttr(srq_limit=33), e.IBV_SRQ_LIMIT)
+    assert ex.value.error_code == errno.EINVAL and str(ex.value).startswith("Failed to modify SRQ")
+    with pytest.raises(PyverbsRDMAError) as ex:
+        srq.modify(SrqAttr(max_wr=64), e.IBV_SRQ_MAX_WR)
+    assert ex.value.error_code == errno.EOPNOTSUPP
+    assert srq.query().srq_limit == 5
+    pd.close()
+    assert srq.closed
+
+
+def test_query_gid_table_and_gid_ex(ctx):
+    tbl_len = ctx.query_port(1).gid_tbl_len
+    entries = ctx.query_gid_table(tbl_len)
+    assert entries and all(isinstance(g, GIDEntry) for g in entries)
+    for g in entries:
+        assert g.port_num == 1 and g.gid_type == e.IBV_GID_TYPE_ROCE_V2
+        assert g.gid_str() == str(ctx.query_gid(1, g.gid_index))
+        one = ctx.query_gid_ex(port_num=1, gid_index=g.gid_index)
+        assert (one.gid_str(), one.gid_index, one.ndev_ifindex) == (g.gid_str(), g.gid_index, g.ndev_ifindex)
+    with pytest.raises(PyverbsRDMAError) as ex:     # the suite's bad flow: a negative errno, as pyverbs passes it
+        ctx.query_gid_table(0)
+    assert ex.value.error_code == -errno.EINVAL
+    empty = sorted(set(range(tbl_len)) - {g.gid_index for g in entries})[0]
+    with pytest.raises(PyverbsRDMAError) as ex:
+        ctx.query_gid_ex(port_num=1, gid_index=empty)
+    assert ex.value.error_code == errno.ENODATA
+    with pytest.raises(PyverbsRDMAError) as ex:
+        ctx.query_gid_ex(port_num=1, gid_index=tbl_len)
+    assert ex.value.error_code == errno.EINVAL
