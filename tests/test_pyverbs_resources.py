@@ -13,6 +13,7 @@ import pytest
 
 from daemon_helpers import daemon_in_shm
 from softrdma.pyverbs import enums as e
+from softrdma.pyverbs.addr import AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQ, CompChannel
 from softrdma.pyverbs.device import Context, GIDEntry
 from softrdma.pyverbs.mr import MR
@@ -20,7 +21,7 @@ from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
 from softrdma.pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from softrdma.pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
-from softrdma.pyverbs.wr import SGE, RecvWR
+from softrdma.pyverbs.wr import SGE, RecvWR, SendWR
 
 
 @pytest.fixture(scope="module")
@@ -177,12 +178,63 @@ def test_srq_query_and_modify(ctx):
     with pytest.raises(PyverbsRDMAError) as ex:     # at or above max_wr: rxe_srq_chk_attr
         srq.modify(SrqAttr(srq_limit=33), e.IBV_SRQ_LIMIT)
     assert ex.value.error_code == errno.EINVAL and str(ex.value).startswith("Failed to modify SRQ")
-    with pytest.raises(PyverbsRDMAError) as ex:
-        srq.modify(SrqAttr(max_wr=64), e.IBV_SRQ_MAX_WR)
-    assert ex.value.error_code == errno.EOPNOTSUPP
     assert srq.query().srq_limit == 5
     pd.close()
     assert srq.closed
+
+
+def _fill_srq(srq, mr, first, n):
+    for i in range(first, first + n):
+        srq.post_recv(RecvWR(i, 1, [SGE(mr.buf, 64, mr.lkey)]))
+
+
+def test_srq_resize_keeps_the_posted_wqes(ctx):
+    pd = PD(ctx)
+    mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    cq = CQ(ctx, 64)
+    srq = SRQ(pd, SrqInitAttr(SrqAttr(8, 1, 0)))
+    _fill_srq(srq, mr, 0, 8)
+    with pytest.raises(PyverbsRDMAError) as ex:     # full: the ring refuses a ninth
+        _fill_srq(srq, mr, 8, 1)
+    assert ex.value.error_code == errno.ENOMEM
+    with pytest.raises(PyverbsRDMAError) as ex:     # eight posted do not fit in four (rxe_queue_resize)
+        srq.modify(SrqAttr(max_wr=4), e.IBV_SRQ_MAX_WR)
+    assert ex.value.error_code == errno.EINVAL and str(ex.value).startswith("Failed to modify SRQ")
+    assert srq.query().max_wr == 8
+    srq.modify(SrqAttr(max_wr=20, srq_limit=3), e.IBV_SRQ_MAX_WR | e.IBV_SRQ_LIMIT)
+    a = srq.query()
+    assert (a.max_wr, a.srq_limit) == (20, 3)
+    _fill_srq(srq, mr, 8, 12)                       # twelve more fit, not thirteen
+    with pytest.raises(PyverbsRDMAError):
+        _fill_srq(srq, mr, 20, 1)
+    with pytest.raises(PyverbsRDMAError) as ex:     # below the armed limit
+        srq.modify(SrqAttr(max_wr=2), e.IBV_SRQ_MAX_WR)
+    assert ex.value.error_code == errno.EINVAL
+    with pytest.raises(PyverbsRDMAError) as ex:
+        srq.modify(SrqAttr(max_wr=ctx.query_device().max_srq_wr + 1), e.IBV_SRQ_MAX_WR)
+    assert ex.value.error_code == errno.EINVAL
+    # every WQE is still there, in order: a QP connected to itself sends
+    # twenty messages, each takes the next WQE of the SRQ
+    qp = _qp(pd, cq, srq)
+    v4 = "0000:0000:0000:0000:0000:ffff"            # an IPv4-mapped GID (the daemon's address on lo)
+    gid_index = next(g.gid_index for g in ctx.query_gid_table(1024) if g.gid_str().startswith(v4))
+    a = QPAttr()
+    a.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
+    a.dest_qp_num = qp.qp_num
+    a.max_dest_rd_atomic = a.max_rd_atomic = 1
+    a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 14, 7, 7
+    a.ah_attr = AHAttr(gr=GlobalRoute(dgid=ctx.query_gid(1, gid_index), sgid_index=gid_index), is_global=1,
+                       port_num=1)
+    qp.to_rts(a)
+    recv = []
+    for i in range(20):
+        qp.post_send(SendWR(wr_id=100 + i, num_sge=1, sg=[SGE(mr.buf + 64, 8, mr.lkey)]))
+        wcs = _poll_all(cq, 2)
+        assert all(w.status == e.IBV_WC_SUCCESS for w in wcs)
+        recv += [w.wr_id for w in wcs if w.opcode & e.IBV_WC_RECV]
+    assert recv == list(range(20))
+    pd.close()
+    cq.close()
 
 
 def test_query_gid_table_and_gid_ex(ctx):

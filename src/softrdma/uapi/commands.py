@@ -153,6 +153,8 @@ _TABLE = (
     Command("create_srq", (handle("pd"), fds(2, "create_srq needs 2 fds"), u32("max_wr", 256), u32("max_sge", 4),
                            u32("srq_limit", 0)), ("srq",)),
     Command("modify_srq", (handle("srq"), u32("srq_limit"))),
+    Command("resize_srq", (handle("srq"), fds(1, "resize_srq needs the ring fd"), u32("max_wr"),
+                           u32("srq_limit", None)), ("max_wr",)),
     Command("query_srq", (handle("srq"),), ("max_wr", "max_sge", "srq_limit")),
     Command("destroy_srq", (handle("srq"),), (), (_E.EBUSY,)),
     # -- AHs

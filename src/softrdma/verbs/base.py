@@ -13,7 +13,9 @@ Closing an object closes its dependants first, as pyverbs' close_weakrefs
 does, so the daemon never sees a destroy it must refuse with EBUSY (that
 rule stays the daemon's, for a C program's ibv_dealloc_pd):
 
-* a Context: its QPs, completion channels, CQs, then PDs;
+* a Context: its QPs, completion channels, CQs, then PDs (released in the
+  library; the daemon's objects go with the connection, as a uverbs
+  file's do when it is closed);
 * a completion channel: its CQs;
 * a CQ: the QPs that use it;
 * a PD: its QPs, AHs, MWs, MRs, then SRQs (``close_rank``).
@@ -54,12 +56,12 @@ class VerbsObject:
 
     def _destroy(self) -> None:
         """Destroy the daemon's object; nothing to do once the context is
-        closed (its connection took every object with it) or the daemon is
-        gone (``Connection.destroy``)."""
+        closed or closing (its connection takes every object with it) or the
+        daemon is gone (``Connection.destroy``)."""
         cmd = self.destroy_cmd
         if cmd is not None:
             ctx = self._context()
-            if not ctx.closed:
+            if not (ctx.closed or ctx.closing):
                 ctx.conn.destroy(cmd, **{cmd.request[0].name: self.handle})
 
     def _release(self) -> None:

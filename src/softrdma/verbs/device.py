@@ -245,6 +245,7 @@ class Context(VerbsObject):
         self._attr = reply["attr"]
         self._refs = weakref.WeakSet()
         self.closed = False
+        self.closing = False
 
     def add_ref(self, obj) -> None:
         """A PD, CQ or completion channel made on this context: closed
@@ -252,8 +253,11 @@ class Context(VerbsObject):
         self._refs.add(obj)
 
     def _close_children(self) -> None:
-        if self.conn.dead:                          # the daemon took them all; their release is theirs
-            return
+        # Each is closed (and its rings, fds, memory released) in pyverbs'
+        # order; the daemon's objects go when the connection closes, all of
+        # them, as the kernel destroys a uverbs file's objects on its close
+        # -- also those whose Python object is already gone.
+        self.closing = True
         for qp in [o for o in list(self.conn._tracked) if not o.closed and hasattr(o, "qp_num")]:
             qp.close()
         for obj in sorted(list(self._refs), key=lambda o: o.ctx_close_rank):

@@ -10,7 +10,7 @@ pd           alloc_pd, dealloc_pd
 mr           reg_mr, dereg_mr, alloc_mw, dealloc_mw
 cq           create/destroy_comp_channel, create/resize/destroy_cq
 qp           create_qp, modify_qp, query_qp, destroy_qp
-srq          create_srq, modify_srq, query_srq, destroy_srq
+srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq
 ah           create_ah, destroy_ah
 mcast        attach_mcast, detach_mcast
 capture      capture_start, capture_stop
@@ -63,6 +63,7 @@ HANDLERS: dict[str, Callable] = {
 
     "create_srq": srq.cmd_create_srq,
     "modify_srq": srq.cmd_modify_srq,
+    "resize_srq": srq.cmd_resize_srq,
     "query_srq": srq.cmd_query_srq,
     "destroy_srq": srq.cmd_destroy_srq,
 
