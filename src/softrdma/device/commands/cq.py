@@ -70,6 +70,12 @@ def cmd_resize_cq(daemon, c, m, fds):
     old = cq.ring
     max_cqe = c.device.caps.max_cqe
     cqe = rq.uint(m, "cqe", rq.U32, 1)
+    # What the application posted before it asked has run first, as rxe's
+    # post_send runs the requester in the posting call: the CQEs it makes
+    # count (a resize below them fails as on rxe)
+    dev, now = c.device, daemon.now()
+    dev.poll_rings(now)
+    dev.route(daemon.by_ip, now)
     count = (cq.producer.head - old.consumer) & 0xFFFFFFFF
     if not 1 <= cqe <= max_cqe:                     # rxe_cq_chk_attr
         raise VerbsError(errno.EINVAL, f"CQ of {cqe} entries (1..max_cqe, {max_cqe})")
