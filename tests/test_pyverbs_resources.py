@@ -279,3 +279,24 @@ def test_query_gid_table_and_gid_ex(ctx):
     with pytest.raises(PyverbsRDMAError) as ex:
         ctx.query_gid_ex(port_num=1, gid_index=tbl_len)
     assert ex.value.error_code == errno.EINVAL
+
+
+def test_qp_init_attr_cap_fields_reach_the_qp(ctx):
+    """pyverbs' QPInitAttr.max_send_wr & co. are the cap's fields: the
+    suite's illegal-caps tests set them there and expect the create to fail
+    (before, the attribute was ignored, and only a CQ close's EBUSY made
+    those tests look right)."""
+    pd = PD(ctx)
+    cq = CQ(ctx, 8)
+    qia = QPInitAttr(e.IBV_QPT_UD, None, cq, cq, None, QPCap(4, 4, 1, 1))
+    qia.max_send_wr = 0xFFFFFFFF
+    assert qia.cap.max_send_wr == 0xFFFFFFFF
+    with pytest.raises(PyverbsRDMAError) as ex:
+        QP(pd, qia)
+    assert ex.value.error_code == errno.EINVAL
+    qia.max_send_wr = 4
+    qia.max_recv_sge = 2
+    qp = QP(pd, qia)
+    assert qp.cap.max_recv_sge == 2
+    pd.close()
+    cq.close()
