@@ -87,11 +87,11 @@ def test_context_close_closes_everything_in_order(run_dir, monkeypatch):
     srq = SRQ(pd, SrqInitAttr(SrqAttr(16, 1)))
     objs = [pd, cc, cq, srq, _qp(pd, cq), _qp(pd, cq, srq), MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)]
     order = []
-    for o in objs:                                  # record each daemon destroy as it happens
+    for o in objs:                                  # record the order the library closes them in
         real = o._destroy
 
         def spy(o=o, real=real):
-            real()                                  # raises on the daemon's EBUSY
+            real()                                  # (the daemon's objects go with the connection)
             order.append(type(o).__name__)
         o._destroy = spy
     ctx.close()
