@@ -290,6 +290,11 @@ class ibv_event_type(IntEnum):
     IBV_EVENT_WQ_FATAL = 19
 
 
+class ibv_srq_attr_mask(IntFlag):
+    IBV_SRQ_MAX_WR = 1 << 0
+    IBV_SRQ_LIMIT = 1 << 1
+
+
 class ibv_gid_type(IntEnum):
     IBV_GID_TYPE_IB = 0
     IBV_GID_TYPE_ROCE_V1 = 1

@@ -1,5 +1,5 @@
 from ..verbs.device import (  # noqa: F401
-    Context, CQModerationCaps, Device, DeviceAttr, DeviceAttrEx, ODPCaps, PacketPacingCaps, PCIAtomicCaps, PortAttr,
+    Context, CQModerationCaps, Device, DeviceAttr, DeviceAttrEx, GIDEntry, ODPCaps, PacketPacingCaps, PCIAtomicCaps, PortAttr,
     RSSCaps, TMCaps, TSOCaps, get_device_list,
 )
 from ..verbs.translate import (  # noqa: F401

@@ -122,6 +122,7 @@ _TABLE = (
     Command("open", (string("device"),), ("device", "node_guid", "attr"), (_E.ENODEV, _E.EMFILE), device=False),
     Command("query_port", (any_("port"),), ("attr",)),
     Command("query_gid", (any_("index"), any_("port")), ("gid", "type")),
+    Command("query_gid_table", (u32("max_entries"),), ("entries",)),
     # -- PD, MR, MW
     Command("alloc_pd", (), ("pd",), state_first=True),
     Command("dealloc_pd", (handle("pd"),), (), (_E.EBUSY,)),
@@ -147,6 +148,7 @@ _TABLE = (
     Command("destroy_comp_channel", (handle("channel"),), (), (_E.EBUSY,)),
     Command("create_cq", (fds(1, "create_cq needs the ring fd"), handle("channel", optional=True), u32("cqe", 1)),
             ("cq",)),
+    Command("resize_cq", (handle("cq"), fds(1, "resize_cq needs the ring fd"), u32("cqe")), ("cqe",)),
     Command("destroy_cq", (handle("cq"),), (), (_E.EBUSY,)),
     # -- QPs (fds: the SQ ring, the RQ ring unless the QP has an SRQ, the
     #    doorbell -- 3 or 2, which the handler checks once it has the SRQ)
@@ -162,6 +164,9 @@ _TABLE = (
     Command("create_srq", (handle("pd"), fds(2, "create_srq needs 2 fds"), u32("max_wr", 256), u32("max_sge", 4),
                            u32("srq_limit", 0)), ("srq",)),
     Command("modify_srq", (handle("srq"), u32("srq_limit"))),
+    Command("resize_srq", (handle("srq"), fds(1, "resize_srq needs the ring fd"), u32("max_wr"),
+                           u32("srq_limit", None)), ("max_wr",)),
+    Command("query_srq", (handle("srq"),), ("max_wr", "max_sge", "srq_limit")),
     Command("destroy_srq", (handle("srq"),), (), (_E.EBUSY,)),
     # -- AHs
     Command("create_ah", (handle("pd"), any_("attr")), ("ah",)),

@@ -8,6 +8,17 @@ A subclass sets ``destroy_cmd`` (None: nothing to destroy in the daemon)
 and ``closed = False`` once created; it may add ``_close_children`` (what
 must go first, as a PD closes its MRs and QPs, in ``close_rank`` order) and
 ``_release`` (its own resources, also after the daemon is gone).
+
+Closing an object closes its dependants first, as pyverbs' close_weakrefs
+does, so the daemon never sees a destroy it must refuse with EBUSY (that
+rule stays the daemon's, for a C program's ibv_dealloc_pd):
+
+* a Context: its QPs, completion channels, CQs, then PDs (released in the
+  library; the daemon's objects go with the connection, as a uverbs
+  file's do when it is closed);
+* a completion channel: its CQs;
+* a CQ: the QPs that use it;
+* a PD: its QPs, AHs, MWs, MRs, then SRQs (``close_rank``).
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ class VerbsObject:
     #: the command that destroys the daemon's object; its first field names the handle
     destroy_cmd: Command | None = None
     #: where a PD closing its objects closes this one (pyverbs' close_weakrefs
-    #: order: SRQs, QPs, AHs, MWs, MRs)
+    #: order: QPs, AHs, MWs, MRs, SRQs)
     close_rank = 5
 
     def __enter__(self):
@@ -45,12 +56,12 @@ class VerbsObject:
 
     def _destroy(self) -> None:
         """Destroy the daemon's object; nothing to do once the context is
-        closed (its connection took every object with it) or the daemon is
-        gone (``Connection.destroy``)."""
+        closed or closing (its connection takes every object with it) or the
+        daemon is gone (``Connection.destroy``)."""
         cmd = self.destroy_cmd
         if cmd is not None:
             ctx = self._context()
-            if not ctx.closed:
+            if not (ctx.closed or ctx.closing):
                 ctx.conn.destroy(cmd, **{cmd.request[0].name: self.handle})
 
     def _release(self) -> None:

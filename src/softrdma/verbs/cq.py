@@ -37,8 +37,17 @@ def bswap32(v: int) -> int:
     return int.from_bytes(v.to_bytes(4, "big"), "little") if _LITTLE else v
 
 
+def users(ctx, attr: str, obj) -> list:
+    """The live QPs of ``ctx`` whose init_attr's ``attr`` is ``obj`` (the
+    connection tracks every QP made on it): what closing ``obj`` closes
+    first, as pyverbs' CQ and SRQ close their QPs."""
+    return [o for o in list(ctx.conn._tracked)
+            if not o.closed and getattr(getattr(o, "init_attr", None), attr, None) is obj]
+
+
 class CompChannel(VerbsObject):
     destroy_cmd = CMD.destroy_comp_channel
+    ctx_close_rank = 0                  # a Context closes its channels (and their CQs) first
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -48,6 +57,7 @@ class CompChannel(VerbsObject):
         self.fd = self.sock.fileno()
         self.closed = False
         self._cqs: dict[int, "CQ"] = {}
+        ctx.add_ref(self)
 
     def get_cq_event(self, expected_cq=None, timeout: float | None = None):
         conn = self.ctx.conn
@@ -74,6 +84,10 @@ class CompChannel(VerbsObject):
             cq.events_pending += 1
         return cq
 
+    def _close_children(self) -> None:
+        for cq in list(self._cqs.values()):          # pyverbs: a channel closes its CQs
+            cq.close()
+
     def _release(self) -> None:
         self.sock.close()
 
@@ -84,6 +98,7 @@ class CompletionQueue(VerbsObject):
     the ring is the next power of two above it."""
 
     destroy_cmd = CMD.destroy_cq
+    ctx_close_rank = 1                  # a Context closes its CQs after the channels, before the PDs
 
     def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0):
         max_cqe = ctx._attr.get("max_cqe", 1 << 22)
@@ -115,6 +130,7 @@ class CompletionQueue(VerbsObject):
         self.closed = False
         self._idle = IDLE_POLLS
         ctx.conn.track(self)
+        ctx.add_ref(self)
 
     @property
     def comp_channel(self) -> CompChannel | None:
@@ -133,6 +149,10 @@ class CompletionQueue(VerbsObject):
     def ack_events(self, num_events: int) -> None:
         self.events_pending = max(0, self.events_pending - num_events)
 
+    def _close_children(self) -> None:
+        for qp in users(self.ctx, "send_cq", self) + users(self.ctx, "recv_cq", self):
+            qp.close()                              # pyverbs: a CQ closes the QPs using it
+
     def _release(self) -> None:
         if self.channel is not None:
             self.channel._cqs.pop(self.handle, None)
@@ -140,6 +160,29 @@ class CompletionQueue(VerbsObject):
 
 
 class CQ(CompletionQueue):
+    def resize(self, cqe: int) -> None:
+        """ibv_resize_cq: at least ``cqe`` entries.  A new ring (cqe + 1
+        slots, a power of two) goes to the daemon, which moves the CQEs not
+        yet polled into it in order and answers with the new depth; EINVAL
+        below the CQEs still queued or above max_cqe (rxe_cq_chk_attr)."""
+        if self.closed:
+            raise PyverbsError("Failed to resize CQ: the CQ is closed")
+        if isinstance(cqe, float):
+            cqe = int(cqe)
+        max_cqe = self.ctx._attr.get("max_cqe", 1 << 22)
+        if not isinstance(cqe, int) or not 0 < cqe <= max_cqe:     # before the ring exists (the daemon checks too)
+            raise PyverbsRDMAError("Failed to resize CQ", errno.EINVAL)
+        ring = Ring.create(cqe + 1, abi.CQE_BYTES, "softrdma-cq")
+        try:
+            self.ctx.conn.call(CMD.resize_cq, fds=[ring.fd], cq=self.handle, cqe=cqe)
+        except PyverbsRDMAError as e:
+            ring.close()
+            raise PyverbsRDMAError("Failed to resize CQ", e.error_code) from None
+        old, self.ring = self.ring, ring
+        self.consumer = CompletionQueueConsumer(ring)
+        self.cqe = ring.nslots - 1
+        old.close()
+
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         wcs = self.consumer.poll(num_entries)
         if not wcs:

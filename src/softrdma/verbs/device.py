@@ -8,6 +8,7 @@ import select
 import subprocess
 import sys
 import time
+import weakref
 
 from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
 from ..uapi.commands import CMD
@@ -181,9 +182,39 @@ def get_device_list() -> list[Device]:
     return [Device(d["name"], d["node_guid"], d["netdev"], i) for i, d in enumerate(reply["devices"])]
 
 
+class GIDEntry:
+    """pyverbs.device.GIDEntry (struct ibv_gid_entry): one valid entry of
+    a port's GID table."""
+
+    def __init__(self, subnet_prefix: int = 0, interface_id: int = 0, gid_index: int = 0, port_num: int = 0,
+                 gid_type: int = 0, ndev_ifindex: int = 0):
+        self.gid_subnet_prefix = subnet_prefix
+        self.gid_interface_id = interface_id
+        self.gid_index = gid_index
+        self.port_num = port_num
+        self.gid_type = gid_type
+        self.ndev_ifindex = ndev_ifindex
+
+    def gid_str(self) -> str:
+        return str(GID(self.gid_subnet_prefix.to_bytes(8, "big") + self.gid_interface_id.to_bytes(8, "big")))
+
+    def __str__(self) -> str:
+        f = "{:<24}: {:<20}\n"
+        return (f.format("GID", self.gid_str()) + f.format("GID Index", self.gid_index)
+                + f.format("Port number", self.port_num) + f.format("GID type", self.gid_type)
+                + f.format("Ndev ifindex", self.ndev_ifindex))
+
+
+def _gid_entry(e: dict) -> GIDEntry:
+    raw = bytes.fromhex(e["gid"])
+    return GIDEntry(int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:], "big"), e["gid_index"], e["port_num"],
+                    e["gid_type"], e["ndev_ifindex"])
+
+
 class Context(VerbsObject):
-    """An opened device: ``Context(name='rxe0')``; closing it closes its
-    control connection, which destroys every object made on it."""
+    """An opened device: ``Context(name='rxe0')``; closing it closes what
+    was made on it first, in pyverbs' order (QPs, completion channels, CQs,
+    PDs -- each PD its MRs, MWs, AHs and SRQs), then its control connection."""
 
     def __init__(self, name: str | bytes | None = None, **kw):
         if kw.get("cmd_fd") is not None:
@@ -212,7 +243,25 @@ class Context(VerbsObject):
         self.name = name
         self.node_guid = reply["node_guid"]
         self._attr = reply["attr"]
+        self._refs = weakref.WeakSet()
         self.closed = False
+        self.closing = False
+
+    def add_ref(self, obj) -> None:
+        """A PD, CQ or completion channel made on this context: closed
+        before it (``ctx_close_rank`` order)."""
+        self._refs.add(obj)
+
+    def _close_children(self) -> None:
+        # Each is closed (and its rings, fds, memory released) in pyverbs'
+        # order; the daemon's objects go when the connection closes, all of
+        # them, as the kernel destroys a uverbs file's objects on its close
+        # -- also those whose Python object is already gone.
+        self.closing = True
+        for qp in [o for o in list(self.conn._tracked) if not o.closed and hasattr(o, "qp_num")]:
+            qp.close()
+        for obj in sorted(list(self._refs), key=lambda o: o.ctx_close_rank):
+            obj.close()
 
     def _release(self) -> None:
         self.conn.close()
@@ -298,6 +347,36 @@ class Context(VerbsObject):
         if reply["type"] is None:
             raise PyverbsRDMAError("Failed to query gid type", errno.ENODATA)
         return 2                                    # IBV_GID_TYPE_ROCE_V2
+
+    def query_gid_table(self, max_entries: int, flags: int = 0) -> list[GIDEntry]:
+        """ibv_query_gid_table: the valid GID entries of every port, at most
+        ``max_entries`` (-EINVAL when they do not fit, as the kernel's
+        rdma_query_gid_table; pyverbs passes the negative return on)."""
+        if flags:
+            raise PyverbsRDMAError("Failed to query gid tables of the device", -errno.EINVAL)
+        try:
+            reply, _ = self.conn.call(CMD.query_gid_table, max_entries=max_entries)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError("Failed to query gid tables of the device", -abs(e.error_code)) from None
+        return [_gid_entry(e) for e in reply["entries"]]
+
+    def query_gid_ex(self, port_num: int, gid_index: int, flags: int = 0) -> GIDEntry:
+        """ibv_query_gid_ex: the entry at ``gid_index`` of port ``port_num``;
+        EINVAL for another port, an index past the table or flags, ENODATA
+        for an empty index (ib_uverbs' QUERY_GID_ENTRY)."""
+        msg = f"Failed to query gid table of port {port_num} in index {gid_index}"
+        if flags or port_num != 1:
+            raise PyverbsRDMAError(msg, errno.EINVAL)
+        if type(gid_index) is not int or not 0 <= gid_index < self.query_port(port_num).gid_tbl_len:
+            raise PyverbsRDMAError(msg, errno.EINVAL)
+        try:
+            reply, _ = self.conn.call(CMD.query_gid_table, max_entries=gid_index + 1 + 0xFFFF)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError(msg, abs(e.error_code)) from None
+        for e in reply["entries"]:
+            if e["gid_index"] == gid_index:
+                return _gid_entry(e)
+        raise PyverbsRDMAError(msg, errno.ENODATA)
 
     def get_async_event(self, timeout: float | None = None) -> dict:
         """The next async event ({'event': ibv_event_type, 'qp'/'cq'/...})."""

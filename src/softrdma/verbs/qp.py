@@ -130,6 +130,16 @@ class QPInitAttrEx:
         return self.pd
 
 
+def _cap_field(name: str) -> property:
+    """pyverbs' QPInitAttr(Ex).max_send_wr & co.: the init attr's ibv_qp_cap field."""
+    return property(lambda self: getattr(self.cap, name), lambda self, v: setattr(self.cap, name, v))
+
+
+for _cls in (QPInitAttr, QPInitAttrEx):
+    for _name in ("max_send_wr", "max_recv_wr", "max_send_sge", "max_recv_sge", "max_inline_data"):
+        setattr(_cls, _name, _cap_field(_name))
+
+
 class QPAttr(qp_attr.QPAttr):
     """ibv_qp_attr (uapi.qp_attr) as pyverbs constructs it: INIT, an AHAttr
     and a QPCap of pyverbs' own; ``to_wire(mask)`` is the modify_qp body."""
@@ -182,6 +192,13 @@ class QP(VerbsObject):
         self.cap = cap
         if init_attr.send_cq is None or init_attr.recv_cq is None:
             raise PyverbsRDMAError("Failed to create QP: send and receive CQs are required", errno.EINVAL)
+        a = self.ctx._attr
+        for field, most in (("max_send_wr", a["max_qp_wr"]), ("max_recv_wr", a["max_qp_wr"]),
+                            ("max_send_sge", a["max_sge"]), ("max_recv_sge", a["max_sge"]),
+                            ("max_inline_data", a["max_inline_data"])):
+            if getattr(cap, field) > most:          # rxe_qp_chk_cap, before any ring is sized from it
+                raise PyverbsRDMAError(f"Failed to create QP: {field} {getattr(cap, field)} above the device's"
+                                       f" {most}", errno.EINVAL)
         self.sq = Ring.create(max(cap.max_send_wr, 1), abi.send_slot_size(cap.max_send_sge, cap.max_inline_data),
                               "softrdma-sq")
         self.rq = None if init_attr.srq is not None else \

@@ -5,12 +5,14 @@ from __future__ import annotations
 import errno
 import os
 
+from ..enums import IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR
 from ..uapi import abi
 from ..uapi.commands import CMD
 from ..uapi.queues import WorkQueueProducer
 from ..uapi.shm import Ring
 from .base import PDObject
 from .connection import Gone
+from .cq import users
 from .errors import PyverbsRDMAError
 
 
@@ -26,7 +28,7 @@ class SrqInitAttr:
 
 class SRQ(PDObject):
     destroy_cmd = CMD.destroy_srq
-    close_rank = 0
+    close_rank = 6                  # a PD closes its SRQs last (pyverbs' PD.close)
 
     def __init__(self, pd, init_attr: SrqInitAttr):
         a = init_attr.attr
@@ -63,8 +65,49 @@ class SRQ(PDObject):
             self.wq.commit()
             wr = wr.next_wr
 
-    def modify(self, attr: SrqAttr, attr_mask: int) -> None:
-        self.pd.ctx.conn.call(CMD.modify_srq, srq=self.handle, srq_limit=attr.srq_limit)
+    def modify(self, attr: SrqAttr, comp_mask: int) -> None:
+        """ibv_modify_srq: IBV_SRQ_LIMIT arms the limit event (EINVAL above
+        max_wr); IBV_SRQ_MAX_WR resizes the SRQ -- a new ring goes to the
+        daemon, which keeps the WQEs still posted (EINVAL when they do not
+        fit, or max_wr below the armed limit or above max_srq_wr, as
+        rxe_srq_chk_attr and rxe_queue_resize)."""
+        mask = int(comp_mask)
+        if mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT):
+            raise PyverbsRDMAError("Failed to modify SRQ", errno.EINVAL)
+        if mask & IBV_SRQ_MAX_WR:
+            self._resize(attr.max_wr, attr.srq_limit if mask & IBV_SRQ_LIMIT else None)
+        elif mask & IBV_SRQ_LIMIT:
+            try:
+                self.pd.ctx.conn.call(CMD.modify_srq, srq=self.handle, srq_limit=attr.srq_limit)
+            except PyverbsRDMAError as e:
+                raise PyverbsRDMAError("Failed to modify SRQ", e.error_code) from None
+
+    def _resize(self, max_wr: int, srq_limit: int | None) -> None:
+        if type(max_wr) is not int or not 0 < max_wr <= 0xFFFFFFFF:
+            raise PyverbsRDMAError("Failed to modify SRQ", errno.EINVAL)
+        ring = Ring.create(max_wr, abi.recv_slot_size(self.max_sge), "softrdma-srq")
+        try:
+            self.pd.ctx.conn.call(CMD.resize_srq, fds=[ring.fd], srq=self.handle, max_wr=max_wr,
+                                  srq_limit=srq_limit)
+        except PyverbsRDMAError as e:
+            ring.close()
+            raise PyverbsRDMAError("Failed to modify SRQ", e.error_code) from None
+        old, self.ring = self.ring, ring
+        self.wq = WorkQueueProducer(ring, self.doorbell, max_wr)
+        old.close()
+
+    def query(self) -> SrqAttr:
+        """ibv_query_srq: max_wr, max_sge and srq_limit (0 once the limit
+        event has fired)."""
+        try:
+            reply, _ = self.pd.ctx.conn.call(CMD.query_srq, srq=self.handle)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError("Failed to query SRQ", e.error_code) from None
+        return SrqAttr(reply["max_wr"], reply["max_sge"], reply["srq_limit"])
+
+    def _close_children(self) -> None:
+        for qp in users(self.pd.ctx, "srq", self):     # pyverbs: an SRQ closes the QPs using it
+            qp.close()
 
     def _release(self) -> None:
         os.close(self.doorbell)

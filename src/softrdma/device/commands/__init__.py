@@ -5,13 +5,13 @@ each kind of object undoes (``FREE``).
 One module per object kind, as the kernel's uverbs_std_types_*.c:
 
 ===========  =============================================================
-context      devices, open (the uverbs context), query_port, query_gid
+context      devices, open (the uverbs context), query_port, query_gid, query_gid_table
 pd           alloc_pd, dealloc_pd
 mr           reg_mr, rereg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
 dm           alloc_dm, free_dm (device memory)
-cq           create/destroy_comp_channel, create/destroy_cq
+cq           create/destroy_comp_channel, create/resize/destroy_cq
 qp           create_qp, modify_qp, query_qp, destroy_qp
-srq          create_srq, modify_srq, destroy_srq
+srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq
 ah           create_ah, destroy_ah
 mcast        attach_mcast, detach_mcast
 capture      capture_start, capture_stop
@@ -41,6 +41,7 @@ HANDLERS: dict[str, Callable] = {
     "open": context.cmd_open,
     "query_port": context.cmd_query_port,
     "query_gid": context.cmd_query_gid,
+    "query_gid_table": context.cmd_query_gid_table,
 
     "alloc_pd": pd.cmd_alloc_pd,
     "dealloc_pd": pd.cmd_dealloc_pd,
@@ -57,6 +58,7 @@ HANDLERS: dict[str, Callable] = {
     "create_comp_channel": cq.cmd_create_comp_channel,
     "destroy_comp_channel": cq.cmd_destroy_comp_channel,
     "create_cq": cq.cmd_create_cq,
+    "resize_cq": cq.cmd_resize_cq,
     "destroy_cq": cq.cmd_destroy_cq,
 
     "create_qp": qp.cmd_create_qp,
@@ -66,6 +68,8 @@ HANDLERS: dict[str, Callable] = {
 
     "create_srq": srq.cmd_create_srq,
     "modify_srq": srq.cmd_modify_srq,
+    "resize_srq": srq.cmd_resize_srq,
+    "query_srq": srq.cmd_query_srq,
     "destroy_srq": srq.cmd_destroy_srq,
 
     "create_ah": ah.cmd_create_ah,

@@ -1,11 +1,13 @@
 """Commands on the device and its port: list the devices, open one (the
-uverbs context: get_context with the process's limits), query the port and
-a GID."""
+uverbs context: get_context with the process's limits), query the port, a GID
+and the GID table."""
 
 from __future__ import annotations
 
 import errno
+import socket
 
+from ...enums import IBV_GID_TYPE_ROCE_V2
 from ...errors import VerbsError
 from ...uapi import request as rq
 from ...uapi.commands import PROTOCOL_VERSION
@@ -61,3 +63,24 @@ def cmd_query_gid(daemon, c, m, fds):
         raise VerbsError(errno.EINVAL, "GID index out of range")
     gid = c.device.gid(idx)
     return {"gid": (gid or bytes(16)).hex(), "type": "RoCE v2" if gid is not None else None}, []
+
+
+def cmd_query_gid_table(daemon, c, m, fds):
+    """ibv_query_gid_table / ibv_query_gid_ex (the kernel's
+    rdma_query_gid_table): the valid entries of the port's GID table, at
+    most ``max_entries`` -- EINVAL when they do not all fit, as the kernel."""
+    max_entries = rq.uint(m, "max_entries", rq.U32)
+    dev = c.device
+    try:                                            # the netdev's index (the GID's ndev), 0 for none
+        ifindex = socket.if_nametoindex(dev.netdev)
+    except OSError:
+        ifindex = 0
+    entries = []
+    for idx in range(dev.gid_table.capacity):
+        gid = dev.gid(idx)
+        if gid is not None:
+            entries.append({"gid": gid.hex(), "gid_index": idx, "port_num": 1, "gid_type": IBV_GID_TYPE_ROCE_V2,
+                            "ndev_ifindex": ifindex})
+    if len(entries) > max_entries:
+        raise VerbsError(errno.EINVAL, f"{len(entries)} GID entries, room for {max_entries}")
+    return {"entries": entries}, []

@@ -1,5 +1,5 @@
-"""Completion channels and completion queues: create and destroy each, and
-what freeing each undoes."""
+"""Completion channels and completion queues: create, resize (the CQ) and
+destroy each, and what freeing each undoes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import errno
 from ...errors import VerbsError
 from ...uapi import abi
 from ...uapi import request as rq
+from ...uapi.queues import NOTIFY_NONE, NOTIFY_SOLICITED, CompletionQueueProducer
 from ..core import DevChannel, DevCQ
 from ..session import room_for
 from .fds import ring
@@ -57,6 +58,50 @@ def cmd_destroy_cq(daemon, c, m, fds):
     free_cq(daemon, c, cq)
     del c.objects[m["cq"]]
     return {}, []
+
+
+def cmd_resize_cq(daemon, c, m, fds):
+    """ibv_resize_cq as rxe_resize_cq: the library brings a new ring of
+    at least ``cqe`` + 1 slots; the CQEs not yet polled move into it in
+    order (rxe_cq_resize_queue), then it replaces the old one."""
+    cq = c.get(m.get("cq"), "cq")
+    if len(fds) != 1:
+        raise VerbsError(errno.EINVAL, "resize_cq needs the ring fd")
+    old = cq.ring
+    max_cqe = c.device.caps.max_cqe
+    cqe = rq.uint(m, "cqe", rq.U32, 1)
+    # What the application posted before it asked has run first, as rxe's
+    # post_send runs the requester in the posting call: the CQEs it makes
+    # count (a resize below them fails as on rxe)
+    dev, now = c.device, daemon.now()
+    dev.poll_rings(now)
+    dev.route(daemon.by_ip, now)
+    count = (cq.producer.head - old.consumer) & 0xFFFFFFFF
+    if not 1 <= cqe <= max_cqe:                     # rxe_cq_chk_attr
+        raise VerbsError(errno.EINVAL, f"CQ of {cqe} entries (1..max_cqe, {max_cqe})")
+    if cqe < count:                                 # rxe_cq_chk_attr: the CQEs still queued must fit
+        raise VerbsError(errno.EINVAL, f"cqe({cqe}) < current # elements in queue ({count})")
+    new = ring(fds[0], "CQ", slot_size=abi.CQE_BYTES)
+    if new.nslots <= cqe or new.nslots > 1 << max_cqe.bit_length():
+        got = new.nslots
+        new.close()
+        raise VerbsError(errno.EINVAL, f"CQ ring of {got} slots for {cqe} entries (max_cqe {max_cqe})")
+    tail = old.consumer
+    for i in range(count):                          # oldest first; each owner byte last, as write_cqe
+        src = old.slot((tail + i) & 0xFFFFFFFF)
+        dst = new.slot(i)
+        dst[:abi.CQE_OWNER] = src[:abi.CQE_OWNER]
+        dst[abi.CQE_OWNER] = new.phase(i)
+    new.consumer = 0
+    new.producer = count
+    state, _ = old.notify
+    if state != NOTIFY_NONE:                        # an armed CQ stays armed
+        new.arm(state == NOTIFY_SOLICITED)
+    cq.ring = new
+    cq.producer = CompletionQueueProducer(new)
+    cq.overrun_reported = False
+    old.close()
+    return {"cqe": new.nslots - 1}, []
 
 
 def free_cq(daemon, c, cq) -> None:
