@@ -443,11 +443,6 @@ class ibv_tm_cap_flags(IntFlag):
     IBV_TM_CAP_RC = 1
 
 
-class ibv_srq_attr_mask(IntFlag):
-    IBV_SRQ_MAX_WR = 1
-    IBV_SRQ_LIMIT = 2
-
-
 class ibv_srq_type(IntEnum):
     IBV_SRQT_BASIC = 0
     IBV_SRQT_XRC = 1
