@@ -308,7 +308,7 @@ class CmId:
         for k, v in override.items():
             if k in a:
                 a[k] = v
-        self.qp.ctx.conn.call(CMD.modify_qp, qp=self.qp.handle, attr=a, mask=mask)
+        self.qp.modify_wire(a, mask)
 
     def _modify_rtr(self, resp_res: int) -> None:
         self._modify(IBV_QPS_INIT)
@@ -326,8 +326,7 @@ class CmId:
     def _modify_err(self) -> None:
         if self.qp is not None:
             try:
-                self.qp.ctx.conn.call(CMD.modify_qp, qp=self.qp.handle, attr={"qp_state": IBV_QPS_ERR},
-                                      mask=int(ibv_qp_attr_mask.IBV_QP_STATE))
+                self.qp.modify_wire({"qp_state": IBV_QPS_ERR}, int(ibv_qp_attr_mask.IBV_QP_STATE))
             except PyverbsRDMAError:
                 pass
 

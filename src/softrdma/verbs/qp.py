@@ -24,7 +24,7 @@ from ..enums import (
     IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_QP_MAX_DEST_RD_ATOMIC,
     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
-    IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
+    IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW,
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
@@ -215,6 +215,7 @@ class QP(VerbsObject):
             raise
         self.handle = reply["qp"]
         self.qp_num = reply["qp_num"]
+        self.state = IBV_QPS_RESET       # ibv_qp.state: what this process last set
         self.sq_wq = WorkQueueProducer(self.sq, self.doorbell, max(cap.max_send_wr, 1))
         self.rq_wq = WorkQueueProducer(self.rq, self.doorbell, max(cap.max_recv_wr, 1)) if self.rq else None
         self.closed = False
@@ -228,7 +229,22 @@ class QP(VerbsObject):
 
     # ---------------------------------------------------------------- state
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
-        self.ctx.conn.call(CMD.modify_qp, qp=self.handle, attr=qp_attr.to_wire(int(attr_mask)), mask=int(attr_mask))
+        self.modify_wire(qp_attr.to_wire(int(attr_mask)), int(attr_mask))
+
+    def modify_wire(self, attr: dict, mask: int) -> None:
+        """ibv_modify_qp with the attributes as the command carries them (the
+        rdma_cm path has them so). The state it sets is kept, as libibverbs
+        keeps ibv_qp.state for the provider's posting checks."""
+        self.ctx.conn.call(CMD.modify_qp, qp=self.handle, attr=attr, mask=mask)
+        if mask & IBV_QP_STATE:
+            self.state = int(attr["qp_state"])
+
+    def _check_can_send(self, what: str) -> None:
+        """IBA 10.3.1: a send queue in Reset, Init or RTR refuses work
+        requests at once (rxe's post_send: EINVAL); from RTS on they are
+        taken (in an error state, flushed)."""
+        if self.state < IBV_QPS_RTS:
+            raise PyverbsRDMAError(f"{what}: the QP is not ready to send", errno.EINVAL)
 
     def query(self, attr_mask: int = 0) -> tuple[QPAttr, QPInitAttr]:
         a = self.ctx.conn.call(CMD.query_qp, qp=self.handle, mask=int(attr_mask))[0]["attr"]
@@ -290,6 +306,8 @@ class QP(VerbsObject):
     def post_recv(self, wr, bad_wr=None) -> None:
         if self.rq_wq is None:
             raise PyverbsRDMAError("Failed to post receive: the QP uses an SRQ", errno.EINVAL)
+        if self.state == IBV_QPS_RESET:          # C10-97.2.1, as rxe's post_recv
+            raise PyverbsRDMAError("Failed to post receive: the QP is in RESET", errno.EINVAL)
         while wr is not None:
             if len(wr.sg_list) > self.cap.max_recv_sge:
                 raise PyverbsRDMAError("Failed to post receive", errno.EINVAL)
@@ -305,6 +323,7 @@ class QP(VerbsObject):
             wr = wr.next_wr
 
     def post_send(self, wr, bad_wr=None) -> None:
+        self._check_can_send("Failed to post send")
         while wr is not None:
             if wr.opcode == IBV_WR_BIND_MW:
                 self._post_bind(wr.wr_id, wr.send_flags, wr.mw, wr.rkey, wr.bind_info, bool(wr.sg_list))

@@ -92,6 +92,7 @@ class QPEx(QP):
             self._spoil(errno.EINVAL, "a UD work request needs wr_set_ud_addr")
         if self._err:
             raise PyverbsRDMAError(f"ibv_wr_complete failed: {self._why}; nothing was posted", self._err)
+        self._check_can_send("ibv_wr_complete failed")
         if self._n:
             self.sq_wq.commit(self._n)
 

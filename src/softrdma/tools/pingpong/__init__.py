@@ -225,7 +225,16 @@ def _run(pp: PingPong, o: Options, dev_name: str, rng: Drand48) -> int:
     if o.servername is not None:
         if o.validate_buf:
             for i in range(0, size, page):
-                mr.write(b"\0", 1, data_off + i)       # buf[i] = i / page_size % sizeof(char), always 0
+                if pp.host_buf is not None:
+                    pp.host_buf[i] = 0
+                else:
+                    mr.write(b"\0", 1, data_off + i)   # buf[i] = i / page_size % sizeof(char), always 0
+        if pp.dm is not None:
+            try:
+                pp.dm.copy_to_dm(0, pp.host_buf, size)
+            except PyverbsError:
+                _err("Copy to dm buffer failed")
+                return 1
         if not pp.post_send():
             _err("Couldn't post send")
             return 1
@@ -306,7 +315,9 @@ def _run(pp: PingPong, o: Options, dev_name: str, rng: Drand48) -> int:
     _out(line2)
     if o.servername is None and o.validate_buf:
         for i in range(0, size, page):
-            if mr.read(1, data_off + i) != b"\0":
+            # the C tool checks ctx->buf, which with -j stays host memory
+            got = bytes(pp.host_buf[i:i + 1]) if pp.host_buf is not None else mr.read(1, data_off + i)
+            if got != b"\0":
                 _out(f"invalid data in page {i // page}")
 
     if num_cq_events:

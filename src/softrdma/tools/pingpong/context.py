@@ -7,10 +7,11 @@ from __future__ import annotations
 import mmap
 
 from ...enums import (
-    IBV_ACCESS_LOCAL_WRITE, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_QPT_RC, IBV_QPT_UD,
+    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ZERO_BASED, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_QPT_RC, IBV_QPT_UD,
     IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WR_SEND,
 )
-from ...verbs import addr as addr_m, cq as cq_m, device as dev_m, mr as mr_m, pd as pd_m, qp as qp_m, wr as wr_m
+from ...verbs import addr as addr_m, cq as cq_m, device as dev_m, dm as dm_m, mr as mr_m, pd as pd_m, qp as qp_m
+from ...verbs import wr as wr_m
 from ...verbs.errors import PyverbsError
 from .. import verbs_setup as vs
 from ..libc import c_int
@@ -30,7 +31,6 @@ WHY_ODP = ("softrdma has no on-demand paging: every MR is shared memory that sta
            " daemon) from reg_mr to dereg_mr, so there is nothing to fault in or prefetch")
 WHY_TS = ("softrdma CQs carry no completion timestamps (ibv_create_cq_ex with"
           " IBV_WC_EX_WITH_COMPLETION_TIMESTAMP has no device clock to read)")
-WHY_DM = "softrdma devices have no on-device memory (ibv_alloc_dm: max_dm_size is 0)"
 
 
 class PingPong:
@@ -38,7 +38,8 @@ class PingPong:
 
     def __init__(self, o: Options):
         self.o = o
-        self.ctx = self.channel = self.pd = self.mr = self.cq = self.qp = self.ah = None
+        self.ctx = self.channel = self.pd = self.mr = self.cq = self.qp = self.ah = self.dm = None
+        self.host_buf = None                       # ctx->buf when the MR is on device memory (-j)
         self.size = c_int(o.size)                  # ctx->size is an int
         self.rx_depth = c_int(o.rx_depth)
         self.send_flags = IBV_SEND_SIGNALED
@@ -100,21 +101,39 @@ class PingPong:
                 _err("The device isn't completion timestamp capable")
                 _err(f"{prog}: -t: {WHY_TS}")
                 return False
-            if o.use_dm and not attrx.max_dm_size:
-                _err("Device doesn't support dm allocation")
-                _err(f"{prog}: -j: {WHY_DM}")
+            if o.use_odp or o.use_ts:
+                _err(f"{prog}: the device reports a feature this tool does not implement")
                 return False
-            _err(f"{prog}: the device reports a feature this tool does not implement")
-            return False
-        try:
-            self.mr = mr_m.MR(self.pd, buf_len, IBV_ACCESS_LOCAL_WRITE)
-        except (PyverbsError, OSError, ValueError, OverflowError):          # incl. no memory for the buffer
-            _err("Couldn't register MR")
-            return False
-        chunk = b"\x7b" * min(buf_len, 1 << 20)         # memset(ctx->buf, 0x7b, size)
-        for off in range(0, buf_len, len(chunk) or 1):
-            n = min(len(chunk), buf_len - off)
-            self.mr.write(chunk[:n], n, off)
+            if not attrx.max_dm_size:
+                _err("Device doesn't support dm allocation")
+                return False
+            if attrx.max_dm_size < self.size:
+                _err("Device memory is insufficient")
+                return False
+            try:
+                self.dm = dm_m.DM(self.ctx, dm_m.AllocDmAttr(self.size))
+            except (PyverbsError, OSError, ValueError, OverflowError):
+                _err("Dev mem allocation failed")
+                return False
+        if self.dm is not None:
+            # the work buffer stays in host memory; the MR is the device memory,
+            # zero-based, which the buffer is copied into before the first send
+            self.host_buf = bytearray(b"\x7b" * buf_len)
+            try:
+                self.mr = dm_m.DMMR(self.pd, self.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED, self.dm, 0)
+            except (PyverbsError, OSError, ValueError, OverflowError):
+                _err("Couldn't register MR")
+                return False
+        else:
+            try:
+                self.mr = mr_m.MR(self.pd, buf_len, IBV_ACCESS_LOCAL_WRITE)
+            except (PyverbsError, OSError, ValueError, OverflowError):          # incl. no memory for the buffer
+                _err("Couldn't register MR")
+                return False
+            chunk = b"\x7b" * min(buf_len, 1 << 20)         # memset(ctx->buf, 0x7b, size)
+            for off in range(0, buf_len, len(chunk) or 1):
+                n = min(len(chunk), buf_len - off)
+                self.mr.write(chunk[:n], n, off)
         try:
             self.cq = cq_m.CQ(self.ctx, self.rx_depth + 1, None, self.channel, 0)
         except (PyverbsError, OSError, ValueError, OverflowError):
@@ -129,7 +148,7 @@ class PingPong:
             return False
         try:
             attr, _ = self.qp.query(0)
-            if attr.cap.max_inline_data >= self.size:
+            if attr.cap.max_inline_data >= self.size and self.dm is None:
                 self.send_flags |= IBV_SEND_INLINE
         except PyverbsError:
             pass                                    # ibv_query_qp's result is not checked either
@@ -215,6 +234,8 @@ class PingPong:
     def close(self) -> bool:
         steps = [(self.qp, "Couldn't destroy QP"), (self.cq, "Couldn't destroy CQ"),
                  (self.mr, "Couldn't deregister MR")]
+        if self.dm is not None:
+            steps.append((self.dm, "Couldn't free DM"))
         if self.o.ud:
             steps.append((self.ah, "Couldn't destroy AH"))
         steps += [(self.pd, "Couldn't deallocate PD"), (self.channel, "Couldn't destroy completion channel"),
