@@ -176,9 +176,11 @@ def test_errors_come_back_as_pyverbs_errors(daemon):
     with pytest.raises(PyverbsRDMAError) as e:
         ctx.conn.call("destroy_qp", qp=12345)
     assert e.value.error_code == errno.EINVAL
-    with pytest.raises(PyverbsRDMAError) as e:               # CQ in use
-        cq.close()
+    with pytest.raises(PyverbsRDMAError) as e:               # CQ in use: the daemon refuses (the kernel's EBUSY)
+        ctx.conn.call("destroy_cq", cq=cq.handle)
     assert e.value.error_code == errno.EBUSY
+    cq.close()                                              # pyverbs closes the QP using it first
+    assert q.closed and cq.closed
     ctx.close()
 
 

@@ -247,6 +247,7 @@ def devinfo_verbose_expected(lk: dict, a, ncomp: int) -> str:
             "\t\tqp_rate_limit_min:\t0kbps\n"
             "\t\tqp_rate_limit_max:\t0kbps\n"
             "\ttag matching not supported\n"
+            "\tmaximum available device memory:\t262144Bytes\n\n"       # the device-memory pool
             f"\tnum_comp_vectors:\t\t{ncomp}\n"
             + devinfo_port(lk)
             + f"\t\t\tmax_msg_sz:\t\t0x{pa['max_msg_sz']:x}\n"

@@ -17,7 +17,7 @@ def test_valid_qp_types():
     assert t.valid_opcodes(UD) == {WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM}
     assert t.valid_opcodes(UC) == {WR.IBV_WR_SEND, WR.IBV_WR_SEND_WITH_IMM, WR.IBV_WR_RDMA_WRITE,
                                    WR.IBV_WR_RDMA_WRITE_WITH_IMM, WR.IBV_WR_LOCAL_INV, WR.IBV_WR_BIND_MW}
-    assert t.valid_opcodes(RC) == set(WR) - {WR.IBV_WR_TSO, WR.IBV_WR_DRIVER1}
+    assert t.valid_opcodes(RC) == set(WR) - {WR.IBV_WR_TSO, WR.IBV_WR_DRIVER1, WR.IBV_WR_ATOMIC_WRITE}
 
 
 def test_masks():

@@ -169,6 +169,8 @@ class ibv_wc_opcode(IntEnum):
     IBV_WC_BIND_MW = 5
     IBV_WC_LOCAL_INV = 6
     IBV_WC_TSO = 7
+    IBV_WC_FLUSH = 8
+    IBV_WC_ATOMIC_WRITE = 9
     IBV_WC_RECV = 1 << 7
     IBV_WC_RECV_RDMA_WITH_IMM = (1 << 7) + 1
     IBV_WC_TM_ADD = (1 << 7) + 2

@@ -98,6 +98,10 @@ WR_OPCODE_INFO: dict[int, WROpcodeInfo] = {
     # valid on no QP type softrdma has: raw packet QPs, a provider's own
     WR.IBV_WR_TSO: _info("IB_WR_TSO", _NONE, 0, WC.IBV_WC_SEND, X.IBV_QP_EX_WITH_TSO),
     WR.IBV_WR_DRIVER1: _info("IB_WR_DRIVER1", _NONE, 0, WC.IBV_WC_SEND, 0),
+    # IBA 1.5's atomic write: not in softrdma's transport yet, so valid on no
+    # QP type (posting it fails as an opcode the QP does not take)
+    WR.IBV_WR_ATOMIC_WRITE: _info("IB_WR_ATOMIC_WRITE", _NONE, 0, WC.IBV_WC_ATOMIC_WRITE,
+                                  X.IBV_QP_EX_WITH_ATOMIC_WRITE),
 }
 
 

@@ -9,10 +9,7 @@ so the memory at the caller's address is the memory the daemon reaches."""
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import mmap
-import os
 
 from ..enums import (IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD, IBV_REREG_MR_CHANGE_TRANSLATION,
                      IBV_REREG_MR_ERR_CMD, IBV_REREG_MR_ERR_INPUT, IBV_REREG_MR_FLAGS_SUPPORTED)
@@ -21,7 +18,6 @@ from ..uapi.shm import SharedRegion
 from .base import PDObject
 from .errors import PyverbsRDMAError
 
-PAGE_SIZE = mmap.PAGESIZE
 _REREG_ERR = {IBV_REREG_MR_ERR_INPUT: "IBV_REREG_MR_ERR_INPUT", IBV_REREG_MR_ERR_CMD: "IBV_REREG_MR_ERR_CMD"}
 
 
@@ -34,49 +30,6 @@ def _why(e: PyverbsRDMAError) -> str:
 def _rereg_error(ret: int, err: int, why: str = "") -> PyverbsRDMAError:
     """pyverbs' rereg failure: the error code's name, then the errno."""
     return PyverbsRDMAError(f"Failed to rereg MR: {_REREG_ERR[ret]}{why}", err)
-
-
-def _writable(start: int, end: int) -> bool:
-    """[start, end) lies in private or shared read-write mappings of this
-    process (/proc/self/maps): what ib_umem_get would pin, not EFAULT."""
-    with open("/proc/self/maps") as f:
-        spans = []
-        for line in f:
-            rng, perms = line.split()[:2]
-            if perms.startswith("rw"):
-                lo, hi = (int(x, 16) for x in rng.split("-"))
-                spans.append((lo, hi))
-    pos = start
-    for lo, hi in sorted(spans):
-        if lo <= pos < hi:
-            pos = hi
-            if pos >= end:
-                return True
-    return False
-
-
-def _share_pages(addr: int, length: int) -> SharedRegion:
-    """Make the caller's pages holding [addr, addr + length) a shared
-    memfd the daemon can map: copy them into a new region, then map that
-    region over them (MAP_FIXED), so the caller sees the same bytes at the
-    same addresses and the daemon sees what the caller writes."""
-    base = addr - addr % PAGE_SIZE
-    span = -(-(addr + length - base) // PAGE_SIZE) * PAGE_SIZE
-    if not _writable(base, base + span):
-        raise OSError(errno.EFAULT, "not writable memory of this process")
-    region = SharedRegion(span, "softrdma-mr")
-    region.view[:span] = ctypes.string_at(base, span)
-    # PyDLL: the call keeps the GIL, so no other Python thread writes those pages
-    # between the copy above and the new mapping
-    libc = ctypes.PyDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
-    got = libc.mmap(base, span, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | 0x10, region.fd, 0)  # MAP_FIXED
-    if got != base:
-        err = ctypes.get_errno()
-        region.close()
-        raise OSError(err or errno.EFAULT, os.strerror(err or errno.EFAULT))
-    return region
 
 
 class MR(PDObject):
@@ -136,28 +89,19 @@ class MR(PDObject):
                 or (access and not flags & IBV_REREG_MR_CHANGE_ACCESS) \
                 or (flags & IBV_REREG_MR_CHANGE_PD and pd is None):
             raise _rereg_error(IBV_REREG_MR_ERR_INPUT, errno.EINVAL)
-        region = None
-        fds = []
         if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
-            try:
-                region = _share_pages(addr, length)
-            except OSError as e:
-                raise _rereg_error(IBV_REREG_MR_ERR_CMD, e.errno) from None
-            fds = [region.fd]
+            # As rxe (RXE_MR_REREG_SUPPORTED is PD and access): an MR here is
+            # memory the library allocated and shares with the daemon, and
+            # moving it onto the caller's own pages would remap memory the
+            # process's allocator still uses.
+            raise _rereg_error(IBV_REREG_MR_ERR_CMD, errno.EOPNOTSUPP,
+                               " (softrdma registers the memory it allocates; it cannot move an MR)")
         try:
-            self._ctx().conn.call(CMD.rereg_mr, fds=fds, mr=self.handle, flags=flags,
+            self._ctx().conn.call(CMD.rereg_mr, mr=self.handle, flags=flags,
                                   pd=pd.handle if flags & IBV_REREG_MR_CHANGE_PD else 0,
                                   access=int(access), length=int(length), addr=int(addr))
         except PyverbsRDMAError as e:
-            if region is not None:
-                region.close()
             raise _rereg_error(IBV_REREG_MR_ERR_CMD, e.error_code, _why(e)) from None
-        if region is not None:
-            off = addr % PAGE_SIZE
-            self._view.release()                 # the old memory is free (pyverbs frees the buffer it allocated)
-            self.region.close()
-            self.region, self._view = region, region.view[off:off + length]
-            self.buf, self.length = addr, length
         if flags & IBV_REREG_MR_CHANGE_ACCESS:
             self.access = int(access)
         if flags & IBV_REREG_MR_CHANGE_PD:
