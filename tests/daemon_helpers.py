@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 from softrdma.uapi.control import recv_msg, send_msg
 from wait_helpers import DEADLINE_S, wait_for
@@ -106,6 +107,32 @@ def daemon_in_shm(tag: str, **kw):
     finally:
         d.stop()
         shutil.rmtree(run, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def default_daemon_in_shm(tag: str, **kw):
+    """``daemon_in_shm`` that is also the process's SOFTRDMA_RUN while it
+    runs (what a verbs Context in the test process opens)."""
+    with daemon_in_shm(tag, **kw) as d:
+        old = os.environ.get("SOFTRDMA_RUN")
+        os.environ["SOFTRDMA_RUN"] = d.run_dir
+        try:
+            yield d
+        finally:
+            if old is None:
+                os.environ.pop("SOFTRDMA_RUN", None)
+            else:
+                os.environ["SOFTRDMA_RUN"] = old
+
+
+def poll_wcs(cq, n: int, timeout: float = 60.0) -> list:
+    """Up to ``n`` completions from ``cq``, polling until they came or
+    ``timeout`` passed (the caller asserts what it got)."""
+    got = []
+    end = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < end:
+        got += cq.poll(16)[1]
+    return got
 
 
 class RawControl:

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import default_daemon_in_shm, poll_wcs as wait
 from netns_helpers import TwoHosts, need_root
 from softrdma.enums import IBV_QPT_RC, IBV_QPT_UD, IBV_WC_GRH, IBV_WC_SUCCESS, IBV_WR_SEND
 from softrdma.verbs import addr, cq as cq_m, device, mr as mr_m, pd as pd_m, qp as qp_m, wr as wr_m
@@ -50,22 +50,8 @@ def igmp_groups(ifname: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def daemon():
-    with daemon_in_shm("mcast") as d:
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
+    with default_daemon_in_shm("mcast") as d:
         yield d
-        if old is None:
-            os.environ.pop("SOFTRDMA_RUN", None)
-        else:
-            os.environ["SOFTRDMA_RUN"] = old
-
-
-def wait(cq, n, timeout=60.0):
-    got = []
-    end = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < end:
-        got += cq.poll(16)[1]
-    return got
 
 
 class UD:

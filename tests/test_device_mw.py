@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import default_daemon_in_shm, poll_wcs as wait
 from softrdma.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
     IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_ZERO_BASED, IBV_MTU_1024, IBV_MW_TYPE_1, IBV_MW_TYPE_2, IBV_QPT_RC,
@@ -36,22 +36,8 @@ MR_ACC = QP_ACC | IBV_ACCESS_MW_BIND
 
 @pytest.fixture(scope="module")
 def daemon():
-    with daemon_in_shm("mw") as d:
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
+    with default_daemon_in_shm("mw") as d:
         yield d
-        if old is None:
-            os.environ.pop("SOFTRDMA_RUN", None)
-        else:
-            os.environ["SOFTRDMA_RUN"] = old
-
-
-def wait(cq, n, timeout=60.0):
-    got = []
-    end = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < end:
-        got += cq.poll(16)[1]
-    return got
 
 
 class Side:

@@ -6,12 +6,10 @@ its owner gets IBV_EVENT_QP_ACCESS_ERR; the memory is untouched."""
 
 from __future__ import annotations
 
-import os
-import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import default_daemon_in_shm, poll_wcs as wait
 from softrdma.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
     IBV_EVENT_QP_ACCESS_ERR, IBV_MTU_1024, IBV_QPS_ERR, IBV_QPS_RTS, IBV_QPT_RC, IBV_WC_REM_ACCESS_ERR,
@@ -27,22 +25,8 @@ ALL = LW | RW | RR | RA
 
 @pytest.fixture(scope="module")
 def daemon():
-    with daemon_in_shm("qpacc") as d:
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
+    with default_daemon_in_shm("qpacc") as d:
         yield d
-        if old is None:
-            os.environ.pop("SOFTRDMA_RUN", None)
-        else:
-            os.environ["SOFTRDMA_RUN"] = old
-
-
-def wait(cq, n, timeout=60.0):
-    got = []
-    end = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < end:
-        got += cq.poll(16)[1]
-    return got
 
 
 class Side:
