@@ -130,8 +130,8 @@ _TABLE = (
                        fds(1, "reg_mr needs the memory fd")),
             ("mr", "lkey", "rkey"), (_E.EPERM,)),
     Command("dereg_mr", (handle("mr"),)),
-    # ibv_rereg_mr: the fields after flags are read only for the flags that name them;
-    # a new translation carries its memory fd
+    # ibv_rereg_mr: the fields after flags are read only for the flags that name them
+    # (a new translation is EOPNOTSUPP, as rxe)
     Command("rereg_mr", (handle("mr"), u32("flags"), handle("pd", optional=True), u32("access", 0),
                          u64("length", 0, lo=1), u64("addr", 0, lo=1)),
             ("lkey", "rkey"), (_E.EBUSY, _E.EPERM)),

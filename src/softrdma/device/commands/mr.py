@@ -1,5 +1,5 @@
 """Memory regions and memory windows: reg_mr (with the RLIMIT_MEMLOCK
-charge ib_umem_get makes), rereg_mr (ibv_rereg_mr: translation, PD,
+charge ib_umem_get makes), rereg_mr (ibv_rereg_mr: PD and
 access), reg_dm_mr (an MR on device memory), dereg_mr, alloc_mw,
 dealloc_mw, and what freeing each undoes.
 
@@ -38,15 +38,14 @@ def _check_size(c, length: int) -> None:
         raise VerbsError(errno.EINVAL, f"MR of {length} bytes, above the device's max_mr_size ({max_size})")
 
 
-def _pages(daemon, c, addr: int, length: int, already: int = 0) -> int:
-    """ib_umem_get's RLIMIT_MEMLOCK charge, per user: the pages to pin
-    (``already``: pages this registration gives back as it takes them)."""
+def _pages(daemon, c, addr: int, length: int) -> int:
+    """ib_umem_get's RLIMIT_MEMLOCK charge, per user: the pages to pin."""
     if c.memlock is None:
         return 0
     if c.memlock == 0:                             # can_do_mlock
         raise VerbsError(errno.EPERM, "RLIMIT_MEMLOCK is 0: no memory may be pinned")
     pages = ((addr + length + PAGE_SIZE - 1) // PAGE_SIZE) - addr // PAGE_SIZE
-    if daemon.locked_pages[c.uid] - already + pages > c.memlock // PAGE_SIZE:
+    if daemon.locked_pages[c.uid] + pages > c.memlock // PAGE_SIZE:
         raise VerbsError(errno.ENOMEM, f"pinning {pages} more pages exceeds RLIMIT_MEMLOCK"
                                        f" ({c.memlock} bytes; user {c.uid} has"
                                        f" {daemon.locked_pages[c.uid]} pinned)")
@@ -63,8 +62,7 @@ def _region(fds, length: int, what: str) -> SharedRegion:
 
 
 def _charge(daemon, c, entry, pages: int) -> None:
-    old = c.pinned.pop(id(entry), 0)
-    daemon.locked_pages[c.uid] += pages - old
+    daemon.locked_pages[c.uid] += pages
     if pages:
         c.pinned[id(entry)] = pages
 
@@ -92,17 +90,21 @@ def cmd_reg_mr(daemon, c, m, fds):
 
 
 def cmd_rereg_mr(daemon, c, m, fds):
-    """ibv_rereg_mr (rxe_rereg_user_mr for PD and access; a translation,
-    which rxe refuses, moves the MR onto new memory the request carries).
-    The keys stay.  Every check runs before anything changes: a refused
-    rereg leaves the MR as it was."""
+    """ibv_rereg_mr as rxe_rereg_user_mr: the PD and the access change, the
+    keys stay; a new translation is EOPNOTSUPP (RXE_MR_REREG_SUPPORTED).
+    Every check runs before anything changes: a refused rereg leaves the MR
+    as it was."""
     entry = c.get(m.get("mr"), "mr")
     flags = rq.uint(m, "flags", rq.U32)
-    mr, old_region, dm = entry
+    mr = entry[0]
     if not flags or flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD
                               | IBV_REREG_MR_CHANGE_ACCESS):
         raise VerbsError(errno.EINVAL, f"rereg flags 0x{flags:x}")     # (uverbs: IB_MR_REREG_SUPPORTED)
-    if mr.mws:                                     # a window bound to it holds its translation and PD
+    if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
+        raise VerbsError(errno.EOPNOTSUPP, "an MR cannot change its translation")
+    if fds:
+        raise VerbsError(errno.EINVAL, "rereg_mr carries no memory")
+    if mr.mws:                                     # a window bound to it holds its PD
         raise VerbsError(errno.EBUSY, "memory windows are bound to the MR")
     pd = mr.pd
     if flags & IBV_REREG_MR_CHANGE_PD:
@@ -111,28 +113,6 @@ def cmd_rereg_mr(daemon, c, m, fds):
     if flags & IBV_REREG_MR_CHANGE_ACCESS:
         access = rq.uint(m, "access", rq.U32)
         _check_access(access)
-    region = None
-    pages = c.pinned.get(id(entry), 0)
-    if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
-        if dm is not None:                         # device memory has no other translation
-            raise VerbsError(errno.EINVAL, "an MR on device memory cannot change its translation")
-        length = rq.uint(m, "length", rq.U64, lo=1)
-        addr = rq.uint(m, "addr", rq.U64, lo=1)
-        _check_wrap(addr, length)
-        _check_size(c, length)
-        pages = _pages(daemon, c, addr, length, already=pages)
-        # the library maps the memfd over the caller's pages: it starts at addr's page
-        off = addr % PAGE_SIZE
-        region = _region(fds, off + length, "rereg_mr")
-    elif fds:
-        raise VerbsError(errno.EINVAL, "rereg_mr carries memory only for a new translation")
-    if region is not None:
-        mr.addr, mr.length, mr.buf = addr, length, region.view[off:off + length]
-        mr.view = memoryview(mr.buf)
-        entry[1] = region
-        if old_region is not None:
-            old_region.close()
-        _charge(daemon, c, entry, pages)
     mr.pd = pd
     mr.access = access
     return {"lkey": mr.lkey, "rkey": mr.rkey}, []
