@@ -1,0 +1,38 @@
+"""Memory of the process itself under an MR (ODP, implicit ODP, or an
+MR on an address the caller supplied): the daemon reaches it through the
+process's address space (``device.odp``), not through shared memory.
+
+``UserMemory`` is such an MR's buffer as pyverbs has it: the caller's
+address, or page-aligned zeroed memory the library maps for it (pyverbs'
+posix_memalign + memset), read and written in place.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+PAGE_SIZE = mmap.PAGESIZE
+
+
+class UserMemory:
+    def __init__(self, address: int | None, length: int):
+        self._map = None
+        if address:
+            self.address = int(address)
+        else:
+            self._map = mmap.mmap(-1, max(length, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            self._anchor = ctypes.c_char.from_buffer(self._map)
+            self.address = ctypes.addressof(self._anchor)
+
+    def write(self, data: bytes, offset: int) -> None:
+        ctypes.memmove(self.address + offset, data, len(data))
+
+    def read(self, length: int, offset: int) -> bytes:
+        return ctypes.string_at(self.address + offset, length)
+
+    def close(self) -> None:
+        if self._map is not None:
+            del self._anchor             # the export that keeps the map open
+            self._map.close()
+            self._map = None
