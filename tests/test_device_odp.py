@@ -167,6 +167,25 @@ def test_rc_send_write_read_atomic_on_process_memory(daemon, path, kind):
                 mem_alloc.munmap(s.user, SIZE)
 
 
+def test_pages_the_process_dropped_fault_back_in(daemon, path):
+    """madvise(MADV_DONTNEED) between messages (the suite's
+    force_page_faults): the next access faults the pages in again."""
+    with device.Context(name="rxe0") as ctx:
+        a, b = connected(ctx, "address")
+        for i in range(3):
+            mem_alloc.madvise(a.mr.buf, SIZE)
+            mem_alloc.madvise(b.mr.buf, SIZE)
+            assert b.mr.read(8, 4096) == bytes(8)                 # dropped: zero-filled again
+            b.qp.post_recv(wr_m.RecvWR(i, 1, [b.sge(4096, 64)]))
+            a.mr.write(b"%d again" % i, 7)
+            assert post(a, i, IBV_WR_SEND, a.sge(0, 7)) == IBV_WC_SUCCESS
+            (rwc,) = wait(b.cq, 1)
+            assert rwc.status == IBV_WC_SUCCESS and b.mr.read(7, 4096) == b"%d again" % i
+        with pytest.raises(PyverbsRDMAError) as e:
+            mem_alloc.madvise(a.mr.buf + 1, 8)                      # not page aligned
+        assert e.value.error_code == errno.EINVAL
+
+
 def test_srq_receive_into_odp_memory(daemon, path):
     with device.Context(name="rxe0") as ctx:
         a, b = connected(ctx, "explicit", srq=True)

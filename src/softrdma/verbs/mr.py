@@ -48,6 +48,8 @@ class MR(PDObject):
 
     def __init__(self, pd, length: int = 0, access: int = 0, address=None, implicit: bool = False, **kw):
         self._user = None
+        if kw.get("handle") is not None:                 # ibv_import_mr: no shared uverbs file to import from
+            raise PyverbsRDMAError("Failed to import MR", errno.EOPNOTSUPP)
         if address or implicit or int(access) & IBV_ACCESS_ON_DEMAND:
             self._reg_user(pd, length, int(access), address, implicit)
             return
