@@ -24,6 +24,23 @@ through the engines, which treat memory as infallible once resolved: it is
 dropped and counted in ``Pages.lost``, and a read that fails that way reads
 zeros -- the software analogue of the device losing a race with an
 invalidation the kernel would have retried.
+
+Atomics on such memory are the responder's read-modify-write through the
+view: ``int.from_bytes(view)`` (one load of the 8 bytes) then
+``view[0:8] = ...`` (one store).  Against every other access of the device
+it is atomic -- the daemon's engines run one at a time, nothing else of the
+device touches the word in between -- as rxe's atomic_ops_lock makes its
+ODP atomics atomic against each other.  Against the process's own CPU it is
+not, exactly as rxe over ODP (a plain load and store of the kmapped page
+under a lock the CPU does not take): a store the process makes between the
+device's load and store is lost, overwritten by the device's result, and a
+process that wants atomicity against the device must not write the word
+while an atomic may target it (the IBA's rule for host access to memory
+a remote atomic targets).  One difference remains: rxe's store is one
+aligned 8-byte store, which a CPU reader sees whole; the daemon's is a
+process_vm_writev of the 8 bytes, a kernel copy that makes no promise to
+move them at once, so a CPU reading the word during that copy may see a
+mix of the old and new bytes.
 """
 
 from __future__ import annotations
