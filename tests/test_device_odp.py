@@ -23,7 +23,7 @@ import pytest
 from daemon_helpers import RawControl, default_daemon_in_shm, poll_wcs as wait
 from wait_helpers import DEADLINE_S, wait_for
 from softrdma.enums import (
-    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
+    IBV_ACCESS_HUGETLB, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
     IBV_ACCESS_REMOTE_WRITE, IBV_MTU_1024, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_IMPLICIT,
     IBV_ODP_SUPPORT_READ, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_SRQ_RECV,
     IBV_ODP_SUPPORT_WRITE, IBV_QPT_RC, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS,
@@ -34,7 +34,7 @@ from softrdma.enums import (
 from softrdma.pyverbs import mem_alloc
 from softrdma.pyverbs.mr import MR
 from softrdma.verbs import addr, cq as cq_m, device, pd as pd_m, qp as qp_m, srq as srq_m, wr as wr_m
-from softrdma.verbs.errors import PyverbsRDMAError
+from softrdma.verbs.errors import PyverbsError, PyverbsRDMAError
 
 IPV4_GID = 1
 ACC = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
@@ -258,6 +258,15 @@ def test_registration_rules(daemon):
         with pytest.raises(PyverbsRDMAError) as e:
             MR(pd, 4096, IBV_ACCESS_LOCAL_WRITE, address=ro_addr)
         assert e.value.error_code == errno.EFAULT
+        # IBV_ACCESS_HUGETLB: pyverbs' buffer is 2 MiB pages, if the system has them
+        huge = ODP | IBV_ACCESS_HUGETLB
+        if _huge_pages():
+            m = MR(pd, 4096, huge)
+            assert m.buf % (2 << 20) == 0
+            m.close()
+        else:
+            with pytest.raises(PyverbsError, match="Failed to allocate MR buffer of size 4096"):
+                MR(pd, 4096, huge)
         # implicit: ODP only, and REMOTE_WRITE still needs LOCAL_WRITE
         with pytest.raises(PyverbsRDMAError) as e:
             MR(pd, 0, IBV_ACCESS_LOCAL_WRITE, implicit=True)
@@ -265,6 +274,14 @@ def test_registration_rules(daemon):
         with pytest.raises(PyverbsRDMAError) as e:
             MR(pd, 0, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_REMOTE_WRITE, implicit=True)
         assert e.value.error_code == errno.EINVAL
+
+
+def _huge_pages() -> int:
+    try:
+        with open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") as f:
+            return int(f.read())
+    except OSError:
+        return 0
 
 
 def test_a_process_the_daemon_may_not_reach_has_no_odp(tmp_path):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 
-from ..enums import (IBV_ACCESS_ON_DEMAND, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
+from ..enums import (IBV_ACCESS_HUGETLB, IBV_ACCESS_ON_DEMAND, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
                      IBV_REREG_MR_CHANGE_TRANSLATION,
                      IBV_REREG_MR_ERR_CMD, IBV_REREG_MR_ERR_INPUT, IBV_REREG_MR_FLAGS_SUPPORTED)
 from ..uapi.commands import CMD
@@ -90,7 +90,7 @@ class MR(PDObject):
         self.region = None
         if not address and length <= 0 and not implicit:
             raise PyverbsRDMAError("Failed to register a MR", errno.EINVAL)
-        self._user = UserMemory(address, length)
+        self._user = UserMemory(address, length, bool(access & IBV_ACCESS_HUGETLB))
         self.buf = self._user.address
         self._span = length                            # the bytes at buf that write/read may touch
         reg_addr, reg_len = (0, SIZE_MAX) if implicit else (self.buf, length)

@@ -12,16 +12,33 @@ from __future__ import annotations
 import ctypes
 import mmap
 
+from .errors import PyverbsError
+
 PAGE_SIZE = mmap.PAGESIZE
 
 
+HUGE_PAGE_SIZE = 0x200000
+MAP_HUGETLB = 0x40000
+
+
 class UserMemory:
-    def __init__(self, address: int | None, length: int):
+    def __init__(self, address: int | None, length: int, huge: bool = False):
+        """``huge``: IBV_ACCESS_HUGETLB, as pyverbs allocates for it --
+        2 MiB pages (the length rounded up to one), PyverbsError when the
+        system has none to give."""
         self._map = None
         if address:
             self.address = int(address)
         else:
-            self._map = mmap.mmap(-1, max(length, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+            size = max(length, 1)
+            if huge:
+                flags |= MAP_HUGETLB
+                size = -(-size // HUGE_PAGE_SIZE) * HUGE_PAGE_SIZE
+            try:
+                self._map = mmap.mmap(-1, size, flags=flags)
+            except OSError:
+                raise PyverbsError(f"Failed to allocate MR buffer of size {length}") from None
             self._anchor = ctypes.c_char.from_buffer(self._map)
             self.address = ctypes.addressof(self._anchor)
 
