@@ -26,14 +26,14 @@ from softrdma.enums import (
     IBV_ACCESS_HUGETLB, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
     IBV_ACCESS_REMOTE_WRITE, IBV_MTU_1024, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_IMPLICIT,
     IBV_ODP_SUPPORT_READ, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_SRQ_RECV,
-    IBV_ODP_SUPPORT_WRITE, IBV_QPT_RC, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS,
+    IBV_ODP_SUPPORT_WRITE, IBV_QPT_RC, IBV_REREG_MR_CHANGE_ACCESS, IBV_ACCESS_ZERO_BASED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
     _IBV_ADVISE_MR_ADVICE_PREFETCH, _IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, _IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
     _IBV_ADVISE_MR_FLAG_FLUSH,
 )
 from softrdma.pyverbs import mem_alloc
 from softrdma.pyverbs.mr import MR
-from softrdma.verbs import addr, cq as cq_m, device, pd as pd_m, qp as qp_m, srq as srq_m, wr as wr_m
+from softrdma.verbs import addr, cq as cq_m, device, dm as dm_m, pd as pd_m, qp as qp_m, srq as srq_m, wr as wr_m
 from softrdma.verbs.errors import PyverbsError, PyverbsRDMAError
 
 IPV4_GID = 1
@@ -267,6 +267,17 @@ def test_registration_rules(daemon):
         else:
             with pytest.raises(PyverbsError, match="Failed to allocate MR buffer of size 4096"):
                 MR(pd, 4096, huge)
+        # device memory cannot be on demand, and only an MR registered on demand is prefetched
+        dm = dm_m.DM(ctx, dm_m.AllocDmAttr(4096))
+        with pytest.raises(PyverbsRDMAError) as e:
+            dm_m.DMMR(pd, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND, dm, 0)
+        assert e.value.error_code == errno.EINVAL
+        dm.close()
+        shm = MR(pd, 4096, IBV_ACCESS_LOCAL_WRITE)
+        shm.rereg(IBV_REREG_MR_CHANGE_ACCESS, access=IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)
+        with pytest.raises(PyverbsRDMAError) as e:
+            pd.advise_mr(_IBV_ADVISE_MR_ADVICE_PREFETCH, _IBV_ADVISE_MR_FLAG_FLUSH, [wr_m.SGE(shm.buf, 8, shm.lkey)])
+        assert e.value.error_code == errno.EINVAL
         # implicit: ODP only, and REMOTE_WRITE still needs LOCAL_WRITE
         with pytest.raises(PyverbsRDMAError) as e:
             MR(pd, 0, IBV_ACCESS_LOCAL_WRITE, implicit=True)

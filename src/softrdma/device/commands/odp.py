@@ -90,7 +90,8 @@ def _prefetch_mr(c, pd, sge, advice: int) -> tuple[MR, int, int]:
     mr = c.device.memory.lookup(lkey)
     # lookup_mr(pd, IB_ACCESS_LOCAL_WRITE, lkey, RXE_LOOKUP_LOCAL)
     if (type(mr) is not MR or mr.lkey != lkey or mr.pd is not pd or not mr.valid
-            or not mr.access & IBV_ACCESS_LOCAL_WRITE or not mr.access & IBV_ACCESS_ON_DEMAND):
+            or not mr.access & IBV_ACCESS_LOCAL_WRITE or not mr.access & IBV_ACCESS_ON_DEMAND
+            or type(mr.view) is not PagedSpace):           # (umem->is_odp: registered on demand)
         raise VerbsError(errno.EINVAL, f"no ODP MR with lkey 0x{lkey:x} and local write on this PD")
     if advice == _IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE and not mr.access & _WRITABLE:
         raise VerbsError(errno.EPERM, f"MR 0x{lkey:x} is not writable: no PREFETCH_WRITE")
