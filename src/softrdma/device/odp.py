@@ -62,6 +62,9 @@ class ProcessPages:
         self.pid = pid
         self.lost = 0                   # loads/stores refused after the fault-in (see transport.odp)
         self.faults = 0                 # fault-ins (one per access resolved), ODP's page-fault count
+        self._local = self._remote = None   # the fault-in's iovec arrays, made on first use
+
+    def _iovecs(self):
         self._scratch = (ctypes.c_char * IOV_MAX)()
         self._local = (_Iovec * IOV_MAX)()
         self._remote = (_Iovec * IOV_MAX)()
@@ -78,6 +81,8 @@ class ProcessPages:
         hmm_range_fault with write faults checks the VMA)."""
         self.faults += 1
         pages = pages_of(addr, length)
+        if self._remote is None:
+            self._iovecs()
         remote = self._remote
         for start in range(0, len(pages), IOV_MAX):
             chunk = pages[start:start + IOV_MAX]
