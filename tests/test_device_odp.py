@@ -235,6 +235,7 @@ def test_advise_mr_prefetch_and_its_errnos(daemon):
         assert err(sgl=[wr_m.SGE(mr.buf + SIZE - 4, 8, mr.lkey)]) == errno.EFAULT       # outside the MR
         assert err(on=pd_m.PD(ctx)) == errno.EINVAL                                      # another PD's MR
         imp = MR(pd, 0, ODP, implicit=True)
+        assert (imp.buf, imp.length) == (0, SIZE_MAX)                    # pyverbs allocates nothing for length 0
         none = hole()
         assert err(sgl=[wr_m.SGE(none, 8, imp.lkey)]) == errno.EFAULT                   # no access there
         assert pd.advise_mr(_IBV_ADVISE_MR_ADVICE_PREFETCH, 0, [wr_m.SGE(none, 8, imp.lkey)]) == 0   # async

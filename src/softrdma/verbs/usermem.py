@@ -29,9 +29,11 @@ class UserMemory:
         self._map = None
         if address:
             self.address = int(address)
+        elif length <= 0:                # (an implicit MR of no length: pyverbs allocates nothing, buf is NULL)
+            self.address = 0
         else:
             flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-            size = max(length, 1)
+            size = length
             if huge:
                 flags |= MAP_HUGETLB
                 size = -(-size // HUGE_PAGE_SIZE) * HUGE_PAGE_SIZE
