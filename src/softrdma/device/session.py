@@ -144,6 +144,7 @@ class Client:
         self.objects: Objects = Objects()
         self.memlock: int | None = None             # RLIMIT_MEMLOCK to charge MRs against (None: CAP_IPC_LOCK)
         self.pinned: dict[int, int] = {}            # id of an MR's (mr, region) entry -> pages charged
+        self.pages = None                           # device.odp.ProcessPages: its memory, if the daemon may reach it
         self.ah_pd: dict[int, object] = {}          # AH handle -> its PD (an AddressVector has none)
         self._next = 1
         self.outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()

@@ -3,6 +3,11 @@
 import ctypes
 import mmap as _mmap
 
+from ..verbs.errors import PyverbsRDMAError
+
+_libc = ctypes.CDLL(None, use_errno=True)
+MADV_DONTNEED = 4
+
 _keep: dict[int, object] = {}
 
 
@@ -39,6 +44,15 @@ def mmap(addr: int = 0, length: int = 100, prot=_mmap.PROT_READ | _mmap.PROT_WRI
     addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
     _keep[addr] = m
     return addr
+
+
+def madvise(addr: int, length: int, flags: int = MADV_DONTNEED) -> None:
+    """madvise(2) (pyverbs 64): by default MADV_DONTNEED, which drops the
+    pages so that the next access faults them in again (the ODP tests'
+    force_page_faults)."""
+    if _libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), ctypes.c_int(flags)):
+        err = ctypes.get_errno()
+        raise PyverbsRDMAError("Failed to madvise memory", err)
 
 
 def munmap(addr: int, length: int = 0) -> None:

@@ -329,6 +329,10 @@ def _print_hca_cap(ctx, dev, name: str, ib_port: int, verbose: bool, write) -> i
     except (PyverbsError, OSError):
         sys.stderr.write("Failed to query device props\n")
         return 2
+    odp = a.get("odp_caps")
+    if odp is not None:                          # ibv_odp_caps, as print_odp_caps reads them
+        a.update(general_odp_caps=odp.general_caps, rc_odp_caps=odp.rc_odp_caps, uc_odp_caps=odp.uc_odp_caps,
+                 ud_odp_caps=odp.ud_odp_caps, xrc_odp_caps=odp.xrc_odp_caps)
     a.setdefault("device_cap_flags_ex", a["device_cap_flags"])
     nports = a["phys_port_cnt"] & 0xFF
     if ib_port and ib_port > nports:

@@ -111,7 +111,7 @@ def execute(qp, peer, wqe) -> bool:
         if length:
             views = wqe.views
             if len(views) == 1:
-                dst[:] = views[0]
+                dst[:] = views[0][:]           # (a paged view gives its bytes when sliced)
             else:
                 gather(views, 0, length, dst, 0)
     else:

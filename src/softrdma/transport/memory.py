@@ -6,7 +6,10 @@ the protection domain, the access flags and the bounds, and return a
 writable memoryview of exactly the bytes asked for, or None (the caller
 turns None into the spec's status or NAK).  ``MemoryTable`` is the plain
 implementation used by the simulator and tests; the device implements the
-same interface over shared memory.
+same interface over shared memory.  An MR's ``view`` is a memoryview (the
+library's shared memory) or a ``transport.odp.PagedSpace`` (an
+application's own pages, on demand): the checks and the slicing are the
+same, so the shared-memory path is unchanged by the second kind.
 """
 
 from __future__ import annotations
@@ -29,17 +32,21 @@ class Memory(Protocol):
 class MR:
     __slots__ = ("pd", "addr", "length", "access", "lkey", "rkey", "buf", "view", "valid", "mws", "bound_qp")
 
-    def __init__(self, pd, addr: int, length: int, access: int, lkey: int, rkey: int, buf=None):
+    def __init__(self, pd, addr: int, length: int, access: int, lkey: int, rkey: int, buf=None, view=None):
         self.pd = pd
         self.addr = addr
         self.length = length
         self.access = access
         self.lkey = lkey
         self.rkey = rkey
-        self.buf = bytearray(length) if buf is None else buf      # any writable buffer (shared memory)
-        self.view = memoryview(self.buf)
-        if len(self.view) < length:
-            raise ValueError("MR buffer shorter than its length")
+        if view is not None:                 # an application's own pages (``transport.odp.PagedSpace``)
+            self.buf = None
+            self.view = view
+        else:
+            self.buf = bytearray(length) if buf is None else buf      # any writable buffer (shared memory)
+            self.view = memoryview(self.buf)
+            if len(self.view) < length:
+                raise ValueError("MR buffer shorter than its length")
         self.valid = True
         self.mws: list = []                  # memory windows bound to this MR
         self.bound_qp = None                 # (only a type 2 memory window is bound to a QP)
@@ -53,10 +60,16 @@ class MR:
         return True
 
     def read(self, length: int, offset: int = 0) -> bytes:
-        return bytes(self.buf[offset:offset + length])
+        view = self.view[offset:offset + length]
+        if view is None:
+            raise ValueError("the MR's pages are not mapped there")
+        return bytes(view)
 
     def write(self, data, offset: int = 0) -> None:
-        self.buf[offset:offset + len(data)] = data
+        view = self.view[offset:offset + len(data)]
+        if view is None:
+            raise ValueError("the MR's pages are not mapped there")
+        view[0:len(data)] = data
 
 
 class MemoryTable:
@@ -98,11 +111,12 @@ class MemoryTable:
             self._random = list(os.urandom(256))     # one system call per 256 registrations
         return self._random.pop()
 
-    def register(self, pd, addr: int, length: int, access: int, buf=None) -> MR:
+    def register(self, pd, addr: int, length: int, access: int, buf=None, view=None) -> MR:
         """An MR over ``buf`` (e.g. a shared-memory view) that the owner sees
-        at virtual address ``addr``; keys are allocated here."""
+        at virtual address ``addr``, or over ``view``, the owner's own pages
+        (``transport.odp.PagedSpace``); keys are allocated here."""
         key = self._new_key()
-        mr = MR(pd, addr, length, int(access), key, key, buf)
+        mr = MR(pd, addr, length, int(access), key, key, buf, view)
         self._mrs[key >> 8] = mr
         return mr
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from ..enums import ibv_access_flags as A, ibv_mw_type, ibv_wc_status, ibv_wr_opcode, ints
 from ..uapi.wr import WR_LOCAL_OP_MASK, wr_opcodes
+from .odp import sub_view
 from .wr import SendWQE
 
 ST = ints(ibv_wc_status)
@@ -164,7 +165,7 @@ def bind(qp, wqe) -> int:
     if length:
         mw.mr = mr
         mr.mws.append(mw)
-        mw.view = mr.view[off:off + length]
+        mw.view = sub_view(mr.view, off, length)
         mw.valid = True
     mw.bound_qp = qp if mw.type == TYPE_2 else None
     return ST.IBV_WC_SUCCESS

@@ -218,6 +218,12 @@ _TABLE = (
     Command("cm_migrate_id", (cm_id(), string("token")), ("id",), device=False),
     Command("cm_join_multicast", (cm_id(), any_("addr")), (), _BIND_ERRNOS, device=False),
     Command("cm_leave_multicast", (cm_id(), any_("addr")), (), (_E.EADDRNOTAVAIL,), device=False),
+    # -- MRs on the process's own memory (ibv_reg_mr on a user address; with
+    #    IBV_ACCESS_ON_DEMAND: ODP, implicit for addr 0 and length SIZE_MAX),
+    #    and ibv_advise_mr (sg_list: [addr, length, lkey] rows)
+    Command("reg_user_mr", (handle("pd"), u64("length", lo=1), u64("addr"), u32("access")),
+            ("mr", "lkey", "rkey"), (_E.EPERM, _E.EFAULT)),
+    Command("advise_mr", (handle("pd"), u32("advice"), u32("flags"), any_("sg_list")), (), (_E.EPERM, _E.EFAULT)),
 )
 
 #: name -> Command

@@ -297,15 +297,16 @@ class Context(VerbsObject):
             "phys_port_cnt": 1, "guid": guid})
 
     def query_device_ex(self) -> DeviceAttrEx:
-        """rxe's values: no ODP, TSO, RSS, pacing, tag matching or CQ
+        """rxe's values but ODP (the daemon's, for this process: see
+        device.odp): no TSO, RSS, pacing, tag matching or CQ
         moderation (device memory: the daemon's pool, see verbs.dm), and no completion clock
         (completion_timestamp_mask and hca_core_clock 0: an extended CQ
         refuses IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, see cqex.py)."""
         orig = self.query_device()
         return DeviceAttrEx({
             **vars(orig), "orig_attr": orig, "comp_mask": 0,
-            "odp_caps": ODPCaps({"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0, "ud_odp_caps": 0,
-                                 "xrc_odp_caps": 0}),
+            "odp_caps": ODPCaps(self._attr.get("odp_caps") or {"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0,
+                                                               "ud_odp_caps": 0, "xrc_odp_caps": 0}),
             "completion_timestamp_mask": 0, "hca_core_clock": 0, "device_cap_flags_ex": orig.device_cap_flags,
             "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
             "rss_caps": RSSCaps({"supported_qpts": 0, "max_rwq_indirection_tables": 0,

@@ -5,18 +5,28 @@ with ``QP.bind_mw`` (type 1) or an IBV_WR_BIND_MW work request (type 2:
 ``SendWR.set_bind_wr`` or ``QPEx.wr_bind_mw``).  ``MR.rereg`` is
 ibv_rereg_mr: PD and access change in place; a new translation maps a
 new shared memfd over the caller's pages (their contents copied first),
-so the memory at the caller's address is the memory the daemon reaches."""
+so the memory at the caller's address is the memory the daemon reaches.
+
+An MR with IBV_ACCESS_ON_DEMAND, ``implicit`` or an ``address`` is on the
+process's own memory instead (``verbs.usermem``; the daemon reaches it
+through the process's address space, ``device.odp``): an ODP MR, an
+implicit ODP MR (the whole address space), or an MR on the caller's pages
+with pinned semantics (every page mapped when registered)."""
 
 from __future__ import annotations
 
 import errno
 
-from ..enums import (IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD, IBV_REREG_MR_CHANGE_TRANSLATION,
+from ..enums import (IBV_ACCESS_HUGETLB, IBV_ACCESS_ON_DEMAND, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
+                     IBV_REREG_MR_CHANGE_TRANSLATION,
                      IBV_REREG_MR_ERR_CMD, IBV_REREG_MR_ERR_INPUT, IBV_REREG_MR_FLAGS_SUPPORTED)
 from ..uapi.commands import CMD
 from ..uapi.shm import SharedRegion
 from .base import PDObject
 from .errors import PyverbsRDMAError
+from .usermem import UserMemory
+
+SIZE_MAX = (1 << 64) - 1
 
 _REREG_ERR = {IBV_REREG_MR_ERR_INPUT: "IBV_REREG_MR_ERR_INPUT", IBV_REREG_MR_ERR_CMD: "IBV_REREG_MR_ERR_CMD"}
 
@@ -36,10 +46,13 @@ class MR(PDObject):
     destroy_cmd = CMD.dereg_mr
     close_rank = 4
 
-    def __init__(self, pd, length: int, access: int, address=None, implicit: bool = False, **kw):
-        if address is not None or implicit:
-            raise PyverbsRDMAError("Failed to register a MR over caller memory: softrdma registers the"
-                                   " memory it allocates (MR(pd, length, access))", errno.EOPNOTSUPP)
+    def __init__(self, pd, length: int = 0, access: int = 0, address=None, implicit: bool = False, **kw):
+        self._user = None
+        if kw.get("handle") is not None:                 # ibv_import_mr: no shared uverbs file to import from
+            raise PyverbsRDMAError("Failed to import MR", errno.EOPNOTSUPP)
+        if address or implicit or int(access) & IBV_ACCESS_ON_DEMAND:
+            self._reg_user(pd, length, int(access), address, implicit)
+            return
         if length <= 0:
             raise PyverbsRDMAError("Failed to register a MR", errno.EINVAL)
         max_size = pd.ctx._attr.get("max_mr_size")
@@ -66,17 +79,51 @@ class MR(PDObject):
         self.closed = False
         self.pd.add_ref(self)
 
+    def _reg_user(self, pd, length: int, access: int, address, implicit: bool) -> None:
+        """An MR on the process's own memory: ``address``, or memory mapped
+        here when there is none; with IBV_ACCESS_ON_DEMAND an ODP MR, and
+        ``implicit`` the whole address space (ibv_reg_mr(pd, NULL,
+        SIZE_MAX, access): pyverbs still allocates ``length`` bytes as
+        ``buf``)."""
+        self.pd = pd
+        self.access = access
+        self.region = None
+        if not address and length <= 0 and not implicit:
+            raise PyverbsRDMAError("Failed to register a MR", errno.EINVAL)
+        self._user = UserMemory(address, length, bool(access & IBV_ACCESS_HUGETLB))
+        self.buf = self._user.address
+        self._span = length                            # the bytes at buf that write/read may touch
+        reg_addr, reg_len = (0, SIZE_MAX) if implicit else (self.buf, length)
+        try:
+            reply, _ = pd.ctx.conn.call(CMD.reg_user_mr, pd=pd.handle, length=reg_len, access=access,
+                                        addr=reg_addr)
+        except PyverbsRDMAError as e:
+            self._user.close()
+            raise PyverbsRDMAError(f"Failed to register a MR. length: {length}, access flags: {access}"
+                                   + _why(e), e.error_code) from None
+        self.length = reg_len
+        self.handle = reply["mr"]
+        self.lkey = reply["lkey"]
+        self.rkey = reply["rkey"]
+        self.closed = False
+        self.pd.add_ref(self)
+
     def write(self, data, length: int | None = None, offset: int = 0) -> None:
         if isinstance(data, str):
             data = data.encode()
         n = len(data) if length is None else length
-        if offset < 0 or offset + n > self.length:
+        if offset < 0 or offset + n > (self.length if self._user is None else self._span):
             raise PyverbsRDMAError("Failed to write to MR: out of bounds", errno.EINVAL)
+        if self._user is not None:
+            self._user.write(bytes(data[:n]), offset)
+            return
         self._view[offset:offset + n] = bytes(data[:n])
 
     def read(self, length: int, offset: int = 0) -> bytes:
-        if offset < 0 or offset + length > self.length:
+        if offset < 0 or offset + length > (self.length if self._user is None else self._span):
             raise PyverbsRDMAError("Failed to read from MR: out of bounds", errno.EINVAL)
+        if self._user is not None:
+            return self._user.read(length, offset)
         return bytes(self._view[offset:offset + length])
 
     def rereg(self, flags: int, pd=None, addr: int = 0, length: int = 0, access: int = 0) -> None:
@@ -113,6 +160,9 @@ class MR(PDObject):
         return self.pd.ctx
 
     def _release(self) -> None:
+        if self._user is not None:
+            self._user.close()
+            return
         self._view.release()
         self.region.close()
 

@@ -8,6 +8,7 @@ One module per object kind, as the kernel's uverbs_std_types_*.c:
 context      devices, open (the uverbs context), query_port, query_gid, query_gid_table
 pd           alloc_pd, dealloc_pd
 mr           reg_mr, rereg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
+odp          reg_user_mr (MRs on the process's own memory: ODP, implicit ODP), advise_mr
 dm           alloc_dm, free_dm (device memory)
 cq           create/destroy_comp_channel, create/resize/destroy_cq
 qp           create_qp, modify_qp, query_qp, destroy_qp
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import ah, capture, cm, context, cq, dm, link, mcast, mr, pd, qp, restrack, srq, stat
+from . import ah, capture, cm, context, cq, dm, link, mcast, mr, odp, pd, qp, restrack, srq, stat
 
 
 #: the handler of every control command, by its op string (what each
@@ -113,6 +114,9 @@ HANDLERS: dict[str, Callable] = {
     "cm_migrate_id": cm.cmd_cm_migrate_id,
     "cm_join_multicast": cm.cmd_cm_join_multicast,
     "cm_leave_multicast": cm.cmd_cm_leave_multicast,
+
+    "reg_user_mr": odp.cmd_reg_user_mr,
+    "advise_mr": odp.cmd_advise_mr,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its

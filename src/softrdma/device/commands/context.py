@@ -1,17 +1,20 @@
 """Commands on the device and its port: list the devices, open one (the
-uverbs context: get_context with the process's limits), query the port, a GID
-and the GID table."""
+uverbs context: get_context with the process's limits, and whether the
+daemon may reach its memory: ODP), query the port, a GID and the GID table."""
 
 from __future__ import annotations
 
 import errno
 import socket
 
-from ...enums import IBV_GID_TYPE_ROCE_V2
+from ...enums import (IBV_GID_TYPE_ROCE_V2, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_IMPLICIT,
+                      IBV_ODP_SUPPORT_READ, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_SRQ_RECV,
+                      IBV_ODP_SUPPORT_WRITE)
 from ...errors import VerbsError
 from ...uapi import request as rq
 from ...uapi.commands import PROTOCOL_VERSION
 from ..gid import eui64
+from ..odp import ProcessPages, may_access
 from ..session import CAP_IPC_LOCK, CAP_SYS_RESOURCE, OBJECT_LIMITS, caps_of, memlock_limit
 from ..sysfs import guid_str
 
@@ -41,6 +44,9 @@ def cmd_open(daemon, c, m, fds):
                 raise VerbsError(errno.EMFILE, f"user {c.uid} has {mine} contexts open, the most"
                                                f" softrdmad allows one user ({daemon.max_contexts_per_user})")
         c.memlock = None if caps >> CAP_IPC_LOCK & 1 else memlock_limit(c.pid)
+        # ODP and MRs on the process's own memory: only if the daemon may
+        # reach it (else the device has no ODP for this process)
+        c.pages = ProcessPages(c.pid) if may_access(c.pid) == 0 else None
     c.device = dev
     caps = dev.caps
     return {"device": dev.name, "node_guid": guid_str(eui64(dev.mac)), "attr": {
@@ -48,7 +54,26 @@ def cmd_open(daemon, c, m, fds):
         "max_qp_rd_atom": caps.max_qp_rd_atom, "max_qp_init_rd_atom": caps.max_qp_init_rd_atom,
         "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
         "active_mtu": caps.active_mtu, "max_msg_sz": caps.max_msg_sz, "max_cqe": caps.max_cqe,
-        "max_mr_size": caps.max_mr_size, **{a: getattr(caps, a) for a in OBJECT_LIMITS.values()}}}, []
+        "max_mr_size": caps.max_mr_size, "odp_caps": odp_caps(c.pages is not None),
+        **{a: getattr(caps, a) for a in OBJECT_LIMITS.values()}}}, []
+
+
+def odp_caps(reachable: bool) -> dict:
+    """ibv_odp_caps as this device gives them to a process whose memory the
+    daemon may (``reachable``) or may not reach: exactly what works -- an
+    ODP MR is reached the same way by every engine, so each transport's
+    operations on it are those the transport has (no atomics on UC, no
+    RDMA on UD; XRC receives only through its SRQ)."""
+    if not reachable:
+        return {"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0, "ud_odp_caps": 0, "xrc_odp_caps": 0}
+    return {"general_caps": IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
+            "rc_odp_caps": (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE
+                            | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV),
+            "uc_odp_caps": IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE
+            | IBV_ODP_SUPPORT_SRQ_RECV,
+            "ud_odp_caps": IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV,
+            "xrc_odp_caps": (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ
+                             | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV)}
 
 
 def cmd_query_port(daemon, c, m, fds):

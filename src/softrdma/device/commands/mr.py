@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 
-from ...enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE,
+from ...enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE,
                       IBV_ACCESS_ZERO_BASED, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
                       IBV_REREG_MR_CHANGE_TRANSLATION)
 from ...errors import VerbsError
@@ -129,6 +129,8 @@ def cmd_reg_dm_mr(daemon, c, m, fds):
     access = rq.uint(m, "access", rq.U32)
     if not access & IBV_ACCESS_ZERO_BASED:
         raise VerbsError(errno.EINVAL, "an MR on device memory needs IBV_ACCESS_ZERO_BASED")
+    if access & IBV_ACCESS_ON_DEMAND:               # (mlx5: not in MLX5_IB_DM_ALLOWED_ACCESS)
+        raise VerbsError(errno.EINVAL, "an MR on device memory cannot be on demand")
     _check_access(access)
     if offset > dm.length or length > dm.length - offset:
         raise VerbsError(errno.EINVAL, f"{length} bytes at offset {offset} of a {dm.length}-byte DM")

@@ -7,12 +7,13 @@ from __future__ import annotations
 import mmap
 
 from ...enums import (
-    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ZERO_BASED, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_QPT_RC, IBV_QPT_UD,
-    IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WR_SEND,
+    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_ZERO_BASED, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT,
+    IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
+    IBV_WR_SEND, _IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, _IBV_ADVISE_MR_FLAG_FLUSH,
 )
 from ...verbs import addr as addr_m, cq as cq_m, device as dev_m, dm as dm_m, mr as mr_m, pd as pd_m, qp as qp_m
 from ...verbs import wr as wr_m
-from ...verbs.errors import PyverbsError
+from ...verbs.errors import PyverbsError, PyverbsRDMAError
 from .. import verbs_setup as vs
 from ..libc import c_int
 from ..oob import err as _err
@@ -27,8 +28,8 @@ IBV_LINK_LAYER_ETHERNET = 2
 
 # Why the RC tool's device-feature options cannot work here (printed after
 # the real tool's own message).
-WHY_ODP = ("softrdma has no on-demand paging: every MR is shared memory that stays mapped (and resident for the"
-           " daemon) from reg_mr to dereg_mr, so there is nothing to fault in or prefetch")
+WHY_ODP = ("softrdmad may not reach this process's memory (another user without CAP_SYS_PTRACE, or Yama's"
+           " ptrace_scope), so the device has no on-demand paging for it")
 WHY_TS = ("softrdma CQs carry no completion timestamps (ibv_create_cq_ex with"
           " IBV_WC_EX_WITH_COMPLETION_TIMESTAMP has no device clock to read)")
 
@@ -82,6 +83,7 @@ class PingPong:
         except PyverbsError:
             _err("Couldn't allocate PD")
             return False
+        access = IBV_ACCESS_LOCAL_WRITE
         if not o.ud and (o.use_odp or o.use_ts or o.use_dm):
             try:
                 attrx = self.ctx.query_device_ex()
@@ -90,20 +92,24 @@ class PingPong:
                 return False
             prog = "ibv_rc_pingpong"
             if o.use_odp:
-                # the real tool's check; softrdma reports no ODP capability, so it fails
                 rc_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV
                 odp = attrx.odp_caps
                 if not odp.general_caps & IBV_ODP_SUPPORT or odp.rc_odp_caps & rc_caps != rc_caps:
                     _err("The device isn't ODP capable or does not support RC send and receive with ODP")
                     _err(f"{prog}: -{'O' if o.implicit_odp else 'o'}: {WHY_ODP}")
                     return False
+                if o.implicit_odp and not odp.general_caps & IBV_ODP_SUPPORT_IMPLICIT:
+                    _err("The device doesn't support implicit ODP")
+                    return False
+                access |= IBV_ACCESS_ON_DEMAND
             if o.use_ts and not attrx.completion_timestamp_mask:
                 _err("The device isn't completion timestamp capable")
                 _err(f"{prog}: -t: {WHY_TS}")
                 return False
-            if o.use_odp or o.use_ts:
+            if o.use_ts:
                 _err(f"{prog}: the device reports a feature this tool does not implement")
                 return False
+        if not o.ud and o.use_dm:
             if not attrx.max_dm_size:
                 _err("Device doesn't support dm allocation")
                 return False
@@ -126,10 +132,17 @@ class PingPong:
                 return False
         else:
             try:
-                self.mr = mr_m.MR(self.pd, buf_len, IBV_ACCESS_LOCAL_WRITE)
+                # -O: ibv_reg_mr(pd, NULL, SIZE_MAX, ...) with the buffer allocated beside it
+                self.mr = mr_m.MR(self.pd, buf_len, access, implicit=o.implicit_odp)
             except (PyverbsError, OSError, ValueError, OverflowError):          # incl. no memory for the buffer
                 _err("Couldn't register MR")
                 return False
+            if o.prefetch_mr:
+                try:
+                    self.pd.advise_mr(_IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, _IBV_ADVISE_MR_FLAG_FLUSH,
+                                      [wr_m.SGE(self.mr.buf, self.size, self.mr.lkey)])
+                except PyverbsRDMAError as e:
+                    _err(f"Couldn't prefetch MR({e.error_code}). Continue anyway")
             chunk = b"\x7b" * min(buf_len, 1 << 20)         # memset(ctx->buf, 0x7b, size)
             for off in range(0, buf_len, len(chunk) or 1):
                 n = min(len(chunk), buf_len - off)
