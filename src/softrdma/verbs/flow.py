@@ -51,5 +51,8 @@ class Flow(VerbsObject):
         self.closed = False
         qp.add_ref(self)
 
+    def _release(self) -> None:
+        self.qp._flows.discard(self)
+
 
 __all__ = ["FlowAttr", "Flow"]

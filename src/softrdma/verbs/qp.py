@@ -18,7 +18,6 @@ import ctypes
 import errno
 import os
 import struct
-import weakref
 
 from ..enums import (
     IBV_MTU_1024, IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_INIT_ATTR_CREATE_FLAGS,
@@ -185,7 +184,7 @@ class QP(VerbsObject):
 
     def __init__(self, creator, init_attr, qp_attr: QPAttr | None = None):
         self.closed = True
-        self._flows = weakref.WeakSet()
+        self._flows: set = set()          # flows on it: they live until closed or the QP closes
         if isinstance(init_attr, QPInitAttrEx):
             if not isinstance(creator, Context):
                 raise TypeError("a QP with QPInitAttrEx is created on a Context (ibv_create_qp_ex)")
@@ -264,7 +263,9 @@ class QP(VerbsObject):
         self.ctx.conn.track(self)
 
     def add_ref(self, obj) -> None:
-        """A flow on this QP: closed before it (pyverbs' QP.add_ref)."""
+        """A flow on this QP: closed before it (pyverbs' QP.add_ref).  Held
+        here, not weakly: the daemon's flow holds the QP busy, and a flow
+        object dropped unclosed must still go when its QP does."""
         self._flows.add(obj)
 
     def _close_children(self) -> None:
