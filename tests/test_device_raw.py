@@ -8,7 +8,6 @@ QPs do; CI runs as root."""
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import random
 import socket
@@ -19,7 +18,8 @@ import textwrap
 
 import pytest
 
-from daemon_helpers import default_daemon_in_shm, poll_wcs
+from daemon_helpers import default_daemon_in_shm, poll_wcs, resources
+from wait_helpers import wait_for
 from softrdma.enums import (IBV_ACCESS_LOCAL_WRITE, IBV_FLOW_ATTR_ALL_DEFAULT, IBV_FLOW_ATTR_SNIFFER,
                             IBV_FLOW_SPEC_TCP, IBV_FLOW_SPEC_UDP, IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_PD,
                             IBV_QP_INIT_ATTR_RX_HASH, IBV_QP_PORT, IBV_QP_SQ_PSN, IBV_QP_STATE, IBV_QPS_INIT,
@@ -147,8 +147,8 @@ def test_frames_steered_by_each_spec_type(ctx, kind):
             f = gen_frame(l3, l4, *ips)
             client.send(f, wr_id=100 + i)
             (wc,) = poll_wcs(server.cq, 1, 10)
-            assert (wc.status, wc.opcode, wc.byte_len, wc.qp_num) == (IBV_WC_SUCCESS, IBV_WC_RECV, MSG,
-                                                                      server.qp.qp_num)
+            assert (wc.status, wc.opcode, wc.byte_len, wc.qp_num) == \
+                (IBV_WC_SUCCESS, IBV_WC_RECV, MSG, server.qp.qp_num)
             assert server.mr.read(MSG, 0) == f
             server.post_recv(1, wr_id=wc.wr_id)
         fl.close()
@@ -317,3 +317,59 @@ def test_raw_qp_needs_cap_net_raw(ctx):
     # and with it (this process), created
     s = RawSide(ctx)
     s.close()
+
+
+def test_objects_in_use_are_busy_and_a_client_leaving_frees_all(ctx):
+    """A CQ under a WQ, a WQ in a table, a table under a QP, a QP with a
+    flow: EBUSY (ibv_destroy_*); the verbs objects close their dependants
+    first, and what a process leaves is freed when it goes."""
+    from softrdma.uapi.commands import CMD
+    pd = pd_m.PD(ctx)
+    cq = cq_m.CQ(ctx, 16)
+    wq = WQ(ctx, WQInitAttr(wq_pd=pd, wq_cq=cq, max_wr=4))
+    table = RwqIndTable(ctx, RwqIndTableInitAttr(1, [wq]))
+    qp = qp_m.QP(ctx, qp_m.QPInitAttrEx(
+        qp_type=IBV_QPT_RAW_PACKET, pd=pd, ind_table=table,
+        comp_mask=IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH,
+        hash_conf=RxHashConf(IBV_RX_HASH_FUNC_TOEPLITZ, 40, [1] * 40, IBV_RX_HASH_SRC_IPV4)))
+    fl = flow(qp, [eth_spec()])
+    for cmd, kw in ((CMD.destroy_cq, {"cq": cq.handle}), (CMD.destroy_wq, {"wq": wq.handle}),
+                    (CMD.destroy_rwq_ind_table, {"ind_table": table.handle}), (CMD.destroy_qp, {"qp": qp.handle})):
+        with pytest.raises(PyverbsRDMAError) as ei:
+            ctx.conn.call(cmd, **kw)
+        assert ei.value.error_code == errno.EBUSY, cmd.name
+    cq.close()                                        # closes the WQ, its table, their QP and its flow
+    assert fl.closed and qp.closed and table.closed and wq.closed
+    cq2 = cq_m.CQ(ctx, 16)
+    wq2 = WQ(ctx, WQInitAttr(wq_pd=pd, wq_cq=cq2, max_wr=4))
+    t2 = RwqIndTable(ctx, RwqIndTableInitAttr(1, [wq2]))
+    with pytest.raises(PyverbsRDMAError) as ei:       # a Toeplitz key of the wrong length
+        qp_m.QP(ctx, qp_m.QPInitAttrEx(
+            qp_type=IBV_QPT_RAW_PACKET, pd=pd, ind_table=t2,
+            comp_mask=IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH,
+            hash_conf=RxHashConf(IBV_RX_HASH_FUNC_TOEPLITZ, 8, [1] * 8, IBV_RX_HASH_SRC_IPV4)))
+    assert ei.value.error_code == errno.EINVAL
+    cq2.close()
+    assert wq2.closed and t2.closed
+    pd.close()
+    # a process that leaves its raw objects: the daemon frees them with its connection
+    prog = textwrap.dedent("""
+        from softrdma.enums import IBV_QPT_RAW_PACKET
+        from softrdma.pyverbs.flow import Flow, FlowAttr
+        from softrdma.pyverbs.wq import WQ, WQInitAttr, RwqIndTable, RwqIndTableInitAttr
+        from softrdma.verbs import cq, device, pd, qp
+        c = device.Context(name="rxe0")
+        p, q = pd.PD(c), cq.CQ(c, 8)
+        r = qp.QP(p, qp.QPInitAttr(IBV_QPT_RAW_PACKET, scq=q, rcq=q), qp.QPAttr())
+        f = Flow(r, FlowAttr())
+        w = WQ(c, WQInitAttr(wq_pd=p, wq_cq=q, max_wr=4))
+        t = RwqIndTable(c, RwqIndTableInitAttr(2, [w, w]))
+        print("made", flush=True)
+        import os; os._exit(0)
+    """)
+    out = subprocess.run([sys.executable, "-c", prog], env={**os.environ}, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "made", out.stderr
+    left = {"flow", "wq", "rwq_ind_table", "qp"}
+    wait_for(lambda: not left & {r["kind"] for r in resources(os.environ["SOFTRDMA_RUN"])}, 10,
+             "the daemon to free what the process left")

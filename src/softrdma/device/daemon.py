@@ -207,7 +207,10 @@ class Daemon:
                     pass
                 self._busy()
             elif kind == "raw":                 # device.raw: a raw port's socket, a raw QP's or WQ's doorbell
-                data()
+                try:
+                    data()
+                except Exception:               # noqa: BLE001 -- one raw queue's fault must not stop the loop
+                    log.exception("raw packet path")
             elif kind == "client":
                 if data.outbox or data.broken:
                     self._client_writable(data)

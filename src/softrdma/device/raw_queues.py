@@ -32,7 +32,8 @@ import os
 from ..enums import (IBV_ACCESS_LOCAL_WRITE, IBV_QP_CUR_STATE, IBV_QP_PORT, IBV_QP_STATE, IBV_QPS_ERR,
                      IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RAW_PACKET, IBV_SEND_SIGNALED,
                      IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SEND,
-                     IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR, IBV_WQS_ERR, IBV_WQS_RDY, IBV_WQS_RESET, IBV_WR_SEND)
+                     IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR, IBV_WQ_ATTR_CURR_STATE, IBV_WQ_ATTR_FLAGS, IBV_WQ_ATTR_STATE,
+                     IBV_WQS_ERR, IBV_WQS_RDY, IBV_WQS_RESET, IBV_WR_SEND)
 from ..errors import VerbsError
 from ..uapi.abi import WC
 from ..uapi.queues import WorkQueueConsumer
@@ -332,7 +333,6 @@ class RawWQ(RecvTarget):
     def modify(self, mask: int, state: int, curr_state: int) -> None:
         """ibv_modify_wq: IBV_WQ_ATTR_STATE (RESET, RDY, ERR) with an
         optional IBV_WQ_ATTR_CURR_STATE that must be the WQ's."""
-        from ..enums import IBV_WQ_ATTR_CURR_STATE, IBV_WQ_ATTR_FLAGS, IBV_WQ_ATTR_STATE
         if mask & ~int(IBV_WQ_ATTR_STATE | IBV_WQ_ATTR_CURR_STATE | IBV_WQ_ATTR_FLAGS):
             raise VerbsError(errno.EINVAL, f"modify_wq: unknown attr_mask bits 0x{mask:x}")
         if mask & IBV_WQ_ATTR_CURR_STATE and curr_state != self.state:

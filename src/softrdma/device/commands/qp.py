@@ -9,6 +9,7 @@ import errno
 import os
 import selectors
 
+from ...enums import IBV_QPT_RAW_PACKET
 from ...errors import VerbsError
 from ...transport.qp import QP, QPAttr, QPCap
 from ...uapi import abi
@@ -19,7 +20,7 @@ from ..session import room_for
 from .ah import checked_av
 from .fds import eventfd, ring
 from .mcast import close_mcast_sockets
-from .raw_qp import IBV_QPT_RAW_PACKET, create_raw_qp, destroy_raw_qp, free_raw_qp, modify_raw_qp
+from .raw_qp import create_raw_qp, destroy_raw_qp, free_raw_qp, modify_raw_qp
 from .stat import stat_destroy_qp, stat_modify_qp
 
 

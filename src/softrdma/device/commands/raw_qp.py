@@ -14,7 +14,7 @@ import errno
 import os
 import selectors
 
-from ...enums import IBV_QPT_RAW_PACKET, IBV_RX_HASH_FUNC_TOEPLITZ
+from ...enums import IBV_RX_HASH_FUNC_TOEPLITZ
 from ...errors import VerbsError
 from ...transport.qp import QPCap
 from ...uapi import abi
