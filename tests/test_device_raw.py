@@ -289,31 +289,35 @@ def test_raw_qp_state_machine_masks(ctx):
 
 NO_NET_RAW = textwrap.dedent("""
     import ctypes, errno, sys
+    from softrdma.enums import IBV_QPT_RAW_PACKET, IBV_QPT_UD
+    from softrdma.pyverbs.flow import Flow, FlowAttr
+    from softrdma.verbs import cq, device, pd, qp
     libc = ctypes.CDLL(None, use_errno=True)
+    c = device.Context(name="rxe0")
+    p, q = pd.PD(c), cq.CQ(c, 8)
+    raw = qp.QP(p, qp.QPInitAttr(IBV_QPT_RAW_PACKET, scq=q, rcq=q), qp.QPAttr())   # with CAP_NET_RAW
     hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)           # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()
     assert libc.capget(hdr, data) == 0
     for i in (0, 1):                                     # effective and permitted, first word
         data[i] &= ~(1 << 13)                            # CAP_NET_RAW
     assert libc.capset(hdr, data) == 0
-    from softrdma.enums import IBV_QPT_RAW_PACKET, IBV_QPT_UD
-    from softrdma.verbs import cq, device, pd, qp
-    c = device.Context(name="rxe0")
-    p, q = pd.PD(c), cq.CQ(c, 8)
     qp.QP(p, qp.QPInitAttr(IBV_QPT_UD, scq=q, rcq=q)).close()     # anything else: allowed
-    try:
-        qp.QP(p, qp.QPInitAttr(IBV_QPT_RAW_PACKET, scq=q, rcq=q))
-    except Exception as e:
-        print("refused", e.error_code == errno.EPERM)
-    else:
-        print("created")
+    for what, make in (("qp", lambda: qp.QP(p, qp.QPInitAttr(IBV_QPT_RAW_PACKET, scq=q, rcq=q))),
+                       ("flow", lambda: Flow(raw, FlowAttr()))):
+        try:
+            make()
+        except Exception as e:
+            print(what, "refused", e.error_code == errno.EPERM)
+        else:
+            print(what, "created")
 """)
 
 
 def test_raw_qp_needs_cap_net_raw(ctx):
     out = subprocess.run([sys.executable, "-c", NO_NET_RAW], env={**os.environ}, capture_output=True, text=True,
                          timeout=60)
-    assert out.stdout.strip() == "refused True", out.stdout + out.stderr
+    assert out.stdout.split("\n")[:2] == ["qp refused True", "flow refused True"], out.stdout + out.stderr
     # and with it (this process), created
     s = RawSide(ctx)
     s.close()
