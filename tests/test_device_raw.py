@@ -22,8 +22,9 @@ from daemon_helpers import default_daemon_in_shm, poll_wcs, resources
 from wait_helpers import wait_for
 from softrdma.enums import (IBV_ACCESS_LOCAL_WRITE, IBV_FLOW_ATTR_ALL_DEFAULT, IBV_FLOW_ATTR_SNIFFER,
                             IBV_FLOW_SPEC_TCP, IBV_FLOW_SPEC_UDP, IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_PD,
-                            IBV_QP_INIT_ATTR_RX_HASH, IBV_QP_PORT, IBV_QP_SQ_PSN, IBV_QP_STATE, IBV_QPS_INIT,
-                            IBV_QPS_RTS, IBV_QPT_RAW_PACKET, IBV_RX_HASH_DST_IPV4, IBV_RX_HASH_FUNC_TOEPLITZ,
+                            IBV_QP_INIT_ATTR_RX_HASH, IBV_QP_PORT, IBV_QP_RATE_LIMIT, IBV_QP_SQ_PSN, IBV_QP_STATE,
+                            IBV_QPS_INIT, IBV_QPS_RTS, IBV_QPT_RAW_PACKET, IBV_RX_HASH_DST_IPV4,
+                            IBV_RX_HASH_FUNC_TOEPLITZ,
                             IBV_RX_HASH_SRC_IPV4, IBV_WC_RECV, IBV_WC_SEND, IBV_WC_SUCCESS, IBV_WQ_ATTR_STATE,
                             IBV_WQS_RDY)
 from softrdma.pyverbs.flow import Flow, FlowAttr
@@ -281,6 +282,10 @@ def test_raw_qp_state_machine_masks(ctx):
         with pytest.raises(PyverbsRDMAError) as ei:         # no PSNs on a raw QP
             s.qp.modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN)
         assert ei.value.error_code == errno.EINVAL
+        a.rate_limit = 5000                               # packet pacing: the device has none
+        with pytest.raises(PyverbsRDMAError) as ei:
+            s.qp.modify(a, IBV_QP_STATE | IBV_QP_RATE_LIMIT)
+        assert ei.value.error_code == errno.EOPNOTSUPP
         s.qp.to_rts(a)
         assert s.qp.query(IBV_QP_STATE)[0].qp_state == IBV_QPS_RTS
     finally:

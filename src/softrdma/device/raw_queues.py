@@ -8,8 +8,10 @@ holds them (the send side and the receive scatter; steering is
   it.  With an RSS configuration (``RssConf``: an indirection table, a
   Toeplitz key, the fields hashed) it has no queues of its own: frames go
   to the table's WQs.  The state machine is ib_modify_qp_is_ok()'s for
-  RAW_PACKET: RESET->INIT needs IBV_QP_PORT, INIT->INIT may carry it, the
-  other transitions take IBV_QP_STATE alone; a frame is received in RTR
+  RAW_PACKET: RESET->INIT needs IBV_QP_PORT, INIT->INIT may carry it,
+  RTR->RTS and RTS->RTS may name IBV_QP_RATE_LIMIT (EOPNOTSUPP: no packet
+  pacing, as mlx5 without it), the others take
+  IBV_QP_STATE alone; a frame is received in RTR
   and RTS, sent in RTS; in ERR every WQE completes with WR_FLUSH_ERR.
   It answers to the attributes the daemon's other code reads of a QP
   (``.qp``, ``pd``, ``send_cq``, ``recv_cq``, ``srq``, ``state``, ...).
@@ -29,11 +31,11 @@ from __future__ import annotations
 import errno
 import os
 
-from ..enums import (IBV_ACCESS_LOCAL_WRITE, IBV_QP_CUR_STATE, IBV_QP_PORT, IBV_QP_STATE, IBV_QPS_ERR,
-                     IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RAW_PACKET, IBV_SEND_SIGNALED,
-                     IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SEND,
-                     IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR, IBV_WQ_ATTR_CURR_STATE, IBV_WQ_ATTR_FLAGS, IBV_WQ_ATTR_STATE,
-                     IBV_WQS_ERR, IBV_WQS_RDY, IBV_WQS_RESET, IBV_WR_SEND)
+from ..enums import (IBV_ACCESS_LOCAL_WRITE, IBV_QP_CUR_STATE, IBV_QP_PORT, IBV_QP_RATE_LIMIT, IBV_QP_STATE,
+                     IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RAW_PACKET,
+                     IBV_SEND_SIGNALED, IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV,
+                     IBV_WC_SEND, IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR, IBV_WQ_ATTR_CURR_STATE, IBV_WQ_ATTR_FLAGS,
+                     IBV_WQ_ATTR_STATE, IBV_WQS_ERR, IBV_WQS_RDY, IBV_WQS_RESET, IBV_WR_SEND)
 from ..errors import VerbsError
 from ..uapi.abi import WC
 from ..uapi.queues import WorkQueueConsumer
@@ -47,9 +49,10 @@ _WC_SEND, _WC_RECV = int(IBV_WC_SEND), int(IBV_WC_RECV)
 _LOCAL_WRITE = int(IBV_ACCESS_LOCAL_WRITE)
 _SIGNALED = int(IBV_SEND_SIGNALED)
 # ib_modify_qp_is_ok() for IB_QPT_RAW_PACKET: (cur, next) -> (required, optional)
+_RATE = int(IBV_QP_RATE_LIMIT)
 _TRANSITIONS = {
     (_RESET, _RESET): (0, 0), (_RESET, _INIT): (int(IBV_QP_PORT), 0),
-    (_INIT, _INIT): (0, int(IBV_QP_PORT)), (_INIT, _RTR): (0, 0), (_RTR, _RTS): (0, 0), (_RTS, _RTS): (0, 0),
+    (_INIT, _INIT): (0, int(IBV_QP_PORT)), (_INIT, _RTR): (0, 0), (_RTR, _RTS): (0, _RATE), (_RTS, _RTS): (0, _RATE),
 }
 # an Ethernet header, and the most a frame may carry past the MTU (header and one VLAN tag)
 ETH_HLEN = 14
@@ -201,6 +204,10 @@ class RawQP(RecvTarget):
         allowed = int(IBV_QP_STATE | IBV_QP_CUR_STATE) | req | opt
         if mask & ~allowed or (mask & req) != req:
             raise VerbsError(errno.EINVAL, f"raw packet QP: attribute mask 0x{mask:x} invalid for {cur}->{nxt}")
+        if mask & _RATE:
+            # packet pacing, which this device has not (packet_pacing_caps 0: mlx5's EOPNOTSUPP; the
+            # library sends the bit alone, uapi.qp_attr.UNSUPPORTED_MASK)
+            raise VerbsError(errno.EOPNOTSUPP, "rate_limit: the device has no packet pacing")
         if mask & IBV_QP_PORT:
             if attr.get("port_num") != 1:
                 raise VerbsError(errno.EINVAL, f"port_num {attr.get('port_num')} is not a port of the device")
