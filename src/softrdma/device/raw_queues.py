@@ -19,6 +19,13 @@ holds them (the send side and the receive scatter; steering is
   the states RESET, RDY (receives) and ERR (flushes).
 * ``IndTable``: ibv_create_rwq_ind_table: 2^log entries naming WQs.
 
+An RSS QP has no state to wait for (as mlx5's, a TIR over RQs): once a
+flow steers to it, a frame goes to the WQ its hash picks, if that WQ is
+RDY.  A frame longer than the receive WQE completes it with
+IBV_WC_LOC_LEN_ERR and the queue carries on (a NIC's RQ would go to ERR;
+here rules that may copy every frame of a busy netdev -- a sniffer on lo
+-- must not stop the queue for one jumbo frame).
+
 Receive WQEs stay in their ring until a frame takes one (no copy of the
 queue in the daemon): a full queue is a full ring, as on hardware.  The
 rings of a raw QP or WQ never wake the daemon's polling: the send queue
