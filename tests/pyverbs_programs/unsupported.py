@@ -9,15 +9,12 @@ import errno
 import pyverbs.device as d
 import pyverbs.enums as e
 from pyverbs.cq import CQ
-from pyverbs.flow import Flow, FlowAttr
 from pyverbs.pd import PD, ParentDomain, ParentDomainContext, ParentDomainInitAttr
 from pyverbs.providers.efa.efadv import EfaContext
 from pyverbs.providers.mlx5.mlx5dv import Mlx5Context, Mlx5DVContextAttr, Mlx5QP
 from pyverbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyverbs.qp import QP, QPCap, QPInitAttr
-from pyverbs.spec import EthSpec
 from pyverbs.srq import SRQ, SrqInitAttrEx
-from pyverbs.wq import RwqIndTable, RwqIndTableInitAttr, WQ, WQInitAttr
 from pyverbs.xrcd import XRCD, XRCDInitAttr
 
 
@@ -40,12 +37,6 @@ with d.Context(name=name) as ctx:
     expect_eopnotsupp("XRCD", "Failed to allocate XRCD",
                       lambda: XRCD(ctx, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS,
                                                      0o100, -1)))
-    expect_eopnotsupp("WQ", "Failed to create WQ", lambda: WQ(ctx, WQInitAttr(wq_pd=pd, wq_cq=cq)))
-    expect_eopnotsupp("RwqIndTable", "Failed to create RwqIndTable",
-                      lambda: RwqIndTable(ctx, RwqIndTableInitAttr(log_ind_tbl_size=1, wqs_list=[])))
-    fa = FlowAttr(num_of_specs=1)
-    fa.specs.append(EthSpec(ether_type=0x800))
-    expect_eopnotsupp("Flow", "Flow creation failed", lambda: Flow(qp, fa))
     pd_ctx = ParentDomainContext(pd, lambda *a: e._IBV_ALLOCATOR_USE_DEFAULT, lambda *a: None)
     expect_eopnotsupp("ParentDomain", "Failed to allocate Parent Domain",
                       lambda: ParentDomain(ctx, attr=ParentDomainInitAttr(pd=pd, pd_context=pd_ctx)))

@@ -159,6 +159,7 @@ class Device(RocePort):
         self.state = 4                               # PORT_ACTIVE
         self.mcast = McastGroups(self)               # UD multicast groups, their sockets
         self.gsi = Gsi(self)                         # QP1: MADs (the CM)
+        self.raw = None                              # device.raw.RawPort while raw packet QPs exist
 
     @property
     def traffic(self) -> dict[str, int]:
@@ -176,7 +177,7 @@ class Device(RocePort):
 
     # -- objects
     def alloc_qpn(self) -> int:
-        while self._next_qpn in self.qps:
+        while self._next_qpn in self.qps or (self.raw is not None and self._next_qpn in self.raw.numbers):
             self._next_qpn = (self._next_qpn + 1) & 0xFFFFFF or 0x11
         qpn = self._next_qpn
         self._next_qpn = (qpn + 1) & 0xFFFFFF or 0x11

@@ -206,6 +206,11 @@ class Daemon:
                 except OSError:                 # nothing there (an eventfd is all create_* accept)
                     pass
                 self._busy()
+            elif kind == "raw":                 # device.raw: a raw port's socket, a raw QP's or WQ's doorbell
+                try:
+                    data()
+                except Exception:               # noqa: BLE001 -- one raw queue's fault must not stop the loop
+                    log.exception("raw packet path")
             elif kind == "client":
                 if data.outbox or data.broken:
                     self._client_writable(data)

@@ -334,6 +334,11 @@ def _print_hca_cap(ctx, dev, name: str, ib_port: int, verbose: bool, write) -> i
         a.update(general_odp_caps=odp.general_caps, rc_odp_caps=odp.rc_odp_caps, uc_odp_caps=odp.uc_odp_caps,
                  ud_odp_caps=odp.ud_odp_caps, xrc_odp_caps=odp.xrc_odp_caps)
     a.setdefault("device_cap_flags_ex", a["device_cap_flags"])
+    rss = a.get("rss_caps")                     # ibv_rss_caps, as print_rss_caps reads it
+    if rss is not None:
+        a.update({k: getattr(rss, k) for k in ("max_rwq_indirection_tables", "max_rwq_indirection_table_size",
+                                               "rx_hash_function", "rx_hash_fields_mask")},
+                 rss_supported_qpts=rss.supported_qpts)
     nports = a["phys_port_cnt"] & 0xFF
     if ib_port and ib_port > nports:
         sys.stderr.write("Invalid port requested for device\n")

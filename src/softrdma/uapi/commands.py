@@ -154,10 +154,10 @@ _TABLE = (
     #    doorbell -- 3 or 2, which the handler checks once it has the SRQ)
     Command("create_qp", (handle("pd"), handle("send_cq", "cq"), handle("recv_cq", "cq"),
                           handle("srq", optional=True), obj("cap", {}), u32("qp_type"), any_("sq_sig_all")),
-            ("qp", "qp_num")),
+            ("qp", "qp_num"), (_E.EPERM,)),
     Command("modify_qp", (handle("qp"), u32("mask"), obj("attr", {}))),
     Command("query_qp", (handle("qp"), u32("mask", 0)), ("attr",)),
-    Command("destroy_qp", (handle("qp"),)),
+    Command("destroy_qp", (handle("qp"),), (), (_E.EBUSY,)),
     Command("attach_mcast", (handle("qp"), any_("gid"), any_("lid")), (), (_E.EADDRNOTAVAIL,)),
     Command("detach_mcast", (handle("qp"), any_("gid"), any_("lid"))),
     # -- SRQs
@@ -224,6 +224,20 @@ _TABLE = (
     Command("reg_user_mr", (handle("pd"), u64("length", lo=1), u64("addr"), u32("access")),
             ("mr", "lkey", "rkey"), (_E.EPERM, _E.EFAULT)),
     Command("advise_mr", (handle("pd"), u32("advice"), u32("flags"), any_("sg_list")), (), (_E.EPERM, _E.EFAULT)),
+    # -- raw packet QPs, WQs, RSS and flow steering (a raw QP itself is create_qp's IBV_QPT_RAW_PACKET)
+    Command("create_rss_qp", (handle("pd"), handle("ind_table", "rwq_ind_table"), u8("hash_function"),
+                              any_("hash_key"), u64("hash_fields_mask")), ("qp", "qp_num"), (_E.EPERM,)),
+    Command("create_wq", (handle("pd"), handle("cq"), u32("wq_type"), u32("max_wr"), u32("max_sge"),
+                          u32("create_flags", 0), fds(2, "create_wq needs the ring fd and the doorbell fd")),
+            ("wq", "wq_num")),
+    Command("modify_wq", (handle("wq"), u32("attr_mask"), u32("wq_state", 0), u32("curr_wq_state", 0),
+                          u32("flags_mask", 0))),
+    Command("destroy_wq", (handle("wq"),), (), (_E.EBUSY,)),
+    Command("create_rwq_ind_table", (u32("log_size"), any_("wqs")), ("ind_table", "ind_tbl_num")),
+    Command("destroy_rwq_ind_table", (handle("ind_table", "rwq_ind_table"),), (), (_E.EBUSY,)),
+    Command("create_flow", (handle("qp"), u32("type"), u16("priority", 0), u8("port", 1), u32("flags", 0),
+                            any_("specs")), ("flow",), (_E.EPERM,)),
+    Command("destroy_flow", (handle("flow"),)),
 )
 
 #: name -> Command

@@ -150,8 +150,8 @@ class CompletionQueue(VerbsObject):
         self.events_pending = max(0, self.events_pending - num_events)
 
     def _close_children(self) -> None:
-        for qp in users(self.ctx, "send_cq", self) + users(self.ctx, "recv_cq", self):
-            qp.close()                              # pyverbs: a CQ closes the QPs using it
+        for qp in users(self.ctx, "send_cq", self) + users(self.ctx, "recv_cq", self) + users(self.ctx, "cq", self):
+            qp.close()                              # pyverbs: a CQ closes the QPs (and WQs) using it
 
     def _release(self) -> None:
         if self.channel is not None:

@@ -13,8 +13,11 @@ import weakref
 from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
+from ..uapi.raw import (MAX_RWQ_IND_TABLE_SIZE, MAX_RWQ_IND_TABLES, MAX_WQ_TYPE_RQ, RSS_SUPPORTED_QPTS,
+                        RX_HASH_FUNCTIONS)
 from ..uapi.rundir import socket_path
 from ..wire import DEFAULT_PKEY
+from ..wire.toeplitz import RX_HASH_FIELDS
 from .addr import GID
 from .base import VerbsObject
 from .connection import Connection, gone_error
@@ -298,8 +301,9 @@ class Context(VerbsObject):
 
     def query_device_ex(self) -> DeviceAttrEx:
         """rxe's values but ODP (the daemon's, for this process: see
-        device.odp): no TSO, RSS, pacing, tag matching or CQ
-        moderation (device memory: the daemon's pool, see verbs.dm), and no completion clock
+        device.odp) and RSS on raw packet QPs (``uapi.raw``, Toeplitz): no
+        TSO, pacing, tag matching or CQ moderation (device memory: the
+        daemon's pool, see verbs.dm), and no completion clock
         (completion_timestamp_mask and hca_core_clock 0: an extended CQ
         refuses IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, see cqex.py)."""
         orig = self.query_device()
@@ -309,10 +313,11 @@ class Context(VerbsObject):
                                                                "ud_odp_caps": 0, "xrc_odp_caps": 0}),
             "completion_timestamp_mask": 0, "hca_core_clock": 0, "device_cap_flags_ex": orig.device_cap_flags,
             "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
-            "rss_caps": RSSCaps({"supported_qpts": 0, "max_rwq_indirection_tables": 0,
-                                 "max_rwq_indirection_table_size": 0, "rx_hash_function": 0,
-                                 "rx_hash_fields_mask": 0}),
-            "max_wq_type_rq": 0,
+            "rss_caps": RSSCaps({"supported_qpts": RSS_SUPPORTED_QPTS,
+                                 "max_rwq_indirection_tables": MAX_RWQ_IND_TABLES,
+                                 "max_rwq_indirection_table_size": MAX_RWQ_IND_TABLE_SIZE,
+                                 "rx_hash_function": RX_HASH_FUNCTIONS, "rx_hash_fields_mask": RX_HASH_FIELDS}),
+            "max_wq_type_rq": MAX_WQ_TYPE_RQ,
             "packet_pacing_caps": PacketPacingCaps({"qp_rate_limit_min": 0, "qp_rate_limit_max": 0,
                                                     "supported_qpts": 0}),
             "raw_packet_caps": 0,

@@ -25,6 +25,7 @@ from ..enums import (
     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
     IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
+    IBV_QPT_RAW_PACKET, IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_RX_HASH,
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW,
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
@@ -58,6 +59,10 @@ _SEND_INLINE = int(IBV_SEND_INLINE)
 SEND_OPS = {t: send_ops_flags(t) for t in (IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD)}
 # the comp_mask bits rxe's create_qp_ex takes (check_qp_init_attr)
 _EX_COMP_MASK = int(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+# a raw packet QP may be an RSS QP: an indirection table and a hash configuration
+_RSS_COMP_MASK = int(IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH)
+# pyverbs' QP._get_comp_mask for IBV_QPT_RAW_PACKET: the kernel's masks (port only)
+_RAW_MASKS = {"INIT": int(IBV_QP_STATE | IBV_QP_PORT), "RTR": int(IBV_QP_STATE), "RTS": int(IBV_QP_STATE)}
 
 
 class QPCap(qp_attr.QPCap):
@@ -111,6 +116,11 @@ class QPInitAttrEx:
         checks of the extended attributes (EOPNOTSUPP for what they refuse,
         EINVAL without a PD)."""
         mask = int(self.comp_mask)
+        if self.qp_type == IBV_QPT_RAW_PACKET and mask & _RSS_COMP_MASK:
+            if mask & _RSS_COMP_MASK != _RSS_COMP_MASK or self.ind_table is None or self.hash_conf is None:
+                raise PyverbsRDMAError("Failed to create QP: an RSS QP needs IBV_QP_INIT_ATTR_IND_TABLE and"
+                                       " IBV_QP_INIT_ATTR_RX_HASH with their objects", errno.EINVAL)
+            mask &= ~_RSS_COMP_MASK
         if mask != IBV_QP_INIT_ATTR_PD:            # libibverbs: PD alone is plain ibv_create_qp
             if mask & ~_EX_COMP_MASK:
                 raise PyverbsRDMAError(f"Failed to create QP: comp_mask 0x{mask:x} asks for XRC, TSO or RSS",
@@ -173,6 +183,8 @@ class QP(VerbsObject):
     close_rank = 1
 
     def __init__(self, creator, init_attr, qp_attr: QPAttr | None = None):
+        self.closed = True
+        self._flows: set = set()          # flows on it: they live until closed or the QP closes
         if isinstance(init_attr, QPInitAttrEx):
             if not isinstance(creator, Context):
                 raise TypeError("a QP with QPInitAttrEx is created on a Context (ibv_create_qp_ex)")
@@ -188,6 +200,10 @@ class QP(VerbsObject):
         self.ctx = pd.ctx
         self.qp_type = init_attr.qp_type
         self.init_attr = init_attr
+        if self.qp_type == IBV_QPT_RAW_PACKET and isinstance(init_attr, QPInitAttrEx) \
+                and init_attr.comp_mask & _RSS_COMP_MASK:
+            self._create_rss(init_attr)
+            return
         cap = init_attr.cap
         self.cap = cap
         if init_attr.send_cq is None or init_attr.recv_cq is None:
@@ -222,10 +238,39 @@ class QP(VerbsObject):
         self.pd.add_ref(self)
         self.ctx.conn.track(self)
         if qp_attr is not None:
-            if self.qp_type == IBV_QPT_UD:
+            if self.qp_type in (IBV_QPT_UD, IBV_QPT_RAW_PACKET):
                 self.to_rts(qp_attr)
             else:
                 self.to_init(qp_attr)
+
+    def _create_rss(self, init_attr: QPInitAttrEx) -> None:
+        """An RSS QP (create_rss_qp): no queues of its own, receives only,
+        through the indirection table's WQs."""
+        hc = init_attr.hash_conf
+        self.cap = QPCap(0, 0, 0, 0, 0)
+        self.sq = self.rq = None
+        self.doorbell = -1
+        reply, _ = self.ctx.conn.call(CMD.create_rss_qp, pd=self.pd.handle, ind_table=init_attr.ind_table.handle,
+                                      hash_function=int(hc.rx_hash_function), hash_key=list(hc.rx_hash_key),
+                                      hash_fields_mask=int(hc.rx_hash_fields_mask))
+        self.handle = reply["qp"]
+        self.qp_num = reply["qp_num"]
+        self.state = IBV_QPS_RESET
+        self.sq_wq = self.rq_wq = None
+        self.closed = False
+        self.pd.add_ref(self)
+        init_attr.ind_table.add_ref(self)
+        self.ctx.conn.track(self)
+
+    def add_ref(self, obj) -> None:
+        """A flow on this QP: closed before it (pyverbs' QP.add_ref).  Held
+        here, not weakly: the daemon's flow holds the QP busy, and a flow
+        object dropped unclosed must still go when its QP does."""
+        self._flows.add(obj)
+
+    def _close_children(self) -> None:
+        for fl in list(self._flows):
+            fl.close()
 
     # ---------------------------------------------------------------- state
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
@@ -245,6 +290,8 @@ class QP(VerbsObject):
         taken (in an error state, flushed)."""
         if self.state < IBV_QPS_RTS:
             raise PyverbsRDMAError(f"{what}: the QP is not ready to send", errno.EINVAL)
+        if self.sq_wq is None:
+            raise PyverbsRDMAError(f"{what}: an RSS QP has no send queue", errno.EINVAL)
 
     def query(self, attr_mask: int = 0) -> tuple[QPAttr, QPInitAttr]:
         a = self.ctx.conn.call(CMD.query_qp, qp=self.handle, mask=int(attr_mask))[0]["attr"]
@@ -275,7 +322,9 @@ class QP(VerbsObject):
         return self.query(IBV_QP_STATE)[0].qp_state
 
     def to_init(self, qp_attr: QPAttr) -> None:
-        if self.qp_type == IBV_QPT_UD:
+        if self.qp_type == IBV_QPT_RAW_PACKET:
+            mask = _RAW_MASKS["INIT"]
+        elif self.qp_type == IBV_QPT_UD:
             mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY
         else:
             mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS
@@ -285,7 +334,7 @@ class QP(VerbsObject):
     def to_rtr(self, qp_attr: QPAttr) -> None:
         if self.qp_state == IBV_QPS_RESET:
             self.to_init(qp_attr)
-        mask = IBV_QP_STATE
+        mask = IBV_QP_STATE                     # (UD and raw packet: the state alone)
         if self.qp_type in (IBV_QPT_UC, IBV_QPT_RC):
             mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
         if self.qp_type == IBV_QPT_RC:
@@ -296,7 +345,7 @@ class QP(VerbsObject):
     def to_rts(self, qp_attr: QPAttr) -> None:
         if self.qp_state < IBV_QPS_RTR:
             self.to_rtr(qp_attr)
-        mask = IBV_QP_STATE | IBV_QP_SQ_PSN
+        mask = _RAW_MASKS["RTS"] if self.qp_type == IBV_QPT_RAW_PACKET else IBV_QP_STATE | IBV_QP_SQ_PSN
         if self.qp_type == IBV_QPT_RC:
             mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC
         qp_attr.qp_state = 3
@@ -305,7 +354,8 @@ class QP(VerbsObject):
     # ---------------------------------------------------------------- posting
     def post_recv(self, wr, bad_wr=None) -> None:
         if self.rq_wq is None:
-            raise PyverbsRDMAError("Failed to post receive: the QP uses an SRQ", errno.EINVAL)
+            raise PyverbsRDMAError("Failed to post receive: the QP has no receive queue (an SRQ, or RSS WQs)",
+                                   errno.EINVAL)
         if self.state == IBV_QPS_RESET:          # C10-97.2.1, as rxe's post_recv
             raise PyverbsRDMAError("Failed to post receive: the QP is in RESET", errno.EINVAL)
         while wr is not None:
@@ -407,6 +457,8 @@ class QP(VerbsObject):
 
     # ---------------------------------------------------------------- teardown
     def _release(self) -> None:
+        if self.doorbell < 0:                   # an RSS QP: nothing of its own
+            return
         os.close(self.doorbell)
         self.sq.close()
         if self.rq is not None:

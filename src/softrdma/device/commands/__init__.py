@@ -11,7 +11,10 @@ mr           reg_mr, rereg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
 odp          reg_user_mr (MRs on the process's own memory: ODP, implicit ODP), advise_mr
 dm           alloc_dm, free_dm (device memory)
 cq           create/destroy_comp_channel, create/resize/destroy_cq
-qp           create_qp, modify_qp, query_qp, destroy_qp
+qp           create_qp, modify_qp, query_qp, destroy_qp (raw packet QPs: raw_qp)
+raw_qp       create_rss_qp, and the raw packet QP branch of the qp commands
+wq           create_wq, modify_wq, destroy_wq, create/destroy_rwq_ind_table
+flow         create_flow, destroy_flow
 srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq
 ah           create_ah, destroy_ah
 mcast        attach_mcast, detach_mcast
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import ah, capture, cm, context, cq, dm, link, mcast, mr, odp, pd, qp, restrack, srq, stat
+from . import ah, capture, cm, context, cq, dm, flow, link, mcast, mr, odp, pd, qp, raw_qp, restrack, srq, stat, wq
 
 
 #: the handler of every control command, by its op string (what each
@@ -117,6 +120,14 @@ HANDLERS: dict[str, Callable] = {
 
     "reg_user_mr": odp.cmd_reg_user_mr,
     "advise_mr": odp.cmd_advise_mr,
+    "create_rss_qp": raw_qp.cmd_create_rss_qp,
+    "create_wq": wq.cmd_create_wq,
+    "modify_wq": wq.cmd_modify_wq,
+    "destroy_wq": wq.cmd_destroy_wq,
+    "create_rwq_ind_table": wq.cmd_create_rwq_ind_table,
+    "destroy_rwq_ind_table": wq.cmd_destroy_rwq_ind_table,
+    "create_flow": flow.cmd_create_flow,
+    "destroy_flow": flow.cmd_destroy_flow,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its
@@ -131,4 +142,7 @@ FREE: dict[str, Callable] = {
     "channel": cq.free_channel,
     "capture": capture.free_capture,
     "cm_id": cm.free_cm_id,
+    "flow": flow.free_flow,
+    "wq": wq.free_wq,
+    "rwq_ind_table": wq.free_rwq_ind_table,
 }

@@ -1,5 +1,6 @@
 """Queue pairs: create (the send and receive rings and the doorbell the
-library brings), modify, query, destroy, and what freeing one undoes."""
+library brings), modify, query, destroy, and what freeing one undoes.
+Raw packet QPs take their own branch (``raw_qp``)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,24 @@ import errno
 import os
 import selectors
 
+from ...enums import IBV_QPT_RAW_PACKET
 from ...errors import VerbsError
 from ...transport.qp import QP, QPAttr, QPCap
 from ...uapi import abi
 from ...uapi import request as rq
 from ..core import DevQP
+from ..raw_queues import RawQP
 from ..session import room_for
 from .ah import checked_av
 from .fds import eventfd, ring
 from .mcast import close_mcast_sockets
+from .raw_qp import create_raw_qp, destroy_raw_qp, free_raw_qp, modify_raw_qp
 from .stat import stat_destroy_qp, stat_modify_qp
 
 
 def cmd_create_qp(daemon, c, m, fds):
+    if m.get("qp_type") == IBV_QPT_RAW_PACKET:
+        return create_raw_qp(daemon, c, m, fds)
     dev = c.device
     pd = c.get(m.get("pd"), "pd")
     scq = c.get(m.get("send_cq"), "cq")
@@ -54,6 +60,9 @@ def cmd_create_qp(daemon, c, m, fds):
 
 def cmd_modify_qp(daemon, c, m, fds):
     dqp = c.get(m.get("qp"), "qp")
+    if isinstance(dqp, RawQP):
+        modify_raw_qp(dqp, m)
+        return {}, []
     mask = rq.uint(m, "mask")
     raw = rq.obj(m, "attr", {})
     a = rq.fields({k: v for k, v in raw.items() if k not in ("ah_attr", "cap")}, rq.QP_ATTR, "attr")
@@ -68,6 +77,8 @@ def cmd_modify_qp(daemon, c, m, fds):
 
 def cmd_query_qp(daemon, c, m, fds):
     dqp = c.get(m.get("qp"), "qp")
+    if isinstance(dqp, RawQP):
+        return {"attr": dqp.query()}, []
     a = dqp.qp.query()
     out = {k: getattr(a, k) for k in ("qp_state", "cur_qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn",
                                       "dest_qp_num", "qp_access_flags", "pkey_index", "sq_draining",
@@ -86,12 +97,17 @@ def cmd_query_qp(daemon, c, m, fds):
 
 def cmd_destroy_qp(daemon, c, m, fds):
     dqp = c.get(m.get("qp"), "qp")
+    if isinstance(dqp, RawQP):
+        destroy_raw_qp(dqp)
     free_qp(daemon, c, dqp)
     del c.objects[m["qp"]]
     return {}, []
 
 
 def free_qp(daemon, c, dqp) -> None:
+    if isinstance(dqp, RawQP):
+        free_raw_qp(daemon, c, dqp)
+        return
     dev = c.device
     close_mcast_sockets(daemon, dev.mcast.detach_all(dqp.qp))
     stat_destroy_qp(daemon, dev, dqp)
