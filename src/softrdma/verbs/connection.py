@@ -95,6 +95,9 @@ class Connection:
         self._hangup.register(self.sock, select.POLLRDHUP)
         self._next_check = 0.0
         self._tracked: weakref.WeakSet = weakref.WeakSet()
+        # destroy requests of objects the program dropped unclosed, sent
+        # before the next request (``destroy_later``)
+        self._orphans: collections.deque = collections.deque()
         self.events: collections.deque = collections.deque()
         self.dead = False
         self.opened = False          # a device is open on it (``open`` succeeded)
@@ -152,6 +155,8 @@ class Connection:
         with self._lock:
             if self.dead:
                 raise gone_error(op.replace("_", " "))
+            if self._orphans:
+                self._destroy_orphans()
             try:
                 cmd = lookup(cmd)
                 extra = kw.keys() - cmd.fields
@@ -202,6 +207,39 @@ class Connection:
         except PyverbsRDMAError:
             if not self.dead:
                 raise
+
+    def destroy_later(self, cmd: Command, **kw) -> None:
+        """Queue the destroy of an object the program dropped without
+        closing it (pyverbs' __dealloc__ destroys it then).  The garbage
+        collector may run anywhere, also inside ``call`` between a request
+        and its reply, so nothing is sent here: the request goes before the
+        next one (``_destroy_orphans``), whose checks then see the object
+        gone -- a PD the dropped QP used can be deallocated."""
+        self._orphans.append((cmd.name, kw))
+
+    def _destroy_orphans(self) -> None:
+        """Send the queued destroys (caller holds the lock).  Objects of one
+        garbage cycle are finalized in no particular order, so one refused
+        with EBUSY (a PD whose QP comes later in the queue) is tried again
+        after the others, as long as that frees something."""
+        while True:
+            busy, progress = [], False
+            while self._orphans:
+                op, kw = self._orphans.popleft()
+                self._seq += 1
+                try:
+                    msg, got = self._exchange({"op": op, "seq": self._seq, **kw}, (), self._seq)
+                except (OSError, ControlError):
+                    self.lost()
+                    return
+                close_fds(got)
+                if msg.get("errno") == errno.EBUSY:
+                    busy.append((op, kw))
+                else:
+                    progress = True
+            if not busy or not progress:
+                return                           # (what is still busy goes with the connection)
+            self._orphans.extend(busy)
 
     def _exchange(self, request: dict, fds, seq: int) -> tuple[dict, list[int]]:
         """Send ``request``; its reply.  TimeoutError past REPLY_TIMEOUT_S;

@@ -10,7 +10,8 @@ import sys
 import time
 import weakref
 
-from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
+from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB, IBV_VALUES_MASK_RAW_CLOCK
+from ..uapi import clock
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from ..uapi.rundir import socket_path
@@ -298,15 +299,16 @@ class Context(VerbsObject):
 
     def query_device_ex(self) -> DeviceAttrEx:
         """rxe's values: no ODP, TSO, RSS, pacing, tag matching or CQ
-        moderation (device memory: the daemon's pool, see verbs.dm), and no completion clock
-        (completion_timestamp_mask and hca_core_clock 0: an extended CQ
-        refuses IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, see cqex.py)."""
+        moderation (device memory: the daemon's pool, see verbs.dm).
+        hca_core_clock is the free-running clock's rate in kHz
+        (uapi.clock, as mlx5 reports its core clock); whether completions
+        carry it is completion_timestamp_mask's to say (cqex.py)."""
         orig = self.query_device()
         return DeviceAttrEx({
             **vars(orig), "orig_attr": orig, "comp_mask": 0,
             "odp_caps": ODPCaps({"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0, "ud_odp_caps": 0,
                                  "xrc_odp_caps": 0}),
-            "completion_timestamp_mask": 0, "hca_core_clock": 0, "device_cap_flags_ex": orig.device_cap_flags,
+            "completion_timestamp_mask": 0, "hca_core_clock": clock.hca_core_clock_khz(), "device_cap_flags_ex": orig.device_cap_flags,
             "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
             "rss_caps": RSSCaps({"supported_qpts": 0, "max_rwq_indirection_tables": 0,
                                  "max_rwq_indirection_table_size": 0, "rx_hash_function": 0,
@@ -377,6 +379,18 @@ class Context(VerbsObject):
             if e["gid_index"] == gid_index:
                 return _gid_entry(e)
         raise PyverbsRDMAError(msg, errno.ENODATA)
+
+    def query_rt_values_ex(self, comp_mask: int = IBV_VALUES_MASK_RAW_CLOCK) -> tuple[int, int]:
+        """ibv_query_rt_values_ex: the device's raw clock, as pyverbs'
+        (tv_sec, tv_nsec) of ``raw_clock``, which carries the free-running
+        counter's cycles in tv_nsec and 0 in tv_sec as mlx5's
+        mlx5_query_rt_values does (uapi.clock: the counter completions are
+        stamped with).  IBV_VALUES_MASK_RAW_CLOCK is the only value a
+        device has (verbs.h): mlx5 answers the bits it knows, and pyverbs
+        raises when the comp_mask that comes back is not the one asked."""
+        if comp_mask != comp_mask & IBV_VALUES_MASK_RAW_CLOCK:
+            raise PyverbsRDMAError("Failed to query real time values with requested comp_mask")
+        return 0, clock.read_free_running()
 
     def get_async_event(self, timeout: float | None = None) -> dict:
         """The next async event ({'event': ibv_event_type, 'qp'/'cq'/...})."""

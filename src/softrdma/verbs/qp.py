@@ -26,6 +26,8 @@ from ..enums import (
     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
     IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW,
+    IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES, IBV_QUERY_QP_DATA_IN_ORDER_DEVICE_ONLY,
+    IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS, IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG,
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
 from ..uapi import abi
@@ -51,6 +53,13 @@ _BIND_QP_TYPES = WR_OPCODE_INFO[IBV_WR_BIND_MW].qp_types
 _U32_MAX = 0xFFFFFFFF
 # a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) on every post
 _SEND_INLINE = int(IBV_SEND_INLINE)
+
+# ibv_query_qp_data_in_order's device caps: none, as rxe (which has no such
+# op: libibverbs answers 0).  The daemon copies a packet's payload into the
+# receiver's memory with one memcpy, which guarantees no byte order -- glibc's
+# vector copies store a block's head and tail before its middle -- so
+# neither the whole message nor a 128-byte block is known to land in order.
+DATA_IN_ORDER_CAPS = 0
 
 # ibv_wr_* builders an extended QP may ask for (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
 # per QP type (uapi.wr: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS, less what the
@@ -395,6 +404,24 @@ class QP(VerbsObject):
         self.sq_wq = Gone("post send")
         if self.rq_wq is not None:
             self.rq_wq = Gone("post recv")
+
+    # ---------------------------------------------------------- data order
+    def query_data_in_order(self, op: int, flags: int = 0) -> int:
+        """ibv_query_qp_data_in_order: whether the data a WQE of ``op``
+        writes at this QP's receiving side lands in order, so a reader may
+        poll the data instead of the CQ.  libibverbs' part: flags other
+        than RETURN_CAPS/DEVICE_ONLY answer 0; WHOLE_MSG implies
+        ALIGNED_128_BYTES; with RETURN_CAPS the caps vector, else 0/1 for
+        WHOLE_MSG.  The device's part is ``DATA_IN_ORDER_CAPS``."""
+        flags = int(flags)
+        if flags & ~int(IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS | IBV_QUERY_QP_DATA_IN_ORDER_DEVICE_ONLY):
+            return 0
+        caps = DATA_IN_ORDER_CAPS
+        if caps & IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG:
+            caps |= int(IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES)
+        if flags & IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS:
+            return caps
+        return int(bool(caps & IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG))
 
     # ---------------------------------------------------------------- multicast
     def attach_mcast(self, gid, lid: int = 0) -> None:
