@@ -129,3 +129,20 @@ def test_query_data_in_order_caps_follow_libibverbs(monkeypatch, ctx):
         monkeypatch.setattr(qp_mod, "DATA_IN_ORDER_CAPS", int(e.IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES))
         assert qp.query_data_in_order(e.IBV_WR_SEND) == 0
         assert qp.query_data_in_order(e.IBV_WR_SEND, e.IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS) == 2
+
+
+def test_context_close_frees_its_objects_before_it_returns(run_dir, monkeypatch):
+    """As the kernel's close of a uverbs file: once Context.close returns,
+    what the context held (here the whole device-memory pool) is free for
+    another context at once."""
+    from softrdma.pyverbs.device import DM, AllocDmAttr
+    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
+    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+    with Context(name="rxe0") as other:
+        whole = other.query_device_ex().max_dm_size
+        for _ in range(20):
+            ctx = Context(name="rxe0")
+            DM(ctx, AllocDmAttr(length=whole))
+            PD(ctx)
+            ctx.close()
+            DM(other, AllocDmAttr(length=whole)).close()

@@ -90,6 +90,7 @@ class Connection:
         # fragment wait included, which takes the socket's timeout)
         self.sock.settimeout(REPLY_TIMEOUT_S)
         self._seq = 0
+        self._pid = os.getpid()          # (a forked child shares the socket: it must not shut it down)
         self._lock = threading.RLock()
         self._hangup = select.poll()
         self._hangup.register(self.sock, select.POLLRDHUP)
@@ -308,4 +309,23 @@ class Connection:
                 self.events.append(msg)
 
     def close(self) -> None:
-        self.sock.close()
+        """Close the connection, and with it every object made on it.  As
+        the kernel's close of a uverbs file, that is done when this
+        returns: the daemon frees a client's objects when it reads its EOF
+        and only then closes its end, so the EOF it sends back is waited
+        for (bounded) -- a DM pool or PD the next context allocates from
+        is free already."""
+        sock = self.sock
+        if not self.dead and sock.fileno() >= 0 and os.getpid() == self._pid:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+                deadline = time.monotonic() + REPLY_TIMEOUT_S
+                while (left := deadline - time.monotonic()) > 0:
+                    sock.settimeout(left)
+                    msg, fds = recv_msg(sock)
+                    close_fds(fds)
+                    if msg is None:
+                        break
+            except (OSError, ControlError, ValueError):
+                pass
+        sock.close()
