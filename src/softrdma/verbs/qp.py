@@ -224,6 +224,9 @@ class QP(VerbsObject):
             raise
         self.handle = reply["qp"]
         self.qp_num = reply["qp_num"]
+        # the CQs it completes to, cleaned when it moves to RESET (the
+        # caller may reuse its init attr for other QPs)
+        self._cqs = tuple({id(c): c for c in (init_attr.recv_cq, init_attr.send_cq)}.values())
         self.state = IBV_QPS_RESET       # ibv_qp.state: what this process last set
         self.sq_wq = WorkQueueProducer(self.sq, self.doorbell, max(cap.max_send_wr, 1))
         self.rq_wq = WorkQueueProducer(self.rq, self.doorbell, max(cap.max_recv_wr, 1)) if self.rq else None
@@ -247,6 +250,19 @@ class QP(VerbsObject):
         self.ctx.conn.call(CMD.modify_qp, qp=self.handle, attr=attr, mask=mask)
         if mask & IBV_QP_STATE:
             self.state = int(attr["qp_state"])
+            if self.state == IBV_QPS_RESET:
+                self._clean_cqs()
+
+    def _clean_cqs(self) -> None:
+        """A QP moved to RESET: its completions not yet polled leave its
+        CQs, as mlx5's provider does (mlx5_cq_clean after the command): the
+        flush completions of the QP's earlier life would otherwise be
+        polled by whoever uses the QP next (rxe keeps them).  The daemon
+        pushed them before it answered the modify, and pushes none after."""
+        for cq in getattr(self, "_cqs", ()):
+            consumer = getattr(cq, "consumer", None)
+            if consumer is not None and not cq.closed and hasattr(consumer, "clean"):
+                consumer.clean(self.qp_num)
 
     def _check_can_send(self, what: str) -> None:
         """IBA 10.3.1: a send queue in Reset, Init or RTR refuses work
