@@ -34,13 +34,13 @@ from ..uapi import abi
 from ..uapi import qp_attr
 from ..uapi.commands import CMD
 from ..uapi.queues import WorkQueueProducer
-from ..uapi.shm import Ring
 from ..uapi.wr import WR_IMM_MASK, WR_INV_MASK, WR_OPCODE_INFO, send_ops_flags, wr_opcodes
 from .addr import GID, AHAttr
 from .base import VerbsObject
 from .connection import Gone
 from .cq import bswap32
 from .device import Context
+from .pd import RES_TYPE_RQ, RES_TYPE_SQ, alloc_ring, free_ring
 from .errors import PyverbsRDMAError
 from .wr import inc_rkey
 
@@ -208,11 +208,18 @@ class QP(VerbsObject):
             if getattr(cap, field) > most:          # rxe_qp_chk_cap, before any ring is sized from it
                 raise PyverbsRDMAError(f"Failed to create QP: {field} {getattr(cap, field)} above the device's"
                                        f" {most}", errno.EINVAL)
-        self.sq = Ring.create(max(cap.max_send_wr, 1), abi.send_slot_size(cap.max_send_sge, cap.max_inline_data),
-                              "softrdma-sq")
-        self.rq = None if init_attr.srq is not None else \
-            Ring.create(max(cap.max_recv_wr, 1), abi.recv_slot_size(cap.max_recv_sge), "softrdma-rq")
-        self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self.rq = self.doorbell = None
+        # (on a parent domain: in its allocator's buffers, see verbs.pd)
+        self.sq = alloc_ring(pd, max(cap.max_send_wr, 1), abi.send_slot_size(cap.max_send_sge, cap.max_inline_data),
+                             "softrdma-sq", RES_TYPE_SQ)
+        try:
+            if init_attr.srq is None:
+                self.rq = alloc_ring(pd, max(cap.max_recv_wr, 1), abi.recv_slot_size(cap.max_recv_sge), "softrdma-rq",
+                                     RES_TYPE_RQ)
+            self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        except BaseException:
+            self._release()
+            raise
         fds = [self.sq.fd] + ([self.rq.fd] if self.rq else []) + [self.doorbell]
         try:
             reply, _ = self.ctx.conn.call(
@@ -450,10 +457,11 @@ class QP(VerbsObject):
 
     # ---------------------------------------------------------------- teardown
     def _release(self) -> None:
-        os.close(self.doorbell)
-        self.sq.close()
+        if self.doorbell is not None:
+            os.close(self.doorbell)
+        free_ring(self.sq)
         if self.rq is not None:
-            self.rq.close()
+            free_ring(self.rq)
 
 
 def encode_bind_wqe(slot, wr_id: int, send_flags: int, mw, new_rkey: int, info) -> None:
