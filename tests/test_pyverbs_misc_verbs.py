@@ -146,3 +146,15 @@ def test_context_close_frees_its_objects_before_it_returns(run_dir, monkeypatch)
             PD(ctx)
             ctx.close()
             DM(other, AllocDmAttr(length=whole)).close()
+
+
+def test_mlx5_timestamp_conversion_is_mlx5s_only(ctx):
+    """rdma-core's test_query_rt_values converts the raw clock with
+    Mlx5Context.device_timestamp_to_ns, which a non-mlx5 context refuses
+    with EOPNOTSUPP (mlx5dv_get_clock_info): the test then skips."""
+    import errno
+    from softrdma.pyverbs.providers.mlx5.mlx5dv import Mlx5Context
+    _, cycles = ctx.query_rt_values_ex()
+    with pytest.raises(PyverbsRDMAError, match="Failed to get the clock info") as ex:
+        Mlx5Context.device_timestamp_to_ns(ctx, cycles)
+    assert ex.value.error_code == errno.EOPNOTSUPP
