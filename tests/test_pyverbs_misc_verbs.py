@@ -158,3 +158,20 @@ def test_mlx5_timestamp_conversion_is_mlx5s_only(ctx):
     with pytest.raises(PyverbsRDMAError, match="Failed to get the clock info") as ex:
         Mlx5Context.device_timestamp_to_ns(ctx, cycles)
     assert ex.value.error_code == errno.EOPNOTSUPP
+
+
+def test_query_gid_type_is_the_sysfs_enum(ctx):
+    """ibv_query_gid_type answers enum ibv_gid_type_sysfs: rdma-core's
+    RDMATestCase(gid_type=IBV_GID_TYPE_SYSFS_ROCE_V2) picks GIDs by it."""
+    n = ctx.query_port(1).gid_tbl_len
+    found = []
+    for i in range(n):
+        try:
+            found.append(ctx.query_gid_type(1, i))
+        except PyverbsRDMAError:
+            continue                                # an empty slot
+    assert found and set(found) == {e.IBV_GID_TYPE_SYSFS_ROCE_V2}
+    assert e.IBV_GID_TYPE_SYSFS_ROCE_V2 == 1
+    # query_gid_ex reports the same entry with ibv_gid_type's value
+    first = next(i for i in range(n) if ctx.query_gid(1, i).gid != "0000:0000:0000:0000:0000:0000:0000:0000")
+    assert ctx.query_gid_ex(1, first).gid_type == e.IBV_GID_TYPE_ROCE_V2

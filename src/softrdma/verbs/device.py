@@ -10,7 +10,7 @@ import sys
 import time
 import weakref
 
-from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB, IBV_VALUES_MASK_RAW_CLOCK
+from ..enums import IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TRANSPORT_IB, IBV_VALUES_MASK_RAW_CLOCK
 from ..uapi import clock
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
@@ -348,7 +348,10 @@ class Context(VerbsObject):
         reply, _ = self.conn.call(CMD.query_gid, port=port_num, index=index)
         if reply["type"] is None:
             raise PyverbsRDMAError("Failed to query gid type", errno.ENODATA)
-        return 2                                    # IBV_GID_TYPE_ROCE_V2
+        # ibv_query_gid_type answers enum ibv_gid_type_sysfs (what sysfs's
+        # gid_attrs/types says: "RoCE v2" -> IBV_GID_TYPE_SYSFS_ROCE_V2, 1),
+        # not ibv_gid_type (query_gid_ex's, where RoCE v2 is 2)
+        return IBV_GID_TYPE_SYSFS_ROCE_V2
 
     def query_gid_table(self, max_entries: int, flags: int = 0) -> list[GIDEntry]:
         """ibv_query_gid_table: the valid GID entries of every port, at most
