@@ -218,6 +218,11 @@ _TABLE = (
     Command("cm_migrate_id", (cm_id(), string("token")), ("id",), device=False),
     Command("cm_join_multicast", (cm_id(), any_("addr")), (), _BIND_ERRNOS, device=False),
     Command("cm_leave_multicast", (cm_id(), any_("addr")), (), (_E.EADDRNOTAVAIL,), device=False),
+    # -- importing objects into a context sharing the connection (ibv_import_pd/mr/dm): the
+    # kernel's QUERY methods of each object
+    Command("query_pd", (handle("pd"),)),
+    Command("query_mr", (handle("mr"),), ("lkey", "rkey", "length")),
+    Command("query_dm", (handle("dm"),), ("length",), fds_out=1),
 )
 
 #: name -> Command

@@ -102,6 +102,9 @@ class Connection:
         self.events: collections.deque = collections.deque()
         self.dead = False
         self.opened = False          # a device is open on it (``open`` succeeded)
+        # contexts on it: the one that opened it and those imported from its
+        # cmd_fd (ibv_import_device); it is closed with the last of them
+        self.users = 1
 
     def fileno(self) -> int:
         return self.sock.fileno()

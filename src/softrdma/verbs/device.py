@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import select
+import socket
+import stat
 import subprocess
 import sys
 import time
@@ -212,17 +214,32 @@ def _gid_entry(e: dict) -> GIDEntry:
                     e["gid_type"], e["ndev_ifindex"])
 
 
+#: the live contexts of this process (ibv_import_device finds the one whose
+#: connection an fd is a dup of)
+_contexts: "weakref.WeakSet[Context]" = weakref.WeakSet()
+
+
+def _is_softrdma_socket(fd: int) -> bool:
+    """Whether ``fd`` is a socket connected to a softrdmad (its peer is a
+    run directory's control socket)."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as s:
+            peer = s.getpeername()
+    except OSError:
+        return False
+    return isinstance(peer, str) and peer.endswith(os.path.basename(_socket_path()))
+
+
 class Context(VerbsObject):
     """An opened device: ``Context(name='rxe0')``; closing it closes what
     was made on it first, in pyverbs' order (QPs, completion channels, CQs,
     PDs -- each PD its MRs, MWs, AHs and SRQs), then its control connection."""
 
     def __init__(self, name: str | bytes | None = None, **kw):
+        self.imported_fd = -1
         if kw.get("cmd_fd") is not None:
-            # ibv_import_device: a second context sharing another's uverbs
-            # file (its objects included); softrdma's control connection is
-            # one context's, so this fails as on a kernel without the ioctl
-            raise PyverbsRDMAError("Failed to import device", errno.EOPNOTSUPP)
+            self._import(kw["cmd_fd"])
+            return
         if isinstance(name, bytes):
             name = name.decode()
         try:
@@ -247,6 +264,47 @@ class Context(VerbsObject):
         self._refs = weakref.WeakSet()
         self.closed = False
         self.closing = False
+        _contexts.add(self)
+
+    def _import(self, cmd_fd: int) -> None:
+        """ibv_import_device(cmd_fd): a second context on the uverbs file
+        of another -- here its control connection, whose socket ``cmd_fd``
+        is a dup of; the context owns the fd (closed with it).  Objects of
+        either context are the connection's, so a PD, MR or DM of one is
+        imported into the other by its handle (PD/MR/DM(..., handle=h)).
+        The connection carries one process's requests (a reply is read by
+        whoever waits on the socket), so a context of another process --
+        the fd passed over SCM_RIGHTS or inherited -- cannot be imported:
+        EOPNOTSUPP; an fd that is no softrdma context's: EINVAL."""
+        try:
+            st = os.fstat(cmd_fd)
+        except (OSError, TypeError, ValueError):
+            raise PyverbsRDMAError("Failed to import device", errno.EBADF) from None
+        me = os.getpid()
+        for orig in list(_contexts):
+            conn = orig.conn
+            if orig.closed or orig.imported_fd >= 0 or conn.dead or conn._pid != me:
+                continue
+            try:
+                ost = os.fstat(conn.fileno())
+            except OSError:
+                continue
+            if (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
+                break
+        else:
+            if stat.S_ISSOCK(st.st_mode) and _is_softrdma_socket(cmd_fd):
+                raise PyverbsRDMAError("Failed to import device: not a context of this process (softrdma's"
+                                       " control connection carries one process's requests)", errno.EOPNOTSUPP)
+            raise PyverbsRDMAError("Failed to import device", errno.EINVAL)
+        conn.users += 1
+        self.conn = conn
+        self.imported_fd = cmd_fd
+        self.name = orig.name
+        self.node_guid = orig.node_guid
+        self._attr = orig._attr
+        self._refs = weakref.WeakSet()
+        self.closed = False
+        self.closing = False
 
     def add_ref(self, obj) -> None:
         """A PD, CQ or completion channel made on this context: closed
@@ -258,14 +316,23 @@ class Context(VerbsObject):
         # order; the daemon's objects go when the connection closes, all of
         # them, as the kernel destroys a uverbs file's objects on its close
         # -- also those whose Python object is already gone.
-        self.closing = True
-        for qp in [o for o in list(self.conn._tracked) if not o.closed and hasattr(o, "qp_num")]:
+        # (a connection an imported context still uses stays: then what
+        # this context made is destroyed one by one, as ibv_close_device's)
+        self.closing = self.conn.users == 1
+        for qp in [o for o in list(self.conn._tracked)
+                   if not o.closed and hasattr(o, "qp_num") and getattr(o, "ctx", self) is self]:
             qp.close()
         for obj in sorted(list(self._refs), key=lambda o: o.ctx_close_rank):
             obj.close()
 
     def _release(self) -> None:
-        self.conn.close()
+        _contexts.discard(self)
+        self.conn.users -= 1
+        if self.conn.users <= 0:
+            self.conn.close()
+        if self.imported_fd >= 0:
+            os.close(self.imported_fd)
+            self.imported_fd = -1
 
     @property
     def num_comp_vectors(self) -> int:
@@ -274,8 +341,9 @@ class Context(VerbsObject):
     @property
     def cmd_fd(self) -> int:
         """ibv_context.cmd_fd: the fd the context's commands go through --
-        here the control connection's socket (the uverbs file's role)."""
-        return self.conn.fileno()
+        here the control connection's socket (the uverbs file's role); an
+        imported context's is the fd it was imported from."""
+        return self.imported_fd if self.imported_fd >= 0 else self.conn.fileno()
 
     def query_device(self) -> DeviceAttr:
         a = self._attr

@@ -9,6 +9,7 @@ so the memory at the caller's address is the memory the daemon reaches."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 
 from ..enums import (IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD, IBV_REREG_MR_CHANGE_TRANSLATION,
@@ -36,7 +37,10 @@ class MR(PDObject):
     destroy_cmd = CMD.dereg_mr
     close_rank = 4
 
-    def __init__(self, pd, length: int, access: int, address=None, implicit: bool = False, **kw):
+    def __init__(self, pd, length: int = 0, access: int = 0, address=None, implicit: bool = False, **kw):
+        if kw.get("handle") is not None:
+            self._import(pd, kw["handle"], address)
+            return
         if address is not None or implicit:
             raise PyverbsRDMAError("Failed to register a MR over caller memory: softrdma registers the"
                                    " memory it allocates (MR(pd, length, access))", errno.EOPNOTSUPP)
@@ -65,6 +69,31 @@ class MR(PDObject):
         self.rkey = reply["rkey"]
         self.closed = False
         self.pd.add_ref(self)
+
+    def _import(self, pd, handle: int, address) -> None:
+        """ibv_import_mr: the MR ``handle`` of the connection ``pd``'s
+        context shares (see Context(cmd_fd=...)); its keys and length come
+        from the daemon, its address is NULL unless the caller gives the
+        original's (pyverbs' ``address``), which read/write then use."""
+        try:
+            reply, _ = pd.ctx.conn.call(CMD.query_mr, mr=handle)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError("Failed to import MR", e.error_code) from None
+        self.pd = pd
+        self.handle = handle
+        self.lkey, self.rkey, self.length = reply["lkey"], reply["rkey"], reply["length"]
+        self.access = 0
+        self.destroy_cmd = None                   # the original deregisters it
+        self.region = None
+        self.buf = int(address or 0)
+        self._view = memoryview((ctypes.c_char * self.length).from_address(self.buf)).cast("B") \
+            if self.buf else memoryview(b"")
+        self.closed = False
+        pd.add_ref(self)
+
+    def unimport(self) -> None:
+        """ibv_unimport_mr: forget an imported MR; it stays its original's."""
+        self.close()
 
     def write(self, data, length: int | None = None, offset: int = 0) -> None:
         if isinstance(data, str):
@@ -114,7 +143,8 @@ class MR(PDObject):
 
     def _release(self) -> None:
         self._view.release()
-        self.region.close()
+        if self.region is not None:               # (an imported MR has none of its own)
+            self.region.close()
 
 
 class MWBindInfo:

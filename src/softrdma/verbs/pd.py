@@ -62,12 +62,28 @@ class PD(VerbsObject):
 
     ctx_close_rank = 2                  # a Context closes its PDs after its CQs
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, **kwargs):
         self.ctx = ctx
-        self.handle = ctx.conn.call(CMD.alloc_pd)[0]["pd"]
+        handle = kwargs.get("handle")
+        if handle is not None:
+            # ibv_import_pd: the PD of a context sharing this one's connection
+            # (Context(cmd_fd=...)); the original deallocates it, not this one
+            try:
+                ctx.conn.call(CMD.query_pd, pd=handle)
+            except PyverbsRDMAError as e:
+                raise PyverbsRDMAError("Failed to import PD", e.error_code) from None
+            self.destroy_cmd = None
+            self.handle = handle
+        else:
+            self.handle = ctx.conn.call(CMD.alloc_pd)[0]["pd"]
         self.closed = False
         self._refs = weakref.WeakSet()
         ctx.add_ref(self)
+
+    def unimport(self) -> None:
+        """ibv_unimport_pd: forget an imported PD (and what was made on it
+        through this object); the PD itself stays its original's."""
+        self.close()
 
     def add_ref(self, obj) -> None:
         """Objects the PD closes first when it is closed (as pyverbs'
@@ -115,7 +131,6 @@ class ParentDomain(PD):
     Its protection domain holds it (closed before it, as pyverbs' PD closes
     its parent domains first); it closes its QPs, SRQs, CQs... first."""
 
-    destroy_cmd = None                  # the daemon has only the PD under it
     close_rank = 0                      # a PD closes its parent domains first
 
     def __init__(self, context, attr: ParentDomainInitAttr):
@@ -136,6 +151,9 @@ class ParentDomain(PD):
         self._refs = weakref.WeakSet()
         pd.add_ref(self)
         context.add_ref(self)
+
+    def _destroy(self) -> None:
+        pass                            # the daemon has only the PD under it: nothing to destroy
 
     # --------------------------------------------------------------- buffers
     def alloc_ring(self, nslots: int, slot_size: int, name: str, res_type: int) -> Ring:

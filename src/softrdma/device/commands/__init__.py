@@ -6,9 +6,9 @@ One module per object kind, as the kernel's uverbs_std_types_*.c:
 
 ===========  =============================================================
 context      devices, open (the uverbs context), query_port, query_gid, query_gid_table
-pd           alloc_pd, dealloc_pd
+pd           alloc_pd, dealloc_pd, query_pd and query_mr (ibv_import_pd/mr)
 mr           reg_mr, rereg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
-dm           alloc_dm, free_dm (device memory)
+dm           alloc_dm, free_dm (device memory), query_dm (ibv_import_dm)
 cq           create/destroy_comp_channel, create/resize/destroy_cq
 qp           create_qp, modify_qp, query_qp, destroy_qp
 srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq
@@ -45,6 +45,9 @@ HANDLERS: dict[str, Callable] = {
 
     "alloc_pd": pd.cmd_alloc_pd,
     "dealloc_pd": pd.cmd_dealloc_pd,
+    "query_pd": pd.cmd_query_pd,
+    "query_mr": pd.cmd_query_mr,
+    "query_dm": dm.cmd_query_dm,
 
     "reg_mr": mr.cmd_reg_mr,
     "dereg_mr": mr.cmd_dereg_mr,
