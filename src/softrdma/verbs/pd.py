@@ -187,7 +187,7 @@ class ParentDomain(PD):
             ring.close()
             c.p_free(c.pd, c, ptr, res_type)
             raise err
-        _EXTERNAL[id(ring)] = (self, ptr, length, res_type)
+        _EXTERNAL[ring] = (self, ptr, length, res_type)
         return ring
 
 
@@ -202,7 +202,7 @@ def alloc_ring(pd, nslots: int, slot_size: int, name: str, res_type: int) -> Rin
 def free_ring(ring: Ring) -> None:
     """Close a ring from ``alloc_ring``; an allocator's buffer gets ordinary
     memory back over it and goes to the free callback."""
-    ext = _EXTERNAL.pop(id(ring), None)
+    ext = _EXTERNAL.pop(ring, None)
     ring.close()
     if ext is not None:
         pdom, ptr, length, res_type = ext
@@ -214,12 +214,12 @@ def free_ring(ring: Ring) -> None:
 def ring_user_buffer(ring: Ring) -> int | None:
     """The address of the allocator's buffer a ring lives in (None: the
     ring has only its own mapping)."""
-    ext = _EXTERNAL.get(id(ring))
+    ext = _EXTERNAL.get(ring)
     return None if ext is None else ext[1]
 
 
-# ring id -> (parent domain, address, length, resource type)
-_EXTERNAL: dict[int, tuple] = {}
+# ring -> (parent domain, address, length, resource type)
+_EXTERNAL: "weakref.WeakKeyDictionary[Ring, tuple]" = weakref.WeakKeyDictionary()
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
