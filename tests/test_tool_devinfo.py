@@ -237,7 +237,7 @@ def devinfo_verbose_expected(lk: dict, a, ncomp: int) -> str:
             "\t\t\t\t\tSUPPORT_SEND\n\t\t\t\t\tSUPPORT_WRITE\n\t\t\t\t\tSUPPORT_READ\n"
             "\t\t\t\t\tSUPPORT_ATOMIC\n\t\t\t\t\tSUPPORT_SRQ\n"
             "\tcompletion_timestamp_mask not supported\n"
-            "\tcore clock not supported\n"
+            "\thca_core_clock:\t\t\t156250kHZ\n"                  # the free-running clock (uapi.clock)
             "\tdevice_cap_flags_ex:\t\t0x0\n"
             "\ttso_caps:\n"
             "\t\tmax_tso:\t\t\t0\n"
@@ -589,7 +589,7 @@ class _FakeContext:
     def query_gid_type(self, port, index):
         if index >= len(RXE0_GIDS):
             raise ibv_devinfo.PyverbsError("free slot", 61)
-        return 2
+        return 1                                    # IBV_GID_TYPE_SYSFS_ROCE_V2
 
 
 class _FakeConn:

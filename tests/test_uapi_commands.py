@@ -6,6 +6,7 @@ errnos and messages."""
 from __future__ import annotations
 
 import ast
+import collections
 import errno
 import os
 import threading
@@ -123,6 +124,7 @@ def test_check_request_stops_where_the_handler_looks_at_state():
 def _offline_connection(opened: bool) -> Connection:
     conn = Connection.__new__(Connection)
     conn.dead, conn.opened, conn._lock = False, opened, threading.RLock()
+    conn._orphans = collections.deque()
     return conn
 
 

@@ -591,6 +591,16 @@ class ibv_values_mask(IntFlag):
     IBV_VALUES_MASK_RAW_CLOCK = 1
 
 
+class ibv_query_qp_data_in_order_flags(IntFlag):
+    IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS = 1 << 0
+    IBV_QUERY_QP_DATA_IN_ORDER_DEVICE_ONLY = 1 << 1
+
+
+class ibv_query_qp_data_in_order_caps(IntFlag):
+    IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG = 1 << 0
+    IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES = 1 << 1
+
+
 class ibv_parent_domain_init_attr_mask(IntFlag):
     IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS = 1
     IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT = 2

@@ -9,7 +9,7 @@ import errno
 import pyverbs.device as d
 import pyverbs.enums as e
 from pyverbs.cq import CQ
-from pyverbs.pd import PD, ParentDomain, ParentDomainContext, ParentDomainInitAttr
+from pyverbs.pd import PD
 from pyverbs.providers.efa.efadv import EfaContext
 from pyverbs.providers.mlx5.mlx5dv import Mlx5Context, Mlx5DVContextAttr, Mlx5QP
 from pyverbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -37,9 +37,6 @@ with d.Context(name=name) as ctx:
     expect_eopnotsupp("XRCD", "Failed to allocate XRCD",
                       lambda: XRCD(ctx, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS,
                                                      0o100, -1)))
-    pd_ctx = ParentDomainContext(pd, lambda *a: e._IBV_ALLOCATOR_USE_DEFAULT, lambda *a: None)
-    expect_eopnotsupp("ParentDomain", "Failed to allocate Parent Domain",
-                      lambda: ParentDomain(ctx, attr=ParentDomainInitAttr(pd=pd, pd_context=pd_ctx)))
     xrc_srq = SrqInitAttrEx(max_wr=8)
     xrc_srq.comp_mask = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD | e.IBV_SRQ_INIT_ATTR_CQ
     xrc_srq.srq_type, xrc_srq.pd, xrc_srq.cq = e.IBV_SRQT_TM, pd, cq

@@ -70,8 +70,8 @@ IBV_TRANSPORT_IB = 0
 # enum ibv_gid_type_sysfs, and what devinfo.c uses when ibv_query_gid_type fails
 GID_SYSFS_IB_ROCE_V1, GID_SYSFS_ROCE_V2, GID_INVALID = 0, 1, 2
 GID_TYPE = {GID_SYSFS_IB_ROCE_V1: "RoCE v1", GID_SYSFS_ROCE_V2: "RoCE v2"}
-# pyverbs' ibv_gid_type (IB 0, RoCE v1 1, RoCE v2 2) -> the sysfs type
-_GID_TYPE_TO_SYSFS = {0: GID_SYSFS_IB_ROCE_V1, 1: GID_SYSFS_IB_ROCE_V1, 2: GID_SYSFS_ROCE_V2}
+# pyverbs' query_gid_type answers the sysfs type itself (ibv_query_gid_type)
+_GID_TYPE_TO_SYSFS = {GID_SYSFS_IB_ROCE_V1: GID_SYSFS_IB_ROCE_V1, GID_SYSFS_ROCE_V2: GID_SYSFS_ROCE_V2}
 
 # print_device_cap_flags(), in its order
 DEVICE_CAP_FLAGS = [

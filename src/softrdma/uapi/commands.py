@@ -238,6 +238,11 @@ _TABLE = (
     Command("create_flow", (handle("qp"), u32("type"), u16("priority", 0), u8("port", 1), u32("flags", 0),
                             any_("specs")), ("flow",), (_E.EPERM,)),
     Command("destroy_flow", (handle("flow"),)),
+    # -- importing objects into a context sharing the connection (ibv_import_pd/mr/dm): the
+    # kernel's QUERY methods of each object
+    Command("query_pd", (handle("pd"),)),
+    Command("query_mr", (handle("mr"),), ("lkey", "rkey", "length")),
+    Command("query_dm", (handle("dm"),), ("length",), fds_out=1),
 )
 
 #: name -> Command

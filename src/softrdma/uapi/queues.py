@@ -22,6 +22,7 @@ from . import abi
 from .shm import NOTIFY_NEXT, NOTIFY_NONE, NOTIFY_SOLICITED, RING_CONSUMER_SLEEPING, Ring
 
 _DOORBELL = (1).to_bytes(8, "little")
+_CQE_QP_NUM = abi.CQE_FIELDS.index("qp_num")
 
 
 class WorkQueueProducer:
@@ -160,6 +161,40 @@ class CompletionQueueConsumer:
 
     def req_notify(self, solicited_only: bool = False) -> None:
         self.ring.arm(solicited_only)
+
+    def clean(self, qp_num: int) -> int:
+        """Remove the unpolled CQEs of QP ``qp_num`` (mlx5_cq_clean, which
+        mlx5's provider runs when a QP moves to RESET or is destroyed: a
+        reset QP's flush completions must not reach the next user of the
+        CQ).  Returns how many went.
+
+        The CQEs the producer has written are those from the consumer index
+        on whose owner byte matches their index's phase; the producer writes
+        only past them (and never into slots the consumer has not released),
+        so they are the consumer's to rearrange while the daemon goes on
+        pushing.  As mlx5, sweep them newest first, copying each survivor
+        ``freed`` slots towards the producer (its owner byte stays the
+        destination's, which is valid for that index), then release the
+        ``freed`` oldest slots.  SRQ receive WQEs need no freeing here: the
+        daemon returned them to the SRQ when it completed them."""
+        r = self.ring
+        tail = self.tail
+        written = 0
+        while written < r.nslots:
+            idx = (tail + written) & 0xFFFFFFFF
+            if r.slot(idx)[abi.CQE_OWNER] != r.phase(idx):
+                break
+            written += 1
+        freed = 0
+        for i in range(written - 1, -1, -1):
+            slot = r.slot((tail + i) & 0xFFFFFFFF)
+            if abi.CQE.unpack_from(slot, 0)[_CQE_QP_NUM] == qp_num:
+                freed += 1
+            elif freed:
+                r.slot((tail + i + freed) & 0xFFFFFFFF)[:abi.CQE_OWNER] = slot[:abi.CQE_OWNER]
+        if freed:
+            self.consume(freed)
+        return freed
 
     @property
     def armed(self) -> bool:

@@ -9,6 +9,10 @@ and ``closed = False`` once created; it may add ``_close_children`` (what
 must go first, as a PD closes its MRs and QPs, in ``close_rank`` order) and
 ``_release`` (its own resources, also after the daemon is gone).
 
+An object dropped unclosed is destroyed when it is collected, as
+pyverbs' ``__dealloc__`` does (``__del__``; the daemon's destroy goes
+before the connection's next request).
+
 Closing an object closes its dependants first, as pyverbs' close_weakrefs
 does, so the daemon never sees a destroy it must refuse with EBUSY (that
 rule stays the daemon's, for a C program's ibv_dealloc_pd):
@@ -53,6 +57,25 @@ class VerbsObject:
 
     def _close_children(self) -> None:
         pass
+
+    def __del__(self):
+        # pyverbs' __dealloc__: an object the program dropped unclosed (a
+        # QP variable rebound to a new QP) is destroyed, so that it no
+        # longer holds its PD or CQ busy.  Its dependants hold it, so they
+        # went before it (or are garbage of the same cycle).  The daemon's
+        # destroy is queued, not sent: see Connection.destroy_later.
+        if getattr(self, "closed", True):
+            return
+        self.closed = True
+        try:
+            cmd = self.destroy_cmd
+            if cmd is not None:
+                ctx = self._context()
+                if not (ctx.closed or ctx.closing):
+                    ctx.conn.destroy_later(cmd, **{cmd.request[0].name: self.handle})
+            self._release()
+        except Exception:       # (at interpreter exit what it held may be gone already)
+            pass
 
     def _destroy(self) -> None:
         """Destroy the daemon's object; nothing to do once the context is

@@ -90,14 +90,21 @@ class Connection:
         # fragment wait included, which takes the socket's timeout)
         self.sock.settimeout(REPLY_TIMEOUT_S)
         self._seq = 0
+        self._pid = os.getpid()          # (a forked child shares the socket: it must not shut it down)
         self._lock = threading.RLock()
         self._hangup = select.poll()
         self._hangup.register(self.sock, select.POLLRDHUP)
         self._next_check = 0.0
         self._tracked: weakref.WeakSet = weakref.WeakSet()
+        # destroy requests of objects the program dropped unclosed, sent
+        # before the next request (``destroy_later``)
+        self._orphans: collections.deque = collections.deque()
         self.events: collections.deque = collections.deque()
         self.dead = False
         self.opened = False          # a device is open on it (``open`` succeeded)
+        # contexts on it: the one that opened it and those imported from its
+        # cmd_fd (ibv_import_device); it is closed with the last of them
+        self.users = 1
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -152,6 +159,8 @@ class Connection:
         with self._lock:
             if self.dead:
                 raise gone_error(op.replace("_", " "))
+            if self._orphans:
+                self._destroy_orphans()
             try:
                 cmd = lookup(cmd)
                 extra = kw.keys() - cmd.fields
@@ -202,6 +211,39 @@ class Connection:
         except PyverbsRDMAError:
             if not self.dead:
                 raise
+
+    def destroy_later(self, cmd: Command, **kw) -> None:
+        """Queue the destroy of an object the program dropped without
+        closing it (pyverbs' __dealloc__ destroys it then).  The garbage
+        collector may run anywhere, also inside ``call`` between a request
+        and its reply, so nothing is sent here: the request goes before the
+        next one (``_destroy_orphans``), whose checks then see the object
+        gone -- a PD the dropped QP used can be deallocated."""
+        self._orphans.append((cmd.name, kw))
+
+    def _destroy_orphans(self) -> None:
+        """Send the queued destroys (caller holds the lock).  Objects of one
+        garbage cycle are finalized in no particular order, so one refused
+        with EBUSY (a PD whose QP comes later in the queue) is tried again
+        after the others, as long as that frees something."""
+        while True:
+            busy, progress = [], False
+            while self._orphans:
+                op, kw = self._orphans.popleft()
+                self._seq += 1
+                try:
+                    msg, got = self._exchange({"op": op, "seq": self._seq, **kw}, (), self._seq)
+                except (OSError, ControlError):
+                    self.lost()
+                    return
+                close_fds(got)
+                if msg.get("errno") == errno.EBUSY:
+                    busy.append((op, kw))
+                else:
+                    progress = True
+            if not busy or not progress:
+                return                           # (what is still busy goes with the connection)
+            self._orphans.extend(busy)
 
     def _exchange(self, request: dict, fds, seq: int) -> tuple[dict, list[int]]:
         """Send ``request``; its reply.  TimeoutError past REPLY_TIMEOUT_S;
@@ -270,4 +312,23 @@ class Connection:
                 self.events.append(msg)
 
     def close(self) -> None:
-        self.sock.close()
+        """Close the connection, and with it every object made on it.  As
+        the kernel's close of a uverbs file, that is done when this
+        returns: the daemon frees a client's objects when it reads its EOF
+        and only then closes its end, so the EOF it sends back is waited
+        for (bounded) -- a DM pool or PD the next context allocates from
+        is free already."""
+        sock = self.sock
+        if not self.dead and sock.fileno() >= 0 and os.getpid() == self._pid:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+                deadline = time.monotonic() + REPLY_TIMEOUT_S
+                while (left := deadline - time.monotonic()) > 0:
+                    sock.settimeout(left)
+                    msg, fds = recv_msg(sock)
+                    close_fds(fds)
+                    if msg is None:
+                        break
+            except (OSError, ControlError, ValueError):
+                pass
+        sock.close()

@@ -22,10 +22,10 @@ from ..uapi import abi
 from ..uapi.abi import WC
 from ..uapi.commands import CMD
 from ..uapi.queues import CompletionQueueConsumer
-from ..uapi.shm import Ring
 from .base import VerbsObject
 from .connection import IDLE_POLLS, Gone, gone_error
 from .errors import PyverbsError, PyverbsRDMAError
+from .pd import RES_TYPE_CQ, alloc_ring, free_ring
 
 _HANDLE = struct.Struct("<I")
 # a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) for every CQE polled
@@ -100,7 +100,8 @@ class CompletionQueue(VerbsObject):
     destroy_cmd = CMD.destroy_cq
     ctx_close_rank = 1                  # a Context closes its CQs after the channels, before the PDs
 
-    def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0):
+    def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0,
+                 parent_domain=None):
         max_cqe = ctx._attr.get("max_cqe", 1 << 22)
         if isinstance(cqe, float):
             # pyverbs passes cqe to ibv_create_cq's C int: Cython converts a
@@ -114,14 +115,16 @@ class CompletionQueue(VerbsObject):
         self.ctx = ctx
         self.cq_context = cq_context
         self.channel = channel
-        self.ring = Ring.create(cqe + 1, abi.CQE_BYTES, "softrdma-cq")
+        # (an extended CQ on a parent domain: in its allocator's buffer, see verbs.pd)
+        self.parent_domain = parent_domain
+        self.ring = alloc_ring(parent_domain, cqe + 1, abi.CQE_BYTES, "softrdma-cq", RES_TYPE_CQ)
         self.cqe = self.ring.nslots - 1
         self.consumer = CompletionQueueConsumer(self.ring)
         try:
             reply, _ = ctx.conn.call(CMD.create_cq, fds=[self.ring.fd], cqe=cqe,
                                      channel=channel.handle if channel else None)
         except PyverbsRDMAError:
-            self.ring.close()
+            free_ring(self.ring)
             raise
         self.handle = reply["cq"]
         if channel is not None:
@@ -131,6 +134,8 @@ class CompletionQueue(VerbsObject):
         self._idle = IDLE_POLLS
         ctx.conn.track(self)
         ctx.add_ref(self)
+        if parent_domain is not None:
+            parent_domain.add_ref(self)             # closed before its parent domain
 
     @property
     def comp_channel(self) -> CompChannel | None:
@@ -156,7 +161,7 @@ class CompletionQueue(VerbsObject):
     def _release(self) -> None:
         if self.channel is not None:
             self.channel._cqs.pop(self.handle, None)
-        self.ring.close()
+        free_ring(self.ring)
 
 
 class CQ(CompletionQueue):
@@ -172,16 +177,16 @@ class CQ(CompletionQueue):
         max_cqe = self.ctx._attr.get("max_cqe", 1 << 22)
         if not isinstance(cqe, int) or not 0 < cqe <= max_cqe:     # before the ring exists (the daemon checks too)
             raise PyverbsRDMAError("Failed to resize CQ", errno.EINVAL)
-        ring = Ring.create(cqe + 1, abi.CQE_BYTES, "softrdma-cq")
+        ring = alloc_ring(self.parent_domain, cqe + 1, abi.CQE_BYTES, "softrdma-cq", RES_TYPE_CQ)
         try:
             self.ctx.conn.call(CMD.resize_cq, fds=[ring.fd], cq=self.handle, cqe=cqe)
         except PyverbsRDMAError as e:
-            ring.close()
+            free_ring(ring)
             raise PyverbsRDMAError("Failed to resize CQ", e.error_code) from None
         old, self.ring = self.ring, ring
         self.consumer = CompletionQueueConsumer(ring)
         self.cqe = ring.nslots - 1
-        old.close()
+        free_ring(old)
 
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         wcs = self.consumer.poll(num_entries)

@@ -36,6 +36,7 @@ from ..uapi.abi import CQE, CQE_FIELDS
 from .connection import IDLE_POLLS
 from .cq import CompChannel, CompletionQueue, bswap32
 from .errors import PyverbsRDMAError
+from .pd import ParentDomain
 
 #: wc_flags softrdma reports: rxe's RXE_SUP_WC_EX_FLAGS (providers/rxe/rxe.c)
 SUPPORTED_WC_FLAGS = int(IBV_WC_STANDARD_FLAGS)
@@ -62,8 +63,9 @@ class CqInitAttrEx:
     """ibv_cq_init_attr_ex (pyverbs' argument order)."""
 
     def __init__(self, cqe: int = 100, channel: CompChannel | None = None, comp_vector: int = 0,
-                 wc_flags: int = 0, comp_mask: int = 0, flags: int = 0):
+                 wc_flags: int = 0, comp_mask: int = 0, flags: int = 0, parent_domain=None):
         self.cqe = cqe
+        self.parent_domain = parent_domain
         self.cq_context = None
         self.comp_channel = channel
         self.comp_vector = comp_vector
@@ -109,15 +111,20 @@ class CQEX(CompletionQueue):
             bad = wc_flags & ~SUPPORTED_WC_FLAGS
             why = "; ".join(w for f, w in _WHY_NOT.items() if bad & f) or f"unknown wc_flags 0x{bad:x}"
             raise PyverbsRDMAError(f"Failed to create extended CQ: softrdma has {why}", errno.EOPNOTSUPP)
+        parent_domain = None
         if mask & IBV_CQ_INIT_ATTR_MASK_PD:
-            raise PyverbsRDMAError("Failed to create extended CQ: parent domains are not supported",
-                                   errno.EOPNOTSUPP)
+            # the CQ's ring from a parent domain's allocators (verbs.pd); as
+            # mlx5's create_cq, anything but a parent domain is EINVAL
+            parent_domain = a.parent_domain
+            if not isinstance(parent_domain, ParentDomain) or parent_domain.closed:
+                raise PyverbsRDMAError("Failed to create extended CQ: parent_domain is not a parent domain",
+                                       errno.EINVAL)
         if mask & IBV_CQ_INIT_ATTR_MASK_FLAGS and a.flags & ~IBV_CREATE_CQ_ATTR_SINGLE_THREADED:
             # SINGLE_THREADED only drops a lock; IGNORE_OVERRUN reaches rxe's
             # create_cq, which refuses any flag
             raise PyverbsRDMAError(f"Failed to create extended CQ: flags 0x{int(a.flags):x} not supported",
                                    errno.EOPNOTSUPP)
-        super().__init__(ctx, a.cqe, a.cq_context, a.comp_channel, a.comp_vector)
+        super().__init__(ctx, a.cqe, a.cq_context, a.comp_channel, a.comp_vector, parent_domain)
         self.wc_flags = wc_flags
         self.status = 0
         self.wr_id = 0

@@ -5,12 +5,15 @@ from __future__ import annotations
 import errno
 import os
 import select
+import socket
+import stat
 import subprocess
 import sys
 import time
 import weakref
 
-from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
+from ..enums import IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TRANSPORT_IB, IBV_VALUES_MASK_RAW_CLOCK
+from ..uapi import clock
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from ..uapi.raw import (MAX_RWQ_IND_TABLE_SIZE, MAX_RWQ_IND_TABLES, MAX_WQ_TYPE_RQ, RSS_SUPPORTED_QPTS,
@@ -214,17 +217,32 @@ def _gid_entry(e: dict) -> GIDEntry:
                     e["gid_type"], e["ndev_ifindex"])
 
 
+#: the live contexts of this process (ibv_import_device finds the one whose
+#: connection an fd is a dup of)
+_contexts: "weakref.WeakSet[Context]" = weakref.WeakSet()
+
+
+def _is_softrdma_socket(fd: int) -> bool:
+    """Whether ``fd`` is a socket connected to a softrdmad (its peer is a
+    run directory's control socket)."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as s:
+            peer = s.getpeername()
+    except OSError:
+        return False
+    return isinstance(peer, str) and peer.endswith(os.path.basename(_socket_path()))
+
+
 class Context(VerbsObject):
     """An opened device: ``Context(name='rxe0')``; closing it closes what
     was made on it first, in pyverbs' order (QPs, completion channels, CQs,
     PDs -- each PD its MRs, MWs, AHs and SRQs), then its control connection."""
 
     def __init__(self, name: str | bytes | None = None, **kw):
+        self.imported_fd = -1
         if kw.get("cmd_fd") is not None:
-            # ibv_import_device: a second context sharing another's uverbs
-            # file (its objects included); softrdma's control connection is
-            # one context's, so this fails as on a kernel without the ioctl
-            raise PyverbsRDMAError("Failed to import device", errno.EOPNOTSUPP)
+            self._import(kw["cmd_fd"])
+            return
         if isinstance(name, bytes):
             name = name.decode()
         try:
@@ -249,6 +267,47 @@ class Context(VerbsObject):
         self._refs = weakref.WeakSet()
         self.closed = False
         self.closing = False
+        _contexts.add(self)
+
+    def _import(self, cmd_fd: int) -> None:
+        """ibv_import_device(cmd_fd): a second context on the uverbs file
+        of another -- here its control connection, whose socket ``cmd_fd``
+        is a dup of; the context owns the fd (closed with it).  Objects of
+        either context are the connection's, so a PD, MR or DM of one is
+        imported into the other by its handle (PD/MR/DM(..., handle=h)).
+        The connection carries one process's requests (a reply is read by
+        whoever waits on the socket), so a context of another process --
+        the fd passed over SCM_RIGHTS or inherited -- cannot be imported:
+        EOPNOTSUPP; an fd that is no softrdma context's: EINVAL."""
+        try:
+            st = os.fstat(cmd_fd)
+        except (OSError, TypeError, ValueError):
+            raise PyverbsRDMAError("Failed to import device", errno.EBADF) from None
+        me = os.getpid()
+        for orig in list(_contexts):
+            conn = orig.conn
+            if orig.closed or orig.imported_fd >= 0 or conn.dead or conn._pid != me:
+                continue
+            try:
+                ost = os.fstat(conn.fileno())
+            except OSError:
+                continue
+            if (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
+                break
+        else:
+            if stat.S_ISSOCK(st.st_mode) and _is_softrdma_socket(cmd_fd):
+                raise PyverbsRDMAError("Failed to import device: not a context of this process (softrdma's"
+                                       " control connection carries one process's requests)", errno.EOPNOTSUPP)
+            raise PyverbsRDMAError("Failed to import device", errno.EINVAL)
+        conn.users += 1
+        self.conn = conn
+        self.imported_fd = cmd_fd
+        self.name = orig.name
+        self.node_guid = orig.node_guid
+        self._attr = orig._attr
+        self._refs = weakref.WeakSet()
+        self.closed = False
+        self.closing = False
 
     def add_ref(self, obj) -> None:
         """A PD, CQ or completion channel made on this context: closed
@@ -260,14 +319,23 @@ class Context(VerbsObject):
         # order; the daemon's objects go when the connection closes, all of
         # them, as the kernel destroys a uverbs file's objects on its close
         # -- also those whose Python object is already gone.
-        self.closing = True
-        for qp in [o for o in list(self.conn._tracked) if not o.closed and hasattr(o, "qp_num")]:
+        # (a connection an imported context still uses stays: then what
+        # this context made is destroyed one by one, as ibv_close_device's)
+        self.closing = self.conn.users == 1
+        for qp in [o for o in list(self.conn._tracked)
+                   if not o.closed and hasattr(o, "qp_num") and getattr(o, "ctx", self) is self]:
             qp.close()
         for obj in sorted(list(self._refs), key=lambda o: o.ctx_close_rank):
             obj.close()
 
     def _release(self) -> None:
-        self.conn.close()
+        _contexts.discard(self)
+        self.conn.users -= 1
+        if self.conn.users <= 0:
+            self.conn.close()
+        if self.imported_fd >= 0:
+            os.close(self.imported_fd)
+            self.imported_fd = -1
 
     @property
     def num_comp_vectors(self) -> int:
@@ -276,8 +344,9 @@ class Context(VerbsObject):
     @property
     def cmd_fd(self) -> int:
         """ibv_context.cmd_fd: the fd the context's commands go through --
-        here the control connection's socket (the uverbs file's role)."""
-        return self.conn.fileno()
+        here the control connection's socket (the uverbs file's role); an
+        imported context's is the fd it was imported from."""
+        return self.imported_fd if self.imported_fd >= 0 else self.conn.fileno()
 
     def query_device(self) -> DeviceAttr:
         a = self._attr
@@ -303,15 +372,17 @@ class Context(VerbsObject):
         """rxe's values but ODP (the daemon's, for this process: see
         device.odp) and RSS on raw packet QPs (``uapi.raw``, Toeplitz): no
         TSO, pacing, tag matching or CQ moderation (device memory: the
-        daemon's pool, see verbs.dm), and no completion clock
-        (completion_timestamp_mask and hca_core_clock 0: an extended CQ
-        refuses IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, see cqex.py)."""
+        daemon's pool, see verbs.dm).  hca_core_clock is the free-running
+        clock's rate in kHz (uapi.clock, as mlx5 reports its core clock);
+        whether completions carry it is completion_timestamp_mask's to say
+        (cqex.py)."""
         orig = self.query_device()
         return DeviceAttrEx({
             **vars(orig), "orig_attr": orig, "comp_mask": 0,
             "odp_caps": ODPCaps(self._attr.get("odp_caps") or {"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0,
                                                                "ud_odp_caps": 0, "xrc_odp_caps": 0}),
-            "completion_timestamp_mask": 0, "hca_core_clock": 0, "device_cap_flags_ex": orig.device_cap_flags,
+            "completion_timestamp_mask": 0, "hca_core_clock": clock.hca_core_clock_khz(),
+            "device_cap_flags_ex": orig.device_cap_flags,
             "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
             "rss_caps": RSSCaps({"supported_qpts": RSS_SUPPORTED_QPTS,
                                  "max_rwq_indirection_tables": MAX_RWQ_IND_TABLES,
@@ -352,7 +423,10 @@ class Context(VerbsObject):
         reply, _ = self.conn.call(CMD.query_gid, port=port_num, index=index)
         if reply["type"] is None:
             raise PyverbsRDMAError("Failed to query gid type", errno.ENODATA)
-        return 2                                    # IBV_GID_TYPE_ROCE_V2
+        # ibv_query_gid_type answers enum ibv_gid_type_sysfs (what sysfs's
+        # gid_attrs/types says: "RoCE v2" -> IBV_GID_TYPE_SYSFS_ROCE_V2, 1),
+        # not ibv_gid_type (query_gid_ex's, where RoCE v2 is 2)
+        return IBV_GID_TYPE_SYSFS_ROCE_V2
 
     def query_gid_table(self, max_entries: int, flags: int = 0) -> list[GIDEntry]:
         """ibv_query_gid_table: the valid GID entries of every port, at most
@@ -383,6 +457,18 @@ class Context(VerbsObject):
             if e["gid_index"] == gid_index:
                 return _gid_entry(e)
         raise PyverbsRDMAError(msg, errno.ENODATA)
+
+    def query_rt_values_ex(self, comp_mask: int = IBV_VALUES_MASK_RAW_CLOCK) -> tuple[int, int]:
+        """ibv_query_rt_values_ex: the device's raw clock, as pyverbs'
+        (tv_sec, tv_nsec) of ``raw_clock``, which carries the free-running
+        counter's cycles in tv_nsec and 0 in tv_sec as mlx5's
+        mlx5_query_rt_values does (uapi.clock: the counter completions are
+        stamped with).  IBV_VALUES_MASK_RAW_CLOCK is the only value a
+        device has (verbs.h): mlx5 answers the bits it knows, and pyverbs
+        raises when the comp_mask that comes back is not the one asked."""
+        if comp_mask != comp_mask & IBV_VALUES_MASK_RAW_CLOCK:
+            raise PyverbsRDMAError("Failed to query real time values with requested comp_mask")
+        return 0, clock.read_free_running()
 
     def get_async_event(self, timeout: float | None = None) -> dict:
         """The next async event ({'event': ibv_event_type, 'qp'/'cq'/...})."""

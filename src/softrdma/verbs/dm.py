@@ -10,6 +10,7 @@ remote work requests like any MR."""
 from __future__ import annotations
 
 import errno
+import os
 
 from ..uapi.commands import CMD
 from ..uapi.limits import DM_ALIGNMENT, MAX_DM_SIZE
@@ -47,8 +48,9 @@ class DM(VerbsObject):
         # strong references: a DMMR nobody holds any more is still registered in the daemon
         # (pyverbs deregisters it when it is collected), and must go before the DM (free_dm's EBUSY)
         self.dm_mrs: set = set()
-        if kwargs.get("handle") is not None:          # ibv_import_dm: a DM of another process's context
-            raise PyverbsRDMAError("Failed to import DM", errno.EOPNOTSUPP)
+        if kwargs.get("handle") is not None:
+            self._import(context, kwargs["handle"])
+            return
         if MAX_DM_SIZE <= 0:
             raise PyverbsUserError("Device doesn't support dm allocation")
         if dm_attr is None:
@@ -74,6 +76,30 @@ class DM(VerbsObject):
             raise refused(e.error_code, f" ({reason})" if reason else "") from None
         self.handle = reply["dm"]
         self.closed = False
+
+    def _import(self, context, handle: int) -> None:
+        """ibv_import_dm: the DM ``handle`` of the connection this context
+        shares with another (Context(cmd_fd=...)); the daemon hands over its
+        memory (the memfd) to map, so both contexts copy to and from the
+        same device memory.  The original frees it, not this one."""
+        try:
+            reply, fds = context.conn.call(CMD.query_dm, want_fds=1, dm=handle)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError("Failed to import DM", e.error_code) from None
+        try:
+            self.region = SharedRegion.map_fd(fds[0], reply["length"])
+        except ValueError:
+            raise PyverbsRDMAError("Failed to import DM", errno.EINVAL) from None
+        finally:
+            os.close(fds[0])
+        self.length = reply["length"]
+        self.handle = handle
+        self.destroy_cmd = None
+        self.closed = False
+
+    def unimport(self) -> None:
+        """ibv_unimport_dm: forget an imported DM; it stays its original's."""
+        self.close()
 
     def add_ref(self, obj) -> None:
         self.dm_mrs.add(obj)

@@ -15,6 +15,7 @@ with pinned semantics (every page mapped when registered)."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 
 from ..enums import (IBV_ACCESS_HUGETLB, IBV_ACCESS_ON_DEMAND, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
@@ -48,8 +49,9 @@ class MR(PDObject):
 
     def __init__(self, pd, length: int = 0, access: int = 0, address=None, implicit: bool = False, **kw):
         self._user = None
-        if kw.get("handle") is not None:                 # ibv_import_mr: no shared uverbs file to import from
-            raise PyverbsRDMAError("Failed to import MR", errno.EOPNOTSUPP)
+        if kw.get("handle") is not None:
+            self._import(pd, kw["handle"], address)
+            return
         if address or implicit or int(access) & IBV_ACCESS_ON_DEMAND:
             self._reg_user(pd, length, int(access), address, implicit)
             return
@@ -108,6 +110,31 @@ class MR(PDObject):
         self.closed = False
         self.pd.add_ref(self)
 
+    def _import(self, pd, handle: int, address) -> None:
+        """ibv_import_mr: the MR ``handle`` of the connection ``pd``'s
+        context shares (see Context(cmd_fd=...)); its keys and length come
+        from the daemon, its address is NULL unless the caller gives the
+        original's (pyverbs' ``address``), which read/write then use."""
+        try:
+            reply, _ = pd.ctx.conn.call(CMD.query_mr, mr=handle)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError("Failed to import MR", e.error_code) from None
+        self.pd = pd
+        self.handle = handle
+        self.lkey, self.rkey, self.length = reply["lkey"], reply["rkey"], reply["length"]
+        self.access = 0
+        self.destroy_cmd = None                   # the original deregisters it
+        self.region = None
+        self.buf = int(address or 0)
+        self._view = memoryview((ctypes.c_char * self.length).from_address(self.buf)).cast("B") \
+            if self.buf else memoryview(b"")
+        self.closed = False
+        pd.add_ref(self)
+
+    def unimport(self) -> None:
+        """ibv_unimport_mr: forget an imported MR; it stays its original's."""
+        self.close()
+
     def write(self, data, length: int | None = None, offset: int = 0) -> None:
         if isinstance(data, str):
             data = data.encode()
@@ -164,7 +191,8 @@ class MR(PDObject):
             self._user.close()
             return
         self._view.release()
-        self.region.close()
+        if self.region is not None:               # (an imported MR has none of its own)
+            self.region.close()
 
 
 class MWBindInfo:

@@ -1,12 +1,60 @@
-"""Protection domain (pyverbs.pd.PD), and ibv_advise_mr on its MRs."""
+"""Protection domains (pyverbs.pd): PD with ibv_advise_mr on its MRs, and
+parent domains with their allocators (ibv_alloc_parent_domain: ParentDomainContext,
+ParentDomainInitAttr, ParentDomain).
+
+A parent domain is a library object over a PD, as in mlx5's provider (the
+kernel never sees it): the daemon knows only the PD under it, whose handle
+the parent domain's QPs, SRQs, MRs and AHs use, and a QP/CQ/SRQ made on it
+gets its queue memory from the parent domain's allocator.
+
+Where the allocator's memory goes.  softrdma's queues are rings in a sealed
+memfd the daemon maps too (uapi.shm); memory a user allocator hands out is
+in the process's own heap or mapping, which the daemon cannot map.  So the
+ring stays a memfd, and the allocator's buffer is made *its pages*: the
+library asks for a whole number of pages at page alignment (the ring's
+size rounded up, resource type ``RES_TYPE_*``), and maps the ring's memfd
+over exactly that buffer (MAP_FIXED|MAP_SHARED).  The caller's buffer then
+is the queue -- the WQEs and CQEs the library and the daemon write are
+read and written there -- and the heap around it is untouched: only pages
+the allocator gave out whole are remapped, never a page it still uses for
+anything else (an earlier MR rereg that moved an MR onto part-owned pages
+corrupted the heap).  An address that is not page aligned breaks the
+contract asked for and fails the create with EINVAL (after the free
+callback took it back).  When the queue is destroyed, ordinary private
+anonymous memory is mapped back over the buffer first, then the free
+callback gets it: the allocator gets back a buffer of the kind it gave
+(its contents are not kept, as after a device's use of it).
+
+IBV_ALLOCATOR_USE_DEFAULT from the alloc callback (or no allocators) is the
+default: the ring alone, and the free callback is not called for it, as
+mlx5_alloc_buf_custom's fallback.  NULL (0/None) fails the create with
+ENOMEM.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import mmap
 import weakref
 
+from ..enums import (
+    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS, IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT, _IBV_ALLOCATOR_USE_DEFAULT,
+)
 from ..uapi.commands import CMD
+from ..uapi.shm import Ring
 from .base import VerbsObject
 from .errors import PyverbsRDMAError
+
+#: rdma_driver_id's RDMA_DRIVER_RXE: the vendor part of a resource type, as
+#: mlx5dv's MLX5DV_RES_TYPE_* are RDMA_DRIVER_MLX5 << 32 | n
+RDMA_DRIVER_RXE = 14
+#: the resource types the allocators are called with: one per ring (a QP
+#: has a send and a receive ring; mlx5 has one buffer for both)
+RES_TYPE_SQ = RDMA_DRIVER_RXE << 32 | 1
+RES_TYPE_RQ = RDMA_DRIVER_RXE << 32 | 2
+RES_TYPE_SRQ = RDMA_DRIVER_RXE << 32 | 3
+RES_TYPE_CQ = RDMA_DRIVER_RXE << 32 | 4
 
 
 class PD(VerbsObject):
@@ -14,12 +62,28 @@ class PD(VerbsObject):
 
     ctx_close_rank = 2                  # a Context closes its PDs after its CQs
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, **kwargs):
         self.ctx = ctx
-        self.handle = ctx.conn.call(CMD.alloc_pd)[0]["pd"]
+        handle = kwargs.get("handle")
+        if handle is not None:
+            # ibv_import_pd: the PD of a context sharing this one's connection
+            # (Context(cmd_fd=...)); the original deallocates it, not this one
+            try:
+                ctx.conn.call(CMD.query_pd, pd=handle)
+            except PyverbsRDMAError as e:
+                raise PyverbsRDMAError("Failed to import PD", e.error_code) from None
+            self.destroy_cmd = None
+            self.handle = handle
+        else:
+            self.handle = ctx.conn.call(CMD.alloc_pd)[0]["pd"]
         self.closed = False
         self._refs = weakref.WeakSet()
         ctx.add_ref(self)
+
+    def unimport(self) -> None:
+        """ibv_unimport_pd: forget an imported PD (and what was made on it
+        through this object); the PD itself stays its original's."""
+        self.close()
 
     def add_ref(self, obj) -> None:
         """Objects the PD closes first when it is closed (as pyverbs'
@@ -42,3 +106,151 @@ class PD(VerbsObject):
     def _close_children(self) -> None:
         for obj in sorted(list(self._refs), key=lambda o: o.close_rank):     # pyverbs' close_weakrefs order
             obj.close()
+
+
+class ParentDomainContext:
+    """The pd_context of a parent domain: the PD and the Python alloc/free
+    callbacks, ``alloc(pd, pd_context, size, alignment, resource_type)``
+    (an address, 0 for failure, or e._IBV_ALLOCATOR_USE_DEFAULT) and
+    ``free(pd, pd_context, ptr, resource_type)``; ``pd`` is this object's
+    PD, as pyverbs' pd_alloc/pd_free wrappers pass it."""
+
+    def __init__(self, pd, alloc_func, free_func, user_data=None):
+        self.pd = pd
+        self.p_alloc = alloc_func
+        self.p_free = free_func
+        self.user_data = user_data
+
+
+class ParentDomainInitAttr:
+    """ibv_parent_domain_init_attr: the PD, and the allocators when
+    pd_context is given (comp_mask IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS
+    | _PD_CONTEXT, as pyverbs sets them)."""
+
+    def __init__(self, pd, pd_context=None):
+        if not isinstance(pd, PD):
+            raise TypeError("ParentDomainInitAttr needs a PD")
+        self.pd = pd
+        self.pd_context = pd_context
+        self.comp_mask = 0
+        if pd_context is not None:
+            self.comp_mask = int(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+
+
+class ParentDomain(PD):
+    """ibv_alloc_parent_domain: a PD for QPs, SRQs, MRs, AHs and extended
+    CQs (IBV_CQ_INIT_ATTR_MASK_PD) whose queues come from its allocators.
+    Its protection domain holds it (closed before it, as pyverbs' PD closes
+    its parent domains first); it closes its QPs, SRQs, CQs... first."""
+
+    close_rank = 0                      # a PD closes its parent domains first
+
+    def __init__(self, context, attr: ParentDomainInitAttr):
+        if context is None or not isinstance(attr, ParentDomainInitAttr):
+            raise TypeError("ParentDomain needs a Context and a ParentDomainInitAttr")
+        pd = attr.pd
+        if pd.closed or pd.ctx is not context or isinstance(pd, ParentDomain):
+            # ibv_alloc_parent_domain: the PD must be a live plain PD of this context
+            raise PyverbsRDMAError("Failed to allocate Parent Domain", errno.EINVAL)
+        ctx_ = attr.pd_context
+        if ctx_ is not None and not (callable(ctx_.p_alloc) and callable(ctx_.p_free)):
+            raise PyverbsRDMAError("Failed to allocate Parent Domain", errno.EINVAL)
+        self.ctx = context
+        self.protection_domain = pd
+        self.pd_context = ctx_
+        self.handle = pd.handle
+        self.closed = False
+        self._refs = weakref.WeakSet()
+        pd.add_ref(self)
+        context.add_ref(self)
+
+    def _destroy(self) -> None:
+        pass                            # the daemon has only the PD under it: nothing to destroy
+
+    # --------------------------------------------------------------- buffers
+    def alloc_ring(self, nslots: int, slot_size: int, name: str, res_type: int) -> Ring:
+        """A ring for a queue of this parent domain: in the allocator's
+        buffer (see the module's docstring), or the default one."""
+        ring = Ring.create(nslots, slot_size, name)
+        c = self.pd_context
+        if c is None:
+            return ring
+        page = mmap.PAGESIZE
+        length = -(-ring.region.size // page) * page
+        try:
+            ptr = c.p_alloc(c.pd, c, length, page, res_type)
+        except BaseException:
+            ring.close()
+            raise
+        if ptr == _IBV_ALLOCATOR_USE_DEFAULT:
+            return ring
+        if not ptr:
+            ring.close()
+            raise PyverbsRDMAError("the parent domain's allocator returned NULL", errno.ENOMEM)
+        ptr = int(ptr)
+        err = None
+        if ptr % page:
+            err = PyverbsRDMAError(f"the parent domain's allocator returned 0x{ptr:x}, not aligned to the"
+                                   f" {page} bytes asked", errno.EINVAL)
+        elif not _map_at(ptr, length, ring.region.fd):
+            err = PyverbsRDMAError(f"cannot map the queue over the allocator's buffer at 0x{ptr:x}",
+                                   ctypes.get_errno() or errno.EINVAL)
+        if err is not None:
+            ring.close()
+            c.p_free(c.pd, c, ptr, res_type)
+            raise err
+        _EXTERNAL[ring] = (self, ptr, length, res_type)
+        return ring
+
+
+def alloc_ring(pd, nslots: int, slot_size: int, name: str, res_type: int) -> Ring:
+    """The ring of a queue made on ``pd``: from its allocators if it is a
+    parent domain, else a plain one (``Ring.create``)."""
+    if isinstance(pd, ParentDomain):
+        return pd.alloc_ring(nslots, slot_size, name, res_type)
+    return Ring.create(nslots, slot_size, name)
+
+
+def free_ring(ring: Ring) -> None:
+    """Close a ring from ``alloc_ring``; an allocator's buffer gets ordinary
+    memory back over it and goes to the free callback."""
+    ext = _EXTERNAL.pop(ring, None)
+    ring.close()
+    if ext is not None:
+        pdom, ptr, length, res_type = ext
+        _map_anonymous_at(ptr, length)
+        c = pdom.pd_context
+        c.p_free(c.pd, c, ptr, res_type)
+
+
+def ring_user_buffer(ring: Ring) -> int | None:
+    """The address of the allocator's buffer a ring lives in (None: the
+    ring has only its own mapping)."""
+    ext = _EXTERNAL.get(ring)
+    return None if ext is None else ext[1]
+
+
+# ring -> (parent domain, address, length, resource type)
+_EXTERNAL: "weakref.WeakKeyDictionary[Ring, tuple]" = weakref.WeakKeyDictionary()
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_MAP_FIXED = 0x10
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _map_at(addr: int, length: int, fd: int) -> bool:
+    """The memfd's first ``length`` bytes mapped shared at ``addr`` (pages
+    the allocator gave out whole)."""
+    got = _libc.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | _MAP_FIXED, fd, 0)
+    return got == addr
+
+
+def _map_anonymous_at(addr: int, length: int) -> None:
+    """Private anonymous memory back at ``addr``, as the allocator's buffer
+    was before (zero filled)."""
+    got = _libc.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED, -1, 0)
+    if got != addr:                                  # (never leave the memfd aliased in the caller's heap)
+        raise OSError(ctypes.get_errno(), "cannot give the parent domain's buffer back")

@@ -27,19 +27,21 @@ from ..enums import (
     IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
     IBV_QPT_RAW_PACKET, IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_RX_HASH,
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW,
+    IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES, IBV_QUERY_QP_DATA_IN_ORDER_DEVICE_ONLY,
+    IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS, IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG,
 )
 from ..enums import ibv_qp_create_send_ops_flags as X
 from ..uapi import abi
 from ..uapi import qp_attr
 from ..uapi.commands import CMD
 from ..uapi.queues import WorkQueueProducer
-from ..uapi.shm import Ring
 from ..uapi.wr import WR_IMM_MASK, WR_INV_MASK, WR_OPCODE_INFO, send_ops_flags, wr_opcodes
 from .addr import GID, AHAttr
 from .base import VerbsObject
 from .connection import Gone
 from .cq import bswap32
 from .device import Context
+from .pd import RES_TYPE_RQ, RES_TYPE_SQ, alloc_ring, free_ring
 from .errors import PyverbsRDMAError
 from .wr import inc_rkey
 
@@ -52,6 +54,13 @@ _BIND_QP_TYPES = WR_OPCODE_INFO[IBV_WR_BIND_MW].qp_types
 _U32_MAX = 0xFFFFFFFF
 # a plain int: ``int & IntFlag`` builds an IntFlag (two enum calls) on every post
 _SEND_INLINE = int(IBV_SEND_INLINE)
+
+# ibv_query_qp_data_in_order's device caps: none, as rxe (which has no such
+# op: libibverbs answers 0).  The daemon copies a packet's payload into the
+# receiver's memory with one memcpy, which guarantees no byte order -- glibc's
+# vector copies store a block's head and tail before its middle -- so
+# neither the whole message nor a 128-byte block is known to land in order.
+DATA_IN_ORDER_CAPS = 0
 
 # ibv_wr_* builders an extended QP may ask for (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
 # per QP type (uapi.wr: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS, less what the
@@ -215,11 +224,18 @@ class QP(VerbsObject):
             if getattr(cap, field) > most:          # rxe_qp_chk_cap, before any ring is sized from it
                 raise PyverbsRDMAError(f"Failed to create QP: {field} {getattr(cap, field)} above the device's"
                                        f" {most}", errno.EINVAL)
-        self.sq = Ring.create(max(cap.max_send_wr, 1), abi.send_slot_size(cap.max_send_sge, cap.max_inline_data),
-                              "softrdma-sq")
-        self.rq = None if init_attr.srq is not None else \
-            Ring.create(max(cap.max_recv_wr, 1), abi.recv_slot_size(cap.max_recv_sge), "softrdma-rq")
-        self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self.rq = self.doorbell = None
+        # (on a parent domain: in its allocator's buffers, see verbs.pd)
+        self.sq = alloc_ring(pd, max(cap.max_send_wr, 1), abi.send_slot_size(cap.max_send_sge, cap.max_inline_data),
+                             "softrdma-sq", RES_TYPE_SQ)
+        try:
+            if init_attr.srq is None:
+                self.rq = alloc_ring(pd, max(cap.max_recv_wr, 1), abi.recv_slot_size(cap.max_recv_sge), "softrdma-rq",
+                                     RES_TYPE_RQ)
+            self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        except BaseException:
+            self._release()
+            raise
         fds = [self.sq.fd] + ([self.rq.fd] if self.rq else []) + [self.doorbell]
         try:
             reply, _ = self.ctx.conn.call(
@@ -231,6 +247,9 @@ class QP(VerbsObject):
             raise
         self.handle = reply["qp"]
         self.qp_num = reply["qp_num"]
+        # the CQs it completes to, cleaned when it moves to RESET (the
+        # caller may reuse its init attr for other QPs)
+        self._cqs = tuple({id(c): c for c in (init_attr.recv_cq, init_attr.send_cq)}.values())
         self.state = IBV_QPS_RESET       # ibv_qp.state: what this process last set
         self.sq_wq = WorkQueueProducer(self.sq, self.doorbell, max(cap.max_send_wr, 1))
         self.rq_wq = WorkQueueProducer(self.rq, self.doorbell, max(cap.max_recv_wr, 1)) if self.rq else None
@@ -283,6 +302,19 @@ class QP(VerbsObject):
         self.ctx.conn.call(CMD.modify_qp, qp=self.handle, attr=attr, mask=mask)
         if mask & IBV_QP_STATE:
             self.state = int(attr["qp_state"])
+            if self.state == IBV_QPS_RESET:
+                self._clean_cqs()
+
+    def _clean_cqs(self) -> None:
+        """A QP moved to RESET: its completions not yet polled leave its
+        CQs, as mlx5's provider does (mlx5_cq_clean after the command): the
+        flush completions of the QP's earlier life would otherwise be
+        polled by whoever uses the QP next (rxe keeps them).  The daemon
+        pushed them before it answered the modify, and pushes none after."""
+        for cq in getattr(self, "_cqs", ()):
+            consumer = getattr(cq, "consumer", None)
+            if consumer is not None and not cq.closed and hasattr(consumer, "clean"):
+                consumer.clean(self.qp_num)
 
     def _check_can_send(self, what: str) -> None:
         """IBA 10.3.1: a send queue in Reset, Init or RTR refuses work
@@ -446,6 +478,24 @@ class QP(VerbsObject):
         if self.rq_wq is not None:
             self.rq_wq = Gone("post recv")
 
+    # ---------------------------------------------------------- data order
+    def query_data_in_order(self, op: int, flags: int = 0) -> int:
+        """ibv_query_qp_data_in_order: whether the data a WQE of ``op``
+        writes at this QP's receiving side lands in order, so a reader may
+        poll the data instead of the CQ.  libibverbs' part: flags other
+        than RETURN_CAPS/DEVICE_ONLY answer 0; WHOLE_MSG implies
+        ALIGNED_128_BYTES; with RETURN_CAPS the caps vector, else 0/1 for
+        WHOLE_MSG.  The device's part is ``DATA_IN_ORDER_CAPS``."""
+        flags = int(flags)
+        if flags & ~int(IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS | IBV_QUERY_QP_DATA_IN_ORDER_DEVICE_ONLY):
+            return 0
+        caps = DATA_IN_ORDER_CAPS
+        if caps & IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG:
+            caps |= int(IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES)
+        if flags & IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS:
+            return caps
+        return int(bool(caps & IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG))
+
     # ---------------------------------------------------------------- multicast
     def attach_mcast(self, gid, lid: int = 0) -> None:
         """ibv_attach_mcast(qp, gid, lid): receive the group's UD sends (the
@@ -457,12 +507,13 @@ class QP(VerbsObject):
 
     # ---------------------------------------------------------------- teardown
     def _release(self) -> None:
-        if self.doorbell < 0:                   # an RSS QP: nothing of its own
+        if self.doorbell == -1:                 # an RSS QP: nothing of its own
             return
-        os.close(self.doorbell)
-        self.sq.close()
+        if self.doorbell is not None:
+            os.close(self.doorbell)
+        free_ring(self.sq)
         if self.rq is not None:
-            self.rq.close()
+            free_ring(self.rq)
 
 
 def encode_bind_wqe(slot, wr_id: int, send_flags: int, mw, new_rkey: int, info) -> None:

@@ -9,11 +9,11 @@ from ..enums import IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR
 from ..uapi import abi
 from ..uapi.commands import CMD
 from ..uapi.queues import WorkQueueProducer
-from ..uapi.shm import Ring
 from .base import PDObject
 from .connection import Gone
 from .cq import users
 from .errors import PyverbsRDMAError
+from .pd import RES_TYPE_SRQ, alloc_ring, free_ring
 
 
 class SrqAttr:
@@ -34,13 +34,13 @@ class SRQ(PDObject):
         a = init_attr.attr
         self.pd = pd
         self.max_sge = a.max_sge
-        self.ring = Ring.create(a.max_wr, abi.recv_slot_size(a.max_sge), "softrdma-srq")
+        self.ring = alloc_ring(pd, a.max_wr, abi.recv_slot_size(a.max_sge), "softrdma-srq", RES_TYPE_SRQ)
         self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
             reply, _ = pd.ctx.conn.call(CMD.create_srq, fds=[self.ring.fd, self.doorbell], pd=pd.handle,
                                         max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit)
         except PyverbsRDMAError:
-            self.ring.close()
+            free_ring(self.ring)
             os.close(self.doorbell)
             raise
         self.handle = reply["srq"]
@@ -85,16 +85,16 @@ class SRQ(PDObject):
     def _resize(self, max_wr: int, srq_limit: int | None) -> None:
         if type(max_wr) is not int or not 0 < max_wr <= 0xFFFFFFFF:
             raise PyverbsRDMAError("Failed to modify SRQ", errno.EINVAL)
-        ring = Ring.create(max_wr, abi.recv_slot_size(self.max_sge), "softrdma-srq")
+        ring = alloc_ring(self.pd, max_wr, abi.recv_slot_size(self.max_sge), "softrdma-srq", RES_TYPE_SRQ)
         try:
             self.pd.ctx.conn.call(CMD.resize_srq, fds=[ring.fd], srq=self.handle, max_wr=max_wr,
                                   srq_limit=srq_limit)
         except PyverbsRDMAError as e:
-            ring.close()
+            free_ring(ring)
             raise PyverbsRDMAError("Failed to modify SRQ", e.error_code) from None
         old, self.ring = self.ring, ring
         self.wq = WorkQueueProducer(ring, self.doorbell, max_wr)
-        old.close()
+        free_ring(old)
 
     def query(self) -> SrqAttr:
         """ibv_query_srq: max_wr, max_sge and srq_limit (0 once the limit
@@ -111,4 +111,4 @@ class SRQ(PDObject):
 
     def _release(self) -> None:
         os.close(self.doorbell)
-        self.ring.close()
+        free_ring(self.ring)

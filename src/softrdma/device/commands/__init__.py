@@ -6,10 +6,10 @@ One module per object kind, as the kernel's uverbs_std_types_*.c:
 
 ===========  =============================================================
 context      devices, open (the uverbs context), query_port, query_gid, query_gid_table
-pd           alloc_pd, dealloc_pd
+pd           alloc_pd, dealloc_pd, query_pd and query_mr (ibv_import_pd/mr)
 mr           reg_mr, rereg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
 odp          reg_user_mr (MRs on the process's own memory: ODP, implicit ODP), advise_mr
-dm           alloc_dm, free_dm (device memory)
+dm           alloc_dm, free_dm (device memory), query_dm (ibv_import_dm)
 cq           create/destroy_comp_channel, create/resize/destroy_cq
 qp           create_qp, modify_qp, query_qp, destroy_qp (raw packet QPs: raw_qp)
 raw_qp       create_rss_qp, and the raw packet QP branch of the qp commands
@@ -49,6 +49,9 @@ HANDLERS: dict[str, Callable] = {
 
     "alloc_pd": pd.cmd_alloc_pd,
     "dealloc_pd": pd.cmd_dealloc_pd,
+    "query_pd": pd.cmd_query_pd,
+    "query_mr": pd.cmd_query_mr,
+    "query_dm": dm.cmd_query_dm,
 
     "reg_mr": mr.cmd_reg_mr,
     "dereg_mr": mr.cmd_dereg_mr,

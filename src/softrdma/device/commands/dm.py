@@ -7,6 +7,7 @@ is ``mr.cmd_reg_dm_mr``."""
 from __future__ import annotations
 
 import errno
+import os
 import weakref
 
 from ...errors import VerbsError
@@ -23,13 +24,14 @@ MAX_LOG_ALIGN = 12
 class DeviceMemory:
     """One DM: its memory and the MRs registered on it (ib_dm's usecnt)."""
 
-    __slots__ = ("device", "length", "region", "mrs", "__weakref__")
+    __slots__ = ("device", "length", "region", "mrs", "fd", "__weakref__")
 
-    def __init__(self, device, length: int, region: SharedRegion):
+    def __init__(self, device, length: int, region: SharedRegion, fd: int = -1):
         self.device = device
         self.length = length
         self.region = region
         self.mrs = 0
+        self.fd = fd                 # the memory's memfd, for query_dm (ibv_import_dm maps it)
 
 
 def pool_used(device) -> int:
@@ -54,7 +56,7 @@ def cmd_alloc_dm(daemon, c, m, fds):
         region = SharedRegion.map_fd(fds[0], length)
     except ValueError as e:
         raise VerbsError(errno.EINVAL, f"bad DM memory: {e}") from None
-    dm = DeviceMemory(dev, length, region)
+    dm = DeviceMemory(dev, length, region, os.dup(fds[0]))
     _pool_used[dev] = used + length
     return {"dm": c.add("dm", dm)}, []
 
@@ -73,4 +75,17 @@ def free_dm(daemon, c, dm) -> None:
         return
     dm.region.close()
     dm.region = None
+    if dm.fd >= 0:
+        os.close(dm.fd)
+        dm.fd = -1
     _pool_used[dm.device] = pool_used(dm.device) - dm.length
+
+
+def cmd_query_dm(daemon, c, m, fds):
+    """ibv_import_dm's query (mlx5's DM query): the DM's length and its
+    memory, the memfd, which the importing context maps -- a copy to or
+    from the DM through either context is on the same memory."""
+    dm = c.get(m.get("dm"), "dm")
+    if dm.fd < 0:
+        raise VerbsError(errno.EINVAL, "the DM is freed")
+    return {"length": dm.length}, [os.dup(dm.fd)]           # (the reply's fds are closed once sent)

@@ -1,0 +1,235 @@
+"""Parent domains (ibv_alloc_parent_domain) with allocators, end to end
+through a softrdmad: the allocators are called per queue with its size,
+alignment and resource type, the queue's ring lives in the buffer they
+return (its bytes are the WQEs/CQEs), IBV_ALLOCATOR_USE_DEFAULT and NULL
+behave as in mlx5's provider, the free callback gets the buffer back on
+destroy as ordinary memory, the heap around it is untouched, and RC
+traffic with a QP, an extended CQ and an SRQ made on one works."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+
+import pytest
+
+from daemon_helpers import daemon_in_shm
+from rc_pair import ACC, ipv4_gid_index, rc_attr
+from softrdma.pyverbs import enums as e
+from softrdma.pyverbs import mem_alloc as mem
+from softrdma.pyverbs.cq import CQ, CQEX, CqInitAttrEx
+from softrdma.pyverbs.device import Context
+from softrdma.pyverbs.mr import MR
+from softrdma.pyverbs.pd import PD, ParentDomain, ParentDomainContext, ParentDomainInitAttr
+from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
+from softrdma.pyverbs.qp import QP, QPCap, QPInitAttr, QPInitAttrEx
+from softrdma.pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
+from softrdma.pyverbs.wr import SGE, RecvWR, SendWR
+from softrdma.uapi.shm import MAGIC
+from softrdma.verbs import pd as vpd
+
+PAGE = mmap.PAGESIZE
+
+
+@pytest.fixture(scope="module")
+def run_dir():
+    with daemon_in_shm("pdom") as d:
+        yield d.run_dir
+
+
+@pytest.fixture
+def ctx(run_dir, monkeypatch):
+    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
+    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+    with Context(name="rxe0") as c:
+        yield c
+
+
+class Recorder:
+    """posix_memalign allocators that log every call."""
+
+    def __init__(self, result=None):
+        self.allocs, self.frees, self.result = [], [], result
+
+    def alloc(self, pd, context, size, alignment, resource_type):
+        if self.result is not None:
+            ptr = self.result
+        else:
+            ptr = mem.posix_memalign(size, alignment)
+        self.allocs.append((pd, context, size, alignment, resource_type, ptr))
+        return ptr
+
+    def free(self, pd, context, ptr, resource_type):
+        self.frees.append((pd, context, ptr, resource_type))
+        mem.free(ptr)
+
+
+def _pdom(ctx, rec=None):
+    pd = PD(ctx)
+    pctx = ParentDomainContext(pd, rec.alloc, rec.free, "data") if rec else None
+    return pd, ParentDomain(ctx, attr=ParentDomainInitAttr(pd=pd, pd_context=pctx)), pctx
+
+
+def test_allocators_get_each_queue_and_its_ring_lives_there(ctx):
+    rec = Recorder()
+    pd, pdom, pctx = _pdom(ctx, rec)
+    cq = CQEX(ctx, CqInitAttrEx(cqe=64, parent_domain=pdom,
+                                comp_mask=e.IBV_CQ_INIT_ATTR_MASK_FLAGS | e.IBV_CQ_INIT_ATTR_MASK_PD))
+    srq = SRQ(pdom, SrqInitAttr(SrqAttr(max_wr=16)))
+    qp = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, None, QPCap(8, 8, 1, 1)))
+    qp2 = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, srq, QPCap(8, 8, 1, 1)))
+    types = [a[4] for a in rec.allocs]
+    assert types == [vpd.RES_TYPE_CQ, vpd.RES_TYPE_SRQ, vpd.RES_TYPE_SQ, vpd.RES_TYPE_RQ, vpd.RES_TYPE_SQ]
+    assert all(a[0] is pd and a[1] is pctx and a[3] == PAGE and a[2] % PAGE == 0 for a in rec.allocs)
+    assert all(a[4] >> 32 == vpd.RDMA_DRIVER_RXE for a in rec.allocs)
+    # the user's buffer is the ring: its header, and what the library writes
+    for ring in (cq.ring, srq.ring, qp.sq, qp.rq, qp2.sq):
+        addr = vpd.ring_user_buffer(ring)
+        assert addr in [a[5] for a in rec.allocs]
+        assert ctypes.c_uint32.from_address(addr).value == MAGIC
+        ring.region.view[60] = 0x5A                 # (a header byte nobody uses)
+        assert ctypes.c_uint8.from_address(addr + 60).value == 0x5A
+        ring.region.view[60] = 0
+    assert qp2.rq is None
+    qp.close(), qp2.close(), srq.close(), cq.close()
+    assert sorted(f[2] for f in rec.frees) == sorted(a[5] for a in rec.allocs)
+    assert [f[3] for f in rec.frees] == [vpd.RES_TYPE_SQ, vpd.RES_TYPE_RQ, vpd.RES_TYPE_SQ, vpd.RES_TYPE_SRQ,
+                                         vpd.RES_TYPE_CQ]
+    pdom.close(), pd.close()
+
+
+def test_freed_buffer_is_ordinary_memory_and_the_heap_is_untouched(ctx):
+    """Bytes next to the buffer (same allocation, other pages) keep their
+    values; after destroy the buffer no longer aliases the ring."""
+    kept = {}
+
+    def alloc(pd, context, size, alignment, resource_type):
+        raw = ctypes.create_string_buffer(size + 3 * alignment)
+        addr = -(-ctypes.addressof(raw) // alignment) * alignment + alignment
+        ctypes.memset(ctypes.addressof(raw), 0xA5, size + 3 * alignment)
+        kept[addr] = (raw, size)
+        return addr
+
+    freed = []
+
+    def free(pd, context, ptr, resource_type):
+        raw, size = kept[ptr]
+        # ordinary memory again: writable, zero filled, not the ring
+        assert ctypes.string_at(ptr, size) == bytes(size)
+        ctypes.memset(ptr, 0x11, size)
+        freed.append(ptr)
+
+    pd = PD(ctx)
+    pdom = ParentDomain(ctx, ParentDomainInitAttr(pd, ParentDomainContext(pd, alloc, free)))
+    cq = CQ(ctx, 8)
+    qp = QP(pdom, QPInitAttr(e.IBV_QPT_UD, None, cq, cq, None, QPCap(4, 4, 1, 1)))
+    qp.close()
+    assert sorted(freed) == sorted(kept)
+    for addr, (raw, size) in kept.items():
+        base = ctypes.addressof(raw)
+        before = ctypes.string_at(base, addr - base)
+        after = ctypes.string_at(addr + size, base + len(raw) - addr - size)
+        assert before == b"\xa5" * len(before) and after == b"\xa5" * len(after)
+        assert ctypes.string_at(addr, size) == b"\x11" * size
+    cq.close(), pdom.close(), pd.close()
+
+
+def test_use_default_and_no_allocators(ctx):
+    calls = []
+
+    def alloc(pd, context, size, alignment, resource_type):
+        calls.append(resource_type)
+        return e._IBV_ALLOCATOR_USE_DEFAULT
+
+    def free(pd, context, ptr, resource_type):
+        calls.append("free")
+
+    pd = PD(ctx)
+    for pctx in (ParentDomainContext(pd, alloc, free), None):
+        attr = ParentDomainInitAttr(pd=pd, pd_context=pctx)
+        assert attr.comp_mask == (0 if pctx is None else
+                                  e.IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | e.IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+        pdom = ParentDomain(ctx, attr=attr)
+        cq = CQ(ctx, 8)
+        qp = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, None, QPCap(4, 4, 1, 1)))
+        assert vpd.ring_user_buffer(qp.sq) is None
+        qp.close(), cq.close(), pdom.close()
+    assert calls == [vpd.RES_TYPE_SQ, vpd.RES_TYPE_RQ]      # the default's buffers are never freed by the user
+    pd.close()
+
+
+def test_null_and_misaligned_buffers_fail_the_create(ctx):
+    rec = Recorder(result=0)
+    pd, pdom, _ = _pdom(ctx, rec)
+    cq = CQ(ctx, 8)
+    with pytest.raises(PyverbsRDMAError) as ex:
+        QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, None, QPCap(4, 4, 1, 1)))
+    assert ex.value.error_code == errno.ENOMEM and rec.frees == []
+    keep = ctypes.create_string_buffer(4 * PAGE)
+    rec.result = -(-ctypes.addressof(keep) // PAGE) * PAGE + 8
+    with pytest.raises(PyverbsRDMAError) as ex:
+        CQEX(ctx, CqInitAttrEx(parent_domain=pdom, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD))
+    assert ex.value.error_code == errno.EINVAL and [f[2] for f in rec.frees] == [rec.result]
+    cq.close(), pdom.close(), pd.close()
+
+
+def test_parent_domain_checks(ctx):
+    pd = PD(ctx)
+    with pytest.raises(PyverbsRDMAError) as ex:      # an extended CQ's parent_domain must be one
+        CQEX(ctx, CqInitAttrEx(parent_domain=pd, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD))
+    assert ex.value.error_code == errno.EINVAL
+    pdom = ParentDomain(ctx, ParentDomainInitAttr(pd))
+    with pytest.raises(PyverbsRDMAError) as ex:      # a parent domain over a parent domain
+        ParentDomain(ctx, ParentDomainInitAttr(pdom))
+    assert ex.value.error_code == errno.EINVAL
+    with pytest.raises(TypeError):
+        ParentDomainInitAttr(None)
+    # closing the PD closes its parent domain and what was made on it first
+    cq = CQ(ctx, 8)
+    qp = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, None, QPCap(4, 4, 1, 1)))
+    mr = MR(pdom, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    pd.close()
+    assert pdom.closed and qp.closed and mr.closed and pd.closed
+    cq.close()
+
+
+def test_rc_traffic_with_qp_cqex_srq_from_allocators(ctx):
+    rec = Recorder()
+    pd, pdom, _ = _pdom(ctx, rec)
+    cqs = [CQEX(ctx, CqInitAttrEx(cqe=64, parent_domain=pdom, wc_flags=e.IBV_WC_STANDARD_FLAGS,
+                                  comp_mask=e.IBV_CQ_INIT_ATTR_MASK_FLAGS | e.IBV_CQ_INIT_ATTR_MASK_PD))
+           for _ in range(2)]
+    srq = SRQ(pdom, SrqInitAttr(SrqAttr(max_wr=16)))
+    mrs = [MR(pdom, 4096, ACC) for _ in range(2)]
+    a = QP(ctx, QPInitAttrEx(e.IBV_QPT_RC, None, cqs[0], cqs[0], None, QPCap(8, 8, 1, 1),
+                             comp_mask=e.IBV_QP_INIT_ATTR_PD, pd=pdom))
+    b = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cqs[1], cqs[1], srq, QPCap(8, 8, 1, 1)))
+    gi = ipv4_gid_index(ctx)
+    gid = ctx.query_gid(1, gi)
+    a.to_rts(rc_attr(b.qp_num, gid, gi))
+    b.to_rts(rc_attr(a.qp_num, gid, gi))
+    for i in range(5):
+        srq.post_recv(RecvWR(100 + i, 1, [SGE(mrs[1].buf + 64 * i, 64, mrs[1].lkey)]))
+    for i in range(5):
+        mrs[0].write(bytes([i + 1]) * 64, 64, 64 * i)
+        a.post_send(SendWR(i, e.IBV_WR_SEND, 1, sg=[SGE(mrs[0].buf + 64 * i, 64, mrs[0].lkey)]))
+
+    def drain(cq, n):
+        got = []
+        while len(got) < n:
+            if cq.start_poll() == 0:
+                got.append((cq.wr_id, cq.status))
+                while cq.poll_next() == 0:
+                    got.append((cq.wr_id, cq.status))
+                cq.end_poll()
+        return got
+
+    assert drain(cqs[0], 5) == [(i, e.IBV_WC_SUCCESS) for i in range(5)]
+    assert drain(cqs[1], 5) == [(100 + i, e.IBV_WC_SUCCESS) for i in range(5)]
+    assert mrs[1].read(320, 0) == b"".join(bytes([i + 1]) * 64 for i in range(5))
+    n = len(rec.allocs)
+    pdom.close()                                     # its QPs, CQs, SRQ and MRs first
+    assert a.closed and b.closed and srq.closed and all(c.closed for c in cqs) and all(m.closed for m in mrs)
+    assert len(rec.frees) == n == 6
+    pd.close()
