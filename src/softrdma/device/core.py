@@ -64,6 +64,7 @@ class DevCQ:
         self.owner = owner
         self.qps = owner.device.qps       # the device's QPs by number (the dict lives as long as the device)
         self.overrun_reported = False
+        self.wc_flags = 0                 # ibv_create_cq_wc_flags (the extended CQ's; 0 for ibv_create_cq)
 
     def push(self, wc: WC, solicited=False) -> None:
         # The WQE's queue slot is free before its completion is visible (as

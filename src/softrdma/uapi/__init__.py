@@ -16,6 +16,7 @@ capture         the capture ring's record and entry size
 rundir          the run directory and the control socket in it
 limits          fixed device limits (multicast)
 rdma_netlink    rdma_netlink.h's counter modes and masks
+clock           the device's free-running clock (hca_core_clock, raw clock)
 ==============  ==============================================================
 
 Imports only ``softrdma.enums`` and ``softrdma.errors``: an application that

@@ -146,7 +146,8 @@ _TABLE = (
     # -- completion channels and CQs
     Command("create_comp_channel", (), ("channel",), fds_out=1),
     Command("destroy_comp_channel", (handle("channel"),), (), (_E.EBUSY,)),
-    Command("create_cq", (fds(1, "create_cq needs the ring fd"), handle("channel", optional=True), u32("cqe", 1)),
+    Command("create_cq", (fds(1, "create_cq needs the ring fd"), handle("channel", optional=True), u32("cqe", 1),
+                          u64("wc_flags", 0)),
             ("cq",)),
     Command("resize_cq", (handle("cq"), fds(1, "resize_cq needs the ring fd"), u32("cqe")), ("cqe",)),
     Command("destroy_cq", (handle("cq"),), (), (_E.EBUSY,)),

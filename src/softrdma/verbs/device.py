@@ -11,6 +11,7 @@ import time
 import weakref
 
 from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
+from ..uapi import clock
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from ..uapi.rundir import socket_path
@@ -306,7 +307,7 @@ class Context(VerbsObject):
             **vars(orig), "orig_attr": orig, "comp_mask": 0,
             "odp_caps": ODPCaps({"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0, "ud_odp_caps": 0,
                                  "xrc_odp_caps": 0}),
-            "completion_timestamp_mask": 0, "hca_core_clock": 0, "device_cap_flags_ex": orig.device_cap_flags,
+            "completion_timestamp_mask": clock.TIMESTAMP_MASK, "hca_core_clock": clock.hca_core_clock_khz(), "device_cap_flags_ex": orig.device_cap_flags,
             "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
             "rss_caps": RSSCaps({"supported_qpts": 0, "max_rwq_indirection_tables": 0,
                                  "max_rwq_indirection_table_size": 0, "rx_hash_function": 0,

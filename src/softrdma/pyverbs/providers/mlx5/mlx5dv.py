@@ -4,7 +4,9 @@
 rejects (rxe included): PyverbsUserError('This is not an MLX5 device').
 The objects that need an mlx5 context fail with EOPNOTSUPP."""
 
-from ....verbs.errors import PyverbsUserError
+import errno
+
+from ....verbs.errors import PyverbsRDMAError, PyverbsUserError
 from .. import _vendor
 from . import mlx5_enums as dve
 from .._vendor import other_vendor
@@ -23,6 +25,11 @@ class Mlx5Context:
         if attr is None:
             raise TypeError("Mlx5Context needs an Mlx5DVContextAttr")
         raise PyverbsUserError('This is not an MLX5 device')
+
+    @staticmethod
+    def device_timestamp_to_ns(ctx, device_timestamp):
+        """mlx5dv_get_clock_info answers EOPNOTSUPP on any non-mlx5 device."""
+        raise PyverbsRDMAError('Failed to get the clock info', errno.EOPNOTSUPP)
 
 
 globals().update(other_vendor(
