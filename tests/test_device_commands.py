@@ -31,7 +31,7 @@ def test_a_handler_for_every_command_of_the_table():
 def test_which_commands_need_an_open_device():
     nodev = {op for op, cmd in COMMANDS.items() if not cmd.device}
     assert nodev == NO_DEVICE | {op for op in COMMANDS if op.startswith("cm_")}
-    assert len(COMMANDS) == 64
+    assert len(COMMANDS) == 66
 
 
 def test_freeing_covers_every_kind_that_holds_something():

@@ -49,10 +49,6 @@ with d.Context(name=name) as ctx:
     pd_ctx = ParentDomainContext(pd, lambda *a: e._IBV_ALLOCATOR_USE_DEFAULT, lambda *a: None)
     expect_eopnotsupp("ParentDomain", "Failed to allocate Parent Domain",
                       lambda: ParentDomain(ctx, attr=ParentDomainInitAttr(pd=pd, pd_context=pd_ctx)))
-    xrc_srq = SrqInitAttrEx(max_wr=8)
-    xrc_srq.comp_mask = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD | e.IBV_SRQ_INIT_ATTR_CQ
-    xrc_srq.srq_type, xrc_srq.pd, xrc_srq.cq = e.IBV_SRQT_TM, pd, cq
-    expect_eopnotsupp("SRQ (tag matching)", "Failed to create SRQ", lambda: SRQ(ctx, xrc_srq))
     basic = SrqInitAttrEx(max_wr=8)
     basic.comp_mask, basic.pd = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD, pd
     srq = SRQ(ctx, basic)

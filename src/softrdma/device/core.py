@@ -225,8 +225,11 @@ class Device(RocePort):
         if dqp.rq is not None:
             if not peer.rq:
                 other._pull_rq(dqp)
-        elif dqp.srq is not None and not dqp.srq.srq.rq:
-            other._pull_srq(dqp.srq)
+        elif dqp.srq is not None:
+            if dqp.srq.srq.tm is not None:
+                return None                           # tag matching parses each message: the packets
+            if not dqp.srq.srq.rq:
+                other._pull_srq(dqp.srq)
         return peer
 
     def remove_qp(self, dqp: DevQP) -> None:

@@ -185,6 +185,8 @@ def timeout_seconds(timeout: int) -> float:
 class SRQ:
     """A shared receive queue (ibv_srq) with its limit event."""
 
+    tm = None                  # a TM SRQ's tag matching (transport.tm.TagMatching)
+
     def __init__(self, max_wr: int = 256, max_sge: int = 4, srq_limit: int = 0, events: list | None = None):
         self.max_wr = max_wr
         self.max_sge = max_sge

@@ -219,6 +219,13 @@ _TABLE = (
     Command("cm_migrate_id", (cm_id(), string("token")), ("id",), device=False),
     Command("cm_join_multicast", (cm_id(), any_("addr")), (), _BIND_ERRNOS, device=False),
     Command("cm_leave_multicast", (cm_id(), any_("addr")), (), (_E.EADDRNOTAVAIL,), device=False),
+    # -- tag matching (ibv_create_srq_ex with IBV_SRQT_TM, ibv_post_srq_ops): sizes, then the TM caps
+    Command("create_tm_srq", (handle("pd"), fds(2, "create_tm_srq needs 2 fds"), u32("max_wr", 256),
+                              u32("max_sge", 4), u32("srq_limit", 0), handle("cq"), u32("max_num_tags"),
+                              u32("max_ops")), ("srq",)),
+    Command("post_srq_ops", (handle("srq"), u64("wr_id", 0), u32("opcode"), u32("flags", 0),
+                             u32("unexpected_cnt", 0), u32("handle", 0), u64("recv_wr_id", 0), any_("sg_list"),
+                             u64("tag", 0), u64("mask", 0)), ("handle",)),
 )
 
 #: name -> Command

@@ -10,10 +10,11 @@ import sys
 import time
 import weakref
 
-from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
+from ..enums import IBV_NODE_CA, IBV_TM_CAP_RC, IBV_TRANSPORT_IB
 from ..uapi import clock
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
+from ..uapi.limits import TM_MAX_NUM_TAGS, TM_MAX_OPS, TM_MAX_RNDV_HDR_SIZE, TM_MAX_SGE
 from ..uapi.rundir import socket_path
 from ..wire import DEFAULT_PKEY
 from .addr import GID
@@ -316,7 +317,8 @@ class Context(VerbsObject):
             "packet_pacing_caps": PacketPacingCaps({"qp_rate_limit_min": 0, "qp_rate_limit_max": 0,
                                                     "supported_qpts": 0}),
             "raw_packet_caps": 0,
-            "tm_caps": TMCaps({"max_rndv_hdr_size": 0, "max_num_tags": 0, "flags": 0, "max_ops": 0, "max_sge": 0}),
+            "tm_caps": TMCaps({"max_rndv_hdr_size": TM_MAX_RNDV_HDR_SIZE, "max_num_tags": TM_MAX_NUM_TAGS,
+                               "flags": IBV_TM_CAP_RC, "max_ops": TM_MAX_OPS, "max_sge": TM_MAX_SGE}),
             "cq_mod_caps": CQModerationCaps({"max_cq_count": 0, "max_cq_period": 0}),
             "max_dm_size": MAX_DM_SIZE,
             "pci_atomic_caps": PCIAtomicCaps({"fetch_add": 0, "swap": 0, "compare_swap": 0}),

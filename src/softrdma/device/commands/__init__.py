@@ -11,7 +11,8 @@ mr           reg_mr, rereg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
 dm           alloc_dm, free_dm (device memory)
 cq           create/destroy_comp_channel, create/resize/destroy_cq
 qp           create_qp, modify_qp, query_qp, destroy_qp
-srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq
+srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq; tag
+             matching: create_tm_srq, post_srq_ops
 ah           create_ah, destroy_ah
 mcast        attach_mcast, detach_mcast
 capture      capture_start, capture_stop
@@ -113,6 +114,8 @@ HANDLERS: dict[str, Callable] = {
     "cm_migrate_id": cm.cmd_cm_migrate_id,
     "cm_join_multicast": cm.cmd_cm_join_multicast,
     "cm_leave_multicast": cm.cmd_cm_leave_multicast,
+    "create_tm_srq": srq.cmd_create_tm_srq,
+    "post_srq_ops": srq.cmd_post_srq_ops,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its

@@ -126,6 +126,9 @@ def ext_producer(r, wc_flags: int) -> ExtCompletionQueueProducer:
 
 
 def free_cq(daemon, c, cq) -> None:
+    for kind, o in c.objects.values():             # a TM SRQ's list operations no longer complete
+        if kind == "srq" and o.srq.tm is not None and o.srq.tm.ops_cq is cq:
+            o.srq.tm.ops_cq = None
     cq.ring.close()
 
 
