@@ -42,8 +42,9 @@ import errno
 import struct
 
 from ..enums import (
-    ibv_ops_flags, ibv_ops_wr_opcode, ibv_tmh_op, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints,
+    IBV_QPT_RC, ibv_ops_flags, ibv_ops_wr_opcode, ibv_tmh_op, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, ints,
 )
+from ..errors import einval
 from ..uapi.abi import TmWC
 from ..uapi.limits import TM_MAX_NUM_TAGS, TM_MAX_OPS, TM_MAX_RNDV_HDR_SIZE, TM_MAX_SGE
 from ..wire.headers import AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_REM_OP_ERR, BTH_SE, IMMDT
@@ -68,6 +69,7 @@ WCO = ints(ibv_wc_opcode)
 ST = ints(ibv_wc_status)
 C = ints(Counter)
 WR = ints(ibv_wr_opcode)
+RC = int(IBV_QPT_RC)
 MATCH, DATA_VALID, SYNC_REQ = WF.IBV_WC_TM_MATCH, WF.IBV_WC_TM_DATA_VALID, WF.IBV_WC_TM_SYNC_REQ
 NO_TAG, RNDV, FIN, EAGER = TMH_OP.IBV_TMH_NO_TAG, TMH_OP.IBV_TMH_RNDV, TMH_OP.IBV_TMH_FIN, TMH_OP.IBV_TMH_EAGER
 
@@ -159,6 +161,18 @@ class TagMatching:
 
 
 # ----------------------------------------------------------------- responder
+def attach(qp) -> None:
+    """A QP joins a TM SRQ: RC only (IBV_TM_CAP_RC: EINVAL otherwise); its
+    SEND opcodes and READ responses go through this module.  The engine
+    that hosts it must not run whole messages to it without packets (the
+    device's ``local_peer`` declines a TM SRQ's QPs)."""
+    if qp.qp_type != RC:
+        raise einval("a tag-matching SRQ takes RC QPs only")
+    qp._rx = rx_table(qp._rx)
+    qp.resp_tm = None
+    qp.tm_rndv = []
+
+
 def rx_table(table: tuple) -> tuple:
     """An RC QP's receive table for a QP on a TM SRQ: every SEND opcode
     through ``receive_rc``, READ responses through ``receive_read_response``."""

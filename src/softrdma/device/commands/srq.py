@@ -96,14 +96,8 @@ class TmDevQP(DevQP):
 
 
 def attach_tm(qp) -> None:
-    """A QP joins a TM SRQ: RC only (IBV_TM_CAP_RC); its SEND opcodes and
-    READ responses go through ``transport.tm``; no whole-message loopback
-    (``Device.local_peer`` is for QPs whose receives need no parsing)."""
-    if qp.qp_type != 2:                             # IBV_QPT_RC
-        raise VerbsError(errno.EINVAL, "a tag-matching SRQ takes RC QPs only")
-    qp._rx = tm.rx_table(qp._rx)
-    qp.resp_tm = None
-    qp.tm_rndv = []
+    """A QP joins a TM SRQ (``transport.tm.attach``: RC only, EINVAL)."""
+    tm.attach(qp)
 
 
 def cmd_modify_srq(daemon, c, m, fds):
