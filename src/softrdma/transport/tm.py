@@ -325,8 +325,10 @@ def _read_response(engine):
         the initiator, TM_DATA_VALID to the application."""
         engine(qp, pkt, info, now, grh)
         pending = qp.tm_rndv
-        while pending and pending[0].state in (WQE_DONE, WQE_ERROR):
+        while pending and (pending[0].state in (WQE_DONE, WQE_ERROR) or pending[0] not in qp.sq):
             read = pending.pop(0)
+            if read.state not in (WQE_DONE, WQE_ERROR):
+                continue                 # flushed with the QP's send queue (reset, error)
             wr_id, tag, app_ctx, length = read.tm_done
             if read.state == WQE_ERROR:
                 qp.recv_cq.push(TmWC(wr_id, read.status, WCO.IBV_WC_TM_RECV, qp.qp_num))
