@@ -140,3 +140,15 @@ def test_unsupported_wc_flags_and_the_mlx5_conversion_fail_as_a_real_provider(ct
     with pytest.raises(PyverbsRDMAError) as ex:    # rdma-core's timestamp tests skip on this
         Mlx5Context.device_timestamp_to_ns(ctx, 1)
     assert ex.value.error_code == errno.EOPNOTSUPP
+
+
+def test_the_daemon_refuses_wc_flags_it_cannot_write(ctx):
+    from softrdma.uapi.commands import CMD
+    ring = Ring.create(8, abi.CQE_BYTES, "t-cq")
+    try:
+        with pytest.raises(PyverbsRDMAError) as ex:      # past the library's own check: the daemon's
+            ctx.conn.call(CMD.create_cq, fds=[ring.fd], cqe=4, channel=None, wc_flags=e.IBV_WC_EX_WITH_CVLAN)
+        assert ex.value.error_code == errno.EOPNOTSUPP
+    finally:
+        ring.close()
+

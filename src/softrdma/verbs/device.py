@@ -299,10 +299,11 @@ class Context(VerbsObject):
             "phys_port_cnt": 1, "guid": guid})
 
     def query_device_ex(self) -> DeviceAttrEx:
-        """rxe's values: no ODP, TSO, RSS, pacing, tag matching or CQ
-        moderation (device memory: the daemon's pool, see verbs.dm), and no completion clock
-        (completion_timestamp_mask and hca_core_clock 0: an extended CQ
-        refuses IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, see cqex.py)."""
+        """rxe's values: no ODP, TSO, RSS, pacing or CQ moderation (device
+        memory: the daemon's pool, see verbs.dm).  Beyond rxe: a completion
+        clock (hca_core_clock in kHz and completion_timestamp_mask from
+        uapi.clock: extended CQs' timestamps, see cqex.py) and tag matching
+        on RC (tm_caps from uapi.limits, see transport.tm)."""
         orig = self.query_device()
         return DeviceAttrEx({
             **vars(orig), "orig_attr": orig, "comp_mask": 0,
