@@ -202,3 +202,16 @@ def test_list_operation_refusals_and_qp_types():
     with pytest.raises(VerbsError) as ex:
         tm.attach(uc)
     assert ex.value.errno == errno.EINVAL
+
+
+def test_send_with_immediate_keeps_its_immediate_in_a_tm_completion():
+    from softrdma.enums import IBV_WC_WITH_IMM, IBV_WR_SEND_WITH_IMM
+    p = TmPair()
+    p.add(tag=2, wr_id=20)
+    data = msg(IBV_TMH_EAGER, 2, b"i" * 30)
+    p.ma.write(data)
+    p.qa.post_send(SendWQE(1, IBV_WR_SEND_WITH_IMM, [(p.ma.addr, len(data), p.ma.lkey)], imm_data=0xCAFE),
+                   now=p.sim.now)
+    p.sim.run(until=p.sim.now + 0.05)
+    (wc,) = p.recv()
+    assert (wc.wr_id, wc.wc_flags, wc.imm_data, wc.byte_len) == (20, MATCHED | IBV_WC_WITH_IMM, 0xCAFE, 30)

@@ -47,8 +47,8 @@ from ..enums import (
 from ..errors import einval
 from ..uapi.abi import TmWC
 from ..uapi.limits import TM_MAX_NUM_TAGS, TM_MAX_OPS, TM_MAX_RNDV_HDR_SIZE, TM_MAX_SGE
-from ..wire.headers import AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_REM_OP_ERR, BTH_SE, IMMDT
-from ..wire.opcodes import END_MASK, IMMDT_MASK, OPCODE_TABLE, READ_MASK, RESP_MASK, SEND_MASK, START_MASK
+from ..wire.headers import AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_REM_OP_ERR, BTH_SE, IETH, IMMDT
+from ..wire.opcodes import END_MASK, IETH_MASK, IMMDT_MASK, OPCODE_TABLE, READ_MASK, RESP_MASK, SEND_MASK, START_MASK
 from . import responder as r
 from .counters import Counter
 from .sgl import scatter
@@ -257,6 +257,12 @@ def receive_rc(qp, pkt, info, now: float, grh) -> None:
         if mask & IMMDT_MASK:
             (wc.imm_data,) = IMMDT.unpack_from(pkt, info.immdt)
             wc.wc_flags |= WF.IBV_WC_WITH_IMM
+        elif mask & IETH_MASK:                 # SEND with invalidate, as the responder's
+            (wc.imm_data,) = IETH.unpack_from(pkt, info.ieth)
+            if not qp.memory.invalidate(qp.pd, wc.imm_data):
+                r._nak(qp, AETH_NAK_INVALID_REQ, psn, ST.IBV_WC_REM_INV_REQ_ERR, r.EV.IBV_EVENT_QP_REQ_ERR)
+                return
+            wc.wc_flags |= WF.IBV_WC_WITH_INV
         qp.resp_wqe = qp.resp_tm = None
         qp.resp_opcode = r._NONE
         qp.msn += 1
