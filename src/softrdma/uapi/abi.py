@@ -74,6 +74,8 @@ CQE_OWNER = 63
 #: the extended words: completion timestamp, tm tag, tm priv (ibv_wc_tm_info)
 CQE_EX = struct.Struct("<QQI")
 CQE_EX_AT = 40
+#: the CQE and its extended words in one pack (``write_cqe_ex``)
+_CQE_WITH_EX = struct.Struct(CQE.format + "x" + CQE_EX.format.lstrip("<"))
 WC_EX_TIMESTAMP = int(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
 WC_EX_WALLCLOCK = int(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 WC_EX_TM_INFO = int(IBV_WC_EX_WITH_TM_INFO)
@@ -90,7 +92,7 @@ _U32 = struct.Struct("<I")
 _UD = struct.Struct("<III")                 # ah_handle, remote_qpn, remote_qkey
 
 assert SEND_WQE_HDR.size == 64 and RECV_WQE_HDR.size == 16 and SGE.size == 16 and CQE.size <= CQE_EX_AT
-assert CQE_EX_AT + CQE_EX.size <= CQE_OWNER
+assert CQE_EX_AT + CQE_EX.size <= CQE_OWNER and _CQE_WITH_EX.size == CQE_EX_AT + CQE_EX.size
 assert len(CQE_FIELDS) == len(CQE.unpack(bytes(CQE.size)))
 
 
@@ -192,10 +194,13 @@ def write_cqe_ex(slot, wc: "WC", owner: int, solicited: bool, stamp: int) -> Non
     """``write_cqe`` for a CQ with the extended words: the CQE, then its
     timestamp and tag-matching info (0 unless ``wc`` is a ``TmWC``), then
     the owner byte."""
-    CQE.pack_into(slot, 0, wc.wr_id, wc.byte_len, wc.imm_data, wc.qp_num, wc.src_qp, wc.vendor_err,
-                  wc.pkey_index, wc.slid, wc.status, wc.opcode, wc.wc_flags, wc.sl, wc.dlid_path_bits,
-                  1 if solicited else 0)
-    CQE_EX.pack_into(slot, CQE_EX_AT, stamp, getattr(wc, "tm_tag", 0), getattr(wc, "tm_priv", 0))
+    if type(wc) is TmWC:
+        tag, priv = wc.tm_tag, wc.tm_priv
+    else:
+        tag = priv = 0
+    _CQE_WITH_EX.pack_into(slot, 0, wc.wr_id, wc.byte_len, wc.imm_data, wc.qp_num, wc.src_qp, wc.vendor_err,
+                           wc.pkey_index, wc.slid, wc.status, wc.opcode, wc.wc_flags, wc.sl, wc.dlid_path_bits,
+                           1 if solicited else 0, stamp, tag, priv)
     slot[CQE_OWNER] = owner
 
 
