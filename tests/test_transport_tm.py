@@ -215,3 +215,14 @@ def test_send_with_immediate_keeps_its_immediate_in_a_tm_completion():
     p.sim.run(until=p.sim.now + 0.05)
     (wc,) = p.recv()
     assert (wc.wr_id, wc.wc_flags, wc.imm_data, wc.byte_len) == (20, MATCHED | IBV_WC_WITH_IMM, 0xCAFE, 30)
+
+
+def test_a_failed_rendezvous_read_completes_the_tag_in_error_and_never_the_send_queue():
+    from softrdma.enums import IBV_WC_REM_ACCESS_ERR
+    p = TmPair()
+    p.add(tag=8, wr_id=80, length=6000)
+    p.send(msg(IBV_TMH_RNDV, 8, RVH.pack(p.ma.addr, p.ma.rkey ^ 0x55, 100)), until=0.1)   # a wrong rkey
+    first, second = p.recv(2)
+    assert (first.wr_id, first.status, first.wc_flags) == (80, IBV_WC_SUCCESS, IBV_WC_TM_MATCH)
+    assert (second.wr_id, second.status, second.opcode) == (80, IBV_WC_REM_ACCESS_ERR, IBV_WC_TM_RECV)
+    assert not p.qb.send_cq.poll(1) and not p.qb.sq       # the device's READ: no completion, flushed silently

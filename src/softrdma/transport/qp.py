@@ -433,7 +433,7 @@ class QP:
             status = wqe.status if wqe.state == WQE_ERROR else ST.IBV_WC_WR_FLUSH_ERR
             if wqe.state == WQE_DONE and status == ST.IBV_WC_SUCCESS:
                 completer.complete_wqe(self, wqe)
-            else:
+            elif not wqe.hidden:
                 self.send_cq.push(WC(wqe.wr_id, status, completer.wc_opcode(wqe.opcode), self.qp_num))
         self.req_idx = 0
         self.rd_atomic_out = 0

@@ -48,7 +48,7 @@ from ..errors import einval
 from ..uapi.abi import TmWC
 from ..uapi.limits import TM_MAX_NUM_TAGS, TM_MAX_OPS, TM_MAX_RNDV_HDR_SIZE, TM_MAX_SGE
 from ..wire.headers import AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_REM_OP_ERR, BTH_SE, IETH, IMMDT
-from ..wire.opcodes import END_MASK, IETH_MASK, IMMDT_MASK, OPCODE_TABLE, READ_MASK, RESP_MASK, SEND_MASK, START_MASK
+from ..wire.opcodes import END_MASK, IETH_MASK, IMMDT_MASK, OPCODE_TABLE, RESP_MASK, SEND_MASK, START_MASK
 from . import responder as r
 from .counters import Counter
 from .sgl import scatter
@@ -175,12 +175,13 @@ def attach(qp) -> None:
 
 def rx_table(table: tuple) -> tuple:
     """An RC QP's receive table for a QP on a TM SRQ: every SEND opcode
-    through ``receive_rc``, READ responses through ``receive_read_response``."""
+    through ``receive_rc``, every response (a READ's data, a NAK that fails
+    it) through ``receive_read_response``."""
     out = []
     for i, e in enumerate(table):
         if e is not None and OPCODE_TABLE[i].mask & SEND_MASK:
             e = receive_rc
-        elif e is not None and OPCODE_TABLE[i].mask & RESP_MASK and OPCODE_TABLE[i].mask & READ_MASK:
+        elif e is not None and OPCODE_TABLE[i].mask & RESP_MASK:     # read responses, and NAKs
             e = _read_response(e)
         out.append(e)
     return tuple(out)
@@ -281,11 +282,12 @@ class HwSendWQE(SendWQE):
     FIN): never signalled, not the application's (``hidden``)."""
 
     __slots__ = ("tm_done",)
+    hidden = True
 
 
 def hidden(sq) -> int:
     """How many WQEs of ``sq`` the device posted itself (not in the app's ring)."""
-    return sum(1 for w in sq if type(w) is HwSendWQE)
+    return sum(1 for w in sq if w.hidden)
 
 
 def _post_hw(qp, wqe: HwSendWQE) -> None:
