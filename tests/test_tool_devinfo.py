@@ -236,7 +236,7 @@ def devinfo_verbose_expected(lk: dict, a, ncomp: int) -> str:
             "\txrc_odp_caps:\n"
             "\t\t\t\t\tSUPPORT_SEND\n\t\t\t\t\tSUPPORT_WRITE\n\t\t\t\t\tSUPPORT_READ\n"
             "\t\t\t\t\tSUPPORT_ATOMIC\n\t\t\t\t\tSUPPORT_SRQ\n"
-            "\tcompletion_timestamp_mask not supported\n"
+            "\tcompletion timestamp_mask:\t\t\t0x7fffffffffffffff\n"     # completion timestamps (uapi.clock)
             "\thca_core_clock:\t\t\t156250kHZ\n"                  # the free-running clock (uapi.clock)
             "\tdevice_cap_flags_ex:\t\t0x0\n"
             "\ttso_caps:\n"
@@ -252,7 +252,12 @@ def devinfo_verbose_expected(lk: dict, a, ncomp: int) -> str:
             "\tpacket_pacing_caps:\n"
             "\t\tqp_rate_limit_min:\t0kbps\n"
             "\t\tqp_rate_limit_max:\t0kbps\n"
-            "\ttag matching not supported\n"
+            "\tmax_rndv_hdr_size:\t\t64\n"                  # tag matching on RC (uapi.limits)
+            "\tmax_num_tags:\t\t\t1023\n"
+            "\tmax_ops:\t\t\t1024\n"
+            "\tmax_sge:\t\t\t1\n"
+            "\tflags:\n"
+            "\t\t\t\t\tIBV_TM_CAP_RC\n"
             "\tmaximum available device memory:\t262144Bytes\n\n"       # the device-memory pool
             f"\tnum_comp_vectors:\t\t{ncomp}\n"
             + devinfo_port(lk)

@@ -37,10 +37,6 @@ with d.Context(name=name) as ctx:
     expect_eopnotsupp("XRCD", "Failed to allocate XRCD",
                       lambda: XRCD(ctx, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS,
                                                      0o100, -1)))
-    xrc_srq = SrqInitAttrEx(max_wr=8)
-    xrc_srq.comp_mask = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD | e.IBV_SRQ_INIT_ATTR_CQ
-    xrc_srq.srq_type, xrc_srq.pd, xrc_srq.cq = e.IBV_SRQT_TM, pd, cq
-    expect_eopnotsupp("SRQ (tag matching)", "Failed to create SRQ", lambda: SRQ(ctx, xrc_srq))
     basic = SrqInitAttrEx(max_wr=8)
     basic.comp_mask, basic.pd = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD, pd
     srq = SRQ(ctx, basic)

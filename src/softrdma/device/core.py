@@ -64,6 +64,7 @@ class DevCQ:
         self.owner = owner
         self.qps = owner.device.qps       # the device's QPs by number (the dict lives as long as the device)
         self.overrun_reported = False
+        self.wc_flags = 0                 # ibv_create_cq_wc_flags (the extended CQ's; 0 for ibv_create_cq)
 
     def push(self, wc: WC, solicited=False) -> None:
         # The WQE's queue slot is free before its completion is visible (as
@@ -225,8 +226,11 @@ class Device(RocePort):
         if dqp.rq is not None:
             if not peer.rq:
                 other._pull_rq(dqp)
-        elif dqp.srq is not None and not dqp.srq.srq.rq:
-            other._pull_srq(dqp.srq)
+        elif dqp.srq is not None:
+            if dqp.srq.srq.tm is not None:
+                return None                           # tag matching parses each message: the packets
+            if not dqp.srq.srq.rq:
+                other._pull_srq(dqp.srq)
         return peer
 
     def remove_qp(self, dqp: DevQP) -> None:

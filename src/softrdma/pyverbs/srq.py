@@ -3,14 +3,17 @@ matching's OpsWr (pyverbs/srq.pyx).
 
 ``SRQ(pd, SrqInitAttr)`` is softrdma's basic SRQ (verbs.srq).
 ``SRQ(ctx, SrqInitAttrEx)`` is ibv_create_srq_ex: a basic SRQ on a PD is
-created as ibv_create_srq_ex creates it (through ibv_create_srq); the XRC
-and tag-matching types, which softrdma's device lacks yet, fail with
-EOPNOTSUPP as on rxe (no create_srq_ex op)."""
+created as ibv_create_srq_ex creates it (through ibv_create_srq); a
+tag-matching SRQ (IBV_SRQT_TM: PD, CQ and TM in comp_mask, an extended CQ,
+max_num_tags and max_ops within tm_caps -- else EINVAL, as mlx5 and the
+kernel) is verbs.srq's with its tag list in the device; the XRC type, which
+softrdma's device lacks yet, fails with EOPNOTSUPP as on rxe."""
 
 import errno
 
-from ..enums import (IBV_OPS_SIGNALED, IBV_SRQ_INIT_ATTR_PD, IBV_SRQ_INIT_ATTR_TYPE, IBV_SRQT_BASIC,
-                     IBV_WR_TAG_ADD)
+from ..enums import (IBV_OPS_SIGNALED, IBV_SRQ_INIT_ATTR_CQ, IBV_SRQ_INIT_ATTR_PD, IBV_SRQ_INIT_ATTR_TM,
+                     IBV_SRQ_INIT_ATTR_TYPE, IBV_SRQT_BASIC, IBV_SRQT_TM, IBV_WR_TAG_ADD)
+from ..verbs.cqex import CQEX
 from ..verbs.errors import PyverbsRDMAError
 from ..verbs.srq import SRQ as _BasicSRQ
 from ..verbs.srq import SrqAttr, SrqInitAttr
@@ -41,12 +44,25 @@ class SRQ(_BasicSRQ):
         if not isinstance(attr, SrqInitAttrEx):
             super().__init__(creator, attr)
             return
+        if attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE and attr.srq_type == IBV_SRQT_TM:
+            self._create_tm(attr)
+            return
         basic = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE
         if attr.comp_mask & ~basic or (attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE and attr.srq_type != IBV_SRQT_BASIC):
             raise not_supported(f'Failed to create SRQ (errno is {errno})')
         if not attr.comp_mask & IBV_SRQ_INIT_ATTR_PD or attr.pd is None:
             raise PyverbsRDMAError(f'Failed to create SRQ (errno is {errno})', errno.EINVAL)
         super().__init__(attr.pd, SrqInitAttr(SrqAttr(attr.max_wr, attr.max_sge, attr.srq_limit)))
+
+
+    def _create_tm(self, attr):
+        need = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM
+        if (attr.comp_mask & need != need or attr.pd is None or not isinstance(attr.cq, CQEX)
+                or not attr.max_num_tags):
+            # the kernel needs the PD, the CQ and the tag list's size; mlx5 an extended CQ
+            raise PyverbsRDMAError(f'Failed to create SRQ (errno is {errno.EINVAL})', errno.EINVAL)
+        super().__init__(attr.pd, SrqInitAttr(SrqAttr(attr.max_wr, attr.max_sge, attr.srq_limit)),
+                         tm=(attr.cq, attr.max_num_tags, attr.max_ops))
 
 
 class OpsWr:
@@ -64,6 +80,7 @@ class OpsWr:
         self.tag = tag
         self.mask = mask
         self.sg_list = list(sg_list or [])
+        self.handle = 0              # ADD: the entry's handle (output); DEL: the entry to remove
 
     def close(self):
         self.sg_list = []

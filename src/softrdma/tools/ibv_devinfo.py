@@ -339,6 +339,10 @@ def _print_hca_cap(ctx, dev, name: str, ib_port: int, verbose: bool, write) -> i
         a.update({k: getattr(rss, k) for k in ("max_rwq_indirection_tables", "max_rwq_indirection_table_size",
                                                "rx_hash_function", "rx_hash_fields_mask")},
                  rss_supported_qpts=rss.supported_qpts)
+    tm = a.get("tm_caps")                       # ibv_tm_caps, as print_tm_caps reads it
+    if tm is not None:
+        a.update(tm_max_rndv_hdr_size=tm.max_rndv_hdr_size, tm_max_num_tags=tm.max_num_tags, tm_max_ops=tm.max_ops,
+                 tm_max_sge=tm.max_sge, tm_flags=tm.flags)
     nports = a["phys_port_cnt"] & 0xFF
     if ib_port and ib_port > nports:
         sys.stderr.write("Invalid port requested for device\n")

@@ -122,7 +122,8 @@ def retire(qp) -> None:
             if qp.req_idx:
                 qp.req_idx -= 1
             qp.cnt[C.send_err] += 1
-            qp.send_cq.push(WC(wqe.wr_id, wqe.status, _WC_OPCODE.get(wqe.opcode, 0), qp.qp_num))
+            if not wqe.hidden:
+                qp.send_cq.push(WC(wqe.wr_id, wqe.status, _WC_OPCODE.get(wqe.opcode, 0), qp.qp_num))
             qp.to_error(event=None)
             return
         else:

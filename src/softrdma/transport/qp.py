@@ -185,6 +185,8 @@ def timeout_seconds(timeout: int) -> float:
 class SRQ:
     """A shared receive queue (ibv_srq) with its limit event."""
 
+    tm = None                  # a TM SRQ's tag matching (transport.tm.TagMatching)
+
     def __init__(self, max_wr: int = 256, max_sge: int = 4, srq_limit: int = 0, events: list | None = None):
         self.max_wr = max_wr
         self.max_sge = max_sge
@@ -431,7 +433,7 @@ class QP:
             status = wqe.status if wqe.state == WQE_ERROR else ST.IBV_WC_WR_FLUSH_ERR
             if wqe.state == WQE_DONE and status == ST.IBV_WC_SUCCESS:
                 completer.complete_wqe(self, wqe)
-            else:
+            elif not wqe.hidden:
                 self.send_cq.push(WC(wqe.wr_id, status, completer.wc_opcode(wqe.opcode), self.qp_num))
         self.req_idx = 0
         self.rd_atomic_out = 0

@@ -36,6 +36,10 @@ The checks a whole message needs are functions (``idle``, ``denied_ops``,
 message between two QPs of one engine without its packets, makes them
 through the same functions.  CHK_OP_VALID is computed once per change of
 the access flags (``denied_ops`` -> ``qp.resp_denied``) and read per packet.
+
+An RC QP on a tag-matching SRQ takes its SEND packets through
+``transport.tm`` instead (the QP's receive table says so): it parses the
+TMH and comes back here for everything that is not a new SEND in order.
 """
 
 from __future__ import annotations

@@ -89,6 +89,7 @@ class SendWQE:
         "length", "state", "first_psn", "last_psn", "npkts", "offset", "pkts_sent",
         "views", "status", "is_rd_atomic", "signaled", "read_done", "read_psn", "fenced",
     )
+    hidden = False      # posted by the device itself (transport.tm): completes nowhere, not even flushed
 
     def __init__(self, wr_id: int, opcode: int, sg_list=(), *, send_flags: int = 0,
                  inline_data: bytes | None = None, imm_data: int = 0, invalidate_rkey: int = 0,

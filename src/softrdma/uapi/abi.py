@@ -34,14 +34,31 @@ CQE (``CQE``, 64 bytes; byte 63 is the owner bit, written last)::
     16 u32 qp_num         20 u32 src_qp      24 u32 vendor_err
     28 u16 pkey_index     30 u16 slid        32 u8 status     33 u8 opcode
     34 u16 wc_flags       36 u8 sl           37 u8 dlid_path_bits
-    38 u8 solicited       39..62 reserved    63 u8 owner
+    38 u8 solicited       39 reserved
+    40 u64 completion timestamp             48 u64 tm tag   56 u32 tm priv
+    60..62 reserved       63 u8 owner
+
+Bytes 40..59 (``CQE_EX``) are written only into the CQs whose wc_flags ask
+for a completion timestamp or tag-matching info (``write_cqe_ex``, through
+``uapi.queues.ExtCompletionQueueProducer``); a plain CQ's producer never
+touches them, so the normal completion path costs what it did.  The
+timestamp is taken by the daemon as it writes the CQE: the free-running
+counter of ``uapi.clock`` (hca_core_clock ticks) if the CQ asked for
+IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, else the wall clock in ns
+(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK alone); a CQ that asked for
+both gets the counter, and the library converts it to the wall clock as
+mlx5's library converts its device clock.  The tm words are ibv_wc_tm_info
+(the matched entry's tag, the TMH's app_ctx), 0 on other completions.
 """
 
 from __future__ import annotations
 
 import struct
 
-from ..enums import ibv_send_flags, ibv_wc_opcode, ibv_wc_status
+from ..enums import (
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK, IBV_WC_EX_WITH_TM_INFO,
+    IBV_WC_STANDARD_FLAGS, ibv_send_flags, ibv_wc_opcode, ibv_wc_status,
+)
 
 
 SEND_WQE_HDR = struct.Struct("<QBBHIQIIQQIIII")
@@ -54,6 +71,19 @@ CQE_FIELDS = ("wr_id", "byte_len", "imm_data", "qp_num", "src_qp", "vendor_err",
               "status", "opcode", "wc_flags", "sl", "dlid_path_bits", "solicited")
 CQE_BYTES = 64
 CQE_OWNER = 63
+#: the extended words: completion timestamp, tm tag, tm priv (ibv_wc_tm_info)
+CQE_EX = struct.Struct("<QQI")
+CQE_EX_AT = 40
+#: the CQE and its extended words in one pack (``write_cqe_ex``)
+_CQE_WITH_EX = struct.Struct(CQE.format + "x" + CQE_EX.format.lstrip("<"))
+WC_EX_TIMESTAMP = int(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
+WC_EX_WALLCLOCK = int(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+WC_EX_TM_INFO = int(IBV_WC_EX_WITH_TM_INFO)
+#: the ibv_create_cq_wc_flags a CQ's CQEs can carry: rxe's standard fields,
+#: both completion timestamps and tag-matching info (not CVLAN, FLOW_TAG)
+SUPPORTED_WC_FLAGS = int(IBV_WC_STANDARD_FLAGS) | WC_EX_TIMESTAMP | WC_EX_WALLCLOCK | WC_EX_TM_INFO
+#: the wc_flags whose CQs get the extended words (``write_cqe_ex``)
+WC_EX_WORDS = WC_EX_TIMESTAMP | WC_EX_WALLCLOCK | WC_EX_TM_INFO
 IBV_SEND_INLINE = int(ibv_send_flags.IBV_SEND_INLINE)      # a plain int: no IntFlag built per WQE
 # send WQE fields the ibv_wr_* setters rewrite after the builder wrote the header
 _NUM_SGE_AT, _FLAGS_AT, _INLINE_LEN_AT, _UD_AT = 9, 10, 28, 48
@@ -61,7 +91,8 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _UD = struct.Struct("<III")                 # ah_handle, remote_qpn, remote_qkey
 
-assert SEND_WQE_HDR.size == 64 and RECV_WQE_HDR.size == 16 and SGE.size == 16 and CQE.size <= 63
+assert SEND_WQE_HDR.size == 64 and RECV_WQE_HDR.size == 16 and SGE.size == 16 and CQE.size <= CQE_EX_AT
+assert CQE_EX_AT + CQE_EX.size <= CQE_OWNER and _CQE_WITH_EX.size == CQE_EX_AT + CQE_EX.size
 assert len(CQE_FIELDS) == len(CQE.unpack(bytes(CQE.size)))
 
 
@@ -159,6 +190,20 @@ def write_cqe(slot, wc: "WC", owner: int, solicited: bool = False) -> None:
     slot[CQE_OWNER] = owner
 
 
+def write_cqe_ex(slot, wc: "WC", owner: int, solicited: bool, stamp: int) -> None:
+    """``write_cqe`` for a CQ with the extended words: the CQE, then its
+    timestamp and tag-matching info (0 unless ``wc`` is a ``TmWC``), then
+    the owner byte."""
+    if type(wc) is TmWC:
+        tag, priv = wc.tm_tag, wc.tm_priv
+    else:
+        tag = priv = 0
+    _CQE_WITH_EX.pack_into(slot, 0, wc.wr_id, wc.byte_len, wc.imm_data, wc.qp_num, wc.src_qp, wc.vendor_err,
+                           wc.pkey_index, wc.slid, wc.status, wc.opcode, wc.wc_flags, wc.sl, wc.dlid_path_bits,
+                           1 if solicited else 0, stamp, tag, priv)
+    slot[CQE_OWNER] = owner
+
+
 def read_cqe(slot) -> WC:
     (wr_id, byte_len, imm, qp_num, src_qp, vendor_err, pkey_index, slid, status, opcode, wc_flags, sl,
      dlid_path_bits, _) = CQE.unpack_from(slot, 0)
@@ -198,3 +243,16 @@ class WC:
             op = str(self.opcode)
         return (f"WC(wr_id={self.wr_id}, status={ibv_wc_status(self.status).name}, opcode={op}, "
                 f"byte_len={self.byte_len}, qp_num={self.qp_num})")
+
+
+class TmWC(WC):
+    """A tag-matching completion: a ``WC`` with ibv_wc_tm_info's tag and
+    priv (the TMH's app_ctx), which ``write_cqe_ex`` stores."""
+
+    __slots__ = ("tm_tag", "tm_priv")
+
+    def __init__(self, wr_id: int, status: int, opcode: int, qp_num: int, byte_len: int = 0,
+                 wc_flags: int = 0, tm_tag: int = 0, tm_priv: int = 0, src_qp: int = 0):
+        super().__init__(wr_id, status, opcode, qp_num, byte_len, 0, src_qp, wc_flags)
+        self.tm_tag = tm_tag
+        self.tm_priv = tm_priv

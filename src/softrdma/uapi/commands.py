@@ -146,7 +146,8 @@ _TABLE = (
     # -- completion channels and CQs
     Command("create_comp_channel", (), ("channel",), fds_out=1),
     Command("destroy_comp_channel", (handle("channel"),), (), (_E.EBUSY,)),
-    Command("create_cq", (fds(1, "create_cq needs the ring fd"), handle("channel", optional=True), u32("cqe", 1)),
+    Command("create_cq", (fds(1, "create_cq needs the ring fd"), handle("channel", optional=True), u32("cqe", 1),
+                          u64("wc_flags", 0)),
             ("cq",)),
     Command("resize_cq", (handle("cq"), fds(1, "resize_cq needs the ring fd"), u32("cqe")), ("cqe",)),
     Command("destroy_cq", (handle("cq"),), (), (_E.EBUSY,)),
@@ -243,6 +244,13 @@ _TABLE = (
     Command("query_pd", (handle("pd"),)),
     Command("query_mr", (handle("mr"),), ("lkey", "rkey", "length")),
     Command("query_dm", (handle("dm"),), ("length",), fds_out=1),
+    # -- tag matching (ibv_create_srq_ex with IBV_SRQT_TM, ibv_post_srq_ops): sizes, then the TM caps
+    Command("create_tm_srq", (handle("pd"), fds(2, "create_tm_srq needs 2 fds"), u32("max_wr", 256),
+                              u32("max_sge", 4), u32("srq_limit", 0), handle("cq"), u32("max_num_tags"),
+                              u32("max_ops")), ("srq",)),
+    Command("post_srq_ops", (handle("srq"), u64("wr_id", 0), u32("opcode"), u32("flags", 0),
+                             u32("unexpected_cnt", 0), u32("handle", 0), u64("recv_wr_id", 0), any_("sg_list"),
+                             u64("tag", 0), u64("mask", 0)), ("handle",)),
 )
 
 #: name -> Command

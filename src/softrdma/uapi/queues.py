@@ -122,6 +122,31 @@ class CompletionQueueProducer:
         return True, False
 
 
+class ExtCompletionQueueProducer(CompletionQueueProducer):
+    """The producer of a CQ whose CQEs carry the extended words
+    (``abi.write_cqe_ex``): ``stamp()`` is read as each CQE is written --
+    the completion's timestamp (``uapi.clock``), or None for no clock."""
+
+    def __init__(self, ring: Ring, stamp=None):
+        super().__init__(ring)
+        self.stamp = stamp
+
+    def push(self, wc: abi.WC, solicited: bool = False) -> tuple[bool, bool]:
+        r = self.ring
+        if (self.head - r.consumer) & 0xFFFFFFFF >= r.nslots:
+            self.overrun = True
+            return False, False
+        stamp = self.stamp
+        abi.write_cqe_ex(r.slot(self.head), wc, r.phase(self.head), solicited, stamp() if stamp else 0)
+        self.head = (self.head + 1) & 0xFFFFFFFF
+        r.producer = self.head
+        state, _ = r.notify
+        if state == NOTIFY_NEXT or (state == NOTIFY_SOLICITED and (solicited or wc.status != 0)):
+            r.disarm()
+            return True, True
+        return True, False
+
+
 class CompletionQueueConsumer:
     def __init__(self, ring: Ring):
         self.ring = ring

@@ -101,7 +101,7 @@ class CompletionQueue(VerbsObject):
     ctx_close_rank = 1                  # a Context closes its CQs after the channels, before the PDs
 
     def __init__(self, ctx, cqe: int, cq_context=None, channel: CompChannel | None = None, comp_vector: int = 0,
-                 parent_domain=None):
+                 parent_domain=None, wc_flags: int = 0):
         max_cqe = ctx._attr.get("max_cqe", 1 << 22)
         if isinstance(cqe, float):
             # pyverbs passes cqe to ibv_create_cq's C int: Cython converts a
@@ -121,8 +121,9 @@ class CompletionQueue(VerbsObject):
         self.cqe = self.ring.nslots - 1
         self.consumer = CompletionQueueConsumer(self.ring)
         try:
+            extra = {"wc_flags": wc_flags} if wc_flags else {}   # the extended CQ's (cqex.py)
             reply, _ = ctx.conn.call(CMD.create_cq, fds=[self.ring.fd], cqe=cqe,
-                                     channel=channel.handle if channel else None)
+                                     channel=channel.handle if channel else None, **extra)
         except PyverbsRDMAError:
             free_ring(self.ring)
             raise

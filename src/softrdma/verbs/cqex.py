@@ -9,20 +9,24 @@ is (ibv_create_cq_ex(3)).  The CQEs are the same ring entries CQ.poll reads,
 unpacked once per completion; the batch is released by one consumer-index
 store at ``end_poll``.
 
-Which fields exist is chosen at creation (``wc_flags``), as in rxe: opcode,
+Which fields exist is chosen at creation (``wc_flags``): opcode,
 vendor_err and wc_flags always; byte_len, imm_data (and the invalidated
 rkey, which libibverbs reads through the same union), qp_num, src_qp,
-slid, sl and dlid_path_bits on request.  softrdma, like rxe, has no
-completion clock, VLAN, flow tag or tag matching: asking for those fails
-creation with EOPNOTSUPP, and ``Context.query_device_ex`` reports
-completion_timestamp_mask 0 and hca_core_clock 0 to match.  Reading a field
-that was not asked for is a NULL provider callback in C; here it raises
-EINVAL.
+slid, sl and dlid_path_bits on request, as in rxe; beyond rxe, the
+completion timestamp (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: the device's
+free-running counter, ``uapi.clock``, in hca_core_clock ticks), the wall
+clock (..._WALLCLOCK, ns since the epoch) and tag-matching info
+(IBV_WC_EX_WITH_TM_INFO, ``read_tm_info``), which the daemon writes into
+the CQE's extended words (``uapi.abi``) of the CQs that ask for them.  No
+VLAN or flow tag: asking for those fails creation with EOPNOTSUPP, as the
+provider refuses what it cannot report.  Reading a field that was not
+asked for is a NULL provider callback in C; here it raises EINVAL.
 """
 
 from __future__ import annotations
 
 import errno
+import time
 from os import sched_yield
 
 from ..enums import (
@@ -30,22 +34,18 @@ from ..enums import (
     IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
     IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_DLID_PATH_BITS, IBV_WC_EX_WITH_FLOW_TAG, IBV_WC_EX_WITH_IMM,
     IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_SL, IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SRC_QP,
-    IBV_WC_EX_WITH_TM_INFO, IBV_WC_STANDARD_FLAGS, IBV_WC_WITH_IMM, ibv_create_cq_wc_flags,
+    IBV_WC_EX_WITH_TM_INFO, IBV_WC_WITH_IMM, ibv_create_cq_wc_flags,
 )
-from ..uapi.abi import CQE, CQE_FIELDS
+from ..uapi import clock
+from ..uapi.abi import CQE, CQE_EX, CQE_EX_AT, CQE_FIELDS, SUPPORTED_WC_FLAGS, WC_EX_TIMESTAMP
 from .connection import IDLE_POLLS
 from .cq import CompChannel, CompletionQueue, bswap32
 from .errors import PyverbsRDMAError
 from .pd import ParentDomain
 
-#: wc_flags softrdma reports: rxe's RXE_SUP_WC_EX_FLAGS (providers/rxe/rxe.c)
-SUPPORTED_WC_FLAGS = int(IBV_WC_STANDARD_FLAGS)
 _WHY_NOT = {
-    int(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP): "no completion timestamp (completion_timestamp_mask is 0, as on rxe)",
-    int(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK): "no completion timestamp (hca_core_clock is 0, as on rxe)",
     int(IBV_WC_EX_WITH_CVLAN): "no VLAN stripping",
-    int(IBV_WC_EX_WITH_FLOW_TAG): "no flow steering",
-    int(IBV_WC_EX_WITH_TM_INFO): "no tag matching",
+    int(IBV_WC_EX_WITH_FLOW_TAG): "no flow tag in completions",
 }
 # libibverbs: comp_mask bits beyond the known ones are EINVAL; the provider
 # (ibv_cmd_create_cq_ex) takes only IBV_CQ_INIT_ATTR_MASK_FLAGS
@@ -56,6 +56,7 @@ _KNOWN_COMP_MASK = int(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)
     "wr_id", "byte_len", "imm_data", "qp_num", "src_qp", "vendor_err", "pkey_index", "slid", "status", "opcode",
     "wc_flags", "sl", "dlid_path_bits"))
 _unpack = CQE.unpack_from
+_unpack_ex = CQE_EX.unpack_from
 _ENOENT = errno.ENOENT
 
 
@@ -91,7 +92,7 @@ class PollCqAttr:
 
 
 class WcTmInfo:
-    """ibv_wc_tm_info (tag matching; softrdma has none, see CQEX.read_tm_info)."""
+    """ibv_wc_tm_info: the tag of a tag-matching completion and its priv (the TMH's app_ctx)."""
 
     def __init__(self, tag: int = 0, priv: int = 0):
         self.tag = tag
@@ -124,11 +125,12 @@ class CQEX(CompletionQueue):
             # create_cq, which refuses any flag
             raise PyverbsRDMAError(f"Failed to create extended CQ: flags 0x{int(a.flags):x} not supported",
                                    errno.EOPNOTSUPP)
-        super().__init__(ctx, a.cqe, a.cq_context, a.comp_channel, a.comp_vector, parent_domain)
+        super().__init__(ctx, a.cqe, a.cq_context, a.comp_channel, a.comp_vector, parent_domain, wc_flags)
         self.wc_flags = wc_flags
         self.status = 0
         self.wr_id = 0
         self._cur = None             # the current CQE's values (CQE_FIELDS order); None: no batch
+        self._slot = None            # its ring slot (the extended words are read from it on demand)
         self._pos = 0                # its index in the batch
 
     # ------------------------------------------------------------- iterator
@@ -147,6 +149,7 @@ class CQEX(CompletionQueue):
                 self.ctx.conn.check_alive()
             return _ENOENT
         self._cur = cur = _unpack(slot)
+        self._slot = slot
         self._pos = 0
         self.wr_id = cur[_WR_ID]
         self.status = cur[_STATUS]
@@ -162,6 +165,7 @@ class CQEX(CompletionQueue):
             return _ENOENT
         self._pos += 1
         self._cur = cur = _unpack(slot)
+        self._slot = slot
         self.wr_id = cur[_WR_ID]
         self.status = cur[_STATUS]
         return 0
@@ -172,7 +176,7 @@ class CQEX(CompletionQueue):
             raise PyverbsRDMAError("end_poll: no polling batch (start_poll returned ENOENT or was not called)",
                                    errno.EINVAL)
         self.consumer.consume(self._pos + 1)
-        self._cur = None
+        self._cur = self._slot = None
 
     # ------------------------------------------------------------- fields
     def _field(self, index: int, flag: int, name: str) -> int:
@@ -223,15 +227,35 @@ class CQEX(CompletionQueue):
     def read_dlid_path_bits(self) -> int:
         return self._field(_DLID_PATH_BITS, IBV_WC_EX_WITH_DLID_PATH_BITS, "read_dlid_path_bits")
 
+    def _ex(self, flag: int, name: str) -> tuple:
+        """The current CQE's extended words (stamp, tm tag, tm priv)."""
+        self._field(0, flag, name)
+        return _unpack_ex(self._slot, CQE_EX_AT)
+
+    def read_timestamp(self) -> int:
+        """The completion's time on the device's free-running counter
+        (hca_core_clock ticks), taken as the daemon wrote the CQE."""
+        return self._ex(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, "read_timestamp")[0]
+
+    def read_completion_wallclock_ns(self) -> int:
+        """The completion's time in ns since the epoch.  A CQ that asked
+        for both timestamps has the counter in its CQEs: it is converted
+        here through the counter's time line (CLOCK_MONOTONIC_RAW)."""
+        stamp = self._ex(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK, "read_completion_wallclock_ns")[0]
+        if self.wc_flags & WC_EX_TIMESTAMP:
+            offset = time.clock_gettime_ns(time.CLOCK_REALTIME) - time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
+            return clock.free_running_to_ns(stamp) + offset
+        return stamp
+
+    def read_tm_info(self) -> WcTmInfo:
+        """ibv_wc_read_tm_info: the matched tag and the TMH's app_ctx (0
+        on completions that matched no tag)."""
+        _, tag, priv = self._ex(IBV_WC_EX_WITH_TM_INFO, "read_tm_info")
+        return WcTmInfo(tag, priv)
+
     # fields no softrdma CQ has (creation refuses their wc_flags)
     def _absent(self, flag: int, name: str):
         raise PyverbsRDMAError(f"{name}: softrdma has {_WHY_NOT[flag]}", errno.EOPNOTSUPP)
-
-    def read_timestamp(self) -> int:
-        self._absent(int(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP), "read_timestamp")
-
-    def read_completion_wallclock_ns(self) -> int:
-        self._absent(int(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK), "read_completion_wallclock_ns")
 
     def read_cvlan(self) -> int:
         self._absent(int(IBV_WC_EX_WITH_CVLAN), "read_cvlan")
@@ -239,11 +263,8 @@ class CQEX(CompletionQueue):
     def read_flow_tag(self) -> int:
         self._absent(int(IBV_WC_EX_WITH_FLOW_TAG), "read_flow_tag")
 
-    def read_tm_info(self) -> WcTmInfo:
-        self._absent(int(IBV_WC_EX_WITH_TM_INFO), "read_tm_info")
-
     def close(self) -> None:
-        self._cur = None
+        self._cur = self._slot = None
         super().close()
 
     def __str__(self) -> str:

@@ -12,10 +12,11 @@ import sys
 import time
 import weakref
 
-from ..enums import IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TRANSPORT_IB, IBV_VALUES_MASK_RAW_CLOCK
+from ..enums import IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TM_CAP_RC, IBV_TRANSPORT_IB, IBV_VALUES_MASK_RAW_CLOCK
 from ..uapi import clock
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
+from ..uapi.limits import TM_MAX_NUM_TAGS, TM_MAX_OPS, TM_MAX_RNDV_HDR_SIZE, TM_MAX_SGE
 from ..uapi.raw import (MAX_RWQ_IND_TABLE_SIZE, MAX_RWQ_IND_TABLES, MAX_WQ_TYPE_RQ, RSS_SUPPORTED_QPTS,
                         RX_HASH_FUNCTIONS)
 from ..uapi.rundir import socket_path
@@ -371,17 +372,17 @@ class Context(VerbsObject):
     def query_device_ex(self) -> DeviceAttrEx:
         """rxe's values but ODP (the daemon's, for this process: see
         device.odp) and RSS on raw packet QPs (``uapi.raw``, Toeplitz): no
-        TSO, pacing, tag matching or CQ moderation (device memory: the
-        daemon's pool, see verbs.dm).  hca_core_clock is the free-running
-        clock's rate in kHz (uapi.clock, as mlx5 reports its core clock);
-        whether completions carry it is completion_timestamp_mask's to say
-        (cqex.py)."""
+        TSO, pacing or CQ moderation (device memory: the daemon's pool, see
+        verbs.dm).  Beyond rxe also: a completion clock (hca_core_clock in
+        kHz and completion_timestamp_mask from uapi.clock: extended CQs'
+        timestamps, see cqex.py) and tag matching on RC (tm_caps from
+        uapi.limits, see transport.tm)."""
         orig = self.query_device()
         return DeviceAttrEx({
             **vars(orig), "orig_attr": orig, "comp_mask": 0,
             "odp_caps": ODPCaps(self._attr.get("odp_caps") or {"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0,
                                                                "ud_odp_caps": 0, "xrc_odp_caps": 0}),
-            "completion_timestamp_mask": 0, "hca_core_clock": clock.hca_core_clock_khz(),
+            "completion_timestamp_mask": clock.TIMESTAMP_MASK, "hca_core_clock": clock.hca_core_clock_khz(),
             "device_cap_flags_ex": orig.device_cap_flags,
             "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
             "rss_caps": RSSCaps({"supported_qpts": RSS_SUPPORTED_QPTS,
@@ -392,7 +393,8 @@ class Context(VerbsObject):
             "packet_pacing_caps": PacketPacingCaps({"qp_rate_limit_min": 0, "qp_rate_limit_max": 0,
                                                     "supported_qpts": 0}),
             "raw_packet_caps": 0,
-            "tm_caps": TMCaps({"max_rndv_hdr_size": 0, "max_num_tags": 0, "flags": 0, "max_ops": 0, "max_sge": 0}),
+            "tm_caps": TMCaps({"max_rndv_hdr_size": TM_MAX_RNDV_HDR_SIZE, "max_num_tags": TM_MAX_NUM_TAGS,
+                               "flags": IBV_TM_CAP_RC, "max_ops": TM_MAX_OPS, "max_sge": TM_MAX_SGE}),
             "cq_mod_caps": CQModerationCaps({"max_cq_count": 0, "max_cq_period": 0}),
             "max_dm_size": MAX_DM_SIZE,
             "pci_atomic_caps": PCIAtomicCaps({"fetch_add": 0, "swap": 0, "compare_swap": 0}),

@@ -1,4 +1,7 @@
-"""Shared receive queues (pyverbs.srq): SRQ, SrqAttr, SrqInitAttr."""
+"""Shared receive queues (pyverbs.srq): SRQ, SrqAttr, SrqInitAttr; a
+tag-matching SRQ (``tm=``) and ibv_post_srq_ops (``post_srq_ops``: each
+operation is a control command -- the list lives in the device, which
+matches incoming messages against it, ``transport.tm``)."""
 
 from __future__ import annotations
 
@@ -30,15 +33,22 @@ class SRQ(PDObject):
     destroy_cmd = CMD.destroy_srq
     close_rank = 6                  # a PD closes its SRQs last (pyverbs' PD.close)
 
-    def __init__(self, pd, init_attr: SrqInitAttr):
+    def __init__(self, pd, init_attr: SrqInitAttr, tm: tuple | None = None):
+        """``tm``: (cq, max_num_tags, max_ops) for a tag-matching SRQ."""
         a = init_attr.attr
         self.pd = pd
         self.max_sge = a.max_sge
+        self.cq = tm[0] if tm is not None else None
         self.ring = alloc_ring(pd, a.max_wr, abi.recv_slot_size(a.max_sge), "softrdma-srq", RES_TYPE_SRQ)
         self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
-            reply, _ = pd.ctx.conn.call(CMD.create_srq, fds=[self.ring.fd, self.doorbell], pd=pd.handle,
-                                        max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit)
+            if tm is None:
+                reply, _ = pd.ctx.conn.call(CMD.create_srq, fds=[self.ring.fd, self.doorbell], pd=pd.handle,
+                                            max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit)
+            else:
+                reply, _ = pd.ctx.conn.call(CMD.create_tm_srq, fds=[self.ring.fd, self.doorbell], pd=pd.handle,
+                                            max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit,
+                                            cq=tm[0].handle, max_num_tags=tm[1], max_ops=tm[2])
         except PyverbsRDMAError:
             free_ring(self.ring)
             os.close(self.doorbell)
@@ -63,6 +73,26 @@ class SRQ(PDObject):
                 raise PyverbsRDMAError("Failed to post receive to SRQ: queue full", errno.ENOMEM)
             abi.encode_recv_wqe(slot, wr.wr_id, [s.as_tuple() for s in wr.sg_list])
             self.wq.commit()
+            wr = wr.next_wr
+
+    def post_srq_ops(self, wr, bad_wr=None) -> None:
+        """ibv_post_srq_ops: each operation of the chain in order; an ADD
+        gets its entry's handle (``wr.handle``).  The first refused one
+        stops the chain: 'post SRQ ops failed.' with the device's errno
+        (EINVAL: not a TM SRQ, a bad opcode or handle, too many SGEs;
+        ENOMEM: the tag list is full)."""
+        conn = self.pd.ctx.conn
+        while wr is not None:
+            sges = [s.as_tuple() for s in wr.sg_list[:wr.num_sge]]
+            try:
+                reply, _ = conn.call(CMD.post_srq_ops, srq=self.handle, wr_id=wr.wr_id, opcode=int(wr.opcode),
+                                     flags=int(wr.flags), unexpected_cnt=wr.unexpected_cnt, handle=wr.handle,
+                                     recv_wr_id=wr.recv_wr_id, sg_list=[list(g) for g in sges], tag=wr.tag,
+                                     mask=wr.mask)
+            except PyverbsRDMAError as e:
+                raise PyverbsRDMAError("post SRQ ops failed.", e.error_code) from None
+            if wr.opcode == 0:                 # IBV_WR_TAG_ADD: the handle is an output
+                wr.handle = reply["handle"]
             wr = wr.next_wr
 
     def modify(self, attr: SrqAttr, comp_mask: int) -> None:

@@ -15,7 +15,8 @@ qp           create_qp, modify_qp, query_qp, destroy_qp (raw packet QPs: raw_qp)
 raw_qp       create_rss_qp, and the raw packet QP branch of the qp commands
 wq           create_wq, modify_wq, destroy_wq, create/destroy_rwq_ind_table
 flow         create_flow, destroy_flow
-srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq
+srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq; tag
+             matching: create_tm_srq, post_srq_ops
 ah           create_ah, destroy_ah
 mcast        attach_mcast, detach_mcast
 capture      capture_start, capture_stop
@@ -131,6 +132,8 @@ HANDLERS: dict[str, Callable] = {
     "destroy_rwq_ind_table": wq.cmd_destroy_rwq_ind_table,
     "create_flow": flow.cmd_create_flow,
     "destroy_flow": flow.cmd_destroy_flow,
+    "create_tm_srq": srq.cmd_create_tm_srq,
+    "post_srq_ops": srq.cmd_post_srq_ops,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its

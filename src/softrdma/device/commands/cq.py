@@ -8,7 +8,8 @@ import errno
 from ...errors import VerbsError
 from ...uapi import abi
 from ...uapi import request as rq
-from ...uapi.queues import NOTIFY_NONE, NOTIFY_SOLICITED, CompletionQueueProducer
+from ...uapi import clock
+from ...uapi.queues import NOTIFY_NONE, NOTIFY_SOLICITED, CompletionQueueProducer, ExtCompletionQueueProducer
 from ..core import DevChannel, DevCQ
 from ..session import room_for
 from .fds import ring
@@ -42,11 +43,17 @@ def cmd_create_cq(daemon, c, m, fds):
     cqe = rq.uint(m, "cqe", rq.U32, 1)
     if not 1 <= cqe <= max_cqe:                     # rxe_cq_chk_attr
         raise VerbsError(errno.EINVAL, f"CQ of {cqe} entries (1..max_cqe, {max_cqe})")
+    wc_flags = rq.uint(m, "wc_flags", rq.U64, 0)
+    if wc_flags & ~abi.SUPPORTED_WC_FLAGS:          # the provider's create_cq_ex check
+        raise VerbsError(errno.EOPNOTSUPP, f"wc_flags 0x{wc_flags & ~abi.SUPPORTED_WC_FLAGS:x} not supported")
     r = ring(fds[0], "CQ", slot_size=abi.CQE_BYTES)
     if r.nslots > 1 << max_cqe.bit_length():        # the ring holds cqe + 1, a power of two
         r.close()
         raise VerbsError(errno.EINVAL, f"CQ ring of {r.nslots} slots for max_cqe {max_cqe}")
     cq = DevCQ(0, r, ch, c)
+    if wc_flags & abi.WC_EX_WORDS:                  # only these CQs pay for the extended words
+        cq.producer = ext_producer(r, wc_flags)
+    cq.wc_flags = wc_flags
     cq.handle = c.add("cq", cq)
     return {"cq": cq.handle}, []
 
@@ -100,13 +107,30 @@ def cmd_resize_cq(daemon, c, m, fds):
     if state != NOTIFY_NONE:                        # an armed CQ stays armed
         new.arm(state == NOTIFY_SOLICITED)
     cq.ring = new
-    cq.producer = CompletionQueueProducer(new)
+    cq.producer = (ext_producer(new, cq.wc_flags) if cq.wc_flags & abi.WC_EX_WORDS
+                   else CompletionQueueProducer(new))
     cq.overrun_reported = False
     old.close()
     return {"cqe": new.nslots - 1}, []
 
 
+def ext_producer(r, wc_flags: int) -> ExtCompletionQueueProducer:
+    """The producer of a CQ with the extended CQE words: each CQE stamped,
+    as the device writes it, with the clock the CQ asked for (abi: the
+    free-running counter when asked, else the wall clock)."""
+    if wc_flags & abi.WC_EX_TIMESTAMP:
+        stamp = clock.read_free_running
+    elif wc_flags & abi.WC_EX_WALLCLOCK:
+        stamp = clock.read_real_time_ns
+    else:
+        stamp = None
+    return ExtCompletionQueueProducer(r, stamp)
+
+
 def free_cq(daemon, c, cq) -> None:
+    for kind, o in c.objects.values():             # a TM SRQ's list operations no longer complete
+        if kind == "srq" and o.srq.tm is not None and o.srq.tm.ops_cq is cq:
+            o.srq.tm.ops_cq = None
     cq.ring.close()
 
 

@@ -21,6 +21,7 @@ from .ah import checked_av
 from .fds import eventfd, ring
 from .mcast import close_mcast_sockets
 from .raw_qp import create_raw_qp, destroy_raw_qp, free_raw_qp, modify_raw_qp
+from .srq import TmDevQP, attach_tm
 from .stat import stat_destroy_qp, stat_modify_qp
 
 
@@ -40,6 +41,9 @@ def cmd_create_qp(daemon, c, m, fds):
     qp = QP(rq.uint(m, "qp_type"), dev.alloc_qpn(), pd=pd, memory=dev.memory, send_cq=scq, recv_cq=rcq,
             cap=cap, srq=srq.srq if srq else None, sq_sig_all=bool(m.get("sq_sig_all")), caps=dev.caps,
             tx=dev.tx, events=dev.events)
+    tm_srq = srq is not None and srq.srq.tm is not None
+    if tm_srq:
+        attach_tm(qp)
     with contextlib.ExitStack() as undo:            # every step undone if a later one fails
         sq = ring(fds[0], "send queue", min_slot=abi.send_slot_size(cap.max_send_sge, cap.max_inline_data))
         undo.callback(sq.close)
@@ -49,11 +53,13 @@ def cmd_create_qp(daemon, c, m, fds):
             undo.callback(rqr.close)
         doorbell = eventfd(fds[-1], "QP")
         undo.callback(os.close, doorbell)
-        dqp = DevQP(0, qp, sq, rqr, doorbell, c, srq)
+        dqp = (TmDevQP if tm_srq else DevQP)(0, qp, sq, rqr, doorbell, c, srq)
         daemon.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dqp))
         undo.pop_all()
     dqp.handle = c.add("qp", dqp)
     dev.add_qp(dqp)
+    if tm_srq:
+        qp.local_peer = None                        # every SEND parsed by the responder (attach_tm)
     daemon.adopt_sleep(dqp.sq, dqp.rq)
     return {"qp": dqp.handle, "qp_num": qp.qp_num}, []
 

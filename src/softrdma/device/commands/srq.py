@@ -1,5 +1,8 @@
 """Shared receive queues: create (the ring and the doorbell the library
-brings), modify (the limit), resize (a new ring), query, destroy, and what freeing one undoes."""
+brings), modify (the limit), resize (a new ring), query, destroy, and what freeing one undoes.
+Tag-matching SRQs (IBV_SRQT_TM): create with the tag list's sizes and the
+CQ its list operations complete on, ibv_post_srq_ops, and the QPs on one
+(``TmDevQP``, ``attach_tm``: the SEND receive path of ``transport.tm``)."""
 
 from __future__ import annotations
 
@@ -9,17 +12,18 @@ import os
 import selectors
 
 from ...errors import VerbsError
+from ...transport import tm
 from ...transport.qp import SRQ
 from ...uapi import abi
 from ...uapi import request as rq
 from ...uapi.queues import WorkQueueConsumer
-from ..core import DevSRQ
+from ..core import DevQP, DevSRQ
 from ..wqe import decode_recv_wqe
 from ..session import room_for
 from .fds import eventfd, ring
 
 
-def cmd_create_srq(daemon, c, m, fds):
+def cmd_create_srq(daemon, c, m, fds, tm_attrs=None):
     pd = c.get(m.get("pd"), "pd")
     if len(fds) != 2:
         raise VerbsError(errno.EINVAL, "create_srq needs 2 fds")
@@ -31,6 +35,8 @@ def cmd_create_srq(daemon, c, m, fds):
     room_for(c, "srq")
     srq = SRQ(max_wr, max_sge, rq.uint(m, "srq_limit", rq.U32, 0), events=dev.events)
     srq.pd = pd
+    if tm_attrs is not None:
+        srq.tm = tm.TagMatching(*tm_attrs)
     with contextlib.ExitStack() as undo:
         r = ring(fds[0], "SRQ", min_slot=abi.recv_slot_size(max_sge))
         undo.callback(r.close)
@@ -43,6 +49,55 @@ def cmd_create_srq(daemon, c, m, fds):
     dev.srqs.append(dsrq)
     daemon.adopt_sleep(dsrq.wq)
     return {"srq": dsrq.handle}, []
+
+
+def cmd_create_tm_srq(daemon, c, m, fds):
+    """ibv_create_srq_ex with IBV_SRQT_TM: a basic SRQ (its ordinary
+    receive buffers take the unexpected and NO_TAG messages) with a tag list
+    of ``max_num_tags`` entries and the CQ its list operations complete on;
+    sizes beyond the device's tm_caps are EINVAL, as mlx5's create_srq_ex."""
+    c.get(m.get("pd"), "pd")
+    cq = c.get(m.get("cq"), "cq")
+    tags, ops = rq.uint(m, "max_num_tags"), rq.uint(m, "max_ops")
+    if not 1 <= tags <= tm.MAX_NUM_TAGS or not 1 <= ops <= tm.MAX_OPS:
+        raise VerbsError(errno.EINVAL, f"max_num_tags {tags} (1..{tm.MAX_NUM_TAGS}), max_ops {ops}"
+                                       f" (1..{tm.MAX_OPS})")
+    return cmd_create_srq(daemon, c, m, fds, (tags, ops, cq))
+
+
+def cmd_post_srq_ops(daemon, c, m, fds):
+    """ibv_post_srq_ops, one operation: ADD (the entry's handle back), DEL,
+    SYNC; a signalled one completes on the SRQ's CQ before the reply."""
+    dsrq = c.get(m.get("srq"), "srq")
+    t = dsrq.srq.tm
+    if t is None:                                   # mlx5: no command QP on a non-TM SRQ
+        raise VerbsError(errno.EINVAL, "not a tag-matching SRQ")
+    sges = m.get("sg_list") or []
+    if not isinstance(sges, list) or not all(
+            isinstance(g, list) and len(g) == 3 and all(type(v) is int and v >= 0 for v in g) for g in sges):
+        raise VerbsError(errno.EINVAL, "sg_list: a list of [addr, length, lkey]")
+    try:
+        h = t.post_op(rq.uint(m, "wr_id", rq.U64, 0), rq.uint(m, "opcode"), rq.uint(m, "flags", rq.U32, 0),
+                      rq.uint(m, "unexpected_cnt", rq.U32, 0), rq.uint(m, "handle", rq.U32, 0),
+                      rq.uint(m, "recv_wr_id", rq.U64, 0), [tuple(g) for g in sges if g[1]],
+                      rq.uint(m, "tag", rq.U64, 0), rq.uint(m, "mask", rq.U64, 0))
+    except tm.TmError as e:
+        raise VerbsError(e.errno, str(e)) from None
+    return {"handle": h}, []
+
+
+class TmDevQP(DevQP):
+    """A QP on a TM SRQ: the WQEs the device posts itself on it (rendezvous
+    READs, FINs) are not the application's, so its ring does not count them."""
+
+    def publish_sq(self) -> None:
+        sq = self.qp.sq
+        self.sq.publish(len(sq) - tm.hidden(sq) if sq else 0)
+
+
+def attach_tm(qp) -> None:
+    """A QP joins a TM SRQ (``transport.tm.attach``: RC only, EINVAL)."""
+    tm.attach(qp)
 
 
 def cmd_modify_srq(daemon, c, m, fds):
