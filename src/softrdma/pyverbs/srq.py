@@ -3,14 +3,15 @@ matching's OpsWr (pyverbs/srq.pyx).
 
 ``SRQ(pd, SrqInitAttr)`` is softrdma's basic SRQ (verbs.srq).
 ``SRQ(ctx, SrqInitAttrEx)`` is ibv_create_srq_ex: a basic SRQ on a PD is
-created as ibv_create_srq_ex creates it (through ibv_create_srq); the XRC
-and tag-matching types, which softrdma's device lacks yet, fail with
+created as ibv_create_srq_ex creates it (through ibv_create_srq); an XRC
+SRQ (IBV_SRQT_XRC) on the attributes' PD, XRC domain and CQ; the
+tag-matching type, which softrdma's device lacks yet, fails with
 EOPNOTSUPP as on rxe (no create_srq_ex op)."""
 
 import errno
 
-from ..enums import (IBV_OPS_SIGNALED, IBV_SRQ_INIT_ATTR_PD, IBV_SRQ_INIT_ATTR_TYPE, IBV_SRQT_BASIC,
-                     IBV_WR_TAG_ADD)
+from ..enums import (IBV_OPS_SIGNALED, IBV_SRQ_INIT_ATTR_CQ, IBV_SRQ_INIT_ATTR_PD, IBV_SRQ_INIT_ATTR_TYPE,
+                     IBV_SRQ_INIT_ATTR_XRCD, IBV_SRQT_BASIC, IBV_SRQT_XRC, IBV_WR_TAG_ADD)
 from ..verbs.errors import PyverbsRDMAError
 from ..verbs.srq import SRQ as _BasicSRQ
 from ..verbs.srq import SrqAttr, SrqInitAttr
@@ -41,12 +42,24 @@ class SRQ(_BasicSRQ):
         if not isinstance(attr, SrqInitAttrEx):
             super().__init__(creator, attr)
             return
+        if attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE and attr.srq_type == IBV_SRQT_XRC:
+            self._create_xrc(attr)
+            return
         basic = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE
         if attr.comp_mask & ~basic or (attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE and attr.srq_type != IBV_SRQT_BASIC):
             raise not_supported(f'Failed to create SRQ (errno is {errno})')
         if not attr.comp_mask & IBV_SRQ_INIT_ATTR_PD or attr.pd is None:
             raise PyverbsRDMAError(f'Failed to create SRQ (errno is {errno})', errno.EINVAL)
         super().__init__(attr.pd, SrqInitAttr(SrqAttr(attr.max_wr, attr.max_sge, attr.srq_limit)))
+
+    def _create_xrc(self, attr):
+        """ibv_create_srq_ex of IBV_SRQT_XRC: a PD, an XRC domain and a CQ,
+        each named in comp_mask (the kernel's create_srq: EINVAL without)."""
+        need = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ
+        if attr.comp_mask & need != need or attr.pd is None or attr.xrcd is None or attr.cq is None:
+            raise PyverbsRDMAError('Failed to create SRQ (errno is 22)', errno.EINVAL)
+        super().__init__(attr.pd, SrqInitAttr(SrqAttr(attr.max_wr, attr.max_sge, attr.srq_limit)),
+                         xrcd=attr.xrcd, cq=attr.cq)
 
 
 class OpsWr:

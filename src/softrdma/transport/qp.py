@@ -227,6 +227,7 @@ class SRQ:
     xrcd = None          # an XRC SRQ's domain (any object; compared by identity)
     pd = None
     cq = None            # an XRC SRQ's completion queue
+    host = None          # the host's own object for it (the daemon's ring end)
 
     def __init__(self, max_wr: int = 256, max_sge: int = 4, srq_limit: int = 0, events: list | None = None):
         self.max_wr = max_wr

@@ -19,6 +19,7 @@ link         links, link_add, link_set, link_delete (``rdma link``)
 restrack     resources (``rdma resource``)
 stat         stat_* (``rdma statistic``, ``softrdma top``)
 cm           cm_* (rdma_cm, ucma's ABI)
+xrcd         open_xrcd, close_xrcd, create_xrc_srq, create_xrc_qp (XRC)
 ===========  =============================================================
 
 A handler is ``cmd_<op>(daemon, client, msg, fds) -> (reply, out_fds)``:
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import ah, capture, cm, context, cq, dm, link, mcast, mr, pd, qp, restrack, srq, stat
+from . import ah, capture, cm, context, cq, dm, link, mcast, mr, pd, qp, restrack, srq, stat, xrcd
 
 
 #: the handler of every control command, by its op string (what each
@@ -113,6 +114,11 @@ HANDLERS: dict[str, Callable] = {
     "cm_migrate_id": cm.cmd_cm_migrate_id,
     "cm_join_multicast": cm.cmd_cm_join_multicast,
     "cm_leave_multicast": cm.cmd_cm_leave_multicast,
+
+    "open_xrcd": xrcd.cmd_open_xrcd,
+    "close_xrcd": xrcd.cmd_close_xrcd,
+    "create_xrc_srq": xrcd.cmd_create_xrc_srq,
+    "create_xrc_qp": xrcd.cmd_create_xrc_qp,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its
@@ -127,4 +133,5 @@ FREE: dict[str, Callable] = {
     "channel": cq.free_channel,
     "capture": capture.free_capture,
     "cm_id": cm.free_cm_id,
+    "xrcd": xrcd.free_xrcd,
 }

@@ -55,6 +55,8 @@ def cmd_destroy_cq(daemon, c, m, fds):
     cq = c.get(m.get("cq"), "cq")
     if any(o[0] == "qp" and cq in (o[1].qp.send_cq, o[1].qp.recv_cq) for o in c.objects.values()):
         raise VerbsError(errno.EBUSY, "CQ still used by a QP")
+    if any(o[0] == "srq" and o[1].srq.cq is cq for o in c.objects.values()):
+        raise VerbsError(errno.EBUSY, "CQ still used by an XRC SRQ")
     free_cq(daemon, c, cq)
     del c.objects[m["cq"]]
     return {}, []

@@ -96,6 +96,8 @@ def free_qp(daemon, c, dqp) -> None:
     close_mcast_sockets(daemon, dev.mcast.detach_all(dqp.qp))
     stat_destroy_qp(daemon, dev, dqp)
     dev.remove_qp(dqp)
+    if dqp.doorbell is None:                        # an XRC TGT QP: no rings, no doorbell
+        return
     try:
         daemon.sel.unregister(dqp.doorbell)
     except (KeyError, ValueError):
