@@ -31,11 +31,11 @@ def test_a_handler_for_every_command_of_the_table():
 def test_which_commands_need_an_open_device():
     nodev = {op for op, cmd in COMMANDS.items() if not cmd.device}
     assert nodev == NO_DEVICE | {op for op in COMMANDS if op.startswith("cm_")}
-    assert len(COMMANDS) == 64
+    assert len(COMMANDS) == 68                  # 64 + the four XRC commands
 
 
 def test_freeing_covers_every_kind_that_holds_something():
-    assert set(FREE) == {"qp", "srq", "cq", "mr", "mw", "dm", "channel", "capture", "cm_id"}
+    assert set(FREE) == {"qp", "srq", "cq", "mr", "mw", "dm", "channel", "capture", "cm_id", "xrcd"}
 
 
 class _Client:

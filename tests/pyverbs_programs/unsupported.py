@@ -18,7 +18,6 @@ from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.spec import EthSpec
 from pyverbs.srq import SRQ, SrqInitAttrEx
 from pyverbs.wq import RwqIndTable, RwqIndTableInitAttr, WQ, WQInitAttr
-from pyverbs.xrcd import XRCD, XRCDInitAttr
 
 
 def expect_eopnotsupp(what, msg, make):
@@ -37,9 +36,6 @@ with d.Context(name=name) as ctx:
     pd = PD(ctx)
     cq = CQ(ctx, 16)
     qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
-    expect_eopnotsupp("XRCD", "Failed to allocate XRCD",
-                      lambda: XRCD(ctx, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS,
-                                                     0o100, -1)))
     expect_eopnotsupp("WQ", "Failed to create WQ", lambda: WQ(ctx, WQInitAttr(wq_pd=pd, wq_cq=cq)))
     expect_eopnotsupp("RwqIndTable", "Failed to create RwqIndTable",
                       lambda: RwqIndTable(ctx, RwqIndTableInitAttr(log_ind_tbl_size=1, wqs_list=[])))
