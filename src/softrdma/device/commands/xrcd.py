@@ -7,8 +7,10 @@ process, that opens it with the same inode, as ib_uverbs_open_xrcd finds
 it in the device's inode table: the library passes the file's fd, the
 daemon keys the domain by (st_dev, st_ino).  No domain for the inode
 without O_CREAT is EAGAIN, one with O_EXCL is EINVAL; without an fd the
-domain is the context's own.  Each open is a handle; the domain lives while
-any handle does (``DevXRCD.opens``).
+domain is the context's own.  Each open is a handle (``XrcdOpen``); the
+domain lives while any handle does (``DevXRCD.opens``), and a handle with
+SRQs or QPs made through it cannot be closed (EBUSY, the uobject's use
+count).
 
 An XRC SRQ has its number (what an XRCETH names: ``Device.xrc_srqs``), its
 domain, its PD and its CQ.  An XRC INI QP is a send queue on a PD with a
@@ -48,6 +50,16 @@ class DevXRCD:
 
     def __repr__(self) -> str:
         return f"DevXRCD(key={self.key}, opens={self.opens})"
+
+
+class XrcdOpen:
+    """One open of a domain: a client's "xrcd" object; the SRQs and QPs made
+    through it name it as ``xrcd_open``."""
+
+    __slots__ = ("domain",)
+
+    def __init__(self, domain: DevXRCD):
+        self.domain = domain
 
 
 class _NoQueue:
@@ -124,20 +136,21 @@ def cmd_open_xrcd(daemon, c, m, fds):
         if key is not None:
             dev.xrcds[key] = xrcd
     xrcd.opens += 1
-    return {"xrcd": c.add("xrcd", xrcd)}, []
+    return {"xrcd": c.add("xrcd", XrcdOpen(xrcd))}, []
 
 
 def cmd_close_xrcd(daemon, c, m, fds):
-    xrcd = c.get(m.get("xrcd"), "xrcd")
-    for kind, obj in c.objects.values():        # ib_uverbs_dealloc_xrcd: still used by this context
-        if (kind == "srq" and obj.srq.xrcd is xrcd) or (kind == "qp" and obj.qp.xrcd is xrcd):
+    xopen = c.get(m.get("xrcd"), "xrcd")
+    for kind, obj in c.objects.values():        # uverbs_free_xrcd: objects made through this handle
+        if kind in ("srq", "qp") and getattr(obj, "xrcd_open", None) is xopen:
             raise VerbsError(errno.EBUSY, "XRC domain still used by an SRQ or a QP")
-    free_xrcd(daemon, c, xrcd)
+    free_xrcd(daemon, c, xopen)
     del c.objects[m["xrcd"]]
     return {}, []
 
 
-def free_xrcd(daemon, c, xrcd) -> None:
+def free_xrcd(daemon, c, xopen) -> None:
+    xrcd = xopen.domain
     xrcd.opens -= 1
     if xrcd.opens == 0 and xrcd.key is not None:
         c.device.xrcds.pop(xrcd.key, None)
@@ -153,7 +166,7 @@ def _alloc_srqn(dev) -> int:
 
 def cmd_create_xrc_srq(daemon, c, m, fds):
     """ibv_create_srq_ex with IBV_SRQT_XRC: on a domain, a PD and a CQ."""
-    xrcd = c.get(m.get("xrcd"), "xrcd")
+    xopen = c.get(m.get("xrcd"), "xrcd")
     pd = c.get(m.get("pd"), "pd")
     cq = c.get(m.get("cq"), "cq")
     if len(fds) != 2:
@@ -165,7 +178,7 @@ def cmd_create_xrc_srq(daemon, c, m, fds):
                                        f" (at most {dev.caps.max_sge})")
     room_for(c, "srq")
     srq = SRQ(max_wr, max_sge, rq.uint(m, "srq_limit", rq.U32, 0), events=dev.events)
-    srq.pd, srq.xrcd, srq.cq = pd, xrcd, cq
+    srq.pd, srq.xrcd, srq.cq = pd, xopen.domain, cq
     with contextlib.ExitStack() as undo:
         r = ring(fds[0], "SRQ", min_slot=abi.recv_slot_size(max_sge))
         undo.callback(r.close)
@@ -175,6 +188,7 @@ def cmd_create_xrc_srq(daemon, c, m, fds):
         daemon.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dsrq))
         undo.pop_all()
     srq.host = dsrq
+    dsrq.xrcd_open = xopen
     srq.srq_num = _alloc_srqn(dev)
     dsrq.handle = c.add("srq", dsrq)
     dev.srqs.append(dsrq)
@@ -219,14 +233,15 @@ def cmd_create_xrc_qp(daemon, c, m, fds):
             daemon.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dqp))
             undo.pop_all()
     elif qp_type == XRC_TGT:
-        xrcd = c.get(m.get("xrcd"), "xrcd")
+        xopen = c.get(m.get("xrcd"), "xrcd")
         if fds:
             raise VerbsError(errno.EINVAL, "an XRC TGT QP has no queues")
         room_for(c, "qp")
         qp = QP(XRC_TGT, dev.alloc_qpn(), pd=None, memory=dev.memory, send_cq=None, recv_cq=None,
-                cap=QPCap(0, 0, 0, 0, 0), caps=dev.caps, tx=dev.tx, events=dev.events, xrcd=xrcd,
+                cap=QPCap(0, 0, 0, 0, 0), caps=dev.caps, tx=dev.tx, events=dev.events, xrcd=xopen.domain,
                 xrc_srqs=dev.xrc_srqs)
         dqp = DevTgtQP(qp, c)
+        dqp.xrcd_open = xopen
     else:
         raise VerbsError(errno.EINVAL, f"qp_type {qp_type} is not an XRC QP type")
     dqp.handle = c.add("qp", dqp)
@@ -237,4 +252,4 @@ def cmd_create_xrc_qp(daemon, c, m, fds):
 
 
 __all__ = ["cmd_open_xrcd", "cmd_close_xrcd", "cmd_create_xrc_srq", "cmd_create_xrc_qp", "free_xrcd",
-           "forget_xrc_srq", "DevXRCD", "DevTgtQP"]
+           "forget_xrc_srq", "DevXRCD", "XrcdOpen", "DevTgtQP"]
