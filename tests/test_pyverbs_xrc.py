@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from daemon_helpers import default_daemon_in_shm, poll_wcs
+from daemon_helpers import default_daemon_in_shm, poll_wcs, resources
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.addr import AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQ
@@ -132,7 +132,7 @@ def test_two_processes_share_an_xrcd_through_a_file(ctx, daemon, tmp_path):
     os.close(fd)
 
 
-def test_rdma_atomics_and_qpex_through_a_tgt_qp(ctx):
+def test_rdma_atomics_and_qpex_through_a_tgt_qp(ctx, daemon):
     """A private domain (fd -1): WRITE, READ and FETCH_ADD reach the SRQ's
     PD's memory through the TGT QP; QPEx's wr_set_xrc_srqn names the SRQ of
     a send with immediate."""
@@ -172,6 +172,9 @@ def test_rdma_atomics_and_qpex_through_a_tgt_qp(ctx):
     assert (recv.wr_id, recv.status, recv.qp_num, recv.byte_len, recv.wc_flags & e.IBV_WC_WITH_IMM) == \
         (9, e.IBV_WC_SUCCESS, tgt.qp_num, 16, e.IBV_WC_WITH_IMM)
     assert dst.read(16) == b"w" * 16
+    qps = {r["lqpn"]: r for r in resources(daemon.run_dir) if r["kind"] == "qp"}
+    assert (qps[ini.qp_num]["type"], qps[tgt.qp_num]["type"]) == (e.IBV_QPT_XRC_SEND, e.IBV_QPT_XRC_RECV)
+    assert qps[tgt.qp_num]["state"] == e.IBV_QPS_RTS
     xrcd.close()
     assert tgt.closed and srq.closed
 

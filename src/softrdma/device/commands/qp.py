@@ -18,6 +18,7 @@ from .ah import checked_av
 from .fds import eventfd, ring
 from .mcast import close_mcast_sockets
 from .stat import stat_destroy_qp, stat_modify_qp
+from .xrcd import XRC_INI, XRC_TGT
 
 
 def cmd_create_qp(daemon, c, m, fds):
@@ -31,6 +32,8 @@ def cmd_create_qp(daemon, c, m, fds):
         raise VerbsError(errno.EINVAL, f"create_qp needs {need} fds")
     room_for(c, "qp")
     cap = QPCap(**rq.fields(rq.obj(m, "cap", {}), rq.QP_CAP, "cap"))
+    if rq.uint(m, "qp_type") in (XRC_INI, XRC_TGT):
+        raise VerbsError(errno.EINVAL, "XRC QPs are made with create_xrc_qp (no receive queue, or on a domain)")
     qp = QP(rq.uint(m, "qp_type"), dev.alloc_qpn(), pd=pd, memory=dev.memory, send_cq=scq, recv_cq=rcq,
             cap=cap, srq=srq.srq if srq else None, sq_sig_all=bool(m.get("sq_sig_all")), caps=dev.caps,
             tx=dev.tx, events=dev.events)
