@@ -236,3 +236,23 @@ def test_rnr_when_the_named_srq_is_empty_then_retry():
     x.pump()
     (wc,) = x.srq_cq.poll(100)
     assert wc.wr_id == 3 and wc.status == IBV_WC_SUCCESS
+
+
+def test_foreign_srq_after_a_sequence_nak_is_still_invalid():
+    """The in-sequence packet after a PSN-sequence NAK names an SRQ of another
+    domain: NAK invalid request -- never a receive WQE of the SRQ the last
+    message used."""
+    from softrdma.wire import build
+    x = Xrc()
+    x.srq.post_recv(RecvWQE(1, [(x.dst.addr, 64, x.dst.lkey)]))
+    x.srq.post_recv(RecvWQE(2, [(x.dst.addr, 64, x.dst.lkey)]))
+    x.send(IBV_WR_SEND, 8)
+    x.pump()
+    assert [w.wr_id for w in x.srq_cq.poll(4)] == [1]
+    epsn = x.tgt.resp_psn
+    x.tgt.receive(build(Opcode.XRC_SEND_ONLY, TGT_QPN, (epsn + 3) & 0xFFFFFF, b"late", xrceth=7, ackreq=True), 0.0)
+    x.tgt.receive(build(Opcode.XRC_SEND_ONLY, TGT_QPN, epsn, b"evil", xrceth=8, ackreq=True), 0.0)
+    naks = [parse(bytes(b)).aeth.syndrome for _, b, _ in x.tgt.tx]
+    assert naks == [0x60, AETH_NAK_INVALID_REQ]              # sequence NAK, then invalid request
+    assert x.tgt.state == IBV_QPS_ERR
+    assert [w.wr_id for w in x.srq.rq] == [2] and not x.srq_cq.poll(4)

@@ -264,7 +264,7 @@ def receive_xrc(qp, pkt, info, now: float, grh) -> None:
     srq = qp.xrc_srqs.get(w & XRCETH_SRQN_MASK)
     if srq is None or srq.xrcd is not qp.xrcd:
         psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
-        if psn == qp.resp_psn and not qp.sent_psn_nak:
+        if psn == qp.resp_psn:
             # in sequence: an SRQ of another domain (or none) is an invalid
             # request, as on mlx5; out of sequence, RC's PSN rules answer
             _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
