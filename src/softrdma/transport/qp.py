@@ -68,6 +68,7 @@ XRC_INI, XRC_TGT = int(T.IBV_QPT_XRC_SEND), int(T.IBV_QPT_XRC_RECV)
 RCVD_PKTS = C.rcvd_pkts
 # the opcodes a WR may have, per QP type (uapi.wr); RC carries every one softrdma has
 _VALID_OPS = {t: valid_opcodes(t) for t in (RC, UC, UD, XRC_INI)}
+_VALID_OPS[XRC_TGT] = frozenset()                # a TGT QP has no send queue
 
 
 
@@ -289,6 +290,8 @@ class QP:
         # lookup); pd, srq and recv_cq follow the SRQ of the message received
         self.xrcd = xrcd
         self.xrc_srqs = xrc_srqs
+        # post_recv's test: an SRQ, or XRC (whose receive WQEs are an XRC SRQ's)
+        self.own_rq = srq is None and qp_type not in (XRC_INI, XRC_TGT)
         self.qp_type = qp_type
         self.qp_num = qp_num
         self.pd = pd
@@ -519,8 +522,6 @@ class QP:
             self.now = now
         if self.state == RESET:
             raise einval("post_send on a QP in RESET")
-        if self.qp_type == XRC_TGT:
-            raise einval("an XRC TGT QP has no send queue")
         if len(self.sq) >= self.cap.max_send_wr:
             raise enomem("send queue full")
         if wqe.inline_data is None and len(wqe.sg_list) > self.cap.max_send_sge:
@@ -549,7 +550,7 @@ class QP:
             requester.run(self, self.now)
 
     def post_recv(self, wqe: RecvWQE) -> None:
-        if self.srq is not None or self.opclass == IB_OPCODE_XRC:
+        if not self.own_rq:
             raise einval("QP uses an SRQ; post to the SRQ")
         if self.state == RESET:
             raise einval("post_recv on a QP in RESET")
