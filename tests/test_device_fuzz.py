@@ -13,7 +13,8 @@ import pytest
 from daemon_helpers import daemon_in_shm
 from softrdma import wire
 from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_WC_SUCCESS, IBV_WR_SEND
-from softrdma.verbs import addr, cq, device, mr, pd, qp, wr
+from softrdma.enums import IBV_QP_INIT_ATTR_XRCD, IBV_QPT_XRC_RECV, IBV_XRCD_INIT_ATTR_FD, IBV_XRCD_INIT_ATTR_OFLAGS
+from softrdma.verbs import addr, cq, device, mr, pd, qp, srq as srq_mod, wr, xrcd as xrcd_mod
 from softrdma.wire.icrc import ICRC, Ipv4Flow
 from softrdma.wire.opcodes import OPCODE_TABLE
 
@@ -50,9 +51,14 @@ def test_random_and_mutated_datagrams_never_crash_or_write_memory(daemon):
     ua = qp.QPAttr()
     ua.qkey = 0x1234
     ud = qp.QP(p, qp.QPInitAttr(IBV_QPT_UD, scq=c, rcq=c, cap=qp.QPCap(8, 8)), ua)
+    # an XRC TGT QP and an XRC SRQ of its domain (on the victim's PD): XRC requests name it or not
+    xd = xrcd_mod.XRCD(ctx, xrcd_mod.XRCDInitAttr(IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, 0, -1))
+    xsrq = srq_mod.SRQ(p, srq_mod.SrqInitAttr(srq_mod.SrqAttr(8, 1)), xrcd=xd, cq=c)
+    tgt = qp.QP(ctx, qp.QPInitAttrEx(qp_type=IBV_QPT_XRC_RECV, comp_mask=IBV_QP_INIT_ATTR_XRCD, xrcd=xd))
+    tgt.to_rts(a)
     link = device.management().call("links")[0]["links"][0]
     ip, port = link["udp"][0]
-    qpns = [rc.qp_num, ud.qp_num]
+    qpns = [rc.qp_num, ud.qp_num, tgt.qp_num]
 
     rng = random.Random(42)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -84,6 +90,8 @@ def test_random_and_mutated_datagrams_never_crash_or_write_memory(daemon):
                 kw["imm"] = rng.getrandbits(32)
             if info.ieth >= 0:
                 kw["ieth"] = rng.getrandbits(32)
+            if info.xrceth >= 0:
+                kw["xrceth"] = rng.choice([xsrq.get_srq_num(), rng.getrandbits(24)])
             payload = rng.randbytes(rng.randrange(0, 1100)) if info.has_payload else b""
             pkt = wire.build(op, rng.choice(qpns + [rng.getrandbits(24)]), rng.getrandbits(24), payload, **kw)
             if kind < 0.7:                                           # valid ICRC, fields random

@@ -638,13 +638,15 @@ def test_ud_wr_needs_an_address(ctx):
     ah = AH(pd, attr=AHAttr(gr=GlobalRoute(dgid=ctx.query_gid(1, IPV4_GID), sgid_index=IPV4_GID), is_global=1,
                             port_num=1))
     assert _failed_batch(rc, lambda: (rc.wr_send(), rc.wr_set_ud_addr(ah, 1, 1))) == errno.EINVAL
+    # the XRC SRQ of a send is for an XRC INI QP only
+    assert _failed_batch(rc, lambda: (rc.wr_send(), rc.wr_set_xrc_srqn(1))) == errno.EINVAL
 
 
 def test_unsupported_operations_are_eopnotsupp(ctx):
     pd = PD(ctx)
     cq = cqex(ctx)
     q = qpex(ctx, pd, cq)
-    for call, args in ((q.wr_set_xrc_srqn, (0,)), (q.wr_send_tso, (0, 0, 0)), (q.wr_atomic_write, (0, 0, b"")),
+    for call, args in ((q.wr_send_tso, (0, 0, 0)), (q.wr_atomic_write, (0, 0, b"")),
                        (q.wr_flush, (0, 0, 0, 0, 0))):
         assert errno_of(call, *args) == errno.EOPNOTSUPP
         q.wr_start()
@@ -671,7 +673,9 @@ def test_qp_ex_creation_checks(ctx):
     assert errno_of(create, e.IBV_QPT_UD, e.IBV_QP_EX_WITH_RDMA_WRITE) == errno.EOPNOTSUPP
     assert errno_of(create, e.IBV_QPT_UC, e.IBV_QP_EX_WITH_RDMA_READ) == errno.EOPNOTSUPP
     assert errno_of(create, e.IBV_QPT_RC, e.IBV_QP_EX_WITH_TSO) == errno.EOPNOTSUPP
-    assert errno_of(create, e.IBV_QPT_XRC_SEND) == errno.EOPNOTSUPP
+    assert create(e.IBV_QPT_XRC_SEND).qp_type == e.IBV_QPT_XRC_SEND      # an XRC INI QP: a PD and a send CQ
+    assert errno_of(create, e.IBV_QPT_XRC_SEND, e.IBV_QP_EX_WITH_TSO) == errno.EOPNOTSUPP
+    assert errno_of(create, e.IBV_QPT_XRC_RECV) == errno.EINVAL            # a TGT QP is made on an XRCD
     assert errno_of(create, mask=EX_MASK | e.IBV_QP_INIT_ATTR_XRCD) == errno.EOPNOTSUPP
     assert errno_of(create, mask=EX_MASK | e.IBV_QP_INIT_ATTR_CREATE_FLAGS,
                     create_flags=e.IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) == errno.EOPNOTSUPP

@@ -412,8 +412,10 @@ def test_every_opcode_is_captured_decoded_with_the_transports_psns(daemon, tshar
     ud_rows = [r for r in rows if int(r["infiniband.bth.destqp"], 16) == ud["f"]]
     assert [(_row(r)[0], _row(r)[2], r[ip + ".src"], r[ip + ".dst"], int(r["infiniband.deth.srcqp"], 16))
             for r in ud_rows] == [(0x64, ud["psn_e"], lo, lo, ud["e"]), (0x65, ud["psn_e"] + 1, lo, lo, ud["e"])]
-    # every opcode softrdma's transports send is there (CNPs are never sent)
-    assert {op for op, _, _ in got} == {i.opcode for i in OPCODE_TABLE if i is not None and i.opcode != Opcode.CNP}
+    # every RC/UC/UD opcode softrdma's transports send is there (CNPs are never sent; the
+    # traffic here has no XRC QPs -- their opcodes' layout is test_wire_tshark's)
+    assert {op for op, _, _ in got} == {i.opcode for i in OPCODE_TABLE
+                                        if i is not None and i.opcode != Opcode.CNP and i.opcode < 0xA0}
     assert all(r["kind"] != "capture" for r in daemon.resources())           # closed with the tool
 
 

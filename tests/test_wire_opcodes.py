@@ -57,15 +57,39 @@ EXPECTED = {
     0x65: ("UD_SEND_ONLY_WITH_IMMEDIATE", {"deth": 12, "immdt": 20}, 24, True),
     # --- RoCEv2 CNP: BTH + 16 reserved bytes ---------------------------------
     0x81: ("CNP", {}, 28, False),
+    # --- XRC (IBA 9.8): requests carry the 4-byte XRCETH after the BTH --------
+    0xA0: ("XRC_SEND_FIRST", {"xrceth": 12}, 16, True),
+    0xA1: ("XRC_SEND_MIDDLE", {"xrceth": 12}, 16, True),
+    0xA2: ("XRC_SEND_LAST", {"xrceth": 12}, 16, True),
+    0xA3: ("XRC_SEND_LAST_WITH_IMMEDIATE", {"xrceth": 12, "immdt": 16}, 20, True),
+    0xA4: ("XRC_SEND_ONLY", {"xrceth": 12}, 16, True),
+    0xA5: ("XRC_SEND_ONLY_WITH_IMMEDIATE", {"xrceth": 12, "immdt": 16}, 20, True),
+    0xA6: ("XRC_RDMA_WRITE_FIRST", {"xrceth": 12, "reth": 16}, 32, True),
+    0xA7: ("XRC_RDMA_WRITE_MIDDLE", {"xrceth": 12}, 16, True),
+    0xA8: ("XRC_RDMA_WRITE_LAST", {"xrceth": 12}, 16, True),
+    0xA9: ("XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", {"xrceth": 12, "immdt": 16}, 20, True),
+    0xAA: ("XRC_RDMA_WRITE_ONLY", {"xrceth": 12, "reth": 16}, 32, True),
+    0xAB: ("XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", {"xrceth": 12, "reth": 16, "immdt": 32}, 36, True),
+    0xAC: ("XRC_RDMA_READ_REQUEST", {"xrceth": 12, "reth": 16}, 32, False),
+    0xAD: ("XRC_RDMA_READ_RESPONSE_FIRST", {"aeth": 12}, 16, True),
+    0xAE: ("XRC_RDMA_READ_RESPONSE_MIDDLE", {}, 12, True),
+    0xAF: ("XRC_RDMA_READ_RESPONSE_LAST", {"aeth": 12}, 16, True),
+    0xB0: ("XRC_RDMA_READ_RESPONSE_ONLY", {"aeth": 12}, 16, True),
+    0xB1: ("XRC_ACKNOWLEDGE", {"aeth": 12}, 16, False),
+    0xB2: ("XRC_ATOMIC_ACKNOWLEDGE", {"aeth": 12, "atmack": 16}, 24, False),
+    0xB3: ("XRC_COMPARE_SWAP", {"xrceth": 12, "atmeth": 16}, 44, False),
+    0xB4: ("XRC_FETCH_ADD", {"xrceth": 12, "atmeth": 16}, 44, False),
+    0xB6: ("XRC_SEND_LAST_WITH_INVALIDATE", {"xrceth": 12, "ieth": 16}, 20, True),
+    0xB7: ("XRC_SEND_ONLY_WITH_INVALIDATE", {"xrceth": 12, "ieth": 16}, 20, True),
 }
 
-HEADERS = ("deth", "reth", "atmeth", "aeth", "atmack", "immdt", "ieth")
-HEADER_BYTES = {"deth": 8, "reth": 16, "atmeth": 28, "aeth": 4, "atmack": 8, "immdt": 4, "ieth": 4}
+HEADERS = ("deth", "xrceth", "reth", "atmeth", "aeth", "atmack", "immdt", "ieth")
+HEADER_BYTES = {"deth": 8, "xrceth": 4, "reth": 16, "atmeth": 28, "aeth": 4, "atmack": 8, "immdt": 4, "ieth": 4}
 
 
 def test_expected_table_is_complete():
-    # 21 RC (0x00-0x14) + 2 RC invalidate + 12 UC + 2 UD + CNP
-    assert len(EXPECTED) == 38
+    # 21 RC (0x00-0x14) + 2 RC invalidate + 12 UC + 2 UD + CNP + 23 XRC
+    assert len(EXPECTED) == 61
     assert sorted(EXPECTED) == sorted(int(op) for op in Opcode)
     assert len(OPCODE_TABLE) == 256
 
@@ -176,6 +200,7 @@ def test_meaning_bits(code):
     assert bool(m & O.IMMDT_MASK) == ("WITH_IMMEDIATE" in kind) == (info.immdt >= 0)
     assert bool(m & O.IETH_MASK) == ("WITH_INVALIDATE" in kind) == (info.ieth >= 0)
     assert bool(m & O.UD_MASK) == (info.transport == O.IB_OPCODE_UD) == (info.deth >= 0)
+    assert bool(m & O.XRCETH_MASK) == (info.transport == O.IB_OPCODE_XRC and not is_resp) == (info.xrceth >= 0)
 
 
 # rxe_opcode.c: which opcodes consume a receive WQE (RXE_RWR_MASK) and which
@@ -203,6 +228,7 @@ def test_op_constants_and_opcode_for():
         assert Opcode["RC_" + kind] == low5
         assert O.opcode_for(O.IB_OPCODE_RC, low5) == low5
         uc = O.opcode_for(O.IB_OPCODE_UC, low5)
+        assert OPCODE_TABLE[O.opcode_for(O.IB_OPCODE_XRC, low5)].name == "XRC_" + kind
         if low5 <= O.OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE:
             assert OPCODE_TABLE[uc].name == "UC_" + kind
         else:
@@ -245,4 +271,5 @@ def test_scapy_opcode_numbers_and_names():
     # everything softrdma has is in scapy, except the two RC invalidate sends
     # scapy's table predates
     missing = {int(op) for op in Opcode} - set(scapy_ops)
+    missing -= {int(op) for op in Opcode if op.name.startswith("XRC_")}     # scapy has no XRC
     assert missing <= {Opcode.RC_SEND_LAST_WITH_INVALIDATE, Opcode.RC_SEND_ONLY_WITH_INVALIDATE}

@@ -19,7 +19,7 @@ PAYLOAD_OPS = [info for info in ALL_OPS if info.has_payload]
 
 # OpInfo attribute -> (build() keyword, Packet attribute)
 HDR_KW = {"reth": "reth", "aeth": "aeth", "atmeth": "atmeth", "atmack": "atmack",
-          "deth": "deth", "immdt": "imm", "ieth": "ieth"}
+          "deth": "deth", "immdt": "imm", "ieth": "ieth", "xrceth": "xrceth"}
 
 PROPS = settings(max_examples=300, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow])
@@ -42,6 +42,8 @@ def sample_headers(info, i: int = 0) -> dict:
         kw["imm"] = 0x12345678 + i
     if info.ieth >= 0:
         kw["ieth"] = 0x00BEEF01 + i
+    if info.xrceth >= 0:
+        kw["xrceth"] = 0x000A5A + i
     return kw
 
 
@@ -79,6 +81,8 @@ def assert_layout(buf, info, *, dqpn, psn, payload, ackreq=False, se=False, mig=
         assert be(buf, info.immdt, 4) == hdrs["imm"]
     if "ieth" in hdrs:
         assert be(buf, info.ieth, 4) == hdrs["ieth"]
+    if "xrceth" in hdrs:
+        assert (buf[info.xrceth], be(buf, info.xrceth + 1, 3)) == (0, hdrs["xrceth"])
     assert bytes(buf[info.length:info.length + len(payload)]) == bytes(payload)
     assert bytes(buf[info.length + len(payload):]) == bytes(pad)
 
@@ -314,6 +318,8 @@ def packets(draw, ops=DATA_OPS, max_payload=96):
         hdrs["imm"] = draw(U32)
     if info.ieth >= 0:
         hdrs["ieth"] = draw(U32)
+    if info.xrceth >= 0:
+        hdrs["xrceth"] = draw(st.integers(0, 0xFFFFFF))
     payload = draw(st.binary(max_size=max_payload)) if info.has_payload else b""
     fields = dict(dqpn=draw(U24), psn=draw(U24), payload=payload, ackreq=draw(st.booleans()),
                   se=draw(st.booleans()), mig=draw(st.booleans()), pkey=draw(st.integers(0, 0xFFFF)),

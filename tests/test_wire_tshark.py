@@ -1,6 +1,11 @@
 """Wireshark as an independent decoder: a pcap written by softrdma.wire.pcap
-with one packet of every RC/UC/UD opcode plus a CNP (over IPv4 and IPv6) must
-decode in tshark to exactly the fields that were built.
+with one packet of every RC/UC/UD/XRC opcode plus a CNP (over IPv4 and IPv6)
+must decode in tshark to exactly the fields that were built.
+
+tshark 4.0 names the XRC opcodes (0xA0-0xB7) but dissects no header after
+their BTH: it shows the rest raw, so an XRC packet's check is the BTH fields
+plus the raw bytes -- the XRCETH (the SRQ number, big-endian) first in a
+request, then the RC headers in their order.
 
 tshark (4.0) field display formats, hence the per-field parsers below:
 bth.opcode/psn/padcnt/tver/p_key, aeth.syndrome/msn, atomiceth.swapdt/cmpdt,
@@ -22,7 +27,7 @@ import pytest
 from softrdma import wire
 from softrdma.wire import Opcode, build, build_cnp, icrc, pad_count
 from softrdma.wire.icrc import ICRC, ipv4_header, ipv6_header, udp_header
-from softrdma.wire.opcodes import OPCODE_TABLE
+from softrdma.wire.opcodes import IB_OPCODE_XRC, OPCODE_TABLE
 from softrdma.wire.pcap import (
     ETH_P_IP, ETH_P_IPV6, LINKTYPE_ETHERNET, PCAP_MAGIC_NSEC, PcapWriter, ethernet, roce_frame,
 )
@@ -129,6 +134,8 @@ def _packets():
             f["imm"] = 0xDEADBE00 + i
         if info.ieth >= 0:
             f["ieth"] = 0xCAFE0000 + i
+        if info.xrceth >= 0:
+            f["xrceth"] = 0x00F000 + 0x0203 * i
         ib = build(info.opcode, f["dqpn"], f["psn"], f["payload"],
                    **{k: v for k, v in f.items() if k not in ("dqpn", "psn", "payload")})
         out.append((info, ib, f))
@@ -186,7 +193,7 @@ def decoded(tshark, tmp_path_factory):
             w.write(fr[-1], ts_ns=1_700_000_000_000_000_000 + 1000 * k)
         w.flush()
     rows = _run_tshark(tshark, path)
-    assert len(rows) == len(frames) == 2 * 38
+    assert len(rows) == len(frames) == 2 * 61
     assert [r["frame.number"] for r in rows] == list(range(1, len(frames) + 1))
     return list(zip(frames, rows))
 
@@ -194,7 +201,7 @@ def decoded(tshark, tmp_path_factory):
 def test_every_opcode_is_covered():
     codes = {info.opcode for info, _, _ in _packets()}
     assert codes == {i.opcode for i in OPCODE_TABLE if i is not None}
-    assert len(codes) == 38
+    assert len(codes) == 61                # 38 RC/UC/UD/CNP + 23 XRC
 
 
 def test_tshark_decodes_every_field(decoded):
@@ -216,6 +223,15 @@ def test_tshark_decodes_every_field(decoded):
         assert row["infiniband.bth.tver"] == 0, where
         assert row["infiniband.bth.p_key"] == f["pkey"], where
         assert row["infiniband.reserved"] == bytes([0x40 if f.get("becn") else 0]), where
+        ip_len = 20 if family == "ipv4" else 40
+        wire_icrc = frame[14 + ip_len + 8 + len(ib):]
+        if info.transport == IB_OPCODE_XRC:
+            # no XRC header dissector: everything after the BTH comes out raw
+            assert row["infiniband.vendor"] == bytes(ib[12:]) + wire_icrc, where
+            if "xrceth" in f:
+                assert ib[12:16] == f["xrceth"].to_bytes(4, "big"), where
+            assert row["infiniband.reth.va"] is None and row["infiniband.aeth.msn"] is None, where
+            continue
         # RETH (or the VA/R_Key of an AtomicETH, which tshark files under reth.*)
         if "reth" in f:
             va, rkey, dlen = f["reth"]

@@ -15,7 +15,6 @@ from pyverbs.providers.mlx5.mlx5dv import Mlx5Context, Mlx5DVContextAttr, Mlx5QP
 from pyverbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.srq import SRQ, SrqInitAttrEx
-from pyverbs.xrcd import XRCD, XRCDInitAttr
 
 
 def expect_eopnotsupp(what, msg, make):
@@ -34,9 +33,6 @@ with d.Context(name=name) as ctx:
     pd = PD(ctx)
     cq = CQ(ctx, 16)
     qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
-    expect_eopnotsupp("XRCD", "Failed to allocate XRCD",
-                      lambda: XRCD(ctx, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS,
-                                                     0o100, -1)))
     basic = SrqInitAttrEx(max_wr=8)
     basic.comp_mask, basic.pd = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD, pd
     srq = SRQ(ctx, basic)

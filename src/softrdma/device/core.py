@@ -154,6 +154,9 @@ class Device(RocePort):
         self.caps = caps or DeviceCaps(active_mtu=3)
         self.memory = MemoryTable()
         self.srqs: list[DevSRQ] = []
+        self.xrcds: dict = {}                        # XRC domains shared through a file, by (st_dev, st_ino)
+        self.xrc_srqs: dict = {}                     # XRC SRQs by number (what an XRCETH names)
+        self.next_srqn = 1
         self.events: list = []                       # shared transport async events
         self._next_qpn = 0x11
         self.counters = new_counters()               # of QPs already destroyed

@@ -3,16 +3,17 @@ matching's OpsWr (pyverbs/srq.pyx).
 
 ``SRQ(pd, SrqInitAttr)`` is softrdma's basic SRQ (verbs.srq).
 ``SRQ(ctx, SrqInitAttrEx)`` is ibv_create_srq_ex: a basic SRQ on a PD is
-created as ibv_create_srq_ex creates it (through ibv_create_srq); a
+created as ibv_create_srq_ex creates it (through ibv_create_srq); an XRC
+SRQ (IBV_SRQT_XRC) on the attributes' PD, XRC domain and CQ; a
 tag-matching SRQ (IBV_SRQT_TM: PD, CQ and TM in comp_mask, an extended CQ,
 max_num_tags and max_ops within tm_caps -- else EINVAL, as mlx5 and the
-kernel) is verbs.srq's with its tag list in the device; the XRC type, which
-softrdma's device lacks yet, fails with EOPNOTSUPP as on rxe."""
+kernel) is verbs.srq's with its tag list in the device."""
 
 import errno
 
 from ..enums import (IBV_OPS_SIGNALED, IBV_SRQ_INIT_ATTR_CQ, IBV_SRQ_INIT_ATTR_PD, IBV_SRQ_INIT_ATTR_TM,
-                     IBV_SRQ_INIT_ATTR_TYPE, IBV_SRQT_BASIC, IBV_SRQT_TM, IBV_WR_TAG_ADD)
+                     IBV_SRQ_INIT_ATTR_TYPE, IBV_SRQ_INIT_ATTR_XRCD, IBV_SRQT_BASIC, IBV_SRQT_TM, IBV_SRQT_XRC,
+                     IBV_WR_TAG_ADD)
 from ..verbs.cqex import CQEX
 from ..verbs.errors import PyverbsRDMAError
 from ..verbs.srq import SRQ as _BasicSRQ
@@ -47,12 +48,24 @@ class SRQ(_BasicSRQ):
         if attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE and attr.srq_type == IBV_SRQT_TM:
             self._create_tm(attr)
             return
+        if attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE and attr.srq_type == IBV_SRQT_XRC:
+            self._create_xrc(attr)
+            return
         basic = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE
         if attr.comp_mask & ~basic or (attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE and attr.srq_type != IBV_SRQT_BASIC):
             raise not_supported(f'Failed to create SRQ (errno is {errno})')
         if not attr.comp_mask & IBV_SRQ_INIT_ATTR_PD or attr.pd is None:
             raise PyverbsRDMAError(f'Failed to create SRQ (errno is {errno})', errno.EINVAL)
         super().__init__(attr.pd, SrqInitAttr(SrqAttr(attr.max_wr, attr.max_sge, attr.srq_limit)))
+
+    def _create_xrc(self, attr):
+        """ibv_create_srq_ex of IBV_SRQT_XRC: a PD, an XRC domain and a CQ,
+        each named in comp_mask (the kernel's create_srq: EINVAL without)."""
+        need = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ
+        if attr.comp_mask & need != need or attr.pd is None or attr.xrcd is None or attr.cq is None:
+            raise PyverbsRDMAError('Failed to create SRQ (errno is 22)', errno.EINVAL)
+        super().__init__(attr.pd, SrqInitAttr(SrqAttr(attr.max_wr, attr.max_sge, attr.srq_limit)),
+                         xrcd=attr.xrcd, cq=attr.cq)
 
 
     def _create_tm(self, attr):

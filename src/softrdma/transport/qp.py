@@ -48,7 +48,9 @@ from ..uapi import qp_attr
 from ..uapi.abi import WC
 from ..uapi.wr import valid_opcodes
 from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
-from ..wire.opcodes import IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABLE, REQ_MASK, RESP_MASK
+from ..wire.opcodes import (
+    IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, IB_OPCODE_XRC, OPCODE_TABLE, REQ_MASK, RESP_MASK,
+)
 from . import completer, requester, responder
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS
 from .counters import Counter, new_counters
@@ -59,9 +61,14 @@ S, T, M, WR = ibv_qp_state, ibv_qp_type, ibv_qp_attr_mask, ibv_wr_opcode
 EV, ST, WCO, C = ints(ibv_event_type), ints(ibv_wc_status), ints(ibv_wc_opcode), ints(Counter)
 RESET, INIT, RTR, RTS, SQD, SQE, ERR = range(7)
 RC, UC, UD = int(T.IBV_QPT_RC), int(T.IBV_QPT_UC), int(T.IBV_QPT_UD)
+# XRC (IBA 9.8): an INI QP is an RC requester whose requests name an SRQ
+# (XRCETH); a TGT QP, created on an XRC domain, is an RC responder that takes
+# its receive WQEs from the SRQ each message names (responder.receive_xrc)
+XRC_INI, XRC_TGT = int(T.IBV_QPT_XRC_SEND), int(T.IBV_QPT_XRC_RECV)
 RCVD_PKTS = C.rcvd_pkts
 # the opcodes a WR may have, per QP type (uapi.wr); RC carries every one softrdma has
-_VALID_OPS = {t: valid_opcodes(t) for t in (RC, UC, UD)}
+_VALID_OPS = {t: valid_opcodes(t) for t in (RC, UC, UD, XRC_INI)}
+_VALID_OPS[XRC_TGT] = frozenset()                # a TGT QP has no send queue
 
 
 
@@ -130,7 +137,8 @@ _RTS_OPT = {UD: M.IBV_QP_CUR_STATE | M.IBV_QP_QKEY,
             UC: M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_ALT_PATH | M.IBV_QP_PATH_MIG_STATE,
             RC: M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_ALT_PATH | M.IBV_QP_PATH_MIG_STATE
             | M.IBV_QP_MIN_RNR_TIMER}
-_NONE = {t: (0, 0) for t in (RC, UC, UD)}
+_RTS_OPT[XRC_INI] = _RTS_OPT[XRC_TGT] = _RTS_OPT[RC]
+_NONE = {t: (0, 0) for t in (RC, UC, UD, XRC_INI, XRC_TGT)}
 TRANSITIONS: dict[tuple[int, int], dict[int, tuple[int, int]]] = {
     (RESET, INIT): {
         UD: (M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_QKEY, 0),
@@ -156,7 +164,7 @@ TRANSITIONS: dict[tuple[int, int], dict[int, tuple[int, int]]] = {
              M.IBV_QP_CUR_STATE | M.IBV_QP_ALT_PATH | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_MIN_RNR_TIMER
              | M.IBV_QP_PATH_MIG_STATE)},
     (RTS, RTS): {t: (0, o) for t, o in _RTS_OPT.items()},
-    (RTS, SQD): {t: (0, M.IBV_QP_EN_SQD_ASYNC_NOTIFY) for t in (RC, UC, UD)},
+    (RTS, SQD): {t: (0, M.IBV_QP_EN_SQD_ASYNC_NOTIFY) for t in (RC, UC, UD, XRC_INI, XRC_TGT)},
     (SQD, RTS): {t: (0, o) for t, o in _RTS_OPT.items()},
     (SQD, SQD): {
         UD: (0, M.IBV_QP_PKEY_INDEX | M.IBV_QP_QKEY),
@@ -170,6 +178,32 @@ TRANSITIONS: dict[tuple[int, int], dict[int, tuple[int, int]]] = {
                  UC: (0, M.IBV_QP_CUR_STATE | M.IBV_QP_ACCESS_FLAGS),
                  RC: (0, 0)},               # unreachable for RC (never in SQE); the kernel lists none
 }
+# ib_modify_qp_is_ok()'s XRC_INI and XRC_TGT columns: INI is RC without the
+# responder's attributes, TGT is RC without the requester's
+_XRC_RTR_OPT = M.IBV_QP_ALT_PATH | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_PKEY_INDEX
+for (_cur, _new), _rule, _ini, _tgt in (
+        ((RESET, INIT), "req", M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_ACCESS_FLAGS, None),
+        ((INIT, INIT), "opt", M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_ACCESS_FLAGS, None),
+        ((INIT, RTR), "req", M.IBV_QP_AV | M.IBV_QP_PATH_MTU | M.IBV_QP_DEST_QPN | M.IBV_QP_RQ_PSN,
+         M.IBV_QP_AV | M.IBV_QP_PATH_MTU | M.IBV_QP_DEST_QPN | M.IBV_QP_RQ_PSN | M.IBV_QP_MAX_DEST_RD_ATOMIC
+         | M.IBV_QP_MIN_RNR_TIMER),
+        ((RTR, RTS), "req", M.IBV_QP_TIMEOUT | M.IBV_QP_RETRY_CNT | M.IBV_QP_RNR_RETRY | M.IBV_QP_SQ_PSN
+         | M.IBV_QP_MAX_QP_RD_ATOMIC, M.IBV_QP_TIMEOUT | M.IBV_QP_SQ_PSN),
+        ((SQD, SQD), "opt", M.IBV_QP_PORT | M.IBV_QP_AV | M.IBV_QP_TIMEOUT | M.IBV_QP_RETRY_CNT | M.IBV_QP_RNR_RETRY
+         | M.IBV_QP_MAX_QP_RD_ATOMIC | M.IBV_QP_ALT_PATH | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_PKEY_INDEX
+         | M.IBV_QP_PATH_MIG_STATE,
+         M.IBV_QP_PORT | M.IBV_QP_AV | M.IBV_QP_TIMEOUT | M.IBV_QP_MAX_DEST_RD_ATOMIC | M.IBV_QP_ALT_PATH
+         | M.IBV_QP_ACCESS_FLAGS | M.IBV_QP_PKEY_INDEX | M.IBV_QP_MIN_RNR_TIMER | M.IBV_QP_PATH_MIG_STATE)):
+    for _t, _bits in ((XRC_INI, _ini), (XRC_TGT, _ini if _tgt is None else _tgt)):
+        if _rule == "opt":
+            TRANSITIONS[(_cur, _new)][_t] = (0, _bits)
+        elif (_cur, _new) == (INIT, RTR):
+            TRANSITIONS[(_cur, _new)][_t] = (_bits, _XRC_RTR_OPT)
+        elif (_cur, _new) == (RTR, RTS):
+            TRANSITIONS[(_cur, _new)][_t] = (_bits, _RTS_OPT[RC])
+        else:
+            TRANSITIONS[(_cur, _new)][_t] = (_bits, 0)
+TRANSITIONS[(SQE, RTS)][XRC_INI] = TRANSITIONS[(SQE, RTS)][XRC_TGT] = (0, 0)   # as RC: never in SQE
 for _s in S:
     if _s != S.IBV_QPS_UNKNOWN:
         TRANSITIONS[(_s, RESET)] = _NONE
@@ -183,7 +217,18 @@ def timeout_seconds(timeout: int) -> float:
 
 
 class SRQ:
-    """A shared receive queue (ibv_srq) with its limit event."""
+    """A shared receive queue (ibv_srq) with its limit event.
+
+    An XRC SRQ (IBV_SRQT_XRC) also has its number (the XRCETH names it), its
+    XRC domain (only a TGT QP of the same domain may take from it), the PD
+    its receive buffers and the TGT QP's remote accesses are checked
+    against, and the CQ its completions go to; the host sets them."""
+
+    srq_num = 0
+    xrcd = None          # an XRC SRQ's domain (any object; compared by identity)
+    pd = None
+    cq = None            # an XRC SRQ's completion queue
+    host = None          # the host's own object for it (the daemon's ring end)
 
     tm = None                  # a TM SRQ's tag matching (transport.tm.TagMatching)
 
@@ -218,7 +263,9 @@ class SRQ:
 
 def _rx_table(qp_type: int, opclass: int) -> tuple:
     """opcode -> engine entry for this QP type (None: not this transport's)."""
-    req = {RC: responder.receive_rc, UC: responder.receive_uc, UD: responder.receive_ud}[qp_type]
+    req = {RC: responder.receive_rc, UC: responder.receive_uc, UD: responder.receive_ud,
+           XRC_INI: None, XRC_TGT: responder.receive_xrc}[qp_type]
+    comp = None if qp_type == XRC_TGT else completer.receive     # a TGT QP sends no requests
     table = []
     for info in OPCODE_TABLE:
         if info is None or info.transport != opclass:
@@ -226,7 +273,7 @@ def _rx_table(qp_type: int, opclass: int) -> tuple:
         elif info.mask & REQ_MASK:
             table.append(req)
         elif info.mask & RESP_MASK:
-            table.append(completer.receive)
+            table.append(comp)
         else:
             table.append(None)
     return tuple(table)
@@ -235,9 +282,18 @@ def _rx_table(qp_type: int, opclass: int) -> tuple:
 class QP:
     def __init__(self, qp_type: int, qp_num: int, *, pd, memory, send_cq, recv_cq,
                  cap: QPCap | None = None, srq: SRQ | None = None, sq_sig_all: bool = False,
-                 caps: DeviceCaps | None = None, tx: list | None = None, events: list | None = None):
-        if qp_type not in (RC, UC, UD):
+                 caps: DeviceCaps | None = None, tx: list | None = None, events: list | None = None,
+                 xrcd=None, xrc_srqs: dict | None = None):
+        if qp_type not in (RC, UC, UD, XRC_INI, XRC_TGT):
             raise eopnotsupp(f"QP type {qp_type} not supported")
+        if qp_type == XRC_TGT and (xrcd is None or xrc_srqs is None):
+            raise einval("an XRC TGT QP is created on an XRC domain")
+        # XRC TGT: its domain, and the host's XRC SRQs by number (the XRCETH's
+        # lookup); pd, srq and recv_cq follow the SRQ of the message received
+        self.xrcd = xrcd
+        self.xrc_srqs = xrc_srqs
+        # post_recv's test: an SRQ, or XRC (whose receive WQEs are an XRC SRQ's)
+        self.own_rq = srq is None and qp_type not in (XRC_INI, XRC_TGT)
         self.qp_type = qp_type
         self.qp_num = qp_num
         self.pd = pd
@@ -261,7 +317,8 @@ class QP:
         # the same engine and nothing lies between them (transport.loopback)
         self.local_peer = None
         self.local_traffic = None      # (qp, peer, (pkts, bytes) to peer, (pkts, bytes) back): port counts
-        self.opclass = {RC: IB_OPCODE_RC, UC: IB_OPCODE_UC, UD: IB_OPCODE_UD}[qp_type]
+        self.opclass = {RC: IB_OPCODE_RC, UC: IB_OPCODE_UC, UD: IB_OPCODE_UD, XRC_INI: IB_OPCODE_XRC,
+                        XRC_TGT: IB_OPCODE_XRC}[qp_type]
         self._rx = _rx_table(qp_type, self.opclass)
         self.attr = QPAttr(cap=self.cap)
         self.state = RESET
@@ -316,7 +373,7 @@ class QP:
         self.dest_qpn = a.dest_qp_num
         self.retry_cnt_init = a.retry_cnt
         self.rnr_retry_init = a.rnr_retry
-        self.rc = self.qp_type == RC
+        self.rc = self.qp_type == RC or self.opclass == IB_OPCODE_XRC     # reliable: ACKs, windows
         self.resp_denied = responder.denied_ops(a.qp_access_flags)   # CHK_OP_VALID
 
     def modify(self, attr: QPAttr, mask: int) -> None:
@@ -478,7 +535,7 @@ class QP:
         if op not in _VALID_OPS[qpt]:
             if qpt == RC:
                 raise eopnotsupp(f"opcode {WR(op).name} is not supported by the transport")
-            raise einval(f"opcode {WR(op).name} is not valid on a {'UD' if qpt == UD else 'UC'} QP")
+            raise einval(f"opcode {WR(op).name} is not valid on a {T(qpt).name} QP")
         if qpt == UD and wqe.ah is None:
             raise einval("UD send needs an address handle")
         if wqe.is_rd_atomic and op != WR.IBV_WR_RDMA_READ and sum(s[1] for s in wqe.sg_list) != 8:
@@ -495,7 +552,7 @@ class QP:
             requester.run(self, self.now)
 
     def post_recv(self, wqe: RecvWQE) -> None:
-        if self.srq is not None:
+        if not self.own_rq:
             raise einval("QP uses an SRQ; post to the SRQ")
         if self.state == RESET:
             raise einval("post_recv on a QP in RESET")

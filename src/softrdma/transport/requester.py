@@ -32,9 +32,9 @@ from __future__ import annotations
 from ..enums import ibv_qp_state, ibv_qp_type, ibv_wc_status, ibv_wr_opcode, ints
 from ..uapi.wr import WR_SOLICITED_MASK, wr_opcodes
 from ..wire.headers import (
-    ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
+    ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, psn_diff,
 )
-from ..wire.opcodes import OP_RDMA_READ_REQUEST, OPCODE_TABLE
+from ..wire.opcodes import IB_OPCODE_XRC, OP_RDMA_READ_REQUEST, OPCODE_TABLE
 from . import completer
 from . import loopback
 from . import mw
@@ -181,6 +181,8 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
     ops = SEGMENT_OPS[wqe.opcode]
     opclass = qp.opclass
     ud = qp.qp_type == UD
+    # an XRC INI QP's requests name the remote XRC SRQ (XRCETH)
+    xrc_srqn = wqe.remote_srqn & XRCETH_SRQN_MASK if opclass == IB_OPCODE_XRC else -1
     if ud:
         av, dqpn = wqe.ah, wqe.remote_qpn
     else:
@@ -218,6 +220,8 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
                 ackreq = BTH_ACKREQ
                 qp.noack_pkts = 0
         BTH.pack_into(buf, 0, info.opcode, flags | (pad << BTH_PAD_SHIFT), pkey, dqpn, ackreq | psn)
+        if xrc_srqn >= 0:
+            XRCETH.pack_into(buf, info.xrceth, xrc_srqn)
         if info.reth >= 0:
             RETH.pack_into(buf, info.reth, wqe.remote_addr, wqe.rkey, length)
         if info.immdt >= 0:
@@ -274,6 +278,8 @@ def _send_rd_atomic(qp, wqe, tx) -> None:
             ATMETH.pack_into(buf, info.atmeth, wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add)
         else:
             ATMETH.pack_into(buf, info.atmeth, wqe.remote_addr, wqe.rkey, wqe.compare_add, 0)
+    if info.xrceth >= 0:
+        XRCETH.pack_into(buf, info.xrceth, wqe.remote_srqn & XRCETH_SRQN_MASK)
     qp.tx.append((qp, buf, qp.av))
     qp.cnt[SENT_PKTS] += 1
     qp.req_psn = (wqe.last_psn + 1) & 0xFFFFFF

@@ -31,6 +31,13 @@ UC: no ACKs, no NAKs; a PSN gap drops the rest of the message in progress
 UD: Q_Key must match, the receive buffer gets the 40-byte network header
 first, any PSN is accepted, a message with no receive WQE is dropped.
 
+XRC (an XRC TGT QP, ``receive_xrc``): RC's rules, once the XRCETH has named
+the SRQ a new message takes its receive WQE from.  That SRQ must be an XRC
+SRQ of the TGT QP's XRC domain, else NAK invalid request (QP to ERR); its
+PD is the one the message's receive buffers and remote accesses are checked
+against, and its CQ gets the receive completions.  ACKs and responses carry
+the XRC opcodes (the QP's opcode class).
+
 The checks a whole message needs are functions (``idle``, ``denied_ops``,
 ``take_rwqe_for``, ``add_resource``): ``transport.loopback``, which runs a
 message between two QPs of one engine without its packets, makes them
@@ -50,7 +57,8 @@ import sys
 from ..enums import ibv_event_type, ibv_qp_type, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ints
 from ..wire.headers import (
     AETH, AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
-    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
+    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, DETH, IETH, IMMDT, RETH, XRCETH,
+    XRCETH_SRQN_MASK, psn_diff,
 )
 from ..wire.opcodes import (
     ATOMIC_MASK, END_MASK, IETH_MASK, IMMDT_MASK, OP_ACKNOWLEDGE, OP_ATOMIC_ACKNOWLEDGE,
@@ -133,7 +141,7 @@ def flush_ack(qp) -> None:
 
 def _emit_ack(qp, syndrome: int, psn: int, msn: int) -> None:
     buf = bytearray(16)
-    _ACK_HDR.pack_into(buf, 0, OP_ACKNOWLEDGE, 0, qp.pkey, qp.dest_qpn, psn & 0xFFFFFF,
+    _ACK_HDR.pack_into(buf, 0, qp.opclass | OP_ACKNOWLEDGE, 0, qp.pkey, qp.dest_qpn, psn & 0xFFFFFF,
                        (syndrome << 24) | (msn & 0xFFFFFF))
     qp.tx.append((qp, buf, qp.av))
     qp.cnt[SENT_PKTS] += 1
@@ -143,7 +151,7 @@ def _send_atomic_ack(qp, psn: int, orig: int, msn: int) -> None:
     if qp.ack_pending is not None:
         flush_ack(qp)
     buf = bytearray(_ATMACK_INFO.length)
-    BTH.pack_into(buf, 0, OP_ATOMIC_ACKNOWLEDGE, 0, qp.pkey, qp.dest_qpn, psn)
+    BTH.pack_into(buf, 0, qp.opclass | OP_ATOMIC_ACKNOWLEDGE, 0, qp.pkey, qp.dest_qpn, psn)
     AETH.pack_into(buf, 12, (AETH_ACK_UNLIMITED << 24) | (msn & 0xFFFFFF))
     ATMACK.pack_into(buf, 16, orig)
     qp.tx.append((qp, buf, qp.av))
@@ -161,6 +169,7 @@ def _read_reply(qp, view, psn: int, length: int) -> None:
     dqpn = qp.dest_qpn
     av = qp.av
     msn = qp.msn
+    opclass = qp.opclass
     off = 0
     for i in range(npkts):
         last = i == npkts - 1
@@ -174,7 +183,7 @@ def _read_reply(qp, view, psn: int, length: int) -> None:
         pad = -n & 3
         hlen = info.length
         buf = bytearray(hlen + n + pad)
-        BTH.pack_into(buf, 0, info.opcode, pad << 4, pkey, dqpn, (psn + i) & 0xFFFFFF)
+        BTH.pack_into(buf, 0, opclass | info.opcode, pad << 4, pkey, dqpn, (psn + i) & 0xFFFFFF)
         if info.aeth >= 0:
             AETH.pack_into(buf, 12, (AETH_ACK_UNLIMITED << 24) | (msn & 0xFFFFFF))
         if n:
@@ -250,6 +259,26 @@ def receive_uc(qp, pkt, info, now: float, grh) -> None:
 
 def receive_ud(qp, pkt, info, now: float, grh) -> None:
     _receive_ud(qp, pkt, info, grh)
+
+
+def receive_xrc(qp, pkt, info, now: float, grh) -> None:
+    """An XRC request at a TGT QP: the XRCETH names the XRC SRQ of the
+    message (IBA 9.8.3.1); then RC's rules."""
+    (w,) = XRCETH.unpack_from(pkt, info.xrceth)
+    srq = qp.xrc_srqs.get(w & XRCETH_SRQN_MASK)
+    if srq is None or srq.xrcd is not qp.xrcd:
+        psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
+        if psn == qp.resp_psn:
+            # in sequence: an SRQ of another domain (or none) is an invalid
+            # request, as on mlx5; out of sequence, RC's PSN rules answer
+            _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+            return
+    elif qp.resp_opcode == _NONE and srq is not qp.srq:
+        # a new message (a MIDDLE/LAST continues the SRQ its FIRST named)
+        qp.srq = srq
+        qp.pd = srq.pd
+        qp.recv_cq = srq.cq
+    receive_rc(qp, pkt, info, now, grh)
 
 
 def receive_rc(qp, pkt, info, now: float, grh) -> None:
@@ -656,5 +685,5 @@ def _receive_ud(qp, pkt, info, grh) -> None:
                     bool(pkt[1] & BTH_SE))
 
 
-__all__ = ["receive_rc", "receive_uc", "receive_ud", "send_ack", "flush_ack", "idle", "denied_ops",
+__all__ = ["receive_rc", "receive_uc", "receive_ud", "receive_xrc", "send_ack", "flush_ack", "idle", "denied_ops",
            "take_rwqe", "take_rwqe_for", "resolve_rwqe", "add_resource", "RES_READ", "RES_ATOMIC"]

@@ -130,6 +130,13 @@ class SendWQE:
         self.read_psn = 0                    # PSN of the last READ request sent (its first response)
         self.fenced = False
 
+    @property
+    def remote_srqn(self) -> int:
+        """An XRC send's destination SRQ number (ibv_send_wr.qp_type.xrc.
+        remote_srqn): it shares the WQE's field with UD's remote_qpn, as
+        an XRC send has no UD address."""
+        return self.remote_qpn
+
     def __repr__(self) -> str:
         return (f"SendWQE(wr_id={self.wr_id}, opcode={WR(self.opcode).name}, len={self.length}, "
                 f"psn={self.first_psn}..{self.last_psn}, state={self.state})")

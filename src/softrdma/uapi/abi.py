@@ -19,7 +19,8 @@ Send WQE (``SEND_WQE_HDR``, 64 bytes, then SGEs or inline data)::
   union does (``transport.mw.bind_wqe``): imm_data = the window's current
   rkey, rkey = its new rkey, remote_addr = the window's address,
   compare_add = its length, swap = mw_access_flags, remote_qkey = the MR's
-  lkey; no SGEs.  IBV_WR_LOCAL_INV carries the key in imm_data.
+  lkey; no SGEs.  IBV_WR_LOCAL_INV carries the key in imm_data.  An XRC
+  send carries its remote SRQ number (qp_type.xrc.remote_srqn) in remote_qpn.
 
 ``encode_send_wqe`` writes a whole send WQE (post_send, and the ibv_wr_*
 builders); ``set_send_wqe_sges``/``_inline``/``_ud`` rewrite the parts the
@@ -168,6 +169,13 @@ def set_send_wqe_inline(slot, data: bytes) -> None:
 def set_send_wqe_ud(slot, ah_handle: int, remote_qpn: int, remote_qkey: int) -> None:
     """The UD destination of a WQE that ``encode_send_wqe`` wrote (ibv_wr_set_ud_addr)."""
     _UD.pack_into(slot, _UD_AT, ah_handle, remote_qpn, remote_qkey)
+
+
+def set_send_wqe_xrc(slot, remote_srqn: int) -> None:
+    """The remote XRC SRQ of a WQE that ``encode_send_wqe`` wrote
+    (ibv_wr_set_xrc_srqn): an XRC send carries it in ``remote_qpn``, which
+    it has no other use for."""
+    _U32.pack_into(slot, _UD_AT + 4, remote_srqn)
 
 
 def encode_recv_wqe(slot, wr_id: int, sg_list) -> None:

@@ -28,9 +28,9 @@ NO_CORRUPTION = 0xFFFFFFFF
 RECORD = struct.Struct("<QIIIBBHHxxI16s16s")
 assert RECORD.size == 64
 
-#: the longest header run of any opcode: BTH + AtomicETH of an atomic
-#: request (device.capture checks it against the wire's opcode table)
-MAX_HEADER_BYTES = 12 + 28
+#: the longest header run of any opcode: BTH + XRCETH + AtomicETH of an XRC
+#: atomic request (device.capture checks it against the wire's opcode table)
+MAX_HEADER_BYTES = 12 + 4 + 28
 MAX_LOG2_ENTRIES = 20          # 2^20 entries of ~4 KiB: 4 GiB of the tool's memory
 
 

@@ -251,6 +251,15 @@ _TABLE = (
     Command("post_srq_ops", (handle("srq"), u64("wr_id", 0), u32("opcode"), u32("flags", 0),
                              u32("unexpected_cnt", 0), u32("handle", 0), u64("recv_wr_id", 0), any_("sg_list"),
                              u64("tag", 0), u64("mask", 0)), ("handle",)),
+    # -- XRC (ibv_open_xrcd: the file's fd, or none for a private domain; an XRC SRQ on a
+    #    domain, a PD and a CQ -- fds: its ring and doorbell; an XRC INI QP on a PD -- fds:
+    #    its send ring and doorbell -- or a TGT QP on a domain, without fds)
+    Command("open_xrcd", (u32("oflags", 0),), ("xrcd",), (_E.EBADF, _E.EAGAIN)),
+    Command("close_xrcd", (handle("xrcd"),), (), (_E.EBUSY,)),
+    Command("create_xrc_srq", (handle("xrcd"), handle("pd"), handle("cq"), fds(2, "create_xrc_srq needs 2 fds"),
+                               u32("max_wr", 256), u32("max_sge", 4), u32("srq_limit", 0)), ("srq", "srq_num")),
+    Command("create_xrc_qp", (u32("qp_type"), handle("pd", optional=True), handle("send_cq", "cq", optional=True),
+                              handle("xrcd", optional=True), obj("cap", {}), any_("sq_sig_all")), ("qp", "qp_num")),
 )
 
 #: name -> Command

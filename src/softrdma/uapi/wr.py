@@ -7,7 +7,8 @@ every ibv_wr_opcode to a ``WROpcodeInfo``:
 * ``name`` -- as rxe spells it;
 * ``qp_types`` -- the QP types a posted WR of it is valid on (the
   transport's post_send check: EINVAL on another type; on RC, which takes
-  every opcode softrdma carries, EOPNOTSUPP);
+  every opcode softrdma carries, EOPNOTSUPP); an XRC INI QP takes what RC
+  takes;
 * ``mask`` -- rxe_wr_mask bits: WR_INLINE_MASK (may carry inline data),
   WR_ATOMIC_MASK, WR_SEND_MASK, WR_READ_MASK, WR_WRITE_MASK,
   WR_LOCAL_OP_MASK (executed by the requester, no packet), and softrdma's
@@ -51,9 +52,12 @@ WR_WRITE_OR_SEND_MASK = WR_WRITE_MASK | WR_SEND_MASK
 WR_ATOMIC_OR_READ_MASK = WR_ATOMIC_MASK | WR_READ_MASK
 
 RC, UC, UD = int(ibv_qp_type.IBV_QPT_RC), int(ibv_qp_type.IBV_QPT_UC), int(ibv_qp_type.IBV_QPT_UD)
-_CONNECTED = frozenset((RC, UC))
-_ALL = frozenset((RC, UC, UD))
-_RC = frozenset((RC,))
+# an XRC INI QP (IBV_QPT_XRC_SEND) sends what an RC QP sends (IBA 9.8; mlx5's
+# XRC send_ops_flags are RC's); an XRC TGT QP has no send queue
+XRC_SEND = int(ibv_qp_type.IBV_QPT_XRC_SEND)
+_CONNECTED = frozenset((RC, UC, XRC_SEND))
+_ALL = frozenset((RC, UC, UD, XRC_SEND))
+_RC = frozenset((RC, XRC_SEND))
 _NONE = frozenset()
 
 

@@ -158,6 +158,8 @@ class CompletionQueue(VerbsObject):
     def _close_children(self) -> None:
         for qp in users(self.ctx, "send_cq", self) + users(self.ctx, "recv_cq", self) + users(self.ctx, "cq", self):
             qp.close()                              # pyverbs: a CQ closes the QPs (and WQs) using it
+        for srq in [o for o in list(self.ctx.conn._tracked) if not o.closed and getattr(o, "xrc_cq", None) is self]:
+            srq.close()                             # ... and the XRC SRQs completing into it
 
     def _release(self) -> None:
         if self.channel is not None:

@@ -25,7 +25,7 @@ from ..enums import (
     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
     IBV_QP_TIMEOUT, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
-    IBV_QPT_RAW_PACKET, IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_RX_HASH,
+    IBV_QPT_RAW_PACKET, IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_RX_HASH, IBV_QPT_XRC_RECV, IBV_QPT_XRC_SEND,
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_SEND_INLINE, IBV_WR_BIND_MW,
     IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES, IBV_QUERY_QP_DATA_IN_ORDER_DEVICE_ONLY,
     IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS, IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG,
@@ -44,6 +44,7 @@ from .device import Context
 from .pd import RES_TYPE_RQ, RES_TYPE_SQ, alloc_ring, free_ring
 from .errors import PyverbsRDMAError
 from .wr import inc_rkey
+from .xrcd import XRC_QP_TYPES, NoSendQueue, create_xrc_qp
 
 _IMM_OPS = wr_opcodes(WR_IMM_MASK)             # imm_data: __be32 on the user's side
 _INV_OPS = wr_opcodes(WR_INV_MASK)             # the rkey to invalidate rides in imm_data
@@ -65,7 +66,11 @@ DATA_IN_ORDER_CAPS = 0
 # ibv_wr_* builders an extended QP may ask for (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
 # per QP type (uapi.wr: rxe's RXE_SUP_*_QP_SEND_OPS_FLAGS, less what the
 # transport does not carry)
-SEND_OPS = {t: send_ops_flags(t) for t in (IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD)}
+SEND_OPS = {t: send_ops_flags(t) for t in (IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_XRC_SEND)}
+# pyverbs' per-type masks of to_init/to_rtr/to_rts beyond RC's (XRC INI is RC
+# without the responder's, XRC TGT RC without the requester's)
+_RTR_XRC_SEND = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
+_RTS_XRC_RECV = IBV_QP_TIMEOUT | IBV_QP_SQ_PSN
 # the comp_mask bits rxe's create_qp_ex takes (check_qp_init_attr)
 _EX_COMP_MASK = int(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 # a raw packet QP may be an RSS QP: an indirection table and a hash configuration
@@ -194,6 +199,10 @@ class QP(VerbsObject):
     def __init__(self, creator, init_attr, qp_attr: QPAttr | None = None):
         self.closed = True
         self._flows: set = set()          # flows on it: they live until closed or the QP closes
+        if isinstance(init_attr, QPInitAttrEx) and int(init_attr.qp_type) in XRC_QP_TYPES \
+                and isinstance(creator, Context):
+            self._create_xrc(creator, init_attr, qp_attr)
+            return
         if isinstance(init_attr, QPInitAttrEx):
             if not isinstance(creator, Context):
                 raise TypeError("a QP with QPInitAttrEx is created on a Context (ibv_create_qp_ex)")
@@ -291,6 +300,52 @@ class QP(VerbsObject):
         for fl in list(self._flows):
             fl.close()
 
+    def _create_xrc(self, ctx, init_attr, qp_attr) -> None:
+        """ibv_create_qp_ex of an XRC INI QP (a PD, a send CQ, a send queue:
+        no receive queue) or TGT QP (on an XRCD: no queue, no CQ)."""
+        pd, xrcd, self.send_ops_flags = create_xrc_qp(self, ctx, init_attr, SEND_OPS[IBV_QPT_XRC_SEND])
+        self.pd, self.xrcd, self.ctx = pd, xrcd, ctx
+        self.qp_type = int(init_attr.qp_type)
+        self.init_attr = init_attr
+        self.cap = cap = init_attr.cap
+        self.rq = self.rq_wq = None
+        if xrcd is not None:                        # TGT
+            self.sq = self.doorbell = None
+            try:
+                reply, _ = ctx.conn.call(CMD.create_xrc_qp, qp_type=self.qp_type, xrcd=xrcd.handle)
+            except PyverbsRDMAError as e:
+                raise PyverbsRDMAError("Failed to create QP", e.error_code) from None
+            self.sq_wq = NoSendQueue()
+        else:                                       # INI
+            a = ctx._attr
+            if cap.max_send_wr > a["max_qp_wr"] or cap.max_send_sge > a["max_sge"] \
+                    or cap.max_inline_data > a["max_inline_data"]:
+                raise PyverbsRDMAError("Failed to create QP: a send queue capability above the device's",
+                                       errno.EINVAL)
+            self.sq = alloc_ring(pd, max(cap.max_send_wr, 1), abi.send_slot_size(cap.max_send_sge,
+                                                                                  cap.max_inline_data),
+                                 "softrdma-sq", RES_TYPE_SQ)
+            self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            try:
+                reply, _ = ctx.conn.call(CMD.create_xrc_qp, fds=[self.sq.fd, self.doorbell], qp_type=self.qp_type,
+                                         pd=pd.handle, send_cq=init_attr.send_cq.handle, cap=cap.to_wire(),
+                                         sq_sig_all=bool(init_attr.sq_sig_all))
+            except PyverbsRDMAError as e:
+                self._release()
+                raise PyverbsRDMAError("Failed to create QP", e.error_code) from None
+            self.sq_wq = WorkQueueProducer(self.sq, self.doorbell, max(cap.max_send_wr, 1))
+        self.handle = reply["qp"]
+        self.qp_num = reply["qp_num"]
+        self.state = IBV_QPS_RESET
+        self.closed = False
+        if pd is not None:
+            pd.add_ref(self)
+        else:
+            xrcd.add_ref(self)
+        ctx.conn.track(self)
+        if qp_attr is not None:
+            self.to_init(qp_attr)
+
     # ---------------------------------------------------------------- state
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
         self.modify_wire(qp_attr.to_wire(int(attr_mask)), int(attr_mask))
@@ -367,9 +422,9 @@ class QP(VerbsObject):
         if self.qp_state == IBV_QPS_RESET:
             self.to_init(qp_attr)
         mask = IBV_QP_STATE                     # (UD and raw packet: the state alone)
-        if self.qp_type in (IBV_QPT_UC, IBV_QPT_RC):
+        if self.qp_type in (IBV_QPT_UC, IBV_QPT_RC, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV):
             mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
-        if self.qp_type == IBV_QPT_RC:
+        if self.qp_type in (IBV_QPT_RC, IBV_QPT_XRC_RECV):
             mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER
         qp_attr.qp_state = IBV_QPS_RTR
         self.modify(qp_attr, mask)
@@ -378,8 +433,10 @@ class QP(VerbsObject):
         if self.qp_state < IBV_QPS_RTR:
             self.to_rtr(qp_attr)
         mask = _RAW_MASKS["RTS"] if self.qp_type == IBV_QPT_RAW_PACKET else IBV_QP_STATE | IBV_QP_SQ_PSN
-        if self.qp_type == IBV_QPT_RC:
+        if self.qp_type in (IBV_QPT_RC, IBV_QPT_XRC_SEND):
             mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC
+        elif self.qp_type == IBV_QPT_XRC_RECV:
+            mask |= _RTS_XRC_RECV
         qp_attr.qp_state = 3
         self.modify(qp_attr, mask)
 
@@ -437,7 +494,8 @@ class QP(VerbsObject):
                 abi.encode_send_wqe(slot, wr.wr_id, wr.opcode, wr.send_flags, sges, inline=inline, imm_data=imm,
                                     remote_addr=wr.remote_addr, rkey=wr.rkey, compare_add=wr.compare_add,
                                     swap=wr.swap, ah_handle=wr.ah.handle if wr.ah is not None else 0,
-                                    remote_qpn=wr.remote_qpn, remote_qkey=wr.remote_qkey)
+                                    remote_qpn=wr.remote_srqn if self.qp_type == IBV_QPT_XRC_SEND else wr.remote_qpn,
+                                    remote_qkey=wr.remote_qkey)
             except (struct.error, TypeError, ValueError, OverflowError) as e:     # slot not committed: reused
                 # a field out of its ibv_send_wr range (an SGE length < 0 or >= 2^32, ...)
                 raise PyverbsRDMAError(f"Failed to post send: bad work request ({e})", errno.EINVAL) from None
@@ -509,9 +567,9 @@ class QP(VerbsObject):
     def _release(self) -> None:
         if self.doorbell == -1:                 # an RSS QP: nothing of its own
             return
-        if self.doorbell is not None:
+        if self.doorbell is not None:           # (an XRC TGT QP has no queues)
             os.close(self.doorbell)
-        free_ring(self.sq)
+            free_ring(self.sq)
         if self.rq is not None:
             free_ring(self.rq)
 

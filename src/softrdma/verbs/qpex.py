@@ -27,7 +27,7 @@ import ctypes
 import errno
 
 from ..enums import (
-    IBV_QPT_UD, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
+    IBV_QPT_UD, IBV_QPT_XRC_SEND, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
     IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
     IBV_WR_SEND_WITH_INV, ibv_qp_create_send_ops_flags,
 )
@@ -262,7 +262,14 @@ class QPEx(QP):
         self._fail(errno.EOPNOTSUPP, f"{name}: {why}")
 
     def wr_set_xrc_srqn(self, remote_srqn: int) -> None:
-        self._unsupported("wr_set_xrc_srqn", "softrdma has no XRC")
+        """ibv_wr_set_xrc_srqn: the remote XRC SRQ of the WQE just built."""
+        slot = self._last("wr_set_xrc_srqn")
+        if slot is None:
+            return
+        if self.qp_type != IBV_QPT_XRC_SEND:
+            self._spoil(errno.EINVAL, "wr_set_xrc_srqn on a QP that is not XRC INI")
+            return
+        abi.set_send_wqe_xrc(slot, remote_srqn & 0xFFFFFF)
 
     def wr_send_tso(self, hdr, hdr_sz: int, mss: int) -> None:
         self._unsupported("wr_send_tso", "TSO is for raw packet QPs, which softrdma does not have")

@@ -1,7 +1,11 @@
 """Shared receive queues (pyverbs.srq): SRQ, SrqAttr, SrqInitAttr; a
 tag-matching SRQ (``tm=``) and ibv_post_srq_ops (``post_srq_ops``: each
 operation is a control command -- the list lives in the device, which
-matches incoming messages against it, ``transport.tm``)."""
+matches incoming messages against it, ``transport.tm``).
+
+An XRC SRQ (``SRQ(pd, init_attr, xrcd=, cq=)``, what pyverbs' SRQ makes of
+an SrqInitAttrEx of type IBV_SRQT_XRC) is also on an XRC domain and has
+its own CQ; ``get_srq_num`` gives the number an XRC sender names it by."""
 
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ class SRQ(PDObject):
     destroy_cmd = CMD.destroy_srq
     close_rank = 6                  # a PD closes its SRQs last (pyverbs' PD.close)
 
-    def __init__(self, pd, init_attr: SrqInitAttr, tm: tuple | None = None):
+    def __init__(self, pd, init_attr: SrqInitAttr, tm: tuple | None = None, *, xrcd=None, cq=None):
         """``tm``: (cq, max_num_tags, max_ops) for a tag-matching SRQ."""
         a = init_attr.attr
         self.pd = pd
@@ -42,22 +46,37 @@ class SRQ(PDObject):
         self.ring = alloc_ring(pd, a.max_wr, abi.recv_slot_size(a.max_sge), "softrdma-srq", RES_TYPE_SRQ)
         self.doorbell = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
-            if tm is None:
-                reply, _ = pd.ctx.conn.call(CMD.create_srq, fds=[self.ring.fd, self.doorbell], pd=pd.handle,
-                                            max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit)
-            else:
+            if tm is not None:
                 reply, _ = pd.ctx.conn.call(CMD.create_tm_srq, fds=[self.ring.fd, self.doorbell], pd=pd.handle,
                                             max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit,
                                             cq=tm[0].handle, max_num_tags=tm[1], max_ops=tm[2])
+            elif xrcd is not None:
+                reply, _ = pd.ctx.conn.call(CMD.create_xrc_srq, fds=[self.ring.fd, self.doorbell],
+                                            xrcd=xrcd.handle, pd=pd.handle, cq=cq.handle, max_wr=a.max_wr,
+                                            max_sge=a.max_sge, srq_limit=a.srq_limit)
+            else:
+                reply, _ = pd.ctx.conn.call(CMD.create_srq, fds=[self.ring.fd, self.doorbell], pd=pd.handle,
+                                            max_wr=a.max_wr, max_sge=a.max_sge, srq_limit=a.srq_limit)
         except PyverbsRDMAError:
             free_ring(self.ring)
             os.close(self.doorbell)
             raise
         self.handle = reply["srq"]
+        self.xrcd, self.xrc_cq = xrcd, cq
+        self.srq_num = reply["srq_num"] if xrcd is not None else None
         self.wq = WorkQueueProducer(self.ring, self.doorbell, a.max_wr)
         self.closed = False
         self.pd.add_ref(self)
         pd.ctx.conn.track(self)
+        if xrcd is not None:
+            xrcd.add_ref(self)
+
+    def get_srq_num(self) -> int:
+        """ibv_get_srq_num: an XRC SRQ's number (a basic SRQ has none to
+        give: EOPNOTSUPP)."""
+        if self.srq_num is None:
+            raise PyverbsRDMAError("Failed to retrieve SRQ number", errno.EOPNOTSUPP)
+        return self.srq_num
 
     def device_gone(self) -> None:
         """The daemon is gone: posting fails from now on."""

@@ -42,6 +42,7 @@ class SendWR:
         self.remote_qkey = 0
         self.mw = None
         self.bind_info = None
+        self.remote_srqn = 0            # qp_type.xrc.remote_srqn: an XRC send's destination SRQ
 
     # ibv_send_wr's imm_data and invalidate_rkey are one union member: pyverbs
     # programs set ``imm_data`` to the rkey of a LOCAL_INV / SEND_WITH_INV
@@ -61,6 +62,11 @@ class SendWR:
 
     def set_wr_ud(self, ah, rqpn: int, rqkey: int) -> None:
         self.ah, self.remote_qpn, self.remote_qkey = ah, rqpn, rqkey
+
+    def set_qp_type_xrc(self, remote_srqn: int) -> None:
+        """The XRC SRQ the responder takes this send's receive WQE from
+        (the XRCETH of every packet)."""
+        self.remote_srqn = remote_srqn
 
     def set_inv_rkey(self, rkey: int) -> None:
         self.invalidate_rkey = rkey

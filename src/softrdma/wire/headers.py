@@ -41,6 +41,8 @@ ATMACK = struct.Struct(">Q")         # original remote data
 DETH = struct.Struct(">II")          # qkey, resv8 << 24 | src_qp
 IMMDT = struct.Struct(">I")          # immediate data (network order on the wire)
 IETH = struct.Struct(">I")           # rkey to invalidate
+XRCETH = struct.Struct(">I")         # resv8 << 24 | XRC SRQ number (IBA 9.8.3.1)
+XRCETH_SRQN_MASK = 0xFFFFFF
 AETH_MSN_MASK = 0xFFFFFF
 DETH_SQP_MASK = 0xFFFFFF
 

@@ -5,9 +5,12 @@ the extension headers it carries and of what it means (request/response,
 send/write/read/atomic, first/middle/last), and the offsets of each header
 within the packet.  The header order is fixed by IBA 9.2:
 
-    BTH, DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH, payload
+    BTH, DETH, XRCETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH, payload
 
-so offsets are computed once from the mask.  Nothing else in softrdma
+so offsets are computed once from the mask.  XRC (IBA 9.8, ib_pack.h's
+IB_OPCODE_XRC_*) has every RC operation at 0xA0 + op; its requests carry
+the 4-byte XRCETH (the destination XRC SRQ number) right after the BTH,
+its responses do not.  Nothing else in softrdma
 keeps a list of opcodes.
 """
 
@@ -25,6 +28,7 @@ AETH_BYTES = 4
 ATMACK_BYTES = 8
 IMMDT_BYTES = 4
 IETH_BYTES = 4
+XRCETH_BYTES = 4
 CNP_PAD_BYTES = 16   # RoCEv2 CNP: 16 reserved bytes after the BTH
 ICRC_BYTES = 4
 
@@ -53,10 +57,12 @@ END_MASK = 1 << 20        # LAST or ONLY
 ACK_MASK = 1 << 21        # ACKNOWLEDGE / ATOMIC_ACKNOWLEDGE
 CNP_MASK = 1 << 22
 UD_MASK = 1 << 23
+XRCETH_MASK = 1 << 24     # XRC request: the XRCETH follows the BTH
 
 # (mask bit, size) in wire order.
 _HEADER_ORDER = (
     (DETH_MASK, DETH_BYTES),
+    (XRCETH_MASK, XRCETH_BYTES),
     (RETH_MASK, RETH_BYTES),
     (ATMETH_MASK, ATMETH_BYTES),
     (AETH_MASK, AETH_BYTES),
@@ -72,6 +78,7 @@ IB_OPCODE_UC = 0x20
 IB_OPCODE_RD = 0x40
 IB_OPCODE_UD = 0x60
 IB_OPCODE_CNP = 0x80
+IB_OPCODE_XRC = 0xA0
 
 
 class Opcode(IntEnum):
@@ -116,6 +123,30 @@ class Opcode(IntEnum):
     UD_SEND_ONLY_WITH_IMMEDIATE = 0x65
 
     CNP = 0x81
+
+    XRC_SEND_FIRST = 0xA0
+    XRC_SEND_MIDDLE = 0xA1
+    XRC_SEND_LAST = 0xA2
+    XRC_SEND_LAST_WITH_IMMEDIATE = 0xA3
+    XRC_SEND_ONLY = 0xA4
+    XRC_SEND_ONLY_WITH_IMMEDIATE = 0xA5
+    XRC_RDMA_WRITE_FIRST = 0xA6
+    XRC_RDMA_WRITE_MIDDLE = 0xA7
+    XRC_RDMA_WRITE_LAST = 0xA8
+    XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0xA9
+    XRC_RDMA_WRITE_ONLY = 0xAA
+    XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0xAB
+    XRC_RDMA_READ_REQUEST = 0xAC
+    XRC_RDMA_READ_RESPONSE_FIRST = 0xAD
+    XRC_RDMA_READ_RESPONSE_MIDDLE = 0xAE
+    XRC_RDMA_READ_RESPONSE_LAST = 0xAF
+    XRC_RDMA_READ_RESPONSE_ONLY = 0xB0
+    XRC_ACKNOWLEDGE = 0xB1
+    XRC_ATOMIC_ACKNOWLEDGE = 0xB2
+    XRC_COMPARE_SWAP = 0xB3
+    XRC_FETCH_ADD = 0xB4
+    XRC_SEND_LAST_WITH_INVALIDATE = 0xB6
+    XRC_SEND_ONLY_WITH_INVALIDATE = 0xB7
 
 
 # Per operation (the low five bits), what it carries and means.  The
@@ -162,7 +193,8 @@ class OpInfo:
     atmack: int
     immdt: int
     ieth: int
-    transport: int       # IB_OPCODE_RC / UC / UD / CNP
+    transport: int       # IB_OPCODE_RC / UC / UD / CNP / XRC
+    xrceth: int = -1     # offset of the XRCETH (XRC requests)
 
     @property
     def has_payload(self) -> bool:
@@ -177,6 +209,8 @@ def _row(op: Opcode) -> OpInfo:
         mask = _OP_MASKS[op & 0x1F]
         if cls == IB_OPCODE_UD:
             mask |= DETH_MASK | UD_MASK
+        elif cls == IB_OPCODE_XRC and mask & REQ_MASK:
+            mask |= XRCETH_MASK
     offs = {}
     at = BTH_BYTES
     for bit, size in _HEADER_ORDER:
@@ -188,7 +222,7 @@ def _row(op: Opcode) -> OpInfo:
         deth=offs.get(DETH_MASK, -1), reth=offs.get(RETH_MASK, -1),
         atmeth=offs.get(ATMETH_MASK, -1), aeth=offs.get(AETH_MASK, -1),
         atmack=offs.get(ATMACK_MASK, -1), immdt=offs.get(IMMDT_MASK, -1),
-        ieth=offs.get(IETH_MASK, -1), transport=cls,
+        ieth=offs.get(IETH_MASK, -1), transport=cls, xrceth=offs.get(XRCETH_MASK, -1),
     )
 
 
@@ -208,7 +242,7 @@ def opcode_for(transport: int, op_low5: int) -> int:
     return transport | op_low5
 
 
-# Operation numbers (low five bits), shared by RC and UC; used to build
+# Operation numbers (low five bits), shared by RC, UC and XRC; used to build
 # opcodes for a QP's class without a second table.
 OP_SEND_FIRST = 0x00
 OP_SEND_MIDDLE = 0x01

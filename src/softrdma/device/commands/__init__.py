@@ -24,6 +24,7 @@ link         links, link_add, link_set, link_delete (``rdma link``)
 restrack     resources (``rdma resource``)
 stat         stat_* (``rdma statistic``, ``softrdma top``)
 cm           cm_* (rdma_cm, ucma's ABI)
+xrcd         open_xrcd, close_xrcd, create_xrc_srq, create_xrc_qp (XRC)
 ===========  =============================================================
 
 A handler is ``cmd_<op>(daemon, client, msg, fds) -> (reply, out_fds)``:
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import ah, capture, cm, context, cq, dm, flow, link, mcast, mr, odp, pd, qp, raw_qp, restrack, srq, stat, wq
+from . import ah, capture, cm, context, cq, dm, flow, link, mcast, mr, odp, pd, qp, raw_qp, restrack, srq, stat, wq, xrcd
 
 
 #: the handler of every control command, by its op string (what each
@@ -134,6 +135,10 @@ HANDLERS: dict[str, Callable] = {
     "destroy_flow": flow.cmd_destroy_flow,
     "create_tm_srq": srq.cmd_create_tm_srq,
     "post_srq_ops": srq.cmd_post_srq_ops,
+    "open_xrcd": xrcd.cmd_open_xrcd,
+    "close_xrcd": xrcd.cmd_close_xrcd,
+    "create_xrc_srq": xrcd.cmd_create_xrc_srq,
+    "create_xrc_qp": xrcd.cmd_create_xrc_qp,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its
@@ -151,4 +156,5 @@ FREE: dict[str, Callable] = {
     "flow": flow.free_flow,
     "wq": wq.free_wq,
     "rwq_ind_table": wq.free_rwq_ind_table,
+    "xrcd": xrcd.free_xrcd,
 }

@@ -64,6 +64,8 @@ def cmd_destroy_cq(daemon, c, m, fds):
         raise VerbsError(errno.EBUSY, "CQ still used by a QP")
     if any(o[0] == "wq" and o[1].recv_cq is cq for o in c.objects.values()):
         raise VerbsError(errno.EBUSY, "CQ still used by a WQ")
+    if any(o[0] == "srq" and o[1].srq.cq is cq for o in c.objects.values()):
+        raise VerbsError(errno.EBUSY, "CQ still used by an XRC SRQ")
     free_cq(daemon, c, cq)
     del c.objects[m["cq"]]
     return {}, []

@@ -23,6 +23,7 @@ from .mcast import close_mcast_sockets
 from .raw_qp import create_raw_qp, destroy_raw_qp, free_raw_qp, modify_raw_qp
 from .srq import TmDevQP, attach_tm
 from .stat import stat_destroy_qp, stat_modify_qp
+from .xrcd import XRC_INI, XRC_TGT
 
 
 def cmd_create_qp(daemon, c, m, fds):
@@ -38,6 +39,8 @@ def cmd_create_qp(daemon, c, m, fds):
         raise VerbsError(errno.EINVAL, f"create_qp needs {need} fds")
     room_for(c, "qp")
     cap = QPCap(**rq.fields(rq.obj(m, "cap", {}), rq.QP_CAP, "cap"))
+    if rq.uint(m, "qp_type") in (XRC_INI, XRC_TGT):
+        raise VerbsError(errno.EINVAL, "XRC QPs are made with create_xrc_qp (no receive queue, or on a domain)")
     qp = QP(rq.uint(m, "qp_type"), dev.alloc_qpn(), pd=pd, memory=dev.memory, send_cq=scq, recv_cq=rcq,
             cap=cap, srq=srq.srq if srq else None, sq_sig_all=bool(m.get("sq_sig_all")), caps=dev.caps,
             tx=dev.tx, events=dev.events)
@@ -118,6 +121,8 @@ def free_qp(daemon, c, dqp) -> None:
     close_mcast_sockets(daemon, dev.mcast.detach_all(dqp.qp))
     stat_destroy_qp(daemon, dev, dqp)
     dev.remove_qp(dqp)
+    if dqp.doorbell is None:                        # an XRC TGT QP: no rings, no doorbell
+        return
     try:
         daemon.sel.unregister(dqp.doorbell)
     except (KeyError, ValueError):

@@ -21,6 +21,7 @@ from ..core import DevQP, DevSRQ
 from ..wqe import decode_recv_wqe
 from ..session import room_for
 from .fds import eventfd, ring
+from .xrcd import forget_xrc_srq
 
 
 def cmd_create_srq(daemon, c, m, fds, tm_attrs=None):
@@ -160,7 +161,7 @@ def cmd_query_srq(daemon, c, m, fds):
 
 def cmd_destroy_srq(daemon, c, m, fds):
     dsrq = c.get(m.get("srq"), "srq")
-    if any(o[0] == "qp" and o[1].qp.srq is dsrq.srq for o in c.objects.values()):
+    if any(o[0] == "qp" and o[1].qp.srq is dsrq.srq and o[1].qp.xrcd is None for o in c.objects.values()):
         raise VerbsError(errno.EBUSY, "SRQ still used by a QP")
     free_srq(daemon, c, dsrq)
     del c.objects[m["srq"]]
@@ -169,6 +170,8 @@ def cmd_destroy_srq(daemon, c, m, fds):
 
 def free_srq(daemon, c, dsrq) -> None:
     c.device.srqs.remove(dsrq)
+    if dsrq.srq.xrcd is not None:
+        forget_xrc_srq(c.device, dsrq.srq)
     try:
         daemon.sel.unregister(dsrq.doorbell)
     except (KeyError, ValueError):
