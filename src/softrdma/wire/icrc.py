@@ -11,7 +11,9 @@ CRC-32 (zlib's) over
     + the BTH with byte 4 (FECN, BECN, resv6) set to 0xFF
     + the rest of the headers, payload and pad,
 
-stored little-endian after the pad.  Everything else in the IPv4 header is
+stored little-endian after the pad.  The CRC-32 itself is ``crc32`` below,
+the one place that names it: ISA-L's (``isal``), 5-8x zlib's speed from
+64 bytes up, the same function.  Everything else in the IPv4 header is
 covered: total length, Identification, flags, protocol and both addresses.
 So a sender must know the header its kernel will emit: an unconnected UDP
 socket with IP_PMTUDISC_DO emits DF=1, ID=0 (``ipv4_header`` defaults).
@@ -35,11 +37,22 @@ the IPv4 ID or flags.  ``verify`` therefore has three verdicts:
 from __future__ import annotations
 
 import struct
-import zlib
 from enum import Enum
 from functools import lru_cache
 
 from .headers import BTH_RESV8A_OFFSET
+
+try:
+    # ISA-L's CRC-32 (the same polynomial, init and final XOR as zlib's):
+    # 83 ns per 4 KiB and 28 ns per 64 B here against zlib's 663 and 127
+    # (zlib-ng: 102 and 38).  pyproject.toml requires it where PyPI has a
+    # wheel (x86_64, aarch64); elsewhere building it needs ISA-L's assembler
+    # toolchain, so there the standard library's zlib does the same job slower.
+    from isal.isal_zlib import crc32
+    CRC32_IMPL = "isal"
+except ImportError:                                    # pragma: no cover - platform without the wheel
+    from zlib import crc32
+    CRC32_IMPL = "zlib"
 
 ROCEV2_UDP_PORT = 4791
 IPPROTO_UDP = 17
@@ -55,7 +68,7 @@ IP_DF = 0x4000
 COMBO_DF = 1 << 16        # DF in a recovered ID/DF value (ident | df << 16)
 
 # CRC state after the 8 masked LRH bytes: every ICRC starts from here.
-_LRH_SEED = zlib.crc32(b"\xff" * 8)
+_LRH_SEED = crc32(b"\xff" * 8)
 
 
 def udp_sport(lqpn: int, rqpn: int, flow_label: int = 0) -> int:
@@ -100,28 +113,35 @@ def udp_header(sport: int, dport: int, udp_payload_len: int, csum: int = 0) -> b
 def _masked_ip_crc(ip_hdr, crc: int) -> int:
     if ip_hdr[0] >> 4 == 4:
         ihl = (ip_hdr[0] & 0xF) * 4
-        crc = zlib.crc32(ip_hdr[0:1], crc)
-        crc = zlib.crc32(b"\xff", crc)                 # TOS
-        crc = zlib.crc32(ip_hdr[2:8], crc)
-        crc = zlib.crc32(b"\xff", crc)                 # TTL
-        crc = zlib.crc32(ip_hdr[9:10], crc)
-        crc = zlib.crc32(b"\xff\xff", crc)             # header checksum
-        return zlib.crc32(ip_hdr[12:ihl], crc)
+        crc = crc32(ip_hdr[0:1], crc)
+        crc = crc32(b"\xff", crc)                 # TOS
+        crc = crc32(ip_hdr[2:8], crc)
+        crc = crc32(b"\xff", crc)                 # TTL
+        crc = crc32(ip_hdr[9:10], crc)
+        crc = crc32(b"\xff\xff", crc)             # header checksum
+        return crc32(ip_hdr[12:ihl], crc)
     # IPv6: version nibble kept, traffic class + flow label ones, hop limit ones
-    crc = zlib.crc32(bytes((ip_hdr[0] | 0x0F, 0xFF, 0xFF, 0xFF)), crc)
-    crc = zlib.crc32(ip_hdr[4:7], crc)
-    crc = zlib.crc32(b"\xff", crc)                     # hop limit
-    return zlib.crc32(ip_hdr[8:40], crc)
+    crc = crc32(bytes((ip_hdr[0] | 0x0F, 0xFF, 0xFF, 0xFF)), crc)
+    crc = crc32(ip_hdr[4:7], crc)
+    crc = crc32(b"\xff", crc)                     # hop limit
+    return crc32(ip_hdr[8:40], crc)
 
 
 def icrc(ip_hdr, udp_hdr, ib_pkt) -> int:
     """ICRC of ``ib_pkt`` (BTH .. pad, without ICRC) under the given headers."""
     crc = _masked_ip_crc(ip_hdr, _LRH_SEED)
-    crc = zlib.crc32(udp_hdr[0:6], crc)
-    crc = zlib.crc32(b"\xff\xff", crc)
-    crc = zlib.crc32(ib_pkt[0:BTH_RESV8A_OFFSET], crc)
-    crc = zlib.crc32(b"\xff", crc)
-    return zlib.crc32(ib_pkt[BTH_RESV8A_OFFSET + 1:], crc)
+    crc = crc32(udp_hdr[0:6], crc)
+    crc = crc32(b"\xff\xff", crc)
+    crc = crc32(ib_pkt[0:BTH_RESV8A_OFFSET], crc)
+    crc = crc32(b"\xff", crc)
+    return crc32(ib_pkt[BTH_RESV8A_OFFSET + 1:], crc)
+
+
+# The masked IPv4 and UDP headers (TOS, TTL, checksums ones) as one struct;
+# _BTH adds the BTH's bytes 0..3 and its masked byte 4 (FECN, BECN, resv6).
+_V4_MASKED = struct.Struct(">BBHHHBBH4s4sHHHH")
+_V4_MASKED_BTH = struct.Struct(">BBHHHBBH4s4sHHHHIB")
+_BTH_WORD0 = struct.Struct(">I")
 
 
 class Ipv4Flow:
@@ -131,33 +151,35 @@ class Ipv4Flow:
     The sender's IP ID and DF are those of an unconnected UDP socket with
     IP_PMTUDISC_DO (0, DF) unless said otherwise."""
 
-    __slots__ = ("src", "dst", "sport", "dport", "ident", "df")
-    _MASKED = struct.Struct(">BBHHHBBH4s4sHHHH")
+    __slots__ = ("src", "dst", "sport", "dport", "ident", "df", "_flags")
 
     def __init__(self, src: bytes, dst: bytes, sport: int, dport: int = ROCEV2_UDP_PORT,
                  ident: int = 0, df: bool = True):
         self.src, self.dst, self.sport, self.dport = src, dst, sport, dport
         self.ident, self.df = ident, df
+        self._flags = IP_DF if df else 0
 
     def icrc(self, ib_pkt, ident: int | None = None) -> int:
         """``ident``: this packet's IP ID if not the flow's (the i-th segment
         of a UDP GSO send gets ID i)."""
-        udp_len = UDP_HDR_BYTES + len(ib_pkt) + 4
-        crc = zlib.crc32(self._MASKED.pack(
-            0x45, 0xFF, IPV4_HDR_BYTES + udp_len, self.ident if ident is None else ident,
-            IP_DF if self.df else 0, 0xFF,
-            IPPROTO_UDP, 0xFFFF, self.src, self.dst, self.sport, self.dport, udp_len, 0xFFFF),
-            _LRH_SEED)
-        crc = zlib.crc32(ib_pkt[0:BTH_RESV8A_OFFSET], crc)
-        crc = zlib.crc32(b"\xff", crc)
-        return zlib.crc32(ib_pkt[BTH_RESV8A_OFFSET + 1:], crc)
+        n = len(ib_pkt)
+        udp_len = UDP_HDR_BYTES + n + 4
+        if n <= BTH_RESV8A_OFFSET:      # no BTH: never sent; as icrc() (the masked byte appended)
+            return crc32(b"\xff", crc32(ib_pkt, crc32(_V4_MASKED.pack(
+                0x45, 0xFF, IPV4_HDR_BYTES + udp_len, self.ident if ident is None else ident, self._flags,
+                0xFF, IPPROTO_UDP, 0xFFFF, self.src, self.dst, self.sport, self.dport, udp_len, 0xFFFF),
+                _LRH_SEED)))
+        # headers and the BTH's first word with its masked byte in one call
+        crc = crc32(_V4_MASKED_BTH.pack(
+            0x45, 0xFF, IPV4_HDR_BYTES + udp_len, self.ident if ident is None else ident, self._flags,
+            0xFF, IPPROTO_UDP, 0xFFFF, self.src, self.dst, self.sport, self.dport, udp_len, 0xFFFF,
+            _BTH_WORD0.unpack_from(ib_pkt)[0], 0xFF), _LRH_SEED)
+        return crc32(ib_pkt[BTH_RESV8A_OFFSET + 1:], crc)
 
     def encap(self, ib_pkt) -> bytes:
         """UDP payload = packet + ICRC (one copy; for sendmsg use icrc())."""
         return bytes(ib_pkt) + ICRC.pack(self.icrc(ib_pkt))
 
-
-_V4_MASKED = struct.Struct(">BBHHHBBH4s4sHHHH")
 
 
 class Verdict(Enum):
@@ -170,12 +192,12 @@ class Verdict(Enum):
 def _combo_delta(total_len: int, combo: int) -> int:
     """The CRC difference an ID/DF value (ident | df << 16) makes against
     ID 0, DF clear (CRC-32 is linear: the XOR of its bits' differences)."""
-    zero = zlib.crc32(bytes(total_len))
+    zero = crc32(bytes(total_len))
     msg = bytearray(total_len)
     msg[8 + 4:8 + 6] = (combo & 0xFFFF).to_bytes(2, "big")
     if combo & COMBO_DF:
         msg[8 + 6] = 0x40
-    return zlib.crc32(msg) ^ zero
+    return crc32(msg) ^ zero
 
 
 @lru_cache(maxsize=64)
@@ -183,7 +205,7 @@ def _id_basis(total_len: int) -> tuple[tuple[int, int, int], ...]:
     """Reduced GF(2) basis of the CRC difference caused by each of the 17
     unseen IPv4 bits (ID bits 0..15, DF) in a message of ``total_len`` bytes
     (8 LRH bytes + headers + packet).  Rows: (pivot_bit, crc_delta, combo)."""
-    zero = zlib.crc32(bytes(total_len))
+    zero = crc32(bytes(total_len))
     rows: list[tuple[int, int]] = []
     for bit in range(17):
         msg = bytearray(total_len)
@@ -191,7 +213,7 @@ def _id_basis(total_len: int) -> tuple[tuple[int, int, int], ...]:
             msg[8 + 4 + (1 - bit // 8)] = 1 << (bit % 8)
         else:                              # DF: 0x4000 in flags at LRH(8) + 6
             msg[8 + 6] = 0x40
-        rows.append((zlib.crc32(msg) ^ zero, 1 << bit))
+        rows.append((crc32(msg) ^ zero, 1 << bit))
     basis: list[tuple[int, int, int]] = []
     for vec, combo in rows:
         for pivot, bvec, bcombo in basis:
@@ -218,9 +240,7 @@ def verify(udp_payload, *, ip_hdr=None, src: bytes | None = None, dst: bytes | N
     n = len(udp_payload)
     if n < 16:
         return Verdict.BAD, None
-    body = udp_payload[:n - 4]
     (wire,) = ICRC.unpack_from(udp_payload, n - 4)
-    udp_hdr = udp_header(sport, dport, n)
     if ip_hdr is None:
         if src is None or dst is None:
             raise ValueError("verify() needs ip_hdr or src/dst addresses")
@@ -228,14 +248,12 @@ def verify(udp_payload, *, ip_hdr=None, src: bytes | None = None, dst: bytes | N
             ip_hdr = ipv6_header(src, dst, n)
         else:
             # Baseline: ID 0, DF clear; the difference names the unseen bits.
-            # (The masked header has no checksum, so it is packed directly.)
-            calc = zlib.crc32(_V4_MASKED.pack(0x45, 0xFF, IPV4_HDR_BYTES + UDP_HDR_BYTES + n, 0, 0, 0xFF,
-                                              IPPROTO_UDP, 0xFFFF, src, dst, sport, dport, UDP_HDR_BYTES + n,
-                                              0xFFFF), _LRH_SEED)
-            calc = zlib.crc32(body[0:BTH_RESV8A_OFFSET], calc)
-            calc = zlib.crc32(b"\xff", calc)
-            calc = zlib.crc32(body[BTH_RESV8A_OFFSET + 1:], calc)
-            delta = calc ^ wire
+            # (The masked header has no checksum, so it is packed directly,
+            # with the BTH's first word and masked byte: one CRC call.)
+            calc = crc32(_V4_MASKED_BTH.pack(0x45, 0xFF, IPV4_HDR_BYTES + UDP_HDR_BYTES + n, 0, 0, 0xFF,
+                                             IPPROTO_UDP, 0xFFFF, src, dst, sport, dport, UDP_HDR_BYTES + n,
+                                             0xFFFF, _BTH_WORD0.unpack_from(udp_payload)[0], 0xFF), _LRH_SEED)
+            delta = crc32(udp_payload[BTH_RESV8A_OFFSET + 1:n - 4], calc) ^ wire
             total = 8 + IPV4_HDR_BYTES + UDP_HDR_BYTES + n - 4
             if delta == _combo_delta(total, expect):
                 return Verdict.ID_RECOVERED, expect
@@ -247,6 +265,6 @@ def verify(udp_payload, *, ip_hdr=None, src: bytes | None = None, dst: bytes | N
             if delta:
                 return Verdict.BAD, None
             return Verdict.ID_RECOVERED, combo
-    else:
-        udp_hdr = udp_header(sport, dport, n)
+    body = udp_payload[:n - 4]
+    udp_hdr = udp_header(sport, dport, n)
     return (Verdict.FULL if icrc(ip_hdr, udp_hdr, body) == wire else Verdict.BAD), None

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Before/after in one run: one perftest point across two daemons in two
+network namespaces, alternating two environments (fresh daemons each run).
+
+    sudo python3 benchmarks/ab_env.py --b PYTHONPATH=/tmp/noisal -- ib_write_bw -s 65536
+    sudo python3 benchmarks/ab_env.py --rounds 4 --b SOFTRDMA_SPIN_S=0 -- ib_write_lat -s 2
+
+``--a``/``--b``: NAME=VALUE settings for the daemons and applications of
+each side (repeatable; A defaults to the environment as it is).  A machine
+shared with other work moves every figure by tens of per cent from minute
+to minute: the rounds alternate A, B, A, B ... so both see the same drift,
+and the medians and every single figure are printed.  Example: hiding the
+isal package (a directory with ``isal/__init__.py`` raising ImportError, put
+first on PYTHONPATH) runs the ICRC on zlib's CRC-32, as before isal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, HERE)
+
+from perftest_bench import LAT_TESTS, VETH_MTU, parse_table, run_pair  # noqa: E402
+
+
+def one_run(env: dict, tool: str, args: list[str]) -> dict:
+    from netns_helpers import TwoHosts
+    saved = dict(os.environ)
+    os.environ.update(env)                      # TwoHosts starts the daemons with os.environ
+    hosts = TwoHosts(mtu=VETH_MTU)
+    try:
+        hosts.start_daemons()
+
+        def srv(cmd):
+            return hosts.popen(1, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def cli(cmd):
+            return hosts.popen(0, cmd + [hosts.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rows = parse_table(run_pair(tool, ["-d", "rxe0", "-F", *args], srv, cli), tool in LAT_TESTS)
+    finally:
+        hosts.close()
+        os.environ.clear()
+        os.environ.update(saved)
+    return rows[-1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--a", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--b", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("perftest", nargs=argparse.REMAINDER, help="-- TOOL ARGS...")
+    a = ap.parse_args()
+    cmd = [x for x in a.perftest if x != "--"]
+    if not cmd or os.geteuid() != 0:
+        ap.error("needs root and a perftest command after --")
+    tool, args = cmd[0], cmd[1:]
+    lat = tool in LAT_TESTS
+    key = "t_typical" if lat else "bw_avg_MiBps"
+    envs = {"A": dict(kv.split("=", 1) for kv in a.a), "B": dict(kv.split("=", 1) for kv in a.b)}
+    got: dict[str, list[float]] = {"A": [], "B": []}
+    for r in range(a.rounds):
+        for side in ("A", "B"):
+            row = one_run(envs[side], tool, args)
+            v = row[key] if lat else row[key] * (1 << 20) / 1e6
+            got[side].append(v)
+            print(f"round {r + 1} {side} {envs[side] or '(as is)'}: {v:,.2f} {'us' if lat else 'MB/s'}"
+                  + ("" if lat else f", {row['mpps'] * 1e6:,.0f} msg/s"), flush=True)
+    for side in ("A", "B"):
+        print(f"{side}: median {statistics.median(got[side]):,.2f} {'us' if lat else 'MB/s'} "
+              f"of {', '.join(f'{v:,.1f}' for v in got[side])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
