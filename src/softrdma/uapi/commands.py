@@ -23,14 +23,34 @@ fails without a round trip, with the reply the daemon would have given.
 from __future__ import annotations
 
 import errno
+import hashlib
+from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import VerbsError
 from . import request as rq
 from .capture import BOTH
 
-#: the protocol's version, in the ``devices`` reply
-PROTOCOL_VERSION = 1
+
+
+def _abi_fingerprint() -> str:
+    """This package's identity: a hash of its sources (the command table,
+    the ring and WQE layouts, the limits -- all the library and the daemon
+    share).  A daemon left running across an upgrade, or started from
+    another installation, then answers with another value, and the library
+    refuses it (as libibverbs skips a device whose kernel ABI it does not
+    support) instead of misreading its rings."""
+    h = hashlib.sha256()
+    try:
+        for path in sorted(Path(__file__).parent.glob("*.py")):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    except OSError:                          # (sources not on disk, as in a zip: no fingerprint to take)
+        h = hashlib.sha256(b"sources unreadable")
+    return h.hexdigest()[:16]
+
+
+#: the protocol's version, in the ``devices`` and ``open`` replies
+PROTOCOL_VERSION = _abi_fingerprint()
 #: errnos any command may return: a malformed request (EINVAL), an unknown
 #: command (EOPNOTSUPP), the daemon out of memory or failing inside (EIO)
 COMMON_ERRNOS = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOMEM, errno.EIO)
@@ -119,7 +139,7 @@ _BIND_ERRNOS = (_E.EADDRINUSE, _E.EADDRNOTAVAIL, _E.EACCES, _E.ENODEV)
 _TABLE = (
     # -- the device (ibv_get_device_list, ibv_open_device, ibv_query_*)
     Command("devices", (), ("version", "devices"), device=False),
-    Command("open", (string("device"),), ("device", "node_guid", "attr"), (_E.ENODEV, _E.EMFILE), device=False),
+    Command("open", (string("device"),), ("version", "device", "node_guid", "attr"), (_E.ENODEV, _E.EMFILE), device=False),
     Command("query_port", (any_("port"),), ("attr",)),
     Command("query_gid", (any_("index"), any_("port")), ("gid", "type")),
     Command("query_gid_table", (u32("max_entries"),), ("entries",)),

@@ -14,7 +14,7 @@ import weakref
 
 from ..enums import IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TM_CAP_RC, IBV_TRANSPORT_IB, IBV_VALUES_MASK_RAW_CLOCK
 from ..uapi import clock
-from ..uapi.commands import CMD
+from ..uapi.commands import CMD, PROTOCOL_VERSION
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from ..uapi.limits import TM_MAX_NUM_TAGS, TM_MAX_OPS, TM_MAX_RNDV_HDR_SIZE, TM_MAX_SGE
 from ..uapi.raw import (MAX_RWQ_IND_TABLE_SIZE, MAX_RWQ_IND_TABLES, MAX_WQ_TYPE_RQ, RSS_SUPPORTED_QPTS,
@@ -176,8 +176,30 @@ def management() -> Connection:
         raise PyverbsRDMAError(f"softrdmad is not running ({e.strerror})", errno.ENODEV) from None
 
 
+_abi_warned: set = set()
+
+
+def same_abi(reply: dict) -> bool:
+    """Whether the daemon that sent ``reply`` (``devices`` or ``open``)
+    shares this library's uapi (``uapi.commands.PROTOCOL_VERSION``).  If
+    not, it is a daemon from another softrdma (one left running across an
+    upgrade): its devices are not this library's to use, and a warning
+    says so once, as libibverbs warns of a device whose kernel ABI it does
+    not support."""
+    theirs = reply.get("version")
+    if theirs == PROTOCOL_VERSION:
+        return True
+    if theirs not in _abi_warned:
+        _abi_warned.add(theirs)
+        sys.stderr.write(f"libibverbs: Warning: softrdmad at {socket_path()} is from another softrdma (uapi"
+                         f" {theirs}, this library's {PROTOCOL_VERSION}): its devices are ignored; restart it"
+                         f" (softrdmad stop, then start it again)\n")
+    return False
+
+
 def get_device_list() -> list[Device]:
-    """The devices softrdmad serves (empty if none runs)."""
+    """The devices softrdmad serves (empty if none runs, or if it is from
+    another softrdma: ``same_abi``)."""
     try:
         conn = connect()
     except OSError:
@@ -186,6 +208,8 @@ def get_device_list() -> list[Device]:
         reply, _ = conn.call(CMD.devices)
     finally:
         conn.close()
+    if not same_abi(reply):
+        return []
     return [Device(d["name"], d["node_guid"], d["netdev"], i) for i, d in enumerate(reply["devices"])]
 
 
@@ -262,6 +286,10 @@ class Context(VerbsObject):
         except PyverbsRDMAError:
             self.conn.close()
             raise
+        if not same_abi(reply):
+            self.conn.close()
+            raise PyverbsRDMAError(f"Failed to open device {name}: softrdmad is from another softrdma (restart"
+                                   f" it)", errno.ENODEV)
         self.name = name
         self.node_guid = reply["node_guid"]
         self._attr = reply["attr"]

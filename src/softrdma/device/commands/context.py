@@ -49,7 +49,7 @@ def cmd_open(daemon, c, m, fds):
         c.pages = ProcessPages(c.pid) if may_access(c.pid) == 0 else None
     c.device = dev
     caps = dev.caps
-    return {"device": dev.name, "node_guid": guid_str(eui64(dev.mac)), "attr": {
+    return {"version": PROTOCOL_VERSION, "device": dev.name, "node_guid": guid_str(eui64(dev.mac)), "attr": {
         "max_qp_wr": caps.max_qp_wr, "max_sge": caps.max_sge,
         "max_qp_rd_atom": caps.max_qp_rd_atom, "max_qp_init_rd_atom": caps.max_qp_init_rd_atom,
         "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
