@@ -46,6 +46,7 @@ import stat
 import struct
 
 MAGIC = 0x474E5253            # 'SRNG' little-endian
+_MFD_HUGE_SHIFT = 26          # memfd_create: log2 of the huge page size, MFD_HUGE_2MB = 21 << 26
 HEADER_BYTES = 64
 _U32 = struct.Struct("<I")
 _HDR = struct.Struct("<III")  # magic, slot_size, nslots
@@ -75,7 +76,7 @@ class SharedRegion:
     or shorter than needed."""
 
     def __init__(self, size: int, name: str = "softrdma", fd: int | None = None, offset: int = 0,
-                 owned: bool = False):
+                 owned: bool = False, huge_page: int = 0):
         if size <= 0:
             raise ValueError("size must be positive")
         self.size = size
@@ -87,11 +88,18 @@ class SharedRegion:
             self.mm, self.offset = _map_window(fd, offset, size)
             self.fd = fd
         elif own:
-            fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            # huge_page: a hugetlb memfd of pages of that size (MFD_HUGE_*), the
+            # file whole pages; its mapping reserves them (OSError ENOMEM when
+            # the system has too few free)
+            flags, length = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING, size
+            if huge_page:
+                flags |= os.MFD_HUGETLB | (huge_page.bit_length() - 1) << _MFD_HUGE_SHIFT
+                length = -(-size // huge_page) * huge_page
+            fd = os.memfd_create(name, flags)
             try:
-                os.ftruncate(fd, size)
+                os.ftruncate(fd, length)
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
-                self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                self.mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             except BaseException:
                 os.close(fd)
                 raise
