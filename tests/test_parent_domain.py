@@ -343,10 +343,11 @@ def test_no_free_huge_pages_fails_the_create_with_a_reason(ctx, huge_pages):
     cq.close(), pdom.close(), pd.close()
 
 
-def test_ring_straddling_a_backing_and_past_the_mapping(ctx, huge_pages):
-    """A buffer that runs past its huge page mapping, or that spans the
-    huge pages another queue's backing covers and one it does not, is
-    EINVAL; the free callback gets it back."""
+def test_ring_straddling_a_backing_past_the_mapping_or_shared(ctx, huge_pages):
+    """A buffer that runs past its huge page mapping, that spans the huge
+    pages another queue's backing covers and one it does not, or that is
+    in a shared huge page mapping, is EINVAL; the free callback gets it
+    back."""
     base = _huge_map(2)
     bump = BumpAllocator(base)
     pd = PD(ctx)
@@ -365,4 +366,12 @@ def test_ring_straddling_a_backing_and_past_the_mapping(ctx, huge_pages):
     cq_.close()
     assert not vpd._HugeBacking.live
     mem.munmap(base, 2 * HUGE)
+    # a shared huge page mapping (a copy would part it from its other users)
+    shared = mem.mmap(length=HUGE, flags=mem.MAP_ANONYMOUS_ | mem.MAP_SHARED_ | mem.MAP_HUGETLB_)
+    bump.next = shared
+    with pytest.raises(PyverbsRDMAError) as ex:
+        CQEX(ctx, CqInitAttrEx(cqe=8, parent_domain=pdom, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD))
+    assert ex.value.error_code == errno.EINVAL and "shared huge page mapping" in str(ex.value)
+    assert bump.frees[-1] == (shared, HUGE) and not vpd._HugeBacking.live
+    mem.munmap(shared, HUGE)
     cq.close(), pdom.close(), pd.close()

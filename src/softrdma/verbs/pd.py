@@ -280,9 +280,9 @@ _MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def _vma_of(addr: int) -> tuple[int, int, int] | None:
-    """(start, end, page size) of the mapping holding ``addr``, from
-    /proc/self/smaps (KernelPageSize: a hugetlb mapping's huge page
+def _vma_of(addr: int) -> tuple[int, int, int, bool] | None:
+    """(start, end, page size, shared) of the mapping holding ``addr``,
+    from /proc/self/smaps (KernelPageSize: a hugetlb mapping's huge page
     size), or None when it cannot be told."""
     try:
         with open("/proc/self/smaps") as f:
@@ -297,9 +297,9 @@ def _vma_of(addr: int) -> tuple[int, int, int] | None:
                         except ValueError:
                             continue
                         if start <= addr < end:
-                            found = (start, end)
+                            found = (start, end, line.split()[1].endswith("s"))
                 elif line.startswith("KernelPageSize:"):
-                    return found[0], found[1], int(line.split()[1]) * 1024
+                    return found[0], found[1], int(line.split()[1]) * 1024, found[2]
     except OSError:
         pass
     return None
@@ -355,11 +355,12 @@ class _HugeBacking:
         self.live.append(self)
 
     @classmethod
-    def over(cls, ptr: int, length: int, vma: tuple[int, int, int]) -> "_HugeBacking":
+    def over(cls, ptr: int, length: int, vma: tuple[int, int, int, bool]) -> "_HugeBacking":
         """The backing for a ring at [ptr, ptr + length) of hugetlb mapping
         ``vma``: the one already over those huge pages, or a new one over
-        the whole huge pages the range is in."""
-        start, end, page_size = vma
+        the whole huge pages the range is in -- of a private mapping only:
+        a copy would part a shared one from its file or its other users."""
+        start, end, page_size, shared = vma
         base = ptr - (ptr - start) % page_size
         top = ptr + length + (-(ptr + length - start)) % page_size
         for b in cls.live:
@@ -372,6 +373,9 @@ class _HugeBacking:
         if ptr + length > end:
             raise PyverbsRDMAError(f"the allocator's buffer at 0x{ptr:x} (+{length}) runs past the end of its"
                                    f" huge page mapping (0x{end:x})", errno.EINVAL)
+        if shared:
+            raise PyverbsRDMAError(f"the allocator's buffer at 0x{ptr:x} is in a shared huge page mapping; a queue"
+                                   f" can take only private huge pages (MAP_PRIVATE)", errno.EINVAL)
         b = cls(base, top - base, page_size)
         b.users = 1
         return b
