@@ -15,6 +15,7 @@ import mmap
 import pytest
 
 from daemon_helpers import daemon_in_shm
+from hugepage_helpers import HUGE, NR_HUGEPAGES, huge_pages  # noqa: F401 (a fixture)
 from rc_pair import ACC, ipv4_gid_index, rc_attr
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs import mem_alloc as mem
@@ -233,3 +234,144 @@ def test_rc_traffic_with_qp_cqex_srq_from_allocators(ctx):
     assert a.closed and b.closed and srq.closed and all(c.closed for c in cqs) and all(m.closed for m in mrs)
     assert len(rec.frees) == n == 6
     pd.close()
+
+
+# -------------------------------------------------------------- huge pages
+
+
+def _huge_map(n=1):
+    addr = mem.mmap(length=n * HUGE, flags=mem.MAP_ANONYMOUS_ | mem.MAP_PRIVATE_ | mem.MAP_HUGETLB_)
+    return addr
+
+
+def _page_size_at(addr):
+    vma = vpd._vma_of(addr)
+    return vma[2]
+
+
+class BumpAllocator:
+    """rdma-core's huge_page_alloc: queues carved one after the other out
+    of one huge page, whose bytes around them are the caller's."""
+
+    def __init__(self, base):
+        self.next = base
+        self.allocs, self.frees = [], []
+
+    def alloc(self, pd, context, size, alignment, resource_type):
+        ptr = -(-self.next // alignment) * alignment
+        self.next = ptr + size
+        self.allocs.append((ptr, size, resource_type))
+        return ptr
+
+    def free(self, pd, context, ptr, resource_type):
+        self.frees.append((ptr, _page_size_at(ptr)))
+
+
+def test_rings_over_an_allocators_huge_page_and_rc_traffic(ctx, huge_pages):
+    base = _huge_map()
+    assert _page_size_at(base) == HUGE
+    ctypes.memset(base, 0x5A, HUGE)                   # the caller's bytes around the queues
+    bump = BumpAllocator(base)
+    pd = PD(ctx)
+    pdom = ParentDomain(ctx, ParentDomainInitAttr(pd, ParentDomainContext(pd, bump.alloc, bump.free)))
+    cqs = [CQ(ctx, 16) for _ in range(2)]
+    mrs = [MR(pdom, 4096, ACC) for _ in range(2)]
+    a = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cqs[0], cqs[0], None, QPCap(8, 8, 1, 1)))
+    b = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cqs[1], cqs[1], None, QPCap(8, 8, 1, 1)))
+    assert len(bump.allocs) == 4 and bump.next - base < HUGE
+    for ptr, size, _ in bump.allocs:                  # each ring is its buffer, still in huge pages
+        assert ctypes.string_at(ptr, 4) == MAGIC.to_bytes(4, "little") and _page_size_at(ptr) == HUGE
+    assert vpd.ring_user_buffer(a.sq) == bump.allocs[0][0] and vpd.ring_user_buffer(b.rq) == bump.allocs[3][0]
+    assert ctypes.string_at(bump.next, HUGE - (bump.next - base)) == b"\x5a" * (HUGE - (bump.next - base))
+    gi = ipv4_gid_index(ctx)
+    gid = ctx.query_gid(1, gi)
+    a.to_rts(rc_attr(b.qp_num, gid, gi))
+    b.to_rts(rc_attr(a.qp_num, gid, gi))
+    for i in range(5):
+        b.post_recv(RecvWR(100 + i, 1, [SGE(mrs[1].buf + 64 * i, 64, mrs[1].lkey)]))
+        mrs[0].write(bytes([i + 1]) * 64, 64, 64 * i)
+        a.post_send(SendWR(i, e.IBV_WR_SEND, 1, sg=[SGE(mrs[0].buf + 64 * i, 64, mrs[0].lkey)]))
+    for cq, first in ((cqs[0], 0), (cqs[1], 100)):
+        got = []
+        while len(got) < 5:
+            n, wcs = cq.poll(5)
+            got += [(w.wr_id, w.status) for w in wcs[:n]]
+        assert got == [(first + i, e.IBV_WC_SUCCESS) for i in range(5)]
+    assert mrs[1].read(320, 0) == b"".join(bytes([i + 1]) * 64 for i in range(5))
+    a.close()
+    assert bump.frees == [(bump.allocs[0][0], HUGE), (bump.allocs[1][0], HUGE)]
+    b.close()
+    # the last ring gone: private huge pages again, the caller's bytes kept
+    assert [f[1] for f in bump.frees] == [HUGE] * 4
+    assert ctypes.string_at(bump.next, HUGE - (bump.next - base)) == b"\x5a" * (HUGE - (bump.next - base))
+    assert not any(f"softrdma-hugering" in line and int(line.split("-")[0], 16) == base
+                   for line in open("/proc/self/maps"))
+    ctypes.memset(base, 1, HUGE)
+    mem.munmap(base, HUGE)
+    for o in (*mrs, *cqs, pdom, pd):
+        o.close()
+
+
+def test_no_free_huge_pages_fails_the_create_with_a_reason(ctx, huge_pages):
+    """The backing needs free huge pages: with none left, ENOMEM and a
+    one-line reason, the free callback gets the buffer back untouched."""
+    base = _huge_map()
+    ctypes.memset(base, 0x5A, HUGE)                   # in use now (faulted in)
+    bump = BumpAllocator(base)
+    pd = PD(ctx)
+    pdom = ParentDomain(ctx, ParentDomainInitAttr(pd, ParentDomainContext(pd, bump.alloc, bump.free)))
+    cq = CQ(ctx, 8)
+    with open(NR_HUGEPAGES) as f:
+        pool = f.read()
+    try:
+        with open(NR_HUGEPAGES, "w") as f:            # the pool shrinks to the pages in use
+            f.write("0")
+        with pytest.raises(PyverbsRDMAError) as ex:
+            QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, None, QPCap(4, 4, 1, 1)))
+    finally:
+        with open(NR_HUGEPAGES, "w") as f:
+            f.write(pool)
+    assert ex.value.error_code == errno.ENOMEM
+    assert "no free huge pages of 2048 kB" in str(ex.value) and "\n" not in str(ex.value)
+    assert bump.frees == [(bump.allocs[0][0], HUGE)]
+    assert ctypes.string_at(base, HUGE) == b"\x5a" * HUGE
+    assert not vpd._HugeBacking.live
+    # with pages again, the same buffer takes the queue
+    qp = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, None, QPCap(4, 4, 1, 1)))
+    qp.close()
+    mem.munmap(base, HUGE)
+    cq.close(), pdom.close(), pd.close()
+
+
+def test_ring_straddling_a_backing_past_the_mapping_or_shared(ctx, huge_pages):
+    """A buffer that runs past its huge page mapping, that spans the huge
+    pages another queue's backing covers and one it does not, or that is
+    in a shared huge page mapping, is EINVAL; the free callback gets it
+    back."""
+    base = _huge_map(2)
+    bump = BumpAllocator(base)
+    pd = PD(ctx)
+    pdom = ParentDomain(ctx, ParentDomainInitAttr(pd, ParentDomainContext(pd, bump.alloc, bump.free)))
+    cq = CQ(ctx, 8)
+    cq_ = CQEX(ctx, CqInitAttrEx(cqe=8, parent_domain=pdom, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD))
+    bump.next = base + HUGE - PAGE                    # the next CQ's ring crosses into the second page
+    with pytest.raises(PyverbsRDMAError) as ex:
+        CQEX(ctx, CqInitAttrEx(cqe=512, parent_domain=pdom, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD))
+    assert ex.value.error_code == errno.EINVAL and "straddles" in str(ex.value)
+    bump.next = base + 2 * HUGE - PAGE                # past the end of the mapping
+    with pytest.raises(PyverbsRDMAError) as ex:
+        CQEX(ctx, CqInitAttrEx(cqe=512, parent_domain=pdom, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD))
+    assert ex.value.error_code == errno.EINVAL and "runs past" in str(ex.value)
+    assert [f[0] for f in bump.frees] == [base + HUGE - PAGE, base + 2 * HUGE - PAGE]
+    cq_.close()
+    assert not vpd._HugeBacking.live
+    mem.munmap(base, 2 * HUGE)
+    # a shared huge page mapping (a copy would part it from its other users)
+    shared = mem.mmap(length=HUGE, flags=mem.MAP_ANONYMOUS_ | mem.MAP_SHARED_ | mem.MAP_HUGETLB_)
+    bump.next = shared
+    with pytest.raises(PyverbsRDMAError) as ex:
+        CQEX(ctx, CqInitAttrEx(cqe=8, parent_domain=pdom, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD))
+    assert ex.value.error_code == errno.EINVAL and "shared huge page mapping" in str(ex.value)
+    assert bump.frees[-1] == (shared, HUGE) and not vpd._HugeBacking.live
+    mem.munmap(shared, HUGE)
+    cq.close(), pdom.close(), pd.close()

@@ -247,3 +247,94 @@ def test_parse_older_unittest_lines_docstrings_and_interleaved_output():
         ("tests.test_y.D.setUpClass", "skipped", "Device is not mlx5"),
     ]
     assert res.ran == 4 and not res.problem and not res.ok
+
+
+# --hugepages: the suite's huge-page tests check the 2 MiB pool, as rdma-core's utils.huge_pages_supported
+TEST_HUGE = '''\
+import os, time, unittest
+
+class HugeTest(unittest.TestCase):
+    def test_free_huge_pages(self):
+        with open('/proc/meminfo') as f:
+            free = next(int(l.split()[1]) for l in f if l.startswith('HugePages_Free:'))
+        print('free huge pages:', free, end=' ')
+        self.assertGreaterEqual(free, int(os.environ['WANT_HUGE']))
+        if os.environ.get('HANG_HUGE'):
+            open(os.environ['HANG_HUGE'], 'w').close()
+            time.sleep(600)
+'''
+NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+
+
+def _nr_hugepages() -> int:
+    with open(NR_HUGEPAGES) as f:
+        return int(f.read())
+
+
+def _free_huge_pages() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("HugePages_Free:"))
+
+
+@pytest.fixture
+def as_root():
+    if not os.path.exists(NR_HUGEPAGES):
+        pytest.skip("no huge pages in this kernel")
+    if os.geteuid() != 0 and os.environ.get("CI") != "true":
+        pytest.skip("--hugepages needs root")
+    before = _nr_hugepages()
+    yield
+    assert _nr_hugepages() == before
+
+
+def test_hugepages_reserves_for_the_run_and_restores(daemon, tmp_path, as_root):
+    before = _nr_hugepages()
+    want = _free_huge_pages() + 3
+    suite = write_suite(tmp_path, {"test_h.py": TEST_HUGE})
+    out = softrdma(["--suite", suite, "--hugepages", str(want), "-v"], dict(daemon, WANT_HUGE=str(want)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ran 1: 1 passed" in out.stdout and f"free huge pages: {want}" in out.stderr
+    assert _nr_hugepages() == before
+    # without the option the same test sees too few
+    out = softrdma(["--suite", suite], dict(daemon, WANT_HUGE=str(want)))
+    assert out.returncode == 1 and "ran 1: 0 passed, 1 failed" in out.stdout
+
+
+def test_hugepages_restored_when_the_run_is_stopped(daemon, tmp_path, as_root):
+    import signal
+    import time
+    before = _nr_hugepages()
+    want = _free_huge_pages() + 2
+    suite = write_suite(tmp_path, {"test_h.py": TEST_HUGE})
+    flag = tmp_path / "running"
+    proc = subprocess.Popen([sys.executable, "-m", "softrdma", "rdma-core-tests", "--suite", suite,
+                             "--hugepages", str(want)], env=dict(daemon, WANT_HUGE=str(want), HANG_HUGE=str(flag)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert flag.exists(), proc.communicate(timeout=10)
+        assert _nr_hugepages() > before
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0 and _nr_hugepages() == before
+
+
+def test_hugepages_needs_root_one_line(tmp_path, monkeypatch, capsys):
+    """Not root (the uid is made to look so: the test runs as root in CI):
+    one line and exit 2, before anything runs, the pool untouched."""
+    if not os.path.exists(NR_HUGEPAGES):
+        pytest.skip("no huge pages in this kernel")
+    from softrdma.tools import rdma_core_tests
+    before = _nr_hugepages()
+    suite = write_suite(tmp_path, {"test_h.py": TEST_HUGE})
+    monkeypatch.setattr(rdma_core_tests.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(rdma_core_tests, "run_suite", lambda *a: pytest.fail("the suite ran"))
+    assert rdma_core_tests.main(["--suite", suite, "--hugepages", str(_free_huge_pages() + 1)]) == 2
+    assert capsys.readouterr().err == f"softrdma rdma-core-tests: --hugepages needs root: it writes {NR_HUGEPAGES}\n"
+    assert _nr_hugepages() == before

@@ -23,6 +23,7 @@ the suite cannot be found or fetched.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import glob
 import gzip
@@ -256,6 +257,57 @@ def run_suite(suite: str, pattern: str | None, timeout: float, echo: bool) -> tu
     return "".join(chunks), timed_out
 
 
+NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+
+
+@contextlib.contextmanager
+def hugepages(n: int | None):
+    """N free huge pages of the default size while the suite runs (its
+    huge-page tests skip without them): the pool grows by what is missing,
+    and the previous count is written back after -- on failure, ^C or
+    SIGTERM too.  SuiteError (one line) when it cannot be done."""
+    if not n:
+        yield
+        return
+
+    def free() -> int:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("HugePages_Free:"))
+    try:
+        with open(NR_HUGEPAGES) as f:
+            before = int(f.read())
+        want = before + max(0, n - free())
+    except (OSError, StopIteration, ValueError):
+        raise SuiteError(f"--hugepages: this kernel has no huge pages ({NR_HUGEPAGES})") from None
+    if want == before:
+        yield
+        return
+    if os.geteuid() != 0:
+        raise SuiteError(f"--hugepages needs root: it writes {NR_HUGEPAGES}")
+
+    def put(count: int) -> None:
+        with open(NR_HUGEPAGES, "w") as f:
+            f.write(str(count))
+    on_term = None
+    if threading.current_thread() is threading.main_thread():
+        def stop(sig, frame):
+            raise SystemExit(128 + sig)
+        on_term = signal.signal(signal.SIGTERM, stop)
+    try:
+        try:
+            put(want)
+        except OSError as e:
+            raise SuiteError(f"--hugepages: cannot write {NR_HUGEPAGES}: {e.strerror}") from None
+        if free() < n:
+            raise SuiteError(f"--hugepages: the kernel made only {free()} of {n} huge pages free"
+                             " (memory too fragmented, or too little of it)")
+        yield
+    finally:
+        put(before)
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
+
+
 # --- the report -------------------------------------------------------------------------------
 
 def report(res: Results, suite: str) -> str:
@@ -290,6 +342,9 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", type=int_range(1), default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"stop the run after SECONDS and count it as an error (default {DEFAULT_TIMEOUT})")
     p.add_argument("-v", "--verbose", action="store_true", help="show the suite's own output as it runs")
+    p.add_argument("--hugepages", type=int_range(1), metavar="N",
+                   help="have N free huge pages of the default size for the run (root: grows "
+                        f"{NR_HUGEPAGES}, and puts the previous count back after)")
 
 
 def run(args) -> int:
@@ -304,7 +359,12 @@ def run(args) -> int:
         except SuiteError as e:
             print(f"{prog}: {e}", file=sys.stderr)
             return 2
-        output, timed_out = run_suite(suite, args.pattern, args.timeout, args.verbose)
+        try:
+            with hugepages(args.hugepages):
+                output, timed_out = run_suite(suite, args.pattern, args.timeout, args.verbose)
+        except SuiteError as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 2
     res = parse(output)
     if timed_out:
         res.problem = f"no result after {args.timeout} s" + (f"; it hung in {res.running}" if res.running else "")

@@ -24,6 +24,16 @@ Work queues use the indices.  Completion queues add an owner bit in each
 CQE (``uapi.abi``) that flips on every wrap, so the consumer (``poll_cq``)
 tells a new entry from an old one without reading the producer index; the
 consumer index is still published so the producer can detect overrun.
+
+A ring need not start at the memfd's beginning: a parent domain's queue
+over an allocator's huge pages lives inside a hugetlb memfd that backs
+those whole pages (``verbs.pd``), and rings of two queues may share one
+huge page.  Such a ring's fd is an open file description of its own, and
+its *file offset* (lseek) is where the ring's header is: the peer reads it
+with ``lseek(fd, 0, SEEK_CUR)`` and maps the pages around the ring -- a
+memfd's file offset is otherwise never used (both sides mmap and pread),
+so a plain ring's is 0, as before.  A hugetlbfs file is mapped in whole
+huge pages (its ``st_blksize``), so a mapping of one is rounded to them.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import stat
 import struct
 
 MAGIC = 0x474E5253            # 'SRNG' little-endian
+_MFD_HUGE_SHIFT = 26          # memfd_create: log2 of the huge page size, MFD_HUGE_2MB = 21 << 26
 HEADER_BYTES = 64
 _U32 = struct.Struct("<I")
 _HDR = struct.Struct("<III")  # magic, slot_size, nslots
@@ -64,34 +75,55 @@ class SharedRegion:
     region with ``map_fd``/``attach``, which refuse an fd without that seal
     or shorter than needed."""
 
-    def __init__(self, size: int, name: str = "softrdma", fd: int | None = None):
+    def __init__(self, size: int, name: str = "softrdma", fd: int | None = None, offset: int = 0,
+                 owned: bool = False, huge_page: int = 0):
         if size <= 0:
             raise ValueError("size must be positive")
         self.size = size
         self.closed = False
+        self.offset = 0                  # where the region starts in ``mm`` (a window: see map_window)
         own = fd is None
-        if own:
-            fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        if owned:
+            self.fd = -1                 # (closed by close() only once the window is mapped)
+            self.mm, self.offset = _map_window(fd, offset, size)
+            self.fd = fd
+        elif own:
+            # huge_page: a hugetlb memfd of pages of that size (MFD_HUGE_*), the
+            # file whole pages; its mapping reserves them (OSError ENOMEM when
+            # the system has too few free)
+            flags, length = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING, size
+            if huge_page:
+                flags |= os.MFD_HUGETLB | (huge_page.bit_length() - 1) << _MFD_HUGE_SHIFT
+                length = -(-size // huge_page) * huge_page
+            fd = os.memfd_create(name, flags)
             try:
-                os.ftruncate(fd, size)
+                os.ftruncate(fd, length)
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
-                self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                self.mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             except BaseException:
                 os.close(fd)
                 raise
             self.fd = fd
         else:
-            check_sealed(fd, size)
-            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self.mm, self.offset = _map_window(fd, offset, size)
             self.fd = -1                 # the mapping is all we need; the fd stays its owner's
-        self.view = memoryview(self.mm)
+        self._whole = memoryview(self.mm)
+        self.view = self._whole[self.offset:self.offset + size] if self.offset or len(self.mm) != size \
+            else self._whole
 
     @classmethod
-    def map_fd(cls, fd: int, size: int) -> "SharedRegion":
-        """Map ``size`` bytes of a sealed memfd received from the peer.  The
-        fd stays the caller's (to close); the mapping lives on without it.
-        ValueError if the fd is not such a memfd or is too short."""
-        return cls(size, fd=fd)
+    def map_fd(cls, fd: int, size: int, offset: int = 0) -> "SharedRegion":
+        """Map ``size`` bytes at ``offset`` of a sealed memfd received from
+        the peer.  The fd stays the caller's (to close); the mapping lives
+        on without it.  ValueError if the fd is not such a memfd or is too
+        short."""
+        return cls(size, fd=fd, offset=offset)
+
+    @classmethod
+    def window(cls, fd: int, offset: int, size: int) -> "SharedRegion":
+        """``size`` bytes at ``offset`` of a sealed memfd of this process's
+        own, taking ``fd`` (closed with the region, on success only)."""
+        return cls(size, fd=fd, offset=offset, owned=True)
 
     @classmethod
     def attach(cls, fd: int, size: int) -> "SharedRegion":
@@ -103,13 +135,14 @@ class SharedRegion:
     @property
     def address(self) -> int:
         """The region's address in this process (what MR.buf reports)."""
-        return ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        return ctypes.addressof(ctypes.c_char.from_buffer(self.mm)) + self.offset
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
         self.view.release()
+        self._whole.release()
         try:
             self.mm.close()
         except BufferError:
@@ -142,6 +175,21 @@ def check_sealed(fd: int, size: int) -> None:
         raise ValueError(f"shared memory fd holds {st.st_size} bytes, {size} needed")
 
 
+def _map_window(fd: int, offset: int, size: int) -> tuple[mmap.mmap, int]:
+    """The pages of sealed memfd ``fd`` that hold [offset, offset + size),
+    mapped shared, and where ``offset`` is in the mapping.  A hugetlbfs
+    file maps only whole huge pages (``st_blksize``): the mapping is
+    rounded out to them, never cut inside one (munmap could not undo it)."""
+    check_sealed(fd, offset + size)
+    grain = max(os.fstat(fd).st_blksize, mmap.ALLOCATIONGRANULARITY)
+    start = offset - offset % grain
+    length = offset + size - start
+    if grain > mmap.PAGESIZE:
+        length = -(-length // grain) * grain      # (check_sealed: the file is whole huge pages)
+    mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+    return mm, offset - start
+
+
 class Ring:
     """A ring of fixed-size slots in a ``SharedRegion``.
 
@@ -166,22 +214,47 @@ class Ring:
         self.mask = nslots - 1
         self.shift = nslots.bit_length() - 1
 
-    @classmethod
-    def create(cls, nslots: int, slot_size: int, name: str = "softrdma-ring") -> "Ring":
+    @staticmethod
+    def nslots_for(nslots: int) -> int:
+        """The ring's slot count for ``nslots`` asked: the power of two at or above."""
         n = 1
         while n < nslots:
             n <<= 1
+        return n
+
+    @classmethod
+    def create(cls, nslots: int, slot_size: int, name: str = "softrdma-ring") -> "Ring":
+        n = cls.nslots_for(nslots)
         region = SharedRegion(HEADER_BYTES + n * slot_size, name)
+        _HDR.pack_into(region.view, 0, MAGIC, slot_size, n)
+        return cls(region)
+
+    @classmethod
+    def create_at(cls, fd: int, offset: int, nslots: int, slot_size: int) -> "Ring":
+        """A new ring at ``offset`` of a sealed memfd of this process's own,
+        taking ``fd`` (on success): an open file description of the ring's
+        alone, since its file offset is set to ``offset`` for the peer
+        (see the module's docstring).  The ring's bytes are zeroed."""
+        n = cls.nslots_for(nslots)
+        size = HEADER_BYTES + n * slot_size
+        os.lseek(fd, offset, os.SEEK_SET)
+        region = SharedRegion.window(fd, offset, size)
+        region.view[:] = bytes(size)
         _HDR.pack_into(region.view, 0, MAGIC, slot_size, n)
         return cls(region)
 
     @classmethod
     def map_fd(cls, fd: int) -> "Ring":
         """The ring in a sealed memfd from the peer (``SharedRegion.map_fd``:
-        the fd stays the caller's).  ValueError if it is no ring."""
-        check_sealed(fd, HEADER_BYTES)
+        the fd stays the caller's), at the fd's file offset.  ValueError if
+        it is no ring."""
         try:
-            hdr = os.pread(fd, HEADER_BYTES, 0)
+            offset = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError as e:
+            raise ValueError(f"cannot tell where the ring is: {e.strerror}") from None
+        check_sealed(fd, offset + HEADER_BYTES)
+        try:
+            hdr = os.pread(fd, HEADER_BYTES, offset)
         except OSError as e:
             raise ValueError(f"cannot read the ring header: {e.strerror}") from None
         magic, slot_size, nslots = _HDR.unpack_from(hdr.ljust(HEADER_BYTES, b"\0"), 0)
@@ -189,7 +262,7 @@ class Ring:
             raise ValueError("not a softrdma ring")
         # map what the header says the ring needs (Ring() checks it again in
         # the mapping: the peer may rewrite the header meanwhile)
-        region = SharedRegion.map_fd(fd, HEADER_BYTES + nslots * slot_size)
+        region = SharedRegion.map_fd(fd, HEADER_BYTES + nslots * slot_size, offset)
         try:
             return cls(region)
         except BaseException:

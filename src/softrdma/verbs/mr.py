@@ -24,8 +24,8 @@ from ..enums import (IBV_ACCESS_HUGETLB, IBV_ACCESS_ON_DEMAND, IBV_REREG_MR_CHAN
 from ..uapi.commands import CMD
 from ..uapi.shm import SharedRegion
 from .base import PDObject
-from .errors import PyverbsRDMAError
-from .usermem import UserMemory
+from .errors import PyverbsError, PyverbsRDMAError
+from .usermem import HUGE_PAGE_SIZE, UserMemory
 
 SIZE_MAX = (1 << 64) - 1
 
@@ -64,7 +64,11 @@ class MR(PDObject):
         self.pd = pd
         self.length = length
         self.access = int(access)
-        self.region = SharedRegion(length, "softrdma-mr")
+        try:                                          # IBV_ACCESS_HUGETLB: in huge pages, as pyverbs maps it
+            self.region = SharedRegion(length, "softrdma-mr",
+                                       huge_page=HUGE_PAGE_SIZE if self.access & IBV_ACCESS_HUGETLB else 0)
+        except OSError:
+            raise PyverbsError(f"Failed to allocate MR buffer of size {length}") from None
         self.buf = self.region.address
         self._view = self.region.view[:length]        # the MR's bytes in the region
         try:

@@ -25,6 +25,21 @@ anonymous memory is mapped back over the buffer first, then the free
 callback gets it: the allocator gets back a buffer of the kind it gave
 (its contents are not kept, as after a device's use of it).
 
+An allocator's buffer in huge pages (hugetlb: a MAP_HUGETLB mapping or a
+hugetlbfs file) cannot have small pages mapped over part of a huge page
+(EINVAL).  Such a ring lives in a hugetlb memfd instead (``_HugeBacking``)
+mapped shared over the *whole* huge pages the buffer is in, their contents
+copied into it first -- the rest of those pages is still the allocator's
+(another queue's ring, say: a bump allocator hands out several rings
+from one huge page, and they then share the backing, each ring at its
+offset in it, ``Ring.create_at``).  The backing goes when its last ring
+does: private hugetlb memory with the same contents is moved back over
+the pages (mremap), then the free callback gets the buffer.  The backing
+needs free huge pages of the buffer's size while it is made (ENOMEM with
+a one-line reason when the system has none left); if none are free to
+restore private ones, the shared backing stays mapped there -- the same
+huge pages and bytes, only no longer private.
+
 IBV_ALLOCATOR_USE_DEFAULT from the alloc callback (or no allocators) is the
 default: the ring alone, and the free callback is not called for it, as
 mlx5_alloc_buf_custom's fallback.  NULL (0/None) fails the create with
@@ -35,7 +50,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
+import itertools
 import mmap
+import os
 import weakref
 
 from ..enums import (
@@ -188,18 +206,31 @@ class ParentDomain(PD):
             ring.close()
             raise PyverbsRDMAError("the parent domain's allocator returned NULL", errno.ENOMEM)
         ptr = int(ptr)
-        err = None
+        err = backing = None
+        vma = None if ptr % page else _vma_of(ptr)
         if ptr % page:
             err = PyverbsRDMAError(f"the parent domain's allocator returned 0x{ptr:x}, not aligned to the"
                                    f" {page} bytes asked", errno.EINVAL)
+        elif vma is not None and vma[2] > page:
+            try:
+                backing = _HugeBacking.over(ptr, length, vma)
+                ctypes.memset(ptr, 0, length)            # (fresh memory, as a new memfd's over small pages)
+                huge_ring = backing.ring(ptr, ring.nslots, ring.slot_size)
+            except PyverbsRDMAError as e:
+                err = e
+            else:
+                ring.close()
+                ring = huge_ring
         elif not _map_at(ptr, length, ring.region.fd):
             err = PyverbsRDMAError(f"cannot map the queue over the allocator's buffer at 0x{ptr:x}",
                                    ctypes.get_errno() or errno.EINVAL)
         if err is not None:
+            if backing is not None:
+                backing.release()
             ring.close()
             c.p_free(c.pd, c, ptr, res_type)
             raise err
-        _EXTERNAL[ring] = (self, ptr, length, res_type)
+        _EXTERNAL[ring] = (self, ptr, length, res_type, backing)
         return ring
 
 
@@ -217,8 +248,11 @@ def free_ring(ring: Ring) -> None:
     ext = _EXTERNAL.pop(ring, None)
     ring.close()
     if ext is not None:
-        pdom, ptr, length, res_type = ext
-        _map_anonymous_at(ptr, length)
+        pdom, ptr, length, res_type, backing = ext
+        if backing is not None:
+            backing.release()
+        else:
+            _map_anonymous_at(ptr, length)
         c = pdom.pd_context
         c.p_free(c.pd, c, ptr, res_type)
 
@@ -230,14 +264,164 @@ def ring_user_buffer(ring: Ring) -> int | None:
     return None if ext is None else ext[1]
 
 
-# ring -> (parent domain, address, length, resource type)
+# ring -> (parent domain, address, length, resource type, _HugeBacking or None)
 _EXTERNAL: "weakref.WeakKeyDictionary[Ring, tuple]" = weakref.WeakKeyDictionary()
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mremap.restype = ctypes.c_void_p
+_libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FIXED = 0x10
+_MAP_HUGETLB = 0x40000
+_MAP_HUGE_SHIFT = 26                 # (MFD_HUGE_SHIFT too): log2 of the huge page size
+_MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
 _MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _vma_of(addr: int) -> tuple[int, int, int, bool] | None:
+    """(start, end, page size, shared) of the mapping holding ``addr``,
+    from /proc/self/smaps (KernelPageSize: a hugetlb mapping's huge page
+    size), or None when it cannot be told."""
+    try:
+        with open("/proc/self/smaps") as f:
+            found = None
+            for line in f:
+                if found is None:
+                    head = line.split(None, 1)[0]
+                    if "-" in head and not head.endswith(":"):
+                        lo, _, hi = head.partition("-")
+                        try:
+                            start, end = int(lo, 16), int(hi, 16)
+                        except ValueError:
+                            continue
+                        if start <= addr < end:
+                            found = (start, end, line.split()[1].endswith("s"))
+                elif line.startswith("KernelPageSize:"):
+                    return found[0], found[1], int(line.split()[1]) * 1024, found[2]
+    except OSError:
+        pass
+    return None
+
+
+class _HugeBacking:
+    """A hugetlb memfd mapped shared over whole huge pages of an
+    allocator's buffer, for the rings in them (see the module's
+    docstring); ``users`` rings hold it."""
+
+    _names = itertools.count(1)
+    live: "list[_HugeBacking]" = []
+
+    def __init__(self, base: int, length: int, page_size: int):
+        self.base, self.length, self.page_size = base, length, page_size
+        self.name = f"softrdma-hugering-{next(self._names)}"
+        self.users = 0
+        shift = page_size.bit_length() - 1
+        kb = page_size // 1024
+        try:
+            fd = os.memfd_create(self.name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | os.MFD_HUGETLB
+                                 | shift << _MAP_HUGE_SHIFT)
+        except OSError as e:
+            raise PyverbsRDMAError(f"cannot make a hugetlb memfd of {kb} kB pages for the queue: {e.strerror}",
+                                   e.errno) from None
+        try:
+            os.ftruncate(fd, length)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+            try:                                 # (a shared hugetlb mapping reserves its pages now)
+                tmp = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            except OSError as e:
+                if e.errno != errno.ENOMEM:
+                    raise
+                raise PyverbsRDMAError(f"no free huge pages of {kb} kB for the queue at 0x{base:x}: it needs"
+                                       f" {length // page_size} (HugePages_Free in /proc/meminfo; reserve more"
+                                       f" in /proc/sys/vm/nr_hugepages)", errno.ENOMEM) from None
+            try:
+                anchor = ctypes.c_char.from_buffer(tmp)
+                ctypes.memmove(ctypes.addressof(anchor), base, length)   # what the pages held
+                del anchor
+            finally:
+                tmp.close()
+            if not _map_at(base, length, fd):
+                raise PyverbsRDMAError(f"cannot map the queue's huge pages over the allocator's buffer at"
+                                       f" 0x{base:x}", ctypes.get_errno() or errno.EINVAL)
+        except PyverbsRDMAError:
+            os.close(fd)
+            raise
+        except OSError as e:
+            os.close(fd)
+            raise PyverbsRDMAError(f"cannot make the queue's hugetlb memfd: {e.strerror}", e.errno) from None
+        self.fd = fd
+        self.live.append(self)
+
+    @classmethod
+    def over(cls, ptr: int, length: int, vma: tuple[int, int, int, bool]) -> "_HugeBacking":
+        """The backing for a ring at [ptr, ptr + length) of hugetlb mapping
+        ``vma``: the one already over those huge pages, or a new one over
+        the whole huge pages the range is in -- of a private mapping only:
+        a copy would part a shared one from its file or its other users."""
+        start, end, page_size, shared = vma
+        base = ptr - (ptr - start) % page_size
+        top = ptr + length + (-(ptr + length - start)) % page_size
+        for b in cls.live:
+            if b.base <= ptr and ptr + length <= b.base + b.length:
+                b.users += 1
+                return b
+            if b.base < top and base < b.base + b.length:
+                raise PyverbsRDMAError(f"the allocator's buffer at 0x{ptr:x} (+{length}) straddles huge pages"
+                                       f" another queue's ring uses and huge pages it does not", errno.EINVAL)
+        if ptr + length > end:
+            raise PyverbsRDMAError(f"the allocator's buffer at 0x{ptr:x} (+{length}) runs past the end of its"
+                                   f" huge page mapping (0x{end:x})", errno.EINVAL)
+        if shared:
+            raise PyverbsRDMAError(f"the allocator's buffer at 0x{ptr:x} is in a shared huge page mapping; a queue"
+                                   f" can take only private huge pages (MAP_PRIVATE)", errno.EINVAL)
+        b = cls(base, top - base, page_size)
+        b.users = 1
+        return b
+
+    def ring(self, ptr: int, nslots: int, slot_size: int) -> Ring:
+        """A new ring at ``ptr`` in the backing: an open file description
+        of its own, at its offset (``Ring.create_at``)."""
+        fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            return Ring.create_at(fd, ptr - self.base, nslots, slot_size)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def release(self) -> None:
+        """A ring gone; the last one puts private huge pages with the same
+        contents back over the buffer (when the pages are still this
+        backing's and the system has huge pages for it)."""
+        self.users -= 1
+        if self.users:
+            return
+        self.live.remove(self)
+        os.close(self.fd)
+        if not self._still_mapped():
+            return                                       # (the caller unmapped the buffer meanwhile)
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_HUGETLB \
+            | (self.page_size.bit_length() - 1) << _MAP_HUGE_SHIFT
+        tmp = _libc.mmap(None, self.length, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+        if tmp == _MAP_FAILED or tmp is None:
+            return                                       # no huge pages free: the shared ones stay
+        ctypes.memmove(tmp, self.base, self.length)
+        if _libc.mremap(tmp, self.length, self.length, _MREMAP_MAYMOVE | _MREMAP_FIXED, self.base) != self.base:
+            _libc.munmap(tmp, self.length)
+
+    def _still_mapped(self) -> bool:
+        """The backing's memfd is still what is mapped over its pages."""
+        try:
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    if line.rstrip().endswith(f"/memfd:{self.name} (deleted)"):
+                        lo, _, hi = line.split(None, 1)[0].partition("-")
+                        if int(lo, 16) <= self.base and self.base + self.length <= int(hi, 16):
+                            return True
+        except OSError:
+            pass
+        return False
 
 
 def _map_at(addr: int, length: int, fd: int) -> bool:

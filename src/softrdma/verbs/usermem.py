@@ -19,6 +19,7 @@ PAGE_SIZE = mmap.PAGESIZE
 
 HUGE_PAGE_SIZE = 0x200000
 MAP_HUGETLB = 0x40000
+MAP_HUGE_2MB = 21 << 26          # the size pyverbs rounds to, whatever the system's default huge page is
 
 
 class UserMemory:
@@ -35,7 +36,7 @@ class UserMemory:
             flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
             size = length
             if huge:
-                flags |= MAP_HUGETLB
+                flags |= MAP_HUGETLB | MAP_HUGE_2MB
                 size = -(-size // HUGE_PAGE_SIZE) * HUGE_PAGE_SIZE
             try:
                 self._map = mmap.mmap(-1, size, flags=flags)
