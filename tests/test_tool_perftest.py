@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import random
 import re
@@ -266,7 +267,7 @@ def test_defaults_and_dependencies(capsys):
 
 @pytest.mark.parametrize("tool,argv,msg", [
     ("ib_send_bw", ["-g"], "ib_send_bw: -g/--mcg: softrdma devices have no multicast"),
-    ("ib_write_bw", ["--odp"], "ib_write_bw: --odp: softrdma has no on-demand paging"),
+    ("ib_write_bw", ["--use-null-mr"], "ib_write_bw: --use-null-mr: softrdma has no null MR"),
     ("ib_send_bw", ["-B", "00:11:22:33:44:55"], "ib_send_bw: -B: belongs to the raw_ethernet_* tests"),
     ("ib_write_bw", ["--rate_limit=5"], "ib_write_bw: --rate_limit_type=HW: softrdma devices have no hardware"),
 ])
@@ -402,6 +403,91 @@ def test_bw_tools_end_to_end(daemon, tool, conn, args):
     else:
         assert srows == got                                                         # the client's, via the exchange
     assert cout.endswith(LINE + "\n") and sout.endswith(LINE + "\n")
+
+
+# --odp, --mmap, --use_hugepages: MRs on the process's own memory (the daemon reaches it as ODP pages)
+ODP_CASES = [
+    ("ib_write_bw", "RC", ["-n", "30", "-s", "4096"]),
+    ("ib_read_bw", "RC", ["-n", "30", "-s", "2048"]),
+    ("ib_send_bw", "RC", ["-n", "30", "-s", "1024", "--mr_per_qp", "-q", "2"]),
+    ("ib_send_bw", "UD", ["-n", "30", "-s", "512"]),
+    ("ib_atomic_bw", "RC", ["-n", "20"]),
+    ("ib_write_lat", "RC", ["-n", "30"]),                  # polls the last byte of its own (ODP) buffer
+]
+
+
+@pytest.mark.parametrize("tool,conn,args", ODP_CASES, ids=[f"{t}-{c}" for t, c, _ in ODP_CASES])
+def test_odp_end_to_end(daemon, tool, conn, args):
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, tool, ["-c", conn, "--odp", *args])
+    assert (crc, src) == (0, 0), (cout, cerr, sout, serr)
+    assert "Traceback" not in cerr + serr
+    n = int(args[args.index("-n") + 1]) * (int(args[args.index("-q") + 1]) if "-q" in args else 1)
+    got = rows(cout, LAT_ROW) if tool.endswith("_lat") else rows(cout) or rows(cout, BW_ROW_EXT)
+    assert len(got) == 1 and got[0][1] == n, cout
+
+
+def test_odp_refused_where_perftest_refuses_it(daemon):
+    """check_odp_support: UC has no ODP in perftest, whatever the device
+    says; the client fails after the connection as perftest's ctx_init."""
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_write_bw", ["-c", "UC", "--odp", "-n", "10"], timeout=60)
+    assert crc == 1 and "Traceback" not in cerr
+    assert cerr.endswith(" ODP is not available on UC transport.\nfailed to create mr\nFailed to create MR\n"
+                         " Couldn't create IB resources\n"), cerr
+
+
+def test_mmap_file_buffers(daemon, tmp_path):
+    """--mmap/--mmap-offset: each side's buffer is its file, mapped shared
+    at the offset: the client's bytes arrive in the server's file, after
+    the offset, and nothing before it changes."""
+    size, page = 4096, mmap.PAGESIZE
+    cli_file, srv_file = tmp_path / "client", tmp_path / "server"
+    cli_file.write_bytes(b"\xab" * (1 << 20))
+    srv_file.write_bytes(b"\xcd" * page + bytes((1 << 20) - page))
+    port = free_port()
+    base = ["-p", str(port), "-c", "RC", "-n", "20", "-s", str(size)]
+    srv = start_server(daemon, "ib_send_bw", [*base[2:], "--mmap", str(srv_file), "--mmap-offset", str(page)], port)
+    try:
+        cli = subprocess.run([sys.executable, "-m", "softrdma", "ib_send_bw", *base, "--mmap", str(cli_file),
+                              "127.0.0.1"], capture_output=True, text=True, timeout=120, env=tool_env(daemon))
+        sout, serr = srv.communicate(timeout=120)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.communicate()
+    assert (cli.returncode, srv.returncode) == (0, 0), (cli.stdout, cli.stderr, sout, serr)
+    assert re.search(r"^allocated mmap buffer of size \d+ at 0x[0-9a-f]+$", cli.stdout, re.M), cli.stdout
+    assert re.search(rb"^allocated mmap buffer of size \d+ at 0x[0-9a-f]+$", sout, re.M), sout
+    data = srv_file.read_bytes()
+    assert data[:page] == b"\xcd" * page                     # before the offset: untouched
+    assert b"\xab" * size in data[page:]                      # the client's message, in the server's file
+    # a file that cannot be opened: perftest's messages (the open's on stdout, as its printf)
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_write_bw", ["-n", "5", "--mmap", str(tmp_path / "none")],
+                                                timeout=60)
+    assert src == 1 and crc == 1
+    assert f"Unable to open '{tmp_path / 'none'}': No such file or directory\n" in sout
+    assert serr.startswith("Couldn't allocate work buf.\nfailed to create mr\nFailed to create MR\n"), serr
+
+
+def _free_huge_pages() -> int:
+    try:
+        with open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") as f:
+            return int(f.read())
+    except OSError:
+        return 0
+
+
+def test_use_hugepages(daemon):
+    """--use_hugepages: the buffer is a SHM_HUGETLB segment; with no huge
+    pages configured, perftest's failure."""
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_write_bw", ["-n", "10", "--use_hugepages"], timeout=60)
+    assert "Traceback" not in cerr + serr
+    if _free_huge_pages() >= 2:
+        assert (crc, src) == (0, 0), (cerr, serr)
+        assert len(rows(cout)) == 1
+    else:
+        assert (crc, src) == (1, 1)
+        assert serr.startswith("Failed to allocate hugepages. Please configure hugepages\n"
+                               "Failed to allocate hugepage region.\nfailed to create mr\nFailed to create MR\n")
 
 
 LAT_CASES = [

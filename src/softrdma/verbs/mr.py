@@ -127,6 +127,16 @@ class MR(PDObject):
             return self._user.read(length, offset)
         return bytes(self._view[offset:offset + length])
 
+    @property
+    def view(self) -> memoryview:
+        """The MR's bytes from ``buf`` as a memoryview (softrdma's, not
+        pyverbs'): the shared region's, or the process's own mapping for
+        an MR on it (valid while that memory is mapped).  (An implicit MR
+        has no bytes of its own: its ``length`` bytes at ``buf``.)"""
+        if self._user is None:
+            return self._view
+        return self._user.view(self._span)
+
     def rereg(self, flags: int, pd=None, addr: int = 0, length: int = 0, access: int = 0) -> None:
         """ibv_rereg_mr.  libibverbs' own input checks give
         IBV_REREG_MR_ERR_INPUT with EINVAL, the device's refusal

@@ -136,11 +136,7 @@ UNSUPPORTED = {
     "M": "-M/--MGID: softrdma devices have no multicast (ibv_attach_mcast is not implemented)",
     "W": ("-W/--report-counters: perftest's counter reader is not built into softrdma's perftest; read"
           " RUN/sys/class/infiniband/DEV/ports/1/hw_counters instead"),
-    "--odp": "--odp: softrdma has no on-demand paging (every MR is shared memory mapped from reg_mr on)",
     "--use-null-mr": "--use-null-mr: softrdma has no null MR (ibv_alloc_null_mr is EOPNOTSUPP)",
-    "--use_hugepages": "--use_hugepages: softrdma registers the shared memory it allocates itself, not huge pages",
-    "--mmap": "--mmap: softrdma cannot register caller memory (MR over an mmap'd file is EOPNOTSUPP)",
-    "--mmap-offset": "--mmap-offset: softrdma cannot register caller memory (MR over an mmap'd file is EOPNOTSUPP)",
     "--write_with_imm": "--write_with_imm: RDMA WRITE with immediate is not in softrdma's perftest yet",
     "--recv_post_list": "--recv_post_list: receive post lists are not in softrdma's perftest yet",
 }
@@ -247,6 +243,10 @@ class Params:
     burst_size: int = 0
     typical_pkt_size: int = 0
     payload_file: str | None = None
+    use_odp: bool = False                   # --odp: MRs with IBV_ACCESS_ON_DEMAND
+    use_hugepages: bool = False             # --use_hugepages: the buffer in a SHM_HUGETLB segment
+    mmap_file: str | None = None            # --mmap: the buffer is this file, mapped shared
+    mmap_offset: int = 0
     cycle_buffer: int = DEF_PAGE_SIZE
     cache_line_size: int = DEF_CACHE_LINE_SIZE
     connectionless: bool = False
@@ -395,6 +395,7 @@ def usage(argv0: str, verb: int, tst: int) -> str:
     o.append("      --mmap-offset=<offset>  Use an mmap'd file as the buffer for testing P2P transfers.\n")
     if tst == BW:
         o.append("      --mr_per_qp  Create memory region for each qp.\n")
+    o.append("      --odp  Use On Demand Paging instead of Memory Registration.\n")     # (HAVE_EX_ODP)
     o.append("      --output=<units> Set verbosity output level: bandwidth , message_rate, latency \n")
     if not (verb in (WRITE, WRITE_IMM) and tst == LAT):
         o.append("      --payload_file_path=<payload_txt_file_path> Set the payload by passing a txt file"
@@ -851,9 +852,14 @@ def _long_flag(p: Params, name: str, optarg: str | None) -> None:
         p.retry_count = check_value_non_negative(optarg, "int", "Retry Count")
     elif name == "out_json_file":
         p.out_json_file_name = optarg
+    elif name == "mmap":
+        p.mmap_file = optarg                 # (MEMORY_MMAP: tools.perftest.memory)
     elif name == "mmap-offset":
-        check_value(optarg, "unsigned long", "mmap offset")
-        p.unsupported.append(UNSUPPORTED[key])
+        p.mmap_offset = check_value(optarg, "unsigned long", "mmap offset")
+    elif name == "odp":
+        p.use_odp = True
+    elif name == "use_hugepages":
+        p.use_hugepages = True
     elif name == "dlid":
         p.dlid = check_value(optarg, "uint16_t", "dlid")
     elif name == "tclass":
