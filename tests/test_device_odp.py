@@ -21,7 +21,7 @@ import tempfile
 import pytest
 
 from daemon_helpers import RawControl, default_daemon_in_shm, poll_wcs as wait
-from wait_helpers import DEADLINE_S, wait_for
+from wait_helpers import DEADLINE_S, free_port, wait_for, wait_listening
 from softrdma.enums import (
     IBV_ACCESS_HUGETLB, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
     IBV_ACCESS_REMOTE_WRITE, IBV_MTU_1024, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_IMPLICIT,
@@ -397,6 +397,26 @@ def test_a_process_the_daemon_may_not_reach_has_no_odp(tmp_path):
             with pytest.raises(PyverbsRDMAError) as e:
                 pd.advise_mr(_IBV_ADVISE_MR_ADVICE_PREFETCH, 0, [wr_m.SGE(plain.buf, 8, plain.lkey)])
             assert e.value.error_code == errno.EOPNOTSUPP
+        # the tools say so with the real tools' messages (and why, after them)
+        env = {**os.environ, "SOFTRDMA_RUN": run, "SOFTRDMA_AUTOSTART": "0", "SOFTRDMA_PROGRESS": "0"}
+        r = subprocess.run([sys.executable, "-m", "softrdma", "ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-o"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 1
+        assert r.stderr.startswith("The device isn't ODP capable or does not support RC send and receive with"
+                                   " ODP\nibv_rc_pingpong: -o: softrdmad may not reach this process's memory"), r.stderr
+        port = str(free_port())
+        srv = subprocess.Popen([sys.executable, "-m", "softrdma", "ib_write_bw", "-d", "rxe0", "-p", port, "-n", "5"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        try:
+            wait_listening(int(port), srv)
+            r = subprocess.run([sys.executable, "-m", "softrdma", "ib_write_bw", "-d", "rxe0", "-p", port, "-n",
+                                "5", "--odp", "127.0.0.1"], capture_output=True, text=True, timeout=60, env=env)
+            assert r.returncode == 1
+            assert r.stderr.startswith(" The device does not support On-Demand Paging.\nfailed to create mr\n"), \
+                r.stderr
+        finally:
+            srv.kill()
+            srv.communicate()
     finally:
         if old is None:
             os.environ.pop("SOFTRDMA_RUN", None)
