@@ -233,6 +233,31 @@ def test_option_errors(capsys, tool, argv, err):
         assert out == " Unsupported memory type\n"
 
 
+@pytest.mark.parametrize("tool,argv,out", [
+    ("ib_send_bw", ["-g", "-q", "2"], "Only 1 QP supported in multicast\n"),
+    ("ib_send_bw", ["-g", "-b"], "Bidirectional mode not supported in multicast\n"),
+    ("ib_send_bw", ["-g", "-R"], P.RESULT_LINE + " Perftest still doesn't support Multicast with rdma_cm\n"),
+    ("ib_send_bw", ["-g", "-O"], " Dual-port mode not supported in multicast feature\n"),
+])
+def test_multicast_dependencies(capsys, tool, argv, out):
+    """force_dependecies' multicast rules (stdout, exit 1, as perftest's)."""
+    r, got, err = _parse(capsys, tool, argv)
+    assert (r, got.endswith(out)) == (1, True), (got, err)
+
+
+def test_multicast_options(capsys):
+    r, out, err = _parse(capsys, "ib_write_bw", ["-g"])
+    assert (r, err) == (1, " MultiCast feature only available on SEND verb\n Parser function exited with Error\n")
+    p, _, _ = _parse(capsys, "ib_send_bw", ["-g", "-c", "RC", "-M", "255:14:0:0:0:0:0:0:0:0:255:255:239:1:2:3"])
+    assert (p.use_mcg, p.connection_type, p.gid_index, p.user_mgid) == \
+        (True, P.UD, 0, "255:14:0:0:0:0:0:0:0:0:255:255:239:1:2:3")      # UD forced, GID index 0
+    from softrdma.tools.perftest import mcast
+    assert mcast.set_multicast_gid(None, False) == bytes([255, 1, 0, 0, 0, 2, 201, 133]) + bytes(8)
+    assert mcast.set_multicast_gid(None, True)[15] == 1                   # the client's group (send_lat)
+    assert mcast.set_multicast_gid("0xff:0x0e:0:0:0:0:0:0:0:0:255:255:239:1:2:3", True) == \
+        b"\xff\x0e" + bytes(8) + b"\xff\xff" + bytes([239, 1, 2, 3])
+
+
 def test_bad_option_prints_usage(capsys):
     r, out, err = _parse(capsys, "ib_read_lat", ["-k"])
     assert r == 1
@@ -266,7 +291,7 @@ def test_defaults_and_dependencies(capsys):
 
 
 @pytest.mark.parametrize("tool,argv,msg", [
-    ("ib_send_bw", ["-g"], "ib_send_bw: -g/--mcg: softrdma devices have no multicast"),
+    ("ib_send_bw", ["-W", "a"], "ib_send_bw: -W/--report-counters: perftest's counter reader is not built"),
     ("ib_write_bw", ["--use-null-mr"], "ib_write_bw: --use-null-mr: softrdma has no null MR"),
     ("ib_send_bw", ["-B", "00:11:22:33:44:55"], "ib_send_bw: -B: belongs to the raw_ethernet_* tests"),
     ("ib_write_bw", ["--rate_limit=5"], "ib_write_bw: --rate_limit_type=HW: softrdma devices have no hardware"),
@@ -488,6 +513,32 @@ def test_use_hugepages(daemon):
         assert (crc, src) == (1, 1)
         assert serr.startswith("Failed to allocate hugepages. Please configure hugepages\n"
                                "Failed to allocate hugepage region.\nfailed to create mr\nFailed to create MR\n")
+
+
+MCAST_CASES = [
+    ("ib_send_bw", ["-n", "40", "-s", "1024"]),
+    ("ib_send_lat", ["-n", "30"]),                           # each side attached to its own group
+    ("ib_send_bw", ["-n", "30", "-x", "1", "-M", "255:14:0:0:0:0:0:0:0:0:255:255:239:77:13:8"]),
+]
+
+
+@pytest.mark.parametrize("tool,args", MCAST_CASES, ids=["send_bw", "send_lat", "send_bw-M"])
+def test_multicast_end_to_end(daemon, tool, args):
+    """-g: the server's QP attached to the group, whose GID it gives as its
+    own with QPN 0xFFFFFF; the client sends to the group."""
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, tool, ["-g", *args])
+    assert (crc, src) == (0, 0), (cout, cerr, sout, serr)
+    assert "Traceback" not in cerr + serr
+    title = "Send BW Multicast Test" if tool == "ib_send_bw" else "Send Latency Multicast Test"
+    for out in (cout, sout):
+        assert f"                    {title}\n MultiCast runs on UD!\n" in out
+        assert " Connection type : UD" in out
+    mgid = "255:14:00:00:00:00:00:00:00:00:255:255:239:77:13:08" if "-M" in args else "255:01:00:00:00:02:201:133"
+    remote = cout.split(" remote address: ")[1]
+    assert remote.startswith("LID 0000 QPN 0xffffff ") and f" GID: {mgid}" in remote, cout
+    n = int(args[args.index("-n") + 1])
+    got = rows(cout, LAT_ROW) if tool.endswith("_lat") else rows(cout)
+    assert len(got) == 1 and got[0][1] == n, cout
 
 
 LAT_CASES = [

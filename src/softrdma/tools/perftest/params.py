@@ -132,8 +132,6 @@ _LONG_INDEX = {o[0]: i for i, o in enumerate(LONG_OPTIONS)}
 WHY_RAW_ETH = ("belongs to the raw_ethernet_* tests, which softrdma does not provide (softrdma devices have no raw"
                " packet QPs)")
 UNSUPPORTED = {
-    "g": "-g/--mcg: softrdma devices have no multicast (ibv_attach_mcast is not implemented)",
-    "M": "-M/--MGID: softrdma devices have no multicast (ibv_attach_mcast is not implemented)",
     "W": ("-W/--report-counters: perftest's counter reader is not built into softrdma's perftest; read"
           " RUN/sys/class/infiniband/DEV/ports/1/hw_counters instead"),
     "--use-null-mr": "--use-null-mr: softrdma has no null MR (ibv_alloc_null_mr is EOPNOTSUPP)",
@@ -251,6 +249,7 @@ class Params:
     cache_line_size: int = DEF_CACHE_LINE_SIZE
     connectionless: bool = False
     use_mcg: bool = False
+    user_mgid: str | None = None            # -M: the multicast group's GID (set_multicast_gid)
     cpu_util_enable: bool = False
     cpu_stats: list = field(default_factory=lambda: [(0, 0), (0, 0)])
     buff_size: int = 0
@@ -672,7 +671,7 @@ def _short(p: Params, c: str, optarg: str | None, prog: str) -> None:
             _err(" Setting Outstanding reads only available on READ verb\n")
             raise _Fail
     elif c == "M":
-        p.unsupported.append(UNSUPPORTED["M"])
+        p.user_mgid = optarg
     elif c == "r":
         p.rx_depth = check_value_in_range(optarg, "int", MIN_RX, MAX_RX, " Rx depth")
         if v not in (SEND, WRITE, WRITE_IMM) and p.rx_depth > DEF_RX_RDMA:
@@ -724,7 +723,7 @@ def _short(p: Params, c: str, optarg: str | None, prog: str) -> None:
             p.use_rdma_cm = True
         if c == "g":
             p.use_mcg = True
-        if c not in ("R", "z"):
+        if c == "W":
             p.unsupported.append(UNSUPPORTED[c])
     elif c == "s":
         arg = optarg
@@ -986,6 +985,9 @@ def force_dependencies(p: Params) -> None:
         if p.tst != BW:
             _out(" Dual-port mode only supports BW tests.\n")
             raise _Exit(1)
+        if p.use_mcg:
+            _out(" Dual-port mode not supported in multicast feature\n")
+            raise _Exit(1)
     if p.post_list > 1:
         if p.tst == BW:
             if p.test_type == ITERATIONS and p.iters % p.post_list != 0:
@@ -1022,10 +1024,16 @@ def force_dependencies(p: Params) -> None:
     if p.test_type != DURATION and p.cpu_util:
         _out(RESULT_LINE)
         _err(" CPU Utilization works only with Duration mode.\n")
+    if p.use_mcg and p.gid_index == -1:
+        p.gid_index = 0
     if p.work_rdma_cm:
         if p.connection_type == UC:
             _out(RESULT_LINE)
             _out(" UC is not supported in librdmacm\n")
+            raise _Exit(1)
+        if p.use_mcg:
+            _out(RESULT_LINE)
+            _out(" Perftest still doesn't support Multicast with rdma_cm\n")
             raise _Exit(1)
         if p.dualport:
             _out(RESULT_LINE)
@@ -1047,6 +1055,14 @@ def force_dependencies(p: Params) -> None:
     if p.hop_limit != DEF_HOP_LIMIT:
         _out(" Hop limit only valid for RawEth QP \n")
         raise _Exit(1)
+    if p.use_mcg:
+        p.connection_type = UD
+        if p.duplex:
+            _out("Bidirectional mode not supported in multicast\n")
+            raise _Exit(1)
+        if p.num_of_qps > 1:
+            _out("Only 1 QP supported in multicast\n")
+            raise _Exit(1)
     if p.verb in (SEND, WRITE_IMM) and p.tst == BW and p.machine == SERVER and not p.duplex:
         if not p.noPeak:
             _out(" WARNING: BW peak won't be measured in this run.\n")
