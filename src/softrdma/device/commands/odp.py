@@ -103,7 +103,7 @@ def cmd_rereg_mr(daemon, c, m, fds):
     changes: a refused rereg leaves the MR as it was."""
     entry = c.get(m.get("mr"), "mr")
     flags = rq.uint(m, "flags", rq.U32)
-    mr, old_region, dm = entry
+    mr, _, dm = entry
     if not flags:
         raise VerbsError(errno.EINVAL, "rereg flags 0")
     if flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS):
