@@ -21,12 +21,12 @@ import tempfile
 import pytest
 
 from daemon_helpers import RawControl, default_daemon_in_shm, poll_wcs as wait
-from wait_helpers import DEADLINE_S, wait_for
+from wait_helpers import DEADLINE_S, free_port, wait_for, wait_listening
 from softrdma.enums import (
     IBV_ACCESS_HUGETLB, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
     IBV_ACCESS_REMOTE_WRITE, IBV_MTU_1024, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_IMPLICIT,
     IBV_ODP_SUPPORT_READ, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_SRQ_RECV,
-    IBV_ODP_SUPPORT_WRITE, IBV_QPT_RC, IBV_REREG_MR_CHANGE_ACCESS, IBV_ACCESS_ZERO_BASED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS,
+    IBV_ODP_SUPPORT_WRITE, IBV_QPT_RC, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_TRANSLATION, IBV_ACCESS_ZERO_BASED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
     _IBV_ADVISE_MR_ADVICE_PREFETCH, _IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, _IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
     _IBV_ADVISE_MR_FLAG_FLUSH,
@@ -74,6 +74,8 @@ class Side:
             self.mr = MR(self.pd, SIZE, ODP, address=self.user)
         elif kind == "implicit":
             self.mr = MR(self.pd, SIZE, ODP, implicit=True)
+        elif kind == "shm":                     # the library's shared memory
+            self.mr = MR(self.pd, SIZE, ACC)
         else:                                   # on the caller's memory, no ODP
             self.user = mem_alloc.mmap(length=SIZE)
             self.mr = MR(self.pd, SIZE, ACC, address=self.user)
@@ -288,6 +290,73 @@ def test_registration_rules(daemon):
         assert e.value.error_code == errno.EINVAL
 
 
+def test_rereg_translation_onto_process_memory(daemon, path):
+    """ibv_rereg_mr with a new translation: the MR (keys kept) is then on
+    the process's pages -- pinned semantics unless the new access is on
+    demand -- and traffic reaches them, not the old buffer."""
+    with device.Context(name="rxe0") as ctx:
+        a, b = connected(ctx, "shm")
+        keys = (b.mr.lkey, b.mr.rkey)
+        old = b.mr.buf
+        mem = ctypes.create_string_buffer(SIZE)
+        new = ctypes.addressof(mem)
+        b.mr.rereg(IBV_REREG_MR_CHANGE_TRANSLATION, addr=new, length=SIZE)
+        assert (b.mr.lkey, b.mr.rkey, b.mr.buf, b.mr.length) == (*keys, new, SIZE)
+        a.mr.write(b"moved!", 6)
+        assert post(a, 1, IBV_WR_RDMA_WRITE, a.sge(0, 6), b.mr.rkey, old) == IBV_WC_REM_ACCESS_ERR
+
+    with device.Context(name="rxe0") as ctx:
+        a, b = connected(ctx, "shm")
+        mem = ctypes.create_string_buffer(SIZE)
+        new = ctypes.addressof(mem)
+        b.mr.rereg(IBV_REREG_MR_CHANGE_TRANSLATION, addr=new, length=SIZE)
+        a.mr.write(b"moved!", 6)
+        assert post(a, 1, IBV_WR_RDMA_WRITE, a.sge(0, 6), b.mr.rkey, new + 100) == IBV_WC_SUCCESS
+        assert mem.raw[100:106] == b"moved!" and b.mr.read(6, 100) == b"moved!"
+        # on demand: the new range need not be mapped; a fault there is a remote access error
+        none = hole()
+        b.mr.rereg(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, addr=none, length=4096, access=ODP)
+        assert post(a, 2, IBV_WR_RDMA_WRITE, a.sge(0, 6), b.mr.rkey, none) == IBV_WC_REM_ACCESS_ERR
+
+
+def test_rereg_rules(daemon):
+    with device.Context(name="rxe0") as ctx:
+        pd = pd_m.PD(ctx)
+        mr = MR(pd, 4096, ACC)
+
+        def err(flags, **kw):
+            with pytest.raises(PyverbsRDMAError) as e:
+                mr.rereg(flags, **kw)
+            return str(e.value), e.value.error_code
+
+        # pinned semantics: unmapped (EFAULT), or read-only for a writable MR (EFAULT)
+        text, code = err(IBV_REREG_MR_CHANGE_TRANSLATION, addr=hole(), length=4096)
+        assert code == errno.EFAULT and text.startswith("Failed to rereg MR: IBV_REREG_MR_ERR_CMD")
+        ro_addr = _libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        text, code = err(IBV_REREG_MR_CHANGE_TRANSLATION, addr=ro_addr, length=4096)
+        assert code == errno.EFAULT and text.startswith("Failed to rereg MR: IBV_REREG_MR_ERR_CMD")
+        # ... but a read-only MR may be there
+        mr.rereg(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, addr=ro_addr, length=4096,
+                 access=IBV_ACCESS_REMOTE_READ)
+        assert mr.buf == ro_addr
+        # the kernel's checks: flags 0 (EINVAL), a flag it does not take (EOPNOTSUPP), wrapping
+        assert err(0)[1] == errno.EINVAL
+        assert err(8)[1] == errno.EOPNOTSUPP                   # IBV_REREG_MR_KEEP_VALID
+        assert err(IBV_REREG_MR_CHANGE_TRANSLATION, addr=SIZE_MAX - 10, length=4096)[1] == errno.EINVAL
+        # libibverbs' own: no address or length for a translation
+        text, code = err(IBV_REREG_MR_CHANGE_TRANSLATION, addr=0, length=4096)
+        assert code == errno.EINVAL and "IBV_REREG_MR_ERR_INPUT" in text
+        # an access rereg on demand does not make the registration one (rxe), a translation does
+        shm = MR(pd, 4096, IBV_ACCESS_LOCAL_WRITE)
+        mem = ctypes.create_string_buffer(4096)
+        shm.rereg(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, addr=ctypes.addressof(mem),
+                  length=4096, access=IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)
+        assert pd.advise_mr(_IBV_ADVISE_MR_ADVICE_PREFETCH, _IBV_ADVISE_MR_FLAG_FLUSH,
+                            [wr_m.SGE(shm.buf, 8, shm.lkey)]) == 0
+        shm.write(b"abcd", 4)
+        assert mem.raw[:4] == b"abcd"
+
+
 def _huge_pages() -> int:
     try:
         with open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") as f:
@@ -319,9 +388,35 @@ def test_a_process_the_daemon_may_not_reach_has_no_odp(tmp_path):
                 MR(pd, 4096, ODP)
             assert e.value.error_code == errno.EOPNOTSUPP
             plain = MR(pd, 4096, ACC)                 # shared memory MRs do not need it
+            mem = ctypes.create_string_buffer(4096)
+            for flags, acc in ((IBV_REREG_MR_CHANGE_TRANSLATION, 0), (IBV_REREG_MR_CHANGE_ACCESS, ODP)):
+                with pytest.raises(PyverbsRDMAError) as e:          # nor may an MR move onto its memory
+                    plain.rereg(flags, addr=ctypes.addressof(mem) if acc == 0 else 0,
+                                length=4096 if acc == 0 else 0, access=acc)
+                assert e.value.error_code == errno.EOPNOTSUPP
             with pytest.raises(PyverbsRDMAError) as e:
                 pd.advise_mr(_IBV_ADVISE_MR_ADVICE_PREFETCH, 0, [wr_m.SGE(plain.buf, 8, plain.lkey)])
             assert e.value.error_code == errno.EOPNOTSUPP
+        # the tools say so with the real tools' messages (and why, after them)
+        env = {**os.environ, "SOFTRDMA_RUN": run, "SOFTRDMA_AUTOSTART": "0", "SOFTRDMA_PROGRESS": "0"}
+        r = subprocess.run([sys.executable, "-m", "softrdma", "ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-o"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 1
+        assert r.stderr.startswith("The device isn't ODP capable or does not support RC send and receive with"
+                                   " ODP\nibv_rc_pingpong: -o: softrdmad may not reach this process's memory"), r.stderr
+        port = str(free_port())
+        srv = subprocess.Popen([sys.executable, "-m", "softrdma", "ib_write_bw", "-d", "rxe0", "-p", port, "-n", "5"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        try:
+            wait_listening(int(port), srv)
+            r = subprocess.run([sys.executable, "-m", "softrdma", "ib_write_bw", "-d", "rxe0", "-p", port, "-n",
+                                "5", "--odp", "127.0.0.1"], capture_output=True, text=True, timeout=60, env=env)
+            assert r.returncode == 1
+            assert r.stderr.startswith(" The device does not support On-Demand Paging.\nfailed to create mr\n"), \
+                r.stderr
+        finally:
+            srv.kill()
+            srv.communicate()
     finally:
         if old is None:
             os.environ.pop("SOFTRDMA_RUN", None)

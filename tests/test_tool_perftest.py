@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import random
 import re
@@ -232,6 +233,31 @@ def test_option_errors(capsys, tool, argv, err):
         assert out == " Unsupported memory type\n"
 
 
+@pytest.mark.parametrize("tool,argv,out", [
+    ("ib_send_bw", ["-g", "-q", "2"], "Only 1 QP supported in multicast\n"),
+    ("ib_send_bw", ["-g", "-b"], "Bidirectional mode not supported in multicast\n"),
+    ("ib_send_bw", ["-g", "-R"], P.RESULT_LINE + " Perftest still doesn't support Multicast with rdma_cm\n"),
+    ("ib_send_bw", ["-g", "-O"], " Dual-port mode not supported in multicast feature\n"),
+])
+def test_multicast_dependencies(capsys, tool, argv, out):
+    """force_dependecies' multicast rules (stdout, exit 1, as perftest's)."""
+    r, got, err = _parse(capsys, tool, argv)
+    assert (r, got.endswith(out)) == (1, True), (got, err)
+
+
+def test_multicast_options(capsys):
+    r, out, err = _parse(capsys, "ib_write_bw", ["-g"])
+    assert (r, err) == (1, " MultiCast feature only available on SEND verb\n Parser function exited with Error\n")
+    p, _, _ = _parse(capsys, "ib_send_bw", ["-g", "-c", "RC", "-M", "255:14:0:0:0:0:0:0:0:0:255:255:239:1:2:3"])
+    assert (p.use_mcg, p.connection_type, p.gid_index, p.user_mgid) == \
+        (True, P.UD, 0, "255:14:0:0:0:0:0:0:0:0:255:255:239:1:2:3")      # UD forced, GID index 0
+    from softrdma.tools.perftest import mcast
+    assert mcast.set_multicast_gid(None, False) == bytes([255, 1, 0, 0, 0, 2, 201, 133]) + bytes(8)
+    assert mcast.set_multicast_gid(None, True)[15] == 1                   # the client's group (send_lat)
+    assert mcast.set_multicast_gid("0xff:0x0e:0:0:0:0:0:0:0:0:255:255:239:1:2:3", True) == \
+        b"\xff\x0e" + bytes(8) + b"\xff\xff" + bytes([239, 1, 2, 3])
+
+
 def test_bad_option_prints_usage(capsys):
     r, out, err = _parse(capsys, "ib_read_lat", ["-k"])
     assert r == 1
@@ -265,8 +291,8 @@ def test_defaults_and_dependencies(capsys):
 
 
 @pytest.mark.parametrize("tool,argv,msg", [
-    ("ib_send_bw", ["-g"], "ib_send_bw: -g/--mcg: softrdma devices have no multicast"),
-    ("ib_write_bw", ["--odp"], "ib_write_bw: --odp: softrdma has no on-demand paging"),
+    ("ib_send_bw", ["-W", "a"], "ib_send_bw: -W/--report-counters: perftest's counter reader is not built"),
+    ("ib_write_bw", ["--use-null-mr"], "ib_write_bw: --use-null-mr: softrdma has no null MR"),
     ("ib_send_bw", ["-B", "00:11:22:33:44:55"], "ib_send_bw: -B: belongs to the raw_ethernet_* tests"),
     ("ib_write_bw", ["--rate_limit=5"], "ib_write_bw: --rate_limit_type=HW: softrdma devices have no hardware"),
 ])
@@ -402,6 +428,117 @@ def test_bw_tools_end_to_end(daemon, tool, conn, args):
     else:
         assert srows == got                                                         # the client's, via the exchange
     assert cout.endswith(LINE + "\n") and sout.endswith(LINE + "\n")
+
+
+# --odp, --mmap, --use_hugepages: MRs on the process's own memory (the daemon reaches it as ODP pages)
+ODP_CASES = [
+    ("ib_write_bw", "RC", ["-n", "30", "-s", "4096"]),
+    ("ib_read_bw", "RC", ["-n", "30", "-s", "2048"]),
+    ("ib_send_bw", "RC", ["-n", "30", "-s", "1024", "--mr_per_qp", "-q", "2"]),
+    ("ib_send_bw", "UD", ["-n", "30", "-s", "512"]),
+    ("ib_atomic_bw", "RC", ["-n", "20"]),
+    ("ib_write_lat", "RC", ["-n", "30"]),                  # polls the last byte of its own (ODP) buffer
+]
+
+
+@pytest.mark.parametrize("tool,conn,args", ODP_CASES, ids=[f"{t}-{c}" for t, c, _ in ODP_CASES])
+def test_odp_end_to_end(daemon, tool, conn, args):
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, tool, ["-c", conn, "--odp", *args])
+    assert (crc, src) == (0, 0), (cout, cerr, sout, serr)
+    assert "Traceback" not in cerr + serr
+    n = int(args[args.index("-n") + 1]) * (int(args[args.index("-q") + 1]) if "-q" in args else 1)
+    got = rows(cout, LAT_ROW) if tool.endswith("_lat") else rows(cout) or rows(cout, BW_ROW_EXT)
+    assert len(got) == 1 and got[0][1] == n, cout
+
+
+def test_odp_refused_where_perftest_refuses_it(daemon):
+    """check_odp_support: UC has no ODP in perftest, whatever the device
+    says; the client fails after the connection as perftest's ctx_init."""
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_write_bw", ["-c", "UC", "--odp", "-n", "10"], timeout=60)
+    assert crc == 1 and "Traceback" not in cerr
+    assert cerr.endswith(" ODP is not available on UC transport.\nfailed to create mr\nFailed to create MR\n"
+                         " Couldn't create IB resources\n"), cerr
+
+
+def test_mmap_file_buffers(daemon, tmp_path):
+    """--mmap/--mmap-offset: each side's buffer is its file, mapped shared
+    at the offset: the client's bytes arrive in the server's file, after
+    the offset, and nothing before it changes."""
+    size, page = 4096, mmap.PAGESIZE
+    cli_file, srv_file = tmp_path / "client", tmp_path / "server"
+    cli_file.write_bytes(b"\xab" * (1 << 20))
+    srv_file.write_bytes(b"\xcd" * page + bytes((1 << 20) - page))
+    port = free_port()
+    base = ["-p", str(port), "-c", "RC", "-n", "20", "-s", str(size)]
+    srv = start_server(daemon, "ib_send_bw", [*base[2:], "--mmap", str(srv_file), "--mmap-offset", str(page)], port)
+    try:
+        cli = subprocess.run([sys.executable, "-m", "softrdma", "ib_send_bw", *base, "--mmap", str(cli_file),
+                              "127.0.0.1"], capture_output=True, text=True, timeout=120, env=tool_env(daemon))
+        sout, serr = srv.communicate(timeout=120)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.communicate()
+    assert (cli.returncode, srv.returncode) == (0, 0), (cli.stdout, cli.stderr, sout, serr)
+    assert re.search(r"^allocated mmap buffer of size \d+ at 0x[0-9a-f]+$", cli.stdout, re.M), cli.stdout
+    assert re.search(rb"^allocated mmap buffer of size \d+ at 0x[0-9a-f]+$", sout, re.M), sout
+    data = srv_file.read_bytes()
+    assert data[:page] == b"\xcd" * page                     # before the offset: untouched
+    assert b"\xab" * size in data[page:]                      # the client's message, in the server's file
+    # a file that cannot be opened: perftest's messages (the open's on stdout, as its printf)
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_write_bw", ["-n", "5", "--mmap", str(tmp_path / "none")],
+                                                timeout=60)
+    assert src == 1 and crc == 1
+    assert f"Unable to open '{tmp_path / 'none'}': No such file or directory\n" in sout
+    assert serr.startswith("Couldn't allocate work buf.\nfailed to create mr\nFailed to create MR\n"), serr
+
+
+def _free_huge_pages() -> int:
+    try:
+        with open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") as f:
+            return int(f.read())
+    except OSError:
+        return 0
+
+
+def test_use_hugepages(daemon):
+    """--use_hugepages: the buffer is a SHM_HUGETLB segment; with no huge
+    pages configured, perftest's failure."""
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, "ib_write_bw", ["-n", "10", "--use_hugepages"], timeout=60)
+    assert "Traceback" not in cerr + serr
+    if _free_huge_pages() >= 2:
+        assert (crc, src) == (0, 0), (cerr, serr)
+        assert len(rows(cout)) == 1
+    else:
+        assert (crc, src) == (1, 1)
+        assert serr.startswith("Failed to allocate hugepages. Please configure hugepages\n"
+                               "Failed to allocate hugepage region.\nfailed to create mr\nFailed to create MR\n")
+
+
+MCAST_CASES = [
+    ("ib_send_bw", ["-n", "40", "-s", "1024"]),
+    ("ib_send_lat", ["-n", "30"]),                           # each side attached to its own group
+    ("ib_send_bw", ["-n", "30", "-x", "1", "-M", "255:14:0:0:0:0:0:0:0:0:255:255:239:77:13:8"]),
+]
+
+
+@pytest.mark.parametrize("tool,args", MCAST_CASES, ids=["send_bw", "send_lat", "send_bw-M"])
+def test_multicast_end_to_end(daemon, tool, args):
+    """-g: the server's QP attached to the group, whose GID it gives as its
+    own with QPN 0xFFFFFF; the client sends to the group."""
+    crc, cout, cerr, src, sout, serr = run_pair(daemon, tool, ["-g", *args])
+    assert (crc, src) == (0, 0), (cout, cerr, sout, serr)
+    assert "Traceback" not in cerr + serr
+    title = "Send BW Multicast Test" if tool == "ib_send_bw" else "Send Latency Multicast Test"
+    for out in (cout, sout):
+        assert f"                    {title}\n MultiCast runs on UD!\n" in out
+        assert " Connection type : UD" in out
+    mgid = "255:14:00:00:00:00:00:00:00:00:255:255:239:77:13:08" if "-M" in args else "255:01:00:00:00:02:201:133"
+    remote = cout.split(" remote address: ")[1]
+    assert remote.startswith("LID 0000 QPN 0xffffff ") and f" GID: {mgid}" in remote, cout
+    n = int(args[args.index("-n") + 1])
+    got = rows(cout, LAT_ROW) if tool.endswith("_lat") else rows(cout)
+    assert len(got) == 1 and got[0][1] == n, cout
 
 
 LAT_CASES = [

@@ -372,7 +372,7 @@ def _python_for(uid: int) -> tuple[list[str], dict]:
 
 
 _CLIENT = r"""
-import errno, resource, sys
+import ctypes, errno, mmap, resource, sys
 from softrdma.pyverbs.device import Context
 from softrdma.pyverbs.mr import MR
 from softrdma.pyverbs.pd import PD
@@ -382,6 +382,7 @@ resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))   # lowering needs n
 ctx = Context(name="rxe0")
 pd = PD(ctx)
 mrs = []
+moved = []                                   # memory an MR was moved onto (kept mapped)
 for line in sys.stdin:
     cmd = line.split()
     try:
@@ -389,6 +390,10 @@ for line in sys.stdin:
             mrs.append(MR(pd, int(cmd[1]), 1))
         elif cmd[0] == "free":
             mrs.pop(0).close()
+        elif cmd[0] == "move":               # ibv_rereg_mr of the first MR onto N bytes of ours
+            m = mmap.mmap(-1, int(cmd[1]))
+            moved.append((m, ctypes.c_char.from_buffer(m)))
+            mrs[0].rereg(1, None, ctypes.addressof(moved[-1][1]), int(cmd[1]), 0)   # CHANGE_TRANSLATION
         elif cmd[0] == "ctx":
             Context(name="rxe0")
         print("ok", flush=True)
@@ -447,6 +452,13 @@ def test_unprivileged_user_memlock_and_contexts():
         assert a.do("free") == "ok"                       # 8 pages back
         assert b.do(f"mr {8 * page}") == "ok"
         assert a.do(f"mr {page}") == "errno ENOMEM"
+        # a new translation pins its pages before the old ones go (ib_umem_get, then
+        # ib_umem_release): a's 8-page MR may move onto 8 pages only with 8 more free
+        assert a.do(f"move {8 * page}") == "errno ENOMEM"
+        assert b.do("free") == "ok"                       # 8 pages back
+        assert a.do(f"move {2 * page}") == "ok"          # 8 + 2 pinned, then 2
+        assert a.do(f"mr {14 * page}") == "ok"           # the old 8 came back: 16
+        assert a.do("mr 1") == "errno ENOMEM"
         z = _Client(py, env, 0)                           # RLIMIT_MEMLOCK 0: can_do_mlock() fails
         clients.append(z)
         assert z.do(f"mr {page}") == "errno EPERM"

@@ -92,7 +92,7 @@ refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_PD, pd, 0, 0, RW),
 refused(lambda: server_mr.rereg(1 << 4, None, 0, 0, 0),
         "Failed to rereg MR: IBV_REREG_MR_ERR_INPUT", errno.EINVAL, "a flag libibverbs does not know")
 refused(lambda: server_mr.rereg(e.IBV_REREG_MR_KEEP_VALID, None, 0, 0, 0),
-        "Failed to rereg MR: IBV_REREG_MR_ERR_CMD", errno.EINVAL, "a flag the device does not take")
+        "Failed to rereg MR: IBV_REREG_MR_ERR_CMD", errno.EOPNOTSUPP, "a flag the device does not take")
 refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION, None, 0, 0, 0),
         "Failed to rereg MR: IBV_REREG_MR_ERR_INPUT", errno.EINVAL, "translation without an address")
 # a bound window holds the MR
@@ -115,13 +115,47 @@ check(rdma(e.IBV_WR_RDMA_WRITE, server_mr.rkey, server_mr.buf), e.IBV_WC_SUCCESS
 pd2.close()                                   # the MR is no longer pd2's: it stays
 check(server_mr.read(4, 0), b"AAAA", "MR after the other PD closed")
 
-# -- rereg: translation is refused as rxe refuses it (RXE_MR_REREG_SUPPORTED)
+# -- rereg: translation, onto the caller's own memory (pinned: every page mapped now)
 mem = ctypes.create_string_buffer(b"N" * 3 * SIZE)
 addr = ctypes.addressof(mem) + 1000
-refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION, None, addr, 2 * SIZE, 0),
-        "Failed to rereg MR: IBV_REREG_MR_ERR_CMD", errno.EOPNOTSUPP, "translation")
-check(mem.raw[:3 * SIZE] == b"N" * 3 * SIZE, True, "the caller's memory after a refused translation")
-check(server_mr.read(4, 0), b"AAAA", "the MR after a refused translation")
+old_buf, keys = server_mr.buf, (server_mr.lkey, server_mr.rkey)
+server_mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION, None, addr, 2 * SIZE, 0)
+check((server_mr.buf, server_mr.length), (addr, 2 * SIZE), "MR after translation")
+check((server_mr.lkey, server_mr.rkey), keys, "keys after a translation")
+check(mem.raw[:3 * SIZE] == b"N" * 3 * SIZE, True, "the caller's memory after translation")
+check(rdma(e.IBV_WR_RDMA_WRITE, server_mr.rkey, old_buf), e.IBV_WC_REM_ACCESS_ERR, "write to the old address")
+client_mr.write(b"T" * 64, 64)
+check(rdma(e.IBV_WR_RDMA_WRITE, server_mr.rkey, addr + SIZE), e.IBV_WC_SUCCESS, "write to the new address")
+check(ctypes.string_at(addr + SIZE - 1, 66), b"N" + b"T" * 64 + b"N", "the write in the caller's memory")
+check(rdma(e.IBV_WR_RDMA_WRITE, server_mr.rkey, addr + 2 * SIZE - 32), e.IBV_WC_REM_ACCESS_ERR,
+      "write past the new length")
+mem[1000:1004] = b"LOCL"                       # the caller's stores are the MR's
+check(server_mr.read(4, 0), b"LOCL", "MR read after a store")
+# translation with PD and access at once: the new access is the new pages' (read-only memory
+# cannot be a writable MR: EFAULT, and the MR stays as it was)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+ro = libc.mmap(None, SIZE, 1, 0x22, -1, 0)                 # PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS
+refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION | e.IBV_REREG_MR_CHANGE_ACCESS, None, ro, SIZE,
+                                RW), "Failed to rereg MR: IBV_REREG_MR_ERR_CMD", errno.EFAULT, "read-only pages")
+check(rdma(e.IBV_WR_RDMA_WRITE, server_mr.rkey, addr + SIZE), e.IBV_WC_SUCCESS, "the MR after a refused translation")
+pd2 = PD(ctx)
+mem2 = ctypes.create_string_buffer(SIZE)
+server_mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION | e.IBV_REREG_MR_CHANGE_PD | e.IBV_REREG_MR_CHANGE_ACCESS, pd2,
+                ctypes.addressof(mem2), SIZE, e.IBV_ACCESS_LOCAL_WRITE)
+check(rdma(e.IBV_WR_RDMA_WRITE, server_mr.rkey, ctypes.addressof(mem2)), e.IBV_WC_REM_ACCESS_ERR,
+      "write to an MR of another PD, without REMOTE_WRITE")
+server_mr.rereg(e.IBV_REREG_MR_CHANGE_PD | e.IBV_REREG_MR_CHANGE_ACCESS, pd, 0, 0, RW)
+check(rdma(e.IBV_WR_RDMA_WRITE, server_mr.rkey, ctypes.addressof(mem2) + 8), e.IBV_WC_SUCCESS, "write after both")
+check(mem2.raw[:80], bytes(8) + b"T" * 64 + bytes(8), "the write in the second memory")
+pd2.close()
+# an MR made on memory the library allocated (pyverbs' own buffer), then moved: that buffer is freed
+odp_mr = MR(pd, SIZE, RW | e.IBV_ACCESS_ON_DEMAND)
+odp_mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION, None, addr, SIZE, 0)
+check(rdma(e.IBV_WR_RDMA_WRITE, odp_mr.rkey, addr + 100), e.IBV_WC_SUCCESS, "write to the moved ODP MR")
+check(ctypes.string_at(addr + 100, 64), b"T" * 64, "the write to the moved ODP MR")
+odp_mr.close()
 server_mr.close()
 
 # -- device memory

@@ -151,10 +151,10 @@ _TABLE = (
             ("mr", "lkey", "rkey"), (_E.EPERM,)),
     Command("dereg_mr", (handle("mr"),)),
     # ibv_rereg_mr: the fields after flags are read only for the flags that name them
-    # (a new translation is EOPNOTSUPP, as rxe)
+    # (a new translation: [addr, addr + length) of the process, as reg_user_mr)
     Command("rereg_mr", (handle("mr"), u32("flags"), handle("pd", optional=True), u32("access", 0),
                          u64("length", 0, lo=1), u64("addr", 0, lo=1)),
-            ("lkey", "rkey"), (_E.EBUSY, _E.EPERM)),
+            ("lkey", "rkey"), (_E.EBUSY, _E.EPERM, _E.EFAULT)),
     Command("alloc_mw", (handle("pd"), any_("type")), ("mw", "rkey")),
     Command("dealloc_mw", (handle("mw"),)),
     # device memory (ibv_alloc_dm, ibv_free_dm, ibv_reg_dm_mr)

@@ -3,9 +3,10 @@ allocates in shared memory, so the daemon reaches it without the process's
 help; ``MW`` a memory window the daemon allocates (ibv_alloc_mw), bound
 with ``QP.bind_mw`` (type 1) or an IBV_WR_BIND_MW work request (type 2:
 ``SendWR.set_bind_wr`` or ``QPEx.wr_bind_mw``).  ``MR.rereg`` is
-ibv_rereg_mr: PD and access change in place; a new translation maps a
-new shared memfd over the caller's pages (their contents copied first),
-so the memory at the caller's address is the memory the daemon reaches.
+ibv_rereg_mr: PD and access change in place; a new translation moves the
+MR onto the caller's pages (as an MR with ``address``, below), and the
+memory the library allocated for it is freed, as pyverbs frees its
+buffer.
 
 An MR with IBV_ACCESS_ON_DEMAND, ``implicit`` or an ``address`` is on the
 process's own memory instead (``verbs.usermem``; the daemon reaches it
@@ -157,29 +158,43 @@ class MR(PDObject):
             return self._user.read(length, offset)
         return bytes(self._view[offset:offset + length])
 
+    @property
+    def view(self) -> memoryview:
+        """The MR's bytes from ``buf`` as a memoryview (softrdma's, not
+        pyverbs'): the shared region's, or the process's own mapping for
+        an MR on it (valid while that memory is mapped).  (An implicit MR
+        has no bytes of its own: its ``length`` bytes at ``buf``.)"""
+        if self._user is None:
+            return self._view
+        return self._user.view(self._span)
+
     def rereg(self, flags: int, pd=None, addr: int = 0, length: int = 0, access: int = 0) -> None:
         """ibv_rereg_mr.  libibverbs' own input checks give
         IBV_REREG_MR_ERR_INPUT with EINVAL, the device's refusal
-        IBV_REREG_MR_ERR_CMD with its errno; the keys stay."""
+        IBV_REREG_MR_ERR_CMD with its errno; the keys are the device's reply
+        (it keeps them)."""
         flags = int(flags)
         if flags & ~IBV_REREG_MR_FLAGS_SUPPORTED \
                 or (flags & IBV_REREG_MR_CHANGE_TRANSLATION and (not addr or not length)) \
                 or (access and not flags & IBV_REREG_MR_CHANGE_ACCESS) \
                 or (flags & IBV_REREG_MR_CHANGE_PD and pd is None):
             raise _rereg_error(IBV_REREG_MR_ERR_INPUT, errno.EINVAL)
-        if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
-            # As rxe (RXE_MR_REREG_SUPPORTED is PD and access): an MR here is
-            # memory the library allocated and shares with the daemon, and
-            # moving it onto the caller's own pages would remap memory the
-            # process's allocator still uses.
-            raise _rereg_error(IBV_REREG_MR_ERR_CMD, errno.EOPNOTSUPP,
-                               " (softrdma registers the memory it allocates; it cannot move an MR)")
         try:
-            self._ctx().conn.call(CMD.rereg_mr, mr=self.handle, flags=flags,
-                                  pd=pd.handle if flags & IBV_REREG_MR_CHANGE_PD else 0,
-                                  access=int(access), length=int(length), addr=int(addr))
+            reply, _ = self._ctx().conn.call(CMD.rereg_mr, mr=self.handle, flags=flags,
+                                             pd=pd.handle if flags & IBV_REREG_MR_CHANGE_PD else 0,
+                                             access=int(access), length=int(length), addr=int(addr))
         except PyverbsRDMAError as e:
             raise _rereg_error(IBV_REREG_MR_ERR_CMD, e.error_code, _why(e)) from None
+        self.lkey = reply["lkey"]                # (ibv_cmd_rereg_mr: the device's keys)
+        self.rkey = reply["rkey"]
+        if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
+            # the MR is now on the caller's memory; the buffer the library
+            # allocated for it goes, as pyverbs frees its own buffer
+            self._release()
+            self.region = None
+            self._user = UserMemory(int(addr), int(length))
+            self.buf = self._user.address
+            self.length = self._span = int(length)
         if flags & IBV_REREG_MR_CHANGE_ACCESS:
             self.access = int(access)
         if flags & IBV_REREG_MR_CHANGE_PD:

@@ -45,6 +45,11 @@ class UserMemory:
             self._anchor = ctypes.c_char.from_buffer(self._map)
             self.address = ctypes.addressof(self._anchor)
 
+    def view(self, length: int) -> memoryview:
+        """``length`` bytes at ``address`` as a writable memoryview (of the
+        mapping itself, not a copy): valid while the memory is mapped."""
+        return memoryview((ctypes.c_char * length).from_address(self.address)).cast("B")
+
     def write(self, data: bytes, offset: int) -> None:
         ctypes.memmove(self.address + offset, data, len(data))
 

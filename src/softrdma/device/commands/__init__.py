@@ -7,8 +7,8 @@ One module per object kind, as the kernel's uverbs_std_types_*.c:
 ===========  =============================================================
 context      devices, open (the uverbs context), query_port, query_gid, query_gid_table
 pd           alloc_pd, dealloc_pd, query_pd and query_mr (ibv_import_pd/mr)
-mr           reg_mr, rereg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
-odp          reg_user_mr (MRs on the process's own memory: ODP, implicit ODP), advise_mr
+mr           reg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
+odp          reg_user_mr (MRs on the process's own memory: ODP, implicit ODP), rereg_mr, advise_mr
 dm           alloc_dm, free_dm (device memory), query_dm (ibv_import_dm)
 cq           create/destroy_comp_channel, create/resize/destroy_cq
 qp           create_qp, modify_qp, query_qp, destroy_qp (raw packet QPs: raw_qp)
@@ -57,7 +57,7 @@ HANDLERS: dict[str, Callable] = {
 
     "reg_mr": mr.cmd_reg_mr,
     "dereg_mr": mr.cmd_dereg_mr,
-    "rereg_mr": mr.cmd_rereg_mr,
+    "rereg_mr": odp.cmd_rereg_mr,
     "reg_dm_mr": mr.cmd_reg_dm_mr,
     "alloc_mw": mr.cmd_alloc_mw,
     "dealloc_mw": mr.cmd_dealloc_mw,

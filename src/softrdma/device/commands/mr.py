@@ -1,6 +1,5 @@
 """Memory regions and memory windows: reg_mr (with the RLIMIT_MEMLOCK
-charge ib_umem_get makes), rereg_mr (ibv_rereg_mr: PD and
-access), reg_dm_mr (an MR on device memory), dereg_mr, alloc_mw,
+charge ib_umem_get makes), reg_dm_mr (an MR on device memory), dereg_mr, alloc_mw,
 dealloc_mw, and what freeing each undoes.
 
 An MR's entry is ``[mr, region, dm]``: the transport's MR, the shared
@@ -12,8 +11,7 @@ from __future__ import annotations
 import errno
 
 from ...enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE,
-                      IBV_ACCESS_ZERO_BASED, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
-                      IBV_REREG_MR_CHANGE_TRANSLATION)
+                      IBV_ACCESS_ZERO_BASED)
 from ...errors import VerbsError
 from ...transport.mw import MW
 from ...uapi import request as rq
@@ -87,35 +85,6 @@ def cmd_reg_mr(daemon, c, m, fds):
     h = c.add("mr", entry)
     _charge(daemon, c, entry, pages)
     return {"mr": h, "lkey": mr.lkey, "rkey": mr.rkey}, []
-
-
-def cmd_rereg_mr(daemon, c, m, fds):
-    """ibv_rereg_mr as rxe_rereg_user_mr: the PD and the access change, the
-    keys stay; a new translation is EOPNOTSUPP (RXE_MR_REREG_SUPPORTED).
-    Every check runs before anything changes: a refused rereg leaves the MR
-    as it was."""
-    entry = c.get(m.get("mr"), "mr")
-    flags = rq.uint(m, "flags", rq.U32)
-    mr = entry[0]
-    if not flags or flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD
-                              | IBV_REREG_MR_CHANGE_ACCESS):
-        raise VerbsError(errno.EINVAL, f"rereg flags 0x{flags:x}")     # (uverbs: IB_MR_REREG_SUPPORTED)
-    if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
-        raise VerbsError(errno.EOPNOTSUPP, "an MR cannot change its translation")
-    if fds:
-        raise VerbsError(errno.EINVAL, "rereg_mr carries no memory")
-    if mr.mws:                                     # a window bound to it holds its PD
-        raise VerbsError(errno.EBUSY, "memory windows are bound to the MR")
-    pd = mr.pd
-    if flags & IBV_REREG_MR_CHANGE_PD:
-        pd = c.get(m.get("pd"), "pd")
-    access = mr.access
-    if flags & IBV_REREG_MR_CHANGE_ACCESS:
-        access = rq.uint(m, "access", rq.U32)
-        _check_access(access)
-    mr.pd = pd
-    mr.access = access
-    return {"lkey": mr.lkey, "rkey": mr.rkey}, []
 
 
 def cmd_reg_dm_mr(daemon, c, m, fds):

@@ -1,4 +1,4 @@
-"""MRs on the process's own memory, and ibv_advise_mr.
+"""MRs on the process's own memory, ibv_rereg_mr, and ibv_advise_mr.
 
 ``reg_user_mr`` is ibv_reg_mr on an address of the application (not the
 shared memory the library allocates for ``reg_mr``): the MR's view is a
@@ -16,6 +16,11 @@ What the daemon cannot do is hold the physical pages: a process that
 unmaps memory under a registered MR makes accesses to it fail, where a
 pinned MR would keep the old pages.
 
+``rereg_mr`` is ibv_rereg_mr (here because its new translation is such
+memory): the PD and the access of any MR change in place, and a new
+translation moves the MR, keys kept, onto pages of the process as
+``reg_user_mr`` registers them.
+
 ``advise_mr`` is ibv_advise_mr with rxe_ib_advise_mr's checks and errnos.
 """
 
@@ -24,7 +29,8 @@ from __future__ import annotations
 import errno
 
 from ...enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC,
-                      IBV_ACCESS_REMOTE_WRITE, _IBV_ADVISE_MR_ADVICE_PREFETCH, _IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT,
+                      IBV_ACCESS_REMOTE_WRITE, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
+                      IBV_REREG_MR_CHANGE_TRANSLATION, _IBV_ADVISE_MR_ADVICE_PREFETCH, _IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT,
                       _IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, _IBV_ADVISE_MR_FLAG_FLUSH)
 from ...errors import VerbsError
 from ...transport.memory import MR
@@ -63,19 +69,85 @@ def cmd_reg_user_mr(daemon, c, m, fds):
     if c.pages is None:
         raise _no_access(c)
     room_for(c, "mr")
-    pages = 0
-    if not odp:
-        # ib_umem_get: the pages are pinned now (written, if the MR may
-        # write them), and charged
-        pages = _pages(daemon, c, addr, length)
-        if not c.pages.fault(addr, length, bool(access & _WRITABLE)):
-            raise VerbsError(errno.EFAULT, f"pages of [0x{addr:x}, 0x{addr + length:x}) are not mapped"
-                                           + (" writable" if access & _WRITABLE else ""))
-    mr = c.device.memory.register(pd, addr, length, access, view=PagedSpace(c.pages, addr, length))
+    view, pages = user_view(daemon, c, addr, length, access)
+    mr = c.device.memory.register(pd, addr, length, access, view=view)
     entry = [mr, None, None]
     h = c.add("mr", entry)
     _charge(daemon, c, entry, pages)
     return {"mr": h, "lkey": mr.lkey, "rkey": mr.rkey}, []
+
+
+def user_view(daemon, c, addr: int, length: int, access: int) -> tuple[PagedSpace, int]:
+    """The view of an MR on ``[addr, addr + length)`` of the process, and
+    the pages to charge to RLIMIT_MEMLOCK: none on demand; else
+    ib_umem_get's pinning, every page mapped now (writable, if the MR may
+    write them) -- EFAULT if not -- and all of them charged.  (Also a new
+    translation of ``rereg_mr``, which checks ``c.pages`` first.)"""
+    pages = 0
+    if not access & IBV_ACCESS_ON_DEMAND:
+        pages = _pages(daemon, c, addr, length)
+        if not c.pages.fault(addr, length, bool(access & _WRITABLE)):
+            raise VerbsError(errno.EFAULT, f"pages of [0x{addr:x}, 0x{addr + length:x}) are not mapped"
+                                           + (" writable" if access & _WRITABLE else ""))
+    return PagedSpace(c.pages, addr, length), pages
+
+
+def cmd_rereg_mr(daemon, c, m, fds):
+    """ibv_rereg_mr with ib_uverbs_rereg_mr's checks and errnos: the PD and
+    the access change in place (rxe_rereg_user_mr); a new translation moves
+    the MR onto ``[addr, addr + length)`` of the process, as mlx5 does
+    re-registering it in place (its keys stay): what ``reg_user_mr`` would
+    make of that range with the new access -- on demand if the access has
+    IBV_ACCESS_ON_DEMAND, else every page mapped now and the MR's memlock
+    charge moved to the new pages.  Every check runs before anything
+    changes: a refused rereg leaves the MR as it was."""
+    entry = c.get(m.get("mr"), "mr")
+    flags = rq.uint(m, "flags", rq.U32)
+    mr, _, dm = entry
+    if not flags:
+        raise VerbsError(errno.EINVAL, "rereg flags 0")
+    if flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS):
+        raise VerbsError(errno.EOPNOTSUPP, f"rereg flags 0x{flags:x}")     # (uverbs: IB_MR_REREG_SUPPORTED)
+    if fds:
+        raise VerbsError(errno.EINVAL, "rereg_mr carries no memory fd")
+    if dm is not None:                              # (uverbs: mr->dm)
+        raise VerbsError(errno.EINVAL, "an MR on device memory cannot be re-registered")
+    if mr.mws:                                     # a window bound to it holds its PD and translation
+        raise VerbsError(errno.EBUSY, "memory windows are bound to the MR")
+    access = mr.access
+    if flags & IBV_REREG_MR_CHANGE_ACCESS:
+        access = rq.uint(m, "access", rq.U32)
+        _check_access(access)
+        if access & IBV_ACCESS_ON_DEMAND and c.pages is None:     # ib_check_mr_access: no ODP cap
+            raise VerbsError(errno.EOPNOTSUPP, "the device has no on-demand paging for this process")
+    pd = mr.pd
+    if flags & IBV_REREG_MR_CHANGE_PD:
+        pd = c.get(m.get("pd"), "pd")
+    if flags & IBV_REREG_MR_CHANGE_TRANSLATION:
+        _translate(daemon, c, entry, rq.uint(m, "addr", rq.U64, lo=1), rq.uint(m, "length", rq.U64, lo=1),
+                   access)
+    mr.pd = pd
+    mr.access = access
+    return {"lkey": mr.lkey, "rkey": mr.rkey}, []
+
+
+def _translate(daemon, c, entry, addr: int, length: int, access: int) -> None:
+    """Move ``entry``'s MR onto the process's own pages (last of the
+    rereg's checks: nothing changes if it fails).  The old memory is let
+    go after the new is had, as ib_umem_get before ib_umem_release: the
+    memlock check counts both."""
+    _check_wrap(addr, length)
+    _check_size(c, length)
+    if c.pages is None:
+        raise _no_access(c)
+    view, pages = user_view(daemon, c, addr, length, access)
+    mr, old_region = entry[0], entry[1]
+    mr.addr, mr.length, mr.buf, mr.view = addr, length, None, view
+    entry[1] = None
+    if old_region is not None:
+        old_region.close()
+    daemon.locked_pages[c.uid] -= c.pinned.pop(id(entry), 0)
+    _charge(daemon, c, entry, pages)
 
 
 def _prefetch_mr(c, pd, sge, advice: int) -> tuple[MR, int, int]:

@@ -20,6 +20,7 @@ import time
 from ..libc import Drand48
 from . import params as P, rdma_cm
 from .comm import BwReport, Comm, CommError, version_float
+from .mcast import Group
 from .progress import PROGRESS, out
 from .report import (
     bw_title, print_bw_header, print_full_bw_report, print_lat_header, print_pingpong_data, print_report_bw,
@@ -61,6 +62,7 @@ class Test:
         self.my: list = []
         self.rem: list = []
         self.rem_version = 0.0
+        self.mcg = Group()                    # -g: the multicast group (mcast.py)
 
     # ---- helpers for the exchange steps and their messages
     def hand_shake(self, i: int = 0, msg: str = "Failed to exchange data between server and clients\n",
@@ -89,7 +91,8 @@ class Test:
             rdma_cm.close(self)
             self.comm.close()
             return ok
-        ok = self.res.destroy()
+        ok = self.mcg.detach(self.p)
+        ok = self.res.destroy() and ok
         if self.p.use_rdma_cm:
             self.comm.close()
         return ok
@@ -178,6 +181,10 @@ def _setup(t: Test, kind: str) -> None:
             raise Failed(1)
     rng = Drand48(os.getpid() * int(time.time()))
     my = res.set_up_connection(rng)
+    # -g: the receiver attaches (send_bw: the server; send_lat: each side, to its own group)
+    if my is not None and p.use_mcg and (p.tst == P.LAT or p.machine == P.SERVER) \
+            and not t.mcg.attach_receiver(res, p, my):
+        my = None
     if my is None:
         _err(" Unable to set up socket connection\n")
         raise Failed(1)
@@ -195,6 +202,8 @@ def _setup(t: Test, kind: str) -> None:
             _err(" Please Try to use a different IP version.\n\n")
             raise Failed(1)
         if not res.connect(t.rem, t.my):
+            raise Failed(1)
+        if p.use_mcg and (p.tst == P.LAT or p.machine == P.CLIENT) and not t.mcg.join_sender(res, p, t.rem):
             raise Failed(1)
     if kind == "send":
         t.hand_shake(0, _SHAKE)

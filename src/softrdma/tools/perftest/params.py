@@ -132,15 +132,9 @@ _LONG_INDEX = {o[0]: i for i, o in enumerate(LONG_OPTIONS)}
 WHY_RAW_ETH = ("belongs to the raw_ethernet_* tests, which softrdma does not provide (softrdma devices have no raw"
                " packet QPs)")
 UNSUPPORTED = {
-    "g": "-g/--mcg: softrdma devices have no multicast (ibv_attach_mcast is not implemented)",
-    "M": "-M/--MGID: softrdma devices have no multicast (ibv_attach_mcast is not implemented)",
     "W": ("-W/--report-counters: perftest's counter reader is not built into softrdma's perftest; read"
           " RUN/sys/class/infiniband/DEV/ports/1/hw_counters instead"),
-    "--odp": "--odp: softrdma has no on-demand paging (every MR is shared memory mapped from reg_mr on)",
     "--use-null-mr": "--use-null-mr: softrdma has no null MR (ibv_alloc_null_mr is EOPNOTSUPP)",
-    "--use_hugepages": "--use_hugepages: softrdma registers the shared memory it allocates itself, not huge pages",
-    "--mmap": "--mmap: softrdma cannot register caller memory (MR over an mmap'd file is EOPNOTSUPP)",
-    "--mmap-offset": "--mmap-offset: softrdma cannot register caller memory (MR over an mmap'd file is EOPNOTSUPP)",
     "--write_with_imm": "--write_with_imm: RDMA WRITE with immediate is not in softrdma's perftest yet",
     "--recv_post_list": "--recv_post_list: receive post lists are not in softrdma's perftest yet",
 }
@@ -247,10 +241,15 @@ class Params:
     burst_size: int = 0
     typical_pkt_size: int = 0
     payload_file: str | None = None
+    use_odp: bool = False                   # --odp: MRs with IBV_ACCESS_ON_DEMAND
+    use_hugepages: bool = False             # --use_hugepages: the buffer in a SHM_HUGETLB segment
+    mmap_file: str | None = None            # --mmap: the buffer is this file, mapped shared
+    mmap_offset: int = 0
     cycle_buffer: int = DEF_PAGE_SIZE
     cache_line_size: int = DEF_CACHE_LINE_SIZE
     connectionless: bool = False
     use_mcg: bool = False
+    user_mgid: str | None = None            # -M: the multicast group's GID (set_multicast_gid)
     cpu_util_enable: bool = False
     cpu_stats: list = field(default_factory=lambda: [(0, 0), (0, 0)])
     buff_size: int = 0
@@ -395,6 +394,7 @@ def usage(argv0: str, verb: int, tst: int) -> str:
     o.append("      --mmap-offset=<offset>  Use an mmap'd file as the buffer for testing P2P transfers.\n")
     if tst == BW:
         o.append("      --mr_per_qp  Create memory region for each qp.\n")
+    o.append("      --odp  Use On Demand Paging instead of Memory Registration.\n")     # (HAVE_EX_ODP)
     o.append("      --output=<units> Set verbosity output level: bandwidth , message_rate, latency \n")
     if not (verb in (WRITE, WRITE_IMM) and tst == LAT):
         o.append("      --payload_file_path=<payload_txt_file_path> Set the payload by passing a txt file"
@@ -671,7 +671,7 @@ def _short(p: Params, c: str, optarg: str | None, prog: str) -> None:
             _err(" Setting Outstanding reads only available on READ verb\n")
             raise _Fail
     elif c == "M":
-        p.unsupported.append(UNSUPPORTED["M"])
+        p.user_mgid = optarg
     elif c == "r":
         p.rx_depth = check_value_in_range(optarg, "int", MIN_RX, MAX_RX, " Rx depth")
         if v not in (SEND, WRITE, WRITE_IMM) and p.rx_depth > DEF_RX_RDMA:
@@ -723,7 +723,7 @@ def _short(p: Params, c: str, optarg: str | None, prog: str) -> None:
             p.use_rdma_cm = True
         if c == "g":
             p.use_mcg = True
-        if c not in ("R", "z"):
+        if c == "W":
             p.unsupported.append(UNSUPPORTED[c])
     elif c == "s":
         arg = optarg
@@ -851,9 +851,14 @@ def _long_flag(p: Params, name: str, optarg: str | None) -> None:
         p.retry_count = check_value_non_negative(optarg, "int", "Retry Count")
     elif name == "out_json_file":
         p.out_json_file_name = optarg
+    elif name == "mmap":
+        p.mmap_file = optarg                 # (MEMORY_MMAP: tools.perftest.memory)
     elif name == "mmap-offset":
-        check_value(optarg, "unsigned long", "mmap offset")
-        p.unsupported.append(UNSUPPORTED[key])
+        p.mmap_offset = check_value(optarg, "unsigned long", "mmap offset")
+    elif name == "odp":
+        p.use_odp = True
+    elif name == "use_hugepages":
+        p.use_hugepages = True
     elif name == "dlid":
         p.dlid = check_value(optarg, "uint16_t", "dlid")
     elif name == "tclass":
@@ -980,6 +985,9 @@ def force_dependencies(p: Params) -> None:
         if p.tst != BW:
             _out(" Dual-port mode only supports BW tests.\n")
             raise _Exit(1)
+        if p.use_mcg:
+            _out(" Dual-port mode not supported in multicast feature\n")
+            raise _Exit(1)
     if p.post_list > 1:
         if p.tst == BW:
             if p.test_type == ITERATIONS and p.iters % p.post_list != 0:
@@ -1016,10 +1024,16 @@ def force_dependencies(p: Params) -> None:
     if p.test_type != DURATION and p.cpu_util:
         _out(RESULT_LINE)
         _err(" CPU Utilization works only with Duration mode.\n")
+    if p.use_mcg and p.gid_index == -1:
+        p.gid_index = 0
     if p.work_rdma_cm:
         if p.connection_type == UC:
             _out(RESULT_LINE)
             _out(" UC is not supported in librdmacm\n")
+            raise _Exit(1)
+        if p.use_mcg:
+            _out(RESULT_LINE)
+            _out(" Perftest still doesn't support Multicast with rdma_cm\n")
             raise _Exit(1)
         if p.dualport:
             _out(RESULT_LINE)
@@ -1041,6 +1055,14 @@ def force_dependencies(p: Params) -> None:
     if p.hop_limit != DEF_HOP_LIMIT:
         _out(" Hop limit only valid for RawEth QP \n")
         raise _Exit(1)
+    if p.use_mcg:
+        p.connection_type = UD
+        if p.duplex:
+            _out("Bidirectional mode not supported in multicast\n")
+            raise _Exit(1)
+        if p.num_of_qps > 1:
+            _out("Only 1 QP supported in multicast\n")
+            raise _Exit(1)
     if p.verb in (SEND, WRITE_IMM) and p.tst == BW and p.machine == SERVER and not p.duplex:
         if not p.noPeak:
             _out(" WARNING: BW peak won't be measured in this run.\n")

@@ -140,9 +140,13 @@ def print_test_info(p: P.Params) -> None:
         t.append("BW ")
     else:
         t.append("Latency ")
+    if p.use_mcg:
+        t.append("Multicast ")
     t.append("Test\n")
     if p.use_event:
         t.append(f" Test with events. Using {p.ib_devname}_comp{p.eq_num}\n")
+    if p.use_mcg:
+        t.append(" MultiCast runs on UD!\n")
     t.append(f" Dual-port       : {'ON' if p.dualport else 'OFF'}\t\tDevice         : {p.ib_devname}\n")
     t.append(f" Number of qps   : {p.num_of_qps}\t\tTransport type : IB\n")
     t.append(f" Connection type : {P.CONN_STR[p.connection_type]}\t\tUsing SRQ      : "
@@ -425,10 +429,14 @@ def test_info_json(p: P.Params) -> str:
         name += "BW_"
     else:
         name += "Latency_"
+    if p.use_mcg:
+        name += "Multicast_"
     name += "Test"
     t = ['"test_info": {\n', f'"test": "{name}",\n']
     if p.use_event:
         t.append(f'"Test with events": "Using_{_json_str(p.ib_devname or "")}_comp{p.eq_num}",\n')
+    if p.use_mcg:
+        t.append(' "MultiCast_runs": "on_UD",\n')
     t.append(f'"Dual_port": "{"ON" if p.dualport else "OFF"}",\n"Device": "{_json_str(p.ib_devname or "")}",\n')
     t.append(f'"Number_of_qps": {p.num_of_qps},\n"Transport_type": "IB",\n')
     t.append(f'"Connection_type": "{P.CONN_STR[p.connection_type]}",\n"Using_SRQ": "{"ON" if p.use_srq else "OFF"}",\n')

@@ -24,7 +24,8 @@ from __future__ import annotations
 import sys
 
 from ...enums import (
-    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_QPT_RC,
+    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
+    IBV_ACCESS_REMOTE_WRITE, IBV_QPT_RC,
     IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_SIGNALED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
     IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
 )
@@ -33,7 +34,7 @@ from ...verbs import (
 )
 from ...verbs.errors import PyverbsError
 from .. import verbs_setup as vs
-from . import params as P
+from . import memory as mem_m, params as P
 from .comm import Dest
 
 IBV_SEND_SIGNALED = int(IBV_SEND_SIGNALED)     # a plain int: the run loops store and test it per message
@@ -104,6 +105,7 @@ class Resources:
         self.buf_addr: list[int] = []         # per QP: the address of its send slot
         self.rx_addr: list[int] = []          # per QP: the address of its target/receive slot
         self.views: list = []                  # per QP: memoryview of its MR (base at buf_addr's MR start)
+        self.buffers: list = []                # memory.Buffer of MRs on the process's memory (--mmap, hugepages)
         self.view_base: list[int] = []
         self.port_attr = None
         self.cycle_buffer = p.cycle_buffer
@@ -282,27 +284,21 @@ class Resources:
             access |= IBV_ACCESS_REMOTE_READ
         elif p.verb == P.ATOMIC:
             access |= IBV_ACCESS_REMOTE_ATOMIC
-        try:
-            if p.mr_per_qp:
-                self.mrs = [mr_m.MR(self.pd, bsz * 2, access) for _ in range(nq)]
-            else:
-                self.mrs = [mr_m.MR(self.pd, self.buff_size, access)]
-        except (PyverbsError, OSError, ValueError):
-            _err("Couldn't allocate MR\n")
+        if p.use_odp:
+            access |= IBV_ACCESS_ON_DEMAND
+        if not self._create_mrs(bsz * 2 if p.mr_per_qp else self.buff_size, nq if p.mr_per_qp else 1, access):
             return False
         for i in range(nq):
             if p.mr_per_qp:
                 mr = self.mrs[i]
                 self.buf_addr.append(mr.buf)
                 self.rx_addr.append(mr.buf + bsz)
-                self.views.append(mr.region.view)
-                self.view_base.append(mr.buf)
             else:
                 mr = self.mrs[0]
                 self.buf_addr.append(mr.buf + i * bsz)
                 self.rx_addr.append(mr.buf + (nq + i) * bsz)
-                self.views.append(mr.region.view)
-                self.view_base.append(mr.buf)
+            self.views.append(mr.region.view if mr.region is not None else mr.view)
+            self.view_base.append(mr.buf)
         self._fill_payload()
         try:
             self.send_cq = cq_m.CQ(self.ctx, p.tx_depth * nq, None, self.channel, p.eq_num)
@@ -351,6 +347,34 @@ class Resources:
                 _err(" Couldn't create IB resources\n")
                 return False
         return True
+
+    def _create_mrs(self, length: int, count: int, access: int) -> bool:
+        """create_mr(): ``count`` MRs of ``length`` bytes, each on its own
+        buffer (create_single_mr: the ODP check, the buffer, the MR)."""
+        p = self.p
+        for _ in range(count):
+            if p.use_odp and not mem_m.check_odp_support(self.ctx, p):
+                return self._no_mr()
+            buf = mem_m.allocate(p, length)
+            if buf is False:
+                return self._no_mr()
+            try:
+                self.mrs.append(mr_m.MR(self.pd, length, access, address=buf.address if buf else None))
+            except (PyverbsError, OSError, ValueError):
+                if buf:
+                    buf.close()
+                _err("Couldn't allocate MR\n")
+                return False
+            if buf:
+                self.buffers.append(buf)
+        return True
+
+    @staticmethod
+    def _no_mr() -> bool:
+        _err("failed to create mr\n")
+        _err("Failed to create MR\n")
+        _err(" Couldn't create IB resources\n")       # (main, of ctx_init's failure)
+        return False
 
     def _fill_payload(self) -> None:
         """--payload_file_path: the pattern of little-endian 32-bit words,
@@ -596,6 +620,7 @@ class Resources:
             steps += [(self.pd, "failed to deallocate PD\n"), (self.channel, "failed to close event channel\n"),
                       (self.ctx, "failed to close device context\n")]
         ok = vs.destroy(steps, _err, keep_going=True)
+        self._free_buffers()
         self.ahs, self.qps, self.mrs = [], [], []
         self.srq = self.send_cq = self.recv_cq = self.pd = self.channel = self.ctx = None
         self.cm_id = self.own_ctx = None
@@ -610,9 +635,16 @@ class Resources:
         vs.close_quietly(self.srq, self.send_cq, self.recv_cq if self.recv_cq is not self.send_cq else None,
                          *self.mrs, self.channel)
         self.qps, self.mrs, self.ahs = [], [], []
+        self._free_buffers()
         self.buf_addr, self.rx_addr, self.views, self.view_base = [], [], [], []
         self.srq = self.send_cq = self.recv_cq = self.pd = self.channel = None
         self.ctx, self.own_ctx, self.cm_id = self.own_ctx, None, None
+
+    def _free_buffers(self) -> None:
+        """The buffers go after their MRs (free_buffer after ibv_dereg_mr)."""
+        for buf in self.buffers:
+            buf.close()
+        self.buffers = []
 
     def abandon(self) -> None:
         """An error exit: the C tool just returns; closing the context makes
