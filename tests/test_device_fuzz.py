@@ -84,6 +84,8 @@ def test_random_and_mutated_datagrams_never_crash_or_write_memory(daemon):
                 kw["imm"] = rng.getrandbits(32)
             if info.ieth >= 0:
                 kw["ieth"] = rng.getrandbits(32)
+            if info.feth >= 0:
+                kw["feth"] = rng.getrandbits(32)
             payload = rng.randbytes(rng.randrange(0, 1100)) if info.has_payload else b""
             pkt = wire.build(op, rng.choice(qpns + [rng.getrandbits(24)]), rng.getrandbits(24), payload, **kw)
             if kind < 0.7:                                           # valid ICRC, fields random

@@ -85,6 +85,8 @@ class ibv_access_flags(IntFlag):
     IBV_ACCESS_ZERO_BASED = 1 << 5
     IBV_ACCESS_ON_DEMAND = 1 << 6
     IBV_ACCESS_HUGETLB = 1 << 7
+    IBV_ACCESS_FLUSH_GLOBAL = 1 << 8
+    IBV_ACCESS_FLUSH_PERSISTENT = 1 << 9
     IBV_ACCESS_RELAXED_ORDERING = 1 << 20
 
 
@@ -106,7 +108,19 @@ class ibv_wr_opcode(IntEnum):
     IBV_WR_SEND_WITH_INV = 9
     IBV_WR_TSO = 10
     IBV_WR_DRIVER1 = 11
+    IBV_WR_FLUSH = 14
     IBV_WR_ATOMIC_WRITE = 15
+
+
+# ibv_wr_flush's type and level (IBA 1.5 FETH: PLT and SEL)
+class ibv_placement_type(IntFlag):
+    IBV_FLUSH_GLOBAL = 1 << 0
+    IBV_FLUSH_PERSISTENT = 1 << 1
+
+
+class ibv_selectivity_level(IntEnum):
+    IBV_FLUSH_RANGE = 0
+    IBV_FLUSH_MR = 1
 
 
 class ibv_send_flags(IntFlag):
@@ -612,6 +626,12 @@ class ibv_tmh_op(IntEnum):
 # 64-bit constants, pointers or anonymous enums
 _IBV_DEVICE_RAW_SCATTER_FCS = 1 << 34
 _IBV_DEVICE_PCI_WRITE_END_PADDING = 1 << 36
+# the kernel's IB_UVERBS_DEVICE_FLUSH_GLOBAL/_FLUSH_PERSISTENT/_ATOMIC_WRITE
+# (ib_user_ioctl_verbs.h): bits of device_cap_flags_ex that libibverbs and
+# pyverbs leave unnamed; rxe sets them
+IB_UVERBS_DEVICE_FLUSH_GLOBAL = 1 << 38
+IB_UVERBS_DEVICE_FLUSH_PERSISTENT = 1 << 39
+IB_UVERBS_DEVICE_ATOMIC_WRITE = 1 << 40
 #: (size_t)IBV_ALLOCATOR_USE_DEFAULT, ((void *)-1): a parent domain allocator's
 #: "use the default allocator" answer
 _IBV_ALLOCATOR_USE_DEFAULT = (1 << 64) - 1

@@ -52,7 +52,7 @@ from ..wire.opcodes import IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, OPCODE_TABL
 from . import completer, requester, responder
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS
 from .counters import Counter, new_counters
-from .wr import WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
+from .wr import ATOMIC_OPS, WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
 
 # enums where names are printed or masks combined; ints on the per-packet path
 S, T, M, WR = ibv_qp_state, ibv_qp_type, ibv_qp_attr_mask, ibv_wr_opcode
@@ -479,7 +479,7 @@ class QP:
             raise einval(f"opcode {WR(op).name} is not valid on a {'UD' if qpt == UD else 'UC'} QP")
         if qpt == UD and wqe.ah is None:
             raise einval("UD send needs an address handle")
-        if wqe.is_rd_atomic and op != WR.IBV_WR_RDMA_READ and sum(s[1] for s in wqe.sg_list) != 8:
+        if op in ATOMIC_OPS and sum(s[1] for s in wqe.sg_list) != 8:
             raise einval("an atomic operation needs 8 bytes of local buffer")
         if wqe.length > self.caps.max_msg_sz:
             raise einval(f"message of {wqe.length} bytes > max_msg_sz")

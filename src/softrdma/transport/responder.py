@@ -20,7 +20,16 @@ For RC it walks the checks in the spec's (and rxe's) order:
   fit the receive buffer / match the RETH length -> NAK invalid request
   (receive WC IBV_WC_LOC_LEN_ERR).
 * rkey: key, PD, bounds, access -> NAK remote access error; misaligned
-  ATOMIC -> NAK invalid request.  An rkey may name a memory window
+  ATOMIC -> NAK invalid request.
+* IBA 1.5, as rxe: ATOMIC WRITE (RETH + 8 bytes; needs REMOTE_WRITE, an
+  8-byte aligned 8-byte range) places its 8 bytes in one store; FLUSH
+  (FETH + RETH) checks the QP's and the MR's IBV_ACCESS_FLUSH_GLOBAL /
+  _PERSISTENT for the placement type it asks, and the range (RANGE) or
+  only the key (MR).  Both hold a responder resource (a duplicate is
+  answered, not executed again) and are answered by a zero-length READ
+  RESPONSE ONLY.  Everything before a FLUSH is already in the MR's memory
+  (requests execute in PSN order, into the application's shared pages): the
+  flush itself has nothing left to write back.  An rkey may name a memory window
   (``transport.mw``): the window's bounds and rights, and for type 2 the QP
   it is bound to, are checked by the same ``remote_view``.
 Errors other than PSN/RNR move the responder's QP to ERR (async event
@@ -43,13 +52,17 @@ from __future__ import annotations
 import struct
 import sys
 
-from ..enums import ibv_event_type, ibv_qp_type, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ints
+from ..enums import (
+    ibv_access_flags, ibv_event_type, ibv_placement_type, ibv_qp_type, ibv_selectivity_level, ibv_wc_flags,
+    ibv_wc_opcode, ibv_wc_status, ints,
+)
 from ..wire.headers import (
     AETH, AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
-    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, DETH, IETH, IMMDT, RETH, psn_diff,
+    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, DETH, FETH, FETH_PLT_MASK, FETH_SEL_SHIFT,
+    IETH, IMMDT, RETH, psn_diff,
 )
 from ..wire.opcodes import (
-    ATOMIC_MASK, END_MASK, IETH_MASK, IMMDT_MASK, OP_ACKNOWLEDGE, OP_ATOMIC_ACKNOWLEDGE,
+    ATOMIC_MASK, ATOMIC_WRITE_MASK, END_MASK, IETH_MASK, IMMDT_MASK, OP_ACKNOWLEDGE, OP_ATOMIC_ACKNOWLEDGE,
     OP_COMPARE_SWAP, OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_LAST,
     OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE, READ_MASK, RWR_MASK,
     SEND_MASK, START_MASK, WRITE_MASK,
@@ -84,7 +97,11 @@ _RESP_INFO = (OPCODE_TABLE[OP_RDMA_READ_RESPONSE_FIRST], OPCODE_TABLE[OP_RDMA_RE
               OPCODE_TABLE[OP_RDMA_READ_RESPONSE_LAST], OPCODE_TABLE[OP_RDMA_READ_RESPONSE_ONLY])
 
 # responder resources: [kind, first_psn, last_psn, va, rkey, length | orig, msn]
-RES_READ, RES_ATOMIC = 0, 1
+RES_READ, RES_ATOMIC, RES_FLUSH_AW = 0, 1, 2       # RES_FLUSH_AW: a FLUSH or an ATOMIC WRITE
+
+A = ints(ibv_access_flags)
+FLUSH_GLOBAL, FLUSH_PERSISTENT = int(ibv_placement_type.IBV_FLUSH_GLOBAL), int(ibv_placement_type.IBV_FLUSH_PERSISTENT)
+FLUSH_MR = int(ibv_selectivity_level.IBV_FLUSH_MR)
 
 
 # ----------------------------------------------------------------- checks
@@ -101,8 +118,8 @@ def denied_ops(access: int) -> int:
     (WRITE_MASK, READ_MASK, ATOMIC_MASK of the opcode table) they refuse.
     The QP keeps it as ``resp_denied``; a request whose opcode mask meets it
     is invalid."""
-    return ((0 if access & REMOTE_WRITE else WRITE_MASK) | (0 if access & REMOTE_READ else READ_MASK)
-            | (0 if access & REMOTE_ATOMIC else ATOMIC_MASK))
+    return ((0 if access & REMOTE_WRITE else WRITE_MASK | ATOMIC_WRITE_MASK)
+            | (0 if access & REMOTE_READ else READ_MASK) | (0 if access & REMOTE_ATOMIC else ATOMIC_MASK))
 
 
 # ----------------------------------------------------------------- outputs
@@ -286,8 +303,12 @@ def receive_rc(qp, pkt, info, now: float, grh) -> None:
         _rc_write(qp, pkt, info, psn, mask)
     elif mask & READ_MASK:
         _rc_read(qp, pkt, info, psn)
-    else:
+    elif mask & ATOMIC_MASK:
         _rc_atomic(qp, pkt, info, psn)
+    elif mask & ATOMIC_WRITE_MASK:
+        _rc_atomic_write(qp, pkt, info, psn)
+    else:
+        _rc_flush(qp, pkt, info, psn)
 
 
 def _payload_len(pkt, info) -> int:
@@ -483,6 +504,69 @@ def _rc_atomic(qp, pkt, info, psn: int) -> None:
     qp.resp_psn = (psn + 1) & 0xFFFFFF
 
 
+def _flush_aw_reply(qp, psn: int, msn: int) -> None:
+    """The answer to a FLUSH or an ATOMIC WRITE: a READ RESPONSE ONLY of
+    length zero (rxe's send_read_response_ack)."""
+    if qp.ack_pending is not None:
+        flush_ack(qp)
+    buf = bytearray(_RESP_INFO[3].length)
+    _ACK_HDR.pack_into(buf, 0, _RESP_INFO[3].opcode, 0, qp.pkey, qp.dest_qpn, psn & 0xFFFFFF,
+                       (AETH_ACK_UNLIMITED << 24) | (msn & 0xFFFFFF))
+    qp.tx.append((qp, buf, qp.av))
+    qp.cnt[SENT_PKTS] += 1
+
+
+def _rc_atomic_write(qp, pkt, info, psn: int) -> None:
+    """ATOMIC WRITE (rxe's atomic_write_reply): the payload's 8 bytes to an
+    8-byte aligned address of the MR, in one store."""
+    va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
+    qp.cnt[C.rx_write_requests] += 1
+    # CHK_RESOURCE, CHK_LENGTH (the RETH and the payload: 8 bytes), alignment (oA19-28)
+    if qp.max_dest_rd_atomic == 0 or dma_len != 8 or _payload_len(pkt, info) != 8 or va & 7:
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    view = qp.memory.remote_view(qp.pd, rkey, va, 8, REMOTE_WRITE, qp)        # CHK_RKEY
+    if view is None:
+        _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+        return
+    view[0:8] = pkt[info.length:info.length + 8]
+    qp.cnt[RCVD_BYTES] += 8
+    qp.msn += 1
+    add_resource(qp, [RES_FLUSH_AW, psn, psn, va, rkey, 8, qp.msn])
+    _flush_aw_reply(qp, psn, qp.msn)
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+
+
+def _rc_flush(qp, pkt, info, psn: int) -> None:
+    """FLUSH (rxe's process_flush): the placement type's access on the QP
+    (CHK_OP_VALID) and on the MR (CHK_RKEY), over the range or the whole MR."""
+    (feth,) = FETH.unpack_from(pkt, info.feth)
+    va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
+    plt = feth & FETH_PLT_MASK
+    access = ((A.IBV_ACCESS_FLUSH_GLOBAL if plt & FLUSH_GLOBAL else 0)
+              | (A.IBV_ACCESS_FLUSH_PERSISTENT if plt & FLUSH_PERSISTENT else 0))
+    if access & ~qp.attr.qp_access_flags:
+        _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+        return
+    if qp.max_dest_rd_atomic == 0:
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    memory = qp.memory
+    if feth >> FETH_SEL_SHIFT & 3 == FLUSH_MR:
+        # the whole MR (or window) the rkey names: its va and length do not matter
+        obj = memory.lookup(rkey)
+        ok = obj is not None and memory.remote_view(qp.pd, rkey, obj.addr, obj.length, access, qp) is not None
+    else:
+        ok = memory.remote_view(qp.pd, rkey, va, dma_len, access, qp) is not None
+    if not ok:
+        _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+        return
+    qp.msn += 1
+    add_resource(qp, [RES_FLUSH_AW, psn, psn, va, rkey, dma_len, qp.msn])
+    _flush_aw_reply(qp, psn, qp.msn)
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+
+
 def _duplicate(qp, pkt, info, psn: int) -> None:
     """C9-104..C9-112: answer a retransmitted request without redoing it."""
     mask = info.mask
@@ -512,6 +596,9 @@ def _duplicate(qp, pkt, info, psn: int) -> None:
             return
         if mask & ATOMIC_MASK and kind == RES_ATOMIC and psn == first:
             _send_atomic_ack(qp, psn, res[5], res[6])
+            return
+        if kind == RES_FLUSH_AW and psn == first:   # oA19-14, oA19-15: answered, not redone
+            _flush_aw_reply(qp, psn, res[6])
             return
         break
     qp.cnt[C.dropped_ghost_response] += 1     # nothing to replay: drop, the requester will time out
@@ -653,4 +740,4 @@ def _receive_ud(qp, pkt, info, grh) -> None:
 
 
 __all__ = ["receive_rc", "receive_uc", "receive_ud", "send_ack", "flush_ack", "idle", "denied_ops",
-           "take_rwqe", "take_rwqe_for", "resolve_rwqe", "add_resource", "RES_READ", "RES_ATOMIC"]
+           "take_rwqe", "take_rwqe_for", "resolve_rwqe", "add_resource", "RES_READ", "RES_ATOMIC", "RES_FLUSH_AW"]

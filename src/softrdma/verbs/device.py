@@ -10,7 +10,8 @@ import sys
 import time
 import weakref
 
-from ..enums import IBV_NODE_CA, IBV_TRANSPORT_IB
+from ..enums import (IB_UVERBS_DEVICE_ATOMIC_WRITE, IB_UVERBS_DEVICE_FLUSH_GLOBAL, IB_UVERBS_DEVICE_FLUSH_PERSISTENT,
+                     IBV_NODE_CA, IBV_TRANSPORT_IB)
 from ..uapi.commands import CMD
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
 from ..uapi.rundir import socket_path
@@ -26,6 +27,8 @@ def _socket_path() -> str:
 
 
 _announced = False
+# what rxe adds to device_cap_flags_ex: IBA 1.5's FLUSH (both placement types) and ATOMIC WRITE
+_CAP_FLAGS_EX = IB_UVERBS_DEVICE_FLUSH_GLOBAL | IB_UVERBS_DEVICE_FLUSH_PERSISTENT | IB_UVERBS_DEVICE_ATOMIC_WRITE
 
 
 #: the embedded default a tool starts when no daemon runs
@@ -306,7 +309,7 @@ class Context(VerbsObject):
             **vars(orig), "orig_attr": orig, "comp_mask": 0,
             "odp_caps": ODPCaps({"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0, "ud_odp_caps": 0,
                                  "xrc_odp_caps": 0}),
-            "completion_timestamp_mask": 0, "hca_core_clock": 0, "device_cap_flags_ex": orig.device_cap_flags,
+            "completion_timestamp_mask": 0, "hca_core_clock": 0, "device_cap_flags_ex": orig.device_cap_flags | _CAP_FLAGS_EX,
             "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
             "rss_caps": RSSCaps({"supported_qpts": 0, "max_rwq_indirection_tables": 0,
                                  "max_rwq_indirection_table_size": 0, "rx_hash_function": 0,

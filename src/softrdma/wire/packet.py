@@ -18,7 +18,7 @@ from .errors import WireError
 from .headers import (
     AETH, ATMACK, ATMETH, BTH, BTH_ACKREQ, BTH_BECN, BTH_FECN, BTH_MIG, BTH_PAD_SHIFT,
     BTH_PSN_MASK, BTH_QPN_MASK, BTH_SE, BTH_TVER_MASK, DEFAULT_PKEY, DETH, DETH_SQP_MASK,
-    IETH, IMMDT, RETH, Aeth, AtomicEth, Deth, Reth, aeth_word, pack_bth,
+    FETH, IETH, IMMDT, RETH, Aeth, AtomicEth, Deth, Reth, aeth_word, pack_bth,
 )
 from .opcodes import OPCODE_TABLE, PAYLOAD_MASK, OpInfo, Opcode
 
@@ -38,14 +38,15 @@ def build(opcode: int, dqpn: int, psn: int, payload=b"", *, ackreq=False, se=Fal
           atmack: int | None = None,
           deth: tuple[int, int] | None = None,
           imm: int | None = None,
-          ieth: int | None = None) -> bytearray:
+          ieth: int | None = None,
+          feth: int | None = None) -> bytearray:
     """Build one packet (without ICRC).  Every header the opcode's row names
     must be given; headers it does not name must not be."""
     info = OPCODE_TABLE[opcode & 0xFF]
     if info is None:
         raise WireError("bad_opcode", f"0x{opcode:02x} is not an RC/UC/UD/CNP opcode")
     given = {"reth": reth, "aeth": aeth, "atmeth": atmeth, "atmack": atmack,
-             "deth": deth, "immdt": imm, "ieth": ieth}
+             "deth": deth, "immdt": imm, "ieth": ieth, "feth": feth}
     for name, value in given.items():
         wanted = getattr(info, name) >= 0
         if wanted != (value is not None):
@@ -59,6 +60,8 @@ def build(opcode: int, dqpn: int, psn: int, payload=b"", *, ackreq=False, se=Fal
              becn=becn, ackreq=ackreq)
     if deth is not None:
         DETH.pack_into(buf, info.deth, deth[0], deth[1] & DETH_SQP_MASK)
+    if feth is not None:
+        FETH.pack_into(buf, info.feth, feth)
     if reth is not None:
         RETH.pack_into(buf, info.reth, *reth)
     if atmeth is not None:
@@ -100,6 +103,7 @@ class Packet:
     deth: Deth | None = None
     imm: int | None = None
     ieth: int | None = None
+    feth: int | None = None
 
     @property
     def name(self) -> str:
@@ -159,6 +163,8 @@ def parse(buf) -> Packet:
     if info.deth >= 0:
         qkey, w = DETH.unpack_from(mv, info.deth)
         pkt.deth = Deth(qkey, w & DETH_SQP_MASK)
+    if info.feth >= 0:
+        (pkt.feth,) = FETH.unpack_from(mv, info.feth)
     if info.reth >= 0:
         pkt.reth = Reth(*RETH.unpack_from(mv, info.reth))
     if info.atmeth >= 0:

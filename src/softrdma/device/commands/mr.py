@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 
-from ...enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE,
+from ...enums import (IBV_ACCESS_FLUSH_PERSISTENT, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE,
                       IBV_ACCESS_ZERO_BASED, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_PD,
                       IBV_REREG_MR_CHANGE_TRANSLATION)
 from ...errors import VerbsError
@@ -25,6 +25,10 @@ def _check_access(access: int) -> None:
     if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) and not access & IBV_ACCESS_LOCAL_WRITE:
         # ib_check_mr_access: the remote end may write only what we may
         raise VerbsError(errno.EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
+    if access & IBV_ACCESS_FLUSH_PERSISTENT:
+        # rxe_mr_fill_pages_from_sgt: persistent flush only on pmem pages; an
+        # MR here is the application's shared memory, never persistent memory
+        raise VerbsError(errno.EINVAL, "IBV_ACCESS_FLUSH_PERSISTENT needs persistent memory (pmem)")
 
 
 def _check_wrap(addr: int, length: int) -> None:
