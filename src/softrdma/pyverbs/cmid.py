@@ -138,6 +138,12 @@ class AddrInfo:
 
     def __init__(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0,
                  service=None):
+        # rdma-core 64: AddrInfo() is empty until get_addrinfo fills it
+        self.get_addrinfo(src, dst, src_service, dst_service, port_space, flags, service)
+
+    def get_addrinfo(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0,
+                     service=None) -> None:
+        """rdma_getaddrinfo, as pyverbs 64's AddrInfo.get_addrinfo."""
         self.port_space = port_space or RDMA_PS_TCP
         self.flags = flags
         self.qp_type = _cm._PS_QPT.get(self.port_space, 2)

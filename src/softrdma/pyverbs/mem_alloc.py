@@ -1,7 +1,10 @@
 """pyverbs.mem_alloc: raw memory helpers over ctypes (same names)."""
 
 import ctypes
+import errno as _errno
 import mmap as _mmap
+
+from ..verbs.errors import PyverbsRDMAError
 
 _keep: dict[int, object] = {}
 
@@ -43,6 +46,19 @@ def mmap(addr: int = 0, length: int = 100, prot=_mmap.PROT_READ | _mmap.PROT_WRI
 
 def munmap(addr: int, length: int = 0) -> None:
     _keep.pop(addr, None)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+MADV_DONTNEED = 4
+
+
+def madvise(addr: int, length: int, flags: int = MADV_DONTNEED) -> None:
+    """madvise(2) (rdma-core 64's pyverbs): the ODP tests drop an MR's pages
+    with it to make the device fault them in again."""
+    if _libc.madvise(addr, length, flags):
+        err = ctypes.get_errno() or _errno.EINVAL
+        raise PyverbsRDMAError("Failed to madvise memory", err)
 
 
 def read64(addr: int, offset: int = 0) -> int:

@@ -108,6 +108,19 @@ class PortAttr(_Attr):
     pass
 
 
+class AsyncEvent(dict):
+    """An async event (pyverbs.device.AsyncEvent, rdma-core 64): ``event_type``
+    and ``ack()``; also the dict the daemon sent ({'event': ibv_event_type,
+    'qp'/'cq'/...})."""
+
+    @property
+    def event_type(self) -> int:
+        return self["event"]
+
+    def ack(self) -> None:
+        """ibv_ack_async_event: the library holds nothing an event pins."""
+
+
 # ibv_device_attr_ex's capability groups, pyverbs' class names.  softrdma
 # has none of these features; like rxe it reports every one as 0.
 class ODPCaps(_Attr):
@@ -327,7 +340,25 @@ class Context(VerbsObject):
     def query_port(self, port_num: int = 1) -> PortAttr:
         if port_num != 1:
             raise PyverbsRDMAError(f"Failed to query port {port_num}", errno.EINVAL)
-        return PortAttr(self.conn.call(CMD.query_port, port=port_num)[0]["attr"])
+        # active_speed_ex (rdma-core 64): 0, as rxe's (its speed fits active_speed)
+        return PortAttr({"active_speed_ex": 0, **self.conn.call(CMD.query_port, port=port_num)[0]["attr"]})
+
+    def query_port_speed(self, port_num: int) -> int:
+        """ibv_query_port_speed (rdma-core 64): rxe has none (libibverbs'
+        default), EOPNOTSUPP."""
+        raise PyverbsRDMAError(f"Failed to query port speed for port {port_num}", errno.EOPNOTSUPP)
+
+    def get_pkey_index(self, port_num: int, pkey: int) -> int:
+        """ibv_get_pkey_index: the first index whose P_Key is ``pkey``
+        (ibv_query_pkey until it fails, as libibverbs walks the table)."""
+        i = 0
+        while True:
+            try:
+                if self.query_pkey(port_num, i) == pkey:
+                    return i
+            except PyverbsRDMAError:
+                raise PyverbsRDMAError(f"Failed to get pkey index of pkey = {pkey} of port {port_num}") from None
+            i += 1
 
     def query_pkey(self, port_num: int, index: int) -> int:
         """ibv_query_pkey: the port's P_Key table is rxe's, one entry, the
@@ -392,4 +423,4 @@ class Context(VerbsObject):
             if not r:
                 raise PyverbsRDMAError("Failed to get async event: timed out", errno.EAGAIN)
             conn.poll_events()
-        return conn.events.popleft()
+        return AsyncEvent(conn.events.popleft())

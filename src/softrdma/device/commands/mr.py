@@ -76,14 +76,16 @@ def cmd_reg_mr(daemon, c, m, fds):
     length = rq.uint(m, "length", rq.U64, lo=1)
     addr = rq.uint(m, "addr", rq.U64)
     access = rq.uint(m, "access", rq.U32)
+    offset = rq.uint(m, "offset", rq.U64, 0)
     _check_wrap(addr, length)
+    _check_wrap(offset, length)
     _check_access(access)
     _check_size(c, length)
     room_for(c, "mr")
     pages = _pages(daemon, c, addr, length)
-    region = _region(fds, length, "reg_mr")
+    region = _region(fds, offset + length, "reg_mr")
     try:
-        mr = c.device.memory.register(pd, addr, length, access, region.view[:length])
+        mr = c.device.memory.register(pd, addr, length, access, region.view[offset:offset + length])
     except BaseException:
         region.close()
         raise
