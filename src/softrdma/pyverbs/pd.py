@@ -25,15 +25,15 @@ class ParentDomainInitAttr:
     pd_context is given (comp_mask IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS
     | _PD_CONTEXT, as pyverbs sets them)."""
 
-    def __init__(self, pd, pd_context=None):
+    def __init__(self, pd, pd_context=None, comp_mask: int = 0):
         if pd is None:
             raise TypeError("ParentDomainInitAttr needs a PD")
         self.pd = pd
         self.pd_context = pd_context
-        self.comp_mask = 0
+        self.comp_mask = int(comp_mask)          # rdma-core 64: more bits (ALLOW_CC_UNPROTECTED_ALLOC)
         if pd_context is not None:
             from ..enums import IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS, IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT
-            self.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT
+            self.comp_mask |= IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT
 
 
 class ParentDomain(PD):
