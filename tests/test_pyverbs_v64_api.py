@@ -183,3 +183,20 @@ def test_madvise():
     with pytest.raises(PyverbsRDMAError) as ex:
         mem_alloc.madvise(addr + 1, 10)                      # not page aligned
     assert ex.value.error_code == errno.EINVAL
+
+
+def test_resolve_addrinfo_completes_with_an_event(ctx):
+    from softrdma.pyverbs.cmid import CMID, CMEvent, CMEventChannel
+    from softrdma.pyverbs.librdmacm_enums import RAI_PASSIVE
+    ch = CMEventChannel()
+    cmid = CMID(ch)
+    assert errno_of(cmid.query_addrinfo) == errno.EINVAL
+    cmid.resolve_addrinfo(node="127.0.0.1", service="7471", port_space=rdma_port_space.RDMA_PS_TCP)
+    ev = CMEvent(ch, timeout=5)
+    assert ev.event_type == rdma_cm_event_type.RDMA_CM_EVENT_ADDRINFO_RESOLVED and ev.status == 0
+    assert cmid.query_addrinfo().dst_addr == ("127.0.0.1", 7471)
+    cmid.resolve_addrinfo(node="127.0.0.1", service="7472", flags=RAI_PASSIVE)
+    assert CMEvent(ch, timeout=5).event_type == rdma_cm_event_type.RDMA_CM_EVENT_ADDRINFO_RESOLVED
+    assert cmid.query_addrinfo().src_addr == ("127.0.0.1", 7472)
+    cmid.close()
+    ch.close()
