@@ -81,3 +81,14 @@ def test_rdma_core_44_suite_from_debian_package(tmp_path):
     assert counts["failed"] == 0 and counts["error"] == 0 and counts["unexpected success"] == 0, out
     assert counts["passed"] >= PASS_FLOOR, f"{counts['passed']} passed, fewer than the floor {PASS_FLOOR}\n{out}"
     assert proc.returncode == 0, out
+
+
+def test_what_keeps_the_suite_from_running(monkeypatch):
+    """The skip rule itself: root and apt-get/dpkg, nothing else."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert _cannot_run().startswith("needs root")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "dpkg" else "/usr/bin/" + name)
+    assert _cannot_run() == "needs apt (dpkg not found) to fetch python3-pyverbs"
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    assert _cannot_run() == ""
