@@ -92,6 +92,8 @@ def test_random_and_mutated_datagrams_never_crash_or_write_memory(daemon):
                 kw["ieth"] = rng.getrandbits(32)
             if info.xrceth >= 0:
                 kw["xrceth"] = rng.choice([xsrq.get_srq_num(), rng.getrandbits(24)])
+            if info.feth >= 0:
+                kw["feth"] = rng.getrandbits(32)
             payload = rng.randbytes(rng.randrange(0, 1100)) if info.has_payload else b""
             pkt = wire.build(op, rng.choice(qpns + [rng.getrandbits(24)]), rng.getrandbits(24), payload, **kw)
             if kind < 0.7:                                           # valid ICRC, fields random

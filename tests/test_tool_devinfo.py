@@ -238,7 +238,8 @@ def devinfo_verbose_expected(lk: dict, a, ncomp: int) -> str:
             "\t\t\t\t\tSUPPORT_ATOMIC\n\t\t\t\t\tSUPPORT_SRQ\n"
             "\tcompletion timestamp_mask:\t\t\t0x7fffffffffffffff\n"     # completion timestamps (uapi.clock)
             "\thca_core_clock:\t\t\t156250kHZ\n"                  # the free-running clock (uapi.clock)
-            "\tdevice_cap_flags_ex:\t\t0x0\n"
+            "\tdevice_cap_flags_ex:\t\t0x1C000000000\n"        # FLUSH_GLOBAL/PERSISTENT, ATOMIC_WRITE,
+            "\t\t\t\t\tUnknown flags: 0x1C000000000\n"                # which devinfo.c v44 does not name
             "\ttso_caps:\n"
             "\t\tmax_tso:\t\t\t0\n"
             "\trss_caps:\n"

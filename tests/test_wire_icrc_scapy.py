@@ -282,6 +282,8 @@ def random_ib(draw):
         kw["ieth"] = draw(u32)
     if info.xrceth >= 0:
         kw["xrceth"] = draw(st.integers(0, 0xFFFFFF))
+    if info.feth >= 0:
+        kw["feth"] = draw(u32)
     payload = draw(st.binary(max_size=300)) if info.has_payload else b""
     return build(info.opcode, draw(st.integers(0, 0xFFFFFF)), draw(st.integers(0, 0xFFFFFF)), payload,
                  ackreq=draw(st.booleans()), se=draw(st.booleans()), mig=draw(st.booleans()),

@@ -39,6 +39,9 @@ EXPECTED = {
     0x14: ("RC_FETCH_ADD", {"atmeth": 12}, 40, False),
     0x16: ("RC_SEND_LAST_WITH_INVALIDATE", {"ieth": 12}, 16, True),
     0x17: ("RC_SEND_ONLY_WITH_INVALIDATE", {"ieth": 12}, 16, True),
+    # IBA 1.5 (rxe_opcode.c): FLUSH is BTH, FETH, RETH; ATOMIC WRITE is BTH, RETH, 8 bytes
+    0x1C: ("RC_FLUSH", {"feth": 12, "reth": 16}, 32, False),
+    0x1D: ("RC_ATOMIC_WRITE", {"reth": 12}, 28, True),
     # --- UC -----------------------------------------------------------------
     0x20: ("UC_SEND_FIRST", {}, 12, True),
     0x21: ("UC_SEND_MIDDLE", {}, 12, True),
@@ -83,13 +86,14 @@ EXPECTED = {
     0xB7: ("XRC_SEND_ONLY_WITH_INVALIDATE", {"xrceth": 12, "ieth": 16}, 20, True),
 }
 
-HEADERS = ("deth", "xrceth", "reth", "atmeth", "aeth", "atmack", "immdt", "ieth")
-HEADER_BYTES = {"deth": 8, "xrceth": 4, "reth": 16, "atmeth": 28, "aeth": 4, "atmack": 8, "immdt": 4, "ieth": 4}
+HEADERS = ("deth", "xrceth", "feth", "reth", "atmeth", "aeth", "atmack", "immdt", "ieth")
+HEADER_BYTES = {"deth": 8, "xrceth": 4, "feth": 4, "reth": 16, "atmeth": 28, "aeth": 4, "atmack": 8, "immdt": 4,
+                "ieth": 4}
 
 
 def test_expected_table_is_complete():
-    # 21 RC (0x00-0x14) + 2 RC invalidate + 12 UC + 2 UD + CNP + 23 XRC
-    assert len(EXPECTED) == 61
+    # 21 RC (0x00-0x14) + 2 RC invalidate + FLUSH + ATOMIC WRITE + 12 UC + 2 UD + CNP + 23 XRC
+    assert len(EXPECTED) == 63
     assert sorted(EXPECTED) == sorted(int(op) for op in Opcode)
     assert len(OPCODE_TABLE) == 256
 
@@ -161,6 +165,7 @@ def test_header_struct_sizes_match_table():
     assert H.ATMACK.size == O.ATMACK_BYTES == 8
     assert H.IMMDT.size == O.IMMDT_BYTES == 4
     assert H.IETH.size == O.IETH_BYTES == 4
+    assert H.FETH.size == O.FETH_BYTES == 4
     assert O.CNP_PAD_BYTES == 16 and O.ICRC_BYTES == 4
 
 
@@ -183,15 +188,17 @@ def test_meaning_bits(code):
         return
     assert not m & (O.CNP_MASK | O.CNP_PAD_MASK)
     is_resp = kind.startswith("RDMA_READ_RESPONSE") or kind in ("ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE")
+    assert bool(m & O.FLUSH_MASK) == (kind == "FLUSH") == (info.feth >= 0)
+    assert bool(m & O.ATOMIC_WRITE_MASK) is (kind == "ATOMIC_WRITE")
     assert bool(m & O.RESP_MASK) is is_resp
     assert bool(m & O.REQ_MASK) is (not is_resp)
     assert bool(m & O.SEND_MASK) is kind.startswith("SEND")
-    assert bool(m & O.WRITE_MASK) is kind.startswith("RDMA_WRITE")
+    assert bool(m & O.WRITE_MASK) is kind.startswith("RDMA_WRITE")      # not ATOMIC_WRITE (rxe's masks)
     assert bool(m & O.READ_MASK) is kind.startswith("RDMA_READ")
     assert bool(m & O.ATOMIC_MASK) is (kind in ("COMPARE_SWAP", "FETCH_ADD", "ATOMIC_ACKNOWLEDGE"))
     assert bool(m & O.ACK_MASK) is (kind in ("ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE"))
     single = kind in ("RDMA_READ_REQUEST", "ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE",
-                      "COMPARE_SWAP", "FETCH_ADD")
+                      "COMPARE_SWAP", "FETCH_ADD", "FLUSH", "ATOMIC_WRITE")
     first, middle = "_FIRST" in kind, "_MIDDLE" in kind
     last, only = "_LAST" in kind, "_ONLY" in kind
     assert bool(m & O.START_MASK) is (first or only or single)
@@ -223,16 +230,20 @@ def test_rwr_and_comp_bits_as_rxe(code):
 
 def test_op_constants_and_opcode_for():
     ops = {n[3:]: v for n, v in vars(O).items() if n.startswith("OP_")}
-    assert len(ops) == 23
+    assert len(ops) == 25
     for kind, low5 in ops.items():
         assert Opcode["RC_" + kind] == low5
         assert O.opcode_for(O.IB_OPCODE_RC, low5) == low5
         uc = O.opcode_for(O.IB_OPCODE_UC, low5)
-        assert OPCODE_TABLE[O.opcode_for(O.IB_OPCODE_XRC, low5)].name == "XRC_" + kind
+        xrc = OPCODE_TABLE[O.opcode_for(O.IB_OPCODE_XRC, low5)]
+        if low5 in (O.OP_FLUSH, O.OP_ATOMIC_WRITE):
+            assert xrc is None                  # IBA 1.5's FLUSH and ATOMIC WRITE are RC's only here
+        else:
+            assert xrc.name == "XRC_" + kind
         if low5 <= O.OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE:
             assert OPCODE_TABLE[uc].name == "UC_" + kind
         else:
-            assert OPCODE_TABLE[uc] is None     # UC has no read/atomic/invalidate
+            assert OPCODE_TABLE[uc] is None     # UC has no read/atomic/invalidate/flush
     assert O.opcode_for(O.IB_OPCODE_UD, O.OP_SEND_ONLY) == Opcode.UD_SEND_ONLY
     assert O.opcode_for(O.IB_OPCODE_UD, O.OP_SEND_ONLY_WITH_IMMEDIATE) == Opcode.UD_SEND_ONLY_WITH_IMMEDIATE
     assert OPCODE_TABLE[O.opcode_for(O.IB_OPCODE_UD, O.OP_SEND_FIRST)] is None
@@ -269,7 +280,8 @@ def test_scapy_opcode_numbers_and_names():
             pytest.fail(f"unexpected scapy opcode 0x{code:02x} {name}")
     assert checked >= 36
     # everything softrdma has is in scapy, except the two RC invalidate sends
-    # scapy's table predates
+    # and IBA 1.5's FLUSH / ATOMIC WRITE, which scapy's table predates
     missing = {int(op) for op in Opcode} - set(scapy_ops)
     missing -= {int(op) for op in Opcode if op.name.startswith("XRC_")}     # scapy has no XRC
-    assert missing <= {Opcode.RC_SEND_LAST_WITH_INVALIDATE, Opcode.RC_SEND_ONLY_WITH_INVALIDATE}
+    assert missing <= {Opcode.RC_SEND_LAST_WITH_INVALIDATE, Opcode.RC_SEND_ONLY_WITH_INVALIDATE,
+                       Opcode.RC_FLUSH, Opcode.RC_ATOMIC_WRITE}

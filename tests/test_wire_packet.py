@@ -19,7 +19,7 @@ PAYLOAD_OPS = [info for info in ALL_OPS if info.has_payload]
 
 # OpInfo attribute -> (build() keyword, Packet attribute)
 HDR_KW = {"reth": "reth", "aeth": "aeth", "atmeth": "atmeth", "atmack": "atmack",
-          "deth": "deth", "immdt": "imm", "ieth": "ieth", "xrceth": "xrceth"}
+          "deth": "deth", "immdt": "imm", "ieth": "ieth", "xrceth": "xrceth", "feth": "feth"}
 
 PROPS = settings(max_examples=300, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow])
@@ -44,6 +44,8 @@ def sample_headers(info, i: int = 0) -> dict:
         kw["ieth"] = 0x00BEEF01 + i
     if info.xrceth >= 0:
         kw["xrceth"] = 0x000A5A + i
+    if info.feth >= 0:                       # SEL (bits 5:4) and PLT (bits 3:0)
+        kw["feth"] = ((i & 1) << 4) | (1 + i % 2)
     return kw
 
 
@@ -83,6 +85,8 @@ def assert_layout(buf, info, *, dqpn, psn, payload, ackreq=False, se=False, mig=
         assert be(buf, info.ieth, 4) == hdrs["ieth"]
     if "xrceth" in hdrs:
         assert (buf[info.xrceth], be(buf, info.xrceth + 1, 3)) == (0, hdrs["xrceth"])
+    if "feth" in hdrs:
+        assert be(buf, info.feth, 4) == hdrs["feth"] and info.reth == info.feth + 4    # FETH, then RETH
     assert bytes(buf[info.length:info.length + len(payload)]) == bytes(payload)
     assert bytes(buf[info.length + len(payload):]) == bytes(pad)
 
@@ -320,6 +324,8 @@ def packets(draw, ops=DATA_OPS, max_payload=96):
         hdrs["ieth"] = draw(U32)
     if info.xrceth >= 0:
         hdrs["xrceth"] = draw(st.integers(0, 0xFFFFFF))
+    if info.feth >= 0:
+        hdrs["feth"] = draw(U32)
     payload = draw(st.binary(max_size=max_payload)) if info.has_payload else b""
     fields = dict(dqpn=draw(U24), psn=draw(U24), payload=payload, ackreq=draw(st.booleans()),
                   se=draw(st.booleans()), mig=draw(st.booleans()), pkey=draw(st.integers(0, 0xFFFF)),

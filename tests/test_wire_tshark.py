@@ -5,7 +5,9 @@ must decode in tshark to exactly the fields that were built.
 tshark 4.0 names the XRC opcodes (0xA0-0xB7) but dissects no header after
 their BTH: it shows the rest raw, so an XRC packet's check is the BTH fields
 plus the raw bytes -- the XRCETH (the SRQ number, big-endian) first in a
-request, then the RC headers in their order.
+request, then the RC headers in their order.  Wireshark 4.0 does not know
+IBA 1.5's FLUSH (0x1C) and ATOMIC WRITE (0x1D) either: it decodes their BTH
+and shows the rest raw, which must then be exactly FETH/RETH/payload + ICRC.
 
 tshark (4.0) field display formats, hence the per-field parsers below:
 bth.opcode/psn/padcnt/tver/p_key, aeth.syndrome/msn, atomiceth.swapdt/cmpdt,
@@ -136,6 +138,8 @@ def _packets():
             f["ieth"] = 0xCAFE0000 + i
         if info.xrceth >= 0:
             f["xrceth"] = 0x00F000 + 0x0203 * i
+        if info.feth >= 0:
+            f["feth"] = 0x10 | (1 + i % 2)          # SEL MR, PLT GLOBAL or PERSISTENT
         ib = build(info.opcode, f["dqpn"], f["psn"], f["payload"],
                    **{k: v for k, v in f.items() if k not in ("dqpn", "psn", "payload")})
         out.append((info, ib, f))
@@ -193,7 +197,7 @@ def decoded(tshark, tmp_path_factory):
             w.write(fr[-1], ts_ns=1_700_000_000_000_000_000 + 1000 * k)
         w.flush()
     rows = _run_tshark(tshark, path)
-    assert len(rows) == len(frames) == 2 * 61
+    assert len(rows) == len(frames) == 2 * 63
     assert [r["frame.number"] for r in rows] == list(range(1, len(frames) + 1))
     return list(zip(frames, rows))
 
@@ -201,7 +205,7 @@ def decoded(tshark, tmp_path_factory):
 def test_every_opcode_is_covered():
     codes = {info.opcode for info, _, _ in _packets()}
     assert codes == {i.opcode for i in OPCODE_TABLE if i is not None}
-    assert len(codes) == 61                # 38 RC/UC/UD/CNP + 23 XRC
+    assert len(codes) == 63                # 40 RC/UC/UD/CNP + 23 XRC
 
 
 def test_tshark_decodes_every_field(decoded):
@@ -231,6 +235,12 @@ def test_tshark_decodes_every_field(decoded):
             if "xrceth" in f:
                 assert ib[12:16] == f["xrceth"].to_bytes(4, "big"), where
             assert row["infiniband.reth.va"] is None and row["infiniband.aeth.msn"] is None, where
+            continue
+        if info.opcode in (Opcode.RC_FLUSH, Opcode.RC_ATOMIC_WRITE) and row["infiniband.vendor"] is not None:
+            # no dissector in this Wireshark: everything after the BTH, raw
+            assert row["infiniband.vendor"] == bytes(ib[12:]) + wire_icrc, where
+            if info.opcode == Opcode.RC_FLUSH:
+                assert ib[12:16] == f["feth"].to_bytes(4, "big") and ib[16:24] == f["reth"][0].to_bytes(8, "big")
             continue
         # RETH (or the VA/R_Key of an AtomicETH, which tshark files under reth.*)
         if "reth" in f:
@@ -268,7 +278,6 @@ def test_tshark_decodes_every_field(decoded):
         else:
             assert row["infiniband.ieth"] is None, where
         # ICRC: tshark shows the four wire bytes as one big-endian number
-        ip_len = 20 if family == "ipv4" else 40
         wire_icrc = frame[14 + ip_len + 8 + len(ib):]
         assert len(wire_icrc) == 4
         if info.opcode == Opcode.CNP:

@@ -85,6 +85,8 @@ class ibv_access_flags(IntFlag):
     IBV_ACCESS_ZERO_BASED = 1 << 5
     IBV_ACCESS_ON_DEMAND = 1 << 6
     IBV_ACCESS_HUGETLB = 1 << 7
+    IBV_ACCESS_FLUSH_GLOBAL = 1 << 8
+    IBV_ACCESS_FLUSH_PERSISTENT = 1 << 9
     IBV_ACCESS_RELAXED_ORDERING = 1 << 20
 
 
@@ -106,7 +108,19 @@ class ibv_wr_opcode(IntEnum):
     IBV_WR_SEND_WITH_INV = 9
     IBV_WR_TSO = 10
     IBV_WR_DRIVER1 = 11
+    IBV_WR_FLUSH = 14
     IBV_WR_ATOMIC_WRITE = 15
+
+
+# ibv_wr_flush's type and level (IBA 1.5 FETH: PLT and SEL)
+class ibv_placement_type(IntFlag):
+    IBV_FLUSH_GLOBAL = 1 << 0
+    IBV_FLUSH_PERSISTENT = 1 << 1
+
+
+class ibv_selectivity_level(IntEnum):
+    IBV_FLUSH_RANGE = 0
+    IBV_FLUSH_MR = 1
 
 
 class ibv_send_flags(IntFlag):
@@ -267,6 +281,8 @@ class ibv_odp_transport_cap_bits(IntFlag):
     IBV_ODP_SUPPORT_READ = 1 << 3
     IBV_ODP_SUPPORT_ATOMIC = 1 << 4
     IBV_ODP_SUPPORT_SRQ_RECV = 1 << 5
+    IBV_ODP_SUPPORT_FLUSH = 1 << 6
+    IBV_ODP_SUPPORT_ATOMIC_WRITE = 1 << 7
 
 
 class ibv_event_type(IntEnum):
@@ -290,6 +306,7 @@ class ibv_event_type(IntEnum):
     IBV_EVENT_CLIENT_REREGISTER = 17
     IBV_EVENT_GID_CHANGE = 18
     IBV_EVENT_WQ_FATAL = 19
+    IBV_EVENT_DEVICE_SPEED_CHANGE = 20
 
 
 class ibv_srq_attr_mask(IntFlag):
@@ -388,6 +405,8 @@ class rdma_cm_event_type(IntEnum):
     RDMA_CM_EVENT_MULTICAST_ERROR = 13
     RDMA_CM_EVENT_ADDR_CHANGE = 14
     RDMA_CM_EVENT_TIMEWAIT_EXIT = 15
+    RDMA_CM_EVENT_ADDRINFO_RESOLVED = 16
+    RDMA_CM_EVENT_ADDRINFO_ERROR = 17
 
 
 # verbs.h's enums for XRC, WQs/RSS, flow steering, tag matching, SRQ
@@ -604,6 +623,28 @@ class ibv_query_qp_data_in_order_caps(IntFlag):
 class ibv_parent_domain_init_attr_mask(IntFlag):
     IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS = 1
     IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT = 2
+    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOW_CC_UNPROTECTED_ALLOC = 4
+
+
+# rdma-core 64: ibv_reg_mr_ex's and ibv_alloc_dmah's
+class ibv_mr_init_attr_mask(IntFlag):
+    IBV_REG_MR_MASK_IOVA = 1 << 0
+    IBV_REG_MR_MASK_ADDR = 1 << 1
+    IBV_REG_MR_MASK_FD = 1 << 2
+    IBV_REG_MR_MASK_FD_OFFSET = 1 << 3
+    IBV_REG_MR_MASK_DMAH = 1 << 4
+    IBV_REG_MR_MASK_BUF = 1 << 5
+
+
+class ibv_tph_mem_type(IntEnum):
+    IBV_TPH_MEM_TYPE_VM = 0
+    IBV_TPH_MEM_TYPE_PM = 1
+
+
+class ibv_dmah_init_attr_mask(IntFlag):
+    IBV_DMAH_INIT_ATTR_MASK_CPU_ID = 1 << 0
+    IBV_DMAH_INIT_ATTR_MASK_PH = 1 << 1
+    IBV_DMAH_INIT_ATTR_MASK_TPH_MEM_TYPE = 1 << 2
 
 
 class ibv_gid_type_sysfs(IntEnum):
@@ -622,6 +663,13 @@ class ibv_tmh_op(IntEnum):
 # 64-bit constants, pointers or anonymous enums
 _IBV_DEVICE_RAW_SCATTER_FCS = 1 << 34
 _IBV_DEVICE_PCI_WRITE_END_PADDING = 1 << 36
+_IBV_DEVICE_CC_DMA_BOUNCE = 1 << 41
+# the kernel's IB_UVERBS_DEVICE_FLUSH_GLOBAL/_FLUSH_PERSISTENT/_ATOMIC_WRITE
+# (ib_user_ioctl_verbs.h): bits of device_cap_flags_ex that libibverbs and
+# pyverbs leave unnamed; rxe sets them
+IB_UVERBS_DEVICE_FLUSH_GLOBAL = 1 << 38
+IB_UVERBS_DEVICE_FLUSH_PERSISTENT = 1 << 39
+IB_UVERBS_DEVICE_ATOMIC_WRITE = 1 << 40
 #: (size_t)IBV_ALLOCATOR_USE_DEFAULT, ((void *)-1): a parent domain allocator's
 #: "use the default allocator" answer
 _IBV_ALLOCATOR_USE_DEFAULT = (1 << 64) - 1

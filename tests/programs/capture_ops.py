@@ -16,7 +16,7 @@ import sys
 import time
 
 from softrdma.enums import (
-    IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP,
+    IBV_ACCESS_FLUSH_GLOBAL, IBV_FLUSH_GLOBAL, IBV_WR_ATOMIC_WRITE, IBV_WR_FLUSH, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP,
     IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
     IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV,
 )
@@ -29,11 +29,12 @@ OPS = [("SEND", IBV_WR_SEND, 2500), ("SEND_WITH_IMM", IBV_WR_SEND_WITH_IMM, 1500
        ("RDMA_WRITE_WITH_IMM", IBV_WR_RDMA_WRITE_WITH_IMM, 10), ("RDMA_READ", IBV_WR_RDMA_READ, 2500),
        ("RDMA_READ", IBV_WR_RDMA_READ, 100), ("FETCH_ADD", IBV_WR_ATOMIC_FETCH_AND_ADD, 8),
        ("CMP_SWP", IBV_WR_ATOMIC_CMP_AND_SWP, 8), ("SEND_WITH_INV", IBV_WR_SEND_WITH_INV, 1500),
-       ("SEND_WITH_INV", IBV_WR_SEND_WITH_INV, 10)]
+       ("SEND_WITH_INV", IBV_WR_SEND_WITH_INV, 10), ("ATOMIC_WRITE", IBV_WR_ATOMIC_WRITE, 8),
+       ("FLUSH", IBV_WR_FLUSH, 64)]
 UC_OPS = OPS[:8]                     # UC: no READ, atomics or SEND with invalidate
 PSN_A, PSN_B, PSN_C, PSN_E = 0xFFFFFE, 0x123456, 0x00ABCD, 0x777777
 QKEY = 0x11111111
-ACC = 15
+ACC = 15 | IBV_ACCESS_FLUSH_GLOBAL
 
 dev = sys.argv[1] if len(sys.argv) > 1 else "rxe0"
 ctx = device.Context(name=dev)
@@ -95,6 +96,10 @@ def run(q, ops, base):
             w.set_wr_rdma(mem.rkey, mem.buf + base)
         if op in (IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP):
             w.set_wr_atomic(mem.rkey, mem.buf + base, 1, 2)
+        if op == IBV_WR_ATOMIC_WRITE:            # post_send carries its 8 bytes in compare_add
+            w.set_wr_atomic(mem.rkey, mem.buf + base, 0x4847464544434241)
+        if op == IBV_WR_FLUSH:                   # compare_add the length, swap type | level << 8
+            w.set_wr_atomic(mem.rkey, mem.buf + base, size, IBV_FLUSH_GLOBAL)
         if op == IBV_WR_SEND_WITH_INV:
             w.set_inv_rkey(next(inv).rkey)
         q.post_send(w)

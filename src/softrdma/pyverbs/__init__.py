@@ -15,5 +15,6 @@ MODULES = ("addr", "base", "cq", "device", "enums", "libibverbs_enums", "mr", "p
            "providers.mlx5.mlx5_vfio", "providers.mlx5.mlx5dv_crypto", "providers.mlx5.mlx5dv_flow",
            "providers.mlx5.mlx5dv_mkey", "providers.mlx5.mlx5dv_objects", "providers.mlx5.mlx5dv_sched",
            "providers.mlx5.dr_action", "providers.mlx5.dr_domain", "providers.mlx5.dr_matcher",
-           "providers.mlx5.dr_rule", "providers.mlx5.dr_table",
+           "providers.mlx5.dr_rule", "providers.mlx5.dr_table", "providers.mlx5.mlx5dv_event",
+           "providers.mlx5.mlx5dv_dmabuf",
            "providers.efa", "providers.efa.efa_enums", "providers.efa.efadv")

@@ -22,6 +22,7 @@ from ..enums import (
     IBV_WR_RDMA_READ,
     IBV_WR_RDMA_WRITE,
     IBV_WR_SEND,
+    RDMA_CM_EVENT_ADDRINFO_RESOLVED,
 )
 from ..verbs import cm as _cm
 from ..verbs.addr import AHAttr
@@ -138,6 +139,12 @@ class AddrInfo:
 
     def __init__(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0,
                  service=None):
+        # rdma-core 64: AddrInfo() is empty until get_addrinfo fills it
+        self.get_addrinfo(src, dst, src_service, dst_service, port_space, flags, service)
+
+    def get_addrinfo(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0,
+                     service=None) -> None:
+        """rdma_getaddrinfo, as pyverbs 64's AddrInfo.get_addrinfo."""
         self.port_space = port_space or RDMA_PS_TCP
         self.flags = flags
         self.qp_type = _cm._PS_QPT.get(self.port_space, 2)
@@ -321,6 +328,27 @@ class CMID:
         ip, port = lai.src_addr
         self._need().bind_addr(ip, port)
         self.ctx = self.id.verbs
+
+    def resolve_addrinfo(self, node=None, service=None, port_space=0, flags=0, hints=None):
+        """rdma_resolve_addrinfo (rdma-core 64): rdma_getaddrinfo for this ID,
+        completed by an RDMA_CM_EVENT_ADDRINFO_RESOLVED event on its channel
+        (librdmacm resolves it in the library too); ``query_addrinfo`` then
+        returns the result.  A name that does not resolve fails here."""
+        cm_id = self._need()
+        if flags & RAI_PASSIVE:
+            ai = AddrInfo(src=node, src_service=service, port_space=port_space, flags=flags)
+        else:
+            ai = AddrInfo(dst=node, dst_service=service, port_space=port_space, flags=flags)
+        self._addrinfo = ai
+        cm_id.channel.conn.events.append({"event": "cm", "type": int(RDMA_CM_EVENT_ADDRINFO_RESOLVED),
+                                          "id": cm_id.handle, "status": 0})
+
+    def query_addrinfo(self) -> AddrInfo:
+        """rdma_query_addrinfo: what ``resolve_addrinfo`` resolved."""
+        ai = getattr(self, "_addrinfo", None)
+        if ai is None:
+            raise PyverbsRDMAError("Failed to query addrinfo", errno.EINVAL)
+        return ai
 
     def resolve_addr(self, rai: AddrInfo, timeout_ms=2000):
         ip, port = rai.dst_addr

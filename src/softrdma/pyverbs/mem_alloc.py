@@ -1,12 +1,10 @@
 """pyverbs.mem_alloc: raw memory helpers over ctypes (same names)."""
 
 import ctypes
+import errno as _errno
 import mmap as _mmap
 
 from ..verbs.errors import PyverbsRDMAError
-
-_libc = ctypes.CDLL(None, use_errno=True)
-MADV_DONTNEED = 4
 
 _keep: dict[int, object] = {}
 
@@ -46,17 +44,21 @@ def mmap(addr: int = 0, length: int = 100, prot=_mmap.PROT_READ | _mmap.PROT_WRI
     return addr
 
 
-def madvise(addr: int, length: int, flags: int = MADV_DONTNEED) -> None:
-    """madvise(2) (pyverbs 64): by default MADV_DONTNEED, which drops the
-    pages so that the next access faults them in again (the ODP tests'
-    force_page_faults)."""
-    if _libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), ctypes.c_int(flags)):
-        err = ctypes.get_errno()
-        raise PyverbsRDMAError("Failed to madvise memory", err)
-
-
 def munmap(addr: int, length: int = 0) -> None:
     _keep.pop(addr, None)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+MADV_DONTNEED = 4
+
+
+def madvise(addr: int, length: int, flags: int = MADV_DONTNEED) -> None:
+    """madvise(2) (rdma-core 64's pyverbs): the ODP tests drop an MR's pages
+    with it to make the device fault them in again."""
+    if _libc.madvise(addr, length, flags):
+        err = ctypes.get_errno() or _errno.EINVAL
+        raise PyverbsRDMAError("Failed to madvise memory", err)
 
 
 def read64(addr: int, offset: int = 0) -> int:

@@ -1,5 +1,6 @@
 from ..verbs.dm import DMMR  # noqa: F401
 from ..verbs.mr import MR, MW, MWBind, MWBindInfo  # noqa: F401
+from ..verbs.buf import Buf, BufMR, DMAHandle, DmaHandleInitAttr, MREx  # noqa: F401
 from ._unsupported import unsupported
 DmaBufMR = unsupported("DmaBufMR", "dma-buf needs a kernel device")
 

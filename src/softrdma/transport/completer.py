@@ -13,7 +13,8 @@ Its steps are rxe_comp.c's states, named as there (``comp_state``; the code
 is straight-line, each step marked with its COMPST_* name):
 COMPST_GET_ACK (``receive``) -> COMPST_CHECK_PSN (ghosts, gaps) ->
 COMPST_CHECK_ACK (ACK/NAK syndrome, response kind) -> COMPST_READ /
-COMPST_ATOMIC (response data) or COMPST_WRITE_SEND (``ack_upto``) ->
+COMPST_ATOMIC (response data) or COMPST_WRITE_SEND (``ack_upto``; and the
+zero-length READ RESPONSE ONLY that answers an ATOMIC WRITE or a FLUSH) ->
 COMPST_UPDATE_COMP (``_update_comp``) -> COMPST_GET_WQE / COMPST_COMP_WQE
 (``retire``) -> COMPST_DONE or COMPST_EXIT; COMPST_COMP_ACK when an ACK
 completes no WQE; COMPST_ERROR_RETRY (``_error_retry``), COMPST_RNR_RETRY
@@ -55,7 +56,7 @@ from ..wire.opcodes import (
 from . import limits
 from .counters import Counter
 from .sgl import scatter
-from .wr import WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
+from .wr import ATOMIC_OPS, FLUSH_AW_OPS, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
 
 S = ints(ibv_qp_state)
 WCO = ints(ibv_wc_opcode)
@@ -321,12 +322,22 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
         cnt[C.dropped_ghost_response] += 1
         return
     if mask & ATOMIC_MASK:                     # --- COMPST_ATOMIC
-        if wqe.opcode == WR.IBV_WR_RDMA_READ or psn != wqe.first_psn:
+        if wqe.opcode not in ATOMIC_OPS or psn != wqe.first_psn:
             _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)
             return
         (orig,) = ATMACK.unpack_from(pkt, info.atmack)
         scatter(wqe.views, 0, orig.to_bytes(8, _BYTEORDER), 0, 8)
         _finish_rd_atomic(qp, wqe, now)
+        return
+    if wqe.opcode in FLUSH_AW_OPS:
+        # an ATOMIC WRITE / FLUSH is answered by one READ RESPONSE ONLY of
+        # length zero at its PSN (rxe's check_ack: COMPST_WRITE_SEND for the
+        # one, COMPST_READ of nothing for the other)
+        if mask & START_MASK and mask & END_MASK and psn == wqe.first_psn \
+                and len(pkt) == info.length and not pkt[1] & 0x30:
+            _finish_rd_atomic(qp, wqe, now)
+        else:
+            _comp_error(qp, ST.IBV_WC_BAD_RESP_ERR)
         return
     # --- COMPST_READ: place the payload at this PSN's offset
     if wqe.opcode != WR.IBV_WR_RDMA_READ:

@@ -27,6 +27,7 @@ class Memory(Protocol):
     def remote_view(self, pd: object, rkey: int, va: int, length: int, access: int,
                     qp: object = None) -> memoryview | None: ...
     def invalidate(self, pd: object, key: int) -> bool: ...
+    def lookup(self, key: int) -> object | None: ...     # the MR or window a key's index names (FLUSH of an MR)
 
 
 class MR:

@@ -51,10 +51,10 @@ from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
 from ..wire.opcodes import (
     IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, IB_OPCODE_XRC, OPCODE_TABLE, REQ_MASK, RESP_MASK,
 )
-from . import completer, requester, responder
+from . import completer, requester, responder, unreliable
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS
 from .counters import Counter, new_counters
-from .wr import WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
+from .wr import ATOMIC_OPS, WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
 
 # enums where names are printed or masks combined; ints on the per-packet path
 S, T, M, WR = ibv_qp_state, ibv_qp_type, ibv_qp_attr_mask, ibv_wr_opcode
@@ -263,7 +263,7 @@ class SRQ:
 
 def _rx_table(qp_type: int, opclass: int) -> tuple:
     """opcode -> engine entry for this QP type (None: not this transport's)."""
-    req = {RC: responder.receive_rc, UC: responder.receive_uc, UD: responder.receive_ud,
+    req = {RC: responder.receive_rc, UC: unreliable.receive_uc, UD: unreliable.receive_ud,
            XRC_INI: None, XRC_TGT: responder.receive_xrc}[qp_type]
     comp = None if qp_type == XRC_TGT else completer.receive     # a TGT QP sends no requests
     table = []
@@ -538,7 +538,7 @@ class QP:
             raise einval(f"opcode {WR(op).name} is not valid on a {T(qpt).name} QP")
         if qpt == UD and wqe.ah is None:
             raise einval("UD send needs an address handle")
-        if wqe.is_rd_atomic and op != WR.IBV_WR_RDMA_READ and sum(s[1] for s in wqe.sg_list) != 8:
+        if op in ATOMIC_OPS and sum(s[1] for s in wqe.sg_list) != 8:
             raise einval("an atomic operation needs 8 bytes of local buffer")
         if wqe.length > self.caps.max_msg_sz:
             raise einval(f"message of {wqe.length} bytes > max_msg_sz")

@@ -4,7 +4,10 @@ Walks the send queue from ``qp.req_idx``, segmenting each message by the
 path MTU and numbering packets with 24-bit PSNs.  Stops when the QP may not
 send: not RTS (or SQD and the WQE not yet started), an RNR back-off running,
 the go-back window full (RC), a READ/ATOMIC beyond max_rd_atomic, or a
-fenced WQE behind an outstanding READ/ATOMIC.  LOCAL_INV and BIND_MW
+fenced WQE behind an outstanding READ/ATOMIC.  IBA 1.5's ATOMIC WRITE
+and FLUSH go as one request packet each and count as READ/ATOMIC do
+(max_rd_atomic, fences): their answer is a zero-length READ RESPONSE ONLY,
+as in rxe.  LOCAL_INV and BIND_MW
 execute here, in SQ order, without the wire (``mw.local_op``).  AckReq goes
 on the last packet of each message, at least every 64 packets, and on the
 packet that fills the window.
@@ -32,7 +35,8 @@ from __future__ import annotations
 from ..enums import ibv_qp_state, ibv_qp_type, ibv_wc_status, ibv_wr_opcode, ints
 from ..uapi.wr import WR_SOLICITED_MASK, wr_opcodes
 from ..wire.headers import (
-    ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, psn_diff,
+    ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, FETH, IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, feth_word,
+    psn_diff,
 )
 from ..wire.opcodes import IB_OPCODE_XRC, OP_RDMA_READ_REQUEST, OPCODE_TABLE
 from . import completer
@@ -42,7 +46,7 @@ from .counters import Counter
 from .limits import MAX_PKT_PER_ACK
 from .memory import LOCAL_READ, LOCAL_WRITE
 from .sgl import gather, resolve
-from .wr import ATOMIC_OPS, SEGMENT_OPS, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
+from .wr import ATOMIC_OPS, FLUSH_AW_OPS, SEGMENT_OPS, WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_POSTED, WQE_PROCESSING
 
 S = ints(ibv_qp_state)
 T = ints(ibv_qp_type)
@@ -65,7 +69,9 @@ _SOLICITABLE = wr_opcodes(WR_SOLICITED_MASK)     # IBV_SEND_SOLICITED -> BTH SE 
 def _start(qp, wqe) -> bool:
     """First time a WQE is processed: look up its local buffers (lkey, PD,
     bounds, access), assign PSNs."""
-    if wqe.inline_data is not None:
+    if wqe.opcode in FLUSH_AW_OPS:
+        wqe.views = []                       # no local buffer: the 8 bytes / the range are in the WQE
+    elif wqe.inline_data is not None:
         wqe.views = [memoryview(wqe.inline_data)]
     else:
         # READ and ATOMIC write into the local buffers; the rest only read them.
@@ -73,7 +79,7 @@ def _start(qp, wqe) -> bool:
         if wqe.views is None:
             wqe.status = ST.IBV_WC_LOC_PROT_ERR
             return False
-    if wqe.opcode in ATOMIC_OPS or qp.qp_type == UD:
+    if wqe.is_rd_atomic and wqe.opcode != WR.IBV_WR_RDMA_READ or qp.qp_type == UD:
         npkts = 1
     else:
         npkts = -(-wqe.length // qp.mtu) or 1
@@ -258,7 +264,7 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
 
 
 def _send_rd_atomic(qp, wqe, tx) -> None:
-    """Emit the single request packet of a READ or ATOMIC."""
+    """Emit the single request packet of a READ, ATOMIC, ATOMIC WRITE or FLUSH."""
     ackreq = BTH_ACKREQ
     qp.noack_pkts = 0
     if wqe.opcode == WR.IBV_WR_RDMA_READ:
@@ -269,6 +275,19 @@ def _send_rd_atomic(qp, wqe, tx) -> None:
         wqe.read_psn = psn                     # where its responses must start (completer)
         BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.dest_qpn, ackreq | psn)
         RETH.pack_into(buf, info.reth, wqe.remote_addr + done, wqe.rkey, wqe.length - done)
+    elif wqe.opcode in FLUSH_AW_OPS:
+        info = OPCODE_TABLE[qp.opclass | FLUSH_AW_OPS[wqe.opcode]]
+        psn = wqe.first_psn
+        if info.feth >= 0:                     # FLUSH: FETH, then RETH with the range
+            buf = bytearray(info.length)
+            BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.dest_qpn, ackreq | psn)
+            FETH.pack_into(buf, info.feth, feth_word(wqe.swap & 0xFF, (wqe.swap >> 8) & 0xFF))
+            RETH.pack_into(buf, info.reth, wqe.remote_addr, wqe.rkey, wqe.length)
+        else:                                  # ATOMIC WRITE: RETH, then the 8 bytes as given
+            buf = bytearray(info.length + 8)
+            BTH.pack_into(buf, 0, info.opcode, 0, qp.pkey, qp.dest_qpn, ackreq | psn)
+            RETH.pack_into(buf, info.reth, wqe.remote_addr, wqe.rkey, 8)
+            buf[info.length:] = (wqe.compare_add & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
     else:
         info = OPCODE_TABLE[qp.opclass | ATOMIC_OPS[wqe.opcode]]
         buf = bytearray(info.length)

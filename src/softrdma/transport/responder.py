@@ -20,16 +20,27 @@ For RC it walks the checks in the spec's (and rxe's) order:
   fit the receive buffer / match the RETH length -> NAK invalid request
   (receive WC IBV_WC_LOC_LEN_ERR).
 * rkey: key, PD, bounds, access -> NAK remote access error; misaligned
-  ATOMIC -> NAK invalid request.  An rkey may name a memory window
+  ATOMIC -> NAK invalid request.
+* IBA 1.5, as rxe: ATOMIC WRITE (RETH + 8 bytes; needs REMOTE_WRITE, an
+  8-byte aligned 8-byte range) places its 8 bytes in one store; FLUSH
+  (FETH + RETH) checks the QP's and the MR's IBV_ACCESS_FLUSH_GLOBAL /
+  _PERSISTENT for the placement type it asks, and the range (RANGE) or
+  only the key (MR).  Both hold a responder resource (a duplicate is
+  answered, not executed again) and are answered by a zero-length READ
+  RESPONSE ONLY.  Everything before a FLUSH is already in the MR's memory
+  (requests execute in PSN order, into the application's shared pages): the
+  flush itself has nothing left to write back.  An rkey may name a memory window
   (``transport.mw``): the window's bounds and rights, and for type 2 the QP
   it is bound to, are checked by the same ``remote_view``.
 Errors other than PSN/RNR move the responder's QP to ERR (async event
 QP_REQ_ERR / QP_ACCESS_ERR), after the NAK is queued.
 
-UC: no ACKs, no NAKs; a PSN gap drops the rest of the message in progress
-(its receive WQE is reused) and every packet until the next FIRST/ONLY.
-UD: Q_Key must match, the receive buffer gets the 40-byte network header
-first, any PSN is accepted, a message with no receive WQE is dropped.
+UC and UD are ``transport.unreliable``'s, on the helpers here (receive
+WQEs, ``write_data``): UC has no ACKs, no NAKs; a PSN gap drops the rest
+of the message in progress (its receive WQE is reused) and every packet
+until the next FIRST/ONLY.  UD: Q_Key must match, the receive buffer gets
+the 40-byte network header first, any PSN is accepted, a message with no
+receive WQE is dropped.
 
 XRC (an XRC TGT QP, ``receive_xrc``): RC's rules, once the XRCETH has named
 the SRQ a new message takes its receive WQE from.  That SRQ must be an XRC
@@ -54,14 +65,17 @@ from __future__ import annotations
 import struct
 import sys
 
-from ..enums import ibv_event_type, ibv_qp_type, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ints
+from ..enums import (
+    ibv_access_flags, ibv_event_type, ibv_placement_type, ibv_qp_type, ibv_selectivity_level, ibv_wc_flags,
+    ibv_wc_opcode, ibv_wc_status, ints,
+)
 from ..wire.headers import (
     AETH, AETH_ACK_UNLIMITED, AETH_NAK_INVALID_REQ, AETH_NAK_PSN_SEQ_ERROR, AETH_NAK_REM_ACC_ERR,
-    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, DETH, IETH, IMMDT, RETH, XRCETH,
-    XRCETH_SRQN_MASK, psn_diff,
+    AETH_NAK_REM_OP_ERR, AETH_RNR_NAK, ATMACK, ATMETH, BTH, BTH_SE, FETH, FETH_PLT_MASK, FETH_SEL_SHIFT,
+    IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, psn_diff,
 )
 from ..wire.opcodes import (
-    ATOMIC_MASK, END_MASK, IETH_MASK, IMMDT_MASK, OP_ACKNOWLEDGE, OP_ATOMIC_ACKNOWLEDGE,
+    ATOMIC_MASK, ATOMIC_WRITE_MASK, END_MASK, IETH_MASK, IMMDT_MASK, OP_ACKNOWLEDGE, OP_ATOMIC_ACKNOWLEDGE,
     OP_COMPARE_SWAP, OP_RDMA_READ_RESPONSE_FIRST, OP_RDMA_READ_RESPONSE_LAST,
     OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_READ_RESPONSE_ONLY, OPCODE_TABLE, READ_MASK, RWR_MASK,
     SEND_MASK, START_MASK, WRITE_MASK,
@@ -89,6 +103,7 @@ GRH_BYTES = 40
 
 # message kinds for the op-sequence check
 _NONE, _IN_SEND, _IN_WRITE = -1, 1, 2
+RESP_NONE, RESP_IN_SEND = _NONE, _IN_SEND       # what a message in progress is (also transport.unreliable's)
 
 _ACK_INFO = OPCODE_TABLE[OP_ACKNOWLEDGE]
 _ATMACK_INFO = OPCODE_TABLE[OP_ATOMIC_ACKNOWLEDGE]
@@ -96,7 +111,11 @@ _RESP_INFO = (OPCODE_TABLE[OP_RDMA_READ_RESPONSE_FIRST], OPCODE_TABLE[OP_RDMA_RE
               OPCODE_TABLE[OP_RDMA_READ_RESPONSE_LAST], OPCODE_TABLE[OP_RDMA_READ_RESPONSE_ONLY])
 
 # responder resources: [kind, first_psn, last_psn, va, rkey, length | orig, msn]
-RES_READ, RES_ATOMIC = 0, 1
+RES_READ, RES_ATOMIC, RES_FLUSH_AW = 0, 1, 2       # RES_FLUSH_AW: a FLUSH or an ATOMIC WRITE
+
+A = ints(ibv_access_flags)
+FLUSH_GLOBAL, FLUSH_PERSISTENT = int(ibv_placement_type.IBV_FLUSH_GLOBAL), int(ibv_placement_type.IBV_FLUSH_PERSISTENT)
+FLUSH_MR = int(ibv_selectivity_level.IBV_FLUSH_MR)
 
 
 # ----------------------------------------------------------------- checks
@@ -113,8 +132,8 @@ def denied_ops(access: int) -> int:
     (WRITE_MASK, READ_MASK, ATOMIC_MASK of the opcode table) they refuse.
     The QP keeps it as ``resp_denied``; a request whose opcode mask meets it
     is invalid."""
-    return ((0 if access & REMOTE_WRITE else WRITE_MASK) | (0 if access & REMOTE_READ else READ_MASK)
-            | (0 if access & REMOTE_ATOMIC else ATOMIC_MASK))
+    return ((0 if access & REMOTE_WRITE else WRITE_MASK | ATOMIC_WRITE_MASK)
+            | (0 if access & REMOTE_READ else READ_MASK) | (0 if access & REMOTE_ATOMIC else ATOMIC_MASK))
 
 
 # ----------------------------------------------------------------- outputs
@@ -243,7 +262,7 @@ def take_rwqe_for(qp, length: int):
     return srq.take() if srq is not None else rq.popleft()
 
 
-def _return_rwqe(qp, wqe) -> None:
+def return_rwqe(qp, wqe) -> None:
     """An unfinished message is abandoned (UC): its WQE serves the next one."""
     if qp.srq is not None:
         qp.srq.rq.appendleft(wqe)
@@ -252,15 +271,6 @@ def _return_rwqe(qp, wqe) -> None:
 
 
 # ----------------------------------------------------------------- entry
-def receive_uc(qp, pkt, info, now: float, grh) -> None:
-    psn = (pkt[9] << 16) | (pkt[10] << 8) | pkt[11]
-    _receive_uc(qp, pkt, info, psn, (psn - qp.resp_psn) & 0xFFFFFF)
-
-
-def receive_ud(qp, pkt, info, now: float, grh) -> None:
-    _receive_ud(qp, pkt, info, grh)
-
-
 def receive_xrc(qp, pkt, info, now: float, grh) -> None:
     """An XRC request at a TGT QP: the XRCETH names the XRC SRQ of the
     message (IBA 9.8.3.1); then RC's rules."""
@@ -319,11 +329,15 @@ def receive_rc(qp, pkt, info, now: float, grh) -> None:
         _rc_write(qp, pkt, info, psn, mask)
     elif mask & READ_MASK:
         _rc_read(qp, pkt, info, psn)
-    else:
+    elif mask & ATOMIC_MASK:
         _rc_atomic(qp, pkt, info, psn)
+    elif mask & ATOMIC_WRITE_MASK:
+        _rc_atomic_write(qp, pkt, info, psn)
+    else:
+        _rc_flush(qp, pkt, info, psn)
 
 
-def _payload_len(pkt, info) -> int:
+def payload_len(pkt, info) -> int:
     return len(pkt) - info.length - ((pkt[1] >> 4) & 3)
 
 
@@ -400,7 +414,7 @@ def _rc_send(qp, pkt, info, psn: int, mask: int) -> None:
 
 
 def _rc_write(qp, pkt, info, psn: int, mask: int) -> None:
-    n = _payload_len(pkt, info)
+    n = payload_len(pkt, info)
     mtu = qp.mtu
     if mask & START_MASK:
         va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
@@ -433,7 +447,7 @@ def _rc_write(qp, pkt, info, psn: int, mask: int) -> None:
             _rnr(qp, psn)
             return
     # --- EXECUTE, COMPLETE
-    _write_data(qp, pkt, info, mask, n, rem, wqe)
+    write_data(qp, pkt, info, mask, n, rem, wqe)
     qp.resp_psn = (psn + 1) & 0xFFFFFF
     if mask & END_MASK:
         qp.msn += 1
@@ -442,7 +456,7 @@ def _rc_write(qp, pkt, info, psn: int, mask: int) -> None:
         send_ack(qp, AETH_ACK_UNLIMITED, psn)
 
 
-def _write_data(qp, pkt, info, mask: int, n: int, rem: int, wqe) -> None:
+def write_data(qp, pkt, info, mask: int, n: int, rem: int, wqe) -> None:
     """Place one checked RDMA WRITE packet; at the end of the message, the
     receive completion of a WRITE with immediate (``wqe``)."""
     off = qp.resp_offset
@@ -516,6 +530,69 @@ def _rc_atomic(qp, pkt, info, psn: int) -> None:
     qp.resp_psn = (psn + 1) & 0xFFFFFF
 
 
+def _flush_aw_reply(qp, psn: int, msn: int) -> None:
+    """The answer to a FLUSH or an ATOMIC WRITE: a READ RESPONSE ONLY of
+    length zero (rxe's send_read_response_ack)."""
+    if qp.ack_pending is not None:
+        flush_ack(qp)
+    buf = bytearray(_RESP_INFO[3].length)
+    _ACK_HDR.pack_into(buf, 0, _RESP_INFO[3].opcode, 0, qp.pkey, qp.dest_qpn, psn & 0xFFFFFF,
+                       (AETH_ACK_UNLIMITED << 24) | (msn & 0xFFFFFF))
+    qp.tx.append((qp, buf, qp.av))
+    qp.cnt[SENT_PKTS] += 1
+
+
+def _rc_atomic_write(qp, pkt, info, psn: int) -> None:
+    """ATOMIC WRITE (rxe's atomic_write_reply): the payload's 8 bytes to an
+    8-byte aligned address of the MR, in one store."""
+    va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
+    qp.cnt[C.rx_write_requests] += 1
+    # CHK_RESOURCE, CHK_LENGTH (the RETH and the payload: 8 bytes), alignment (oA19-28)
+    if qp.max_dest_rd_atomic == 0 or dma_len != 8 or payload_len(pkt, info) != 8 or va & 7:
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    view = qp.memory.remote_view(qp.pd, rkey, va, 8, REMOTE_WRITE, qp)        # CHK_RKEY
+    if view is None:
+        _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+        return
+    view[0:8] = pkt[info.length:info.length + 8]
+    qp.cnt[RCVD_BYTES] += 8
+    qp.msn += 1
+    add_resource(qp, [RES_FLUSH_AW, psn, psn, va, rkey, 8, qp.msn])
+    _flush_aw_reply(qp, psn, qp.msn)
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+
+
+def _rc_flush(qp, pkt, info, psn: int) -> None:
+    """FLUSH (rxe's process_flush): the placement type's access on the QP
+    (CHK_OP_VALID) and on the MR (CHK_RKEY), over the range or the whole MR."""
+    (feth,) = FETH.unpack_from(pkt, info.feth)
+    va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
+    plt = feth & FETH_PLT_MASK
+    access = ((A.IBV_ACCESS_FLUSH_GLOBAL if plt & FLUSH_GLOBAL else 0)
+              | (A.IBV_ACCESS_FLUSH_PERSISTENT if plt & FLUSH_PERSISTENT else 0))
+    if access & ~qp.attr.qp_access_flags:
+        _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+        return
+    if qp.max_dest_rd_atomic == 0:
+        _nak(qp, AETH_NAK_INVALID_REQ, psn, None, EV.IBV_EVENT_QP_REQ_ERR)
+        return
+    memory = qp.memory
+    if feth >> FETH_SEL_SHIFT & 3 == FLUSH_MR:
+        # the whole MR (or window) the rkey names: its va and length do not matter
+        obj = memory.lookup(rkey)
+        ok = obj is not None and memory.remote_view(qp.pd, rkey, obj.addr, obj.length, access, qp) is not None
+    else:
+        ok = memory.remote_view(qp.pd, rkey, va, dma_len, access, qp) is not None
+    if not ok:
+        _nak(qp, AETH_NAK_REM_ACC_ERR, psn, None, EV.IBV_EVENT_QP_ACCESS_ERR)
+        return
+    qp.msn += 1
+    add_resource(qp, [RES_FLUSH_AW, psn, psn, va, rkey, dma_len, qp.msn])
+    _flush_aw_reply(qp, psn, qp.msn)
+    qp.resp_psn = (psn + 1) & 0xFFFFFF
+
+
 def _duplicate(qp, pkt, info, psn: int) -> None:
     """C9-104..C9-112: answer a retransmitted request without redoing it."""
     mask = info.mask
@@ -546,144 +623,13 @@ def _duplicate(qp, pkt, info, psn: int) -> None:
         if mask & ATOMIC_MASK and kind == RES_ATOMIC and psn == first:
             _send_atomic_ack(qp, psn, res[5], res[6])
             return
+        if kind == RES_FLUSH_AW and psn == first:   # oA19-14, oA19-15: answered, not redone
+            _flush_aw_reply(qp, psn, res[6])
+            return
         break
     qp.cnt[C.dropped_ghost_response] += 1     # nothing to replay: drop, the requester will time out
 
 
-# ----------------------------------------------------------------- UC
-def _receive_uc(qp, pkt, info, psn: int, d: int) -> None:
-    mask = info.mask
-    cnt = qp.cnt
-    qp.resp_psn = (psn + 1) & 0xFFFFFF
-    if d:
-        cnt[C.out_of_seq_request] += 1
-        _uc_abandon(qp)
-    if qp.uc_drop or (qp.resp_opcode == _NONE and not mask & START_MASK):
-        if mask & START_MASK:
-            qp.uc_drop = False
-        else:
-            qp.uc_drop = not mask & END_MASK
-            return
-    if qp.resp_opcode != _NONE and (mask & START_MASK or
-                                    (qp.resp_opcode == _IN_SEND) != bool(mask & SEND_MASK)):
-        _uc_abandon(qp)
-        if not mask & START_MASK:
-            qp.uc_drop = not mask & END_MASK
-            return
-    n = _payload_len(pkt, info)
-    mtu = qp.mtu
-    if (n != mtu) if not mask & END_MASK else (n > mtu):
-        _uc_drop_msg(qp, mask)
-        return
-    if mask & SEND_MASK:
-        if mask & START_MASK:
-            wqe = take_rwqe(qp)
-            if wqe is None:
-                _uc_drop_msg(qp, mask)
-                return
-            qp.resp_wqe = wqe
-            qp.resp_offset = 0
-            if not resolve_rwqe(qp, wqe):
-                qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_PROT_ERR, WCO.IBV_WC_RECV, qp.qp_num))
-                qp.resp_wqe = None
-                _uc_drop_msg(qp, mask)
-                return
-        wqe = qp.resp_wqe
-        off = qp.resp_offset
-        if off + n > wqe.length:
-            qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_LEN_ERR, WCO.IBV_WC_RECV, qp.qp_num))
-            qp.resp_wqe = None
-            _uc_drop_msg(qp, mask)
-            return
-        if n:
-            scatter(wqe.views, off, pkt, info.length, n)
-        qp.resp_offset = off + n
-        cnt[C.rcvd_bytes] += n
-        if mask & END_MASK:
-            imm, flags = 0, 0
-            if mask & IMMDT_MASK:
-                (imm,) = IMMDT.unpack_from(pkt, info.immdt)
-                flags = WF.IBV_WC_WITH_IMM
-            qp.resp_wqe = None
-            qp.resp_opcode = _NONE
-            cnt[C.rdma_recvs] += 1
-            qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, qp.qp_num,
-                               byte_len=off + n, imm_data=imm, src_qp=qp.dest_qpn, wc_flags=flags),
-                            bool(pkt[1] & BTH_SE))
-        else:
-            qp.resp_opcode = _IN_SEND
-        return
-    # RDMA WRITE
-    if mask & qp.resp_denied:                  # CHK_OP_VALID
-        _uc_drop_msg(qp, mask)
-        return
-    if mask & START_MASK:
-        va, rkey, dma_len = RETH.unpack_from(pkt, info.reth)
-        view = qp.memory.remote_view(qp.pd, rkey, va, dma_len, REMOTE_WRITE, qp) if dma_len else None
-        if dma_len and view is None:
-            _uc_drop_msg(qp, mask)
-            return
-        qp.resp_view = view
-        qp.resp_offset = 0
-        qp.resp_remaining = dma_len
-    rem = qp.resp_remaining
-    if (n != mtu or rem <= mtu) if not mask & END_MASK else (n != rem):
-        _uc_drop_msg(qp, mask)
-        return
-    wqe = None
-    if mask & RWR_MASK:
-        wqe = take_rwqe(qp)
-        if wqe is None:
-            _uc_drop_msg(qp, mask)
-            return
-    _write_data(qp, pkt, info, mask, n, rem, wqe)
-
-
-def _uc_abandon(qp) -> None:
-    """Forget a partly received UC message (packets were lost)."""
-    if qp.resp_wqe is not None:
-        _return_rwqe(qp, qp.resp_wqe)
-        qp.resp_wqe = None
-    qp.resp_opcode = _NONE
-    qp.resp_view = None
-
-
-def _uc_drop_msg(qp, mask: int) -> None:
-    _uc_abandon(qp)
-    qp.uc_drop = not mask & END_MASK
-
-
-# ----------------------------------------------------------------- UD
-def _receive_ud(qp, pkt, info, grh) -> None:
-    cnt = qp.cnt
-    qkey, sqp = DETH.unpack_from(pkt, info.deth)
-    if qkey != qp.attr.qkey:
-        cnt[C.dropped_bad_qkey] += 1
-        return
-    wqe = take_rwqe(qp)
-    if wqe is None:
-        cnt[C.dropped_bad_state] += 1
-        return
-    n = _payload_len(pkt, info)
-    if not resolve_rwqe(qp, wqe):
-        qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_PROT_ERR, WCO.IBV_WC_RECV, qp.qp_num))
-        return
-    if n + GRH_BYTES > wqe.length:
-        qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_LEN_ERR, WCO.IBV_WC_RECV, qp.qp_num))
-        return
-    scatter(wqe.views, 0, grh if grh is not None else bytes(GRH_BYTES), 0, GRH_BYTES)
-    if n:
-        scatter(wqe.views, GRH_BYTES, pkt, info.length, n)
-    imm, flags = 0, WF.IBV_WC_GRH
-    if info.mask & IMMDT_MASK:
-        (imm,) = IMMDT.unpack_from(pkt, info.immdt)
-        flags |= WF.IBV_WC_WITH_IMM
-    cnt[C.rcvd_bytes] += n
-    cnt[C.rdma_recvs] += 1
-    qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, qp.qp_num, byte_len=n + GRH_BYTES,
-                       imm_data=imm, src_qp=sqp & 0xFFFFFF, wc_flags=flags),
-                    bool(pkt[1] & BTH_SE))
-
-
-__all__ = ["receive_rc", "receive_uc", "receive_ud", "receive_xrc", "send_ack", "flush_ack", "idle", "denied_ops",
-           "take_rwqe", "take_rwqe_for", "resolve_rwqe", "add_resource", "RES_READ", "RES_ATOMIC"]
+__all__ = ["receive_rc", "receive_xrc", "send_ack", "flush_ack", "idle", "denied_ops",
+           "take_rwqe", "take_rwqe_for", "resolve_rwqe", "add_resource", "RES_READ", "RES_ATOMIC", "RES_FLUSH_AW",
+           "GRH_BYTES", "payload_len", "return_rwqe", "write_data", "RESP_NONE", "RESP_IN_SEND"]

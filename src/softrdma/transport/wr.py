@@ -12,9 +12,9 @@ byte-order convention is the verbs layer's business.
 from __future__ import annotations
 
 from ..enums import ibv_wr_opcode as WR
-from ..uapi.wr import WR_ATOMIC_MASK, WR_ATOMIC_OR_READ_MASK, wr_opcodes
+from ..uapi.wr import WR_ATOMIC_MASK, WR_ATOMIC_OR_READ_MASK, WR_ATOMIC_WRITE_MASK, WR_FLUSH_MASK, wr_opcodes
 from ..wire.opcodes import (
-    OP_COMPARE_SWAP, OP_FETCH_ADD, OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_LAST,
+    OP_ATOMIC_WRITE, OP_COMPARE_SWAP, OP_FETCH_ADD, OP_FLUSH, OP_RDMA_WRITE_FIRST, OP_RDMA_WRITE_LAST,
     OP_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RDMA_WRITE_MIDDLE, OP_RDMA_WRITE_ONLY,
     OP_RDMA_WRITE_ONLY_WITH_IMMEDIATE, OP_SEND_FIRST, OP_SEND_LAST, OP_SEND_LAST_WITH_IMMEDIATE,
     OP_SEND_LAST_WITH_INVALIDATE, OP_SEND_MIDDLE, OP_SEND_ONLY, OP_SEND_ONLY_WITH_IMMEDIATE,
@@ -40,8 +40,17 @@ SEGMENT_OPS = {int(op): ops for op, ops in {
 ATOMIC_OPS = {int(WR.IBV_WR_ATOMIC_CMP_AND_SWP): OP_COMPARE_SWAP,
               int(WR.IBV_WR_ATOMIC_FETCH_AND_ADD): OP_FETCH_ADD}
 
+# ... and the one packet of IBA 1.5's ATOMIC WRITE (RETH + the 8 bytes, which
+# the WQE carries in ``compare_add``, as rxe's wqe->dma.atomic_wr) and FLUSH
+# (FETH + RETH; ``compare_add`` the length, ``swap`` the placement type |
+# the selectivity level << 8), each answered by a zero-length READ RESPONSE
+FLUSH_AW_OPS = {int(WR.IBV_WR_ATOMIC_WRITE): OP_ATOMIC_WRITE, int(WR.IBV_WR_FLUSH): OP_FLUSH}
+
 _ATOMICS = wr_opcodes(WR_ATOMIC_MASK)                 # 8 bytes of local buffer, whatever the SGEs say
-_RD_ATOMICS = wr_opcodes(WR_ATOMIC_OR_READ_MASK)      # answered with data: max_rd_atomic, fences
+# answered by a response (READ/ATOMIC data, or a FLUSH/ATOMIC WRITE's empty
+# READ RESPONSE): they hold a responder resource (max_rd_atomic) and fences wait for them
+_RD_ATOMICS = wr_opcodes(WR_ATOMIC_OR_READ_MASK | WR_FLUSH_MASK | WR_ATOMIC_WRITE_MASK)
+_ATOMIC_WRITE, _FLUSH = int(WR.IBV_WR_ATOMIC_WRITE), int(WR.IBV_WR_FLUSH)
 
 # WQE states (rxe_verbs.h wqe_state)
 WQE_POSTED = 0       # not started
@@ -109,8 +118,10 @@ class SendWQE:
         self.ah = ah
         self.remote_qpn = remote_qpn
         self.remote_qkey = remote_qkey
-        if opcode in _ATOMICS:
+        if opcode in _ATOMICS or opcode == _ATOMIC_WRITE:
             self.length = 8
+        elif opcode == _FLUSH:
+            self.length = compare_add            # the range to flush (the RETH DMA length)
         elif inline_data is not None:
             self.length = len(inline_data)
         elif len(sg_list) == 1:

@@ -21,6 +21,9 @@ Send WQE (``SEND_WQE_HDR``, 64 bytes, then SGEs or inline data)::
   compare_add = its length, swap = mw_access_flags, remote_qkey = the MR's
   lkey; no SGEs.  IBV_WR_LOCAL_INV carries the key in imm_data.  An XRC
   send carries its remote SRQ number (qp_type.xrc.remote_srqn) in remote_qpn.
+  IBV_WR_ATOMIC_WRITE carries its 8 bytes in compare_add (read
+  little-endian, so its bytes are the ones given); IBV_WR_FLUSH its length
+  in compare_add and swap = placement type | selectivity level << 8; no SGEs.
 
 ``encode_send_wqe`` writes a whole send WQE (post_send, and the ibv_wr_*
 builders); ``set_send_wqe_sges``/``_inline``/``_ud`` rewrite the parts the

@@ -146,7 +146,8 @@ _TABLE = (
     # -- PD, MR, MW
     Command("alloc_pd", (), ("pd",), state_first=True),
     Command("dealloc_pd", (handle("pd"),), (), (_E.EBUSY,)),
-    Command("reg_mr", (handle("pd"), u64("length", lo=1), u64("addr"), u32("access"),
+    # offset: where in the memfd the MR starts (an MR on part of an ibv_alloc_buf buffer)
+    Command("reg_mr", (handle("pd"), u64("length", lo=1), u64("addr"), u32("access"), u64("offset", 0),
                        fds(1, "reg_mr needs the memory fd")),
             ("mr", "lkey", "rkey"), (_E.EPERM,)),
     Command("dereg_mr", (handle("mr"),)),

@@ -11,7 +11,9 @@ every ibv_wr_opcode to a ``WROpcodeInfo``:
   takes;
 * ``mask`` -- rxe_wr_mask bits: WR_INLINE_MASK (may carry inline data),
   WR_ATOMIC_MASK, WR_SEND_MASK, WR_READ_MASK, WR_WRITE_MASK,
-  WR_LOCAL_OP_MASK (executed by the requester, no packet), and softrdma's
+  WR_LOCAL_OP_MASK (executed by the requester, no packet), WR_FLUSH_MASK and
+  WR_ATOMIC_WRITE_MASK (IBA 1.5's FLUSH and ATOMIC WRITE: one request
+  packet, answered like a READ with a zero-length READ RESPONSE), and softrdma's
   WR_IMM_MASK (carries ImmDt), WR_INV_MASK (carries an rkey to invalidate)
   and WR_SOLICITED_MASK (IBV_SEND_SOLICITED sets the BTH SE bit);
 * ``wc_opcode`` -- the ibv_wc_opcode of its send completion;
@@ -43,6 +45,8 @@ WR_SEND_MASK = 1 << 2
 WR_READ_MASK = 1 << 3
 WR_WRITE_MASK = 1 << 4
 WR_LOCAL_OP_MASK = 1 << 5
+WR_FLUSH_MASK = 1 << 6
+WR_ATOMIC_WRITE_MASK = 1 << 7
 # softrdma's: what the WR carries besides rxe's classes
 WR_IMM_MASK = 1 << 8
 WR_INV_MASK = 1 << 9
@@ -102,9 +106,9 @@ WR_OPCODE_INFO: dict[int, WROpcodeInfo] = {
     # valid on no QP type softrdma has: raw packet QPs, a provider's own
     WR.IBV_WR_TSO: _info("IB_WR_TSO", _NONE, 0, WC.IBV_WC_SEND, X.IBV_QP_EX_WITH_TSO),
     WR.IBV_WR_DRIVER1: _info("IB_WR_DRIVER1", _NONE, 0, WC.IBV_WC_SEND, 0),
-    # IBA 1.5's atomic write: not in softrdma's transport yet, so valid on no
-    # QP type (posting it fails as an opcode the QP does not take)
-    WR.IBV_WR_ATOMIC_WRITE: _info("IB_WR_ATOMIC_WRITE", _NONE, 0, WC.IBV_WC_ATOMIC_WRITE,
+    # IBA 1.5: RC only, as in rxe (the builders ibv_wr_flush / ibv_wr_atomic_write)
+    WR.IBV_WR_FLUSH: _info("IB_WR_FLUSH", _RC, WR_FLUSH_MASK, WC.IBV_WC_FLUSH, X.IBV_QP_EX_WITH_FLUSH),
+    WR.IBV_WR_ATOMIC_WRITE: _info("IB_WR_ATOMIC_WRITE", _RC, WR_ATOMIC_WRITE_MASK, WC.IBV_WC_ATOMIC_WRITE,
                                   X.IBV_QP_EX_WITH_ATOMIC_WRITE),
 }
 
@@ -135,5 +139,5 @@ def wc_opcodes() -> dict[int, int]:
 
 __all__ = ["WR_OPCODE_INFO", "WROpcodeInfo", "wr_opcodes", "valid_opcodes", "send_ops_flags", "wc_opcodes",
            "WR_INLINE_MASK", "WR_ATOMIC_MASK", "WR_SEND_MASK", "WR_READ_MASK", "WR_WRITE_MASK",
-           "WR_LOCAL_OP_MASK", "WR_IMM_MASK", "WR_INV_MASK", "WR_SOLICITED_MASK", "WR_READ_OR_WRITE_MASK",
+           "WR_LOCAL_OP_MASK", "WR_FLUSH_MASK", "WR_ATOMIC_WRITE_MASK", "WR_IMM_MASK", "WR_INV_MASK", "WR_SOLICITED_MASK", "WR_READ_OR_WRITE_MASK",
            "WR_WRITE_OR_SEND_MASK", "WR_ATOMIC_OR_READ_MASK"]

@@ -66,7 +66,7 @@ class CqInitAttrEx:
     def __init__(self, cqe: int = 100, channel: CompChannel | None = None, comp_vector: int = 0,
                  wc_flags: int = 0, comp_mask: int = 0, flags: int = 0, parent_domain=None):
         self.cqe = cqe
-        self.parent_domain = parent_domain
+        self.parent_domain = parent_domain      # rdma-core 64 (IBV_CQ_INIT_ATTR_MASK_PD)
         self.cq_context = None
         self.comp_channel = channel
         self.comp_vector = comp_vector

@@ -12,7 +12,9 @@ import sys
 import time
 import weakref
 
-from ..enums import IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TM_CAP_RC, IBV_TRANSPORT_IB, IBV_VALUES_MASK_RAW_CLOCK
+from ..enums import (IB_UVERBS_DEVICE_ATOMIC_WRITE, IB_UVERBS_DEVICE_FLUSH_GLOBAL, IB_UVERBS_DEVICE_FLUSH_PERSISTENT,
+                     IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TM_CAP_RC, IBV_TRANSPORT_IB,
+                     IBV_VALUES_MASK_RAW_CLOCK)
 from ..uapi import clock
 from ..uapi.commands import CMD, PROTOCOL_VERSION
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
@@ -33,6 +35,8 @@ def _socket_path() -> str:
 
 
 _announced = False
+# what rxe adds to device_cap_flags_ex: IBA 1.5's FLUSH (both placement types) and ATOMIC WRITE
+_CAP_FLAGS_EX = IB_UVERBS_DEVICE_FLUSH_GLOBAL | IB_UVERBS_DEVICE_FLUSH_PERSISTENT | IB_UVERBS_DEVICE_ATOMIC_WRITE
 
 
 #: the embedded default a tool starts when no daemon runs
@@ -110,6 +114,19 @@ class DeviceAttr(_Attr):
 
 class PortAttr(_Attr):
     pass
+
+
+class AsyncEvent(dict):
+    """An async event (pyverbs.device.AsyncEvent, rdma-core 64): ``event_type``
+    and ``ack()``; also the dict the daemon sent ({'event': ibv_event_type,
+    'qp'/'cq'/...})."""
+
+    @property
+    def event_type(self) -> int:
+        return self["event"]
+
+    def ack(self) -> None:
+        """ibv_ack_async_event: the library holds nothing an event pins."""
 
 
 # ibv_device_attr_ex's capability groups, pyverbs' class names.  softrdma
@@ -411,7 +428,7 @@ class Context(VerbsObject):
             "odp_caps": ODPCaps(self._attr.get("odp_caps") or {"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0,
                                                                "ud_odp_caps": 0, "xrc_odp_caps": 0}),
             "completion_timestamp_mask": clock.TIMESTAMP_MASK, "hca_core_clock": clock.hca_core_clock_khz(),
-            "device_cap_flags_ex": orig.device_cap_flags,
+            "device_cap_flags_ex": orig.device_cap_flags | _CAP_FLAGS_EX,
             "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
             "rss_caps": RSSCaps({"supported_qpts": RSS_SUPPORTED_QPTS,
                                  "max_rwq_indirection_tables": MAX_RWQ_IND_TABLES,
@@ -431,7 +448,25 @@ class Context(VerbsObject):
     def query_port(self, port_num: int = 1) -> PortAttr:
         if port_num != 1:
             raise PyverbsRDMAError(f"Failed to query port {port_num}", errno.EINVAL)
-        return PortAttr(self.conn.call(CMD.query_port, port=port_num)[0]["attr"])
+        # active_speed_ex (rdma-core 64): 0, as rxe's (its speed fits active_speed)
+        return PortAttr({"active_speed_ex": 0, **self.conn.call(CMD.query_port, port=port_num)[0]["attr"]})
+
+    def query_port_speed(self, port_num: int) -> int:
+        """ibv_query_port_speed (rdma-core 64): rxe has none (libibverbs'
+        default), EOPNOTSUPP."""
+        raise PyverbsRDMAError(f"Failed to query port speed for port {port_num}", errno.EOPNOTSUPP)
+
+    def get_pkey_index(self, port_num: int, pkey: int) -> int:
+        """ibv_get_pkey_index: the first index whose P_Key is ``pkey``
+        (ibv_query_pkey until it fails, as libibverbs walks the table)."""
+        i = 0
+        while True:
+            try:
+                if self.query_pkey(port_num, i) == pkey:
+                    return i
+            except PyverbsRDMAError:
+                raise PyverbsRDMAError(f"Failed to get pkey index of pkey = {pkey} of port {port_num}") from None
+            i += 1
 
     def query_pkey(self, port_num: int, index: int) -> int:
         """ibv_query_pkey: the port's P_Key table is rxe's, one entry, the
@@ -511,4 +546,4 @@ class Context(VerbsObject):
             if not r:
                 raise PyverbsRDMAError("Failed to get async event: timed out", errno.EAGAIN)
             conn.poll_events()
-        return conn.events.popleft()
+        return AsyncEvent(conn.events.popleft())

@@ -132,6 +132,11 @@ class DM(VerbsObject):
             raise PyverbsRDMAError("Failed to copy from dm", err)
         return bytes(self.region.view[dm_offset:dm_offset + length])
 
+    def export_dmabuf_fd(self) -> int:
+        """ibv_dm_export_dmabuf_fd (rdma-core 64): a dma-buf is a kernel
+        device's export; this memory is a memfd in the daemon: EOPNOTSUPP."""
+        raise PyverbsRDMAError("Failed to export DM as dmabuf FD", errno.EOPNOTSUPP)
+
     def _release(self) -> None:
         self.region.close()
 

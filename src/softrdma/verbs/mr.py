@@ -47,9 +47,9 @@ def _rereg_error(ret: int, err: int, why: str = "") -> PyverbsRDMAError:
 class MR(PDObject):
     destroy_cmd = CMD.dereg_mr
     close_rank = 4
+    _user = None                        # the process's own memory under an ODP/user MR (verbs.usermem)
 
     def __init__(self, pd, length: int = 0, access: int = 0, address=None, implicit: bool = False, **kw):
-        self._user = None
         if kw.get("handle") is not None:
             self._import(pd, kw["handle"], address)
             return

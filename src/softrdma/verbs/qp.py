@@ -350,6 +350,11 @@ class QP(VerbsObject):
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
         self.modify_wire(qp_attr.to_wire(int(attr_mask)), int(attr_mask))
 
+    def modify_rate_limit(self, attr) -> None:
+        """ibv_modify_qp_rate_limit (rdma-core 64): rxe has no packet pacing
+        (packet_pacing_caps are 0), so EOPNOTSUPP, as libibverbs' default."""
+        raise PyverbsRDMAError("Failed to modify QP rate limit", errno.EOPNOTSUPP)
+
     def modify_wire(self, attr: dict, mask: int) -> None:
         """ibv_modify_qp with the attributes as the command carries them (the
         rdma_cm path has them so). The state it sets is kept, as libibverbs

@@ -27,7 +27,8 @@ import ctypes
 import errno
 
 from ..enums import (
-    IBV_QPT_UD, IBV_QPT_XRC_SEND, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
+    IBV_QPT_UD, IBV_QPT_XRC_SEND, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE,
+    IBV_WR_BIND_MW, IBV_WR_FLUSH, IBV_WR_LOCAL_INV,
     IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
     IBV_WR_SEND_WITH_INV, ibv_qp_create_send_ops_flags,
 )
@@ -184,6 +185,32 @@ class QPEx(QP):
         self._build("wr_atomic_fetch_add", IBV_WR_ATOMIC_FETCH_AND_ADD,
                     raddr=remote_addr, rkey=rkey, compare_add=add)
 
+    def wr_atomic_write(self, rkey: int, remote_addr: int, atomic_wr) -> None:
+        """IBA 1.5 ATOMIC WRITE of the 8 bytes ``atomic_wr`` (bytes, as pyverbs
+        passes a char *: its first 8 are taken, as the rxe provider's memcpy).
+        The WQE carries them in compare_add (uapi.abi); no SGE."""
+        data = bytes(atomic_wr.encode() if isinstance(atomic_wr, str) else atomic_wr)
+        slot = self._next_slot(_BUILDER_FLAG[IBV_WR_ATOMIC_WRITE], "wr_atomic_write")
+        if slot is None:
+            return
+        if len(data) < 8:
+            self._spoil(errno.EINVAL, "wr_atomic_write needs 8 bytes of atomic_wr")
+            return
+        abi.encode_send_wqe(slot, self.wr_id, IBV_WR_ATOMIC_WRITE, self.wr_flags, (), remote_addr=remote_addr,
+                            rkey=rkey, compare_add=int.from_bytes(data[:8], "little"))
+        self._built(slot, IBV_WR_ATOMIC_WRITE)
+
+    def wr_flush(self, rkey: int, remote_addr: int, length: int, ptype: int, level: int) -> None:
+        """IBA 1.5 FLUSH of ``length`` bytes at ``remote_addr`` (``level``
+        IBV_FLUSH_RANGE) or of the whole MR (IBV_FLUSH_MR), to the placement
+        ``ptype`` (IBV_FLUSH_GLOBAL / IBV_FLUSH_PERSISTENT)."""
+        slot = self._next_slot(_BUILDER_FLAG[IBV_WR_FLUSH], "wr_flush")
+        if slot is None:
+            return
+        abi.encode_send_wqe(slot, self.wr_id, IBV_WR_FLUSH, self.wr_flags, (), remote_addr=remote_addr, rkey=rkey,
+                            compare_add=length, swap=(ptype & 0xFF) | (level & 0xFF) << 8)
+        self._built(slot, IBV_WR_FLUSH)
+
     def wr_bind_mw(self, mw, rkey: int, bind_info) -> None:
         """Bind ``mw`` (type 2; a type 1 window too, as ibv_bind_mw's WR
         does) to ``bind_info``'s MR range, its key byte taken from ``rkey``
@@ -274,11 +301,6 @@ class QPEx(QP):
     def wr_send_tso(self, hdr, hdr_sz: int, mss: int) -> None:
         self._unsupported("wr_send_tso", "TSO is for raw packet QPs, which softrdma does not have")
 
-    def wr_atomic_write(self, rkey: int, remote_addr: int, atomic_wr) -> None:
-        self._unsupported("wr_atomic_write", "softrdma has no ATOMIC WRITE (IBTA 1.5)")
-
-    def wr_flush(self, rkey: int, remote_addr: int, length: int, ptype: int, level: int) -> None:
-        self._unsupported("wr_flush", "softrdma has no FLUSH (IBTA 1.5)")
 
     def close(self) -> None:
         self._active = False

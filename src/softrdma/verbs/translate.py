@@ -17,7 +17,7 @@ _PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "Port configuration 
                 6: "Link error recovery", 7: "Phy test"}
 _WIDTHS = {1: "1X", 2: "4X", 4: "8X", 16: "2X"}
 _SPEEDS = {0: "0.0 Gbps", 1: "2.5 Gbps", 2: "5.0 Gbps", 4: "5.0 Gbps", 8: "10.0 Gbps", 16: "14.0 Gbps",
-           32: "25.0 Gbps", 64: "50.0 Gbps", 128: "100.0 Gbps"}
+           32: "25.0 Gbps", 64: "50.0 Gbps", 128: "100.0 Gbps", 256: "200.0 Gbps"}
 
 
 def translate_gid_type(gid_type: int) -> str:
@@ -66,6 +66,9 @@ def width_to_str(width: int) -> str:
     return f"{s} ({width})" if s is not None else "Invalid width"
 
 
-def speed_to_str(speed: int) -> str:
+def speed_to_str(speed: int, active_speed_ex: int = 0) -> str:
+    """pyverbs' speed_to_str; rdma-core 64 passes active_speed_ex too, which
+    wins when set (speeds past 8 bits)."""
+    speed = active_speed_ex or speed
     s = _SPEEDS.get(speed)
     return f"{s} ({speed})" if s is not None else "Invalid speed"

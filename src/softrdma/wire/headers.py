@@ -43,6 +43,10 @@ IMMDT = struct.Struct(">I")          # immediate data (network order on the wire
 IETH = struct.Struct(">I")           # rkey to invalidate
 XRCETH = struct.Struct(">I")         # resv8 << 24 | XRC SRQ number (IBA 9.8.3.1)
 XRCETH_SRQN_MASK = 0xFFFFFF
+FETH = struct.Struct(">I")           # resv26 | SEL:2 | PLT:4 (IBA 1.5 FLUSH extended header)
+FETH_PLT_MASK = 0x0F                 # placement type: ibv_placement_type (GLOBAL 1, PERSISTENT 2)
+FETH_SEL_MASK = 0x30                 # selectivity level: ibv_selectivity_level (RANGE 0, MR 1)
+FETH_SEL_SHIFT = 4
 AETH_MSN_MASK = 0xFFFFFF
 DETH_SQP_MASK = 0xFFFFFF
 
@@ -140,6 +144,11 @@ def unpack_bth(buf, offset=0) -> Bth:
     return Bth(opcode, bool(flags & BTH_SE), bool(flags & BTH_MIG), (flags >> BTH_PAD_SHIFT) & 3,
                flags & BTH_TVER_MASK, pkey, bool(w1 & BTH_FECN), bool(w1 & BTH_BECN),
                w1 & BTH_QPN_MASK, bool(w2 & BTH_ACKREQ), w2 & BTH_PSN_MASK)
+
+
+def feth_word(placement_type: int, selectivity_level: int) -> int:
+    """The FETH of a FLUSH (as rxe's feth_init)."""
+    return ((selectivity_level << FETH_SEL_SHIFT) & FETH_SEL_MASK) | (placement_type & FETH_PLT_MASK)
 
 
 def aeth_word(syndrome: int, msn: int) -> int:

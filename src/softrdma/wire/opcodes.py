@@ -5,7 +5,9 @@ the extension headers it carries and of what it means (request/response,
 send/write/read/atomic, first/middle/last), and the offsets of each header
 within the packet.  The header order is fixed by IBA 9.2:
 
-    BTH, DETH, XRCETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH, payload
+    BTH, DETH, XRCETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH, payload
+
+(FETH is IBA 1.5's FLUSH extended header: a FLUSH carries BTH, FETH, RETH.)
 
 so offsets are computed once from the mask.  XRC (IBA 9.8, ib_pack.h's
 IB_OPCODE_XRC_*) has every RC operation at 0xA0 + op; its requests carry
@@ -22,6 +24,7 @@ from enum import IntEnum
 # Header sizes (bytes).
 BTH_BYTES = 12
 DETH_BYTES = 8
+FETH_BYTES = 4
 RETH_BYTES = 16
 ATMETH_BYTES = 28
 AETH_BYTES = 4
@@ -42,6 +45,7 @@ IMMDT_MASK = 1 << 5
 IETH_MASK = 1 << 6
 PAYLOAD_MASK = 1 << 7
 CNP_PAD_MASK = 1 << 8
+FETH_MASK = 1 << 9
 # ... and what it is.
 REQ_MASK = 1 << 10        # sent by a requester
 RESP_MASK = 1 << 11       # read response / ACK / atomic ACK
@@ -58,11 +62,14 @@ ACK_MASK = 1 << 21        # ACKNOWLEDGE / ATOMIC_ACKNOWLEDGE
 CNP_MASK = 1 << 22
 UD_MASK = 1 << 23
 XRCETH_MASK = 1 << 24     # XRC request: the XRCETH follows the BTH
+FLUSH_MASK = 1 << 25         # IBA 1.5 FLUSH (answered by a zero-length READ RESPONSE ONLY)
+ATOMIC_WRITE_MASK = 1 << 26  # IBA 1.5 ATOMIC WRITE (ditto)
 
 # (mask bit, size) in wire order.
 _HEADER_ORDER = (
     (DETH_MASK, DETH_BYTES),
     (XRCETH_MASK, XRCETH_BYTES),
+    (FETH_MASK, FETH_BYTES),
     (RETH_MASK, RETH_BYTES),
     (ATMETH_MASK, ATMETH_BYTES),
     (AETH_MASK, AETH_BYTES),
@@ -105,6 +112,8 @@ class Opcode(IntEnum):
     RC_FETCH_ADD = 0x14
     RC_SEND_LAST_WITH_INVALIDATE = 0x16
     RC_SEND_ONLY_WITH_INVALIDATE = 0x17
+    RC_FLUSH = 0x1C
+    RC_ATOMIC_WRITE = 0x1D
 
     UC_SEND_FIRST = 0x20
     UC_SEND_MIDDLE = 0x21
@@ -175,6 +184,8 @@ _OP_MASKS = {
     0x14: ATMETH_MASK | REQ_MASK | ATOMIC_MASK | START_MASK | END_MASK,
     0x16: IETH_MASK | PAYLOAD_MASK | REQ_MASK | SEND_MASK | COMP_MASK | END_MASK,
     0x17: IETH_MASK | PAYLOAD_MASK | REQ_MASK | SEND_MASK | RWR_MASK | COMP_MASK | START_MASK | END_MASK,
+    0x1C: FETH_MASK | RETH_MASK | REQ_MASK | FLUSH_MASK | START_MASK | END_MASK,
+    0x1D: RETH_MASK | PAYLOAD_MASK | REQ_MASK | ATOMIC_WRITE_MASK | START_MASK | END_MASK,
 }
 
 
@@ -187,6 +198,7 @@ class OpInfo:
     mask: int
     length: int          # BTH + all extension headers = payload offset
     deth: int            # offset of each header, -1 if absent
+    feth: int
     reth: int
     atmeth: int
     aeth: int
@@ -219,7 +231,7 @@ def _row(op: Opcode) -> OpInfo:
             at += size
     return OpInfo(
         opcode=int(op), name=op.name, mask=mask, length=at,
-        deth=offs.get(DETH_MASK, -1), reth=offs.get(RETH_MASK, -1),
+        deth=offs.get(DETH_MASK, -1), feth=offs.get(FETH_MASK, -1), reth=offs.get(RETH_MASK, -1),
         atmeth=offs.get(ATMETH_MASK, -1), aeth=offs.get(AETH_MASK, -1),
         atmack=offs.get(ATMACK_MASK, -1), immdt=offs.get(IMMDT_MASK, -1),
         ieth=offs.get(IETH_MASK, -1), transport=cls, xrceth=offs.get(XRCETH_MASK, -1),
@@ -267,3 +279,5 @@ OP_COMPARE_SWAP = 0x13
 OP_FETCH_ADD = 0x14
 OP_SEND_LAST_WITH_INVALIDATE = 0x16
 OP_SEND_ONLY_WITH_INVALIDATE = 0x17
+OP_FLUSH = 0x1C
+OP_ATOMIC_WRITE = 0x1D

@@ -18,7 +18,7 @@ from .errors import WireError
 from .headers import (
     AETH, ATMACK, ATMETH, BTH, BTH_ACKREQ, BTH_BECN, BTH_FECN, BTH_MIG, BTH_PAD_SHIFT,
     BTH_PSN_MASK, BTH_QPN_MASK, BTH_SE, BTH_TVER_MASK, DEFAULT_PKEY, DETH, DETH_SQP_MASK,
-    IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, Aeth, AtomicEth, Deth, Reth, aeth_word, pack_bth,
+    FETH, IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, Aeth, AtomicEth, Deth, Reth, aeth_word, pack_bth,
 )
 from .opcodes import OPCODE_TABLE, PAYLOAD_MASK, OpInfo, Opcode
 
@@ -39,7 +39,7 @@ def build(opcode: int, dqpn: int, psn: int, payload=b"", *, ackreq=False, se=Fal
           deth: tuple[int, int] | None = None,
           imm: int | None = None,
           ieth: int | None = None,
-          xrceth: int | None = None) -> bytearray:
+          xrceth: int | None = None, feth: int | None = None) -> bytearray:
     """Build one packet (without ICRC).  Every header the opcode's row names
     must be given; headers it does not name must not be (``xrceth``: the
     XRC SRQ number of an XRC request)."""
@@ -47,7 +47,7 @@ def build(opcode: int, dqpn: int, psn: int, payload=b"", *, ackreq=False, se=Fal
     if info is None:
         raise WireError("bad_opcode", f"0x{opcode:02x} is not an RC/UC/UD/CNP/XRC opcode")
     given = {"reth": reth, "aeth": aeth, "atmeth": atmeth, "atmack": atmack,
-             "deth": deth, "immdt": imm, "ieth": ieth, "xrceth": xrceth}
+             "deth": deth, "immdt": imm, "ieth": ieth, "xrceth": xrceth, "feth": feth}
     for name, value in given.items():
         wanted = getattr(info, name) >= 0
         if wanted != (value is not None):
@@ -63,6 +63,8 @@ def build(opcode: int, dqpn: int, psn: int, payload=b"", *, ackreq=False, se=Fal
         DETH.pack_into(buf, info.deth, deth[0], deth[1] & DETH_SQP_MASK)
     if xrceth is not None:
         XRCETH.pack_into(buf, info.xrceth, xrceth & XRCETH_SRQN_MASK)
+    if feth is not None:
+        FETH.pack_into(buf, info.feth, feth)
     if reth is not None:
         RETH.pack_into(buf, info.reth, *reth)
     if atmeth is not None:
@@ -105,6 +107,7 @@ class Packet:
     imm: int | None = None
     ieth: int | None = None
     xrceth: int | None = None          # the XRC SRQ number an XRC request names
+    feth: int | None = None
 
     @property
     def name(self) -> str:
@@ -166,6 +169,8 @@ def parse(buf) -> Packet:
         pkt.deth = Deth(qkey, w & DETH_SQP_MASK)
     if info.xrceth >= 0:
         pkt.xrceth = XRCETH.unpack_from(mv, info.xrceth)[0] & XRCETH_SRQN_MASK
+    if info.feth >= 0:
+        (pkt.feth,) = FETH.unpack_from(mv, info.feth)
     if info.reth >= 0:
         pkt.reth = Reth(*RETH.unpack_from(mv, info.reth))
     if info.atmeth >= 0:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import errno
 
-from ...enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_WRITE,
-                      IBV_ACCESS_ZERO_BASED)
+from ...enums import (IBV_ACCESS_FLUSH_PERSISTENT, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC,
+                      IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_ZERO_BASED)
 from ...errors import VerbsError
 from ...transport.mw import MW
 from ...uapi import request as rq
@@ -23,6 +23,10 @@ def _check_access(access: int) -> None:
     if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) and not access & IBV_ACCESS_LOCAL_WRITE:
         # ib_check_mr_access: the remote end may write only what we may
         raise VerbsError(errno.EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
+    if access & IBV_ACCESS_FLUSH_PERSISTENT:
+        # rxe_mr_fill_pages_from_sgt: persistent flush only on pmem pages; an
+        # MR here is the application's shared memory, never persistent memory
+        raise VerbsError(errno.EINVAL, "IBV_ACCESS_FLUSH_PERSISTENT needs persistent memory (pmem)")
 
 
 def _check_wrap(addr: int, length: int) -> None:
@@ -70,14 +74,16 @@ def cmd_reg_mr(daemon, c, m, fds):
     length = rq.uint(m, "length", rq.U64, lo=1)
     addr = rq.uint(m, "addr", rq.U64)
     access = rq.uint(m, "access", rq.U32)
+    offset = rq.uint(m, "offset", rq.U64, 0)
     _check_wrap(addr, length)
+    _check_wrap(offset, length)
     _check_access(access)
     _check_size(c, length)
     room_for(c, "mr")
     pages = _pages(daemon, c, addr, length)
-    region = _region(fds, length, "reg_mr")
+    region = _region(fds, offset + length, "reg_mr")
     try:
-        mr = c.device.memory.register(pd, addr, length, access, region.view[:length])
+        mr = c.device.memory.register(pd, addr, length, access, region.view[offset:offset + length])
     except BaseException:
         region.close()
         raise

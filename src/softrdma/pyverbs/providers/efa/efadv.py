@@ -27,3 +27,5 @@ class EfaContext(Context):
 
 globals().update(other_vendor("EFA", "EfaDVDeviceAttr", "EfaDVAHAttr", "EfaAH", "SRDQP", "EfaQPInitAttr",
                               "SRDQPEx", "EfaDVCQInitAttr", "EfaCQ"))
+# rdma-core 64's
+globals().update(other_vendor("EFA", "EfaDVMRAttr", "EfaMR", "EfaDVSQDepthAttr", "EfaDVRQDepthAttr"))

@@ -7,4 +7,5 @@ globals().update(other_vendor(
     "DrAction", "DrActionQp", "DrActionFlowCounter", "DrActionDrop", "DrActionModify",
     "DrActionTag", "DrActionDestTable", "DrActionPopVLan", "DrActionPushVLan", "DrActionDestAttr",
     "DrActionDestArray", "DrActionDefMiss", "DrActionVPort", "DrActionIBPort", "DrActionDestTir",
-    "DrActionPacketReformat", "DrFlowSamplerAttr", "DrActionFlowSample"))
+    "DrActionPacketReformat", "DrFlowSamplerAttr", "DrActionFlowSample",
+    "DrFlowMeterAttr", "DrActionFlowMeter"))

@@ -36,7 +36,8 @@ class Mlx5Context:
 globals().update(other_vendor(
     "mlx5", "Mlx5DVPortAttr", "Mlx5DevxObj", "Mlx5DVContext", "Mlx5DCIStreamInitAttr", "Mlx5DVDCInitAttr",
     "Mlx5DVQPInitAttr", "Mlx5QP", "Mlx5DVCQInitAttr", "Mlx5CQ", "Mlx5VAR", "Mlx5PP", "Mlx5UAR", "Mlx5DmOpAddr",
-    "WqeSeg", "WqeCtrlSeg", "WqeDataSeg", "Wqe", "Mlx5UMEM", "Mlx5Cqe64", "Mlx5DevxMsiVector", "Mlx5DevxEq"))
+    "WqeSeg", "WqeCtrlSeg", "WqeDataSeg", "Wqe", "Mlx5UMEM", "Mlx5Cqe64", "Mlx5DevxMsiVector", "Mlx5DevxEq",
+    "Mlx5DevxCmdComp"))
 
 
 def context_flags_to_str(flags):
