@@ -186,6 +186,14 @@ def test_parent_domain_checks(ctx):
     assert ex.value.error_code == errno.EINVAL
     with pytest.raises(TypeError):
         ParentDomainInitAttr(None)
+    # rdma-core 64's comp_mask: the Confidential Computing opt-in is accepted (the device
+    # reports no IBV_DEVICE_CC_DMA_BOUNCE, so plain memory stays), unknown bits are EINVAL
+    cc = ParentDomain(ctx, ParentDomainInitAttr(pd, comp_mask=e.IBV_PARENT_DOMAIN_INIT_ATTR_ALLOW_CC_UNPROTECTED_ALLOC))
+    assert cc.handle == pd.handle
+    cc.close()
+    with pytest.raises(PyverbsRDMAError) as ex:
+        ParentDomain(ctx, ParentDomainInitAttr(pd, comp_mask=1 << 3))
+    assert ex.value.error_code == errno.EINVAL
     # closing the PD closes its parent domain and what was made on it first
     cq = CQ(ctx, 8)
     qp = QP(pdom, QPInitAttr(e.IBV_QPT_RC, None, cq, cq, None, QPCap(4, 4, 1, 1)))

@@ -57,7 +57,8 @@ import os
 import weakref
 
 from ..enums import (
-    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS, IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT, _IBV_ALLOCATOR_USE_DEFAULT,
+    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS, IBV_PARENT_DOMAIN_INIT_ATTR_ALLOW_CC_UNPROTECTED_ALLOC,
+    IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT, _IBV_ALLOCATOR_USE_DEFAULT,
 )
 from ..uapi.commands import CMD
 from ..uapi.shm import Ring
@@ -140,19 +141,26 @@ class ParentDomainContext:
         self.user_data = user_data
 
 
+#: the comp_mask bits a parent domain may carry (as mlx5's provider)
+_PD_INIT_ATTR_SUPPORTED = int(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT
+                              | IBV_PARENT_DOMAIN_INIT_ATTR_ALLOW_CC_UNPROTECTED_ALLOC)
+
+
 class ParentDomainInitAttr:
     """ibv_parent_domain_init_attr: the PD, and the allocators when
     pd_context is given (comp_mask IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS
     | _PD_CONTEXT, as pyverbs sets them)."""
 
-    def __init__(self, pd, pd_context=None):
+    def __init__(self, pd, pd_context=None, comp_mask: int = 0):
+        """``comp_mask`` (rdma-core 64): more bits, such as
+        IBV_PARENT_DOMAIN_INIT_ATTR_ALLOW_CC_UNPROTECTED_ALLOC."""
         if not isinstance(pd, PD):
             raise TypeError("ParentDomainInitAttr needs a PD")
         self.pd = pd
         self.pd_context = pd_context
-        self.comp_mask = 0
+        self.comp_mask = int(comp_mask)
         if pd_context is not None:
-            self.comp_mask = int(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+            self.comp_mask |= int(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
 
 
 class ParentDomain(PD):
@@ -173,6 +181,13 @@ class ParentDomain(PD):
         ctx_ = attr.pd_context
         if ctx_ is not None and not (callable(ctx_.p_alloc) and callable(ctx_.p_free)):
             raise PyverbsRDMAError("Failed to allocate Parent Domain", errno.EINVAL)
+        if attr.comp_mask & ~_PD_INIT_ATTR_SUPPORTED:
+            # mlx5_alloc_parent_domain's check_comp_mask
+            raise PyverbsRDMAError("Failed to allocate Parent Domain", errno.EINVAL)
+        # ALLOW_CC_UNPROTECTED_ALLOC: a Confidential Computing guest's opt-in
+        # to shared buffers, which matters only on a device that reports
+        # IBV_DEVICE_CC_DMA_BOUNCE; this one does not, so the provider keeps
+        # using plain memory, as ibv_alloc_parent_domain(3) allows
         self.ctx = context
         self.protection_domain = pd
         self.pd_context = ctx_
