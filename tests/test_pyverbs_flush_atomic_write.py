@@ -6,6 +6,9 @@ and the completions; the requests cross the daemon's packet path."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+
 import errno
 import time
 
@@ -95,6 +98,28 @@ def test_atomic_write_end_to_end(ctx):
     wc = p.wc()
     assert (wc.status, wc.opcode, wc.wr_id, wc.byte_len) == (e.IBV_WC_SUCCESS, e.IBV_WC_ATOMIC_WRITE, 0x123, 8)
     assert p.mb.read(24, 0) == b"s" * 8 + b"cccccccc" + b"s" * 8
+
+
+def test_atomic_write_and_flush_on_odp_memory(ctx):
+    """The responder's MR on demand-paged memory (the pages the daemon faults
+    in from this process): ATOMIC WRITE lands, FLUSH of the range and of the
+    whole MR completes, as rxe_odp.c's."""
+    p = Pair(ctx)
+    mem = mmap.mmap(-1, 8192)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+    odp = MR(p.pd, 8192, MR_ACC | e.IBV_ACCESS_ON_DEMAND, address=base)
+    try:
+        mem[0:24] = b"o" * 24
+        p.post(lambda q: q.wr_atomic_write(odp.rkey, base + 8, b"ODPODPOD"))
+        wc = p.wc()
+        assert (wc.status, wc.opcode) == (e.IBV_WC_SUCCESS, e.IBV_WC_ATOMIC_WRITE)
+        assert mem[0:24] == b"o" * 8 + b"ODPODPOD" + b"o" * 8
+        for level, length in ((e.IBV_FLUSH_RANGE, 64), (e.IBV_FLUSH_MR, 0)):
+            p.post(lambda q: q.wr_flush(odp.rkey, base, length, e.IBV_FLUSH_GLOBAL, level))
+            wc = p.wc()
+            assert (wc.status, wc.opcode) == (e.IBV_WC_SUCCESS, e.IBV_WC_FLUSH)
+    finally:
+        odp.close()
 
 
 def test_flush_range_and_mr_after_a_write(ctx):

@@ -3,7 +3,8 @@
 RDMA traffic shows), MREx's other paths and libibverbs' errnos, DMAHandle
 (EOPNOTSUPP as on rxe), the named enum classes (libibverbs_enums,
 librdmacm_enums, mlx5_enums), madvise, FdArr, AsyncEvent, get_pkey_index,
-query_port_speed, the rate-limit and dma-buf export verbs rxe lacks."""
+query_port_speed (which rxe lacks), the rate-limit and dma-buf export
+verbs rxe lacks."""
 
 from __future__ import annotations
 
@@ -160,8 +161,12 @@ def test_device_and_qp_additions(ctx):
     assert ctx.get_pkey_index(1, 0xFFFF) == 0
     with pytest.raises(PyverbsRDMAError, match="Failed to get pkey index"):
         ctx.get_pkey_index(1, 0x1234)
-    assert errno_of(ctx.query_port_speed, 1) == errno.EOPNOTSUPP
     pa = ctx.query_port(1)
+    # the port's lanes times one lane's speed, in 100 Mb/s: 1X at 2.5 Gbps
+    assert (pa.active_width, pa.active_speed) == (1, 1) and ctx.query_port_speed(1) == 25
+    assert errno_of(ctx.query_port_speed, 2) == errno.EINVAL
+    srq_resize = ctx.query_device().device_cap_flags & e.IBV_DEVICE_SRQ_RESIZE
+    assert srq_resize and ctx.query_device().device_cap_flags & e.IBV_DEVICE_XRC
     assert pa.active_speed_ex == 0 and speed_to_str(pa.active_speed, pa.active_speed_ex) == "2.5 Gbps (1)"
     assert speed_to_str(0, 256) == "200.0 Gbps (256)"
     ev = AsyncEvent({"event": e.IBV_EVENT_SRQ_LIMIT_REACHED})

@@ -195,7 +195,11 @@ def devinfo_verbose_expected(lk: dict, a, ncomp: int) -> str:
             f"\tpage_size_cap:\t\t\t0x{a.page_size_cap:x}\n"
             f"\tmax_qp:\t\t\t\t{a.max_qp}\n"
             f"\tmax_qp_wr:\t\t\t{a.max_qp_wr}\n"
-            "\tdevice_cap_flags:\t\t0x00000000\n"
+            "\tdevice_cap_flags:\t\t0x21323c06\n"              # (verbs.device.DEVICE_CAP_FLAGS)
+            "\t\t\t\t\tBAD_PKEY_CNTR\n\t\t\t\t\tBAD_QKEY_CNTR\n\t\t\t\t\tPORT_ACTIVE_EVENT\n"
+            "\t\t\t\t\tSYS_IMAGE_GUID\n\t\t\t\t\tRC_RNR_NAK_GEN\n\t\t\t\t\tSRQ_RESIZE\n\t\t\t\t\tMEM_WINDOW\n"
+            "\t\t\t\t\tXRC\n\t\t\t\t\tMEM_MGT_EXTENSIONS\n\t\t\t\t\tMEM_WINDOW_TYPE_2B\n"
+            "\t\t\t\t\tMANAGED_FLOW_STEERING\n"
             f"\tmax_sge:\t\t\t{a.max_sge}\n"
             f"\tmax_sge_rd:\t\t\t{a.max_sge_rd}\n"
             f"\tmax_cq:\t\t\t\t{a.max_cq}\n"
@@ -228,6 +232,7 @@ def devinfo_verbose_expected(lk: dict, a, ncomp: int) -> str:
             "\trc_odp_caps:\n"
             "\t\t\t\t\tSUPPORT_SEND\n\t\t\t\t\tSUPPORT_RECV\n\t\t\t\t\tSUPPORT_WRITE\n"
             "\t\t\t\t\tSUPPORT_READ\n\t\t\t\t\tSUPPORT_ATOMIC\n\t\t\t\t\tSUPPORT_SRQ\n"
+            "\t\t\t\t\tUnknown flags: 0xC0\n"            # FLUSH and ATOMIC_WRITE, which devinfo.c v44 does not name
             "\tuc_odp_caps:\n"
             "\t\t\t\t\tSUPPORT_SEND\n\t\t\t\t\tSUPPORT_RECV\n\t\t\t\t\tSUPPORT_WRITE\n"
             "\t\t\t\t\tSUPPORT_SRQ\n"
@@ -238,7 +243,7 @@ def devinfo_verbose_expected(lk: dict, a, ncomp: int) -> str:
             "\t\t\t\t\tSUPPORT_ATOMIC\n\t\t\t\t\tSUPPORT_SRQ\n"
             "\tcompletion timestamp_mask:\t\t\t0x7fffffffffffffff\n"     # completion timestamps (uapi.clock)
             "\thca_core_clock:\t\t\t156250kHZ\n"                  # the free-running clock (uapi.clock)
-            "\tdevice_cap_flags_ex:\t\t0x1C000000000\n"        # FLUSH_GLOBAL/PERSISTENT, ATOMIC_WRITE,
+            "\tdevice_cap_flags_ex:\t\t0x1C021323C06\n"        # FLUSH_GLOBAL/PERSISTENT, ATOMIC_WRITE,
             "\t\t\t\t\tUnknown flags: 0x1C000000000\n"                # which devinfo.c v44 does not name
             "\ttso_caps:\n"
             "\t\tmax_tso:\t\t\t0\n"
@@ -359,7 +364,7 @@ def test_ibv_devinfo_verbose(daemon, capsys):
     lk = link()
     _port_facts(lk)
     a, ncomp = device_attr()
-    assert a.device_cap_flags == 0 and a.max_fmr == 0 and a.atomic_caps == 1 and a.max_srq
+    assert a.device_cap_flags == 0x21323C06 and a.max_fmr == 0 and a.atomic_caps == 1 and a.max_srq
     # the GID table: the default GID (from the MAC) and lo's 127.0.0.1, IPv4-mapped
     lo_index = lk["gids"].index("00000000000000000000ffff7f000001")
     out_gids = gid_lines(lk)

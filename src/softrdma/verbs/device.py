@@ -14,7 +14,7 @@ import weakref
 
 from ..enums import (IB_UVERBS_DEVICE_ATOMIC_WRITE, IB_UVERBS_DEVICE_FLUSH_GLOBAL, IB_UVERBS_DEVICE_FLUSH_PERSISTENT,
                      IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TM_CAP_RC, IBV_TRANSPORT_IB,
-                     IBV_VALUES_MASK_RAW_CLOCK)
+                     IBV_VALUES_MASK_RAW_CLOCK, ibv_device_cap_flags)
 from ..uapi import clock
 from ..uapi.commands import CMD, PROTOCOL_VERSION
 from ..uapi.limits import MAX_DM_SIZE, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
@@ -35,6 +35,23 @@ def _socket_path() -> str:
 
 
 _announced = False
+#: device_cap_flags: what this device does, named as rxe names its own
+#: (rxe's 0x01a23c76) less what it does not do here -- automatic path
+#: migration, changing a QP's port (one port), UD AV port enforcement, type
+#: 2A windows (its type 2 windows are 2B) -- plus what it has beyond rxe:
+#: XRC and flow steering on raw packet QPs
+DEVICE_CAP_FLAGS = int(
+    ibv_device_cap_flags.IBV_DEVICE_BAD_PKEY_CNTR | ibv_device_cap_flags.IBV_DEVICE_BAD_QKEY_CNTR
+    | ibv_device_cap_flags.IBV_DEVICE_PORT_ACTIVE_EVENT | ibv_device_cap_flags.IBV_DEVICE_SYS_IMAGE_GUID
+    | ibv_device_cap_flags.IBV_DEVICE_RC_RNR_NAK_GEN | ibv_device_cap_flags.IBV_DEVICE_SRQ_RESIZE
+    | ibv_device_cap_flags.IBV_DEVICE_MEM_WINDOW | ibv_device_cap_flags.IBV_DEVICE_XRC
+    | ibv_device_cap_flags.IBV_DEVICE_MEM_MGT_EXTENSIONS | ibv_device_cap_flags.IBV_DEVICE_MEM_WINDOW_TYPE_2B
+    | ibv_device_cap_flags.IBV_DEVICE_MANAGED_FLOW_STEERING)
+#: a port's effective bandwidth per lane, in 100 Mb/s (ibv_query_port_speed),
+#: by ibv_port_attr.active_speed, and the lanes of each active_width
+_LANE_SPEED = {1: 25, 2: 50, 4: 100, 8: 100, 16: 140, 32: 250, 64: 500, 128: 1000}
+_LANES = {1: 1, 2: 4, 4: 8, 8: 12, 16: 2}
+
 # what rxe adds to device_cap_flags_ex: IBA 1.5's FLUSH (both placement types) and ATOMIC WRITE
 _CAP_FLAGS_EX = IB_UVERBS_DEVICE_FLUSH_GLOBAL | IB_UVERBS_DEVICE_FLUSH_PERSISTENT | IB_UVERBS_DEVICE_ATOMIC_WRITE
 
@@ -401,7 +418,7 @@ class Context(VerbsObject):
             "fw_version": "0.0.0", "node_guid": self.node_guid, "sys_image_guid": self.node_guid,
             "max_mr_size": a.get("max_mr_size", (1 << 64) - 1), "page_size_cap": 0xFFFFF000, "vendor_id": 0xFFFFFF,
             "vendor_part_id": 0, "hw_ver": 0, "max_qp": a["max_qp"], "max_qp_wr": a["max_qp_wr"],
-            "device_cap_flags": 0, "max_sge": a["max_sge"], "max_sge_rd": a["max_sge"],
+            "device_cap_flags": DEVICE_CAP_FLAGS, "max_sge": a["max_sge"], "max_sge_rd": a["max_sge"],
             "max_cq": a.get("max_cq", 1 << 16), "max_cqe": a.get("max_cqe", (1 << 15) - 1),
             "max_mr": a.get("max_mr", 1 << 16), "max_pd": a.get("max_pd", 1 << 16),
             "max_qp_rd_atom": a["max_qp_rd_atom"], "max_ee_rd_atom": 0, "max_res_rd_atom": 0,
@@ -452,9 +469,17 @@ class Context(VerbsObject):
         return PortAttr({"active_speed_ex": 0, **self.conn.call(CMD.query_port, port=port_num)[0]["attr"]})
 
     def query_port_speed(self, port_num: int) -> int:
-        """ibv_query_port_speed (rdma-core 64): rxe has none (libibverbs'
-        default), EOPNOTSUPP."""
-        raise PyverbsRDMAError(f"Failed to query port speed for port {port_num}", errno.EOPNOTSUPP)
+        """ibv_query_port_speed (rdma-core 64): the port's effective
+        bandwidth in 100 Mb/s, its lanes times the speed of one (what the
+        port reports as active_width and active_speed; rxe has no such op)."""
+        try:
+            a = self.query_port(port_num)
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError(f"Failed to query port speed for port {port_num}", e.error_code) from None
+        speed, lanes = _LANE_SPEED.get(a.active_speed), _LANES.get(a.active_width)
+        if speed is None or lanes is None:
+            raise PyverbsRDMAError(f"Failed to query port speed for port {port_num}", errno.EINVAL)
+        return speed * lanes
 
     def get_pkey_index(self, port_num: int, pkey: int) -> int:
         """ibv_get_pkey_index: the first index whose P_Key is ``pkey``

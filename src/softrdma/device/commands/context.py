@@ -7,8 +7,8 @@ from __future__ import annotations
 import errno
 import socket
 
-from ...enums import (IBV_GID_TYPE_ROCE_V2, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_IMPLICIT,
-                      IBV_ODP_SUPPORT_READ, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_SRQ_RECV,
+from ...enums import (IBV_GID_TYPE_ROCE_V2, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_ATOMIC_WRITE,
+                      IBV_ODP_SUPPORT_FLUSH, IBV_ODP_SUPPORT_IMPLICIT, IBV_ODP_SUPPORT_READ, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_SRQ_RECV,
                       IBV_ODP_SUPPORT_WRITE)
 from ...errors import VerbsError
 from ...uapi import request as rq
@@ -63,12 +63,14 @@ def odp_caps(reachable: bool) -> dict:
     daemon may (``reachable``) or may not reach: exactly what works -- an
     ODP MR is reached the same way by every engine, so each transport's
     operations on it are those the transport has (no atomics on UC, no
-    RDMA on UD; XRC receives only through its SRQ)."""
+    RDMA on UD; XRC receives only through its SRQ; IBA 1.5's FLUSH and
+    ATOMIC WRITE on RC, as rxe_odp.c has them)."""
     if not reachable:
         return {"general_caps": 0, "rc_odp_caps": 0, "uc_odp_caps": 0, "ud_odp_caps": 0, "xrc_odp_caps": 0}
     return {"general_caps": IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
             "rc_odp_caps": (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE
-                            | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV),
+                            | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV
+                            | IBV_ODP_SUPPORT_FLUSH | IBV_ODP_SUPPORT_ATOMIC_WRITE),
             "uc_odp_caps": IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE
             | IBV_ODP_SUPPORT_SRQ_RECV,
             "ud_odp_caps": IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV,
