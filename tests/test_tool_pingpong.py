@@ -557,14 +557,53 @@ def test_end_to_end(daemon, gid_info, tool, extra):
     assert local.match(cout[0]).groups()[:3] == REMOTE.match(sout[1]).groups()[:3]
 
 
+def test_completion_timestamps_end_to_end(daemon, gid_info):
+    """-t: the CQ is an extended CQ whose completions carry the device's
+    clock; after the two summary lines each side prints rc_pingpong's
+    receive-completion clock statistics."""
+    gidx, _ = gid_info
+    iters = 50
+    port = free_port()
+    args = ["-g", str(gidx), "-p", str(port), "-n", str(iters), "-t"]
+    srv = Tool(daemon, "ibv_rc_pingpong", args)
+    cli = None
+    try:
+        wait_listening(srv, port)
+        cli = Tool(daemon, "ibv_rc_pingpong", [*args, "127.0.0.1"])
+        crc, cout, cerr = cli.finish()
+        src, sout, serr = srv.finish()
+    finally:
+        srv.kill()
+        if cli:
+            cli.kill()
+    assert (src, serr, crc, cerr) == (0, "", 0, ""), (sout, serr, cout, cerr)
+    for out in (sout, cout):
+        assert len(out) == 7, out
+        lines_consistent(out[2:4], 4096, iters)
+        mx = re.fullmatch(r"Max receive completion clock cycles = (\d+)", out[4])
+        mn = re.fullmatch(r"Min receive completion clock cycles = (\d+)", out[5])
+        avg = re.fullmatch(r"Average receive completion clock cycles = (\d+\.\d{6})", out[6])
+        assert mx and mn and avg, out
+        assert 0 < int(mn[1]) <= float(avg[1]) <= int(mx[1])
+
+
 # --------------------------------------------------------------------------- device-side errors (in process)
-def test_unsupported_rc_features_fail_loudly(verbs_env, capsys):
-    for argv, first in ((["-t"], "The device isn't completion timestamp capable"),):
-        assert pp.main(argv, "ibv_rc_pingpong") == 1
-        out, err = capsys.readouterr()
-        lines = err.splitlines()
-        assert out == "" and lines[0] == first and len(lines) == 2, (argv, err)
-        assert lines[1].startswith(f"ibv_rc_pingpong: {argv[0]}: softrdma ")
+def test_ts_refused_without_a_completion_clock(verbs_env, capsys, monkeypatch):
+    """A device whose query_device_ex reports no completion_timestamp_mask:
+    rc_pingpong's own refusal of -t."""
+    from softrdma.verbs import device
+    real = device.Context.query_device_ex
+
+    def no_clock(ctx):
+        attr = real(ctx)
+        attr.completion_timestamp_mask = 0
+        return attr
+    monkeypatch.setattr(device.Context, "query_device_ex", no_clock)
+    assert pp.main(["-t"], "ibv_rc_pingpong") == 1
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and lines[0] == "The device isn't completion timestamp capable" and len(lines) == 2, err
+    assert lines[1].startswith("ibv_rc_pingpong: -t: the device reports no completion timestamp mask")
 
 
 def test_device_errors(verbs_env, gid_info, capsys):

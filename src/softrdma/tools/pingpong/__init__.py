@@ -33,11 +33,13 @@ RTR", and on the server "Couldn't connect to remote QP"), ``create_ah``
 fails (UD: "Failed to create AH").  On RoCE always pass ``-g <index of the
 IPv4 GID>``, with either tool.
 
-Options of the RC tool that have no meaning on softrdma fail, at the point
-where the real tool checks the device for them and with the real tool's
-message (the one rxe gets), followed by a line saying why:
-``-o``/``-O`` (on-demand paging; ``-P`` needs ``-o``), ``-t`` (completion
-timestamps) and ``-j`` (device memory).  ``-N`` (the ``ibv_wr_*`` send API)
+The RC tool's device features work as on a device that has them: ``-o``/
+``-O``/``-P`` (an ODP MR, implicit, prefetched), ``-t`` (an extended CQ
+whose completions carry the device clock; the receive-completion clock
+statistics follow the summary) and ``-j`` (device memory).  Where the
+device lacks one (ODP for a process the daemon may not reach) the tool
+fails where the real one checks, with its message, then a line saying why.
+``-N`` (the ``ibv_wr_*`` send API)
 is accepted: it only changes how the same SEND work request is posted, and
 softrdma's verbs library has one posting path (``QP.post_send``), which is
 what the tool uses either way.
@@ -62,6 +64,7 @@ pingpong_context (its verbs steps shared with perftest through
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import socket
@@ -70,7 +73,7 @@ import sys
 import time
 
 from ...enums import IBV_WC_SUCCESS, WC_STATUS_STR
-from ...verbs.errors import PyverbsError
+from ...verbs.errors import PyverbsError, PyverbsRDMAError
 from .. import verbs_setup as vs
 from ..libc import Drand48, c_int
 from ..oob import err as _err
@@ -103,6 +106,52 @@ def _fmt2(x: float) -> str:
     if math.isnan(x):
         return "-nan" if math.copysign(1.0, x) < 0 else "nan"
     return "%.2f" % x
+
+
+class _TsWC:
+    """What rc_pingpong reads of an extended CQ's completion with -t."""
+
+    __slots__ = ("wr_id", "status", "ts")
+
+    def __init__(self, wr_id: int, status: int, ts: int):
+        self.wr_id, self.status, self.ts = wr_id, status, ts
+
+
+def _ts_poll(cq):
+    """-t's poll: ibv_start_poll, then one ibv_next_poll (at most two
+    completions a pass, as rc_pingpong), each with its completion
+    timestamp; (0, []) when the CQ is empty (ENOENT)."""
+    def poll(_n: int):
+        ret = cq.start_poll()
+        if ret == errno.ENOENT:
+            return 0, []
+        if ret:
+            raise PyverbsRDMAError("poll CQ failed", ret)
+        wcs = [_TsWC(cq.wr_id, cq.status, cq.read_timestamp())]
+        if cq.poll_next() == 0:
+            wcs.append(_TsWC(cq.wr_id, cq.status, cq.read_timestamp()))
+        cq.end_poll()
+        return len(wcs), wcs
+    return poll
+
+
+class _TsParams:
+    """rc_pingpong's ts_params: the device clock between receive completions
+    (a wrap of the clock counted through completion_timestamp_mask)."""
+
+    def __init__(self, mask: int):
+        self.mask = mask
+        self.max_delta, self.min_delta, self.total, self.iters = 0, 0xFFFFFFFF, 0, 0
+        self.prev = None
+
+    def add(self, stamp: int) -> None:
+        if self.prev is not None:
+            delta = stamp - self.prev if stamp >= self.prev else self.mask - self.prev + stamp + 1
+            self.max_delta = max(self.max_delta, delta)
+            self.min_delta = min(self.min_delta, delta)
+            self.total += delta
+            self.iters += 1
+        self.prev = stamp
 
 
 def result_lines(size: int, iters: int, elapsed_us: int) -> tuple[str, str]:
@@ -245,7 +294,9 @@ def _run(pp: PingPong, o: Options, dev_name: str, rng: Drand48) -> int:
     num_cq_events = 0
     rx_depth = pp.rx_depth
     use_event = o.use_event
-    poll = cq.poll
+    use_ts = o.use_ts and not o.ud
+    poll = _ts_poll(cq) if use_ts else cq.poll
+    ts = _TsParams(pp.completion_timestamp_mask)
     sleep = time.sleep
     while rcnt < iters or scnt < iters:
         if use_event:
@@ -293,6 +344,8 @@ def _run(pp: PingPong, o: Options, dev_name: str, rng: Drand48) -> int:
                         err = "recv"
                 if err is None:
                     rcnt += 1
+                    if use_ts:
+                        ts.add(wc.ts)
             else:
                 _err(f"Completion for unknown wr_id {wr_id}")
                 err = "wrid"
@@ -313,6 +366,10 @@ def _run(pp: PingPong, o: Options, dev_name: str, rng: Drand48) -> int:
     line1, line2 = result_lines(size, iters, end - start)
     _out(line1)
     _out(line2)
+    if use_ts and ts.iters:
+        _out(f"Max receive completion clock cycles = {ts.max_delta}")
+        _out(f"Min receive completion clock cycles = {ts.min_delta}")
+        _out(f"Average receive completion clock cycles = {ts.total / ts.iters:f}")
     if o.servername is None and o.validate_buf:
         for i in range(0, size, page):
             # the C tool checks ctx->buf, which with -j stays host memory

@@ -9,10 +9,10 @@ import mmap
 from ...enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_ZERO_BASED, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT,
     IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
-    IBV_WR_SEND, _IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, _IBV_ADVISE_MR_FLAG_FLUSH,
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, IBV_WR_SEND, _IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, _IBV_ADVISE_MR_FLAG_FLUSH,
 )
 from ...verbs import addr as addr_m, cq as cq_m, device as dev_m, dm as dm_m, mr as mr_m, pd as pd_m, qp as qp_m
-from ...verbs import wr as wr_m
+from ...verbs import cqex as cqex_m, wr as wr_m
 from ...verbs.errors import PyverbsError, PyverbsRDMAError
 from .. import verbs_setup as vs
 from ..libc import c_int
@@ -30,8 +30,7 @@ IBV_LINK_LAYER_ETHERNET = 2
 # the real tool's own message).
 WHY_ODP = ("softrdmad may not reach this process's memory (another user without CAP_SYS_PTRACE, or Yama's"
            " ptrace_scope), so the device has no on-demand paging for it")
-WHY_TS = ("softrdma CQs carry no completion timestamps (ibv_create_cq_ex with"
-          " IBV_WC_EX_WITH_COMPLETION_TIMESTAMP has no device clock to read)")
+WHY_TS = "the device reports no completion timestamp mask (query_device_ex)"
 
 
 class PingPong:
@@ -40,6 +39,7 @@ class PingPong:
     def __init__(self, o: Options):
         self.o = o
         self.ctx = self.channel = self.pd = self.mr = self.cq = self.qp = self.ah = self.dm = None
+        self.completion_timestamp_mask = 0
         self.host_buf = None                       # ctx->buf when the MR is on device memory (-j)
         self.size = c_int(o.size)                  # ctx->size is an int
         self.rx_depth = c_int(o.rx_depth)
@@ -107,8 +107,7 @@ class PingPong:
                 _err(f"{prog}: -t: {WHY_TS}")
                 return False
             if o.use_ts:
-                _err(f"{prog}: the device reports a feature this tool does not implement")
-                return False
+                self.completion_timestamp_mask = attrx.completion_timestamp_mask
         if not o.ud and o.use_dm:
             if not attrx.max_dm_size:
                 _err("Device doesn't support dm allocation")
@@ -148,7 +147,11 @@ class PingPong:
                 n = min(len(chunk), buf_len - off)
                 self.mr.write(chunk[:n], n, off)
         try:
-            self.cq = cq_m.CQ(self.ctx, self.rx_depth + 1, None, self.channel, 0)
+            if o.use_ts and not o.ud:        # -t: an extended CQ whose completions carry the device clock
+                self.cq = cqex_m.CQEX(self.ctx, cqex_m.CqInitAttrEx(self.rx_depth + 1, self.channel, 0,
+                                                                    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP))
+            else:
+                self.cq = cq_m.CQ(self.ctx, self.rx_depth + 1, None, self.channel, 0)
         except (PyverbsError, OSError, ValueError, OverflowError):
             _err("Couldn't create CQ")
             return False
