@@ -125,6 +125,19 @@ def default_daemon_in_shm(tag: str, **kw):
                 os.environ["SOFTRDMA_RUN"] = old
 
 
+@contextlib.contextmanager
+def context_on_own_daemon(tag: str, **kw):
+    """A verbs Context on rxe0 of a daemon of the test's own
+    (``default_daemon_in_shm``): a module fixture's body."""
+    from softrdma.verbs.device import Context
+    with default_daemon_in_shm(tag, **kw):
+        c = Context(name="rxe0")
+        try:
+            yield c
+        finally:
+            c.close()
+
+
 def poll_wcs(cq, n: int, timeout: float = 60.0) -> list:
     """Up to ``n`` completions from ``cq``, polling until they came or
     ``timeout`` passed (the caller asserts what it got)."""

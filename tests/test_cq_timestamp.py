@@ -5,16 +5,14 @@ CQ's read_timestamp / read_completion_wallclock_ns through a real daemon."""
 from __future__ import annotations
 
 import errno
-import os
 import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import context_on_own_daemon
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.addr import AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQEX, CqInitAttrEx, PollCqAttr
-from softrdma.pyverbs.device import Context
 from softrdma.pyverbs.mr import MR
 from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
@@ -64,18 +62,8 @@ def test_clock_ticks_convert_back_to_the_monotonic_raw_time_line():
 # --------------------------------------------------------------------- through the daemon
 @pytest.fixture(scope="module")
 def ctx():
-    with daemon_in_shm("cqts") as d:
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
-        try:
-            c = Context(name="rxe0")
-            yield c
-            c.close()
-        finally:
-            if old is None:
-                os.environ.pop("SOFTRDMA_RUN", None)
-            else:
-                os.environ["SOFTRDMA_RUN"] = old
+    with context_on_own_daemon("cqts") as c:
+        yield c
 
 
 def rc_pair(ctx, pd, scq, rcq):

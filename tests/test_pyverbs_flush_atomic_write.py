@@ -14,12 +14,11 @@ import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import context_on_own_daemon
 from softrdma.enums import IB_UVERBS_DEVICE_ATOMIC_WRITE, IB_UVERBS_DEVICE_FLUSH_GLOBAL, IB_UVERBS_DEVICE_FLUSH_PERSISTENT
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.addr import AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQ
-from softrdma.pyverbs.device import Context
 from softrdma.pyverbs.mr import MR
 from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
@@ -34,19 +33,8 @@ OPS = e.IBV_QP_EX_WITH_ATOMIC_WRITE | e.IBV_QP_EX_WITH_FLUSH | e.IBV_QP_EX_WITH_
 
 @pytest.fixture(scope="module")
 def ctx():
-    with daemon_in_shm("flaw") as d:
-        import os
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
-        c = Context(name="rxe0")
-        try:
-            yield c
-        finally:
-            c.close()
-            if old is None:
-                os.environ.pop("SOFTRDMA_RUN", None)
-            else:
-                os.environ["SOFTRDMA_RUN"] = old
+    with context_on_own_daemon("flaw") as c:
+        yield c
 
 
 class Pair:

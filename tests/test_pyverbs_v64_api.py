@@ -11,17 +11,16 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
-import os
 import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import context_on_own_daemon
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs import mem_alloc
 from softrdma.pyverbs.addr import AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQ
-from softrdma.pyverbs.device import AsyncEvent, Context, FdArr, speed_to_str
+from softrdma.pyverbs.device import AsyncEvent, FdArr, speed_to_str
 from softrdma.pyverbs.libibverbs_enums import (
     _IBV_DEVICE_CC_DMA_BOUNCE, ibv_access_flags, ibv_mr_init_attr_mask, ibv_placement_type, ibv_tph_mem_type,
     ibv_wr_opcode,
@@ -40,18 +39,8 @@ ACC = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE
 
 @pytest.fixture(scope="module")
 def ctx():
-    with daemon_in_shm("v64api") as d:
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
-        c = Context(name="rxe0")
-        try:
-            yield c
-        finally:
-            c.close()
-            if old is None:
-                os.environ.pop("SOFTRDMA_RUN", None)
-            else:
-                os.environ["SOFTRDMA_RUN"] = old
+    with context_on_own_daemon("v64api") as c:
+        yield c
 
 
 def errno_of(fn, *a, **kw) -> int:

@@ -6,17 +6,15 @@ no-tag, rendezvous) between two QPs of one daemon."""
 from __future__ import annotations
 
 import errno
-import os
 import struct
 import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import context_on_own_daemon
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.addr import AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQ, CQEX, CqInitAttrEx, PollCqAttr
-from softrdma.pyverbs.device import Context
 from softrdma.pyverbs.mr import MR
 from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
@@ -33,18 +31,8 @@ TM_MASK = e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD | e.IBV_SRQ_INIT_ATT
 
 @pytest.fixture(scope="module")
 def ctx():
-    with daemon_in_shm("tmd") as d:
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
-        try:
-            c = Context(name="rxe0")
-            yield c
-            c.close()
-        finally:
-            if old is None:
-                os.environ.pop("SOFTRDMA_RUN", None)
-            else:
-                os.environ["SOFTRDMA_RUN"] = old
+    with context_on_own_daemon("tmd") as c:
+        yield c
 
 
 def tm_srq_attr(pd, cq, tags=8, mask=TM_MASK):
