@@ -7,11 +7,15 @@ request brought; a command keeps only what these give it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import selectors
 
 from ...errors import VerbsError
+from ...uapi import abi
 from ...uapi.shm import Ring
+from ..core import DevSRQ
 
 
 def ring(fd: int, what: str, *, slot_size: int | None = None, min_slot: int = 1) -> Ring:
@@ -44,3 +48,18 @@ def eventfd(fd: int, what: str) -> int:
     own = os.dup(fd)
     os.set_blocking(own, False)
     return own
+
+
+def srq_queue(daemon, c, srq, fds, max_sge: int) -> DevSRQ:
+    """An SRQ's receive ring and doorbell from the request's two fds (any
+    kind of SRQ: basic, tag matching, XRC), the doorbell watched by the
+    loop; nothing kept if either is refused."""
+    with contextlib.ExitStack() as undo:
+        r = ring(fds[0], "SRQ", min_slot=abi.recv_slot_size(max_sge))
+        undo.callback(r.close)
+        doorbell = eventfd(fds[1], "SRQ")
+        undo.callback(os.close, doorbell)
+        dsrq = DevSRQ(0, srq, r, doorbell, c)
+        daemon.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dsrq))
+        undo.pop_all()
+    return dsrq

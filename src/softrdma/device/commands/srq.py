@@ -6,10 +6,8 @@ CQ its list operations complete on, ibv_post_srq_ops, and the QPs on one
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import selectors
 
 from ...errors import VerbsError
 from ...transport import tm
@@ -17,10 +15,10 @@ from ...transport.qp import SRQ
 from ...uapi import abi
 from ...uapi import request as rq
 from ...uapi.queues import WorkQueueConsumer
-from ..core import DevQP, DevSRQ
+from ..core import DevQP
 from ..wqe import decode_recv_wqe
 from ..session import room_for
-from .fds import eventfd, ring
+from .fds import ring, srq_queue
 from .xrcd import forget_xrc_srq
 
 
@@ -38,14 +36,7 @@ def cmd_create_srq(daemon, c, m, fds, tm_attrs=None):
     srq.pd = pd
     if tm_attrs is not None:
         srq.tm = tm.TagMatching(*tm_attrs)
-    with contextlib.ExitStack() as undo:
-        r = ring(fds[0], "SRQ", min_slot=abi.recv_slot_size(max_sge))
-        undo.callback(r.close)
-        doorbell = eventfd(fds[1], "SRQ")
-        undo.callback(os.close, doorbell)
-        dsrq = DevSRQ(0, srq, r, doorbell, c)
-        daemon.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dsrq))
-        undo.pop_all()
+    dsrq = srq_queue(daemon, c, srq, fds, max_sge)
     dsrq.handle = c.add("srq", dsrq)
     dev.srqs.append(dsrq)
     daemon.adopt_sleep(dsrq.wq)

@@ -32,9 +32,9 @@ from ...transport.qp import QP, SRQ, QPCap
 from ...uapi import abi
 from ...uapi import request as rq
 from ...transport.port import PortQP
-from ..core import DevQP, DevSRQ
+from ..core import DevQP
 from ..session import room_for
-from .fds import eventfd, ring
+from .fds import eventfd, ring, srq_queue
 
 XRC_INI, XRC_TGT = 9, 10               # IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV
 O_CREAT, O_EXCL = os.O_CREAT, os.O_EXCL
@@ -179,14 +179,7 @@ def cmd_create_xrc_srq(daemon, c, m, fds):
     room_for(c, "srq")
     srq = SRQ(max_wr, max_sge, rq.uint(m, "srq_limit", rq.U32, 0), events=dev.events)
     srq.pd, srq.xrcd, srq.cq = pd, xopen.domain, cq
-    with contextlib.ExitStack() as undo:
-        r = ring(fds[0], "SRQ", min_slot=abi.recv_slot_size(max_sge))
-        undo.callback(r.close)
-        doorbell = eventfd(fds[1], "SRQ")
-        undo.callback(os.close, doorbell)
-        dsrq = DevSRQ(0, srq, r, doorbell, c)
-        daemon.sel.register(doorbell, selectors.EVENT_READ, ("doorbell", dsrq))
-        undo.pop_all()
+    dsrq = srq_queue(daemon, c, srq, fds, max_sge)
     srq.host = dsrq
     dsrq.xrcd_open = xopen
     srq.srq_num = _alloc_srqn(dev)
