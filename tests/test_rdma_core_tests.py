@@ -141,6 +141,22 @@ def test_pattern_selects_and_a_clean_run_exits_0(daemon, tmp_path):
     assert suite in out.stdout or str(tmp_path) in out.stdout
 
 
+def test_a_reader_that_stops_early_loses_neither_json_nor_status(daemon, tmp_path):
+    """`... | head -3`: the report's reader goes away at once; the JSON is
+    still written, the exit status is still the suite's, no traceback."""
+    suite = write_suite(tmp_path, {"test_a.py": TEST_A})
+    r, w = os.pipe()
+    os.close(r)                                 # nobody will read the report
+    try:
+        p = subprocess.run([sys.executable, "-m", "softrdma", "rdma-core-tests", "--suite", suite, "--json",
+                            str(tmp_path / "r.json")], env=daemon, stdout=w, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["counts"]["failed"] == 1
+
+
 def test_a_suite_that_does_not_load_is_an_error(daemon, tmp_path):
     broken = "import pyverbs.no_such_module\n" + TEST_A
     suite = write_suite(tmp_path, {"test_a.py": broken})

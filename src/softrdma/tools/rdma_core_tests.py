@@ -369,12 +369,15 @@ def run(args) -> int:
     if timed_out:
         res.problem = f"no result after {args.timeout} s" + (f"; it hung in {res.running}" if res.running else "")
     shown = args.suite or f"Debian's {PACKAGE}"
-    print(report(res, shown))
-    if args.json:
+    if args.json:               # first: a reader of the report that stops early (| head) must not lose it
         data = {"suite": shown, "pattern": args.pattern, **res.to_json()}
         with open(args.json, "w") as f:
             json.dump(data, f, indent=2)
             f.write("\n")
+    try:
+        print(report(res, shown), flush=True)
+    except BrokenPipeError:     # the reader went away: the results are still in --json and the exit status
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if res.ok else 1
 
 
