@@ -22,8 +22,9 @@ run's rate is lower than without).  Then, per daemon:
   and send bursts, and -- on the requester's side -- the time from the end
   of a data burst to the start of the read that brought the next ACK.
 
-``--wnd N`` / ``--rx-budget N``: experiments (the window's ceiling, the
-datagrams per socket read) for every process of the run.
+``--wnd N`` / ``--rx-budget N`` / ``--burst N``: experiments (the
+window's ceiling, the datagrams per socket read, the packets one requester
+run may send) for the run's daemons.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wnd", type=int, help="the go-back window's ceiling (default: 128, rxe's)")
     ap.add_argument("--rx-budget", type=int, help="datagrams per socket read (default 64)")
+    ap.add_argument("--burst", type=int, help="packets one requester run may send; one run per received batch")
     ap.add_argument("--keep", metavar="DIR", help="keep the raw traces here")
     ap.add_argument("perftest", nargs=argparse.REMAINDER, help="-- TOOL ARGS...")
     a = ap.parse_args()
@@ -107,6 +109,8 @@ def main() -> int:
     env = {"PYTHONPATH": os.path.join(HERE, "window_trace"), "SOFTRDMA_WINDOW_TRACE": out}
     if a.wnd:
         env["SOFTRDMA_TRACE_WND"] = str(a.wnd)
+    if a.burst:
+        env["SOFTRDMA_TRACE_BURST"] = str(a.burst)
     if a.rx_budget:
         env["SOFTRDMA_TRACE_RX_BUDGET"] = str(a.rx_budget)
     row = one_run(env, cmd[0], cmd[1:])

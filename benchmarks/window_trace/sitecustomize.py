@@ -9,7 +9,10 @@ wrapped call.
 Experiments, also by environment: SOFTRDMA_TRACE_WND=N sets the go-back
 window's ceiling (``transport.limits.MAX_UNACKED_PSNS``, 128) and
 SOFTRDMA_TRACE_RX_BUDGET=N the datagrams per socket read
-(``device.net.RX_BUDGET``, 64: one ACK per read, coalesced), in any process.
+(``device.net.RX_BUDGET``, 64: one ACK per read, coalesced), in any process;
+SOFTRDMA_TRACE_BURST=N lets one requester run send at most N packets (the
+window's ceiling lowered for the run: its last packet asks for an ACK) and
+runs the requester once per received batch instead of after every ACK in it.
 """
 
 import os
@@ -21,6 +24,38 @@ if os.environ.get("SOFTRDMA_TRACE_WND"):
 if os.environ.get("SOFTRDMA_TRACE_RX_BUDGET"):
     from softrdma.device import net as _net
     _net.RoceSocket.recv.__defaults__ = (int(os.environ["SOFTRDMA_TRACE_RX_BUDGET"]),)
+
+if os.environ.get("SOFTRDMA_TRACE_BURST") and "daemon" in sys.argv:
+    from softrdma.transport import qp as _qpmod
+    from softrdma.transport import requester as _req
+    _BURST = int(os.environ["SOFTRDMA_TRACE_BURST"])
+    _req_run = _req.run
+
+    def _capped_run(qp, now):
+        if getattr(qp, "_in_batch", False):
+            qp._run_wanted = True                 # once, after the batch
+            return
+        saved = qp.cwnd
+        cap = ((qp.req_psn - qp.comp_psn) & 0xFFFFFF) + _BURST
+        if qp.rc and cap < saved:
+            qp.cwnd = float(cap)
+        try:
+            _req_run(qp, now)
+        finally:
+            qp.cwnd = saved
+    _req.run = _capped_run
+    _qp_rb = _qpmod.QP.receive_batch
+
+    def _batch_then_run(self, pkts, now, grhs=None):
+        self._in_batch, self._run_wanted = True, False
+        try:
+            _qp_rb(self, pkts, now, grhs)
+        finally:
+            self._in_batch = False
+        if self._run_wanted:
+            self._run_wanted = False
+            _capped_run(self, now)
+    _qpmod.QP.receive_batch = _batch_then_run
 
 if os.environ.get("SOFTRDMA_WINDOW_TRACE") and "daemon" in sys.argv:
     import atexit
