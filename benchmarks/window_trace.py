@@ -18,8 +18,8 @@ run's rate is lower than without).  Then, per daemon:
 * the ACK pattern: per received batch of one QP, the packets, how many
   asked for an ACK (BTH AckReq) and how many packets the QP sent back;
 * the steady state (the middle 60 % of the run): the share of the time in
-  socket reads, batch processing (with the requester runs an ACK starts)
-  and send bursts, and -- on the requester's side -- the time from the end
+  socket reads, batch processing (with the requester runs an ACK starts;
+  per packet: per packet received or sent) and send bursts, and -- on the requester's side -- the time from the end
   of a data burst to the start of the read that brought the next ACK.
 
 ``--wnd N`` / ``--rx-budget N`` / ``--burst N``: experiments (the

@@ -78,7 +78,7 @@ if os.environ.get("SOFTRDMA_WINDOW_TRACE") and "daemon" in sys.argv:
     batches: collections.Counter = collections.Counter()   # (packets, of them AckReq, packets the QP sent)
     reads: collections.Counter = collections.Counter()     # packets per socket read
     bursts: collections.Counter = collections.Counter()    # packets per send burst
-    events: list = []           # (time, kind, a, b): kind recv/batch/burst -> (packets, microseconds)
+    events: list = []           # (end time, kind, packets, microseconds): recv, batch (received + sent), burst
 
     def _ev(t, kind, a, b):
         if len(events) < _MAX_EVENTS:
@@ -116,8 +116,9 @@ if os.environ.get("SOFTRDMA_WINDOW_TRACE") and "daemon" in sys.argv:
         t = mono()
         _receive_batch(self, pkts, now, grhs)
         t1 = mono()
-        batches[(len(pkts), nreq, self.cnt[_SENT] - sent0)] += 1
-        _ev(t1, "batch", len(pkts), (t1 - t) * 1e6)
+        sent = self.cnt[_SENT] - sent0
+        batches[(len(pkts), nreq, sent)] += 1
+        _ev(t1, "batch", len(pkts) + sent, (t1 - t) * 1e6)      # packets handled: received + sent
     qpmod.QP.receive_batch = receive_batch
 
     _recv = netmod.RoceSocket.recv
