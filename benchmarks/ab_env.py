@@ -4,6 +4,7 @@ network namespaces, alternating two environments (fresh daemons each run).
 
     sudo python3 benchmarks/ab_env.py --b PYTHONPATH=/tmp/noisal -- ib_write_bw -s 65536
     sudo python3 benchmarks/ab_env.py --rounds 4 --b SOFTRDMA_SPIN_S=0 -- ib_write_lat -s 2
+    python3 benchmarks/ab_env.py --one-daemon --b SOFTRDMA_SPIN_S=0 -- ib_write_lat -s 2
 
 ``--a``/``--b``: NAME=VALUE settings for the daemons and applications of
 each side (repeatable; A defaults to the environment as it is).  A machine
@@ -28,6 +29,25 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
 from perftest_bench import LAT_TESTS, VETH_MTU, parse_table, run_pair  # noqa: E402
+
+
+def one_daemon_run(env: dict, tool: str, args: list[str]) -> dict:
+    """The same point with both sides on one daemon (rxe0 on lo, 127.0.0.1)."""
+    from daemon_helpers import daemon_in_shm
+    saved = dict(os.environ)
+    os.environ.update(env)                      # the daemon starts with os.environ
+    try:
+        with daemon_in_shm("abenv") as d:
+            penv = {**os.environ, "SOFTRDMA_RUN": d.run_dir, "SOFTRDMA_AUTOSTART": "0"}
+
+            def popen(cmd):
+                return subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            rows = parse_table(run_pair(tool, ["-d", "rxe0", "-F", *args], popen,
+                                        lambda cmd: popen(cmd + ["127.0.0.1"])), tool in LAT_TESTS)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return rows[-1]
 
 
 def one_run(env: dict, tool: str, args: list[str]) -> dict:
@@ -56,11 +76,12 @@ def main() -> int:
     ap.add_argument("--a", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--b", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--one-daemon", action="store_true", help="both sides on one daemon (no namespaces)")
     ap.add_argument("perftest", nargs=argparse.REMAINDER, help="-- TOOL ARGS...")
     a = ap.parse_args()
     cmd = [x for x in a.perftest if x != "--"]
-    if not cmd or os.geteuid() != 0:
-        ap.error("needs root and a perftest command after --")
+    if not cmd or (os.geteuid() != 0 and not a.one_daemon):
+        ap.error("needs root (but for --one-daemon) and a perftest command after --")
     tool, args = cmd[0], cmd[1:]
     lat = tool in LAT_TESTS
     key = "t_typical" if lat else "bw_avg_MiBps"
@@ -68,7 +89,7 @@ def main() -> int:
     got: dict[str, list[float]] = {"A": [], "B": []}
     for r in range(a.rounds):
         for side in ("A", "B"):
-            row = one_run(envs[side], tool, args)
+            row = (one_daemon_run if a.one_daemon else one_run)(envs[side], tool, args)
             v = row[key] if lat else row[key] * (1 << 20) / 1e6
             got[side].append(v)
             print(f"round {r + 1} {side} {envs[side] or '(as is)'}: {v:,.2f} {'us' if lat else 'MB/s'}"

@@ -889,6 +889,24 @@ def test_go_back_window_halves_on_loss_and_regrows():
     assert s.qp.cwnd == 16
 
 
+def test_the_requester_counts_the_runs_that_end_at_a_full_window():
+    s = Solo(path_mtu=IBV_MTU_256)
+    s.mr.write(os.urandom(1 << 16))
+    full = C.req_window_full
+
+    def write(wr_id, npkts):
+        s.qp.post_send(SendWQE(wr_id, IBV_WR_RDMA_WRITE, [(s.mr.addr, 256 * npkts, s.mr.lkey)],
+                               remote_addr=0x9000, rkey=5))
+    write(1, 100)
+    assert len(s.out()) == 100 and s.qp.cnt[full] == 0     # room left: no stop
+    write(2, 40)
+    assert len(s.out()) == 28 and s.qp.cnt[full] == 1      # stops mid-message at 128 unacknowledged
+    write(3, 1)
+    assert s.out() == [] and s.qp.cnt[full] == 2           # a new WQE behind the full window
+    s.rx(O.RC_ACKNOWLEDGE, 99, aeth=(ACK, 1))              # 100 PSNs acknowledged: the rest goes
+    assert [p.psn for p in s.out()] == list(range(128, 141)) and s.qp.cnt[full] == 2
+
+
 def test_local_error_stops_the_requester_and_completes_in_order():
     s = Solo(path_mtu=IBV_MTU_256)
     s.mr.write(os.urandom(1024))

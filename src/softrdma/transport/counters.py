@@ -55,6 +55,10 @@ class Counter(IntEnum):
     # to another of ours): dropped by the device before the transport, as
     # rxe's check_addr drops it (rxe counts none)
     dropped_bad_addr = 31
+    # the requester stopped with the go-back window full: its next packet
+    # waits for an ACK (once per requester run that ends so; rxe's
+    # req.wait_psn, which it does not count)
+    req_window_full = 32
 
 
 #: rxe's hw_counters, the names sysfs shows under ports/1/hw_counters/.

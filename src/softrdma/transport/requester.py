@@ -3,11 +3,11 @@
 Walks the send queue from ``qp.req_idx``, segmenting each message by the
 path MTU and numbering packets with 24-bit PSNs.  Stops when the QP may not
 send: not RTS (or SQD and the WQE not yet started), an RNR back-off running,
-the go-back window full (RC), a READ/ATOMIC beyond max_rd_atomic, or a
-fenced WQE behind an outstanding READ/ATOMIC.  IBA 1.5's ATOMIC WRITE
-and FLUSH go as one request packet each and count as READ/ATOMIC do
-(max_rd_atomic, fences): their answer is a zero-length READ RESPONSE ONLY,
-as in rxe.  LOCAL_INV and BIND_MW
+the go-back window full (RC; each run that ends so counts ``req_window_full``),
+a READ/ATOMIC beyond max_rd_atomic, or a fenced WQE behind an outstanding
+READ/ATOMIC.  IBA 1.5's ATOMIC WRITE and FLUSH go as one request packet
+each and count as READ/ATOMIC do (max_rd_atomic, fences): their answer is
+a zero-length READ RESPONSE ONLY, as in rxe.  LOCAL_INV and BIND_MW
 execute here, in SQ order, without the wire (``mw.local_op``).  AckReq goes
 on the last packet of each message, at least every 64 packets, and on the
 packet that fills the window.
@@ -53,7 +53,7 @@ T = ints(ibv_qp_type)
 ST = ints(ibv_wc_status)
 WR = ints(ibv_wr_opcode)
 C = ints(Counter)
-SENT_PKTS, SENT_BYTES, RDMA_SENDS = C.sent_pkts, C.sent_bytes, C.rdma_sends
+SENT_PKTS, SENT_BYTES, RDMA_SENDS, WINDOW_FULL = C.sent_pkts, C.sent_bytes, C.rdma_sends, C.req_window_full
 LOCAL_OPS = mw.LOCAL_OPS
 QPS_ERR = S.IBV_QPS_ERR
 
@@ -135,6 +135,7 @@ def run(qp, now: float) -> None:
             if wqe.is_rd_atomic and qp.rd_atomic_out >= qp.max_rd_atomic:
                 break
             if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
+                qp.cnt[WINDOW_FULL] += 1
                 break
             if not _start(qp, wqe):
                 # A local error: nothing after this WQE goes out; it completes
@@ -160,11 +161,13 @@ def run(qp, now: float) -> None:
         # send this WQE's remaining packets, as far as the window allows
         if wqe.is_rd_atomic:
             if rc and (qp.req_psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
+                qp.cnt[WINDOW_FULL] += 1
                 break
             _send_rd_atomic(qp, wqe, tx)
             qp.rd_atomic_out += 1
         elif not _send_segments(qp, wqe, tx, rc):
-            break                              # window full mid-message
+            qp.cnt[WINDOW_FULL] += 1           # window full mid-message
+            break
         idx += 1
         if not rc:
             wqe.state = WQE_DONE
