@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The daemon's CPU when nothing happens: devices up, QPs open and
-connected, no traffic (issue 19's target: at most 1 % of a core).
+connected, no traffic (the target: at most 1 % of a core).
 
     python3 benchmarks/idle_cpu.py [--pairs 8] [--seconds 10] [--run-dir /tmp/X-run] [--port 15110]
 

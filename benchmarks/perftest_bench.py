@@ -100,7 +100,7 @@ def sweep(server, client, extra: list[str], quick: bool, peer: str | None) -> di
     return res
 
 
-# The target points (issue 19's table), at perftest's default iteration
+# The target points (docs/PERFORMANCE.md's table of targets), at perftest's default iteration
 # counts (bw 5000, lat 1000), best of three: the sweep's -n is short for the
 # small sizes.  One daemon's bandwidth is judged against memcpy, two
 # daemons' against the UDP GSO blast.
@@ -175,7 +175,7 @@ def references(lim: dict) -> dict:
 
 
 def targets(r: dict) -> list[tuple[str, str, str, bool]]:
-    """(what, measured with its ratio, target, met) for issue 19's table."""
+    """(what, measured with its ratio, target, met) for the table of targets."""
     out = []
     ref = references(r["limits"])
     pp = r["limits"].get("udp_pingpong_2B")

@@ -136,7 +136,7 @@ def _serve(a) -> int:
 
 def _gen(a) -> int:
     from . import gen, topo
-    if a.kind == "fattree":                  # the spelling: fattree --levels 2|3
+    if a.kind == "fattree":                  # also spelled: fattree --levels 2|3
         a.kind = f"ft{a.levels}"
     k = a.radix
     if k < 2:
