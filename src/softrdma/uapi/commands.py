@@ -32,7 +32,6 @@ from . import request as rq
 from .capture import BOTH
 
 
-
 def _abi_fingerprint() -> str:
     """This package's identity: a hash of its sources (the command table,
     the ring and WQE layouts, the limits -- all the library and the daemon

@@ -146,8 +146,8 @@ class AsyncEvent(dict):
         """ibv_ack_async_event: the library holds nothing an event pins."""
 
 
-# ibv_device_attr_ex's capability groups, pyverbs' class names.  softrdma
-# has none of these features; like rxe it reports every one as 0.
+# ibv_device_attr_ex's capability groups, pyverbs' class names (their
+# values: ``Context.query_device_ex``).
 class ODPCaps(_Attr):
     pass
 
