@@ -126,6 +126,19 @@ def default_daemon_in_shm(tag: str, **kw):
 
 
 @contextlib.contextmanager
+def context_on(run_dir: str, monkeypatch):
+    """A fresh verbs Context on rxe0 of the daemon in ``run_dir``, with
+    the process's SOFTRDMA_RUN pointing there and autostart off (a missing
+    daemon fails the test instead of starting another): a per-test
+    fixture's body."""
+    from softrdma.verbs.device import Context
+    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
+    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
+    with Context(name="rxe0") as c:
+        yield c
+
+
+@contextlib.contextmanager
 def context_on_own_daemon(tag: str, **kw):
     """A verbs Context on rxe0 of a daemon of the test's own
     (``default_daemon_in_shm``): a module fixture's body."""

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import context_on, daemon_in_shm
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.cq import CQ
-from softrdma.pyverbs.device import Context
 from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from softrdma.pyverbs.wr import SGE, RecvWR
@@ -68,9 +67,7 @@ def run_dir():
 
 @pytest.fixture
 def ctx(run_dir, monkeypatch):
-    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
-    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
-    with Context(name="rxe0") as c:
+    with context_on(run_dir, monkeypatch) as c:
         yield c
 
 

@@ -14,13 +14,12 @@ import mmap
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import context_on, daemon_in_shm
 from hugepage_helpers import HUGE, NR_HUGEPAGES, huge_pages  # noqa: F401 (a fixture)
 from rc_pair import ACC, ipv4_gid_index, rc_attr
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs import mem_alloc as mem
 from softrdma.pyverbs.cq import CQ, CQEX, CqInitAttrEx
-from softrdma.pyverbs.device import Context
 from softrdma.pyverbs.mr import MR
 from softrdma.pyverbs.pd import PD, ParentDomain, ParentDomainContext, ParentDomainInitAttr
 from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
@@ -41,9 +40,7 @@ def run_dir():
 
 @pytest.fixture
 def ctx(run_dir, monkeypatch):
-    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
-    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
-    with Context(name="rxe0") as c:
+    with context_on(run_dir, monkeypatch) as c:
         yield c
 
 

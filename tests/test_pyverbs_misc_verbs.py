@@ -9,7 +9,7 @@ import gc
 
 import pytest
 
-from daemon_helpers import daemon_in_shm, resources
+from daemon_helpers import context_on, daemon_in_shm, resources
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.cq import CQ
 from softrdma.pyverbs.device import Context
@@ -28,9 +28,7 @@ def run_dir():
 
 @pytest.fixture
 def ctx(run_dir, monkeypatch):
-    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
-    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
-    with Context(name="rxe0") as c:
+    with context_on(run_dir, monkeypatch) as c:
         yield c
 
 

@@ -11,10 +11,9 @@ import errno
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import context_on, daemon_in_shm
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.cq import CQ
-from softrdma.pyverbs.device import Context
 from softrdma.pyverbs.mr import MR
 from softrdma.pyverbs.pd import PD
 from softrdma.pyverbs.pyverbs_error import PyverbsRDMAError
@@ -30,9 +29,7 @@ def run_dir():
 
 @pytest.fixture
 def res(run_dir, monkeypatch):
-    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
-    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
-    with Context(name="rxe0") as ctx:
+    with context_on(run_dir, monkeypatch) as ctx:
         pd = PD(ctx)
         cq = CQ(ctx, 16)
         mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)

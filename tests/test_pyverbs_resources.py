@@ -11,7 +11,7 @@ import errno
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import context_on, daemon_in_shm
 from softrdma.pyverbs import enums as e
 from softrdma.pyverbs.addr import AH, AHAttr, GlobalRoute
 from softrdma.pyverbs.cq import CQ, CompChannel
@@ -32,9 +32,7 @@ def run_dir():
 
 @pytest.fixture
 def ctx(run_dir, monkeypatch):
-    monkeypatch.setenv("SOFTRDMA_RUN", run_dir)
-    monkeypatch.setenv("SOFTRDMA_AUTOSTART", "0")
-    with Context(name="rxe0") as c:
+    with context_on(run_dir, monkeypatch) as c:
         yield c
 
 
