@@ -4,17 +4,18 @@ with ``--qps`` RC QPs connected in pairs (RTS, each side's peer the other)
 and idle, as /proc/PID/status counts it -- anonymous memory (the daemon's
 own objects) and shared memory (the pages of the rings it has touched).
 
-    python3 benchmarks/qp_memory.py [--qps 1000] [--depth 16] [--run-dir /tmp/X-run] [--port 0]
+    python3 benchmarks/qp_memory.py [--qps 1000] [--depth 16] [--port 0]
 
-Each QP has its own send and receive ring of ``--depth`` slots; all share
-one PD and one CQ.  Prints the totals and the cost per QP.
+The daemon (the embedded default, rxe0 on lo) runs in a run directory of
+its own on /dev/shm, removed afterwards.  Each QP has its own send and
+receive ring of ``--depth`` slots; all share one PD and one CQ.  Prints the
+totals and the cost per QP.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 
@@ -39,15 +40,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--qps", type=int, default=1000, help="how many RC QPs (connected in pairs)")
     ap.add_argument("--depth", type=int, default=16, help="send and receive queue depth of each QP")
-    ap.add_argument("--run-dir", default="/tmp/softrdma-qpmem-run")
     ap.add_argument("--port", type=int, default=0, help="the daemon's UDP port (0: ephemeral)")
     a = ap.parse_args()
-    from daemon_helpers import RunningDaemon
-    shutil.rmtree(a.run_dir, ignore_errors=True)
-    os.makedirs(a.run_dir)
-    daemon = RunningDaemon(a.run_dir, port=a.port)
-    os.environ["SOFTRDMA_RUN"] = a.run_dir
-    try:
+    from daemon_helpers import default_daemon_in_shm
+    with default_daemon_in_shm("qpmem", port=a.port) as daemon:
         from rc_pair import ipv4_gid_index, rc_attr
         from softrdma.enums import IBV_QPT_RC
         from softrdma.verbs import cq, device, pd, qp
@@ -75,13 +71,10 @@ def main() -> int:
         print(f"{n} connected idle RC QPs (depth {a.depth}), created and moved to RTS in {made:.1f} s")
         for k in FIELDS:
             d = after[k] - before[k]
-            print(f"  {k:9} {before[k]:>9,} KiB -> {after[k]:>9,} KiB: +{d:,} KiB = {d * 1024 / n / 1024:.1f} KiB per QP")
+            print(f"  {k:9} {before[k]:>9,} KiB -> {after[k]:>9,} KiB: +{d:,} KiB = {d / n:.1f} KiB per QP")
         for x in qps:
             x.close()
         ctx.close()
-    finally:
-        daemon.stop()
-        shutil.rmtree(a.run_dir, ignore_errors=True)
     return 0
 
 
