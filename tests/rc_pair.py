@@ -21,9 +21,11 @@ def ipv4_gid_index(ctx) -> int:
 
 
 def rc_attr(peer_qpn: int, gid, gid_index: int, *, timeout: int = 18, retry_cnt: int = 7, rnr_retry: int = 7,
-            min_rnr_timer: int = 1) -> qp.QPAttr:
+            min_rnr_timer: int = 1, access: int = ACC) -> qp.QPAttr:
+    """The attributes that take an RC QP to RTS towards ``peer_qpn`` at
+    ``gid`` (this device's GID ``gid_index``), with ``access`` granted."""
     a = qp.QPAttr()
-    a.qp_access_flags = ACC
+    a.qp_access_flags = access
     a.path_mtu = IBV_MTU_1024
     a.dest_qp_num = peer_qpn
     a.max_dest_rd_atomic = a.max_rd_atomic = 4

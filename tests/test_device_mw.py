@@ -17,6 +17,7 @@ import time
 import pytest
 
 from daemon_helpers import default_daemon_in_shm, poll_wcs as wait
+from rc_pair import rc_attr
 from softrdma.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
     IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_ZERO_BASED, IBV_MTU_1024, IBV_MW_TYPE_1, IBV_MW_TYPE_2, IBV_QPT_RC,
@@ -56,14 +57,7 @@ def connected(ctx, **kw):
     a, b = Side(ctx, **kw), Side(ctx, **kw)
     gid = ctx.query_gid(1, IPV4_GID)
     for x, y in ((a, b), (b, a)):
-        at = qp_m.QPAttr()
-        at.qp_access_flags = QP_ACC
-        at.path_mtu = IBV_MTU_1024
-        at.dest_qp_num = y.qp.qp_num
-        at.max_dest_rd_atomic = at.max_rd_atomic = 4
-        at.min_rnr_timer, at.timeout, at.retry_cnt, at.rnr_retry = 12, 14, 7, 7
-        at.ah_attr = addr.AHAttr(gr=addr.GlobalRoute(dgid=gid, sgid_index=IPV4_GID), is_global=1)
-        x.qp.to_rts(at)
+        x.qp.to_rts(rc_attr(y.qp.qp_num, gid, IPV4_GID, timeout=14, min_rnr_timer=12, access=QP_ACC))
     return a, b
 
 

@@ -21,10 +21,11 @@ import tempfile
 import pytest
 
 from daemon_helpers import RawControl, default_daemon_in_shm, poll_wcs as wait
+from rc_pair import rc_attr
 from wait_helpers import DEADLINE_S, free_port, wait_for, wait_listening
 from softrdma.enums import (
     IBV_ACCESS_HUGETLB, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
-    IBV_ACCESS_REMOTE_WRITE, IBV_MTU_1024, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_ATOMIC_WRITE, IBV_ODP_SUPPORT_FLUSH,
+    IBV_ACCESS_REMOTE_WRITE, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_ATOMIC_WRITE, IBV_ODP_SUPPORT_FLUSH,
     IBV_ODP_SUPPORT_IMPLICIT,
     IBV_ODP_SUPPORT_READ, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_SRQ_RECV,
     IBV_ODP_SUPPORT_WRITE, IBV_QPT_RC, IBV_REREG_MR_CHANGE_ACCESS, IBV_REREG_MR_CHANGE_TRANSLATION, IBV_ACCESS_ZERO_BASED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS,
@@ -34,7 +35,7 @@ from softrdma.enums import (
 )
 from softrdma.pyverbs import mem_alloc
 from softrdma.pyverbs.mr import MR
-from softrdma.verbs import addr, cq as cq_m, device, dm as dm_m, pd as pd_m, qp as qp_m, srq as srq_m, wr as wr_m
+from softrdma.verbs import cq as cq_m, device, dm as dm_m, pd as pd_m, qp as qp_m, srq as srq_m, wr as wr_m
 from softrdma.verbs.errors import PyverbsError, PyverbsRDMAError
 
 IPV4_GID = 1
@@ -93,14 +94,7 @@ def connected(ctx, kind: str, srq: bool = False):
     a, b = Side(ctx, kind, srq), Side(ctx, kind, srq)
     gid = ctx.query_gid(1, IPV4_GID)
     for x, y in ((a, b), (b, a)):
-        at = qp_m.QPAttr()
-        at.qp_access_flags = ACC
-        at.path_mtu = IBV_MTU_1024
-        at.dest_qp_num = y.qp.qp_num
-        at.max_dest_rd_atomic = at.max_rd_atomic = 4
-        at.min_rnr_timer, at.timeout, at.retry_cnt, at.rnr_retry = 12, 14, 7, 7
-        at.ah_attr = addr.AHAttr(gr=addr.GlobalRoute(dgid=gid, sgid_index=IPV4_GID), is_global=1)
-        x.qp.to_rts(at)
+        x.qp.to_rts(rc_attr(y.qp.qp_num, gid, IPV4_GID, timeout=14, min_rnr_timer=12, access=ACC))
     return a, b
 
 

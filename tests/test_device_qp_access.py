@@ -10,13 +10,14 @@ from __future__ import annotations
 import pytest
 
 from daemon_helpers import default_daemon_in_shm, poll_wcs as wait
+from rc_pair import rc_attr
 from softrdma.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
-    IBV_EVENT_QP_ACCESS_ERR, IBV_MTU_1024, IBV_QPS_ERR, IBV_QPS_RTS, IBV_QPT_RC, IBV_WC_REM_ACCESS_ERR,
+    IBV_EVENT_QP_ACCESS_ERR, IBV_QPS_ERR, IBV_QPS_RTS, IBV_QPT_RC, IBV_WC_REM_ACCESS_ERR,
     IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
 )
-from softrdma.verbs import addr, cq as cq_m, device, mr as mr_m, pd as pd_m, qp as qp_m, wr as wr_m
+from softrdma.verbs import cq as cq_m, device, mr as mr_m, pd as pd_m, qp as qp_m, wr as wr_m
 
 IPV4_GID = 1
 LW, RW, RR, RA = IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_ATOMIC
@@ -42,14 +43,7 @@ def connected(ctx, b_access):
     a, b = Side(ctx), Side(ctx)
     gid = ctx.query_gid(1, IPV4_GID)
     for x, y, acc in ((a, b, ALL), (b, a, b_access)):
-        at = qp_m.QPAttr()
-        at.qp_access_flags = acc
-        at.path_mtu = IBV_MTU_1024
-        at.dest_qp_num = y.qp.qp_num
-        at.max_dest_rd_atomic = at.max_rd_atomic = 4
-        at.min_rnr_timer, at.timeout, at.retry_cnt, at.rnr_retry = 12, 14, 7, 7
-        at.ah_attr = addr.AHAttr(gr=addr.GlobalRoute(dgid=gid, sgid_index=IPV4_GID), is_global=1)
-        x.qp.to_rts(at)
+        x.qp.to_rts(rc_attr(y.qp.qp_num, gid, IPV4_GID, timeout=14, min_rnr_timer=12, access=acc))
     return a, b
 
 
