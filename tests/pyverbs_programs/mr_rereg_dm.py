@@ -11,47 +11,23 @@ import errno
 import sys
 
 import pyverbs.enums as e
-from pyverbs.addr import AHAttr, GlobalRoute
-from pyverbs.cq import CQ
-from pyverbs.device import DM, AllocDmAttr, Context, get_device_list
+from pyverbs.device import DM, AllocDmAttr, Context
 from pyverbs.mr import DMMR, MR, MW, MWBind, MWBindInfo
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, SendWR
+
+import rc_loopback                       # (beside this program)
 
 SIZE = 4096
 RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-ctx = Context(name=get_device_list()[0].name.decode())
-gid_index = next(i for i in range(16)
-                 if ctx.query_gid(port_num=1, index=i).gid.startswith("0000:0000:0000:0000:0000:ffff"))
-gid = ctx.query_gid(port_num=1, index=gid_index)
+ctx, gid_index, gid = rc_loopback.open_first_device()
 pd = PD(ctx)
 client_mr = MR(pd, SIZE, e.IBV_ACCESS_LOCAL_WRITE)
 
 
 def pair():
-    cqs = [CQ(ctx, 16, None, None, 0) for _ in range(2)]
-    cap = QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=1, max_recv_sge=1)
-    qps = [QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)) for cq in cqs]
-    for qp, peer in ((qps[0], qps[1]), (qps[1], qps[0])):
-        attr = QPAttr()
-        attr.qp_access_flags = RW | e.IBV_ACCESS_REMOTE_READ
-        attr.path_mtu = e.IBV_MTU_1024
-        attr.dest_qp_num = peer.qp_num
-        attr.max_dest_rd_atomic = attr.max_rd_atomic = 1
-        attr.min_rnr_timer = 12
-        attr.timeout, attr.retry_cnt, attr.rnr_retry = 14, 7, 7
-        attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=gid, sgid_index=gid_index), dlid=0)
-        qp.to_rts(attr)
-    return qps, cqs
-
-
-def status(cq):
-    while True:
-        n, wcs = cq.poll()
-        if n:
-            return wcs[0].status
+    return rc_loopback.pair(ctx, pd, gid_index, gid, RW | e.IBV_ACCESS_REMOTE_READ)
 
 
 def rdma(op, rkey, raddr, sge=None):
@@ -59,7 +35,7 @@ def rdma(op, rkey, raddr, sge=None):
     w = SendWR(wr_id=1, opcode=op, num_sge=1, sg=[sge or SGE(client_mr.buf, 64, client_mr.lkey)])
     w.set_wr_rdma(rkey=rkey, addr=raddr)
     client.post_send(w)
-    return status(ccq)
+    return rc_loopback.status(ccq)
 
 
 def check(got, want, what):
@@ -99,11 +75,11 @@ refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION, None, 0, 0, 0
 (_, server), (_, scq) = pair()
 mw = MW(pd, e.IBV_MW_TYPE_1)
 server.bind_mw(mw, MWBind(MWBindInfo(server_mr, server_mr.buf, 64, e.IBV_ACCESS_REMOTE_WRITE), e.IBV_SEND_SIGNALED))
-check(status(scq), e.IBV_WC_SUCCESS, "bind")
+check(rc_loopback.status(scq), e.IBV_WC_SUCCESS, "bind")
 refused(lambda: server_mr.rereg(e.IBV_REREG_MR_CHANGE_ACCESS, None, 0, 0, RW),
         "IBV_REREG_MR_ERR_CMD", errno.EBUSY, "rereg with a window bound")
 server.bind_mw(mw, MWBind(MWBindInfo(server_mr, server_mr.buf, 0, 0), e.IBV_SEND_SIGNALED))
-check(status(scq), e.IBV_WC_SUCCESS, "unbind")
+check(rc_loopback.status(scq), e.IBV_WC_SUCCESS, "unbind")
 mw.close()
 
 # -- rereg: PD

@@ -8,20 +8,15 @@ while it is bound and fail with a remote access error after.  It imports
 import sys
 
 import pyverbs.enums as e
-from pyverbs.addr import AHAttr, GlobalRoute
-from pyverbs.cq import CQ
-from pyverbs.device import Context, get_device_list
 from pyverbs.mr import MR, MW, MWBind, MWBindInfo
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, SendWR
 
+import rc_loopback                       # (beside this program)
+
 SIZE = 4096
-ctx = Context(name=get_device_list()[0].name.decode())
-gid_index = next(i for i in range(16)
-                 if ctx.query_gid(port_num=1, index=i).gid.startswith("0000:0000:0000:0000:0000:ffff"))
-gid = ctx.query_gid(port_num=1, index=gid_index)
+ctx, gid_index, gid = rc_loopback.open_first_device()
 pd = PD(ctx)
 QP_ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
 server_mr = MR(pd, SIZE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND)
@@ -29,34 +24,14 @@ client_mr = MR(pd, SIZE, e.IBV_ACCESS_LOCAL_WRITE)
 
 
 def pair():
-    cqs = [CQ(ctx, 16, None, None, 0) for _ in range(2)]
-    cap = QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=1, max_recv_sge=1)
-    qps = [QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)) for cq in cqs]
-    for qp, peer in ((qps[0], qps[1]), (qps[1], qps[0])):
-        attr = QPAttr()
-        attr.qp_access_flags = QP_ACCESS
-        attr.path_mtu = e.IBV_MTU_1024
-        attr.dest_qp_num = peer.qp_num
-        attr.max_dest_rd_atomic = attr.max_rd_atomic = 1
-        attr.min_rnr_timer = 12
-        attr.timeout, attr.retry_cnt, attr.rnr_retry = 14, 7, 7
-        attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=gid, sgid_index=gid_index), dlid=0)
-        qp.to_rts(attr)
-    return qps, cqs
-
-
-def status(cq):
-    while True:
-        n, wcs = cq.poll()
-        if n:
-            return wcs[0].status
+    return rc_loopback.pair(ctx, pd, gid_index, gid, QP_ACCESS)
 
 
 def write(qp, cq, rkey):
     w = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(client_mr.buf, 64, client_mr.lkey)])
     w.set_wr_rdma(rkey=rkey, addr=server_mr.buf)
     qp.post_send(w)
-    return status(cq)
+    return rc_loopback.status(cq)
 
 
 def check(got, want, what):
@@ -69,12 +44,12 @@ info = MWBindInfo(server_mr, server_mr.buf, SIZE, e.IBV_ACCESS_REMOTE_WRITE | e.
 (client, server), (ccq, scq) = pair()
 mw1 = MW(pd, e.IBV_MW_TYPE_1)
 server.bind_mw(mw1, MWBind(info, e.IBV_SEND_SIGNALED))
-check(status(scq), e.IBV_WC_SUCCESS, "type 1 bind")
+check(rc_loopback.status(scq), e.IBV_WC_SUCCESS, "type 1 bind")
 client_mr.write(b"W" * 64, 64)
 check(write(client, ccq, mw1.rkey), e.IBV_WC_SUCCESS, "write through the type 1 window")
 assert server_mr.read(64, 0) == b"W" * 64
 server.bind_mw(mw1, MWBind(MWBindInfo(server_mr, server_mr.buf, 0, 0), e.IBV_SEND_SIGNALED))
-check(status(scq), e.IBV_WC_SUCCESS, "zero-length rebind")
+check(rc_loopback.status(scq), e.IBV_WC_SUCCESS, "zero-length rebind")
 check(write(client, ccq, mw1.rkey), e.IBV_WC_REM_ACCESS_ERR, "write after the rebind")
 # type 2
 (client, server), (ccq, scq) = pair()
@@ -82,12 +57,12 @@ mw2 = MW(pd, e.IBV_MW_TYPE_2)
 bind = SendWR(opcode=e.IBV_WR_BIND_MW)
 bind.set_bind_wr(mw2, info)
 server.post_send(bind)
-check(status(scq), e.IBV_WC_SUCCESS, "type 2 bind")
+check(rc_loopback.status(scq), e.IBV_WC_SUCCESS, "type 2 bind")
 check(write(client, ccq, bind.rkey), e.IBV_WC_SUCCESS, "write through the type 2 window")
 inv = SendWR(opcode=e.IBV_WR_LOCAL_INV)
 inv.imm_data = bind.rkey
 server.post_send(inv)
-check(status(scq), e.IBV_WC_SUCCESS, "local invalidate")
+check(rc_loopback.status(scq), e.IBV_WC_SUCCESS, "local invalidate")
 (client, server), (ccq, scq) = pair()
 check(write(client, ccq, bind.rkey), e.IBV_WC_REM_ACCESS_ERR, "write after the invalidation")
 try:
