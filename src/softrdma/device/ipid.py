@@ -38,6 +38,11 @@ class PeerIds:
     def __init__(self):
         self.peers: dict[bytes, list] = {}
 
+    def strict(self, src: bytes) -> bool:
+        """Is ``src`` known to send GSO segment IDs (the first kind)?"""
+        st = self.peers.get(src)
+        return st is not None and st[1]
+
     def accept(self, src: bytes, combo: int) -> bool:
         """``combo`` = recovered ident | DF << 16.  False: treat as corrupt."""
         st = self.peers.get(src)

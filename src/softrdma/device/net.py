@@ -33,6 +33,7 @@ import socket
 import struct
 import sys
 from ..transport.counters import NetCounter, as_dict, new_net_counters
+from ..wire.fastpath import MAX_SEGMENTS, SegmentRun, Segments, build_middles, verify_segments
 from ..wire.icrc import COMBO_DF, ICRC, ROCEV2_UDP_PORT, Ipv4Flow, Verdict, icrc, ipv6_header, udp_header, verify
 from .ipid import PeerIds
 
@@ -120,6 +121,8 @@ class RoceSocket:
         self._peer_ids = PeerIds()
         self.rx_empty = True                   # the last recv() found the socket empty
         self._pool = [bytearray(MAX_DATAGRAM) for _ in range(pool)]
+        self._txview = memoryview(bytearray(GSO_MAX_BYTES))     # SegmentRuns are built here
+        self.takes_runs = not self.v6          # IPv4: the receiver's ICRC needs the IP ID each segment gets
         self._views = [memoryview(b) for b in self._pool]
 
     def _bind(self, port: int) -> None:
@@ -198,14 +201,15 @@ class RoceSocket:
         """Send ``pkts`` (in order) to one destination; runs of equal-sized
         packets go as one UDP GSO send each.  Returns how many the kernel
         took (the rest are counted as errors; retransmission covers them)."""
-        if self.v6 or not self.gso or len(pkts) == 1:
-            return sum(self.send(p, dst_ip, dport) for p in pkts)
+        if self.v6 or not self.gso or (len(pkts) == 1 and pkts[0].__class__ is not SegmentRun):
+            return sum(self.send(p, dst_ip, dport) for p in _packets(pkts))
         try:
-            icrc4 = self._flow(dst_ip, dport).icrc
+            flow = self._flow(dst_ip, dport)
         except OSError as e:                    # not an IPv4 destination: nothing goes
             _log_tx_error(self, e, dst_ip)
-            self.cnt[TX_ERRORS] += len(pkts)
+            self.cnt[TX_ERRORS] += sum(p.count if p.__class__ is SegmentRun else 1 for p in pkts)
             return 0
+        icrc4 = flow.icrc
         pack = ICRC.pack
         sendmsg = self.sock.sendmsg
         addr = (dst_ip, dport)
@@ -213,12 +217,27 @@ class RoceSocket:
         sent = 0
         i, n = 0, len(pkts)
         while i < n:
+            run = pkts[i]
+            if run.__class__ is SegmentRun:
+                # the packet after the run (its message's LAST) joins its last
+                # GSO send when it is no longer than a MIDDLE
+                tail = pkts[i + 1] if i + 1 < n else None
+                if tail is not None and (tail.__class__ is SegmentRun or len(tail) > run.mtu + 12):
+                    tail = None
+                k = self._send_run(run, flow, addr, tail)
+                if k < 0:                                  # no UDP GSO here after all
+                    return sent + sum(self.send(p, dst_ip, dport) for p in _packets(pkts[i:]))
+                sent += k
+                i += 1 if tail is None else 2
+                continue
             seg = len(pkts[i]) + 4
             limit = min(GSO_MAX_SEGS, GSO_MAX_BYTES // seg)
             iov = []
             j = i
             nbytes = 0
             while j < n and j - i < limit:
+                if pkts[j].__class__ is SegmentRun:
+                    break
                 size = len(pkts[j]) + 4
                 if size > seg:
                     break
@@ -250,17 +269,67 @@ class RoceSocket:
             i = j
         return sent
 
+    def _send_run(self, run: SegmentRun, flow: Ipv4Flow, addr: tuple, tail=None) -> int:
+        """A run of MIDDLE packets as UDP GSO sends, built by
+        ``fastpath.build_middles`` straight into the send buffer (segment k
+        of each send: IP ID k); ``tail``, a packet no longer than a MIDDLE,
+        goes as the last segment of the last send.  Returns how many packets
+        the kernel took, -1 if it refused UDP GSO (``gso`` is then off;
+        nothing of the run went)."""
+        mtu, count = run.mtu, run.count
+        stride = mtu + 16
+        per = min(MAX_SEGMENTS, GSO_MAX_BYTES // stride)
+        cmsg = [(SOL_UDP, UDP_SEGMENT, _SEGSIZE.pack(stride))]
+        out, payload = self._txview, run.payload
+        src, dst, sport, dport = flow.src, flow.dst, flow.sport, flow.dport
+        cnt = self.cnt
+        sent = 0
+        if tail is not None:                        # its own send if the last one is full
+            count += 1
+        for c0 in range(0, count, per):
+            c = min(per, count - c0)
+            if tail is not None and c0 + c == count:
+                m = c - 1
+                iov = [out[:build_middles(out, run.hdr, payload[c0 * mtu:(c0 + m) * mtu], mtu, m, run.psn0 + c0,
+                                          run.ackreq_last, src, dst, sport, dport)] if m else out[:0],
+                       tail, ICRC.pack(flow.icrc(tail, m))]
+                nb = m * stride + len(tail) + 4
+            else:
+                nb = build_middles(out, run.hdr, payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
+                                   run.ackreq_last and c0 + c == count, src, dst, sport, dport)
+                iov = [out[:nb]]
+            try:
+                self.sock.sendmsg(iov, cmsg if c > 1 else (), 0, addr)
+            except OSError as e:
+                if c > 1 and not sent and e.errno in (errno.EINVAL, errno.ENOPROTOOPT, errno.EIO):
+                    self.gso = False
+                    return -1
+                if e.errno not in _TX_DROPS:
+                    _log_tx_error(self, e, addr[0])
+                cnt[TX_ERRORS] += c
+                continue
+            if c > 1:
+                cnt[TX_GSO_SENDS] += 1
+            cnt[TX_PACKETS] += c
+            cnt[TX_BYTES] += nb
+            sent += c
+        return sent
+
     # -- receive
-    def recv(self, budget: int = RX_BUDGET) -> list[tuple[memoryview, bytes, int]]:
+    def recv(self, budget: int = RX_BUDGET, segments: bool = False) -> list[tuple[memoryview, bytes, int]]:
         """Verified packets, (packet without ICRC, source address bytes,
         source UDP port), until ``budget`` datagrams or ``pool`` buffers
         were read.  The budget (NAPI's weight) lets the caller send the ACKs
-        for a batch before the next one: the sender's window keeps moving."""
+        for a batch before the next one: the sender's window keeps moving.
+        ``segments``: a GRO buffer from a peer known to send GSO segment
+        IDs that ``fastpath.verify_segments`` passes whole comes as one
+        ``fastpath.Segments`` in the packet's place."""
         out = []
         cnt = self.cnt
         addrs = self._addr_bytes
         recvmsg_into = self.sock.recvmsg_into
         accept_id = self._peer_ids.accept
+        strict = self._peer_ids.strict
         ip_bytes, port = self.ip_bytes, self.port
         ndgrams = 0
         self.rx_empty = False
@@ -295,8 +364,18 @@ class RoceSocket:
                             seg = int.from_bytes(data[:4], sys.byteorder) or n   # 0 never comes; be safe
                     if seg < n:
                         cnt[RX_GRO_BUFFERS] += 1
+                k = -(-n // seg)
+                ndgrams += k
+                if segments and not self.v6 and strict(src):
+                    dqpn = verify_segments(view, n, seg, src, ip_bytes, sport, port)
+                    if dqpn >= 0:
+                        accept_id(src, COMBO_DF)              # segment IDs, as every one verified
+                        npkts += k
+                        nbytes += n
+                        nrecovered += k
+                        out.append((Segments(view, n, seg, dqpn), src, sport))
+                        continue
                 k = 0
-                ndgrams += -(-n // seg)
                 for off in range(0, n, seg):
                     m = min(seg, n - off)
                     dgram = view[off:off + m]
@@ -324,6 +403,15 @@ class RoceSocket:
             cnt[RX_BYTES] += nbytes
             cnt[RX_ID_RECOVERED] += nrecovered
         return out
+
+
+def _packets(pkts: list):
+    """The packets of a burst one by one (each SegmentRun built out)."""
+    for p in pkts:
+        if p.__class__ is SegmentRun:
+            yield from p.packets()
+        else:
+            yield p
 
 
 def _log_tx_error(sock: "RoceSocket", e: OSError, dst_ip: str) -> None:

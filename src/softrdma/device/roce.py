@@ -243,7 +243,7 @@ class RocePort(Port):
     # -- the sockets
     def receive(self, sock: RoceSocket, now: float) -> None:
         """``sock`` is readable: what it holds, through the demux."""
-        self.receive_batch(sock.recv(), sock.ip_bytes, sock.port, now)
+        self.receive_batch(sock.recv(segments=True), sock.ip_bytes, sock.port, now)
 
     def drain(self, now: float, devices_by_ip: dict | None = None) -> None:
         """Receive from every socket until it is empty (``DRAIN_BATCHES``

@@ -15,7 +15,7 @@ COMPST_GET_ACK (``receive``) -> COMPST_CHECK_PSN (ghosts, gaps) ->
 COMPST_CHECK_ACK (ACK/NAK syndrome, response kind) -> COMPST_READ /
 COMPST_ATOMIC (response data) or COMPST_WRITE_SEND (``ack_upto``; and the
 zero-length READ RESPONSE ONLY that answers an ATOMIC WRITE or a FLUSH) ->
-COMPST_UPDATE_COMP (``_update_comp``) -> COMPST_GET_WQE / COMPST_COMP_WQE
+COMPST_UPDATE_COMP (``update_comp``) -> COMPST_GET_WQE / COMPST_COMP_WQE
 (``retire``) -> COMPST_DONE or COMPST_EXIT; COMPST_COMP_ACK when an ACK
 completes no WQE; COMPST_ERROR_RETRY (``_error_retry``), COMPST_RNR_RETRY
 (an RNR NAK) and COMPST_ERROR (``_comp_error``) on the way.
@@ -66,7 +66,7 @@ C = ints(Counter)
 SUCCESS = ST.IBV_WC_SUCCESS
 QPS_SQD = S.IBV_QPS_SQD
 QPS_RTR = S.IBV_QPS_RTR
-_MAX_WND = float(limits.MAX_UNACKED_PSNS)
+MAX_WND = float(limits.MAX_UNACKED_PSNS)
 
 _WC_OPCODE = wc_opcodes()
 _NAK_STATUS = {
@@ -148,13 +148,13 @@ def _comp_error(qp, status: int) -> None:
     retire(qp)
 
 
-def _update_comp(qp, now: float, acked: int) -> None:
+def update_comp(qp, now: float, acked: int) -> None:
     """COMPST_UPDATE_COMP: forward progress of ``acked`` PSNs: counters back to their attribute
     values, timer re-armed, go-back window grown."""
     cwnd = qp.cwnd
-    if cwnd < _MAX_WND:
+    if cwnd < MAX_WND:
         cwnd += acked / cwnd
-        qp.cwnd = cwnd if cwnd < _MAX_WND else _MAX_WND
+        qp.cwnd = cwnd if cwnd < MAX_WND else MAX_WND
     qp.retry_cnt = qp.retry_cnt_init
     qp.rnr_retry = qp.rnr_retry_init
     qp.retry_psn = None
@@ -193,7 +193,7 @@ def ack_upto(qp, psn: int, now: float) -> bool:
         break
     if new_comp != comp:
         qp.comp_psn = new_comp
-        _update_comp(qp, now, (new_comp - comp) & 0xFFFFFF)
+        update_comp(qp, now, (new_comp - comp) & 0xFFFFFF)
         retire(qp)
         ahead = (new_comp - qp.req_psn) & 0xFFFFFF
         if 0 < ahead < 0x800000:
@@ -374,7 +374,7 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
     cnt[C.rcvd_bytes] += n                     # the responder counted them as sent_bytes
     wqe.read_done = off + n
     qp.comp_psn = (psn + 1) & 0xFFFFFF
-    _update_comp(qp, now, 1)
+    update_comp(qp, now, 1)
     if mask & END_MASK:
         _finish_rd_atomic(qp, wqe, now)
 
@@ -388,7 +388,7 @@ def _finish_rd_atomic(qp, wqe, now: float) -> None:
     wqe.state = WQE_DONE
     if qp.rd_atomic_out:
         qp.rd_atomic_out -= 1
-    _update_comp(qp, now, acked)
+    update_comp(qp, now, acked)
     retire(qp)
     qp.req_sched = True
 

@@ -36,6 +36,7 @@ VCRC, forwarding through a fabric) is another subclass beside them.
 from __future__ import annotations
 
 from ..wire.errors import WireError
+from ..wire.fastpath import SegmentRun, Segments
 from ..wire.headers import bth_dqpn
 from ..wire.packet import rx_check
 from .counters import Counter, PortCounter, new_port_counters
@@ -85,7 +86,7 @@ class Route:
     ``dport``: the ports a capture records; ``burst``: the key packets to
     one destination are gathered under."""
 
-    __slots__ = ("peer", "group", "sock", "dst_ip", "src", "dst", "sport", "dport", "burst")
+    __slots__ = ("peer", "group", "sock", "dst_ip", "src", "dst", "sport", "dport", "burst", "runs")
 
     def __init__(self, peer, group, sock, dst_ip, src: bytes, dst: bytes, sport: int, dport: int):
         self.peer = peer
@@ -97,6 +98,8 @@ class Route:
         self.sport = sport
         self.dport = dport
         self.burst = (sock, dst_ip)
+        # the link handle takes a SegmentRun whole (``takes_runs``)
+        self.runs = peer is None and group is None and getattr(sock, "takes_runs", False)
 
 
 class Port:
@@ -151,7 +154,32 @@ class Port:
         qps = self.qps
         cnt = self.cnt
         grh = self._grh
+        if tap is not None:                    # a capture sees every packet: no Segments whole
+            datagrams = [(p, src, sport) for pkt, src, sport in datagrams
+                         for p in (pkt.packets() if pkt.__class__ is Segments else (pkt,))]
         for pkt, src, sport in datagrams:
+            if pkt.__class__ is Segments:
+                # a checked GRO buffer for one QP (``fastpath.verify_segments``)
+                dqpn = pkt.dqpn
+                e = qps.get(dqpn)
+                if e is None:
+                    for p in pkt.packets():
+                        self._no_qp(dqpn, p, src, dst, now)
+                    continue
+                qp = e.qp
+                peer = e.peer if e.peer_av is qp.av else self._peer(e)
+                if peer is not None and (src != peer[0] or dst != peer[1]) and not self._same_pair(peer, src, dst):
+                    qp.cnt[BAD_ADDR] += pkt.count
+                    continue
+                cnt[RX_PACKETS] += pkt.count
+                cnt[RX_BYTES] += pkt.n
+                if qp.qp_type == UD:
+                    ps = pkt.packets()
+                    batch.setdefault(dqpn, []).extend(ps)
+                    grhs.setdefault(dqpn, []).extend(grh(src, dst, len(p) + ICRC_LEN) for p in ps)
+                else:
+                    batch.setdefault(dqpn, []).append(pkt)
+                continue
             if tap is not None:                # every packet that arrived whole, malformed ones too
                 tap.packet(RX, bth_dqpn(pkt), src, dst, sport, dport, pkt)
             try:
@@ -257,11 +285,24 @@ class Port:
                 tap = self.tap
                 npkts = nbytes = 0
                 bursts: dict = {}                      # (link handle, destination) -> packets, in order
-                for qp, pkt, av in items:
+                for i, (qp, pkt, av) in enumerate(items):
                     key = (av.dgid, av.sgid_index)
                     r = cache.get(key)
                     if r is None:
                         r = cache[key] = self._resolve(av, peers)
+                    if pkt.__class__ is SegmentRun:
+                        if r.runs and faults is None and tap is None:
+                            b = bursts.get(r.burst)
+                            if b is None:
+                                bursts[r.burst] = [pkt]
+                            else:
+                                b.append(pkt)
+                            continue
+                        # a capture, fault injection, or a route that changed:
+                        # the run as packets, in its place, and no more runs
+                        qp.tx_runs = False
+                        tx[:0] = [(qp, p, av) for p in pkt.packets()] + items[i + 1:]
+                        break
                     if faults is not None:
                         for due, bit in faults.fate(now, len(pkt)):
                             if due > now:
@@ -283,6 +324,8 @@ class Port:
                     else:
                         if tap is not None:
                             tap.packet(TX, qp.qp_num, r.src, r.dst, r.sport, r.dport, pkt)
+                        elif r.runs and not qp.tx_runs:
+                            qp.tx_runs = True
                         b = bursts.get(r.burst)
                         if b is None:
                             bursts[r.burst] = [pkt]

@@ -47,12 +47,14 @@ from ..errors import einval, enomem, eopnotsupp
 from ..uapi import qp_attr
 from ..uapi.abi import WC
 from ..uapi.wr import valid_opcodes
+from ..wire.fastpath import Segments
 from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
 from ..wire.opcodes import (
     IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, IB_OPCODE_XRC, OPCODE_TABLE, REQ_MASK, RESP_MASK,
 )
 from . import completer, requester, responder, unreliable
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS
+from .segments import receive_segments
 from .counters import Counter, new_counters
 from .wr import ATOMIC_OPS, WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
 
@@ -317,6 +319,9 @@ class QP:
         # the same engine and nothing lies between them (transport.loopback)
         self.local_peer = None
         self.local_traffic = None      # (qp, peer, (pkts, bytes) to peer, (pkts, bytes) back): port counts
+        # set by the port when this QP's packets leave through a socket: the
+        # requester may then emit runs of MIDDLE packets as one SegmentRun
+        self.tx_runs = False
         self.opclass = {RC: IB_OPCODE_RC, UC: IB_OPCODE_UC, UD: IB_OPCODE_UD, XRC_INI: IB_OPCODE_XRC,
                         XRC_TGT: IB_OPCODE_XRC}[qp_type]
         self._rx = _rx_table(qp_type, self.opclass)
@@ -600,7 +605,10 @@ class QP:
         try:
             if grhs is None:
                 for pkt in pkts:
-                    self.receive(pkt, now)
+                    if pkt.__class__ is Segments:       # a checked GRO buffer (the port's)
+                        receive_segments(self, pkt, now)
+                    else:
+                        self.receive(pkt, now)
             else:
                 for pkt, grh in zip(pkts, grhs):
                     self.receive(pkt, now, grh)

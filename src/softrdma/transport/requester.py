@@ -32,12 +32,15 @@ responses are missing (IBA 9.7.5.1.6 allows the shortened re-request).
 
 from __future__ import annotations
 
+from math import ceil
+
 from ..enums import ibv_qp_state, ibv_qp_type, ibv_wc_status, ibv_wr_opcode, ints
 from ..uapi.wr import WR_SOLICITED_MASK, wr_opcodes
 from ..wire.headers import (
     ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, FETH, IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, feth_word,
     psn_diff,
 )
+from ..wire.fastpath import MAX_SEGMENTS as MAX_RUN, SegmentRun
 from ..wire.opcodes import IB_OPCODE_XRC, OP_RDMA_READ_REQUEST, OPCODE_TABLE
 from . import completer
 from . import loopback
@@ -204,10 +207,28 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
     off = off0 = wqe.offset
     sent = 0
     done = False
+    # runs of MIDDLE packets go as one SegmentRun where the port asked for
+    # them (``qp.tx_runs``: the packets leave through a socket)
+    runs = rc and qp.tx_runs and xrc_srqn < 0 and len(views) == 1 and type(views[0]) is memoryview
     while True:
         if rc and (psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
             break
         rem = length - off
+        if runs and off and rem > 2 * mtu:
+            # k MIDDLEs: not the LAST, within the window, and ending where
+            # AckReq is due (every 64th packet, the one that fills the window)
+            room = ceil(qp.cwnd - ((psn - qp.comp_psn) & 0xFFFFFF))      # (cwnd regrows in fractions)
+            k = min((rem - 1) // mtu, room, MAX_PKT_PER_ACK - qp.noack_pkts, MAX_RUN)
+            if k >= 2:
+                ackreq = qp.noack_pkts + k >= MAX_PKT_PER_ACK or k == room
+                qp.noack_pkts = 0 if ackreq else qp.noack_pkts + k
+                info = OPCODE_TABLE[opclass | ops[1]]
+                tx.append((qp, SegmentRun(BTH.pack(info.opcode, 0, pkey, dqpn, 0), psn, k, mtu,
+                                          views[0][off:off + k * mtu], ackreq), av))
+                psn = (psn + k) & 0xFFFFFF
+                off += k * mtu
+                sent += k
+                continue
         if rem <= mtu:
             n = rem
             info = OPCODE_TABLE[opclass | (ops[3] if off == 0 else ops[2])]

@@ -1,0 +1,311 @@
+/* softrdma.wire._fastpath: the innermost per-packet loops of the RoCEv2
+ * data path, compiled.
+ *
+ * Three functions, each the exact counterpart of a Python reference in
+ * softrdma/wire/fastpath.py (the tests compare them byte for byte):
+ *
+ *   build_middles   -- a run of MIDDLE packets of one message, BTH from a
+ *                      template with the PSN (and AckReq on the last)
+ *                      patched, payload copied, ICRC appended, laid out as
+ *                      the segments of one UDP GSO send (segment k: IP ID k);
+ *   verify_segments -- a UDP GRO buffer of a GSO-sending peer: every
+ *                      segment's framing (rx_check) and ICRC under the IP ID
+ *                      its position gives it; the common DestQP, or -1 when
+ *                      anything differs (the Python path then takes it);
+ *   place_middles   -- the in-order MIDDLE packets of a RDMA WRITE or SEND
+ *                      in such a buffer, copied to their place.
+ *
+ * No sockets, no state beyond the CRC-32 function and the opcode table set
+ * once by the Python side.  The CRC-32 is zlib's unless set_crc32() is
+ * given the address of a faster one with zlib's semantics (ISA-L's
+ * crc32_gzip_refl, which the isal package carries).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+typedef uint32_t (*crc_fn_t)(uint32_t, const unsigned char *, uint64_t);
+
+static uint32_t zlib_crc(uint32_t crc, const unsigned char *buf, uint64_t len)
+{
+    return (uint32_t)crc32((uLong)crc, buf, (uInt)len);
+}
+
+static crc_fn_t crc_fn = zlib_crc;
+static uint32_t lrh_seed;              /* CRC after the 8 masked LRH bytes */
+static unsigned char op_table[256];    /* header length | 0x80 if a payload may follow; 0: no such opcode */
+static int have_table;
+
+#define BTH_BYTES 12
+#define ICRC_BYTES 4
+#define MASKED_HDR 33                  /* IPv4 (20) + UDP (8) + BTH bytes 0..3 + the masked byte 4 */
+#define IP_DF_HI 0x40
+
+static void compute_seed(void)
+{
+    static const unsigned char ff[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    lrh_seed = crc_fn(0, ff, 8);
+}
+
+/* The ICRC of packet p (len bytes, without its ICRC) sent from src:sport to
+ * dst:dport over IPv4 with identification ident and DF set (wire/icrc.py,
+ * Ipv4Flow.icrc). */
+static uint32_t icrc_v4(const unsigned char *p, Py_ssize_t len, unsigned ident,
+                        const unsigned char *src, const unsigned char *dst,
+                        unsigned sport, unsigned dport)
+{
+    unsigned char h[MASKED_HDR];
+    unsigned udp_len = 8 + (unsigned)len + ICRC_BYTES;
+    unsigned ip_total = 20 + udp_len;
+    h[0] = 0x45; h[1] = 0xff;
+    h[2] = (unsigned char)(ip_total >> 8); h[3] = (unsigned char)ip_total;
+    h[4] = (unsigned char)(ident >> 8); h[5] = (unsigned char)ident;
+    h[6] = IP_DF_HI; h[7] = 0;
+    h[8] = 0xff; h[9] = 17; h[10] = 0xff; h[11] = 0xff;
+    memcpy(h + 12, src, 4);
+    memcpy(h + 16, dst, 4);
+    h[20] = (unsigned char)(sport >> 8); h[21] = (unsigned char)sport;
+    h[22] = (unsigned char)(dport >> 8); h[23] = (unsigned char)dport;
+    h[24] = (unsigned char)(udp_len >> 8); h[25] = (unsigned char)udp_len;
+    h[26] = 0xff; h[27] = 0xff;
+    memcpy(h + 28, p, 4);
+    h[32] = 0xff;
+    uint32_t crc = crc_fn(lrh_seed, h, MASKED_HDR);
+    return crc_fn(crc, p + 5, (uint64_t)(len - 5));
+}
+
+static inline uint32_t get_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline void put_le32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+
+static int check_addr(Py_buffer *b, const char *what)
+{
+    if (b->len != 4) {
+        PyErr_Format(PyExc_ValueError, "%s must be 4 bytes (IPv4), not %zd", what, b->len);
+        return -1;
+    }
+    return 0;
+}
+
+/* set_crc32(address): 0 = zlib's; otherwise the address of a function with
+ * zlib's crc32 semantics (uint32 crc, const uint8 *buf, uint64 len).  It is
+ * checked against zlib on a test vector before it is used. */
+static PyObject *set_crc32(PyObject *self, PyObject *args)
+{
+    unsigned long long addr;
+    if (!PyArg_ParseTuple(args, "K", &addr))
+        return NULL;
+    crc_fn_t fn = addr ? (crc_fn_t)(uintptr_t)addr : zlib_crc;
+    static const unsigned char v[] = "123456789 softrdma ICRC check vector";
+    uint32_t want = zlib_crc(0x12345678u, v, sizeof v - 1);
+    if (fn(0x12345678u, v, sizeof v - 1) != want) {
+        PyErr_SetString(PyExc_ValueError, "that CRC-32 does not compute zlib's crc32");
+        return NULL;
+    }
+    crc_fn = fn;
+    compute_seed();
+    Py_RETURN_NONE;
+}
+
+/* set_opcode_table(table): 256 bytes, header length | 0x80 (payload allowed), 0 = invalid. */
+static PyObject *set_opcode_table(PyObject *self, PyObject *args)
+{
+    Py_buffer t;
+    if (!PyArg_ParseTuple(args, "y*", &t))
+        return NULL;
+    if (t.len != 256) {
+        PyBuffer_Release(&t);
+        PyErr_SetString(PyExc_ValueError, "the opcode table has 256 entries");
+        return NULL;
+    }
+    memcpy(op_table, t.buf, 256);
+    have_table = 1;
+    PyBuffer_Release(&t);
+    Py_RETURN_NONE;
+}
+
+/* crc32(data, value=0) -> int: the CRC-32 in use (for the tests). */
+static PyObject *py_crc32(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &b, &value))
+        return NULL;
+    uint32_t c = crc_fn(value, b.buf, (uint64_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* build_middles(out, hdr, payload, mtu, count, psn0, ackreq_last, src, dst, sport, dport) -> bytes written */
+static PyObject *build_middles(PyObject *self, PyObject *args)
+{
+    Py_buffer out, hdr, payload, src, dst;
+    Py_ssize_t mtu, count;
+    unsigned long psn0;
+    int ackreq_last;
+    unsigned int sport, dport;
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "w*y*y*nnkpy*y*II", &out, &hdr, &payload, &mtu, &count, &psn0,
+                          &ackreq_last, &src, &dst, &sport, &dport))
+        return NULL;
+    Py_ssize_t stride = BTH_BYTES + mtu + ICRC_BYTES;
+    if (hdr.len != BTH_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "hdr must be a 12-byte BTH");
+        goto done;
+    }
+    if (check_addr(&src, "src") < 0 || check_addr(&dst, "dst") < 0)
+        goto done;
+    if (mtu <= 0 || (mtu & 3) || count < 1 || count > 64) {
+        PyErr_SetString(PyExc_ValueError, "mtu must be a positive multiple of 4 and count 1..64");
+        goto done;
+    }
+    if (payload.len < count * mtu || out.len < count * stride) {
+        PyErr_SetString(PyExc_ValueError, "payload or out too small for count packets");
+        goto done;
+    }
+    {
+        unsigned char *o = out.buf;
+        const unsigned char *pl = payload.buf;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            unsigned char *p = o + i * stride;
+            uint32_t psn = (uint32_t)(psn0 + (unsigned long)i) & 0xffffffu;
+            memcpy(p, hdr.buf, BTH_BYTES);
+            p[8] = (ackreq_last && i == count - 1) ? 0x80 : 0;
+            p[9] = (unsigned char)(psn >> 16); p[10] = (unsigned char)(psn >> 8); p[11] = (unsigned char)psn;
+            memcpy(p + BTH_BYTES, pl + i * mtu, (size_t)mtu);
+            put_le32(p + BTH_BYTES + mtu,
+                     icrc_v4(p, BTH_BYTES + mtu, (unsigned)i, src.buf, dst.buf, sport, dport));
+        }
+        ret = PyLong_FromSsize_t(count * stride);
+    }
+done:
+    PyBuffer_Release(&out); PyBuffer_Release(&hdr); PyBuffer_Release(&payload);
+    PyBuffer_Release(&src); PyBuffer_Release(&dst);
+    return ret;
+}
+
+/* verify_segments(buf, n, seg, src, dst, sport, dport) -> DestQP, or -1 */
+static PyObject *verify_segments(PyObject *self, PyObject *args)
+{
+    Py_buffer b, src, dst;
+    Py_ssize_t n, seg;
+    unsigned int sport, dport;
+    long dqpn = -1;
+    if (!PyArg_ParseTuple(args, "y*nny*y*II", &b, &n, &seg, &src, &dst, &sport, &dport))
+        return NULL;
+    if (check_addr(&src, "src") < 0 || check_addr(&dst, "dst") < 0 || !have_table) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "set_opcode_table() was not called");
+        PyBuffer_Release(&b); PyBuffer_Release(&src); PyBuffer_Release(&dst);
+        return NULL;
+    }
+    if (n > b.len || seg <= 0 || n <= 0)
+        goto done;
+    {
+        const unsigned char *base = b.buf;
+        long first = -1;
+        unsigned k = 0;
+        for (Py_ssize_t off = 0; off < n; off += seg, k++) {
+            Py_ssize_t m = n - off < seg ? n - off : seg;
+            if (m < BTH_BYTES + ICRC_BYTES || k >= 64)
+                goto done;
+            const unsigned char *p = base + off;
+            Py_ssize_t len = m - ICRC_BYTES;
+            unsigned t = op_table[p[0]];
+            if (!t || (p[1] & 0x0f))
+                goto done;
+            Py_ssize_t plen = len - (t & 0x7f);
+            unsigned pad = (p[1] >> 4) & 3;
+            if (plen < 0)
+                goto done;
+            if (t & 0x80) {
+                if ((Py_ssize_t)pad > plen || (plen & 3))
+                    goto done;
+            } else if (plen || pad) {
+                goto done;
+            }
+            long q = (long)p[5] << 16 | (long)p[6] << 8 | p[7];
+            if (first < 0)
+                first = q;
+            else if (q != first)
+                goto done;
+            if (icrc_v4(p, len, k, src.buf, dst.buf, sport, dport) != get_le32(p + len))
+                goto done;
+        }
+        dqpn = first;
+    }
+done:
+    PyBuffer_Release(&b); PyBuffer_Release(&src); PyBuffer_Release(&dst);
+    return PyLong_FromLong(dqpn);
+}
+
+/* place_middles(buf, off, end, stride, opcode, psn, pkey, mtu, dst, dst_off, room)
+ *   -> (packets placed, PSN of the last with AckReq or -1, how many had AckReq) */
+static PyObject *place_middles(PyObject *self, PyObject *args)
+{
+    Py_buffer b, d;
+    Py_ssize_t off, end, stride, mtu, dst_off, room;
+    unsigned int opcode, pkey;
+    unsigned long psn;
+    if (!PyArg_ParseTuple(args, "y*nnnIkInw*nn", &b, &off, &end, &stride, &opcode, &psn, &pkey, &mtu,
+                          &d, &dst_off, &room))
+        return NULL;
+    Py_ssize_t count = 0, nacks = 0;
+    long ack = -1;
+    if (stride == BTH_BYTES + mtu + ICRC_BYTES && mtu > 0 && off >= 0 && end <= b.len && dst_off >= 0) {
+        const unsigned char *base = b.buf;
+        unsigned char *dp = d.buf;
+        uint32_t want = (uint32_t)psn & 0xffffffu;
+        while (off + stride <= end && mtu <= room && dst_off + mtu <= d.len) {
+            const unsigned char *p = base + off;
+            if (p[0] != opcode || (p[1] & 0x30) || (((unsigned)p[2] << 8 | p[3]) ^ pkey) & 0x7fff)
+                break;
+            uint32_t got = (uint32_t)p[9] << 16 | (uint32_t)p[10] << 8 | p[11];
+            if (got != want)
+                break;
+            memcpy(dp + dst_off, p + BTH_BYTES, (size_t)mtu);
+            if (p[8] & 0x80) {
+                ack = (long)got;
+                nacks++;
+            }
+            want = (want + 1) & 0xffffffu;
+            dst_off += mtu;
+            room -= mtu;
+            off += stride;
+            count++;
+        }
+    }
+    PyBuffer_Release(&b); PyBuffer_Release(&d);
+    return Py_BuildValue("(nln)", count, ack, nacks);
+}
+
+static PyMethodDef methods[] = {
+    {"set_crc32", set_crc32, METH_VARARGS, "Use the CRC-32 at this address (0: zlib's)."},
+    {"set_opcode_table", set_opcode_table, METH_VARARGS, "The opcode table verify_segments checks framing with."},
+    {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): the CRC-32 in use."},
+    {"build_middles", build_middles, METH_VARARGS, "A run of MIDDLE packets as GSO segments."},
+    {"verify_segments", verify_segments, METH_VARARGS, "Check a GRO buffer; its DestQP or -1."},
+    {"place_middles", place_middles, METH_VARARGS, "Place in-order MIDDLE packets."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fastpath",
+    "The compiled per-packet loops of the RoCEv2 data path (see softrdma.wire.fastpath).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fastpath(void)
+{
+    compute_seed();
+    return PyModule_Create(&module);
+}
