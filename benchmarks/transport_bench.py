@@ -11,6 +11,14 @@ same run: bytes/s of a memoryview copy of the payload size, and the cost of
 one CRC-32 over a full packet (what the ICRC will add), with the function
 the ICRC uses (``wire.icrc.crc32``: ISA-L's where installed) and zlib's.
 
+"runs" cases: the QPs emit their MIDDLE packets as SegmentRuns
+(``qp.tx_runs``, as on a device's socket) and the harness hands them over as
+a socket pair would -- ``fastpath.build_middles`` into GSO-sized buffers
+(the ICRCs computed), ``fastpath.verify_segments`` on the other side (the
+ICRCs checked), ``Segments`` to ``receive_batch``; every other packet one
+by one as in the batched cases.  So the runs cases include ICRC work the
+others leave out.
+
     python3 benchmarks/transport_bench.py            # all cases
     python3 benchmarks/transport_bench.py --profile  # + pyinstrument of the 64 B SEND case
 """
@@ -29,6 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from softrdma.enums import IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND  # noqa: E402
 from softrdma.sim import Simulator, connect_qps  # noqa: E402
 from softrdma.transport.wr import RecvWQE, SendWQE  # noqa: E402
+from softrdma.wire import fastpath  # noqa: E402
 
 ICRC_MOD = importlib.import_module("softrdma.wire.icrc")   # the module: wire.icrc is also a function
 
@@ -42,7 +51,27 @@ def make_pair(mtu_enum: int):
     return a, b, qa, qb
 
 
-def shuttle(a, b, qa, qb, batched: bool) -> int:
+SRC, DST, PORT = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]), 4791
+_GSO = memoryview(bytearray(65536))
+
+
+def as_segments(run, out: list) -> None:
+    """A SegmentRun as a socket pair carries it: GSO sends of at most 64 KiB
+    built by build_middles, each checked whole by verify_segments."""
+    mtu = run.mtu
+    stride = mtu + 16
+    per = min(fastpath.MAX_SEGMENTS, 65000 // stride)
+    for c0 in range(0, run.count, per):
+        c = min(per, run.count - c0)
+        buf = bytearray(c * stride)
+        n = fastpath.build_middles(buf, run.hdr, run.payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
+                                   run.ackreq_last and c0 + c == run.count, SRC, DST, PORT, PORT)
+        dqpn = fastpath.verify_segments(buf, n, stride, SRC, DST, PORT, PORT)
+        assert dqpn >= 0
+        out.append(fastpath.Segments(memoryview(buf), n, stride, dqpn))
+
+
+def shuttle(a, b, qa, qb, mode: str) -> int:
     """Move packets between the two QPs until both are quiet; return count.
     Received packets are memoryviews, as a device's receive buffers are."""
     n = 0
@@ -51,10 +80,20 @@ def shuttle(a, b, qa, qb, batched: bool) -> int:
         for tx, qp in ((ta, qb), (tb, qa)):
             if not tx:
                 continue
-            pkts = [memoryview(p) for _, p, _ in tx]
+            if mode == "runs":
+                pkts: list = []
+                for _, p, _ in tx:
+                    if p.__class__ is fastpath.SegmentRun:
+                        as_segments(p, pkts)
+                        n += p.count
+                    else:
+                        pkts.append(memoryview(p))
+                        n += 1
+            else:
+                pkts = [memoryview(p) for _, p, _ in tx]
+                n += len(pkts)
             tx.clear()
-            n += len(pkts)
-            if batched:
+            if mode != "per packet":
                 qp.receive_batch(pkts, 0.0)
             else:
                 rx = qp.receive
@@ -63,8 +102,9 @@ def shuttle(a, b, qa, qb, batched: bool) -> int:
     return n
 
 
-def bench(op: str, size: int, mtu_enum: int, total_msgs: int, batch: int, batched: bool = False) -> dict:
+def bench(op: str, size: int, mtu_enum: int, total_msgs: int, batch: int, mode: str = "per packet") -> dict:
     a, b, qa, qb = make_pair(mtu_enum)
+    qa.tx_runs = qb.tx_runs = mode == "runs"
     ma = a.reg_mr(max(size, 64) * batch, 0xF)
     mb = b.reg_mr(max(size, 64) * batch, 0xF)
     ma.write(os.urandom(len(ma.buf)))
@@ -82,13 +122,13 @@ def bench(op: str, size: int, mtu_enum: int, total_msgs: int, batch: int, batche
             wid += 1
             qa.post_send(SendWQE(wid, opcode, [(ma.addr + i * size, size, ma.lkey)],
                                  remote_addr=mb.addr + i * size, rkey=mb.rkey))
-        pkts += shuttle(a, b, qa, qb, batched)
+        pkts += shuttle(a, b, qa, qb, mode)
         qa.send_cq.entries.clear()
         qb.recv_cq.entries.clear()
         sent += k
     dt = time.perf_counter() - t0
     assert qa.state == 3 and qb.state == 3, "QPs left RTS"
-    return {"op": op + (" batched" if batched else ""), "size": size, "mtu": 128 << mtu_enum, "msgs": total_msgs, "pkts": pkts,
+    return {"op": op + ("" if mode == "per packet" else " " + mode), "size": size, "mtu": 128 << mtu_enum, "msgs": total_msgs, "pkts": pkts,
             "secs": dt, "pps": pkts / dt, "msg_rate": total_msgs / dt,
             "gbps": total_msgs * size * 8 / dt / 1e9}
 
@@ -130,11 +170,14 @@ def main() -> int:
           f"of 76 B {crc_cost(76) * 1e6:.3f} us; the ICRC's crc32 ({ICRC_MOD.CRC32_IMPL}) of 4 KiB "
           f"{crc_cost(4096, crc32=ICRC_MOD.crc32) * 1e6:.2f} us, of 76 B {crc_cost(76, crc32=ICRC_MOD.crc32) * 1e6:.3f} us")
     print(f"{'case':<30}{'messages':>10}{'packets':>10}{'seconds':>9}{'packets/s':>12}{'msgs/s':>11}{'Gbit/s':>9}")
-    for batched in (False, True):
+    print(f"(runs: the compiled loops are {'in use' if fastpath.IMPL == 'c' else 'not built: the Python reference runs'})")
+    for mode in ("per packet", "batched", "runs"):
         for op, size, mtu, n, batch in CASES:
+            if mode == "runs" and size <= 128 << mtu:
+                continue                       # a single packet per message: nothing to run
             best = None
             for _ in range(args.repeat):
-                r = bench(op, size, mtu, int(n * args.scale), batch, batched)
+                r = bench(op, size, mtu, int(n * args.scale), batch, mode)
                 if best is None or r["secs"] < best["secs"]:
                     best = r
             name = f"{best['op']} {size} B mtu {best['mtu']}"

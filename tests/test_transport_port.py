@@ -10,6 +10,7 @@ from softrdma.transport.counters import Counter, FaultCounter, PortCounter
 from softrdma.transport.faults import Faults, FaultSettings
 from softrdma.transport.port import RX, TX, Port, PortQP, Route
 from softrdma.wire import WireError, bth_dqpn, build, check, rx_check
+from softrdma.wire.fastpath import SegmentRun
 from softrdma.wire.opcodes import Opcode
 
 SEND_ONLY = Opcode.RC_SEND_ONLY
@@ -214,3 +215,75 @@ def test_delay_alone_keeps_order():
     f = Faults(S(), seed=3)
     times = [f.fate(i * 0.01, 10)[0][0] for i in range(100)]
     assert times == sorted(times)
+
+
+class RunSock:
+    takes_runs = True
+
+
+class RunPort(FakePort):
+    """A link whose socket takes SegmentRuns whole (an IPv4 RoCE socket)."""
+
+    def _resolve(self, av, peers):
+        peer = peers.get(av.dgid)
+        if peer is not None:
+            return Route(peer, None, None, av.dgid, self.addr, peer.addr, 4791, 4791)
+        return Route(None, None, RunSock(), av.dgid, self.addr, av.dgid, 1, 4791)
+
+    def _send_burst(self, sock, dst_ip, pkts):
+        for p in pkts:
+            self.sent.append((dst_ip, ("run", p.count) if isinstance(p, SegmentRun) else bytes(p), None))
+        return sum(p.count if isinstance(p, SegmentRun) else 1 for p in pkts), 0
+
+
+def _run(count=3, psn0=1):
+    hdr = bytes(build(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, 0, b""))[:12]
+    return SegmentRun(hdr, psn0, count, 256, memoryview(bytes(range(256)) * count), False)
+
+
+def test_a_socket_route_asks_for_runs_and_takes_them_whole():
+    a = RunPort(A)
+    qa = FakeQP(0x11, tx=a.tx)
+    qa.tx_runs = False
+    a.tx.append((qa, _pkt(0x22), AV(B)))
+    a.route({}, 0.0)
+    assert qa.tx_runs                      # a plain packet out of such a socket: runs welcome
+    run = _run()
+    a.tx.extend([(qa, _pkt(0x22, payload=b"1234"), AV(B)), (qa, run, AV(B)), (qa, _pkt(0x22, payload=b"5678"), AV(B))])
+    a.route({}, 0.0)
+    assert [s[1] for s in a.sent[1:]] == [_pkt(0x22, payload=b"1234"), ("run", 3), _pkt(0x22, payload=b"5678")]
+
+
+@pytest.mark.parametrize("why", ["tap", "faults", "same_daemon"])
+def test_where_packets_are_needed_one_by_one_a_run_is_built_out_in_place(why):
+    a = RunPort(A)
+    b = RunPort(B)
+    qa = FakeQP(0x11, tx=a.tx)
+    qa.tx_runs = True
+    taps = []
+    if why == "tap":
+        class Tap:
+            def packet(self, *args):
+                taps.append(bytes(args[-1]))
+        a.tap = Tap()
+    elif why == "faults":
+        a.set_faults(FaultSettings(delay=0.5), seed=1)      # every packet held back 0.5 s, in order
+    peers = {}
+    if why == "same_daemon":
+        qb = FakeQP(0x22)
+        b.qps[0x22] = PortQP(qb)
+        peers = {B: b}
+    run = _run(3, 0xFFFFFF)
+    first, last = _pkt(0x22, payload=b"1234"), _pkt(0x22, payload=b"5678")
+    a.tx.extend([(qa, first, AV(B)), (qa, run, AV(B)), (qa, last, AV(B))])
+    a.route(peers, 0.0)
+    if why == "faults":
+        assert a.sent == [] and a.flush_held(0.5)
+    want = [first] + [bytes(p) for p in run.packets()] + [last]
+    if why == "same_daemon":
+        assert [g[0] for g in qb.got] == want
+    else:
+        assert [s[1] for s in a.sent] == want
+    if why == "tap":
+        assert taps == want
+    assert not qa.tx_runs                  # no more runs until the way out takes them again
