@@ -287,3 +287,15 @@ def test_where_packets_are_needed_one_by_one_a_run_is_built_out_in_place(why):
     if why == "tap":
         assert taps == want
     assert not qa.tx_runs                  # no more runs until the way out takes them again
+
+
+def test_qp1s_sender_goes_out_of_a_run_taking_socket():
+    """The device's GSI (QP1) is a sender in the port's tx beside the
+    transport QPs: routing its MADs out of a socket that takes runs must
+    work (it once raised, which took the daemon down on the first REQ)."""
+    from softrdma.device.gsi import Gsi
+    a = RunPort(A)
+    gsi = Gsi.__new__(Gsi)                 # the sender as the port sees it: no device needed
+    a.tx.append((gsi, _pkt(1, UD_SEND_ONLY), AV(B)))
+    a.route({}, 0.0)
+    assert [s[1] for s in a.sent] == [_pkt(1, UD_SEND_ONLY)]
