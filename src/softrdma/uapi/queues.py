@@ -61,6 +61,7 @@ class WorkQueueConsumer:
     def __init__(self, ring: Ring):
         self.ring = ring
         self.tail = ring.consumer
+        self.published = self.tail      # the consumer index last written (only this end writes it)
 
     def pending(self) -> int:
         return (self.ring.producer - self.tail) & 0xFFFFFFFF
@@ -82,9 +83,9 @@ class WorkQueueConsumer:
         WQE until a message takes it), as a hardware queue frees a slot only
         when it is done with it -- so a full queue fails at post time."""
         c = (self.tail - outstanding) & 0xFFFFFFFF
-        r = self.ring
-        if r.consumer != c:
-            r.consumer = c
+        if c != self.published:         # (no load of the shared word: its cache line is the producer's too)
+            self.published = c
+            self.ring.consumer = c
 
     def sleep(self) -> bool:
         """Announce that the doorbell is needed; False if work slipped in
