@@ -8,12 +8,16 @@ applications talk to:
 
 * ``DevQP``: a QP with its SQ/RQ rings (``WorkQueueConsumer``) and doorbell;
 * ``DevCQ``: a CQ ring (``CompletionQueueProducer``); the transport pushes
-  WCs into it; an armed CQ signals its completion channel;
+  WCs into it (``device.sendpath`` a run's CQEs at once, ``push_cqes``);
+  an armed CQ signals its completion channel;
 * ``DevSRQ``: an SRQ ring feeding a ``transport.SRQ``.
 
 UD multicast groups and their sockets are ``mcast`` (``device.mcast``).
 
-``Device.poll_rings`` moves posted WQEs into the transport, ``route`` (the
+``Device.poll_rings`` moves posted WQEs into the transport -- the send
+rings first, then the receive rings, so that a single-SGE SEND to an RC
+peer of this daemon goes slot to slot (``device.sendpath``) without a
+``SendWQE`` or ``RecvWQE``, the rest as objects --, ``route`` (the
 port's) sends what the transport emits, ``receive`` feeds received packets
 to QPs by destination QPN, ``tick`` fires QP timers -- after reading the
 sockets empty, so that no ACK timer runs out over an ACK already received
@@ -297,7 +301,9 @@ class Device(RocePort):
         """Move posted WQEs into the transport; True if any was found.  At
         most a ring's worth per queue and pass (an honest producer is never
         further ahead; a producer index written far ahead by a broken or
-        hostile process costs one ring per pass, not a loop of 2^31)."""
+        hostile process costs one ring per pass, not a loop of 2^31).
+        The SENDs ``send_burst`` qualifies go slot to slot; the first slot
+        it does not is decoded, and the rest of that ring's pass with it."""
         busy = False
         for srq in self.srqs:
             busy |= self._pull_srq(srq)

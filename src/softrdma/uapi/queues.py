@@ -9,7 +9,8 @@
   (library: poll_cq, and the extended CQ's start_poll/next_poll/end_poll):
   CQE slots validated by the owner bit; the consumer publishes its index
   so the producer can tell an overrun (the CQE is dropped and the caller
-  raises IBV_EVENT_CQ_ERR, as hardware does).
+  raises IBV_EVENT_CQ_ERR, as hardware does); ``push_cqes`` writes a
+  batch given as CQE field tuples and publishes the producer index once.
   ``req_notify`` arms the ring; the producer reports when a push should
   signal the completion channel (and disarms, one event per arm).
 """
