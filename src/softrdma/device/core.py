@@ -45,6 +45,7 @@ from ..transport.qp import QP, SRQ, DeviceCaps
 from ..transport.wr import AddressVector
 from ..uapi.abi import WC
 from ..uapi.queues import CompletionQueueProducer, WorkQueueConsumer
+from ..uapi.shm import W_PRODUCER
 from .capture import Capture, Tap
 from .gsi import Gsi
 from .mcast import McastGroups
@@ -339,8 +340,9 @@ class Device(RocePort):
         # SEND path (``device.sendpath``) consumes is read from its slot, not
         # made a ``RecvWQE`` first
         for dqp in dqps:
-            if dqp.rq is not None:
-                busy |= self._pull_rq(dqp)
+            rq = dqp.rq
+            if rq is not None and rq.ring.words[W_PRODUCER] != rq.tail:     # (_pull_rq's own test, inline:
+                busy |= self._pull_rq(dqp)                                   # every QP, every pass)
             dqp.publish()
         return busy
 
