@@ -8,12 +8,16 @@ applications talk to:
 
 * ``DevQP``: a QP with its SQ/RQ rings (``WorkQueueConsumer``) and doorbell;
 * ``DevCQ``: a CQ ring (``CompletionQueueProducer``); the transport pushes
-  WCs into it; an armed CQ signals its completion channel;
+  WCs into it (``device.sendpath`` a run's CQEs at once, ``push_cqes``);
+  an armed CQ signals its completion channel;
 * ``DevSRQ``: an SRQ ring feeding a ``transport.SRQ``.
 
 UD multicast groups and their sockets are ``mcast`` (``device.mcast``).
 
-``Device.poll_rings`` moves posted WQEs into the transport, ``route`` (the
+``Device.poll_rings`` moves posted WQEs into the transport -- the send
+rings first, then the receive rings, so that a single-SGE SEND to an RC
+peer of this daemon goes slot to slot (``device.sendpath``) without a
+``SendWQE`` or ``RecvWQE``, the rest as objects --, ``route`` (the
 port's) sends what the transport emits, ``receive`` feeds received packets
 to QPs by destination QPN, ``tick`` fires QP timers -- after reading the
 sockets empty, so that no ACK timer runs out over an ACK already received
@@ -41,10 +45,12 @@ from ..transport.qp import QP, SRQ, DeviceCaps
 from ..transport.wr import AddressVector
 from ..uapi.abi import WC
 from ..uapi.queues import CompletionQueueProducer, WorkQueueConsumer
+from ..uapi.shm import W_PRODUCER
 from .capture import Capture, Tap
 from .gsi import Gsi
 from .mcast import McastGroups
 from .roce import RocePort
+from .sendpath import send_burst
 from .wqe import decode_recv_wqe, decode_send_wqe
 
 EV = ints(ibv_event_type)
@@ -82,6 +88,19 @@ class DevCQ:
                 self.overrun_reported = True
                 self.owner.event(EV.IBV_EVENT_CQ_ERR, cq=self.handle)
             return
+        if notify and self.channel is not None:
+            self.channel.signal(self.handle)
+
+
+    def push_cqes(self, cqes: list) -> None:
+        """A batch of completions as ``abi.CQE`` field tuples (the
+        same-daemon SEND path, ``device.sendpath``), in order: what ``push``
+        does for each.  The caller has already published the queues whose
+        WQEs they complete."""
+        stored, notify = self.producer.push_cqes(cqes)
+        if stored < len(cqes) and not self.overrun_reported:
+            self.overrun_reported = True
+            self.owner.event(EV.IBV_EVENT_CQ_ERR, cq=self.handle)
         if notify and self.channel is not None:
             self.channel.signal(self.handle)
 
@@ -212,17 +231,10 @@ class Device(RocePort):
         injection, a capture on either device) stands between them:
         ``transport.loopback`` may then run whole messages.  Known once the
         route has been resolved (by the first packet)."""
-        if self.faults is not None or self.tap is not None:
+        found = self.local_peer_dqp(qp)
+        if found is None:
             return None
-        av = qp.av
-        r = self.route_cache.get((av.dgid, av.sgid_index))
-        other = r.peer if r is not None else None
-        if other is None or other.faults is not None or other.tap is not None:
-            return None                               # not resolved, remote, a multicast group,
-                                                      # faulty, or captured
-        dqp = other.qps.get(qp.dest_qpn)
-        if dqp is None or not other.accepts(dqp, r.src, r.dst):
-            return None                               # (not its peer: the packets get dropped, counted)
+        other, dqp = found
         # receives posted but not yet read from the peer's ring count too:
         # else a SEND that finds none would take the packets (and an RNR)
         peer = dqp.qp
@@ -235,6 +247,22 @@ class Device(RocePort):
             if not dqp.srq.srq.rq:
                 other._pull_srq(dqp.srq)
         return peer
+
+    def local_peer_dqp(self, qp) -> "tuple[Device, DevQP] | None":
+        """(device, DevQP) of ``local_peer``'s peer, its receive queue not
+        looked at."""
+        if self.faults is not None or self.tap is not None:
+            return None
+        av = qp.av
+        r = self.route_cache.get((av.dgid, av.sgid_index))
+        other = r.peer if r is not None else None
+        if other is None or other.faults is not None or other.tap is not None:
+            return None                               # not resolved, remote, a multicast group,
+                                                      # faulty, or captured
+        dqp = other.qps.get(qp.dest_qpn)
+        if dqp is None or not other.accepts(dqp, r.src, r.dst):
+            return None                               # (not its peer: the packets get dropped, counted)
+        return other, dqp
 
     def remove_qp(self, dqp: DevQP) -> None:
         qp = dqp.qp
@@ -274,17 +302,26 @@ class Device(RocePort):
         """Move posted WQEs into the transport; True if any was found.  At
         most a ring's worth per queue and pass (an honest producer is never
         further ahead; a producer index written far ahead by a broken or
-        hostile process costs one ring per pass, not a loop of 2^31)."""
+        hostile process costs one ring per pass, not a loop of 2^31).
+        The SENDs ``send_burst`` qualifies go slot to slot; the first slot
+        it does not is decoded, and the rest of that ring's pass with it."""
         busy = False
         for srq in self.srqs:
             busy |= self._pull_srq(srq)
-        for dqp in list(self.qps.values()):
+        dqps = list(self.qps.values())
+        for dqp in dqps:
             qp = dqp.qp
-            if dqp.rq is not None:
-                busy |= self._pull_rq(dqp)
             sq = dqp.sq
             budget = sq.ring.nslots
+            fast = qp.local_peer is not None          # an RC QP: SENDs to a peer here may go slot to slot
             while budget and (slot := sq.take()) is not None:
+                if fast:
+                    n = send_burst(self, dqp, budget, now)
+                    if n:
+                        budget -= n
+                        busy = True
+                        continue
+                    fast = False                      # this slot is not for it: the rest of the pass neither
                 budget -= 1
                 busy = True
                 try:
@@ -299,6 +336,13 @@ class Device(RocePort):
                     qp.post_send(wqe, now)
                 except (ValueError, VerbsError):
                     self._wqe_error(dqp, wqe.wr_id if wqe is not None else wr_id, recv=False)
+        # the receive rings after every send ring: a receive the same-daemon
+        # SEND path (``device.sendpath``) consumes is read from its slot, not
+        # made a ``RecvWQE`` first
+        for dqp in dqps:
+            rq = dqp.rq
+            if rq is not None and rq.ring.words[W_PRODUCER] != rq.tail:     # (_pull_rq's own test, inline:
+                busy |= self._pull_rq(dqp)                                   # every QP, every pass)
             dqp.publish()
         return busy
 

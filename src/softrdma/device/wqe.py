@@ -1,11 +1,25 @@
 """The daemon's reading of the WQE slots the library writes: a send or
 receive WQE (layout: ``uapi.abi``) into the transport's ``SendWQE`` /
-``RecvWQE``.  Lengths in a slot are untrusted and bounded by the slot."""
+``RecvWQE``.  Lengths in a slot are untrusted and bounded by the slot.
+
+``SEND_SGE1`` and ``RECV_SGE1`` read the fields of a one-SGE send / receive
+slot in one unpack, without objects (``device.sendpath``): a slot is at
+least that long (``abi.send_slot_size``/``recv_slot_size``), which the
+reader checks once per ring."""
 
 from __future__ import annotations
 
+import struct
+
 from ..transport.wr import RecvWQE, SendWQE
 from ..uapi.abi import IBV_SEND_INLINE, RECV_WQE_HDR, SEND_WQE_HDR, SGE
+
+#: wr_id, opcode, num_sge, send_flags, imm_data, ah_handle, then the first
+#: SGE's addr, length, lkey (offsets: ``uapi.abi``'s send WQE)
+SEND_SGE1 = struct.Struct("<QBBHI32xI12xQII")
+#: wr_id, num_sge, then the first SGE's addr, length, lkey
+RECV_SGE1 = struct.Struct("<QI4xQII")
+assert SEND_SGE1.size == SEND_WQE_HDR.size + SGE.size and RECV_SGE1.size == RECV_WQE_HDR.size + SGE.size
 
 
 def decode_send_wqe(slot, ah_lookup=None) -> SendWQE:

@@ -17,7 +17,10 @@ goes through the packets, which give the spec's NAKs, retries and errors.
 Both QPs' PSNs, MSN and counters advance exactly as if the packets had been
 exchanged (one ACK per message), so the two paths mix freely on one QP; the
 engine learns the packets and wire bytes that did not fly through
-``qp.local_traffic`` (port counters).
+``qp.local_traffic`` (port counters).  What a run of SEND / WRITE messages
+does to both QPs' PSNs, MSN and counters is ``exchanged``: ``execute``
+applies it per message, ``device.sendpath`` (single-SGE SENDs straight
+from the ring slots) once per run.
 """
 
 from __future__ import annotations
@@ -74,6 +77,40 @@ def _source(views, length: int):
     return buf
 
 
+def exchanged(qp, peer, end: int, nmsg: int, npkts: int, nbytes: int, wire_bytes: int) -> None:
+    """Both QPs as after ``nmsg`` SEND / WRITE messages of ``npkts`` packets,
+    ``nbytes`` payload and ``wire_bytes`` UDP payload in all went from
+    ``qp`` to ``peer`` and each was acknowledged by one ACK, the last
+    packet's PSN being ``end`` - 1: the responder's ePSN, MSN and counters,
+    the requester's PSNs (everything acknowledged), counters and retry
+    counts, and the port counts (``qp.local_traffic``).  The per-op counters
+    (rdma_recvs, rx_write_requests) and the completions are the caller's.
+    ``execute`` calls it per message, ``device.sendpath`` once per burst."""
+    peer.resp_psn = end
+    peer.msn += nmsg
+    pc = peer.cnt
+    pc[RCVD_PKTS] += npkts
+    pc[RCVD_BYTES] += nbytes
+    pc[SENT_PKTS] += nmsg                               # the ACKs
+    qp.req_psn = qp.comp_psn = qp.sent_end = end
+    qc = qp.cnt
+    qc[SENT_PKTS] += npkts
+    qc[SENT_BYTES] += nbytes
+    qc[RCVD_PKTS] += nmsg
+    qc[RDMA_SENDS] += nmsg
+    account = qp.local_traffic
+    if account is not None:
+        account(qp, peer, (npkts, wire_bytes), (nmsg, nmsg * (OPCODE_TABLE[qp.opclass | OP_ACKNOWLEDGE].length + 4)))
+    qp.retry_cnt = qp.retry_cnt_init
+    qp.rnr_retry = qp.rnr_retry_init
+
+
+def wire_bytes(opclass: int, op: int, length: int, mtu: int, npkts: int) -> int:
+    """The UDP payload bytes of a SEND / WRITE work request ``op`` of
+    ``length`` bytes in ``npkts`` packets."""
+    return _wire_bytes(opclass, SEGMENT_OPS[op], length, mtu, npkts)
+
+
 def execute(qp, peer, wqe) -> bool:
     """Run the started ``wqe`` of ``qp`` against ``peer`` as one message.
     True: done (``wqe`` is WQE_DONE, every effect applied); False: nothing
@@ -122,25 +159,36 @@ def execute(qp, peer, wqe) -> bool:
             scatter(rwqe.views, 0, _source(wqe.views, length), 0, length)
     npkts = wqe.npkts
     end = (qp.req_psn + npkts) & 0xFFFFFF
-    # the responder: ePSN, MSN, resources and counters as after the packets
-    peer.resp_psn = end
-    peer.msn += 1
-    pc = peer.cnt
     if op == READ:
+        # the responder: ePSN, MSN, a READ resource and counters as after the
+        # packets; the requester: the request sent, every response received
+        peer.resp_psn = end
+        peer.msn += 1
         add_resource(peer, [RES_READ, wqe.first_psn, wqe.last_psn, wqe.remote_addr, wqe.rkey, length,
                              peer.msn])
+        pc = peer.cnt
         pc[RX_READ_REQUESTS] += 1
         pc[RCVD_PKTS] += 1
         pc[SENT_PKTS] += npkts
         pc[SENT_BYTES] += length
+        qp.req_psn = qp.comp_psn = qp.sent_end = end
+        qc = qp.cnt
+        qc[SENT_PKTS] += 1
+        qc[RCVD_PKTS] += npkts
+        qc[RCVD_BYTES] += length
+        account = qp.local_traffic
+        if account is not None:
+            oc = qp.opclass
+            account(qp, peer, (1, OPCODE_TABLE[oc | OP_RDMA_READ_REQUEST].length + 4),
+                    (npkts, _wire_bytes(oc, _READ_RESPONSES, length, qp.mtu, npkts)))
+        qp.retry_cnt = qp.retry_cnt_init
+        qp.rnr_retry = qp.rnr_retry_init
     else:
-        pc[RCVD_PKTS] += npkts
-        pc[RCVD_BYTES] += length
-        pc[SENT_PKTS] += 1                               # the ACK
         if op == WRITE or op == WRITE_IMM:
-            pc[RX_WRITE_REQUESTS] += 1
+            peer.cnt[RX_WRITE_REQUESTS] += 1
+        exchanged(qp, peer, end, 1, npkts, length, wire_bytes(qp.opclass, op, length, qp.mtu, npkts))
     if rwqe is not None:
-        pc[RDMA_RECVS] += 1
+        peer.cnt[RDMA_RECVS] += 1
         if op == WRITE_IMM:
             wc = WC(rwqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV_RDMA_WITH_IMM, peer.qp_num, length,
                     wqe.imm_data, qp.qp_num, WF.IBV_WC_WITH_IMM)
@@ -149,30 +197,6 @@ def execute(qp, peer, wqe) -> bool:
                     wqe.imm_data if op == SEND_IMM else 0, qp.qp_num,
                     WF.IBV_WC_WITH_IMM if op == SEND_IMM else 0)
         peer.recv_cq.push(wc, wqe.send_flags & SEND_SOLICITED)
-    # the requester: everything sent and acknowledged
-    qp.req_psn = qp.comp_psn = qp.sent_end = end
-    qc = qp.cnt
-    if op == READ:
-        qc[SENT_PKTS] += 1
-        qc[RCVD_PKTS] += npkts
-        qc[RCVD_BYTES] += length
-    else:
-        qc[SENT_PKTS] += npkts
-        qc[SENT_BYTES] += length
-        qc[RCVD_PKTS] += 1
-        qc[RDMA_SENDS] += 1
-    account = qp.local_traffic
-    if account is not None:
-        oc = qp.opclass
-        if op == READ:
-            fwd = (1, OPCODE_TABLE[oc | OP_RDMA_READ_REQUEST].length + 4)
-            back = (npkts, _wire_bytes(oc, _READ_RESPONSES, length, qp.mtu, npkts))
-        else:
-            fwd = (npkts, _wire_bytes(oc, SEGMENT_OPS[op], length, qp.mtu, npkts))
-            back = (1, OPCODE_TABLE[oc | OP_ACKNOWLEDGE].length + 4)
-        account(qp, peer, fwd, back)
-    qp.retry_cnt = qp.retry_cnt_init
-    qp.rnr_retry = qp.rnr_retry_init
     wqe.offset = length
     wqe.pkts_sent = npkts
     wqe.state = WQE_DONE

@@ -9,7 +9,8 @@
   (library: poll_cq, and the extended CQ's start_poll/next_poll/end_poll):
   CQE slots validated by the owner bit; the consumer publishes its index
   so the producer can tell an overrun (the CQE is dropped and the caller
-  raises IBV_EVENT_CQ_ERR, as hardware does).
+  raises IBV_EVENT_CQ_ERR, as hardware does); ``push_cqes`` writes a
+  batch given as CQE field tuples and publishes the producer index once.
   ``req_notify`` arms the ring; the producer reports when a push should
   signal the completion channel (and disarms, one event per arm).
 """
@@ -19,7 +20,10 @@ from __future__ import annotations
 import os
 
 from . import abi
-from .shm import NOTIFY_NEXT, NOTIFY_NONE, NOTIFY_SOLICITED, RING_CONSUMER_SLEEPING, Ring
+from .shm import (
+    HEADER_BYTES, NOTIFY_NEXT, NOTIFY_NONE, NOTIFY_SOLICITED, RING_CONSUMER_SLEEPING, W_CONSUMER, W_NOTIFY, W_PRODUCER,
+    Ring,
+)
 
 _DOORBELL = (1).to_bytes(8, "little")
 _CQE_QP_NUM = abi.CQE_FIELDS.index("qp_num")
@@ -58,6 +62,7 @@ class WorkQueueConsumer:
     def __init__(self, ring: Ring):
         self.ring = ring
         self.tail = ring.consumer
+        self.published = self.tail      # the consumer index last written (only this end writes it)
 
     def pending(self) -> int:
         return (self.ring.producer - self.tail) & 0xFFFFFFFF
@@ -79,9 +84,9 @@ class WorkQueueConsumer:
         WQE until a message takes it), as a hardware queue frees a slot only
         when it is done with it -- so a full queue fails at post time."""
         c = (self.tail - outstanding) & 0xFFFFFFFF
-        r = self.ring
-        if r.consumer != c:
-            r.consumer = c
+        if c != self.published:         # (no load of the shared word: its cache line is the producer's too)
+            self.published = c
+            self.ring.consumer = c
 
     def sleep(self) -> bool:
         """Announce that the doorbell is needed; False if work slipped in
@@ -122,6 +127,41 @@ class CompletionQueueProducer:
         return True, False
 
 
+    def push_cqes(self, cqes: list) -> tuple[int, bool]:
+        """Write a batch of CQEs given as tuples of the ``abi.CQE`` fields
+        (wr_id, byte_len, imm_data, qp_num, src_qp, vendor_err, pkey_index,
+        slid, status, opcode, wc_flags, sl, dlid_path_bits, solicited), in
+        order, publishing the producer index once: what ``push`` does for
+        each, without a ``WC`` per completion.  Returns (stored, notify):
+        the CQEs beyond a full CQ are dropped (overrun), as by ``push``."""
+        r = self.ring
+        words = r.words
+        head = self.head
+        room = r.nslots - ((head - words[W_CONSUMER]) & 0xFFFFFFFF)
+        if room < len(cqes):
+            self.overrun = True
+            cqes = cqes[:room] if room > 0 else ()
+        if not cqes:
+            return 0, False
+        buf, size, mask, shift, pack = r.buf, r.slot_size, r.mask, r.shift, abi.CQE.pack_into
+        owner = abi.CQE_OWNER
+        solicited = failed = 0
+        for f in cqes:
+            off = HEADER_BYTES + (head & mask) * size
+            pack(buf, off, *f)
+            buf[off + owner] = ((head >> shift) & 1) ^ 1          # the owner byte last
+            head = (head + 1) & 0xFFFFFFFF
+            solicited |= f[13]
+            failed |= f[8]
+        self.head = head
+        words[W_PRODUCER] = head
+        state = words[W_NOTIFY]
+        if state == NOTIFY_NEXT or (state == NOTIFY_SOLICITED and (solicited or failed)):
+            r.disarm()
+            return len(cqes), True
+        return len(cqes), False
+
+
 class ExtCompletionQueueProducer(CompletionQueueProducer):
     """The producer of a CQ whose CQEs carry the extended words
     (``abi.write_cqe_ex``): ``stamp()`` is read as each CQE is written --
@@ -145,6 +185,20 @@ class ExtCompletionQueueProducer(CompletionQueueProducer):
             r.disarm()
             return True, True
         return True, False
+
+
+    def push_cqes(self, cqes: list) -> tuple[int, bool]:
+        """``CompletionQueueProducer.push_cqes`` with the extended words:
+        one ``push`` each."""
+        stored, notify = 0, False
+        for f in cqes:
+            ok, n = self.push(abi.WC(f[0], f[8], f[9], f[3], f[1], f[2], f[4], f[10], f[6], f[5], f[7], f[11],
+                                     f[12]), bool(f[13]))
+            if not ok:
+                break
+            stored += 1
+            notify |= n
+        return stored, notify
 
 
 class CompletionQueueConsumer:
