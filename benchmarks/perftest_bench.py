@@ -153,6 +153,18 @@ def two_namespaces(hosts, quick: bool) -> dict:
             "targets": target_runs(srv, cli, hosts.ip[1], "two_namespaces", quick)}
 
 
+def placement() -> tuple[list[str], list[str]]:
+    """The placed runs' (softrdmad options, application prefix): the
+    daemon(s) on the last online CPU (``--cpu``, as a NIC's interrupt
+    affinity), the applications on the others (``taskset -c``)."""
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from softrdma.device.placement import format_cpu_list, online_cpus
+    cpus = sorted(online_cpus() & os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise RuntimeError("placed runs need two CPUs")
+    return ["--cpu", str(cpus[-1])], ["taskset", "-c", format_cpu_list(cpus[:-1])]
+
+
 # ------------------------------------------------------------------ report
 def _at(rows, size, key):
     for r in rows:
