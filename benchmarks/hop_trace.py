@@ -149,9 +149,9 @@ def report(label: str, hops: dict[str, list[float]], rt_typ: float) -> None:
 PLACEMENTS = ("asis", "placed", "placed-spin", "hosts")
 
 
-def one(place: str, iters: int) -> tuple[dict, float]:
+def one(place: str, iters: int, keep: str | None = None) -> tuple[dict, float]:
     from netns_helpers import TwoHosts
-    trace = tempfile.mkdtemp(prefix="hop-trace-")
+    trace = tempfile.mkdtemp(prefix=f"hop-trace-{place}-", dir=keep)
     saved = dict(os.environ)
     os.environ["PYTHONPATH"] = os.path.join(HERE, "hop_trace") + (
         os.pathsep + saved["PYTHONPATH"] if saved.get("PYTHONPATH") else "")
@@ -191,7 +191,8 @@ def one(place: str, iters: int) -> tuple[dict, float]:
     try:
         return chain(load(trace, run_a, run_b)), rows[-1]["t_typical"]
     finally:
-        shutil.rmtree(trace, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(trace, ignore_errors=True)
 
 
 def _start_one(hosts, i: int, args: list[str]) -> None:
@@ -210,6 +211,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=3000, help="round trips per run (default 3000)")
     ap.add_argument("--rounds", type=int, default=2, help="runs per placement, alternating (default 2)")
     ap.add_argument("--placement", default="asis,placed", help="comma-separated: " + ", ".join(PLACEMENTS))
+    ap.add_argument("--keep", metavar="DIR", help="keep each run's raw stamps in a directory under DIR")
     a = ap.parse_args()
     if os.geteuid() != 0:
         ap.error("needs root (two network namespaces)")
@@ -220,7 +222,7 @@ def main() -> int:
     got = {p: (collections.defaultdict(list), []) for p in places}
     for r in range(a.rounds):
         for p in places:
-            hops, typ = one(p, a.n)
+            hops, typ = one(p, a.n, a.keep)
             print(f"round {r + 1} {p}: ib_write_lat typical {typ:.2f} us, "
                   f"{len(hops.get('round trip (A post -> A post)', []))} round trips chained", flush=True)
             for k, v in hops.items():

@@ -48,8 +48,24 @@ if _DIR:
             busy = _poll(self, now)
             if busy:
                 _add(("ring", t))
+                _add(("ringdone", _now()))
             return busy
         _core.Device.poll_rings = poll_rings
+
+        if os.environ.get("SOFTRDMA_HOP_FINE"):         # entry and exit of the loop's other steps
+            def _stamped(cls, name):
+                f = getattr(cls, name)
+
+                def w(self, *a, **kw):
+                    _add((name + ">", _now()))
+                    r = f(self, *a, **kw)
+                    _add((name + "<", _now()))
+                    return r
+                setattr(cls, name, w)
+            for _n in ("tick", "route"):
+                _stamped(_core.Device, _n)
+            from softrdma.device import daemon as _daemon
+            _stamped(_daemon.Daemon, "step")
 
         _send = _net.RoceSocket.send
 
