@@ -140,6 +140,11 @@ def test_daemon_runs_on_its_cpu_with_its_spin_budget(run_dir, spin):
     # a core to itself only if another CPU is left for the applications
     want = 0 if len(online) == 1 else {None: 50, "0": 0, "120": 120}[spin]
     assert f"on CPUs {last}, spin {want} us\n" in _log_line(run_dir)
+    st = subprocess.run([sys.executable, "-m", "softrdma", "daemon", "status"], env=_env(run_dir),
+                        capture_output=True, text=True, timeout=60)
+    rest = format_cpu_list(set(online) - {last})
+    assert st.stdout.splitlines()[-1] == (f"cpus: {last}" + (f" (latency: run the applications with taskset -c "
+                                                              f"{rest})" if rest else "")), st.stdout
     stop = subprocess.run([sys.executable, "-m", "softrdma", "daemon", "stop"], env=_env(run_dir),
                           capture_output=True, text=True, timeout=60)
     assert stop.returncode == 0, stop.stderr
@@ -161,6 +166,9 @@ def test_unpinned_daemon_keeps_the_starters_cpus(run_dir):
     pid = int(open(os.path.join(run_dir, "softrdmad.pid")).read())
     assert _cpus_allowed(pid) == format_cpu_list(os.sched_getaffinity(0))
     assert ", spin 0 us\n" in _log_line(run_dir)
+    st = subprocess.run([sys.executable, "-m", "softrdma", "daemon", "status"], env=_env(run_dir),
+                        capture_output=True, text=True, timeout=60)
+    assert not any(line.startswith("cpus:") for line in st.stdout.splitlines()), st.stdout    # not pinned
     os.kill(pid, signal.SIGTERM)
 
 

@@ -20,7 +20,8 @@ removed; ``stop`` sends it and waits until the daemon is gone.
 ``placement``): the NIC's interrupt affinity, for latency runs with the
 applications placed on the other CPUs (``taskset -c``).  Pinned to CPUs of
 its own, the loop polls ``--spin-us`` (default 50) after its last work
-before it gives the core away.
+before it gives the core away.  ``status`` names a pinned daemon's CPUs
+and the ones left for the applications.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from ..uapi.rundir import SOCKET_NAME, default_run_dir
 from .commands.link import make_device
 from .core import Device
 from .daemon import Daemon
-from .placement import DEFAULT_SPIN_US, CpuListError, check_cpus, format_cpu_list, parse_cpu_list, pin, spin_budget_s
+from .placement import (DEFAULT_SPIN_US, CpuListError, check_cpus, format_cpu_list, online_cpus, parse_cpu_list, pin,
+                        spin_budget_s)
 
 PID_NAME = "softrdmad.pid"
 LOG_NAME = "softrdmad.log"
@@ -312,7 +314,25 @@ def status(run_dir: str, prog: str = "softrdmad") -> int:
         print("devices: none (add one: softrdma rdma link add rxe0 type rxe netdev NETDEV)")
     else:
         print("devices: " + ", ".join(f"{d['name']} (netdev {d['netdev']})" for d in devs))
+    cpus = _cpus_of(pid)
+    online = online_cpus()
+    if cpus is not None and cpus != online:     # pinned (--cpu): where its applications should not run
+        rest = online - cpus
+        print(f"cpus: {format_cpu_list(cpus)}" + (f" (latency: run the applications with taskset -c "
+                                                  f"{format_cpu_list(rest)})" if rest else ""))
     return 0
+
+
+def _cpus_of(pid: int) -> frozenset[int] | None:
+    """The CPUs process ``pid`` may run on (its Cpus_allowed_list)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return parse_cpu_list(line.split(":", 1)[1].strip())
+    except (OSError, CpuListError):
+        pass
+    return None
 
 
 def stop(run_dir: str, prog: str = "softrdmad") -> int:
