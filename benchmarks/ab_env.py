@@ -84,6 +84,8 @@ def main() -> int:
     for side in ("a", "b"):
         ap.add_argument(f"--{side}-daemon", action="append", default=[], metavar="OPTION",
                         help=f"a softrdmad option for side {side.upper()}'s daemons (repeatable; --{side}-daemon=--cpu=1)")
+        ap.add_argument(f"--{side}-apps", default="", metavar="CMD,ARG,...",
+                        help=f"a prefix for side {side.upper()}'s applications, comma-separated (nice,-n,-10)")
         ap.add_argument(f"--{side}-placed", action="store_true",
                         help=f"side {side.upper()}: daemons on the last CPU, applications on the others")
     ap.add_argument("--rounds", type=int, default=3)
@@ -101,6 +103,7 @@ def main() -> int:
     for side in ("A", "B"):
         dargs, apps = placement() if getattr(a, f"{side.lower()}_placed") else ([], [])
         dargs = dargs + [x for o in getattr(a, f"{side.lower()}_daemon") for x in o.split("=", 1)]
+        apps = [x for x in getattr(a, f"{side.lower()}_apps").split(",") if x] + apps
         place[side] = (dargs, apps)
         print(f"{side}: env {envs[side] or '(as is)'}, daemons {' '.join(dargs) or '(as is)'}, "
               f"applications {' '.join(apps) or '(as is)'}")

@@ -13,13 +13,13 @@ and, beside it, the ACK of WRITE i (daemon B's sendmsg of the ACK -> daemon
 A's read -> app A's poll_cq returns the completion), which app A waits for
 too.  Prints each hop's median and p90 in microseconds, for each placement.
 
-    sudo python3 benchmarks/hop_trace.py [-n 3000] [--rounds 2] [--placement asis,placed,placed-spin]
+    sudo python3 benchmarks/hop_trace.py [-n 3000] [--rounds 2] [--placement asis,placed,hosts]
 
 Placements: ``asis`` (no pinning), ``placed`` (both daemons ``--cpu`` on the
-last CPU with ``--spin-us 0``, both applications ``taskset`` on the
-others), ``placed-spin`` (the same with the default spin budget),
-``hosts`` (host A's daemon and application on the first CPU, host B's on
-the last: each host a core).  Rounds alternate the placements.
+last CPU with ``--spin-us 5``, as perftest_bench.py's placed run, both
+applications ``taskset`` on the others), ``placed-nospin`` (the same with
+``--spin-us 0``), ``hosts`` (host A's daemon and application on the first
+CPU, host B's on the last: each host a core; no spin budget).  Rounds alternate the placements.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def report(label: str, hops: dict[str, list[float]], rt_typ: float) -> None:
             print(f"| {name} | {statistics.median(v):.1f} | {_pct(v, 0.9):.1f} |")
 
 
-PLACEMENTS = ("asis", "placed", "placed-spin", "hosts")
+PLACEMENTS = ("asis", "placed", "placed-nospin", "hosts")
 
 
 def one(place: str, iters: int, keep: str | None = None) -> tuple[dict, float]:
@@ -160,10 +160,9 @@ def one(place: str, iters: int, keep: str | None = None) -> tuple[dict, float]:
     try:
         apps = {0: [], 1: []}
         dargs: list[str] = []
-        if place in ("placed", "placed-spin"):
+        if place in ("placed", "placed-nospin"):
             dargs, prefix = placement()
-            if place == "placed":
-                dargs += ["--spin-us", "0"]
+            dargs += ["--spin-us", "5" if place == "placed" else "0"]
             apps = {0: prefix, 1: prefix}
         if place == "hosts":
             cpus = sorted(os.sched_getaffinity(0))
