@@ -149,7 +149,7 @@ def report(label: str, hops: dict[str, list[float]], rt_typ: float) -> None:
 PLACEMENTS = ("asis", "placed", "placed-nospin", "hosts")
 
 
-def one(place: str, iters: int, keep: str | None = None) -> tuple[dict, float]:
+def one(place: str, iters: int, keep: str | None = None, more: tuple = ()) -> tuple[dict, float]:
     from netns_helpers import TwoHosts
     trace = tempfile.mkdtemp(prefix=f"hop-trace-{place}-", dir=keep)
     saved = dict(os.environ)
@@ -169,9 +169,9 @@ def one(place: str, iters: int, keep: str | None = None) -> tuple[dict, float]:
             apps = {0: ["taskset", "-c", str(cpus[0])], 1: ["taskset", "-c", str(cpus[-1])]}
             # each daemon with its host's CPU: the two are started one by one
             for i in range(2):
-                _start_one(hosts, i, ["--cpu", apps[i][-1], "--spin-us", "0"])
+                _start_one(hosts, i, ["--cpu", apps[i][-1], "--spin-us", "0", *more])
         else:
-            hosts.start_daemons(dargs)
+            hosts.start_daemons([*dargs, *more])
 
         def srv(cmd):
             return hosts.popen(1, ["env", "SOFTRDMA_HOP_ROLE=appB", *apps[1], *cmd],
@@ -210,6 +210,8 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=3000, help="round trips per run (default 3000)")
     ap.add_argument("--rounds", type=int, default=2, help="runs per placement, alternating (default 2)")
     ap.add_argument("--placement", default="asis,placed", help="comma-separated: " + ", ".join(PLACEMENTS))
+    ap.add_argument("--daemon", action="append", default=[], metavar="OPTION",
+                    help="one more softrdmad option for every run's daemons (repeatable; --daemon=--nice=0)")
     ap.add_argument("--keep", metavar="DIR", help="keep each run's raw stamps in a directory under DIR")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -221,7 +223,7 @@ def main() -> int:
     got = {p: (collections.defaultdict(list), []) for p in places}
     for r in range(a.rounds):
         for p in places:
-            hops, typ = one(p, a.n, a.keep)
+            hops, typ = one(p, a.n, a.keep, tuple(x for o in a.daemon for x in o.split("=", 1)))
             print(f"round {r + 1} {p}: ib_write_lat typical {typ:.2f} us, "
                   f"{len(hops.get('round trip (A post -> A post)', []))} round trips chained", flush=True)
             for k, v in hops.items():
