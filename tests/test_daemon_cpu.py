@@ -216,3 +216,18 @@ def test_daemon_loop_yields_by_the_budget(tmp_path, monkeypatch, budget, after_u
     finally:
         monkeypatch.undo()
         d.shutdown()
+
+
+def test_affinity_the_kernel_refuses_is_one_line(tmp_path, monkeypatch, capsys):
+    """A cpuset that changed between the check and the pin: the kernel's
+    EINVAL, one line, no daemon."""
+    import errno as _errno
+    from softrdma.device import main as main_mod, placement
+
+    def refuse(pid, cpus):
+        raise OSError(_errno.EINVAL, os.strerror(_errno.EINVAL))
+    monkeypatch.setattr(placement.os, "sched_setaffinity", refuse)
+    run = str(tmp_path / "run")
+    assert main_mod.main(["-f", "--run-dir", run, "--port", "0", "--cpu", "0"]) == 1
+    assert capsys.readouterr().err == "softrdmad: --cpu: cannot run on CPUs 0: Invalid argument\n"
+    assert not os.path.exists(os.path.join(run, "softrdmad.pid"))
