@@ -40,7 +40,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
-from perftest_bench import VETH_MTU, parse_table, placement, run_pair  # noqa: E402
+from perftest_bench import VETH_MTU, parse_table, placement, run_pair, start_daemon  # noqa: E402
 
 OP_WRITE_ONLY, OP_ACK = 0x0A, 0x11
 
@@ -169,7 +169,7 @@ def one(place: str, iters: int, keep: str | None = None, more: tuple = ()) -> tu
             apps = {0: ["taskset", "-c", str(cpus[0])], 1: ["taskset", "-c", str(cpus[-1])]}
             # each daemon with its host's CPU: the two are started one by one
             for i in range(2):
-                _start_one(hosts, i, ["--cpu", apps[i][-1], "--spin-us", "0", *more])
+                start_daemon(hosts, i, ["--cpu", apps[i][-1], "--spin-us", "0", *more])
         else:
             hosts.start_daemons([*dargs, *more])
 
@@ -192,17 +192,6 @@ def one(place: str, iters: int, keep: str | None = None, more: tuple = ()) -> tu
     finally:
         if keep is None:
             shutil.rmtree(trace, ignore_errors=True)
-
-
-def _start_one(hosts, i: int, args: list[str]) -> None:
-    from wait_helpers import DEADLINE_S, wait_for
-    os.makedirs(hosts.run_dirs[i], exist_ok=True)
-    log = open(os.path.join(hosts.run_dirs[i], "test-daemon.log"), "w")
-    hosts.daemons.append(hosts.popen(i, [sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir",
-                                         hosts.run_dirs[i], "--device", f"rxe0:{hosts.dev[i]}", *args],
-                                     stdout=log, stderr=subprocess.STDOUT))
-    pid = os.path.join(hosts.run_dirs[i], "softrdmad.pid")
-    wait_for(lambda: os.path.exists(pid), DEADLINE_S, "softrdmad to start", proc=hosts.daemons[i])
 
 
 def main() -> int:
