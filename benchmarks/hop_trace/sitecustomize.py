@@ -67,23 +67,35 @@ if _DIR:
             from softrdma.device import daemon as _daemon
             _stamped(_daemon.Daemon, "step")
 
+        def _op(p) -> int:
+            """The BTH opcode of a packet (-1: a batch object, e.g. a run of
+            segments, whose packets are not the latency path's)."""
+            try:
+                return p[0] if isinstance(p, (bytes, bytearray, memoryview)) else -1
+            except IndexError:
+                return -1
+
+        _in_burst = [False]
         _send = _net.RoceSocket.send
 
         def send(self, pkt, *a, **kw):
             ok = _send(self, pkt, *a, **kw)
-            _add(("tx", _now(), pkt[0]))
+            if not _in_burst[0]:
+                _add(("tx", _now(), _op(pkt)))
             return ok
         _net.RoceSocket.send = send
 
         _burst = _net.RoceSocket.send_burst
 
         def send_burst(self, pkts, *a, **kw):
-            if len(pkts) == 1 or self.v6 or not self.gso:
-                return _burst(self, pkts, *a, **kw)       # -> send, stamped there
-            n = _burst(self, pkts, *a, **kw)
+            _in_burst[0] = True                 # (it may send through send: stamped once, here)
+            try:
+                n = _burst(self, pkts, *a, **kw)
+            finally:
+                _in_burst[0] = False
             t = _now()
             for p in pkts:
-                _add(("tx", t, p[0]))
+                _add(("tx", t, _op(p)))
             return n
         _net.RoceSocket.send_burst = send_burst
 
@@ -93,7 +105,7 @@ if _DIR:
             t = _now()
             out = _recv(self, *a, **kw)
             for p in out:
-                _add(("rx", t, p[0][0]))
+                _add(("rx", t, _op(p[0])))
             return out
         _net.RoceSocket.recv = recv
 
