@@ -18,13 +18,16 @@ from wait_helpers import DEADLINE_S, wait_for
 
 
 class RunningDaemon:
-    def __init__(self, run_dir: str, devices=("rxe0:lo",), port: int = 0):
+    def __init__(self, run_dir: str, devices=("rxe0:lo",), port: int = 0, args=()):
         """``port`` 0: an ephemeral UDP port, so that test daemons (which talk
-        to themselves through the loopback path) never collide on 4791."""
+        to themselves through the loopback path) never collide on 4791.
+        ``args``: more softrdmad options (``--cpu 1``)."""
         self.run_dir = run_dir
+        extra = list(args)
         args = [sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir", run_dir, "--port", str(port)]
         for d in devices:
             args += ["--device", d]
+        args += extra
         self.log = open(os.path.join(run_dir, "test-daemon.log"), "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         sock = os.path.join(run_dir, "softrdmad.sock")

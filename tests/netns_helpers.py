@@ -53,12 +53,13 @@ class TwoHosts:
         env = {**os.environ, "SOFTRDMA_RUN": self.run_dirs[i], "SOFTRDMA_AUTOSTART": "0"}
         return subprocess.Popen(["ip", "netns", "exec", self.ns[i], *args], env=env, **kw)
 
-    def start_daemons(self) -> None:
+    def start_daemons(self, args=()) -> None:
+        """``args``: more softrdmad options for both (``--cpu 1``)."""
         for i in range(2):
             os.makedirs(self.run_dirs[i], exist_ok=True)
             log = open(os.path.join(self.run_dirs[i], "test-daemon.log"), "w")
             self.daemons.append(self.popen(i, [sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir",
-                                               self.run_dirs[i], "--device", f"rxe0:{self.dev[i]}"],
+                                               self.run_dirs[i], "--device", f"rxe0:{self.dev[i]}", *args],
                                            stdout=log, stderr=subprocess.STDOUT))
         for i in range(2):
             pid = os.path.join(self.run_dirs[i], "softrdmad.pid")

@@ -4,7 +4,10 @@ drives every device.
 One selector loop, one thread.  Inputs: the listening socket, each client's
 control connection, each device's UDP sockets, each QP/SRQ doorbell.  After
 any input, and while traffic flows, the loop polls the shared rings,
-routes what the transports produced, and fires QP timers.  After a quiet
+routes what the transports produced, and fires QP timers.  An empty pass
+gives the core away (``sched_yield``) -- at once, or, for a daemon pinned
+to CPUs of its own (``--cpu``), once its spin budget since the last work is
+spent (``placement``).  After a quiet
 spell (``SPIN_S``, 2 ms; env SOFTRDMA_SPIN_S for experiments) it tells
 every ring it sleeps (so the library rings the doorbell) and blocks until
 the next input or QP deadline.  Before a QP timer fires, the device's
@@ -44,6 +47,7 @@ from .core import Device
 from .gid import eui64
 from .net import gid_to_ip
 from .netdev import netdev_info
+from .placement import should_yield
 from .rdma_cm import RdmaCm
 from .session import MAX_CONTEXTS_PER_USER, PAGE_SIZE, Client, close_fds
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
@@ -58,8 +62,12 @@ class Daemon:
     """The loop, the listening socket, the clients and the devices of one
     run directory."""
 
-    def __init__(self, run_dir: str, devices: list[Device], limits: dict[str, int] | None = None):
+    def __init__(self, run_dir: str, devices: list[Device], limits: dict[str, int] | None = None,
+                 spin_budget_s: float = 0.0):
         self.run_dir = run_dir
+        # how long an empty pass keeps the core after the last work (0 but
+        # for a daemon pinned to CPUs of its own: placement.spin_budget_s)
+        self.spin_budget_s = spin_budget_s
         # --limit NAME=N: device limits lowered for every device hosted, and
         # max_contexts_per_user; pages of MRs charged per uid (RLIMIT_MEMLOCK)
         self.limits = dict(limits or {})
@@ -179,10 +187,11 @@ class Daemon:
                 if d is not None:
                     timeout = min(timeout, max(0.001, d - now))
         events = self.sel.select(timeout)
-        if not events and timeout == 0.0:
+        if not events and timeout == 0.0 and should_yield(now, self.last_busy, self.spin_budget_s):
             # spinning with nothing to do: give the core to the applications
             # (two cores, busy-polling apps and daemons: without this every
-            # round trip waits for a scheduler tick)
+            # round trip waits for a scheduler tick) -- at once, unless the
+            # daemon has a core to itself and the budget is not spent
             os.sched_yield()
         fd_map = self.sel.get_map()
         for key, _ in events:

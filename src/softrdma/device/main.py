@@ -1,6 +1,6 @@
 """``softrdmad`` / ``softrdma daemon``: start, stop and show the device daemon.
 
-    softrdmad [-f] [--run-dir DIR] [--port PORT] [--device NAME:NETDEV ...]
+    softrdmad [-f] [--run-dir DIR] [--port PORT] [--device NAME:NETDEV ...] [--cpu LIST [--spin-us N]]
     softrdmad status | stop [--run-dir DIR]
 
 Started by hand, the daemon hosts the devices given with ``--device`` and
@@ -15,6 +15,13 @@ once the daemon failed to start, with the daemon's one-line reason on
 stderr and exit status 1, so a starter never polls.  SIGTERM shuts down
 cleanly: every client connection is closed and the socket and pid file are
 removed; ``stop`` sends it and waits until the daemon is gone.
+
+``--cpu LIST`` pins the daemon (taskset's CPU list syntax; see
+``placement``): the NIC's interrupt affinity, for latency runs with the
+applications placed on the other CPUs (``taskset -c``).  Pinned to CPUs of
+its own, the loop polls ``--spin-us`` (default 50) after its last work
+before it gives the core away.  ``status`` names a pinned daemon's CPUs
+and the ones left for the applications.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from ..uapi.rundir import SOCKET_NAME, default_run_dir
 from .commands.link import make_device
 from .core import Device
 from .daemon import Daemon
+from .placement import (DEFAULT_SPIN_US, CpuListError, check_cpus, format_cpu_list, online_cpus, parse_cpu_list, pin,
+                        spin_budget_s)
 
 PID_NAME = "softrdmad.pid"
 LOG_NAME = "softrdmad.log"
@@ -68,7 +77,23 @@ def build_parser(prog: str = "softrdmad") -> Parser:
     p.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=N",
                    help="lower a resource limit (repeatable): a device attribute ("
                    + ", ".join(DeviceCaps.LIMITS) + ") for every device, or max_contexts_per_user")
+    p.add_argument("--cpu", type=_cpu_list, default=None, metavar="LIST",
+                   help="pin the daemon to these CPUs (taskset's syntax: 1 / 0,2 / 2-3 / 0-7:2), as a NIC's "
+                   "interrupt affinity; run the applications on the others (taskset -c) -- for latency")
+    p.add_argument("--spin-us", type=int_range(0, 1_000_000), default=None, metavar="N",
+                   help=f"with --cpu: poll N us after the last work before yielding the core (default "
+                   f"{DEFAULT_SPIN_US}; 0: yield at once); applies only when the CPUs are not all of them")
     return p
+
+
+def _cpu_list(text: str) -> frozenset[int]:
+    """``--cpu LIST``: parsed, and every CPU online and allowed to us."""
+    try:
+        cpus = parse_cpu_list(text)
+        check_cpus(cpus)
+    except CpuListError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return cpus
 
 
 def _limit(text: str) -> tuple[str, int]:
@@ -137,6 +162,18 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
     if pid:
         print(f"{prog}: already running in {run_dir} (pid {pid})", file=sys.stderr)
         return 1
+    if args.spin_us is not None and args.cpu is None:
+        print(f"{prog}: --spin-us needs --cpu: on a shared core spinning delays the applications",
+              file=sys.stderr)
+        return 1
+    spin_s = 0.0
+    if args.cpu is not None:
+        try:
+            pin(args.cpu)                       # before the fork: the daemon inherits it
+        except CpuListError as e:
+            print(f"{prog}: --cpu: {e}", file=sys.stderr)
+            return 1
+        spin_s = spin_budget_s(args.cpu, DEFAULT_SPIN_US if args.spin_us is None else args.spin_us)
     devices: list[Device] = []
     try:
         for spec in args.device or ():
@@ -148,7 +185,7 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
         print(msg.replace("softrdmad:", f"{prog}:", 1), file=sys.stderr)
         return 1
     if args.foreground:
-        return _serve(run_dir, devices, args.port, None, dict(args.limit), args.nice)
+        return _serve(run_dir, devices, args.port, None, dict(args.limit), args.nice, spin_s)
     r, w = os.pipe()
     child = os.fork()
     if child:
@@ -176,11 +213,11 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
     os.dup2(fd, 2)
     os.close(null)
     os.close(fd)
-    return _serve(run_dir, devices, args.port, w, dict(args.limit), args.nice)
+    return _serve(run_dir, devices, args.port, w, dict(args.limit), args.nice, spin_s)
 
 
 def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
-           limits: dict[str, int], nice: int = DEFAULT_NICE) -> int:
+           limits: dict[str, int], nice: int = DEFAULT_NICE, spin_s: float = 0.0) -> int:
     """Run the daemon until stopped.  ``ready_fd`` (background mode) gets
     "ok" once the pid file exists, or the reason the start failed."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s softrdmad[%(process)d] %(message)s")
@@ -205,7 +242,7 @@ def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
     signal.signal(signal.SIGTERM, stop_request)
     signal.signal(signal.SIGINT, stop_request)
     try:
-        daemon = Daemon(run_dir, devices, limits=limits)
+        daemon = Daemon(run_dir, devices, limits=limits, spin_budget_s=spin_s)
     except SystemExit as e:                 # e.g. another daemon holds the run directory's lock
         tell(str(e))
         if foreground:
@@ -228,9 +265,9 @@ def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
         with open(pid_path + ".tmp", "w") as f:
             f.write(f"{os.getpid()}\n")
         os.replace(pid_path + ".tmp", pid_path)
-        logging.info("serving %s in %s (nice %d)", ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})"
-                                                             for d in devices) or "no device", run_dir,
-                     nice_in_force)
+        logging.info("serving %s in %s (nice %d) on CPUs %s, spin %d us",
+                     ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})" for d in devices) or "no device",
+                     run_dir, nice_in_force, format_cpu_list(os.sched_getaffinity(0)), round(spin_s * 1e6))
         serving = True
         tell("ok")
         daemon.serve()                  # returns at once if a stop came already; shuts down either way
@@ -277,7 +314,25 @@ def status(run_dir: str, prog: str = "softrdmad") -> int:
         print("devices: none (add one: softrdma rdma link add rxe0 type rxe netdev NETDEV)")
     else:
         print("devices: " + ", ".join(f"{d['name']} (netdev {d['netdev']})" for d in devs))
+    cpus = _cpus_of(pid)
+    online = online_cpus()
+    if cpus is not None and cpus != online:     # pinned (--cpu): where its applications should not run
+        rest = online - cpus
+        print(f"cpus: {format_cpu_list(cpus)}" + (f" (latency: run the applications with taskset -c "
+                                                  f"{format_cpu_list(rest)})" if rest else ""))
     return 0
+
+
+def _cpus_of(pid: int) -> frozenset[int] | None:
+    """The CPUs process ``pid`` may run on (its Cpus_allowed_list)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return parse_cpu_list(line.split(":", 1)[1].strip())
+    except (OSError, CpuListError):
+        pass
+    return None
 
 
 def stop(run_dir: str, prog: str = "softrdmad") -> int:
