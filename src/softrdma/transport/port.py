@@ -290,16 +290,10 @@ class Port:
                     r = cache.get(key)
                     if r is None:
                         r = cache[key] = self._resolve(av, peers)
-                    if pkt.__class__ is SegmentRun:
-                        if r.runs and faults is None and tap is None:
-                            b = bursts.get(r.burst)
-                            if b is None:
-                                bursts[r.burst] = [pkt]
-                            else:
-                                b.append(pkt)
-                            continue
+                    if pkt.__class__ is SegmentRun and not (r.runs and faults is None and tap is None):
                         # a capture, fault injection, or a route that changed:
                         # the run as packets, in its place, and no more runs
+                        # (one that may go whole takes the socket's branch below)
                         qp.tx_runs = False
                         tx[:0] = [(qp, p, av) for p in pkt.packets()] + items[i + 1:]
                         break
