@@ -33,6 +33,9 @@ class FakeQP:
         if self.reply is not None and self.tx is not None:
             self.tx.append((self, *self.reply))
 
+    def enable_runs(self):
+        self.tx_runs = True
+
     def receive_batch(self, pkts, now, grhs=None):
         for i, p in enumerate(pkts):
             self.receive(p, now, grhs[i] if grhs else None)

@@ -200,3 +200,29 @@ def test_what_the_fast_loops_leave_to_the_checked_path(case):
         out = same([(IBV_WR_RDMA_WRITE, 15000)], [], IBV_MTU_1024,
                    access=IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
         assert out["scq"][0][1] != 0
+
+
+def test_enable_runs_raises_the_go_back_windows_ceiling():
+    """A QP whose packets leave through a device socket as runs keeps up to
+    512 PSNs unacknowledged; a window backed off by loss keeps its size and
+    regrows to the new ceiling, not past it; a reset goes back to rxe's 128."""
+    from softrdma.transport import completer
+    from softrdma.transport.limits import MAX_UNACKED_PSNS, RUN_UNACKED_PSNS
+    qp = Side(IBV_MTU_1024, 0, 0).qp
+    assert qp.cwnd == qp.cwnd_max == MAX_UNACKED_PSNS and not qp.tx_runs
+    qp.enable_runs()
+    assert qp.tx_runs and qp.cwnd == qp.cwnd_max == RUN_UNACKED_PSNS
+    backed = Side(IBV_MTU_1024, 0, 0).qp
+    backed.cwnd = 40.0
+    backed.enable_runs()
+    assert backed.cwnd == 40.0 and backed.cwnd_max == RUN_UNACKED_PSNS
+    for _ in range(100000):
+        completer.update_comp(backed, 0.0, 64)
+        if backed.cwnd >= RUN_UNACKED_PSNS:
+            break
+    assert backed.cwnd == RUN_UNACKED_PSNS
+    from softrdma.enums import ibv_qp_attr_mask as M, ibv_qp_state as QPS
+    from softrdma.transport.qp import QPAttr
+    qp.modify(QPAttr(qp_state=QPS.IBV_QPS_RESET), M.IBV_QP_STATE)
+    bring_up(qp)                                       # RESET -> ... -> RTS again
+    assert qp.cwnd == qp.cwnd_max == MAX_UNACKED_PSNS and not qp.tx_runs

@@ -246,3 +246,18 @@ def test_segment_run_packets_are_the_built_segments_without_icrc():
     assert len(run) == 4 * 524
     segs = F.Segments(memoryview(out), len(out) - 100, 528, 0x1234)
     assert segs.count == 4 and [len(p) for p in segs.packets()] == [524, 524, 524, 424]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(12, 300), ident=st.integers(0, 0xFFFF), sport=st.integers(1, 0xFFFF), data=st.data())
+def test_icrc_v4_c_equals_reference_and_ipv4flow(n, ident, sport, data):
+    pkt = data.draw(st.binary(min_size=n, max_size=n))
+    got = C.icrc_v4(pkt, ident, SRC, DST, sport, 4791)
+    assert got == F.py_icrc_v4(pkt, ident, SRC, DST, sport, 4791)
+    assert got == ICRC.pack(Ipv4Flow(SRC, DST, sport, 4791).icrc(pkt, ident))
+
+
+def test_icrc_v4_refuses_a_packet_without_a_bth():
+    for fn in (C.icrc_v4, F.py_icrc_v4):
+        with pytest.raises(ValueError):
+            fn(b"\0" * 11, 0, SRC, DST, 4791, 4791)

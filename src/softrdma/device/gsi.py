@@ -52,7 +52,7 @@ class Gsi:
     """QP1 of one device (one port)."""
 
     qp_num = IB_QP1
-    tx_runs = False            # as a transport QP's (``Port.route`` may set it): QP1 never emits SegmentRuns
+    tx_runs = None             # not a transport QP: the port never asks it for SegmentRuns
 
     def __init__(self, device):
         self.device = device

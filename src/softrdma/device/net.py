@@ -33,7 +33,7 @@ import socket
 import struct
 import sys
 from ..transport.counters import NetCounter, as_dict, new_net_counters
-from ..wire.fastpath import MAX_SEGMENTS, SegmentRun, Segments, build_middles, verify_segments
+from ..wire.fastpath import MAX_SEGMENTS, SegmentRun, Segments, build_middles, icrc_v4, verify_segments
 from ..wire.icrc import COMBO_DF, ICRC, ROCEV2_UDP_PORT, Ipv4Flow, Verdict, icrc, ipv6_header, udp_header, verify
 from .ipid import PeerIds
 
@@ -209,8 +209,7 @@ class RoceSocket:
             _log_tx_error(self, e, dst_ip)
             self.cnt[TX_ERRORS] += sum(p.count if p.__class__ is SegmentRun else 1 for p in pkts)
             return 0
-        icrc4 = flow.icrc
-        pack = ICRC.pack
+        src, fdst, sport = flow.src, flow.dst, flow.sport
         sendmsg = self.sock.sendmsg
         addr = (dst_ip, dport)
         cnt = self.cnt
@@ -243,7 +242,7 @@ class RoceSocket:
                     break
                 nbytes += size
                 iov.append(pkts[j])
-                iov.append(pack(icrc4(pkts[j], j - i)))    # segment k gets IP ID k
+                iov.append(icrc_v4(pkts[j], j - i, src, fdst, sport, dport))   # segment k gets IP ID k
                 j += 1
                 if size < seg:                             # a shorter one ends the run
                     break
@@ -292,7 +291,7 @@ class RoceSocket:
                 m = c - 1
                 iov = [out[:build_middles(out, run.hdr, payload[c0 * mtu:(c0 + m) * mtu], mtu, m, run.psn0 + c0,
                                           run.ackreq_last, src, dst, sport, dport)] if m else out[:0],
-                       tail, ICRC.pack(flow.icrc(tail, m))]
+                       tail, icrc_v4(tail, m, src, dst, sport, dport)]
                 nb = m * stride + len(tail) + 4
             else:
                 nb = build_middles(out, run.hdr, payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,

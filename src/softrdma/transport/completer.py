@@ -66,7 +66,6 @@ C = ints(Counter)
 SUCCESS = ST.IBV_WC_SUCCESS
 QPS_SQD = S.IBV_QPS_SQD
 QPS_RTR = S.IBV_QPS_RTR
-MAX_WND = float(limits.MAX_UNACKED_PSNS)
 
 _WC_OPCODE = wc_opcodes()
 _NAK_STATUS = {
@@ -152,9 +151,9 @@ def update_comp(qp, now: float, acked: int) -> None:
     """COMPST_UPDATE_COMP: forward progress of ``acked`` PSNs: counters back to their attribute
     values, timer re-armed, go-back window grown."""
     cwnd = qp.cwnd
-    if cwnd < MAX_WND:
+    if cwnd < qp.cwnd_max:
         cwnd += acked / cwnd
-        qp.cwnd = cwnd if cwnd < MAX_WND else MAX_WND
+        qp.cwnd = cwnd if cwnd < qp.cwnd_max else qp.cwnd_max
     qp.retry_cnt = qp.retry_cnt_init
     qp.rnr_retry = qp.rnr_retry_init
     qp.retry_psn = None

@@ -318,8 +318,8 @@ class Port:
                     else:
                         if tap is not None:
                             tap.packet(TX, qp.qp_num, r.src, r.dst, r.sport, r.dport, pkt)
-                        elif r.runs and not qp.tx_runs:
-                            qp.tx_runs = True
+                        elif r.runs and qp.tx_runs is False:      # (QP1's sender: None, never asks)
+                            qp.enable_runs()
                         b = bursts.get(r.burst)
                         if b is None:
                             bursts[r.burst] = [pkt]

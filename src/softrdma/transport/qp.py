@@ -53,7 +53,7 @@ from ..wire.opcodes import (
     IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, IB_OPCODE_XRC, OPCODE_TABLE, REQ_MASK, RESP_MASK,
 )
 from . import completer, requester, responder, unreliable
-from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS
+from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, RUN_UNACKED_PSNS
 from .segments import receive_segments
 from .counters import Counter, new_counters
 from .wr import ATOMIC_OPS, WQE_DONE, WQE_ERROR, WQE_POSTED, AddressVector, RecvWQE, SendWQE
@@ -319,9 +319,6 @@ class QP:
         # the same engine and nothing lies between them (transport.loopback)
         self.local_peer = None
         self.local_traffic = None      # (qp, peer, (pkts, bytes) to peer, (pkts, bytes) back): port counts
-        # set by the port when this QP's packets leave through a socket: the
-        # requester may then emit runs of MIDDLE packets as one SegmentRun
-        self.tx_runs = False
         self.opclass = {RC: IB_OPCODE_RC, UC: IB_OPCODE_UC, UD: IB_OPCODE_UD, XRC_INI: IB_OPCODE_XRC,
                         XRC_TGT: IB_OPCODE_XRC}[qp_type]
         self._rx = _rx_table(qp_type, self.opclass)
@@ -341,7 +338,11 @@ class QP:
         self.req_psn = a.sq_psn        # next PSN to send
         self.noack_pkts = 0
         self.rd_atomic_out = 0         # READ/ATOMIC requests sent and not completed
-        self.cwnd = float(MAX_UNACKED_PSNS)  # go-back window, see requester.py
+        self.cwnd_max = float(MAX_UNACKED_PSNS)   # its ceiling (``enable_runs`` raises it)
+        self.cwnd = self.cwnd_max      # go-back window, see requester.py
+        # set by the port when this QP's packets leave through a socket: the
+        # requester may then emit runs of MIDDLE packets as one SegmentRun
+        self.tx_runs = False
         self.req_sched = False         # the completer asks for a requester run ...
         self.req_need_retry = False    # ... that goes back to comp_psn first (rxe's req.need_retry)
         # completer
@@ -366,6 +367,16 @@ class QP:
         self.resources: deque = deque()  # responder resources (READ/ATOMIC replay)
         self.ack_coalesce = False      # inside receive_batch: hold plain ACKs back
         self.ack_pending = None        # (psn, msn) of the ACK held back
+
+    def enable_runs(self) -> None:
+        """The port's word that this QP's packets leave through a socket that
+        takes SegmentRuns: emit them, and keep up to ``RUN_UNACKED_PSNS``
+        unacknowledged (``limits``)."""
+        self.tx_runs = True
+        if self.cwnd_max < RUN_UNACKED_PSNS:
+            if self.cwnd >= self.cwnd_max:     # not backed off: the new ceiling at once
+                self.cwnd = float(RUN_UNACKED_PSNS)
+            self.cwnd_max = float(RUN_UNACKED_PSNS)
 
     def _set_live(self) -> None:
         """Copy the attributes the engines read per packet onto the QP."""

@@ -121,7 +121,7 @@ def _read_middles(qp, view, off: int, n: int, stride: int, mtu: int, now: float)
     qp.cnt[RCVD_BYTES] += k * mtu
     wqe.read_done = pos + k * mtu
     qp.comp_psn = (psn + k) & 0xFFFFFF
-    if qp.cwnd < completer.MAX_WND:            # the window grows per PSN, as one by one
+    if qp.cwnd < qp.cwnd_max:                  # the window grows per PSN, as one by one
         for _ in range(k):
             completer.update_comp(qp, now, 1)
     else:

@@ -11,7 +11,9 @@ with nothing to decide between them:
   segments: every segment's framing (``packet.rx_check``) and ICRC, under
   the IP ID its position gives it (``icrc.Ipv4Flow``: segment k, ID k);
 * ``place_middles`` -- the in-order MIDDLE packets of an RDMA WRITE or a
-  SEND in such a buffer, copied to where they go.
+  SEND in such a buffer, copied to where they go;
+* ``icrc_v4`` -- one packet's ICRC bytes for an IPv4 flow and IP ID (the
+  packets a socket sends one by one or appends to a run).
 
 Each exists twice: the Python reference below, and the compiled
 ``_fastpath`` (built from ``_fastpath.c`` by ``pip install`` where a C
@@ -151,6 +153,16 @@ def py_place_middles(buf, off: int, end: int, stride: int, opcode: int, psn: int
     return count, ack, nacks
 
 
+def py_icrc_v4(pkt, ident: int, src: bytes, dst: bytes, sport: int, dport: int) -> bytes:
+    """The 4 ICRC bytes of ``pkt`` (BTH .. pad) sent from ``src``:``sport``
+    to ``dst``:``dport`` with IP ID ``ident`` and DF (``Ipv4Flow.icrc``)."""
+    if len(src) != 4 or len(dst) != 4:
+        raise ValueError("src and dst must be 4 bytes (IPv4)")
+    if len(pkt) < BTH_BYTES:
+        raise ValueError("a packet starts with a 12-byte BTH")
+    return ICRC.pack(Ipv4Flow(bytes(src), bytes(dst), sport, dport).icrc(pkt, ident & 0xFFFF))
+
+
 # -- which implementation runs --------------------------------------------
 
 def _isal_crc32_address() -> int:
@@ -184,10 +196,12 @@ def _compiled():
 _C = _compiled()
 if _C is not None:
     IMPL = "c"
-    build_middles, verify_segments, place_middles = _C.build_middles, _C.verify_segments, _C.place_middles
+    build_middles, verify_segments, place_middles, icrc_v4 = (_C.build_middles, _C.verify_segments,
+                                                              _C.place_middles, _C.icrc_v4)
 else:
     IMPL = "python"
-    build_middles, verify_segments, place_middles = py_build_middles, py_verify_segments, py_place_middles
+    build_middles, verify_segments, place_middles, icrc_v4 = (py_build_middles, py_verify_segments,
+                                                              py_place_middles, py_icrc_v4)
 
 
 class SegmentRun:
@@ -240,5 +254,5 @@ class Segments:
         return [v[off:min(off + seg, n) - ICRC_BYTES] for off in range(0, n, seg)]
 
 
-__all__ = ["IMPL", "SegmentRun", "Segments", "build_middles", "verify_segments", "place_middles", "opcode_table",
-           "py_build_middles", "py_verify_segments", "py_place_middles"]
+__all__ = ["IMPL", "SegmentRun", "Segments", "build_middles", "verify_segments", "place_middles", "icrc_v4",
+           "opcode_table", "py_build_middles", "py_verify_segments", "py_place_middles", "py_icrc_v4"]
