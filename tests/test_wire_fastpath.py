@@ -261,3 +261,22 @@ def test_icrc_v4_refuses_a_packet_without_a_bth():
     for fn in (C.icrc_v4, F.py_icrc_v4):
         with pytest.raises(ValueError):
             fn(b"\0" * 11, 0, SRC, DST, 4791, 4791)
+
+
+def test_build_middles_with_its_last():
+    """A run may end with the message's LAST (its own BTH template): the C
+    and Python builds agree and only the final segment carries it."""
+    payload = os.urandom(5 * 256)
+    last = bth(0x08, se=1)
+    outs = []
+    for fn in (C.build_middles, F.py_build_middles):
+        out = bytearray(5 * 272)
+        fn(out, bth(), payload, 256, 5, 10, True, SRC, DST, 4791, 4791, last)
+        outs.append(out)
+    assert outs[0] == outs[1]
+    assert [outs[0][k * 272] for k in range(5)] == [0x07] * 4 + [0x08] and outs[0][4 * 272 + 1] == 0x80
+    run = F.SegmentRun(bth(), 10, 5, 256, memoryview(payload), True, last)
+    assert [bytes(p) for p in run.packets()] == [bytes(outs[0][k * 272:(k + 1) * 272 - 4]) for k in range(5)]
+    for fn in (C.build_middles, F.py_build_middles):
+        with pytest.raises(ValueError):
+            fn(bytearray(544), bth(), payload, 256, 2, 0, False, SRC, DST, 4791, 4791, b"\0" * 5)

@@ -290,12 +290,13 @@ class RoceSocket:
             if tail is not None and c0 + c == count:
                 m = c - 1
                 iov = [out[:build_middles(out, run.hdr, payload[c0 * mtu:(c0 + m) * mtu], mtu, m, run.psn0 + c0,
-                                          run.ackreq_last, src, dst, sport, dport)] if m else out[:0],
+                                          run.ackreq_last, src, dst, sport, dport, run.last_hdr)] if m else out[:0],
                        tail, icrc_v4(tail, m, src, dst, sport, dport)]
                 nb = m * stride + len(tail) + 4
             else:
+                final = c0 + c == count
                 nb = build_middles(out, run.hdr, payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
-                                   run.ackreq_last and c0 + c == count, src, dst, sport, dport)
+                                   run.ackreq_last and final, src, dst, sport, dport, run.last_hdr if final else b"")
                 iov = [out[:nb]]
             try:
                 self.sock.sendmsg(iov, cmsg if c > 1 else (), 0, addr)

@@ -40,7 +40,7 @@ from ..wire.headers import (
     ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, FETH, IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, feth_word,
     psn_diff,
 )
-from ..wire.fastpath import MAX_SEGMENTS as MAX_RUN, SegmentRun
+from ..wire.fastpath import BTH_BYTES, MAX_SEGMENTS as MAX_RUN, SegmentRun
 from ..wire.opcodes import IB_OPCODE_XRC, OP_RDMA_READ_REQUEST, OPCODE_TABLE
 from . import completer
 from . import loopback
@@ -220,14 +220,24 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
             room = ceil(qp.cwnd - ((psn - qp.comp_psn) & 0xFFFFFF))      # (cwnd regrows in fractions)
             k = min((rem - 1) // mtu, room, MAX_PKT_PER_ACK - qp.noack_pkts, MAX_RUN)
             if k >= 2:
-                ackreq = qp.noack_pkts + k >= MAX_PKT_PER_ACK or k == room
+                # ... and the LAST too when it is as long and fits (a 12-byte header, a full MTU)
+                last_hdr = b""
+                if rem == (k + 1) * mtu and k < room and k < MAX_RUN:
+                    linfo = OPCODE_TABLE[opclass | ops[2]]
+                    if linfo.length == BTH_BYTES:
+                        last_hdr = BTH.pack(linfo.opcode, flags_last, pkey, dqpn, 0)
+                        k += 1
+                        done = True
+                ackreq = done or qp.noack_pkts + k >= MAX_PKT_PER_ACK or k == room
                 qp.noack_pkts = 0 if ackreq else qp.noack_pkts + k
                 info = OPCODE_TABLE[opclass | ops[1]]
                 tx.append((qp, SegmentRun(BTH.pack(info.opcode, 0, pkey, dqpn, 0), psn, k, mtu,
-                                          views[0][off:off + k * mtu], ackreq), av))
+                                          views[0][off:off + k * mtu], ackreq, last_hdr), av))
                 psn = (psn + k) & 0xFFFFFF
                 off += k * mtu
                 sent += k
+                if done:
+                    break
                 continue
         if rem <= mtu:
             n = rem
