@@ -124,3 +124,21 @@ def test_a_damaged_buffer_goes_the_checked_way(pair):
     assert all(it[0].__class__ is not Segments for it in out)
     assert [bytes(it[0]) for it in out] == [bytes(p) for i, p in enumerate(good) if i != 3]
     assert b.stats["rx_icrc_errors"] == 1
+
+
+def test_a_full_send_then_the_packet_after_it(pair):
+    """A run that fills its GSO send exactly, ending with its message's
+    LAST, and the next message's first packet (as long) after it: the
+    LAST keeps its opcode and AckReq, the next packet goes in a send of its
+    own -- the same packets as one by one."""
+    a, b = pair
+    for i in range(4):
+        a.send(bth(0x06, i) + bytes(16) + bytes(8), "127.0.0.1", b.port)
+    recv_all(b, 4)
+    per = 65000 // (MTU + 16)
+    run = SegmentRun(bth(0x01), 7, per, MTU, memoryview(os.urandom(per * MTU)), True, bth(0x02))
+    nxt = bth(0x00, 7 + per) + os.urandom(MTU)                  # the next SEND's FIRST: as long as a MIDDLE
+    assert a.send_burst([run, nxt], "127.0.0.1", b.port) == per + 1
+    got = flatten(recv_all(b, per + 1))
+    assert got == [bytes(p) for p in run.packets()] + [nxt]
+    assert got[per - 1][0] == 0x02 and got[per - 1][8] == 0x80

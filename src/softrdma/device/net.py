@@ -294,7 +294,7 @@ class RoceSocket:
                        tail, icrc_v4(tail, m, src, dst, sport, dport)]
                 nb = m * stride + len(tail) + 4
             else:
-                final = c0 + c == count
+                final = c0 + c == run.count             # (count may include the tail)
                 nb = build_middles(out, run.hdr, payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
                                    run.ackreq_last and final, src, dst, sport, dport, run.last_hdr if final else b"")
                 iov = [out[:nb]]
