@@ -39,6 +39,7 @@ from ..cliargs import Parser, int_range, udp_port
 from ..transport.qp import DeviceCaps
 from ..uapi.control import recv_msg, send_msg
 from ..uapi.rundir import SOCKET_NAME, default_run_dir
+from ..wire import fastpath
 from .commands.link import make_device
 from .core import Device
 from .daemon import Daemon
@@ -265,9 +266,10 @@ def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
         with open(pid_path + ".tmp", "w") as f:
             f.write(f"{os.getpid()}\n")
         os.replace(pid_path + ".tmp", pid_path)
-        logging.info("serving %s in %s (nice %d) on CPUs %s, spin %d us",
+        logging.info("serving %s in %s (nice %d) on CPUs %s, spin %d us, data path %s",
                      ", ".join(f"{d.name} ({d.netdev} {' '.join(d.addresses)})" for d in devices) or "no device",
-                     run_dir, nice_in_force, format_cpu_list(os.sched_getaffinity(0)), round(spin_s * 1e6))
+                     run_dir, nice_in_force, format_cpu_list(os.sched_getaffinity(0)), round(spin_s * 1e6),
+                     fastpath.describe())
         serving = True
         tell("ok")
         daemon.serve()                  # returns at once if a stop came already; shuts down either way

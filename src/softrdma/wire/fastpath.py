@@ -206,6 +206,15 @@ else:
                                                               py_place_middles, py_icrc_v4)
 
 
+def describe() -> str:
+    """Which loops run, for the daemon's log."""
+    if IMPL == "c":
+        return "compiled (CRC-32: ISA-L)" if _isal_crc32_address() else "compiled (CRC-32: zlib)"
+    if os.environ.get("SOFTRDMA_DATAPATH", "").lower() == "python":
+        return "Python (SOFTRDMA_DATAPATH=python)"
+    return "Python (the compiled loops are not built: install gcc and python3-dev, then reinstall softrdma)"
+
+
 class SegmentRun:
     """``count`` MIDDLE packets of one message, not yet built: the BTH
     template ``hdr`` (PSN 0, no AckReq), the first PSN, the payload (a
@@ -259,5 +268,5 @@ class Segments:
         return [v[off:min(off + seg, n) - ICRC_BYTES] for off in range(0, n, seg)]
 
 
-__all__ = ["IMPL", "SegmentRun", "Segments", "build_middles", "verify_segments", "place_middles", "icrc_v4",
+__all__ = ["IMPL", "describe", "SegmentRun", "Segments", "build_middles", "verify_segments", "place_middles", "icrc_v4",
            "opcode_table", "py_build_middles", "py_verify_segments", "py_place_middles", "py_icrc_v4"]
