@@ -12,8 +12,14 @@ execute here, in SQ order, without the wire (``mw.local_op``).  AckReq goes
 on the last packet of each message, at least every 64 packets, and on the
 packet that fills the window.
 
+Where the port says the QP's packets leave through a socket
+(``qp.tx_runs``), the MIDDLE packets of a message -- and its LAST when that
+is as long, with a 12-byte header -- go into ``tx`` as one
+``wire.fastpath.SegmentRun``, ending where AckReq is due; the socket builds
+them (the same bytes as one by one, ``tests/test_transport_segments.py``).
+
 The go-back window (``qp.cwnd``) is at most 128 unacknowledged PSNs, as in
-rxe.  Every go-back (a sequence NAK, an implied NAK, a timeout) halves it,
+rxe (512 for a QP whose packets go out as runs: ``QP.enable_runs``).  Every go-back (a sequence NAK, an implied NAK, a timeout) halves it,
 down to 16; acknowledged PSNs grow it back by one per window's worth.  On a
 clean link it stays at 128; on a lossy one it keeps a single loss from
 costing 128 retransmissions (go-back-N re-sends everything in flight).
