@@ -176,14 +176,16 @@ class RoceSocket:
             if self.v6:
                 dst, addr = self._dst6(dst_ip, dport)
                 n = len(pkt) + 4
-                crc = icrc(ipv6_header(self.ip_bytes, dst, n), udp_header(self.port, dport, n), pkt)
+                crc = ICRC.pack(icrc(ipv6_header(self.ip_bytes, dst, n), udp_header(self.port, dport, n), pkt))
             else:
                 addr = (dst_ip, dport)
-                crc = self._flow(dst_ip, dport).icrc(pkt)
+                flow = self._flow(dst_ip, dport)
+                crc = (icrc_v4(pkt, 0, flow.src, flow.dst, flow.sport, dport) if len(pkt) >= 12
+                       else ICRC.pack(flow.icrc(pkt)))       # (no BTH: only a test sends that)
             if corrupt_bit is not None:
                 pkt = bytearray(pkt)
                 pkt[corrupt_bit >> 3] ^= 1 << (corrupt_bit & 7)
-            self.sock.sendmsg([pkt, ICRC.pack(crc)], (), 0, addr)
+            self.sock.sendmsg([pkt, crc], (), 0, addr)
         except OSError as e:
             # whatever the kernel refuses (a destination it cannot send to from
             # this address: EINVAL, EPERM from a firewall, ...) is one lost packet,
