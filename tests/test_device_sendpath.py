@@ -1,4 +1,4 @@
-"""The same-daemon SEND path (device.sendpath) against the object path.
+"""The same-daemon SEND / WRITE path (device.sendpath) against the object path.
 
 Two RC QPs of one in-process ``Device`` with real shared-memory rings: the
 library's side is played with the library's own ring ends
@@ -25,7 +25,8 @@ from softrdma.device import core, sendpath
 from softrdma.device.core import DevChannel, DevCQ, Device, DevQP, DevSRQ
 from softrdma.enums import (
     IBV_MTU_1024, IBV_QPT_RC, IBV_SEND_FENCE, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
-    IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, IBV_WC_SEND, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WR_RDMA_WRITE,
+    IBV_WC_LOC_LEN_ERR, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND, IBV_WC_SUCCESS,
+    IBV_WC_WITH_IMM, IBV_WR_RDMA_WRITE,
     IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
 )
 from softrdma.sim import connect_qps
@@ -119,7 +120,7 @@ class Rig:
 
     # -- the application's side
     def send(self, wr_id, length=64, *, off=0, opcode=IBV_WR_SEND, flags=IBV_SEND_SIGNALED, imm=0, sges=None,
-             inline=None, qp="a"):
+             inline=None, qp="a", remote_off=0, rkey=None):
         prod = self.a_sq if qp == "a" else self.b_sq
         mr = self.ma if qp == "a" else self.mb
         slot = prod.next_slot()
@@ -128,8 +129,8 @@ class Rig:
             abi.encode_send_wqe(slot, wr_id, opcode, flags | IBV_SEND_INLINE, inline=inline, imm_data=imm)
         else:
             sg = sges if sges is not None else [(mr.addr + off, length, mr.lkey)]
-            abi.encode_send_wqe(slot, wr_id, opcode, flags, sg, imm_data=imm, remote_addr=self.mb.addr,
-                                rkey=self.mb.rkey)
+            abi.encode_send_wqe(slot, wr_id, opcode, flags, sg, imm_data=imm, remote_addr=self.mb.addr + remote_off,
+                                rkey=self.mb.rkey if rkey is None else rkey)
         prod.commit()
 
     def recv(self, wr_id, length=64, *, off=0, sges=None):
@@ -357,14 +358,14 @@ def test_multi_sge_inline_fence_write_mixed_in_order(monkeypatch):
         r.send(2, 64, off=3)                                   # fast again (once the SQ is empty)
         r.send(3, inline=b"inline bytes")                      # inline: objects
         r.send(4, 64, flags=IBV_SEND_SIGNALED | IBV_SEND_FENCE)   # fence: objects
-        r.send(5, 100, opcode=IBV_WR_RDMA_WRITE)               # not a SEND: objects
+        r.send(5, 100, opcode=IBV_WR_RDMA_WRITE)               # a WRITE: slot to slot too
         r.send(6, 64, off=9)
         r.send(7, 64, off=11)
         r.send(8, 100, off=40)                                 # into the two-SGE receive: objects
         r.run(steps=4)
     fast, slow, carried = both(monkeypatch, scenario)
     assert fast == slow
-    assert 1 <= carried <= 4
+    assert 1 <= carried <= 5
     assert [w.wr_id for w in _wcs(fast[0][0]) if w.wr_id != 999_000] == list(range(9))
     assert [(w.wr_id, w.status) for w in _wcs(fast[0][3]) if w.wr_id != 999_000] == [
         (i, IBV_WC_SUCCESS) for i in range(8)]          # (the WRITE takes no receive)
@@ -428,3 +429,44 @@ def test_push_cqes_writes_what_push_writes(ext):
     assert notify and any(n for _, n in got)
     assert one.overrun and batch.overrun
     assert bytes(rings[0].buf) == bytes(rings[1].buf)
+
+
+def test_writes_same_cqes_bytes_counters(monkeypatch):
+    """RDMA WRITEs of every size (none, one packet, several), signaled or
+    not, mixed with SENDs: slot to slot, the same as the object path."""
+    def scenario(r):
+        r.resolve_route()
+        for i in range(30):
+            size = (0, 8, 1024, 1025, 5000)[i % 5]
+            r.send(i, size, off=i * 11, opcode=IBV_WR_RDMA_WRITE, flags=IBV_SEND_SIGNALED if i % 3 else 0,
+                   remote_off=i * 997)
+            if i % 7 == 6:
+                r.step()
+        r.recv(500, 128)
+        r.send(500, 100)
+        r.run()
+    fast, slow, carried = both(monkeypatch, scenario)
+    assert fast == slow
+    assert carried == 31
+    wcs = [w for w in _wcs(fast[0][0]) if w.wr_id != 999_000]
+    assert [(w.wr_id, w.opcode, w.byte_len) for w in wcs] == [
+        (i, IBV_WC_RDMA_WRITE, (0, 8, 1024, 1025, 5000)[i % 5]) for i in range(30) if i % 3] + [(500, IBV_WC_SEND, 100)]
+
+
+@pytest.mark.parametrize("case", ["bad_rkey", "out_of_bounds"])
+def test_a_write_the_peer_refuses_takes_the_object_path(monkeypatch, case):
+    """A WRITE the responder would NAK (an rkey it does not know, a range
+    outside the MR) is left to the packets: the same error completion."""
+    def scenario(r):
+        r.resolve_route()
+        r.send(1, 64, opcode=IBV_WR_RDMA_WRITE)
+        if case == "bad_rkey":
+            r.send(2, 64, opcode=IBV_WR_RDMA_WRITE, rkey=r.mb.rkey ^ 0x100)
+        else:
+            r.send(2, 64, opcode=IBV_WR_RDMA_WRITE, remote_off=(1 << 16) - 32)
+        r.run(steps=6, dt=0.01)
+    fast, slow, carried = both(monkeypatch, scenario)
+    assert fast == slow
+    assert carried == 1
+    assert [(w.wr_id, w.status) for w in _wcs(fast[0][0]) if w.wr_id != 999_000] == [
+        (1, IBV_WC_SUCCESS), (2, IBV_WC_REM_ACCESS_ERR)]

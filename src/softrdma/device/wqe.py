@@ -14,9 +14,10 @@ import struct
 from ..transport.wr import RecvWQE, SendWQE
 from ..uapi.abi import IBV_SEND_INLINE, RECV_WQE_HDR, SEND_WQE_HDR, SGE
 
-#: wr_id, opcode, num_sge, send_flags, imm_data, ah_handle, then the first
-#: SGE's addr, length, lkey (offsets: ``uapi.abi``'s send WQE)
-SEND_SGE1 = struct.Struct("<QBBHI32xI12xQII")
+#: wr_id, opcode, num_sge, send_flags, imm_data, remote_addr, rkey,
+#: ah_handle, then the first SGE's addr, length, lkey (offsets:
+#: ``uapi.abi``'s send WQE)
+SEND_SGE1 = struct.Struct("<QBBHIQI20xI12xQII")
 #: wr_id, num_sge, then the first SGE's addr, length, lkey
 RECV_SGE1 = struct.Struct("<QI4xQII")
 assert SEND_SGE1.size == SEND_WQE_HDR.size + SGE.size and RECV_SGE1.size == RECV_WQE_HDR.size + SGE.size
