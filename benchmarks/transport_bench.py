@@ -66,7 +66,7 @@ def as_segments(run, out: list) -> None:
         buf = bytearray(c * stride)
         n = fastpath.build_middles(buf, run.hdr, run.payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
                                    run.ackreq_last and c0 + c == run.count, SRC, DST, PORT, PORT,
-                                   run.last_hdr if c0 + c == run.count else b"")
+                                   run.last_hdr if c0 + c == run.count else b"", run.first_hdr if c0 == 0 else b"")
         dqpn = fastpath.verify_segments(buf, n, stride, SRC, DST, PORT, PORT)
         assert dqpn >= 0
         out.append(fastpath.Segments(memoryview(buf), n, stride, dqpn))

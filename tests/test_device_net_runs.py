@@ -142,3 +142,20 @@ def test_a_full_send_then_the_packet_after_it(pair):
     got = flatten(recv_all(b, per + 1))
     assert got == [bytes(p) for p in run.packets()] + [nxt]
     assert got[per - 1][0] == 0x02 and got[per - 1][8] == 0x80
+
+
+def test_consecutive_runs_share_their_gso_sends(pair):
+    """Two SENDs, each a run from its FIRST to its LAST, go in one GSO send
+    (the second starts where the first ends), and arrive as the same packets."""
+    a, b = pair
+    for i in range(4):
+        a.send(bth(0x06, i) + bytes(16) + bytes(8), "127.0.0.1", b.port)
+    recv_all(b, 4)
+    runs = [SegmentRun(bth(0x01), 100 + 16 * m, 16, MTU, memoryview(os.urandom(16 * MTU)), True, bth(0x02), bth(0x00))
+            for m in range(2)]
+    gso0 = a.stats["tx_gso_sends"]
+    assert a.send_burst(runs, "127.0.0.1", b.port) == 32
+    assert a.stats["tx_gso_sends"] - gso0 == 1
+    got = flatten(recv_all(b, 32))
+    assert got == [bytes(p) for r in runs for p in r.packets()]
+    assert [p[0] for p in got] == ([0x00] + [0x01] * 14 + [0x02]) * 2

@@ -28,6 +28,7 @@ from transport_helpers import ALL_ACCESS, bring_up, new_qp
 SRC, DST = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
 RUNS: list = []                   # the sizes of the SegmentRuns a sent (fast transfers)
 LASTS: list = []                  # ... and whether each carried its message's LAST
+FIRSTS: list = []                 # ... or its FIRST
 PATTERN = bytes((i * 7 + 3) & 0xFF for i in range(1 << 18))
 
 
@@ -68,7 +69,7 @@ def run_buffers(run: SegmentRun, mtu: int) -> list[Segments]:
         buf = bytearray(c * (mtu + 16))
         n = build_middles(buf, run.hdr, run.payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
                           run.ackreq_last and c0 + c == run.count, SRC, DST, 4791, 4791,
-                          run.last_hdr if c0 + c == run.count else b"")
+                          run.last_hdr if c0 + c == run.count else b"", run.first_hdr if c0 == 0 else b"")
         dqpn = verify_segments(buf, n, mtu + 16, SRC, DST, 4791, 4791)
         assert dqpn >= 0
         out.append(Segments(memoryview(buf), n, mtu + 16, dqpn))
@@ -95,6 +96,7 @@ def pump(a: Side, b: Side, fast: bool, wire: list, rounds: int = 10000) -> None:
                     assert fast
                     RUNS.append(pkt.count)
                     LASTS.append(bool(pkt.last_hdr))
+                    FIRSTS.append(bool(pkt.first_hdr))
                     if src is a:
                         wire.extend(bytes(p) for p in pkt.packets())
                     if group:
@@ -182,10 +184,12 @@ def test_a_long_transfer_uses_runs_and_fills_the_window():
     packet and at the window's edge, and the result is the same."""
     RUNS.clear()
     LASTS.clear()
+    FIRSTS.clear()
     out = same([(IBV_WR_RDMA_WRITE, 65536)] * 3 + [(IBV_WR_SEND, 16384)] * 2 + [(IBV_WR_RDMA_READ, 65536)],
                [16384] * 2, IBV_MTU_256, 0xFFFF00)
     assert 64 in RUNS and 254 in RUNS and sum(RUNS) > 850     # requests in runs of at most 64; READ responses in one
     assert any(LASTS) and not all(LASTS)                       # some runs ended with the LAST, others not
+    assert any(FIRSTS) and not all(FIRSTS)                     # the SENDs' runs began with their FIRST
     assert len(out["scq"]) == 6 and all(wc[1] == 0 for wc in out["scq"])
     fast_a = transfer(True, IBV_MTU_256, 0, [(IBV_WR_RDMA_WRITE, 65536)], [])
     assert fast_a["state"][2] == 256

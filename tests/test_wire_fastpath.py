@@ -280,3 +280,27 @@ def test_build_middles_with_its_last():
     for fn in (C.build_middles, F.py_build_middles):
         with pytest.raises(ValueError):
             fn(bytearray(544), bth(), payload, 256, 2, 0, False, SRC, DST, 4791, 4791, b"\0" * 5)
+
+
+def test_build_middles_with_its_first_and_a_later_place_in_the_send():
+    """A SEND's run starts with its FIRST (as long as a MIDDLE) and may
+    start part-way through a GSO send (``id0``): the C and Python builds
+    agree, the FIRST's template is used once, each ICRC is for IP ID id0 + i."""
+    payload = os.urandom(4 * 256)
+    first, last = bth(0x00), bth(0x02)
+    outs = []
+    for fn in (C.build_middles, F.py_build_middles):
+        out = bytearray(4 * 272)
+        fn(out, bth(0x01), payload, 256, 4, 0xFFFFFF, True, SRC, DST, 4791, 4791, last, first, 9)
+        outs.append(out)
+    assert outs[0] == outs[1]
+    assert [outs[0][k * 272] for k in range(4)] == [0x00, 0x01, 0x01, 0x02]
+    for k in range(4):
+        seg = memoryview(outs[0])[k * 272:(k + 1) * 272]
+        assert verify(seg, src=SRC, dst=DST, sport=4791, dport=4791, expect=COMBO_DF | (9 + k)) == \
+            (Verdict.ID_RECOVERED, COMBO_DF | (9 + k))
+    run = F.SegmentRun(bth(0x01), 0xFFFFFF, 4, 256, memoryview(payload), True, last, first)
+    assert [bytes(p) for p in run.packets()] == [bytes(outs[0][k * 272:(k + 1) * 272 - 4]) for k in range(4)]
+    for fn in (C.build_middles, F.py_build_middles):
+        with pytest.raises(ValueError):           # beyond the 64 segments of one GSO send
+            fn(bytearray(4 * 272), bth(0x01), payload, 256, 4, 0, False, SRC, DST, 4791, 4791, b"", b"", 61)

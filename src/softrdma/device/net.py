@@ -220,16 +220,20 @@ class RoceSocket:
         while i < n:
             run = pkts[i]
             if run.__class__ is SegmentRun:
-                # the packet after the run (its message's LAST) joins its last
-                # GSO send when it is no longer than a MIDDLE
-                tail = pkts[i + 1] if i + 1 < n else None
+                # the runs that follow it (same MTU) share its GSO sends, and
+                # the packet after them (a message's LAST) joins the last one
+                # when it is no longer than a MIDDLE
+                j = i + 1
+                while j < n and pkts[j].__class__ is SegmentRun and pkts[j].mtu == run.mtu:
+                    j += 1
+                tail = pkts[j] if j < n else None
                 if tail is not None and (tail.__class__ is SegmentRun or len(tail) > run.mtu + 12):
                     tail = None
-                k = self._send_run(run, flow, addr, tail)
+                k = self._send_runs(pkts[i:j], flow, addr, tail)
                 if k < 0:                                  # no UDP GSO here after all
                     return sent + sum(self.send(p, dst_ip, dport) for p in _packets(pkts[i:]))
                 sent += k
-                i += 1 if tail is None else 2
+                i = j if tail is None else j + 1
                 continue
             seg = len(pkts[i]) + 4
             limit = min(GSO_MAX_SEGS, GSO_MAX_BYTES // seg)
@@ -270,38 +274,49 @@ class RoceSocket:
             i = j
         return sent
 
-    def _send_run(self, run: SegmentRun, flow: Ipv4Flow, addr: tuple, tail=None) -> int:
-        """A run of MIDDLE packets as UDP GSO sends, built by
-        ``fastpath.build_middles`` straight into the send buffer (segment k
-        of each send: IP ID k); ``tail``, a packet no longer than a MIDDLE,
-        goes as the last segment of the last send.  Returns how many packets
-        the kernel took, -1 if it refused UDP GSO (``gso`` is then off;
-        nothing of the run went)."""
-        mtu, count = run.mtu, run.count
+    def _send_runs(self, runs: list, flow: Ipv4Flow, addr: tuple, tail=None) -> int:
+        """Consecutive SegmentRuns of one MTU as UDP GSO sends, built by
+        ``fastpath.build_middles`` straight into the send buffer: a send is
+        filled across runs (a SEND's run holds its whole message, so the
+        next message's packets share the last send of the one before), each
+        segment's ICRC for the IP ID of its place; ``tail``, a packet no
+        longer than a MIDDLE, goes as the last segment of the last send.
+        Returns how many packets the kernel took, -1 if it refused UDP GSO
+        (``gso`` is then off; nothing went)."""
+        mtu = runs[0].mtu
         stride = mtu + 16
         per = min(MAX_SEGMENTS, GSO_MAX_BYTES // stride)
         cmsg = [(SOL_UDP, UDP_SEGMENT, _SEGSIZE.pack(stride))]
-        out, payload = self._txview, run.payload
+        out = self._txview
         src, dst, sport, dport = flow.src, flow.dst, flow.sport, flow.dport
         cnt = self.cnt
+        left = sum(r.count for r in runs) + (tail is not None)
         sent = 0
-        if tail is not None:                        # its own send if the last one is full
-            count += 1
-        for c0 in range(0, count, per):
-            c = min(per, count - c0)
-            if tail is not None and c0 + c == count:
-                m = c - 1
-                iov = [out[:build_middles(out, run.hdr, payload[c0 * mtu:(c0 + m) * mtu], mtu, m, run.psn0 + c0,
-                                          run.ackreq_last, src, dst, sport, dport, run.last_hdr)] if m else out[:0],
-                       tail, icrc_v4(tail, m, src, dst, sport, dport)]
-                nb = m * stride + len(tail) + 4
-            else:
-                final = c0 + c == run.count             # (count may include the tail)
-                nb = build_middles(out, run.hdr, payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
-                                   run.ackreq_last and final, src, dst, sport, dport, run.last_hdr if final else b"")
-                iov = [out[:nb]]
+        ri, pi = 0, 0                               # the run, and the packet in it, that come next
+        while left:
+            c = per if left > per else left
+            k = nb = 0
+            iov = None
+            while k < c:
+                if ri == len(runs):                 # the tail, last of the last send
+                    iov = [out[:nb], tail, icrc_v4(tail, k, src, dst, sport, dport)]
+                    nb += len(tail) + 4
+                    k += 1
+                    break
+                r = runs[ri]
+                take = min(c - k, r.count - pi)
+                final = pi + take == r.count
+                nb += build_middles(out[nb:], r.hdr, r.payload[pi * mtu:(pi + take) * mtu], mtu, take, r.psn0 + pi,
+                                    r.ackreq_last and final, src, dst, sport, dport,
+                                    r.last_hdr if final else b"", r.first_hdr if pi == 0 else b"", k)
+                k += take
+                if final:
+                    ri, pi = ri + 1, 0
+                else:
+                    pi += take
+            left -= c
             try:
-                self.sock.sendmsg(iov, cmsg if c > 1 else (), 0, addr)
+                self.sock.sendmsg(iov or [out[:nb]], cmsg if c > 1 else (), 0, addr)
             except OSError as e:
                 if c > 1 and not sent and e.errno in (errno.EINVAL, errno.ENOPROTOOPT, errno.EIO):
                     self.gso = False

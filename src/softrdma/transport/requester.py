@@ -13,8 +13,8 @@ on the last packet of each message, at least every 64 packets, and on the
 packet that fills the window.
 
 Where the port says the QP's packets leave through a socket
-(``qp.tx_runs``), the MIDDLE packets of a message -- and its LAST when that
-is as long, with a 12-byte header -- go into ``tx`` as one
+(``qp.tx_runs``), the MIDDLE packets of a message -- and its FIRST and LAST
+when they are as long, with a 12-byte header (a SEND's) -- go into ``tx`` as one
 ``wire.fastpath.SegmentRun``, ending where AckReq is due; the socket builds
 them (the same bytes as one by one, ``tests/test_transport_segments.py``).
 
@@ -216,11 +216,14 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
     # runs of MIDDLE packets go as one SegmentRun where the port asked for
     # them (``qp.tx_runs``: the packets leave through a socket)
     runs = rc and qp.tx_runs and xrc_srqn < 0 and len(views) == 1 and type(views[0]) is memoryview
+    # ... from the FIRST on when that is as long as a MIDDLE (a SEND's: no RETH)
+    first_info = OPCODE_TABLE[opclass | ops[0]] if runs else None
+    first_ok = runs and first_info.length == BTH_BYTES
     while True:
         if rc and (psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
             break
         rem = length - off
-        if runs and off and rem > 2 * mtu:
+        if runs and rem > 2 * mtu and (off or first_ok):
             # k MIDDLEs: not the LAST, within the window, and ending where
             # AckReq is due (every 64th packet, the one that fills the window)
             room = ceil(qp.cwnd - ((psn - qp.comp_psn) & 0xFFFFFF))      # (cwnd regrows in fractions)
@@ -237,8 +240,9 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
                 ackreq = done or qp.noack_pkts + k >= MAX_PKT_PER_ACK or k == room
                 qp.noack_pkts = 0 if ackreq else qp.noack_pkts + k
                 info = OPCODE_TABLE[opclass | ops[1]]
+                first_hdr = b"" if off else BTH.pack(first_info.opcode, 0, pkey, dqpn, 0)
                 tx.append((qp, SegmentRun(BTH.pack(info.opcode, 0, pkey, dqpn, 0), psn, k, mtu,
-                                          views[0][off:off + k * mtu], ackreq, last_hdr), av))
+                                          views[0][off:off + k * mtu], ackreq, last_hdr, first_hdr), av))
                 psn = (psn + k) & 0xFFFFFF
                 off += k * mtu
                 sent += k

@@ -4,11 +4,11 @@
  * Four functions, each the exact counterpart of a Python reference in
  * softrdma/wire/fastpath.py (the tests compare them byte for byte):
  *
- *   build_middles   -- a run of MIDDLE packets of one message (and its LAST,
- *                      when that is as long), BTH from a template with the
- *                      PSN (and AckReq on the last) patched, payload copied,
- *                      ICRC appended, laid out as the segments of one UDP
- *                      GSO send (segment k: IP ID k);
+ *   build_middles   -- a run of MIDDLE packets of one message (and its FIRST
+ *                      and LAST, when they are as long), BTH from a template
+ *                      with the PSN (and AckReq on the last) patched, payload
+ *                      copied, ICRC appended, laid out as the segments of one
+ *                      UDP GSO send (segment k: IP ID id0 + k);
  *   verify_segments -- a UDP GRO buffer of a GSO-sending peer: every
  *                      segment's framing (rx_check) and ICRC under the IP ID
  *                      its position gives it; the common DestQP, or -1 when
@@ -148,22 +148,30 @@ static PyObject *py_crc32(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(c);
 }
 
-/* build_middles(out, hdr, payload, mtu, count, psn0, ackreq_last, src, dst, sport, dport, last)
- *   -> bytes written; last: b"" or the 12-byte BTH template of the final packet (a LAST) */
+/* build_middles(out, hdr, payload, mtu, count, psn0, ackreq_last, src, dst, sport, dport, last, first, id0)
+ *   -> bytes written; last / first: b"" or the 12-byte BTH template of the
+ *   final / the first packet (a LAST / a FIRST); id0: the IP ID of the first
+ *   segment (its place in the GSO send) */
 static PyObject *build_middles(PyObject *self, PyObject *args)
 {
-    Py_buffer out, hdr, payload, src, dst, last = {0};      /* last: optional */
+    Py_buffer out, hdr, payload, src, dst, last = {0}, first = {0};      /* last, first: optional */
+    unsigned int id0 = 0;
     Py_ssize_t mtu, count;
     unsigned long psn0;
     int ackreq_last;
     unsigned int sport, dport;
     PyObject *ret = NULL;
-    if (!PyArg_ParseTuple(args, "w*y*y*nnkpy*y*II|y*", &out, &hdr, &payload, &mtu, &count, &psn0,
-                          &ackreq_last, &src, &dst, &sport, &dport, &last))
+    if (!PyArg_ParseTuple(args, "w*y*y*nnkpy*y*II|y*y*I", &out, &hdr, &payload, &mtu, &count, &psn0,
+                          &ackreq_last, &src, &dst, &sport, &dport, &last, &first, &id0))
         return NULL;
     Py_ssize_t stride = BTH_BYTES + mtu + ICRC_BYTES;
-    if (hdr.len != BTH_BYTES || (last.len != 0 && last.len != BTH_BYTES)) {
-        PyErr_SetString(PyExc_ValueError, "hdr (and last, if given) must be a 12-byte BTH");
+    if (hdr.len != BTH_BYTES || (last.len != 0 && last.len != BTH_BYTES)
+            || (first.len != 0 && first.len != BTH_BYTES)) {
+        PyErr_SetString(PyExc_ValueError, "hdr (and last, first, if given) must be a 12-byte BTH");
+        goto done;
+    }
+    if (id0 + count > 64) {
+        PyErr_SetString(PyExc_ValueError, "a GSO send has at most 64 segments (id0 + count)");
         goto done;
     }
     if (check_addr(&src, "src") < 0 || check_addr(&dst, "dst") < 0)
@@ -182,18 +190,19 @@ static PyObject *build_middles(PyObject *self, PyObject *args)
         for (Py_ssize_t i = 0; i < count; i++) {
             unsigned char *p = o + i * stride;
             uint32_t psn = (uint32_t)(psn0 + (unsigned long)i) & 0xffffffu;
-            memcpy(p, (last.len && i == count - 1) ? last.buf : hdr.buf, BTH_BYTES);
+            memcpy(p, (first.len && i == 0) ? first.buf : (last.len && i == count - 1) ? last.buf : hdr.buf,
+                   BTH_BYTES);
             p[8] = (ackreq_last && i == count - 1) ? 0x80 : 0;
             p[9] = (unsigned char)(psn >> 16); p[10] = (unsigned char)(psn >> 8); p[11] = (unsigned char)psn;
             memcpy(p + BTH_BYTES, pl + i * mtu, (size_t)mtu);
             put_le32(p + BTH_BYTES + mtu,
-                     icrc_v4(p, BTH_BYTES + mtu, (unsigned)i, src.buf, dst.buf, sport, dport));
+                     icrc_v4(p, BTH_BYTES + mtu, id0 + (unsigned)i, src.buf, dst.buf, sport, dport));
         }
         ret = PyLong_FromSsize_t(count * stride);
     }
 done:
     PyBuffer_Release(&out); PyBuffer_Release(&hdr); PyBuffer_Release(&payload);
-    PyBuffer_Release(&src); PyBuffer_Release(&dst); PyBuffer_Release(&last);
+    PyBuffer_Release(&src); PyBuffer_Release(&dst); PyBuffer_Release(&last); PyBuffer_Release(&first);
     return ret;
 }
 

@@ -6,8 +6,8 @@ with nothing to decide between them:
 
 * ``build_middles`` -- the MIDDLE packets of one message (BTH from the
   QP's template with only the PSN and AckReq patched, the payload, the
-  ICRC), and its LAST when that is as long, laid out as the segments of
-  one UDP GSO send;
+  ICRC), and its FIRST and LAST when they are as long, laid out as the
+  segments of one UDP GSO send (segment k: IP ID ``id0`` + k);
 * ``verify_segments`` -- a UDP GRO buffer from a peer that sends GSO
   segments: every segment's framing (``packet.rx_check``) and ICRC, under
   the IP ID its position gives it (``icrc.Ipv4Flow``: segment k, ID k);
@@ -64,16 +64,19 @@ _OP_TABLE = opcode_table()
 # -- the Python reference -------------------------------------------------
 
 def py_build_middles(out, hdr, payload, mtu: int, count: int, psn0: int, ackreq_last: bool,
-                     src: bytes, dst: bytes, sport: int, dport: int, last=b"") -> int:
+                     src: bytes, dst: bytes, sport: int, dport: int, last=b"", first=b"", id0: int = 0) -> int:
     """Write ``count`` MIDDLE packets (``hdr``: their 12-byte BTH, PSN
-    ignored; ``last``, if not empty, the BTH of the final one, a LAST)
-    carrying ``payload[i*mtu:(i+1)*mtu]`` into ``out`` at a stride of
-    12 + mtu + 4, each with its ICRC for IP ID i; returns the bytes
-    written."""
-    if len(hdr) != BTH_BYTES or len(last) not in (0, BTH_BYTES) or len(src) != 4 or len(dst) != 4:
-        raise ValueError("hdr (and last, if given) must be a 12-byte BTH, src and dst 4 bytes")
+    ignored; ``last`` / ``first``, if not empty, the BTH of the final / the
+    first one, a LAST / a FIRST) carrying ``payload[i*mtu:(i+1)*mtu]`` into
+    ``out`` at a stride of 12 + mtu + 4, each with its ICRC for IP ID
+    ``id0`` + i; returns the bytes written."""
+    if (len(hdr) != BTH_BYTES or len(last) not in (0, BTH_BYTES) or len(first) not in (0, BTH_BYTES)
+            or len(src) != 4 or len(dst) != 4):
+        raise ValueError("hdr (and last, first, if given) must be a 12-byte BTH, src and dst 4 bytes")
     if mtu <= 0 or mtu & 3 or not 1 <= count <= MAX_SEGMENTS:
         raise ValueError("mtu must be a positive multiple of 4 and count 1..64")
+    if id0 + count > MAX_SEGMENTS:
+        raise ValueError("a GSO send has at most 64 segments (id0 + count)")
     stride = BTH_BYTES + mtu + ICRC_BYTES
     if len(payload) < count * mtu or len(out) < count * stride:
         raise ValueError("payload or out too small for count packets")
@@ -82,13 +85,13 @@ def py_build_middles(out, hdr, payload, mtu: int, count: int, psn0: int, ackreq_
     payload = memoryview(payload)
     for i in range(count):
         p = i * stride
-        out[p:p + BTH_BYTES] = last if last and i == count - 1 else hdr
+        out[p:p + BTH_BYTES] = first if first and i == 0 else last if last and i == count - 1 else hdr
         psn = (psn0 + i) & 0xFFFFFF
         out[p + 8:p + 12] = _BTH_PSN.pack(0x80 if ackreq_last and i == count - 1 else 0,
                                           psn >> 16, (psn >> 8) & 0xFF, psn & 0xFF)
         out[p + BTH_BYTES:p + BTH_BYTES + mtu] = payload[i * mtu:(i + 1) * mtu]
         end = p + BTH_BYTES + mtu
-        ICRC.pack_into(out, end, flow.icrc(out[p:end], i))
+        ICRC.pack_into(out, end, flow.icrc(out[p:end], id0 + i))
     return count * stride
 
 
@@ -219,15 +222,16 @@ class SegmentRun:
     """``count`` MIDDLE packets of one message, not yet built: the BTH
     template ``hdr`` (PSN 0, no AckReq), the first PSN, the payload (a
     memoryview of ``count * mtu`` bytes), whether the last asks for an ACK,
-    and ``last_hdr``: b"", or the BTH template of the final packet when
-    that is the message's LAST (as long as a MIDDLE, a 12-byte header)."""
+    and ``last_hdr`` / ``first_hdr``: b"", or the BTH template of the final
+    / the first packet when that is the message's LAST / FIRST (as long as a
+    MIDDLE: a 12-byte header, a SEND's)."""
 
-    __slots__ = ("hdr", "psn0", "count", "mtu", "payload", "ackreq_last", "last_hdr")
+    __slots__ = ("hdr", "psn0", "count", "mtu", "payload", "ackreq_last", "last_hdr", "first_hdr")
 
     def __init__(self, hdr: bytes, psn0: int, count: int, mtu: int, payload, ackreq_last: bool,
-                 last_hdr: bytes = b""):
+                 last_hdr: bytes = b"", first_hdr: bytes = b""):
         self.hdr, self.psn0, self.count, self.mtu = hdr, psn0, count, mtu
-        self.payload, self.ackreq_last, self.last_hdr = payload, ackreq_last, last_hdr
+        self.payload, self.ackreq_last, self.last_hdr, self.first_hdr = payload, ackreq_last, last_hdr, first_hdr
 
     def packets(self) -> list[bytearray]:
         """The packets one by one (BTH + payload, no ICRC), as the requester
@@ -237,7 +241,7 @@ class SegmentRun:
         last = self.count - 1 if self.last_hdr else -1
         for i in range(self.count):
             b = bytearray(BTH_BYTES + mtu)
-            b[:BTH_BYTES] = self.last_hdr if i == last else hdr
+            b[:BTH_BYTES] = self.first_hdr if i == 0 and self.first_hdr else self.last_hdr if i == last else hdr
             psn = (self.psn0 + i) & 0xFFFFFF
             b[8:12] = _BTH_PSN.pack(0x80 if self.ackreq_last and i == self.count - 1 else 0,
                                     psn >> 16, (psn >> 8) & 0xFF, psn & 0xFF)
