@@ -235,3 +235,12 @@ def test_enable_runs_raises_the_go_back_windows_ceiling():
     qp.modify(QPAttr(qp_state=QPS.IBV_QPS_RESET), M.IBV_QP_STATE)
     bring_up(qp)                                       # RESET -> ... -> RTS again
     assert qp.cwnd == qp.cwnd_max == MAX_UNACKED_PSNS and not qp.tx_runs
+
+
+@pytest.mark.parametrize("op", [IBV_WR_RDMA_WRITE, IBV_WR_SEND])
+def test_a_run_ending_at_the_64th_packet_keeps_its_ackreq_before_the_last(op):
+    """A message whose 64th packet since the last AckReq is its last MIDDLE:
+    that MIDDLE asks for an ACK, so the LAST cannot join its run (the same
+    packets as one by one: AckReq on both)."""
+    for npkts in (64, 65, 66):
+        same([(op, npkts * 256)], [npkts * 256], IBV_MTU_256)

@@ -19,10 +19,11 @@ when they are as long, with a 12-byte header (a SEND's) -- go into ``tx`` as one
 them (the same bytes as one by one, ``tests/test_transport_segments.py``).
 
 The go-back window (``qp.cwnd``) is at most 128 unacknowledged PSNs, as in
-rxe (512 for a QP whose packets go out as runs: ``QP.enable_runs``).  Every go-back (a sequence NAK, an implied NAK, a timeout) halves it,
-down to 16; acknowledged PSNs grow it back by one per window's worth.  On a
-clean link it stays at 128; on a lossy one it keeps a single loss from
-costing 128 retransmissions (go-back-N re-sends everything in flight).
+rxe (512 for a QP whose packets go out as runs: ``QP.enable_runs``). Every
+go-back (a sequence NAK, an implied NAK, a timeout) halves it, down to 16;
+acknowledged PSNs grow it back by one per window's worth. On a clean link it
+stays at 128; on a lossy one it keeps a single loss from costing 128
+retransmissions (go-back-N re-sends everything in flight).
 
 The requester is a task, as rxe's (rxe_run_task(&qp->req.task)): the
 completer never calls it.  It asks for a run with ``qp.req_sched`` and for
@@ -46,7 +47,7 @@ from ..wire.headers import (
     ATMETH, BTH, BTH_ACKREQ, BTH_PAD_SHIFT, BTH_SE, DETH, FETH, IETH, IMMDT, RETH, XRCETH, XRCETH_SRQN_MASK, feth_word,
     psn_diff,
 )
-from ..wire.fastpath import BTH_BYTES, MAX_SEGMENTS as MAX_RUN, SegmentRun
+from ..wire.fastpath import BTH_BYTES, SegmentRun
 from ..wire.opcodes import IB_OPCODE_XRC, OP_RDMA_READ_REQUEST, OPCODE_TABLE
 from . import completer
 from . import loopback
@@ -227,11 +228,12 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
             # k MIDDLEs: not the LAST, within the window, and ending where
             # AckReq is due (every 64th packet, the one that fills the window)
             room = ceil(qp.cwnd - ((psn - qp.comp_psn) & 0xFFFFFF))      # (cwnd regrows in fractions)
-            k = min((rem - 1) // mtu, room, MAX_PKT_PER_ACK - qp.noack_pkts, MAX_RUN)
+            k = min((rem - 1) // mtu, room, MAX_PKT_PER_ACK - qp.noack_pkts)
             if k >= 2:
-                # ... and the LAST too when it is as long and fits (a 12-byte header, a full MTU)
+                # ... and the LAST too when it is as long and fits (a 12-byte header, a full MTU,
+                # in the window, and the MIDDLE before it not one that asks for an ACK)
                 last_hdr = b""
-                if rem == (k + 1) * mtu and k < room and k < MAX_RUN:
+                if rem == (k + 1) * mtu and k < room and qp.noack_pkts + k < MAX_PKT_PER_ACK:
                     linfo = OPCODE_TABLE[opclass | ops[2]]
                     if linfo.length == BTH_BYTES:
                         last_hdr = BTH.pack(linfo.opcode, flags_last, pkey, dqpn, 0)
