@@ -182,23 +182,25 @@ def _isal_crc32_address() -> int:
 
 
 def _compiled():
+    """(the compiled module set up, or None; what ``describe`` says)."""
     if os.environ.get("SOFTRDMA_DATAPATH", "").lower() == "python":
-        return None
+        return None, "Python (SOFTRDMA_DATAPATH=python)"
     try:
         from . import _fastpath
     except ImportError:
-        return None
+        return None, "Python (the compiled loops are not built: install gcc and python3-dev, then reinstall softrdma)"
     _fastpath.set_opcode_table(_OP_TABLE)
     addr = _isal_crc32_address()
     if addr:
         try:
             _fastpath.set_crc32(addr)
+            return _fastpath, "compiled (CRC-32: ISA-L)"
         except ValueError:                  # not zlib's function after all: keep zlib's
             _fastpath.set_crc32(0)
-    return _fastpath
+    return _fastpath, "compiled (CRC-32: zlib)"
 
 
-_C = _compiled()
+_C, _DESCRIPTION = _compiled()
 if _C is not None:
     IMPL = "c"
     build_middles, verify_segments, place_middles, icrc_v4 = (_C.build_middles, _C.verify_segments,
@@ -210,12 +212,8 @@ else:
 
 
 def describe() -> str:
-    """Which loops run, for the daemon's log."""
-    if IMPL == "c":
-        return "compiled (CRC-32: ISA-L)" if _isal_crc32_address() else "compiled (CRC-32: zlib)"
-    if os.environ.get("SOFTRDMA_DATAPATH", "").lower() == "python":
-        return "Python (SOFTRDMA_DATAPATH=python)"
-    return "Python (the compiled loops are not built: install gcc and python3-dev, then reinstall softrdma)"
+    """Which loops run, and why, as chosen at import (the daemon's log)."""
+    return _DESCRIPTION
 
 
 class SegmentRun:
