@@ -310,13 +310,7 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
             _error_retry(qp, now, once=True, implied=True)
             return
     # --- COMPST_GET_WQE: the READ/ATOMIC the response belongs to
-    wqe = None
-    for w in qp.sq:
-        if w.state == WQE_PROCESSING or w.state == WQE_PENDING:
-            wqe = w
-            break
-        if w.state != WQE_DONE and w.state != WQE_ERROR:
-            break
+    wqe = responding_wqe(qp)
     if wqe is None or not wqe.is_rd_atomic:
         cnt[C.dropped_ghost_response] += 1
         return
@@ -376,6 +370,17 @@ def receive(qp, pkt, info, now: float, grh=None) -> None:
     update_comp(qp, now, 1)
     if mask & END_MASK:
         _finish_rd_atomic(qp, wqe, now)
+
+
+def responding_wqe(qp):
+    """COMPST_GET_WQE: the WQE a response is for -- the first of the SQ that
+    is being sent or waits for its answer, past the finished ones -- or None."""
+    for w in qp.sq:
+        if w.state == WQE_PROCESSING or w.state == WQE_PENDING:
+            return w
+        if w.state != WQE_DONE and w.state != WQE_ERROR:
+            return None
+    return None
 
 
 def _finish_rd_atomic(qp, wqe, now: float) -> None:

@@ -20,7 +20,6 @@ from ..wire.headers import AETH_ACK_UNLIMITED
 from ..wire.opcodes import OP_RDMA_READ_RESPONSE_MIDDLE, OP_RDMA_WRITE_MIDDLE, OP_SEND_MIDDLE, WRITE_MASK
 from . import completer, responder
 from .counters import Counter
-from .wr import WQE_DONE, WQE_ERROR, WQE_PENDING, WQE_PROCESSING
 
 C = ints(Counter)
 S = ints(ibv_qp_state)
@@ -99,13 +98,7 @@ def _read_middles(qp, view, off: int, n: int, stride: int, mtu: int, now: float)
     if qp.state < RTS:
         return 0
     psn = qp.comp_psn
-    wqe = None
-    for w in qp.sq:                            # COMPST_GET_WQE, as completer.receive
-        if w.state == WQE_PROCESSING or w.state == WQE_PENDING:
-            wqe = w
-            break
-        if w.state != WQE_DONE and w.state != WQE_ERROR:
-            break
+    wqe = completer.responding_wqe(qp)
     if wqe is None or wqe.opcode != RDMA_READ or psn == wqe.first_psn:
         return 0
     views = wqe.views
