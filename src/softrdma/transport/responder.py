@@ -193,15 +193,12 @@ def _read_reply(qp, view, psn: int, length: int) -> None:
     # the MIDDLE responses as one SegmentRun where the port asked for runs
     runs = qp.tx_runs and npkts > 3 and view.__class__ is memoryview
     off = 0
-    for i in range(npkts):
-        if runs and i:
-            if i == 1:
-                k = npkts - 2
-                tx.append((qp, SegmentRun(BTH.pack(opclass | OP_RDMA_READ_RESPONSE_MIDDLE, 0, pkey, dqpn, 0),
-                                          (psn + 1) & 0xFFFFFF, k, mtu, view[mtu:mtu + k * mtu], False), av))
-                off = mtu + k * mtu
-            if i < npkts - 1:
-                continue
+    for i in ((0, npkts - 1) if runs else range(npkts)):
+        if runs and i:                           # before the LAST, the MIDDLEs in one run
+            k = npkts - 2
+            tx.append((qp, SegmentRun(BTH.pack(opclass | OP_RDMA_READ_RESPONSE_MIDDLE, 0, pkey, dqpn, 0),
+                                      (psn + 1) & 0xFFFFFF, k, mtu, view[mtu:mtu + k * mtu], False), av))
+            off = mtu + k * mtu
         last = i == npkts - 1
         if npkts == 1:
             info = _RESP_INFO[3]
