@@ -1,24 +1,30 @@
 """RoCEv2 over a UDP socket: one bound address of a device port.
 
 Sending: each packet and its ICRC go out without being copied together
-(``sendmsg`` with an iovec).  A burst of packets to one destination goes
+(``sendmsg`` with an iovec). A burst of packets to one destination goes
 out as UDP GSO sends (``send_burst``): runs of equal-sized packets, up to
 64 KiB, in one system call each, which the kernel (or the NIC) cuts into
-datagrams.  An unconnected IPv4 socket with IP_PMTUDISC_DO makes Linux
-emit DF=1 and IP ID 0, and the segments of one GSO send IDs 0, 1, 2 ...,
-so the ICRC over the IPv4 header the receiver will see is computable here
-(``wire.icrc.Ipv4Flow``).  The UDP source port is the socket's (4791): one
-socket serves every QP, and rxe accepts any source port.
+datagrams. An unconnected IPv4 socket with IP_PMTUDISC_DO makes Linux emit
+DF=1 and IP ID 0, and the segments of one GSO send IDs 0, 1, 2 ..., so the
+ICRC over the IPv4 header the receiver will see is computable here
+(``wire.icrc.Ipv4Flow``). A ``fastpath.SegmentRun`` (a message's packets
+not yet built) is built straight into the send buffer by the compiled
+``build_middles``, consecutive runs filling the same GSO sends. The UDP
+source port is the socket's (4791): one socket serves every QP, and rxe
+accepts any source port.
 
 Receiving: ``recv`` drains the socket into a fixed pool of buffers (no
-per-packet allocation).  UDP GRO is on, so a run of datagrams can arrive
-as one buffer with its segment size; it is cut back into datagrams with
-memoryview slices.  Each is checked: the ICRC from the addresses and ports
+per-packet allocation). UDP GRO is on, so a run of datagrams can arrive as
+one buffer with its segment size; it is cut back into datagrams with
+memoryview slices. Each is checked: the ICRC from the addresses and ports
 the socket reports -- FULL for IPv6, for IPv4 with the sender's IP ID
 recovered (``wire.icrc.verify``), the ID then checked against what that
-peer sends (``ipid.PeerIds``).  ``recv`` returns the packets without their
-ICRC, as memoryviews into the pool, valid until the next ``recv``.  Bad
-ICRCs and short datagrams are dropped and counted, never raised.
+peer sends (``ipid.PeerIds``); a buffer from a peer known to send GSO
+segment IDs is checked whole by ``fastpath.verify_segments`` and handed on
+as one ``fastpath.Segments`` (``recv(segments=True)``). ``recv`` returns
+the packets without their ICRC, as memoryviews into the pool, valid until
+the next ``recv``. Bad ICRCs and short datagrams are dropped and counted,
+never raised.
 
 Counts: ``cnt``, a plain list indexed by ``transport.counters.NetCounter``
 (by the int constants below on the per-packet path); ``stats`` by name.
@@ -381,15 +387,15 @@ class RoceSocket:
                             seg = int.from_bytes(data[:4], sys.byteorder) or n   # 0 never comes; be safe
                     if seg < n:
                         cnt[RX_GRO_BUFFERS] += 1
-                k = -(-n // seg)
-                ndgrams += k
+                nseg = -(-n // seg)
+                ndgrams += nseg
                 if segments and not self.v6 and strict(src):
                     dqpn = verify_segments(view, n, seg, src, ip_bytes, sport, port)
                     if dqpn >= 0:
                         accept_id(src, COMBO_DF)              # segment IDs, as every one verified
-                        npkts += k
+                        npkts += nseg
                         nbytes += n
-                        nrecovered += k
+                        nrecovered += nseg
                         out.append((Segments(view, n, seg, dqpn), src, sport))
                         continue
                 k = 0
