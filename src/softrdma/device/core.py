@@ -15,8 +15,8 @@ applications talk to:
 UD multicast groups and their sockets are ``mcast`` (``device.mcast``).
 
 ``Device.poll_rings`` moves posted WQEs into the transport -- the send
-rings first, then the receive rings, so that a single-SGE SEND to an RC
-peer of this daemon goes slot to slot (``device.sendpath``) without a
+rings first, then the receive rings, so that a single-SGE SEND or WRITE to
+an RC peer of this daemon goes slot to slot (``device.sendpath``) without a
 ``SendWQE`` or ``RecvWQE``, the rest as objects --, ``route`` (the
 port's) sends what the transport emits, ``receive`` feeds received packets
 to QPs by destination QPN, ``tick`` fires QP timers -- after reading the
@@ -94,9 +94,9 @@ class DevCQ:
 
     def push_cqes(self, cqes: list) -> None:
         """A batch of completions as ``abi.CQE`` field tuples (the
-        same-daemon SEND path, ``device.sendpath``), in order: what ``push``
-        does for each.  The caller has already published the queues whose
-        WQEs they complete."""
+        same-daemon SEND / WRITE path, ``device.sendpath``), in order: what
+        ``push`` does for each.  The caller has already published the queues
+        whose WQEs they complete."""
         stored, notify = self.producer.push_cqes(cqes)
         if stored < len(cqes) and not self.overrun_reported:
             self.overrun_reported = True
@@ -303,8 +303,9 @@ class Device(RocePort):
         most a ring's worth per queue and pass (an honest producer is never
         further ahead; a producer index written far ahead by a broken or
         hostile process costs one ring per pass, not a loop of 2^31).
-        The SENDs ``send_burst`` qualifies go slot to slot; the first slot
-        it does not is decoded, and the rest of that ring's pass with it."""
+        The SENDs and WRITEs ``send_burst`` qualifies go slot to slot; the
+        first slot it does not is decoded, and the rest of that ring's pass
+        with it."""
         busy = False
         for srq in self.srqs:
             busy |= self._pull_srq(srq)
@@ -313,7 +314,7 @@ class Device(RocePort):
             qp = dqp.qp
             sq = dqp.sq
             budget = sq.ring.nslots
-            fast = qp.local_peer is not None          # an RC QP: SENDs to a peer here may go slot to slot
+            fast = qp.local_peer is not None          # an RC QP: SENDs/WRITEs to a peer here may go slot to slot
             while budget and (slot := sq.take()) is not None:
                 if fast:
                     n = send_burst(self, dqp, budget, now)

@@ -19,8 +19,8 @@ exchanged (one ACK per message), so the two paths mix freely on one QP; the
 engine learns the packets and wire bytes that did not fly through
 ``qp.local_traffic`` (port counters).  What a run of SEND / WRITE messages
 does to both QPs' PSNs, MSN and counters is ``exchanged``: ``execute``
-applies it per message, ``device.sendpath`` (single-SGE SENDs straight
-from the ring slots) once per run.
+applies it per message, ``device.sendpath`` (single-SGE SENDs and WRITEs
+straight from the ring slots) once per run.
 """
 
 from __future__ import annotations
