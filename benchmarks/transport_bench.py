@@ -33,11 +33,13 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 from softrdma.enums import IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND  # noqa: E402
 from softrdma.sim import Simulator, connect_qps  # noqa: E402
 from softrdma.transport.wr import RecvWQE, SendWQE  # noqa: E402
 from softrdma.wire import fastpath  # noqa: E402
+from transport_helpers import run_buffers  # noqa: E402
 
 ICRC_MOD = importlib.import_module("softrdma.wire.icrc")   # the module: wire.icrc is also a function
 
@@ -51,25 +53,7 @@ def make_pair(mtu_enum: int):
     return a, b, qa, qb
 
 
-SRC, DST, PORT = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]), 4791
-_GSO = memoryview(bytearray(65536))
-
-
-def as_segments(run, out: list) -> None:
-    """A SegmentRun as a socket pair carries it: GSO sends of at most 64 KiB
-    built by build_middles, each checked whole by verify_segments."""
-    mtu = run.mtu
-    stride = mtu + 16
-    per = min(fastpath.MAX_SEGMENTS, 65000 // stride)
-    for c0 in range(0, run.count, per):
-        c = min(per, run.count - c0)
-        buf = bytearray(c * stride)
-        n = fastpath.build_middles(buf, run.hdr, run.payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
-                                   run.ackreq_last and c0 + c == run.count, SRC, DST, PORT, PORT,
-                                   run.last_hdr if c0 + c == run.count else b"", run.first_hdr if c0 == 0 else b"")
-        dqpn = fastpath.verify_segments(buf, n, stride, SRC, DST, PORT, PORT)
-        assert dqpn >= 0
-        out.append(fastpath.Segments(memoryview(buf), n, stride, dqpn))
+SRC, DST = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])        # the addresses the runs' ICRCs cover
 
 
 def shuttle(a, b, qa, qb, mode: str) -> int:
@@ -85,7 +69,7 @@ def shuttle(a, b, qa, qb, mode: str) -> int:
                 pkts: list = []
                 for _, p, _ in tx:
                     if p.__class__ is fastpath.SegmentRun:
-                        as_segments(p, pkts)
+                        pkts.extend(run_buffers(p, SRC, DST))
                         n += p.count
                     else:
                         pkts.append(memoryview(p))

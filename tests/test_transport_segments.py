@@ -20,10 +20,10 @@ from softrdma.enums import (
 from softrdma.transport.memory import MemoryTable
 from softrdma.transport.qp import QPCap
 from softrdma.transport.wr import RecvWQE, SendWQE
-from softrdma.wire.fastpath import SegmentRun, Segments, build_middles, verify_segments
+from softrdma.wire.fastpath import SegmentRun, Segments, verify_segments
 from softrdma.wire.icrc import ICRC, Ipv4Flow
 
-from transport_helpers import ALL_ACCESS, bring_up, new_qp
+from transport_helpers import ALL_ACCESS, bring_up, new_qp, run_buffers
 
 SRC, DST = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
 RUNS: list = []                   # the sizes of the SegmentRuns a sent (fast transfers)
@@ -59,28 +59,10 @@ def gro_buffer(pkts: list, sport: int = 4791) -> Segments:
     return Segments(memoryview(buf), len(buf), seg, dqpn)
 
 
-def run_buffers(run: SegmentRun, mtu: int) -> list[Segments]:
-    """A SegmentRun as the socket sends it (build_middles, GSO sends of at
-    most 64 KiB) and the peer's GRO returns it."""
-    out = []
-    per = min(64, 65000 // (mtu + 16))
-    for c0 in range(0, run.count, per):
-        c = min(per, run.count - c0)
-        buf = bytearray(c * (mtu + 16))
-        n = build_middles(buf, run.hdr, run.payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
-                          run.ackreq_last and c0 + c == run.count, SRC, DST, 4791, 4791,
-                          run.last_hdr if c0 + c == run.count else b"", run.first_hdr if c0 == 0 else b"")
-        dqpn = verify_segments(buf, n, mtu + 16, SRC, DST, 4791, 4791)
-        assert dqpn >= 0
-        out.append(Segments(memoryview(buf), n, mtu + 16, dqpn))
-    return out
-
-
 def pump(a: Side, b: Side, fast: bool, wire: list, rounds: int = 10000) -> None:
     """Move packets both ways until both are quiet.  ``fast``: runs and GRO
     buffers (consecutive equal-sized packets grouped as GSO would); else
     every packet on its own.  Every packet a sends goes to ``wire``."""
-    mtu = a.qp.mtu
     for _ in range(rounds):
         moved = False
         for src, dst in ((a, b), (b, a)):
@@ -102,7 +84,7 @@ def pump(a: Side, b: Side, fast: bool, wire: list, rounds: int = 10000) -> None:
                     if group:
                         batch.append(gro_buffer(group))
                         group = []
-                    batch.extend(run_buffers(pkt, mtu))
+                    batch.extend(run_buffers(pkt, SRC, DST))
                     continue
                 if src is a:
                     wire.append(bytes(pkt))

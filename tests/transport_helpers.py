@@ -25,6 +25,7 @@ from softrdma.transport.memory import MemoryTable
 from softrdma.transport.qp import QP, QPAttr, QPCap
 from softrdma.transport.wr import AddressVector
 from softrdma.wire import build, parse
+from softrdma.wire.fastpath import MAX_SEGMENTS, Segments, build_middles, verify_segments
 
 ALL_ACCESS = (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
               | IBV_ACCESS_REMOTE_ATOMIC)
@@ -218,3 +219,26 @@ def tap(sim, node) -> list:
 __all__ = ["ALL_ACCESS", "PEER_QPN", "LOCAL_QPN", "QKEY", "Solo", "Pair", "drop_filter", "tap",
            "bring_up", "init_attr", "rtr_attr", "rts_attr", "new_qp", "u64", "p64",
            "IBV_QPT_RC", "IBV_QPT_UC", "IBV_QPT_UD"]
+
+
+# --------------------------------------------------------------- runs
+def run_buffers(run, src: bytes, dst: bytes, port: int = 4791) -> list:
+    """A ``SegmentRun`` as a socket pair carries it: GSO sends of at most
+    64 KiB built by ``build_middles`` (as ``device.net`` sends them), each
+    checked whole by ``verify_segments`` into the ``Segments`` the peer's
+    port hands its QP."""
+    mtu = run.mtu
+    stride = mtu + 16
+    per = min(MAX_SEGMENTS, 65000 // stride)
+    out = []
+    for c0 in range(0, run.count, per):
+        c = min(per, run.count - c0)
+        final = c0 + c == run.count
+        buf = bytearray(c * stride)
+        n = build_middles(buf, run.hdr, run.payload[c0 * mtu:(c0 + c) * mtu], mtu, c, run.psn0 + c0,
+                          run.ackreq_last and final, src, dst, port, port,
+                          run.last_hdr if final else b"", run.first_hdr if c0 == 0 else b"")
+        dqpn = verify_segments(buf, n, stride, src, dst, port, port)
+        assert dqpn >= 0
+        out.append(Segments(memoryview(buf), n, stride, dqpn))
+    return out
