@@ -51,6 +51,8 @@ CASES: dict[str, list[list[str]]] = {
     "ibv_ud_pingpong": [[o, "{}"] for o in ("-p", "-i", "-s", "-r", "-n", "-l", "-g")],
     "rdma": [["-b", "{}"], ["resource", "show", "qp", "lqpn", "{}"]],
     "top": [["--once", o, "{}"] for o in ("-i", "-q")],
+    "ecn": [["rxe0", "roce_rp", "rpg_gd", "{}"], ["rxe0", "roce_np", "enable", "{}", "1"], ["rxe0", "traffic_class", "{}"]],
+    "ecn-switch": [["rules", o, "{}"] for o in ("--senders", "--mark-rate", "--drop-rate", "--burst", "--mtu")],
     "rping": [[side, "-a", "127.0.0.1", o, "{}"] for side in ("-s", "-c") for o in ("-S", "-C", "-p")],
     "ucmatose": [[o, "{}"] for o in ("-c", "-C", "-S", "-t", "-p", "-a")],
     "udaddy": [[o, "{}"] for o in ("-c", "-C", "-S", "-t")],

@@ -24,9 +24,9 @@ from softrdma.enums import (IBV_QPT_RC, IBV_QPT_UD, IBV_WC_RETRY_EXC_ERR, IBV_WC
                             IBV_WR_SEND)
 from softrdma.tools import rdma as tool
 from softrdma.tools.rdma.stat import STAT_HELP
-from softrdma.transport.counters import QP_COUNTERS, RXE_HW_COUNTERS
+from softrdma.transport.counters import HW_COUNTERS, QP_COUNTERS
 
-HW_NAMES = [c.name for c in RXE_HW_COUNTERS]
+HW_NAMES = [c.name for c in HW_COUNTERS]           # rxe's, then the congestion counters (mlx5's names)
 QP_NAMES = [c.name for c in QP_COUNTERS]
 MTU = 1024
 

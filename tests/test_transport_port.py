@@ -45,6 +45,7 @@ class AV:
     def __init__(self, dgid: bytes, sgid_index: int = 0):
         self.dgid = dgid
         self.sgid_index = sgid_index
+        self.traffic_class = 0
 
 
 class FakePort(Port):
@@ -76,7 +77,7 @@ class FakePort(Port):
         self.sent.append((r.dst_ip, bytes(pkt), bit))
         return True
 
-    def _send_burst(self, sock, dst_ip, pkts):
+    def _send_burst(self, sock, dst_ip, pkts, tos=0):
         for p in pkts:
             self.sent.append((dst_ip, bytes(p), None))
         return len(pkts), sum(len(p) + 4 for p in pkts)
@@ -103,7 +104,7 @@ def test_capture_directions_are_the_capture_records():
 
 def test_route_is_a_slotted_record():
     r = Route(None, None, "s", "10.0.0.2", A, B, 1, 2)
-    assert not hasattr(r, "__dict__") and r.burst == ("s", "10.0.0.2")
+    assert not hasattr(r, "__dict__") and r.burst == ("s", "10.0.0.2", 0) and r.tos == 0
 
 
 def test_demux_counts_and_hands_to_the_qp():
@@ -233,7 +234,7 @@ class RunPort(FakePort):
             return Route(peer, None, None, av.dgid, self.addr, peer.addr, 4791, 4791)
         return Route(None, None, RunSock(), av.dgid, self.addr, av.dgid, 1, 4791)
 
-    def _send_burst(self, sock, dst_ip, pkts):
+    def _send_burst(self, sock, dst_ip, pkts, tos=0):
         for p in pkts:
             self.sent.append((dst_ip, ("run", p.count) if isinstance(p, SegmentRun) else bytes(p), None))
         return sum(p.count if isinstance(p, SegmentRun) else 1 for p in pkts), 0

@@ -135,9 +135,9 @@ if os.environ.get("SOFTRDMA_WINDOW_TRACE") and "daemon" in sys.argv:
 
     _send_burst = netmod.RoceSocket.send_burst
 
-    def send_burst(self, pkts, dst_ip, dport=netmod.ROCEV2_UDP_PORT):
+    def send_burst(self, pkts, dst_ip, dport=netmod.ROCEV2_UDP_PORT, tos=None):
         t = mono()
-        r = _send_burst(self, pkts, dst_ip, dport)
+        r = _send_burst(self, pkts, dst_ip, dport, tos)
         t1 = mono()
         bursts[len(pkts)] += 1
         _ev(t1, "burst", len(pkts), (t1 - t) * 1e6)

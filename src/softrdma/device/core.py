@@ -38,9 +38,9 @@ import struct
 
 from ..enums import ibv_event_type, ibv_wc_opcode, ibv_wc_status, ints
 from ..errors import VerbsError
-from ..transport.counters import RX_DROPPED, RXE_HW_COUNTERS, TRAFFIC, as_dict, new_counters
+from ..transport.counters import RX_DROPPED, HW_COUNTERS, TRAFFIC, as_dict, new_counters
 from ..transport.memory import MemoryTable
-from ..transport.port import RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKETS, PortQP
+from ..transport.port import RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKETS, PortQP, route_key
 from ..transport.qp import QP, SRQ, DeviceCaps
 from ..transport.wr import AddressVector
 from ..uapi.abi import WC
@@ -171,6 +171,8 @@ class Device(RocePort):
         self.name = name
         self.ifindex = 0                             # set by the daemon (rdma link's index)
         self.caps = caps or DeviceCaps(active_mtu=3)
+        self.cc = self.caps.cc                       # ECN / DCQCN (transport.dcqcn)
+        self.cc_changed()
         self.memory = MemoryTable()
         self.srqs: list[DevSRQ] = []
         self.xrcds: dict = {}                        # XRC domains shared through a file, by (st_dev, st_ino)
@@ -216,7 +218,7 @@ class Device(RocePort):
         """Port counts for a message ``transport.loopback`` ran without
         packets: as if ``fwd`` went from this device to the peer's, ``back``
         the other way."""
-        t, o = self.cnt, self.route_cache[(qp.av.dgid, qp.av.sgid_index)].peer.cnt
+        t, o = self.cnt, self.route_cache[route_key(qp.av)].peer.cnt
         t[TX_PACKETS] += fwd[0]
         t[TX_BYTES] += fwd[1]
         o[RX_PACKETS] += fwd[0]
@@ -254,7 +256,7 @@ class Device(RocePort):
         if self.faults is not None or self.tap is not None:
             return None
         av = qp.av
-        r = self.route_cache.get((av.dgid, av.sgid_index))
+        r = self.route_cache.get(route_key(av))
         other = r.peer if r is not None else None
         if other is None or other.faults is not None or other.tap is not None:
             return None                               # not resolved, remote, a multicast group,
@@ -295,7 +297,7 @@ class Device(RocePort):
 
     def hw_counters(self) -> dict[str, int]:
         tot = self.counter_totals()
-        return {c.name: tot[c] for c in RXE_HW_COUNTERS}
+        return {c.name: tot[c] for c in HW_COUNTERS}
 
     # -- data path
     def poll_rings(self, now: float) -> bool:

@@ -506,6 +506,7 @@ class Daemon:
         t.set_port(dev.name, 1, state=dev.state, phys_state=5 if dev.state == 4 else 3)
         t.set_gids(dev.name, 1, dev.gid_table)
         t.set_pkeys(dev.name, 1)
+        t.set_ecn(dev.netdev, dev.cc.as_dict())
         self._write_counters(dev)
 
     def _write_counters(self, dev: Device) -> None:
@@ -522,9 +523,27 @@ class Daemon:
                 for g in ("cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs", "cm_rx_duplicates")})
 
     def refresh_sysfs(self) -> None:
-        """Counters in the tree are current within a second."""
+        """Counters in the tree are current within a second, and what was
+        written into a device's ECN files is in force within a second."""
         for dev in self.devices.values():
             self._write_counters(dev)
+            self._ecn_writes(dev)
+
+    def _ecn_writes(self, dev: Device) -> None:
+        """Apply what someone wrote into ``dev``'s ECN files (``echo 0 >
+        .../roce_rp/enable/3``, as on mlx5); a value the knob refuses is
+        logged and the file shows the value in force again."""
+        writes = self.sysfs.ecn_writes(dev.netdev)
+        if not writes:
+            return
+        for point, name, prio, text in writes:
+            try:
+                dev.cc.set(point, name, text.strip(), prio)
+            except VerbsError as e:
+                log.warning("%s: ecn/roce_%s/%s%s: %s", dev.netdev, point, name,
+                            f"/{prio}" if prio is not None else "", e)
+        dev.cc_changed()
+        self.sysfs.set_ecn(dev.netdev, dev.cc.as_dict())
 
     # ------------------------------------------------------------ teardown
     def destroy(self, c: Client, kind: str, obj) -> None:
@@ -539,6 +558,7 @@ class Daemon:
             dev.close()
             try:
                 self.sysfs.remove_device(dev.name)
+                self.sysfs.remove_ecn(dev.netdev)
             except (KeyError, LookupError, OSError):
                 pass
         if self.netlink is not None:

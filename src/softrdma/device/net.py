@@ -55,7 +55,12 @@ UDP_NO_CHECK6_RX = 102       # ... and accept it
 UDP_SEGMENT = 103
 UDP_GRO = 104
 _SEGSIZE = struct.Struct("=H")
-_GRO_CMSG = socket.CMSG_SPACE(4)
+_INT = struct.Struct("=i")
+IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
+IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
+_RX_CMSG = socket.CMSG_SPACE(4) * 2           # UDP_GRO's segment size, and the TOS / traffic class
+ECN_CE = 3
 MIN_ROCE_PAYLOAD = 16         # BTH + ICRC
 
 
@@ -109,6 +114,11 @@ class RoceSocket:
                 except OSError:
                     self.sock.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
             self._bind(port)
+            # the TOS of what arrives: the ECN field's CE marks (transport.dcqcn)
+            if self.v6:
+                self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
+            else:
+                self.sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
         except OSError:
             self.sock.close()
             raise
@@ -126,6 +136,8 @@ class RoceSocket:
         self._addr_bytes: dict[str, bytes] = {}
         self._peer_ids = PeerIds()
         self.rx_empty = True                   # the last recv() found the socket empty
+        self.ce: list[int] = []                # the last recv()'s CE-marked entries, by index
+        self.tos = 0                           # the socket's IP TOS / traffic class (``set_tos``)
         self._pool = [bytearray(MAX_DATAGRAM) for _ in range(pool)]
         self._txview = memoryview(bytearray(GSO_MAX_BYTES))     # SegmentRuns are built here
         self.takes_runs = not self.v6          # IPv4: the receiver's ICRC needs the IP ID each segment gets
@@ -144,6 +156,24 @@ class RoceSocket:
     def stats(self) -> dict[str, int]:
         """The counts by name (the daemon's ``links`` reply, net)."""
         return as_dict(self.cnt, NetCounter)
+
+    def set_tos(self, tos: int) -> None:
+        """The TOS byte (DSCP, ECN) packets leave with unless a send names
+        another; one that does carries it in its own IP_TOS/IPV6_TCLASS
+        control message."""
+        if tos != self.tos:
+            if self.v6:
+                self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, tos)
+            else:
+                self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            self.tos = tos
+
+    def _tos_cmsg(self, tos) -> list:
+        if tos is None or tos == self.tos:
+            return []
+        if self.v6:
+            return [(socket.IPPROTO_IPV6, IPV6_TCLASS, _INT.pack(tos))]
+        return [(socket.IPPROTO_IP, socket.IP_TOS, _INT.pack(tos))]
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -172,9 +202,11 @@ class RoceSocket:
             d = self._v6dst[(dst_ip, dport)] = (a.packed, (dst_ip, dport, 0, self.ifindex if a.is_link_local else 0))
         return d
 
-    def send(self, pkt, dst_ip: str, dport: int = ROCEV2_UDP_PORT, corrupt_bit: int | None = None) -> bool:
+    def send(self, pkt, dst_ip: str, dport: int = ROCEV2_UDP_PORT, corrupt_bit: int | None = None,
+             tos: int | None = None) -> bool:
         """Send one packet (BTH .. pad) with its ICRC.  False if the kernel
         refused it (counted; the transport's retransmission covers it).
+        ``tos``: its IP TOS, when not the socket's.
         ``corrupt_bit``: fault injection -- flip that bit of the packet (bit
         ``corrupt_bit & 7`` of byte ``corrupt_bit >> 3``) after the ICRC was
         computed, as a damaged link would."""
@@ -191,7 +223,7 @@ class RoceSocket:
             if corrupt_bit is not None:
                 pkt = bytearray(pkt)
                 pkt[corrupt_bit >> 3] ^= 1 << (corrupt_bit & 7)
-            self.sock.sendmsg([pkt, crc], (), 0, addr)
+            self.sock.sendmsg([pkt, crc], self._tos_cmsg(tos), 0, addr)
         except OSError as e:
             # whatever the kernel refuses (a destination it cannot send to from
             # this address: EINVAL, EPERM from a firewall, ...) is one lost packet,
@@ -205,12 +237,13 @@ class RoceSocket:
         cnt[TX_BYTES] += len(pkt) + 4
         return True
 
-    def send_burst(self, pkts: list, dst_ip: str, dport: int = ROCEV2_UDP_PORT) -> int:
+    def send_burst(self, pkts: list, dst_ip: str, dport: int = ROCEV2_UDP_PORT, tos: int | None = None) -> int:
         """Send ``pkts`` (in order) to one destination; runs of equal-sized
         packets go as one UDP GSO send each.  Returns how many the kernel
-        took (the rest are counted as errors; retransmission covers them)."""
+        took (the rest are counted as errors; retransmission covers them).
+        ``tos``: their IP TOS, when not the socket's."""
         if self.v6 or not self.gso or (len(pkts) == 1 and pkts[0].__class__ is not SegmentRun):
-            return sum(self.send(p, dst_ip, dport) for p in _packets(pkts))
+            return sum(self.send(p, dst_ip, dport, None, tos) for p in _packets(pkts))
         try:
             flow = self._flow(dst_ip, dport)
         except OSError as e:                    # not an IPv4 destination: nothing goes
@@ -219,6 +252,7 @@ class RoceSocket:
             return 0
         src, fdst, sport = flow.src, flow.dst, flow.sport
         sendmsg = self.sock.sendmsg
+        anc = self._tos_cmsg(tos)
         addr = (dst_ip, dport)
         cnt = self.cnt
         sent = 0
@@ -235,9 +269,9 @@ class RoceSocket:
                 tail = pkts[j] if j < n else None
                 if tail is not None and (tail.__class__ is SegmentRun or len(tail) > run.mtu + 12):
                     tail = None
-                k = self._send_runs(pkts[i:j], flow, addr, tail)
+                k = self._send_runs(pkts[i:j], flow, addr, tail, anc)
                 if k < 0:                                  # no UDP GSO here after all
-                    return sent + sum(self.send(p, dst_ip, dport) for p in _packets(pkts[i:]))
+                    return sent + sum(self.send(p, dst_ip, dport, None, tos) for p in _packets(pkts[i:]))
                 sent += k
                 i = j if tail is None else j + 1
                 continue
@@ -261,14 +295,14 @@ class RoceSocket:
             count = j - i
             try:
                 if count == 1:
-                    sendmsg(iov, (), 0, addr)
+                    sendmsg(iov, anc, 0, addr)
                 else:
-                    sendmsg(iov, [(SOL_UDP, UDP_SEGMENT, _SEGSIZE.pack(seg))], 0, addr)
+                    sendmsg(iov, [(SOL_UDP, UDP_SEGMENT, _SEGSIZE.pack(seg))] + anc, 0, addr)
                     cnt[TX_GSO_SENDS] += 1
             except OSError as e:
                 if count > 1 and e.errno in (errno.EINVAL, errno.ENOPROTOOPT, errno.EIO):
                     self.gso = False                       # no UDP GSO here: one by one from now on
-                    return sent + sum(self.send(p, dst_ip, dport) for p in pkts[i:])
+                    return sent + sum(self.send(p, dst_ip, dport, None, tos) for p in pkts[i:])
                 if e.errno not in _TX_DROPS:
                     _log_tx_error(self, e, dst_ip)
                 cnt[TX_ERRORS] += count
@@ -280,7 +314,7 @@ class RoceSocket:
             i = j
         return sent
 
-    def _send_runs(self, runs: list, flow: Ipv4Flow, addr: tuple, tail=None) -> int:
+    def _send_runs(self, runs: list, flow: Ipv4Flow, addr: tuple, tail=None, anc=()) -> int:
         """Consecutive SegmentRuns of one MTU as UDP GSO sends, built by
         ``fastpath.build_middles`` straight into the send buffer: a send is
         filled across runs (a SEND's run holds its whole message, so the
@@ -288,11 +322,12 @@ class RoceSocket:
         segment's ICRC for the IP ID of its place; ``tail``, a packet no
         longer than a MIDDLE, goes as the last segment of the last send.
         Returns how many packets the kernel took, -1 if it refused UDP GSO
-        (``gso`` is then off; nothing went)."""
+        (``gso`` is then off; nothing went).  ``anc``: the TOS control
+        message, if any."""
         mtu = runs[0].mtu
         stride = mtu + 16
         per = min(MAX_SEGMENTS, GSO_MAX_BYTES // stride)
-        cmsg = [(SOL_UDP, UDP_SEGMENT, _SEGSIZE.pack(stride))]
+        cmsg = [(SOL_UDP, UDP_SEGMENT, _SEGSIZE.pack(stride))] + list(anc)
         out = self._txview
         src, dst, sport, dport = flow.src, flow.dst, flow.sport, flow.dport
         cnt = self.cnt
@@ -322,7 +357,7 @@ class RoceSocket:
                     pi += take
             left -= c
             try:
-                self.sock.sendmsg(iov or [out[:nb]], cmsg if c > 1 else (), 0, addr)
+                self.sock.sendmsg(iov or [out[:nb]], cmsg if c > 1 else anc, 0, addr)
             except OSError as e:
                 if c > 1 and not sent and e.errno in (errno.EINVAL, errno.ENOPROTOOPT, errno.EIO):
                     self.gso = False
@@ -346,8 +381,10 @@ class RoceSocket:
         for a batch before the next one: the sender's window keeps moving.
         ``segments``: a GRO buffer from a peer known to send GSO segment
         IDs that ``fastpath.verify_segments`` passes whole comes as one
-        ``fastpath.Segments`` in the packet's place."""
+        ``fastpath.Segments`` in the packet's place.  ``ce``: the indexes
+        in the result of the entries that arrived CE-marked."""
         out = []
+        ce = self.ce = []
         cnt = self.cnt
         addrs = self._addr_bytes
         recvmsg_into = self.sock.recvmsg_into
@@ -364,7 +401,7 @@ class RoceSocket:
                 if ndgrams >= budget:
                     break
                 try:
-                    n, anc, _flags, addr = recvmsg_into([view], _GRO_CMSG)
+                    n, anc, _flags, addr = recvmsg_into([view], _RX_CMSG)
                 except (BlockingIOError, InterruptedError):
                     self.rx_empty = True           # the kernel holds nothing more (``Device.drain``)
                     break
@@ -381,12 +418,15 @@ class RoceSocket:
                     ndgrams += 1
                     continue
                 seg = n
-                if anc:
-                    for level, kind, data in anc:
-                        if level == SOL_UDP and kind == UDP_GRO:
+                marked = False
+                for level, kind, data in anc:
+                    if level == SOL_UDP:
+                        if kind == UDP_GRO:
                             seg = int.from_bytes(data[:4], sys.byteorder) or n   # 0 never comes; be safe
-                    if seg < n:
-                        cnt[RX_GRO_BUFFERS] += 1
+                    elif (data[0] if len(data) == 1 else int.from_bytes(data[:4], sys.byteorder)) & 3 == ECN_CE:
+                        marked = True     # IP_TOS (a byte) / IPV6_TCLASS (an int); GRO never merges different TOS
+                if seg < n:
+                    cnt[RX_GRO_BUFFERS] += 1
                 nseg = -(-n // seg)
                 ndgrams += nseg
                 if segments and not self.v6 and strict(src):
@@ -396,6 +436,8 @@ class RoceSocket:
                         npkts += nseg
                         nbytes += n
                         nrecovered += nseg
+                        if marked:
+                            ce.append(len(out))
                         out.append((Segments(view, n, seg, dqpn), src, sport))
                         continue
                 k = 0
@@ -420,6 +462,8 @@ class RoceSocket:
                         nrecovered += 1
                     npkts += 1
                     nbytes += m
+                    if marked:
+                        ce.append(len(out))
                     out.append((dgram[:m - 4], src, sport))
         finally:
             cnt[RX_PACKETS] += npkts

@@ -102,6 +102,7 @@ class RocePort(Port):
                 try:
                     sock = RoceSocket(a, self.udp_port, ifindex=self.netdev_index)
                     sock.gso = self.gso
+                    sock.set_tos(self.cc.tos(0))
                 except OSError:
                     continue                      # e.g. an IPv6 address still in DAD: next event retries
                 self.sockets.append(sock)
@@ -152,6 +153,15 @@ class RocePort(Port):
         if src not in self._by_ip and dst not in devices_by_ip and self.sockets:
             raise VerbsError(errno.EINVAL, f"no address {src} to send from on {self.netdev}")
 
+    def cc_changed(self) -> None:
+        """The ECN settings (``cc``) changed: the sockets' default TOS (an
+        address vector without a traffic class) follows, and the routes'
+        TOS with the next packet."""
+        tos = self.cc.tos(0)
+        for sk in self.sockets:
+            sk.set_tos(tos)
+        self.route_cache.clear()
+
     def set_gso(self, on: bool) -> None:
         """Send bursts as UDP GSO super-packets (on) or one datagram per
         sendmsg (off: what a capture on a veth, or a raw-socket peer, needs
@@ -186,12 +196,12 @@ class RocePort(Port):
         return Route(None, None, sock, dst_ip, src_b, dst_b, sock.port, self.udp_port)
 
     def _send(self, r: Route, pkt, corrupt_bit) -> bool:
-        return r.sock.send(pkt, r.dst_ip, self.udp_port, corrupt_bit)
+        return r.sock.send(pkt, r.dst_ip, self.udp_port, corrupt_bit, r.tos)
 
-    def _send_burst(self, sock: RoceSocket, dst_ip: str, pkts: list) -> tuple[int, int]:
+    def _send_burst(self, sock: RoceSocket, dst_ip: str, pkts: list, tos: int) -> tuple[int, int]:
         cnt = sock.cnt
         tx0, by0 = cnt[NET_TX_PACKETS], cnt[NET_TX_BYTES]
-        sock.send_burst(pkts, dst_ip, self.udp_port)
+        sock.send_burst(pkts, dst_ip, self.udp_port, tos)
         return cnt[NET_TX_PACKETS] - tx0, cnt[NET_TX_BYTES] - by0
 
     def _peer(self, e) -> tuple[bytes, bytes] | None:
@@ -242,8 +252,10 @@ class RocePort(Port):
 
     # -- the sockets
     def receive(self, sock: RoceSocket, now: float) -> None:
-        """``sock`` is readable: what it holds, through the demux."""
-        self.receive_batch(sock.recv(segments=True), sock.ip_bytes, sock.port, now)
+        """``sock`` is readable: what it holds, through the demux (with the
+        CE marks it saw)."""
+        pkts = sock.recv(segments=True)
+        self.receive_batch(pkts, sock.ip_bytes, sock.port, now, sock.ce)
 
     def drain(self, now: float, devices_by_ip: dict | None = None) -> None:
         """Receive from every socket until it is empty (``DRAIN_BATCHES``

@@ -450,6 +450,56 @@ class SysfsTree:
         for key in [k for k in self._gid_capacity if k[0] == name]:
             del self._gid_capacity[key]
 
+    # -- ECN / DCQCN (mlx5's /sys/class/net/<netdev>/ecn) -----------------------
+
+    def ecn_path(self, netdev: str) -> Path:
+        """mlx5's ``/sys/class/net/<netdev>/ecn``, here ``root/ecn/<netdev>``:
+        not under ``class/``, where a directory would hide the netdev's own
+        sysfs directory from the overlay ``softrdma run`` mounts."""
+        return self.root / "ecn" / _check_name("netdev", netdev)
+
+    def set_ecn(self, netdev: str, settings: Mapping) -> None:
+        """Write ``roce_np/`` and ``roce_rp/`` (a file per knob, mode 0644,
+        ``enable/0`` .. ``enable/7``) from ``CongestionControl.as_dict``."""
+        base = self.ecn_path(netdev)
+        for point in ("roce_np", "roce_rp"):
+            d = base / point
+            (d / "enable").mkdir(parents=True, exist_ok=True)
+            for name, v in settings[point].items():
+                if name == "enable":
+                    for prio, on in enumerate(v):
+                        self._put(d / "enable" / str(prio), f"{int(on)}\n", RW)
+                else:
+                    self._put(d / name, f"{int(v)}\n", RW)
+
+    def ecn_writes(self, netdev: str) -> list[tuple[str, str, int | None, str]]:
+        """What someone wrote into the ECN files since this tree did: (point
+        "np"/"rp", knob, priority for ``enable`` else None, the text)."""
+        base = self.ecn_path(netdev)
+        prefix = os.fspath(base) + os.sep
+        out = []
+        for key, text in list(self._written.items()):
+            if not key.startswith(prefix):
+                continue
+            try:
+                with open(key) as f:
+                    now = f.read()
+            except OSError:
+                continue
+            if now != text:
+                parts = key[len(prefix):].split(os.sep)       # roce_xx/knob or roce_xx/enable/N
+                prio = int(parts[2]) if len(parts) == 3 else None
+                out.append((parts[0][5:], parts[1], prio, now))
+                del self._written[key]          # the next ``set_ecn`` writes it, whatever was taken
+        return out
+
+    def remove_ecn(self, netdev: str) -> None:
+        base = self.ecn_path(netdev)
+        shutil.rmtree(base, ignore_errors=True)
+        prefix = os.fspath(base) + os.sep
+        for key in [k for k in self._written if k.startswith(prefix)]:
+            del self._written[key]
+
     # -- ports -----------------------------------------------------------------
 
     def set_port(self, dev: str, port: int, state: int = 4, phys_state: int = 5,

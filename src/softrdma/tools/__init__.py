@@ -41,11 +41,15 @@ TOOLS = {
     "saquery": "softrdma.tools.ibdiag.saquery",
     "ibqueryerrors": "softrdma.tools.ibdiag.ibqueryerrors",
     "ibping": "softrdma.tools.ibdiag.ibping",
+    "ecn": "softrdma.tools.ecn",
+    "ecn-switch": "softrdma.tools.ecnswitch",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
 #: are "<name>, as the real tool")
 HELP = {
+    "ecn": "a device's ECN / DCQCN settings (mlx5's ecn/roce_np and ecn/roce_rp knobs), shown and set",
+    "ecn-switch": "an ECN-marking switch between network namespaces (nftables), to study congestion control",
     "top": "live view of every softrdma port and QP (rates, retransmits, NAKs, RNR, QP states)",
     "opensm": "subnet manager with opensm's options and routing (minhop, updn, ftree) over ibsim's protocol",
 }

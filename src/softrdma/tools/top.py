@@ -11,8 +11,9 @@ rich, the rates over the last interval and the totals:
   and local ACK timeouts, per second and in total; its QPs by state;
 * per QP (the busiest first, ``-q`` rows): device, QPN, type, state, the
   process that owns it, the rdma counter it is bound to (``rdma statistic
-  qp``), its packets and payload bytes per second each way, and its
-  retransmit/NAK/RNR/timeout totals.
+  qp``), its packets and payload bytes per second each way, its
+  retransmit/NAK/RNR/timeout totals, and the rate DCQCN holds it to (none
+  while it has had no CNP, or has recovered to line rate).
 
 ``--once`` takes two snapshots ``-i`` seconds apart, prints one frame and
 exits (``-j``: the same as JSON, every counter's total and rate included,
@@ -105,12 +106,13 @@ def model(prev: Snapshot | None, cur: Snapshot) -> dict:
         devices.append(e)
     qps = []
     for key, q in cur.qps.items():
-        dev, qpn, qtype, state, pid, cntn, cnt = q
+        dev, qpn, qtype, state, pid, cntn, cnt = q[:7]
+        rate = q[7] if len(q) > 7 else None
         old = prev.qps.get(key) if prev is not None else None
         if old is not None and old[2] != qtype:
             old = None                                 # the QPN was reused
         e = {"ifname": dev, "lqpn": qpn, "type": qp_type_str(qtype), "state": table_str(QP_STATES, state),
-             "pid": pid, "comm": get_task_name(pid), "cntn": cntn}
+             "pid": pid, "comm": get_task_name(pid), "cntn": cntn, "dcqcn_rate_mbps": rate}
         for key2, cname in PACKETS + QP_BYTES + EVENTS:
             e[key2] = cnt[idx[cname]]
             e[key2 + "_rate"] = _rate(e[key2], old[6][idx[cname]] if old else None, dt)
@@ -153,14 +155,15 @@ def render(m: dict, max_qps: int, run_dir: str):
                     f"{d['qps']}" + (f" ({states})" if states else ""))
     qt = Table(title=f"QPs ({len(m['qps'])}, busiest first)", title_justify="left", expand=False)
     for col in ("DEV", "QPN", "TYPE", "STATE", "PID", "COMM", "CNTN", "RX pkt/s", "TX pkt/s", "RX B/s", "TX B/s",
-                "RETRANS", "NAK", "RNR", "T/O"):
+                "RETRANS", "NAK", "RNR", "T/O", "DCQCN"):
         qt.add_column(col, justify="right" if col not in ("DEV", "TYPE", "STATE", "COMM") else "left")
     for q in m["qps"][:max_qps]:
         qt.add_row(q["ifname"], str(q["lqpn"]), q["type"], q["state"], str(q["pid"]), q["comm"] or "?",
                    "-" if q["cntn"] is None else str(q["cntn"]),
                    si(q["rx_packets_rate"]), si(q["tx_packets_rate"]), si(q["rx_bytes_rate"], "B"),
                    si(q["tx_bytes_rate"], "B"), str(q["retransmits"]), str(q["naks"]), str(q["rnr_naks"]),
-                   str(q["timeouts"]))
+                   str(q["timeouts"]),
+                   "-" if q["dcqcn_rate_mbps"] is None else f"{q['dcqcn_rate_mbps']} Mb/s")
     return Group(head, dev, qt)
 
 

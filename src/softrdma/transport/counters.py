@@ -59,10 +59,23 @@ class Counter(IntEnum):
     # waits for an ACK (once per requester run that ends so; rxe's
     # req.wait_psn, which it does not count)
     req_window_full = 32
+    # congestion control (transport.dcqcn), mlx5's hw_counters names: CE-marked
+    # packets received, CNPs sent for them (notification point); CNPs received
+    # and acted on, or ignored because the reaction point is off for the
+    # QP's priority (reaction point)
+    np_ecn_marked_roce_packets = 33
+    np_cnp_sent = 34
+    rp_cnp_handled = 35
+    rp_cnp_ignored = 36
 
 
 #: rxe's hw_counters, the names sysfs shows under ports/1/hw_counters/.
 RXE_HW_COUNTERS = tuple(c for c in Counter if c <= Counter.rdma_recvs)
+#: mlx5's congestion counters, shown beside rxe's in hw_counters.
+CONGESTION_COUNTERS = (Counter.np_ecn_marked_roce_packets, Counter.np_cnp_sent, Counter.rp_cnp_handled,
+                       Counter.rp_cnp_ignored)
+#: What a device's port shows under hw_counters (sysfs, ``rdma statistic``).
+HW_COUNTERS = RXE_HW_COUNTERS + CONGESTION_COUNTERS
 #: What an rdma counter (``rdma statistic qp``) shows for the QPs bound to
 #: it: every per-QP count; link_downed is the port's, no QP ever counts it.
 QP_COUNTERS = tuple(c for c in Counter if c is not Counter.link_downed)

@@ -38,6 +38,7 @@ from __future__ import annotations
 from ..wire.errors import WireError
 from ..wire.fastpath import SegmentRun, Segments
 from ..wire.headers import bth_dqpn
+from . import dcqcn
 from ..wire.packet import rx_check
 from .counters import Counter, PortCounter, new_port_counters
 from .faults import Faults, FaultSettings
@@ -58,6 +59,12 @@ MC_RCV = int(PortCounter.multicast_rcv_packets)
 DROP_ICRC = int(PortCounter.rx_dropped_icrc)
 DROP_WIRE = int(PortCounter.rx_dropped_wire)
 DROP_QPN = int(PortCounter.rx_dropped_unknown_qpn)
+
+
+def route_key(av) -> tuple:
+    """What a route is cached under (``Port.route_cache``): the destination,
+    the source GID and the traffic class (the TOS differs by it)."""
+    return (av.dgid, av.sgid_index, av.traffic_class)
 
 
 class PortQP:
@@ -84,9 +91,10 @@ class Route:
     ``dst_ip``: the destination as the link handle takes it; ``src``,
     ``dst``: the address bytes (check_addr, the GRH, a capture); ``sport``,
     ``dport``: the ports a capture records; ``burst``: the key packets to
-    one destination are gathered under."""
+    one destination are gathered under; ``tos``: the IP TOS byte its
+    packets leave with (``dcqcn.CongestionControl.tos``)."""
 
-    __slots__ = ("peer", "group", "sock", "dst_ip", "src", "dst", "sport", "dport", "burst", "runs")
+    __slots__ = ("peer", "group", "sock", "dst_ip", "src", "dst", "sport", "dport", "burst", "runs", "tos")
 
     def __init__(self, peer, group, sock, dst_ip, src: bytes, dst: bytes, sport: int, dport: int):
         self.peer = peer
@@ -97,7 +105,8 @@ class Route:
         self.dst = dst
         self.sport = sport
         self.dport = dport
-        self.burst = (sock, dst_ip)
+        self.burst = (sock, dst_ip, 0)
+        self.tos = 0
         # the link handle takes a SegmentRun whole (``takes_runs``)
         self.runs = peer is None and group is None and getattr(sock, "takes_runs", False)
 
@@ -118,6 +127,7 @@ class Port:
         self.tap = None                      # a capture's Tap while one is open
         self.gsi = None                      # QP1's consumer: .receive(pkt, src, dst, now)
         self.routing = False                 # in ``route`` (a same-daemon peer leaves our output to us)
+        self.cc = dcqcn.DEFAULT              # the device's ECN settings (TOS, the CE marks' CNPs)
 
     # -- the link (subclasses)
     def _resolve(self, av, peers) -> Route:
@@ -139,15 +149,20 @@ class Port:
     def _send(self, r: Route, pkt, corrupt_bit) -> bool:
         raise NotImplementedError
 
-    def _send_burst(self, sock, dst_ip, pkts: list) -> tuple[int, int]:
-        """Send ``pkts`` to one destination; (packets, bytes) that left."""
+    def _send_burst(self, sock, dst_ip, pkts: list, tos: int) -> tuple[int, int]:
+        """Send ``pkts`` to one destination with IP TOS ``tos``; (packets,
+        bytes) that left."""
         raise NotImplementedError
 
     # -- receive
-    def receive_batch(self, datagrams, dst: bytes, dport: int, now: float) -> None:
+    def receive_batch(self, datagrams, dst: bytes, dport: int, now: float, ce=()) -> None:
         """Packets the link received together (one recvmmsg): (packet,
         source address, source port) each, to address ``dst``.  The packets
-        of one QP go to it as a batch (its ACKs coalesce)."""
+        of one QP go to it as a batch (its ACKs coalesce).  ``ce``: the
+        indexes of the entries that arrived CE-marked (the notification
+        point's input, ``dcqcn.ce_marked``)."""
+        if ce:
+            self._ce_marked(datagrams, ce, now)
         batch: dict[int, list] = {}
         grhs: dict[int, list] = {}
         tap = self.tap
@@ -205,6 +220,21 @@ class Port:
             e = qps.get(dqpn)
             if e is not None:
                 e.qp.receive_batch(pkts, now, grhs.get(dqpn))
+
+    def _ce_marked(self, datagrams, ce, now: float) -> None:
+        """The CE-marked entries of a batch, to their QPs' notification point."""
+        qps = self.qps
+        for i in ce:
+            pkt = datagrams[i][0]
+            if pkt.__class__ is Segments:
+                dqpn, n = pkt.dqpn, pkt.count
+            elif len(pkt) >= 12:
+                dqpn, n = bth_dqpn(pkt), 1
+            else:
+                continue
+            e = qps.get(dqpn)
+            if e is not None:
+                dcqcn.ce_marked(e.qp, n, now)
 
     def deliver(self, pkt, src: bytes, dst: bytes, now: float, sender=None) -> None:
         """One packet from ``sender`` (a port of the same daemon: no wire,
@@ -286,10 +316,10 @@ class Port:
                 npkts = nbytes = 0
                 bursts: dict = {}                      # (link handle, destination) -> packets, in order
                 for i, (qp, pkt, av) in enumerate(items):
-                    key = (av.dgid, av.sgid_index)
+                    key = (av.dgid, av.sgid_index, av.traffic_class)       # (route_key, inline)
                     r = cache.get(key)
                     if r is None:
-                        r = cache[key] = self._resolve(av, peers)
+                        r = cache[key] = self._route(av, peers)
                     if pkt.__class__ is SegmentRun and not (r.runs and faults is None and tap is None):
                         # a capture, fault injection, or a route that changed:
                         # the run as packets, in its place, and no more runs
@@ -328,8 +358,8 @@ class Port:
                         continue
                     npkts += 1
                     nbytes += len(pkt) + ICRC_LEN
-                for (sock, dst_ip), pkts in bursts.items():
-                    n, b = self._send_burst(sock, dst_ip, pkts)
+                for (sock, dst_ip, tos), pkts in bursts.items():
+                    n, b = self._send_burst(sock, dst_ip, pkts, tos)
                     npkts += n
                     nbytes += b
                 cnt[TX_PACKETS] += npkts
@@ -338,6 +368,16 @@ class Port:
         finally:
             self.routing = False
         return True
+
+    def _route(self, av, peers) -> Route:
+        """The link's route for ``av``, with the TOS its packets get (a CNP's
+        AV carries ``dcqcn.CNP_TCLASS``)."""
+        r = self._resolve(av, peers)
+        cc = self.cc
+        tc = av.traffic_class
+        r.tos = cc.cnp_tos() if tc & dcqcn.CNP_TCLASS else cc.tos(tc)
+        r.burst = (r.sock, r.dst_ip, r.tos)
+        return r
 
     def _route_peers(self, peers, now: float) -> None:
         """Route what our deliveries made the ports of this daemon emit."""
@@ -402,4 +442,4 @@ class Port:
                 self.faults.held = old.held
 
 
-__all__ = ["Port", "PortQP", "Route", "RX", "TX", "MCAST_QPN"]
+__all__ = ["Port", "PortQP", "Route", "RX", "TX", "MCAST_QPN", "route_key"]

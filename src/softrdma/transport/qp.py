@@ -52,7 +52,7 @@ from ..wire.headers import DEFAULT_PKEY, RNR_TIMER_US
 from ..wire.opcodes import (
     IB_OPCODE_RC, IB_OPCODE_UC, IB_OPCODE_UD, IB_OPCODE_XRC, OPCODE_TABLE, REQ_MASK, RESP_MASK,
 )
-from . import completer, requester, responder, unreliable
+from . import completer, dcqcn, requester, responder, unreliable
 from .limits import MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, RUN_UNACKED_PSNS
 from .segments import receive_segments
 from .counters import Counter, new_counters
@@ -114,6 +114,7 @@ class DeviceCaps:
         self.pkey_table = pkey_table
         self.max_msg_sz = max_msg_sz
         self.phys_port_cnt = phys_port_cnt
+        self.cc = dcqcn.CongestionControl()     # the device's ECN / DCQCN settings
 
 
 class QPCap(qp_attr.QPCap):
@@ -278,6 +279,7 @@ def _rx_table(qp_type: int, opclass: int) -> tuple:
             table.append(comp)
         else:
             table.append(None)
+    table[dcqcn.CNP_OPCODE] = dcqcn.receive_cnp      # a CNP: for every QP type (the reaction point)
     return tuple(table)
 
 
@@ -305,6 +307,7 @@ class QP:
         self.srq = srq
         self.sq_sig_all = sq_sig_all
         self.caps = caps or DeviceCaps()
+        self.cc = self.caps.cc                 # ECN / DCQCN settings (transport.dcqcn)
         self.cap = cap or QPCap()
         if self.cap.max_send_wr > self.caps.max_qp_wr or self.cap.max_recv_wr > self.caps.max_qp_wr:
             raise einval("max_send_wr/max_recv_wr above device max_qp_wr")
@@ -351,6 +354,10 @@ class QP:
         self.rnr_retry = a.rnr_retry
         self.timer_at = None           # local ACK timeout deadline
         self.rnr_at = None             # RNR back-off deadline
+        self.rl_at = None              # the rate limiter's next token (``dcqcn``)
+        self.rp = None                 # DCQCN's reaction point, from the first CNP on
+        self.np_cnp_at = None          # when the notification point last sent a CNP
+        self.np_cnp_av = None          # (AV, the CNPs' AV) (``dcqcn.cnp_av``)
         self.retry_psn = None          # PSN at which an immediate go-back was last started
         self.sent_end = a.sq_psn       # the PSN after the highest ever sent (across go-backs)
         self.timeout_s = timeout_seconds(a.timeout)
@@ -499,7 +506,7 @@ class QP:
 
     def flush(self) -> None:
         """ERR: every outstanding WQE completes with IBV_WC_WR_FLUSH_ERR."""
-        self.timer_at = self.rnr_at = None
+        self.timer_at = self.rnr_at = self.rl_at = None
         sq = self.sq
         while sq:
             wqe = sq.popleft()
@@ -646,6 +653,8 @@ class QP:
     @property
     def deadline(self) -> float | None:
         t, r = self.timer_at, self.rnr_at
+        if self.rl_at is not None and (r is None or self.rl_at < r):
+            r = self.rl_at
         if t is None:
             return r
         return t if r is None or t < r else r
@@ -660,6 +669,9 @@ class QP:
         if self.timer_at is not None and now >= self.timer_at:
             completer.ack_timeout(self, now)
             self._req_task(now)
+        if self.rl_at is not None and now >= self.rl_at:        # the rate limiter has tokens again
+            self.rl_at = None
+            requester.run(self, now)
 
     def stalled(self, since: float, until: float) -> None:
         """The host did not run this QP from ``since`` to ``until`` (its

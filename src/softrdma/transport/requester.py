@@ -25,6 +25,10 @@ acknowledged PSNs grow it back by one per window's worth. On a clean link it
 stays at 128; on a lossy one it keeps a single loss from costing 128
 retransmissions (go-back-N re-sends everything in flight).
 
+A QP that got CNPs has a DCQCN rate limiter (``qp.rp``, ``transport.dcqcn``):
+the requester stops when its token bucket is empty and asks for a wake-up
+at the next token (``qp.rl_at``), which ``QP.tick`` turns into a run.
+
 The requester is a task, as rxe's (rxe_run_task(&qp->req.task)): the
 completer never calls it.  It asks for a run with ``qp.req_sched`` and for
 a go-back with ``qp.req_need_retry`` as well (rxe's qp->req.need_retry), and
@@ -124,6 +128,14 @@ def run(qp, now: float) -> None:
         return
     rc = qp.rc
     tx = qp.tx
+    rp = qp.rp
+    if rp is not None:                         # DCQCN's rate limiter (``dcqcn``)
+        rp.advance(now)
+        if rp.recovered:
+            qp.rp = rp = None
+        elif rp.tokens <= 0:
+            qp.rl_at = rp.ready_at()
+            return
     while idx < nsq:
         wqe = sq[idx]
         wst = wqe.state
@@ -176,7 +188,8 @@ def run(qp, now: float) -> None:
             _send_rd_atomic(qp, wqe, tx)
             qp.rd_atomic_out += 1
         elif not _send_segments(qp, wqe, tx, rc):
-            qp.cnt[WINDOW_FULL] += 1           # window full mid-message
+            if rp is None or rp.tokens > 0:
+                qp.cnt[WINDOW_FULL] += 1       # window full mid-message (not the rate limiter)
             break
         idx += 1
         if not rc:
@@ -185,6 +198,8 @@ def run(qp, now: float) -> None:
             completer.retire(qp)
             idx, nsq = qp.req_idx, len(sq)
     qp.req_idx = idx
+    if rp is not None and rp.tokens <= 0 and idx < len(sq):
+        qp.rl_at = rp.ready_at()               # wake up when the limiter lets the rest go
     # The ACK timer runs whenever something is unacknowledged -- also when the
     # window closed in the middle of a message.
     if rc and qp.timer_at is None and qp.timeout_s is not None and qp.req_psn != qp.comp_psn:
@@ -220,8 +235,11 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
     # ... from the FIRST on when that is as long as a MIDDLE (a SEND's: no RETH)
     first_info = OPCODE_TABLE[opclass | ops[0]] if runs else None
     first_ok = runs and first_info.length == BTH_BYTES
+    rp = qp.rp
     while True:
         if rc and (psn - qp.comp_psn) & 0xFFFFFF >= qp.cwnd:
+            break
+        if rp is not None and rp.tokens <= 0:
             break
         rem = length - off
         if runs and rem > 2 * mtu and (off or first_ok):
@@ -229,6 +247,8 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
             # AckReq is due (every 64th packet, the one that fills the window)
             room = ceil(qp.cwnd - ((psn - qp.comp_psn) & 0xFFFFFF))      # (cwnd regrows in fractions)
             k = min((rem - 1) // mtu, room, MAX_PKT_PER_ACK - qp.noack_pkts)
+            if rp is not None:
+                k = min(k, int(rp.tokens // mtu) + 1)
             if k >= 2:
                 # ... and the LAST too when it is as long and fits (a 12-byte header, a full MTU,
                 # in the window, and the MIDDLE before it not one that asks for an ACK)
@@ -248,6 +268,8 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
                 psn = (psn + k) & 0xFFFFFF
                 off += k * mtu
                 sent += k
+                if rp is not None:
+                    rp.consume(k * (mtu + BTH_BYTES))
                 if done:
                     break
                 continue
@@ -291,6 +313,8 @@ def _send_segments(qp, wqe, tx, rc: bool) -> bool:
             else:
                 gather(views, off, n, buf, hlen)
         tx.append((qp, buf, av))
+        if rp is not None:
+            rp.consume(len(buf))
         psn = (psn + 1) & 0xFFFFFF
         off += n
         sent += 1

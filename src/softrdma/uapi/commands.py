@@ -203,6 +203,9 @@ _TABLE = (
     Command("link_set", (string("name"), obj("faults", {}), u64("seed", None)), ("faults", "fault_counters"),
             (_E.EPERM, _E.ENODEV), device=False, state_first=True),
     Command("link_delete", (string("name"),), (), (_E.EPERM, _E.ENODEV), device=False, state_first=True),
+    # -- ECN / DCQCN settings (mlx5's ecn/roce_np, ecn/roce_rp; softrdma ecn)
+    Command("ecn", (string("name"), obj("set", {})), ("ecn",), (_E.EPERM, _E.ENODEV), device=False,
+            state_first=True),
     Command("resources", (), ("resources", "contexts"), device=False),
     # -- rdma statistic (RDMA_NLDEV_CMD_STAT_*) and softrdma top: netlink's own checks, device first
     Command("stat_get", (any_("dev"), any_("port"), any_("res"), any_("cntn"), any_("mode"), any_("quiet")),

@@ -8,6 +8,7 @@ CAP_NET_ADMIN.
 
 from __future__ import annotations
 
+import copy
 import errno
 
 from ...enums import IBV_EVENT_DEVICE_FATAL
@@ -134,6 +135,46 @@ def cmd_link_set(daemon, c, m, fds):
             "fault_counters": dev.faults.counters() if dev.faults else None}, []
 
 
+def cmd_ecn(daemon, c, m, fds):
+    """A device's ECN / DCQCN settings (``transport.dcqcn``); ``set``:
+    {"roce_np"/"roce_rp": {knob: value, "enable": {priority: 0|1}},
+    "traffic_class": n}, all applied or none (EINVAL names the first bad
+    one).  The ECN files in the sysfs tree follow."""
+    name = rq.string(m, "name")
+    dev = daemon.devices.get(name)
+    changes = rq.obj(m, "set", {})
+    if changes:
+        _link_admin(c)
+    if dev is None:
+        raise VerbsError(errno.ENODEV, f"no device {name!r}")
+    if changes:
+        trial = copy.deepcopy(dev.cc)
+        for key, v in changes.items():
+            if key == "traffic_class":
+                trial.set_tclass(v)
+            elif key in ("roce_np", "roce_rp") and isinstance(v, dict):
+                for knob, value in v.items():
+                    if knob == "enable" and isinstance(value, dict):
+                        for prio, on in value.items():
+                            trial.set(key[5:], "enable", on, _prio(prio))
+                    else:
+                        trial.set(key[5:], knob, value)
+            else:
+                raise VerbsError(errno.EINVAL, f"no ECN setting {key!r}")
+        dev.cc.__dict__.update(trial.__dict__)        # the QPs hold dev.cc itself
+        dev.cc.generation += 1
+        dev.cc_changed()
+        daemon.sysfs.set_ecn(dev.netdev, dev.cc.as_dict())
+    return {"ecn": dev.cc.as_dict()}, []
+
+
+def _prio(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise VerbsError(errno.EINVAL, f"priority {v!r} is not a number") from None
+
+
 def cmd_link_delete(daemon, c, m, fds):
     _link_admin(c)
     name = rq.string(m, "name")
@@ -159,4 +200,5 @@ def cmd_link_delete(daemon, c, m, fds):
     stat_device_removed(daemon, dev)
     daemon.topology_changed()
     daemon.sysfs.remove_device(dev.name)
+    daemon.sysfs.remove_ecn(dev.netdev)
     return {}, []

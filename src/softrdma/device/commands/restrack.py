@@ -103,6 +103,8 @@ def cmd_resources(daemon, c, m, fds):
                          path_mig_state=int(q.attr.path_mig_state),
                          path_mtu=int(dev.caps.active_mtu if int(q.qp_type) == 4 else q.attr.path_mtu),
                          send_cqn=rid(dev, "cq", q.send_cq), recv_cqn=rid(dev, "cq", q.recv_cq))
+                if q.rp is not None:            # DCQCN's limiter (RDMA_NLDEV_ATTR_DRIVER entries)
+                    r["driver"] = q.rp.as_driver()
             elif kind == "mr":
                 if keys:
                     r.update(lkey=obj[0].lkey, rkey=obj[0].rkey, iova=obj[0].addr)

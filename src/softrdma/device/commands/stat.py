@@ -34,7 +34,7 @@ import errno
 import json
 
 from ...enums import IBV_QP_PORT, IBV_QP_STATE, IBV_QPS_INIT
-from ...transport.counters import QP_COUNTERS, RXE_HW_COUNTERS, Counter
+from ...transport.counters import QP_COUNTERS, HW_COUNTERS, Counter
 from ...uapi.control import MAX_MSG
 from ...uapi.rdma_netlink import RDMA_COUNTER_MASK_PID, RDMA_COUNTER_MASK_QP_TYPE, RDMA_COUNTER_MODE_AUTO
 from ..rdma_counter import PortCounter, RdmaCounter, nl_error
@@ -142,7 +142,7 @@ def cmd_stat_get(daemon, c, m, fds):
         port = _stat_port(m)
         hw = dev.hw_counters()
         return {"ifindex": dev.ifindex, "ifname": dev.name, "port": port,
-                "hwcounters": [[cnt.name, hw[cnt.name]] for cnt in RXE_HW_COUNTERS]}, []
+                "hwcounters": [[cnt.name, hw[cnt.name]] for cnt in HW_COUNTERS]}, []
     if res != "qp":
         raise nl_error(errno.EINVAL)
     if "cntn" in m:                         # nldev_res_get_counter_doit()
@@ -233,7 +233,7 @@ def cmd_stat_get_status(daemon, c, m, fds):
     dev = _stat_dev(daemon, m)
     port = _stat_port(m)
     return {"ifindex": dev.ifindex, "ifname": dev.name, "port": port,
-            "hwcounters": [{"name": cnt.name, "index": i} for i, cnt in enumerate(RXE_HW_COUNTERS)]}, []
+            "hwcounters": [{"name": cnt.name, "index": i} for i, cnt in enumerate(HW_COUNTERS)]}, []
 
 
 # -- softrdma top
@@ -252,7 +252,8 @@ def cmd_stat_snapshot(daemon, c, m, fds):
             q = dqp.qp
             bound = pc.of_qp.get(qpn)
             qps.append([dev.name, qpn, int(q.qp_type), int(q.state), dqp.owner.pid,
-                        bound.id if bound is not None else None, list(q.cnt)])
+                        bound.id if bound is not None else None, list(q.cnt),
+                        int(q.rp.rc) if q.rp is not None else None])     # DCQCN's current rate, Mb/s
         if not start:
             devices.append({"ifindex": dev.ifindex, "ifname": dev.name, "port": 1, "state": dev.state,
                             "netdev": dev.netdev, "traffic": dict(dev.traffic),

@@ -129,6 +129,9 @@ def res_qp(rd: Rd) -> int:
         rd.u("pdn", pdn or 0, pdn is not None)
         rd.u("pid", pid or 0, pid is not None)
         rd.comm(comm)
+        if rd.show_driver_details:              # print_driver_table: the driver's "name value" pairs
+            for k, v in r.get("driver", {}).items():
+                rd.pr(k, v, f"{k} {v} ")
         rd.newline()
     return 0
 

@@ -1,0 +1,57 @@
+"""DCQCN end to end: two ``ib_write_bw`` flows from two sender namespaces
+into one receiver through an ECN-marking switch namespace (nftables:
+CE marks above 100 MB/s, drops above 150 MB/s, not-ECT traffic dropped
+above 100 MB/s), each host with its own softrdmad.  With DCQCN on (the
+default) the switch marks, the receiver sends CNPs, the senders cut their
+rates: both flows share the link fairly and hardly any packet is lost.
+With it off (every priority's notification and reaction points off) the
+same incast loses packets at the switch and the go-back-N retransmissions
+follow."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from incast_helpers import Incast, jain
+from netns_helpers import need_root
+
+
+def _run(dcqcn: bool) -> dict:
+    need_root()
+    if not shutil.which("nft"):
+        pytest.fail("nftables is a test dependency (the README's install line)")
+    ic = Incast(flows=2, mark_rate=100, drop_rate=150)
+    try:
+        ic.up(dcqcn)
+        return ic.run(duration=6)
+    finally:
+        ic.down()
+
+
+def test_incast_with_and_without_dcqcn():
+    on = _run(True)
+    off = _run(False)
+    print("on:", {k: v for k, v in on.items() if k != "series"})
+    print("off:", {k: v for k, v in off.items() if k != "series"})
+    # on: the counters move as named, along the whole loop
+    assert on["switch_skbs"]["mark"] > 0
+    assert on["np_ecn_marked_roce_packets"] > 0 and on["np_cnp_sent"] > 0
+    assert all(f["rp_cnp_handled"] > 0 and f["rp_cnp_ignored"] == 0 for f in on["flows"])
+    # off: no ECN at all -- the switch drops instead, the senders retransmit
+    assert off["switch_skbs"]["mark"] == 0 and off["switch_skbs"]["red"] > 0
+    assert off["np_cnp_sent"] == 0 and all(f["rp_cnp_handled"] == 0 for f in off["flows"])
+    assert off["retransmitted_pkts"] > 0
+    # on: fair, far fewer retransmissions, at least the goodput of off
+    assert on["jain"] >= 0.85, on["flows"]
+    assert on["retransmitted_pkts"] * 5 <= off["retransmitted_pkts"], (on["retransmitted_pkts"],
+                                                                        off["retransmitted_pkts"])
+    assert on["goodput_MiB_s"] >= 0.8 * off["goodput_MiB_s"]
+    # converged: over the second half of the run each flow had a fair share of the link
+    rates = on["series"]["rates"]
+    busy = [r for r in rates if sum(r) > 0]
+    half = busy[len(busy) // 2:]
+    assert half, rates
+    means = [sum(r[i] for r in half) / len(half) for i in range(2)]
+    assert jain(means) >= 0.85, means
