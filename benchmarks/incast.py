@@ -14,7 +14,7 @@ the switch received from each sender, every 100 ms); results.json and
 table.md.  The target: with DCQCN on, fairness >= 0.95 and >= 10x fewer
 retransmissions than off, at >= 90 % of the off-case goodput.
 
-    sudo python3 benchmarks/incast.py [--flows 2] [--rounds 2] [--duration 8] [--out DIR]
+    sudo python3 benchmarks/incast.py [--flows 2] [--rounds 2] [--duration 8] [--settings WORDS] [--out DIR]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from incast_helpers import Incast  # noqa: E402
 def one(mode: str, a) -> dict:
     ic = Incast(flows=a.flows, mark_rate=a.mark_rate, drop_rate=a.drop_rate, latency=not a.no_latency)
     try:
-        ic.up(mode == "on")
+        ic.up(mode == "on", a.settings.split())
         r = ic.run(duration=a.duration)
     finally:
         ic.down()
@@ -106,6 +106,7 @@ def main() -> int:
     p.add_argument("--mark-rate", type=float, default=100.0)
     p.add_argument("--drop-rate", type=float, default=150.0)
     p.add_argument("--no-latency", action="store_true", help="no competing ib_write_lat flow")
+    p.add_argument("--settings", default="", help="softrdma ecn words for every host, e.g. 'roce_rp dce_tcp_rtt 1'")
     p.add_argument("--out", default=os.path.join(ROOT, "out", "incast"))
     a = p.parse_args()
     if os.geteuid() != 0:

@@ -77,6 +77,7 @@ PRIORITIES = 8
 LINE_RATE_MBPS = 100_000          # the largest rate a knob takes (a 100 Gb/s port)
 PORT_RATE_MBPS = 2_500            # rpg_max_rate 0: the port's rate, as ibv_query_port says (1X SDR)
 BURST_S = 0.0005                  # the token bucket holds 500 µs of the current rate ...
+MAX_REPLAY = 10_000                # timer events one input replays at most (an idle QP's long gap)
 MEASURE_S = 0.0002                # the first-CNP rate measurement's shortest span
 MIN_BURST = 16384                 # ... and at least this many bytes (a 4 KiB-MTU packet and more)
 
@@ -269,7 +270,7 @@ class ReactionPoint:
         if n > 0:
             self.timer_t += n * period
             changed = False
-            for _ in range(n):
+            for _ in range(min(n, MAX_REPLAY)):
                 if self.rc >= self.cc.line_rate():
                     break
                 self.T += 1
