@@ -39,9 +39,12 @@ def test_incast_with_and_without_dcqcn():
     assert on["switch_skbs"]["mark"] > 0
     assert on["np_ecn_marked_roce_packets"] > 0 and on["np_cnp_sent"] > 0
     assert all(f["rp_cnp_handled"] > 0 and f["rp_cnp_ignored"] == 0 for f in on["flows"])
+    # ... and on the wire: the data ECN-capable (only ECT packets are marked), CNPs with DSCP 48, Not-ECT
+    assert on["switch_skbs"]["cnp"] > 0 and on["np_cnp_sent"] > 0
     # off: no ECN at all -- the switch drops instead, the senders retransmit
     assert off["switch_skbs"]["mark"] == 0 and off["switch_skbs"]["red"] > 0
     assert off["np_cnp_sent"] == 0 and all(f["rp_cnp_handled"] == 0 for f in off["flows"])
+    assert off["switch_skbs"]["cnp"] == 0
     assert off["retransmitted_pkts"] > 0
     # on: fair, far fewer retransmissions, at least the goodput of off
     assert on["jain"] >= 0.85, on["flows"]

@@ -108,3 +108,60 @@ def test_hw_counters_have_the_congestion_counters(daemon):
         assert open(os.path.join(hw, c.name)).read() == "0\n"
     out = _softrdma(daemon, "rdma", "statistic", "show", "link", "rxe0/1").stdout
     assert "np_ecn_marked_roce_packets 0" in out and "rp_cnp_ignored 0" in out
+
+
+def test_traffic_class_and_ect_on_the_wire():
+    """Two hosts: ib_write_bw with --tclass 96 leaves with DSCP 24 and
+    ECT(0); the device's default traffic class (softrdma ecn ... traffic_class)
+    applies to address vectors naming none; with the reaction point off for
+    the priority, the packets are Not-ECT.  nftables in the receiver counts
+    what arrives."""
+    import shutil
+    from netns_helpers import TwoHosts, need_root
+    from wait_helpers import free_port, wait_listening
+    need_root()
+    if not shutil.which("nft"):
+        pytest.fail("nftables is a test dependency (the README's install line)")
+    h = TwoHosts()
+    try:
+        h.start_daemons()
+        rules = ("add table inet ecntest\n"
+                 "add chain inet ecntest in { type filter hook input priority 0; }\n"
+                 "add rule inet ecntest in udp dport 4791 ip dscp 24 ip ecn ect0 counter comment \"d24ect\"\n"
+                 "add rule inet ecntest in udp dport 4791 ip dscp 26 ip ecn ect0 counter comment \"d26ect\"\n"
+                 "add rule inet ecntest in udp dport 4791 ip dscp 24 ip ecn not-ect counter comment \"d24\"\n")
+        subprocess.run(["ip", "netns", "exec", h.ns[1], "nft", "-f", "-"], input=rules, text=True, check=True)
+
+        def counts() -> dict:
+            out = h.exec(h.ns[1], "nft", "list", "table", "inet", "ecntest").stdout
+            return {c: int(out.split(f'comment "{c}"')[0].rsplit("packets ", 1)[1].split()[0])
+                    for c in ("d24ect", "d26ect", "d24")}
+
+        def write_bw(*extra: str) -> None:
+            port = str(free_port())
+            args = [sys.executable, "-m", "softrdma", "ib_write_bw", "-d", "rxe0", "-n", "20", "-p", port, *extra]
+            srv = h.popen(1, args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            wait_listening(int(port), srv)
+            cli = h.popen(0, [*args, h.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            out = cli.communicate(timeout=DEADLINE_S)[0]
+            srv.communicate(timeout=DEADLINE_S)
+            assert cli.returncode == 0, out
+
+        def ecn(i: int, *words: str) -> None:
+            env = {**os.environ, "SOFTRDMA_RUN": h.run_dirs[i], "SOFTRDMA_AUTOSTART": "0"}
+            subprocess.run(["ip", "netns", "exec", h.ns[i], sys.executable, "-m", "softrdma", "ecn", "rxe0", *words],
+                           env=env, check=True, capture_output=True)
+
+        write_bw("--tclass", "96")
+        c = counts()
+        assert c["d24ect"] > 20 and c["d26ect"] == 0 and c["d24"] == 0, c
+        ecn(0, "traffic_class", "104")
+        write_bw()
+        c2 = counts()
+        assert c2["d26ect"] > 20 and c2["d24ect"] == c["d24ect"], c2
+        ecn(0, "roce_rp", "enable", "3", "0")
+        write_bw("--tclass", "96")
+        c3 = counts()
+        assert c3["d24"] > 20 and c3["d24ect"] == c["d24ect"], c3
+    finally:
+        h.close()

@@ -11,7 +11,8 @@ RED qdisc::
 
 Each rule is an nftables ``limit rate over`` token bucket on RoCEv2 (UDP
 4791) packets leaving the switch towards the receiver; the counters of
-the rules say how many packets were marked and dropped (``status``).
+the rules say how many packets were marked and dropped, and how many
+CNPs (DSCP 48, Not-ECT) came back from the receiver (``status``).
 
     softrdma ecn-switch up --senders 2 --mark-rate 30 --drop-rate 45
     softrdma ecn-switch status
@@ -85,6 +86,7 @@ class EcnSwitch:
                 f"    oifname \"{port}\" udp dport 4791 ip ecn != not-ect limit rate over {m} {burst} counter"
                 f" ip ecn set ce comment \"mark\"\n"
                 f"    oifname \"{port}\" udp dport 4791 counter comment \"forwarded\"\n"
+                f"    iifname \"{port}\" udp dport 4791 ip dscp cs6 ip ecn not-ect counter comment \"cnp\"\n"
                 f"  }}\n}}\n")
 
     def up(self) -> None:
@@ -117,7 +119,8 @@ class EcnSwitch:
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Packets and bytes through each rule: buffer (dropped), red
-        (dropped, not ECN-capable), mark (CE-marked), forwarded."""
+        (dropped, not ECN-capable), mark (CE-marked), forwarded; cnp: what
+        the receiver sent back with DSCP 48 (CS6) and Not-ECT, as CNPs go."""
         r = self._ip("nft", "-j", "list", "table", "inet", TABLE, ns=self.switch)
         out = {}
         for item in json.loads(r.stdout)["nftables"]:
