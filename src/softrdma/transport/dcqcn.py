@@ -34,9 +34,9 @@ g) every ``dce_tcp_rtt``; the rate rises on increase events -- one per
 Rc = (Rt + Rc) / 2; additive increase: Rt += ``rpg_ai_rate`` first;
 hyper increase (min(T, BC) > F): Rt += (min(T, BC) - F) * ``rpg_hai_rate``
 first.  A CNP resets T and BC.  Once Rc is back at line rate the limiter
-goes (``qp.rp = None``).  The requester asks ``allow`` before it emits and
-reports what it sent with ``consume``; the limiter is a token bucket at
-Rc, refilled lazily, whose next token time is the QP's ``rl_at`` wake-up.
+goes (``qp.rp = None``).  The limiter is a token bucket at Rc, refilled
+lazily: the requester emits while ``tokens`` is positive, reports what it
+sent with ``consume``, and sleeps until ``ready_at`` (the QP's ``rl_at``).
 
 Timers are evaluated lazily at each input (``advance``): what happened in
 the interval is replayed in closed form, timer events one by one (a daemon
@@ -57,6 +57,7 @@ from ..errors import einval
 from ..wire.opcodes import Opcode
 from ..wire.packet import build_cnp
 from .counters import Counter
+from .wr import AddressVector
 
 C_ECN_MARKED = int(Counter.np_ecn_marked_roce_packets)
 C_CNP_SENT = int(Counter.np_cnp_sent)
@@ -353,7 +354,6 @@ def cnp_av(qp):
     av = qp.av
     c = qp.np_cnp_av
     if c is None or c[0] is not av:
-        from .wr import AddressVector
         cav = AddressVector(av.dgid, av.sgid_index, av.flow_label, av.hop_limit, CNP_TCLASS, av.sl, av.dlid,
                             av.port_num, av.is_global)
         c = qp.np_cnp_av = (av, cav)
