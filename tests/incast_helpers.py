@@ -89,10 +89,11 @@ class Incast:
     def counters(self, ns: str) -> dict:
         return json.loads(self.call(ns, PY, "-c", _COUNTS))
 
-    def run(self, duration: float = 6.0, size: int = 65536, sample_s: float = 0.1) -> dict:
+    def run(self, duration: float = 6.0, size: int = 65536, sample_s: float = 0.1, probe=None) -> dict:
         """The flows for ``duration`` seconds; their figures, the switch's
         counts and each flow's offered rate over time (what the switch
-        received from each sender, every ``sample_s``)."""
+        received from each sender, every ``sample_s``).  ``probe``: called
+        once, half-way through, its result in ``probe``."""
         rx = self.sw.receiver
         senders = [h for h in self.sw.hosts[:-1]]
         bw_senders = senders[:self.flows]
@@ -128,6 +129,10 @@ class Incast:
             lcli = self.popen(senders[-1][0], [PY, "-m", "softrdma", "ib_write_lat", "-d", "rxe0", "-s", "64",
                                                "-n", LAT_ITERS, "-p", lat[1], self.sw.receiver_ip],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        probed = None
+        if probe is not None:
+            time.sleep(duration / 2)          # (not a wait for readiness: the middle of a timed run)
+            probed = probe()
         outs = [c.communicate(timeout=duration + DEADLINE_S)[0] for c in clients]
         stop.set()
         sampler.join()
@@ -159,6 +164,7 @@ class Incast:
                "np_ecn_marked_roce_packets": rcnt["np_ecn_marked_roce_packets"], "np_cnp_sent": rcnt["np_cnp_sent"],
                "switch_skbs": sw, "series": {"t": [s[0] - t0 for s in samples],
                                               "rates": [[r for r in s[1]] for s in samples]}}
+        res["probe"] = probed
         if lat_out is not None:
             m = _LAT_ROW.search(lat_out)
             if m:

@@ -10,11 +10,13 @@ follow."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 
 import pytest
 
-from incast_helpers import Incast, jain
+from incast_helpers import PY, Incast, jain
 from netns_helpers import need_root
 
 
@@ -23,9 +25,15 @@ def _run(dcqcn: bool) -> dict:
     if not shutil.which("nft"):
         pytest.fail("nftables is a test dependency (the README's install line)")
     ic = Incast(flows=2, mark_rate=100, drop_rate=150)
+    sender = ic.sw.senders[0]
+
+    def probe():
+        """What a user sees of the limiter mid-run: rdma -dd's driver attributes, top's column."""
+        return (ic.call(sender, PY, "-m", "softrdma", "rdma", "-dd", "resource", "show", "qp"),
+                json.loads(ic.call(sender, PY, "-m", "softrdma", "top", "--once", "-j", "-i", "0.2")))
     try:
         ic.up(dcqcn)
-        return ic.run(duration=6)
+        return ic.run(duration=6, probe=probe)
     finally:
         ic.down()
 
@@ -41,6 +49,12 @@ def test_incast_with_and_without_dcqcn():
     assert all(f["rp_cnp_handled"] > 0 and f["rp_cnp_ignored"] == 0 for f in on["flows"])
     # ... and on the wire: the data ECN-capable (only ECT packets are marked), CNPs with DSCP 48, Not-ECT
     assert on["switch_skbs"]["cnp"] > 0 and on["np_cnp_sent"] > 0
+    # ... and the sender's limiter is visible: rdma -dd resource show qp, softrdma top
+    res, top = on["probe"]
+    assert re.search(r"rp_current_rate \d+ rp_target_rate \d+ rp_alpha \d+", res), res
+    assert any(q["dcqcn_rate_mbps"] for q in top["qps"]), top["qps"]
+    res, top = off["probe"]
+    assert "rp_current_rate" not in res and not any(q["dcqcn_rate_mbps"] for q in top["qps"])
     # off: no ECN at all -- the switch drops instead, the senders retransmit
     assert off["switch_skbs"]["mark"] == 0 and off["switch_skbs"]["red"] > 0
     assert off["np_cnp_sent"] == 0 and all(f["rp_cnp_handled"] == 0 for f in off["flows"])
