@@ -311,3 +311,34 @@ def test_a_daemon_late_on_every_pass_still_times_out_a_silent_peer(monkeypatch):
         assert passes == pytest.approx(timeout_seconds(TIMEOUT) / STALL_S, abs=2)
     finally:
         close()
+
+
+def test_an_internal_error_fails_the_qp_not_the_daemon(monkeypatch, caplog):
+    """A bug in the transport (here: A's QP raising on the ACK it receives)
+    must not end the daemon: the QP goes to ERR with IBV_EVENT_QP_FATAL
+    and its WQE is flushed, the port counts it, the log has the traceback,
+    and the loop goes on (B's QP and the device keep working)."""
+    from softrdma.enums import ibv_event_type, ibv_wc_status
+    from softrdma.transport.counters import PortCounter
+    lk, clock, d, close = _loop(monkeypatch)
+    try:
+        d.step(0.0)
+        lk.write(1, clock.t)
+
+        def broken(*a, **kw):
+            raise KeyError("a bug")
+        monkeypatch.setattr(lk.qa, "receive_batch", broken)
+        events = []
+        monkeypatch.setattr(d, "_dispatch_events", lambda dev: (events.extend(dev.events), dev.events.clear()))
+        lk.answer(clock.t)                              # the ACK waits in A's socket
+        with caplog.at_level("ERROR", logger="softrdmad"):
+            d.step(0.0)                                 # the loop reads it: the QP fails, the loop does not
+        assert lk.a.cnt[PortCounter.qp_internal_errors] == 1
+        assert lk.qa.state == S.IBV_QPS_ERR
+        assert (ibv_event_type.IBV_EVENT_QP_FATAL, lk.qa) in events
+        assert [w.status for w in lk.qa.send_cq.poll(16)] == [ibv_wc_status.IBV_WC_WR_FLUSH_ERR]
+        assert "moved to ERR by an internal error" in caplog.text and "KeyError: 'a bug'" in caplog.text
+        d.step(0.0)                                     # and the loop carries on
+        assert not lk.a.failures
+    finally:
+        close()

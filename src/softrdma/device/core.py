@@ -339,6 +339,9 @@ class Device(RocePort):
                     qp.post_send(wqe, now)
                 except (ValueError, VerbsError):
                     self._wqe_error(dqp, wqe.wr_id if wqe is not None else wr_id, recv=False)
+                except Exception as exc:                  # noqa: BLE001 -- ours: the QP fails, not the daemon
+                    self.qp_failed(qp, exc)
+                    break
         # the receive rings after every send ring: a receive the same-daemon
         # SEND path (``device.sendpath``) consumes is read from its slot, not
         # made a ``RecvWQE`` first
@@ -431,7 +434,10 @@ class Device(RocePort):
         for qp in due:
             d = qp.deadline
             if d is not None and d <= now:
-                qp.tick(now)
+                try:
+                    qp.tick(now)
+                except Exception as exc:              # noqa: BLE001 -- ours: the QP fails (Port.qp_failed)
+                    self.qp_failed(qp, exc)
                 d = qp.deadline
             if d is not None and (nxt is None or d < nxt):
                 nxt = d

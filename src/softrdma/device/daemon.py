@@ -34,6 +34,7 @@ import signal
 import socket
 import struct
 import time
+import traceback
 
 from ..enums import IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
@@ -265,8 +266,19 @@ class Daemon:
         for d in self.devices.values():
             if d.route(by_ip, now):
                 self._busy()
+            if d.failures:
+                self._log_failures(d)
         if rc.outq:
             rc.flush()
+
+    @staticmethod
+    def _log_failures(dev: Device) -> None:
+        """The QPs ``Port.qp_failed`` took to ERR since the last pass: each
+        exception with its traceback, for a bug report."""
+        for qpn, exc in dev.failures:
+            log.error("%s: QP %#x moved to ERR by an internal error (a softrdma bug; please report it):\n%s",
+                      dev.name, qpn, "".join(traceback.format_exception(exc)).rstrip())
+        dev.failures.clear()
 
     @staticmethod
     def rdma_cm_deadline(dev) -> float | None:

@@ -99,6 +99,10 @@ class PortCounter(IntEnum):
     rx_dropped_icrc = 6
     rx_dropped_wire = 7
     rx_dropped_unknown_qpn = 8
+    # a QP whose processing raised (a fault of softrdma's own, never the
+    # peer's or the application's to cause): the QP went to ERR, its
+    # packets of that pass were dropped, the daemon carried on
+    qp_internal_errors = 9
 
 
 #: ``Device.traffic``: the counts ``rdma statistic`` and sysfs read, by name.

@@ -59,6 +59,8 @@ MC_RCV = int(PortCounter.multicast_rcv_packets)
 DROP_ICRC = int(PortCounter.rx_dropped_icrc)
 DROP_WIRE = int(PortCounter.rx_dropped_wire)
 DROP_QPN = int(PortCounter.rx_dropped_unknown_qpn)
+QP_ERRORS = int(PortCounter.qp_internal_errors)
+MAX_FAILURES = 16                    # exceptions kept for the daemon to log (``failures``)
 
 
 def route_key(av) -> tuple:
@@ -128,6 +130,7 @@ class Port:
         self.gsi = None                      # QP1's consumer: .receive(pkt, src, dst, now)
         self.routing = False                 # in ``route`` (a same-daemon peer leaves our output to us)
         self.cc = dcqcn.DEFAULT              # the device's ECN settings (TOS, the CE marks' CNPs)
+        self.failures: list = []             # (QPN, exception) of ``qp_failed``, for the daemon's log
 
     # -- the link (subclasses)
     def _resolve(self, av, peers) -> Route:
@@ -219,7 +222,10 @@ class Port:
         for dqpn, pkts in batch.items():
             e = qps.get(dqpn)
             if e is not None:
-                e.qp.receive_batch(pkts, now, grhs.get(dqpn))
+                try:
+                    e.qp.receive_batch(pkts, now, grhs.get(dqpn))
+                except Exception as exc:      # noqa: BLE001 -- ours, not the peer's: the QP fails, not the port
+                    self.qp_failed(e.qp, exc)
 
     def _ce_marked(self, datagrams, ce, now: float) -> None:
         """The CE-marked entries of a batch, to their QPs' notification point."""
@@ -259,7 +265,26 @@ class Port:
         cnt = self.cnt
         cnt[RX_PACKETS] += 1
         cnt[RX_BYTES] += len(pkt) + ICRC_LEN
-        qp.receive(pkt, now, self._grh(src, dst, len(pkt) + ICRC_LEN) if qp.qp_type == UD else None)
+        try:
+            qp.receive(pkt, now, self._grh(src, dst, len(pkt) + ICRC_LEN) if qp.qp_type == UD else None)
+        except Exception as exc:              # noqa: BLE001 -- see ``qp_failed``
+            self.qp_failed(qp, exc)
+
+    def qp_failed(self, qp, exc: Exception) -> None:
+        """Processing for ``qp`` raised: a fault of softrdma's own (the
+        wire checks stop what a peer may send, the verbs checks what an
+        application may post).  The QP goes to ERR with IBV_EVENT_QP_FATAL,
+        as a NIC's QP does on an internal error, its packets of that pass
+        are dropped, and the port carries on; the exception is kept in
+        ``failures`` for the daemon to log, and counted."""
+        self.cnt[QP_ERRORS] += 1
+        if len(self.failures) < MAX_FAILURES:
+            self.failures.append((qp.qp_num, exc))
+        try:
+            qp.to_error()
+        except Exception as exc2:             # noqa: BLE001 -- a QP too broken to flush: it stays as it is
+            if len(self.failures) < MAX_FAILURES:
+                self.failures.append((qp.qp_num, exc2))
 
     def _no_qp(self, dqpn: int, pkt, src: bytes, dst: bytes, now: float) -> None:
         """No QP of that number: QP1's MADs go to the GSI, the rest is dropped."""
@@ -292,7 +317,10 @@ class Port:
         cnt[MC_RCV] += 1
         grh = self._grh(src, dst, n)
         for qp in qps:
-            qp.receive(pkt, now, grh)
+            try:
+                qp.receive(pkt, now, grh)
+            except Exception as exc:          # noqa: BLE001 -- see ``qp_failed``
+                self.qp_failed(qp, exc)
 
     # -- transmit
     def route(self, peers, now: float) -> bool:
