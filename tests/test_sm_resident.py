@@ -25,6 +25,7 @@ import time
 import pytest
 
 from sm_helpers import IbsimFabric as Fabric, need_ibsim, wait_log
+from wait_helpers import DEADLINE_S, wait_for
 
 pytestmark = [need_ibsim(), pytest.mark.slow]
 
@@ -41,6 +42,11 @@ def test_master_answers_sminfo_sa_and_traps(fab):
     wait_log(sm, "SUBNET UP")
     out = fab.diag("sminfo")
     assert "sm guid 0x2c90400000001" in out and "state 3 SMINFO_MASTER" in out, out
+    # ActCount is opensm's count of QP0 MADs sent: it moves as the master's light sweeps go on
+    act = int(re.search(r"activity count (\d+)", out).group(1))
+    assert act > 0, out
+    wait_for(lambda: int(re.search(r"activity count (\d+)", fab.diag("sminfo")).group(1)) > act, DEADLINE_S,
+             "the master's ActCount to advance")
     # one record per answer: opensm's table answers reach saquery through umad2sim cut to one
     # MAD of which umad2sim copies 224 bytes, so a second PortInfoRecord would end in heap garbage
     queries = [("saquery", "NR", "2"), ("saquery", "--src-to-dst", "1:70"), ("saquery", "PIR", "8/17"),

@@ -70,6 +70,8 @@ class SmLoop:
         replies, events = self.agent.handle(req, time.monotonic())
         for dlid, dqp, sqp, mad, length in replies:
             self.port.send(mad, dlid, dqp, sqp, length)
+            if dqp == 0:                      # an SMP's answer: a QP0 MAD sent (ActCount)
+                self.sminfo.act_count += 1
         self.events.extend(events)
 
     def _program_mfts(self, force: bool = False) -> None:
@@ -124,6 +126,9 @@ class SmLoop:
             q.tick(time.monotonic())
             if q.idle:
                 machine.poll()
+        # SMInfo's ActCount (SmActivity) is opensm's count of QP0 MADs sent
+        # (osm_sminfo_rcv: stats.qp0_mads_sent): it moves with every SMP
+        self.sminfo.act_count += q.sent
 
     def _idle(self, seconds: float) -> None:
         """Answer requests for up to ``seconds``, or until an event or a stop."""
@@ -193,7 +198,6 @@ class SmLoop:
                       f"routing {tm['routed'] - tm['lids']:.3f}, LFTs {tm['routing'] - tm['routed']:.3f}, "
                       f"port states {tm['up'] - tm['routing']:.3f})")
         self._dumps(sweep)
-        self.sminfo.act_count += 1
         bad = sweep.failed + disc.errors
         if bad:
             self.log.error(f"ERR 3A10: {bad} SMPs failed in the sweep")
