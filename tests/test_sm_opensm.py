@@ -276,3 +276,39 @@ def test_udp_remote_mode_on_softrdma_fabric_server(tmp_path):
     finally:
         srv.terminate()
         srv.wait(10)
+
+
+@pytest.mark.parametrize("fabric", [("ft2_64", "softrdma")], indirect=True)
+def test_daemon_pidfile_and_log_prefix(fabric):
+    """``-B -J FILE``: the SM goes to the background (the command returns),
+    the daemon writes its pid there and removes it at exit; ``--log_prefix``
+    starts every message of the log."""
+    import os
+    import signal
+    from wait_helpers import DEADLINE_S, wait_for
+    base, tmp, _ = fabric
+    pidfile, log = tmp / "opensm.pid", tmp / "osm.log"
+    r = _opensm(base, tmp, "-B", "-J", str(pidfile), "-f", str(log), "--log_prefix", "fab1", "-s", "1", timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), DEADLINE_S, "the pid file")
+    pid = int(pidfile.read_text())
+    try:
+        wait_for(lambda: "-> fab1: SUBNET UP" in log.read_text(), DEADLINE_S, "SUBNET UP in the log")
+        assert all("-> fab1: " in ln for ln in log.read_text().splitlines() if "->" in ln)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not pidfile.exists(), DEADLINE_S, "the daemon to remove its pid file")
+
+
+def test_log_limit_truncates_as_osm_log(tmp_path, capsys):
+    from softrdma.sm.log import Log
+    path = tmp_path / "osm.log"
+    lg = Log(str(path), max_size=1000)
+    for i in range(40):
+        lg.info(f"line {i:02d} " + "x" * 40)
+    lg.close()
+    text = path.read_text()
+    assert len(text) <= 1000 + 100 and "line 39" in text and "line 00" not in text
+    assert "osm_log: log file exceeds the limit 1000. Truncating." in capsys.readouterr().err
+    r = _opensm(unique_base("smt"), tmp_path, "-L", "5", "-c", str(tmp_path / "o.conf"), timeout=30)
+    assert r.returncode == 0 and "log_max_size 5\n" in (tmp_path / "o.conf").read_text()

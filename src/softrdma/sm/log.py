@@ -19,9 +19,17 @@ DEFAULT = ERROR | INFO
 
 
 class Log:
+    """``prefix``: opensm's log_prefix, before every message (``PREFIX: msg``);
+    ``max_size``: opensm's log_max_size in bytes (``-L`` MB): once the
+    lines written pass it, the file is truncated, as osm_log does, with its
+    message on stderr; 0 = no limit."""
+
     def __init__(self, path: str | None = None, flags: int = DEFAULT, append: bool = True,
-                 stream=None) -> None:
+                 stream=None, prefix: str | None = None, max_size: int = 0) -> None:
         self.flags = flags
+        self.prefix = prefix
+        self.max_size = max_size
+        self.count = 0                      # bytes written since the last truncation (osm_log's count)
         self.f = None
         if path and path != "-":
             self.f = open(path, "a" if append else "w")
@@ -36,6 +44,16 @@ class Log:
             return
         if self.f is None:
             return
+        if self.prefix is not None:
+            msg = f"{self.prefix}: {msg}"
+        if self.max_size and self.count > self.max_size:
+            print(f"osm_log: log file exceeds the limit {self.max_size}. Truncating.", file=sys.stderr)
+            try:
+                self.f.seek(0)
+                self.f.truncate()
+            except OSError:                 # (a pipe or a terminal: nothing to truncate)
+                pass
+            self.count = 0
         t = time.time()
         lt = time.localtime(t)
         line = "%s %06d [%04X] 0x%02x -> %s\n" % (time.strftime("%b %d %H:%M:%S", lt),
@@ -44,6 +62,7 @@ class Log:
                                                    level, msg)
         self.f.write(line)
         self.f.flush()
+        self.count += len(line)
 
     def error(self, msg: str) -> None:
         self.log(ERROR, msg)

@@ -36,6 +36,8 @@ CONF_KEYS = {
     "root_guid_file": "(null)",
     "log_flags": "0x03",
     "log_file": "/var/log/opensm.log",
+    "log_max_size": "0",
+    "log_prefix": "(null)",
     "dump_files_dir": "/var/log",
     "force_log_flush": "FALSE",
     "sm_key": "0x0000000000000001",
@@ -72,7 +74,11 @@ def build_parser(prog: str = "opensm") -> argparse.ArgumentParser:
     p.add_argument("-s", "--sweep", type=_int, default=None, help="sweep interval in seconds (0: none)")
     p.add_argument("-f", "--log_file", help="log file ('-' for stdout)")
     p.add_argument("-e", "--erase_log_file", action="store_true", help="truncate the log file first")
+    p.add_argument("-L", "--log_limit", type=_int, default=None,
+                   help="log file size limit in MB: truncated on reaching it (0: none)")
+    p.add_argument("--log_prefix", help="prefix to the log's messages")
     p.add_argument("-B", "--daemon", action="store_true", help="run in the background")
+    p.add_argument("-J", "--pidfile", help="with -B: the file the daemon's process ID is written to")
     p.add_argument("-d", "--debug", type=_int, action="append", default=[],
                    help="debug: 0 none, 1 ignore other SMs, 2 force log flushing")
     p.add_argument("-D", "--log_flags", type=_int, default=None, help="log flags (0x40: routing dumps)")
@@ -131,6 +137,9 @@ def settings(a: argparse.Namespace) -> dict:
         "roots": a.root_guid_file or (None if conf["root_guid_file"] == "(null)" else conf["root_guid_file"]),
         "flags": a.log_flags if a.log_flags is not None else _int(conf["log_flags"]),
         "log_file": a.log_file or conf["log_file"],
+        "log_max_size": a.log_limit if a.log_limit is not None else _int(conf["log_max_size"]),
+        "log_prefix": a.log_prefix if a.log_prefix is not None else
+        (None if conf["log_prefix"] == "(null)" else conf["log_prefix"]),
         "dump_dir": a.dump_files_dir or os.environ.get("OSM_TMP_DIR") or conf["dump_files_dir"],
         "sm_key": _int(conf["sm_key"]),
         "poll_interval": _int(conf["sminfo_polling_timeout"]) / 1000.0,
@@ -166,6 +175,8 @@ def settings(a: argparse.Namespace) -> dict:
         raise UsageError("sweep interval must be >= 0")
     if s["wire"] < 1:
         raise UsageError("max_wire_smps must be >= 1")
+    if not 0 <= s["log_max_size"] < 1 << 32:
+        raise UsageError("log file size limit must be 0..4294967295 MB")
     return s
 
 
@@ -187,12 +198,21 @@ def read_roots(path: str | None) -> set[int]:
     return roots
 
 
-def _daemonize() -> None:
+def _daemonize(pidfile: str | None = None) -> None:
+    """opensm's daemonize(): fork, setsid, fork; the pid file (``-J``)
+    written by the daemon; standard I/O to /dev/null."""
     if os.fork():
         os._exit(0)
     os.setsid()
     if os.fork():
         os._exit(0)
+    if pidfile:
+        try:
+            with open(pidfile, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as e:
+            print(f"fopen: {e.strerror}", file=sys.stderr)
+            os._exit(1)
     fd = os.open(os.devnull, os.O_RDWR)
     for i in (0, 1, 2):
         os.dup2(fd, i)
@@ -254,6 +274,7 @@ def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
                     lmc=str(s["lmc"]), lmc_esp0="TRUE" if s["lmc_esp0"] else "FALSE", sweep_interval=str(s["sweep"]), max_wire_smps=str(s["wire"]),
                     routing_engine=s["engine"], root_guid_file=s["roots"] or "(null)",
                     log_flags="0x%02x" % s["flags"], log_file=s["log_file"], dump_files_dir=s["dump_dir"],
+                    log_max_size=str(s["log_max_size"]), log_prefix=s["log_prefix"] or "(null)",
                     sminfo_polling_timeout=str(int(s["poll_interval"] * 1000)),
                     polling_retry_number=str(s["poll_retries"]), sm_key="0x%016x" % s["sm_key"])
         write_config(a.create_config, conf)
@@ -263,11 +284,14 @@ def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
           f"\nCommand Line Arguments:\n Log File: {s['log_file']}\n"
           "-------------------------------------------------", flush=True)
     try:
-        log = L.Log(s["log_file"], s["flags"], append=not a.erase_log_file)
+        log = L.Log(s["log_file"], s["flags"], append=not a.erase_log_file, prefix=s["log_prefix"],
+                    max_size=s["log_max_size"] << 20)
     except OSError as e:
         parser.error(f"cannot open log file {s['log_file']}: {e.strerror}")
+    if s["log_max_size"]:
+        print(f" Log file max size is {s['log_max_size']} MBytes")
     if a.daemon:
-        _daemonize()
+        _daemonize(a.pidfile)
     try:
         return run(s, log, a.once)
     except UsageError as e:
@@ -275,6 +299,11 @@ def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
         return 2
     finally:
         log.close()
+        if a.daemon and a.pidfile:
+            try:
+                os.unlink(a.pidfile)          # opensm's remove_pidfile at exit
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":
