@@ -143,7 +143,12 @@ def test_election():
     assert me.handover_target([RemoteSm(0x20, 9, SmState.STANDBY), RemoteSm(0x30, 12, SmState.STANDBY),
                                RemoteSm(0x40, 1, SmState.STANDBY)]).guid == 0x30
     me.state, me.master = SmState.STANDBY, RemoteSm(0x20, 9, SmState.MASTER)
-    assert me.poll_result(None, 1) is None and me.poll_result(None, 1) == "takeover"
+    # opensm's polling timer: a poll per tick, counted; an answer resets the count;
+    # the tick that finds more than polling_retry_number unanswered takes over
+    assert me.poll_due(1) == "poll"
+    me.poll_answered(RemoteSm(0x20, 9, SmState.MASTER))
+    assert me.missed_polls == 0
+    assert me.poll_due(1) == "poll" and me.poll_due(1) == "poll" and me.poll_due(1) == "takeover"
 
 
 def test_agent_answers_sminfo_and_handover():

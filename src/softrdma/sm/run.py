@@ -277,20 +277,22 @@ class SmLoop:
             self._enter(SmState.STANDBY)
 
     def _poll_master(self) -> None:
+        """A polling tick as STANDBY (``SmInfoState.poll_due``): take over,
+        or send the master one more SMInfo Get and take its answer."""
         m = self.sminfo.master
-        answer = None
-        if m is not None:
-            q = self._mads()
-            qs = light.Queries(q, [("m", build_dr_smp(Method.GET, SmpAttr.SM_INFO, m.dr_path))])
-            self._drive(q, qs)
-            data = qs.results.get("m")
-            answer = SmInfoState.decode(data) if data is not None else None
-        else:
+        if m is None:
             self.sminfo.missed_polls = 0
-        if m is None or self.sminfo.poll_result(answer, self.s["poll_retries"]) == "takeover":
-            if m is not None:
-                self.log.info(f"master SM 0x{m.guid:016x} is gone: taking over")
             self._discovering()
+            return
+        if self.sminfo.poll_due(self.s["poll_retries"]) == "takeover":
+            self.log.info(f"master SM 0x{m.guid:016x} is gone: taking over")
+            self._discovering()
+            return
+        q = self._mads()
+        qs = light.Queries(q, [("m", build_dr_smp(Method.GET, SmpAttr.SM_INFO, m.dr_path))])
+        self._drive(q, qs)
+        data = qs.results.get("m")
+        self.sminfo.poll_answered(SmInfoState.decode(data) if data is not None else None)
 
     # -- the loop --------------------------------------------------------------------------
     def _own_guid(self) -> None:
@@ -337,6 +339,10 @@ class SmLoop:
                     self._handover_if_outranked()
             elif self.sminfo.state == SmState.STANDBY and time.monotonic() >= next_poll:
                 self._poll_master()
-                next_poll = time.monotonic() + self.s["poll_interval"]
+                # the polling timer's cadence, as opensm's: the next tick one interval after
+                # this one, however long this poll waited for its answer
+                next_poll += self.s["poll_interval"]
+                if next_poll <= time.monotonic():
+                    next_poll = time.monotonic() + self.s["poll_interval"]
         self.log.sys("Exiting SM")
         return 0

@@ -99,15 +99,22 @@ class SmInfoState:
             return None
         return None
 
-    def poll_result(self, answer: RemoteSm | None, retries: int) -> str | None:
-        """As STANDBY, the master's answer to a poll (None: no answer)."""
+    def poll_due(self, retries: int) -> str:
+        """As STANDBY, at a polling tick (every sminfo_polling_timeout, as
+        opensm's polling timer fires): "takeover" once more than ``retries``
+        polls went unanswered since the master's last answer
+        (osm_sm_state_mgr_polling_callback's ``retry_number >
+        polling_retry_number``), else "poll" (one more is sent, counted)."""
+        if self.missed_polls > retries:
+            self.state = SmState.DISCOVERING
+            return "takeover"
+        self.missed_polls += 1
+        return "poll"
+
+    def poll_answered(self, answer: RemoteSm | None) -> None:
+        """The master's answer to a poll (None: none came): alive resets the
+        count, as osm_sm_state_mgr_signal_master_is_alive."""
         # a master-elect still sweeping answers DISCOVERING: alive, not missed
         if answer is not None and answer.state in (SmState.MASTER, SmState.DISCOVERING):
             self.missed_polls = 0
             self.master.priority, self.master.state = answer.priority, answer.state
-            return None
-        self.missed_polls += 1
-        if self.missed_polls > retries:
-            self.state = SmState.DISCOVERING
-            return "takeover"
-        return None
