@@ -30,6 +30,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     subs: list = []
+    progress = {"i": 0}
     cv = threading.Condition()
 
     def connected(conn):
@@ -42,7 +43,8 @@ def main(argv=None) -> int:
         with cv:
             if conn in subs:
                 subs.remove(conn)
-            print(f"subscriber left ({why}); {len(subs)} left", flush=True)
+            print(f"subscriber left ({why}) while publishing message {progress['i']}; {len(subs)} left",
+                  flush=True)
             cv.notify_all()
 
     m = Messenger(chunk_size=a.chunk, credits=a.credits, max_conns=max(a.subscribers, 1),
@@ -57,6 +59,7 @@ def main(argv=None) -> int:
         t0 = last = time.monotonic()
         sent_at_last = 0
         for i in range(a.count):
+            progress["i"] = i
             msg = payload.make(i, a.size)
             for conn in targets:
                 if conn.state == "established":
@@ -71,6 +74,7 @@ def main(argv=None) -> int:
                 print(f"published {i + 1}: {rate:.0f} msg/s, {rate * a.size / 2**20:.1f} MiB/s per subscriber",
                       flush=True)
                 last, sent_at_last = now, i + 1
+        progress["i"] = a.count
         m.wait_backlog(0)
         with cv:                                   # each subscriber leaves after the last message
             cv.wait_for(lambda: not subs, timeout=120)
