@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from daemon_helpers import daemon_in_shm
+from netns_helpers import TwoHosts, need_root
 from softrdma.runner import shim_path
 from wait_helpers import free_port, wait_line
 
@@ -30,9 +31,16 @@ def _env(d):
                 SOFTRDMA_AUTOSTART="0")
 
 
-def _start(d, prog, *args):
-    return subprocess.Popen([sys.executable, os.path.join(EX, prog), *map(str, args)], env=_env(d),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _cmd(prog, *args):
+    return [sys.executable, os.path.join(EX, prog), *map(str, args)]
+
+
+def _on_daemon(d):
+    """Start a demo program on daemon ``d`` (role is "pub" or "sub")."""
+    def start(role, prog, *args):
+        return subprocess.Popen(_cmd(prog, *args), env=_env(d), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    return start
 
 
 class Procs:
@@ -53,17 +61,17 @@ class Procs:
             p.stdout.close()
 
 
-def _run(daemon, count, size, kill_one=False):
+def _run(start, count, size, kill_one=False, addr="127.0.0.1"):
     port = free_port()
     procs = Procs()
     try:
-        pub = procs.add(_start(daemon, "publisher.py", "127.0.0.1", port, "--subscribers", 3, "--count", count,
+        pub = procs.add(start("pub", "publisher.py", addr, port, "--subscribers", 3, "--count", count,
                                "--size", size))
         _, pub_lines = wait_line(pub.stdout, "listening", proc=pub)
         subs = []
         for i in range(3):
             extra = ["--stall-after", 40] if kill_one and i == 1 else []
-            s = procs.add(_start(daemon, "subscriber.py", "127.0.0.1", port, "--count", count, "--size", size,
+            s = procs.add(start("sub", "subscriber.py", addr, port, "--count", count, "--size", size,
                                  *extra))
             wait_line(s.stdout, "^connected", proc=s)
             subs.append(s)
@@ -88,7 +96,7 @@ def _run(daemon, count, size, kill_one=False):
 
 def test_publisher_three_subscribers(daemon):
     """300 messages of 20 000 bytes (three fragments each) to three subscribers."""
-    pub, subs = _run(daemon, 300, 20000)
+    pub, subs = _run(_on_daemon(daemon), 300, 20000)
     assert pub.count("subscriber ") >= 3 and "subscriber 3 connected" in pub
     assert re.search(r"done: 300 messages", pub)
     assert "2700 fragments sent" in pub, pub          # 3 fragments x 300 messages x 3 subscribers
@@ -101,10 +109,32 @@ def test_subscriber_killed_mid_stream(daemon):
     publisher (throttled by its credits meanwhile) carries on, and the two
     survivors get all 400 messages once each, in order, byte-exact (each
     checks every message's number and bytes and fails otherwise)."""
-    pub, subs = _run(daemon, 400, 12000, kill_one=True)
+    pub, subs = _run(_on_daemon(daemon), 400, 12000, kill_one=True)
     assert sorted(subs) == [0, 2]
     m = re.search(r"subscriber left \(.*\) while publishing message (\d+); 2 left", pub)
     assert m and int(m.group(1)) < 200, pub           # killed mid-stream: the publisher was held back
     assert pub.index("subscriber left") < pub.index("done: 400 messages"), pub
     for out in subs.values():
         assert "done: 400 messages in order, byte-exact, no duplicates" in out, out
+
+
+@pytest.mark.slow
+def test_across_namespaces_with_a_subscriber_killed():
+    """The publisher in one namespace, three subscribers in another (two
+    daemons, RoCE over a veth pair); one subscriber is SIGKILLed mid-stream."""
+    need_root()
+    h = TwoHosts()
+    try:
+        h.start_daemons()
+        path = shim_path() + os.pathsep + os.environ.get("PYTHONPATH", "")
+
+        def start(role, prog, *args):
+            return h.popen(0 if role == "pub" else 1, ["env", f"PYTHONPATH={path}", *_cmd(prog, *args)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        pub, subs = _run(start, 300, 65536, kill_one=True, addr=h.ip[0])
+        assert re.search(r"subscriber left \(.*\) while publishing message \d+; 2 left", pub), pub
+        assert "done: 300 messages" in pub, pub
+        for out in subs.values():
+            assert "done: 300 messages in order, byte-exact, no duplicates" in out, out
+    finally:
+        h.close()
