@@ -175,6 +175,11 @@ class Messenger:
                 return
             cmid = CMID(creator=ev, listen_id=self.listener)
             ev.ack_cm_event()
+            if sum(1 for c in self.conns.values() if c.state != "closed") >= self.max_conns:
+                cmid.reject()                       # its receive buffers would overrun the SRQ
+                cmid.close()
+                self.stats["rejected"] += 1
+                return
             conn = Connection(cmid, self.grant)
             conn.credits = Credits(grant)
             conn.name = "peer"
@@ -368,6 +373,7 @@ class Messenger:
         try:
             h = unpack(data)
             conn.credits.granted(h.credits)
+            self.stats["credits_returned"] += h.credits
             conn.credits.consumed(h.type == MSG_DATA)
             if h.type == MSG_DATA:
                 self.stats["frags_recv"] += 1
