@@ -41,6 +41,7 @@ TOOLS = {
     "saquery": "softrdma.tools.ibdiag.saquery",
     "ibqueryerrors": "softrdma.tools.ibdiag.ibqueryerrors",
     "ibping": "softrdma.tools.ibdiag.ibping",
+    "ibdiagnet": "softrdma.tools.ibdiag.ibdiagnet",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
