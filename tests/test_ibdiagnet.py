@@ -279,3 +279,86 @@ def test_no_fabric_and_help(tmp_path):
     r = subprocess.run([sys.executable, "-m", "softrdma", "ibdiagnet", "--version"], env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("IBDIAGNET ")
+
+
+# --- duplicated GUIDs: neither fabric server loads a topology with one, so the
+# --- checks run on a discovered fabric built here, with a MAD port answering by path
+
+
+def _fabric_with(ca_guids, dup_behind_port2=None, lids=None):
+    """A switch (GUID 0x10, ports 1..n: one CA each) as the discovery leaves it;
+    ``dup_behind_port2``: port n+1 is LinkUp without a peer (the discovery
+    merged what is behind it)."""
+    from softrdma.tools.ibdiag.discover import Fabric, Node, Port
+    from softrdma.tools.ibdiag.rpc import PortId
+
+    def pi(**kw):
+        return smp.PORT_INFO.decode(smp.PORT_INFO.encode(LinkState=4, PhysLinkState=5, **kw))
+
+    f = Fabric()
+    n = len(ca_guids) + (1 if dup_behind_port2 is not None else 0)
+    sw = Node(bytes(smp.NODE_INFO.encode(NodeType=2, NumPorts=n, SystemGuid=0x10, Guid=0x10,
+                                         PortGuid=0x10)).ljust(64, b"\0"), PortId(0, ()))
+    f.nodes.append(sw)
+    f.by_guid[0x10] = sw
+    sw.ports[0] = Port(sw, 0)
+    sw.ports[0].pi, sw.ports[0].base_lid, sw.ports[0].guid = pi(Lid=1), 1, 0x10
+    for i, (node_guid, port_guid) in enumerate(ca_guids, 1):
+        ca = Node(bytes(smp.NODE_INFO.encode(NodeType=1, NumPorts=1, SystemGuid=node_guid, Guid=node_guid,
+                                             PortGuid=port_guid, LocalPort=1)).ljust(64, b"\0"),
+                  PortId(0, (i,)))
+        f.nodes.append(ca)
+        f.by_guid[node_guid] = ca
+        p = ca.ports[1] = Port(ca, 1)
+        lid = lids[i - 1] if lids else i + 1
+        p.pi, p.base_lid, p.guid = pi(Lid=lid), lid, port_guid
+        sp = sw.ports[i] = Port(sw, i)
+        sp.pi, sp.guid = pi(), 0x10
+        p.remoteport, sp.remoteport = sp, p
+    if dup_behind_port2 is not None:
+        sp = sw.ports[n] = Port(sw, n)
+        sp.pi, sp.guid = pi(), 0x10
+    return f
+
+
+class _PathMad:
+    """Answers NodeInfo by directed path from ``answers`` (path -> GUID); others are lost."""
+    lid = 0
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def smp_request(self, portid, attr, mod=0):
+        return portid.path
+
+    def rpc_many(self, reqs, window=16):
+        out = []
+        for path in reqs:
+            g = self.answers.get(path)
+            out.append(None if g is None else bytes(64) + bytes(
+                smp.NODE_INFO.encode(NodeType=1, NumPorts=1, Guid=g, PortGuid=g + 1)).ljust(64, b"\0"))
+        return out
+
+
+def test_duplicated_guids_and_lids_offline():
+    from softrdma.tools.ibdiag.ibdiagnet import probe_unlinked
+    from softrdma.tools.ibdiag.ibdiagnet_checks import duplicate_guids, lid_check
+    # a second CA with host A's node GUID behind switch port 2: merged by the discovery
+    f = _fabric_with([(0x20, 0x21)], dup_behind_port2=True)
+    found = probe_unlinked(_PathMad({(2,): 0x20}), f)
+    assert found == [("E", "Duplicated node GUID 0x0000000000000020 at DR paths 0,1 and 0,2")]
+    found = probe_unlinked(_PathMad({}), f)
+    assert found == [("W", "Unresponsive node behind S0000000000000010/N0000000000000010/P2 "
+                           "(DR path 0,2)")]
+    assert probe_unlinked(_PathMad({}), _fabric_with([(0x20, 0x21)])) == []
+    # two nodes, one port GUID
+    f = _fabric_with([(0x20, 0x21), (0x30, 0x21)])
+    (sev, text), = duplicate_guids(f)
+    assert sev == "E" and text.startswith("Duplicated port GUID 0x0000000000000021: ")
+    assert "N0000000000000020/P1" in text and "N0000000000000030/P1" in text
+    assert duplicate_guids(_fabric_with([(0x20, 0x21), (0x30, 0x31)])) == []
+    # LIDs: one held twice, one zero
+    (sev, text), = lid_check(_fabric_with([(0x20, 0x21), (0x30, 0x31)], lids=[5, 5]))
+    assert sev == "E" and text.startswith("Duplicated LID 0x0005: ")
+    (sev, text), = lid_check(_fabric_with([(0x20, 0x21)], lids=[0]))
+    assert text == "Zero LID on port S0000000000000020/N0000000000000020/P1"

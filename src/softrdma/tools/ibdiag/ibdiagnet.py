@@ -254,6 +254,33 @@ def read_mfts(mad, fabric):
     return mfts
 
 
+def _dr(portid) -> str:
+    return ",".join(str(x) for x in (0,) + tuple(portid.path or ()))
+
+
+def probe_unlinked(mad, fabric) -> list:
+    """Switch ports that are LinkUp but were left without a peer: the
+    discovery merges a node whose GUID it already knows into the first one,
+    so what answers behind such a port with a known GUID is a duplicated
+    node GUID; what does not answer is an unresponsive node."""
+    cands = [(n, p) for n in fabric.nodes if n.type == NODE_SWITCH for p in n.ports[1:]
+             if p is not None and p.pi is not None and p.remoteport is None
+             and p.pi["PhysLinkState"] == smp.PhysState.LINK_UP]
+    paths = [n.path.extend(p.portnum, mad.lid) for n, p in cands]
+    answers = mad.rpc_many([mad.smp_request(pid, smp.SmpAttr.NODE_INFO) for pid in paths])
+    out = []
+    for (_n, p), pid, a in zip(cands, paths, answers):
+        if a is None or int.from_bytes(a[4:6], "big") & 0x7FFF:
+            out.append((WARN, f"Unresponsive node behind {port_name(p)} (DR path {_dr(pid)})"))
+            continue
+        guid = smp.NODE_INFO.decode(a[64:128])["Guid"]
+        first = fabric.by_guid.get(guid)
+        if first is not None:
+            out.append((ERR, f"Duplicated node GUID 0x{guid:016x} at DR paths {_dr(first.path)} "
+                             f"and {_dr(pid)}"))
+    return out
+
+
 def read_sms(mad, fabric):
     cands = [p for p in end_ports(fabric)
              if p.pi is not None and p.pi["CapMask"] & smp.CAP_IS_SM]
@@ -273,7 +300,7 @@ def diagnose(mad, o, r: Report):
     sws = sum(1 for n in f.nodes if n.type == NODE_SWITCH)
     r.info(f"Discovering ... {len(f.nodes)} nodes ({sws} Switches & {len(f.nodes) - sws} CA-s) discovered.")
     r.step("Discovery", [])
-    r.step("Duplicated GUIDs detection", duplicate_guids(f))
+    r.step("Duplicated GUIDs detection", probe_unlinked(mad, f) + duplicate_guids(f))
     r.step("Switch Info retrieving", [(ERR, f"SwitchInfo of 0x{n.guid:016x} not answered")
                                       for n in f.nodes if n.type == NODE_SWITCH and not n.switchinfo])
     r.stage("Lids Check")
