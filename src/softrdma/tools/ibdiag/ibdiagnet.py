@@ -3,11 +3,11 @@ stages from the own port, by directed-route SMPs and PMA queries.
 
 Stages, in ibdiagnet2's order and with its stage names: Discovery
 (libibnetdisc's discovery, ``discover``; duplicated port GUIDs), Lids Check
-(zero and duplicated LIDs), Links Check (links not Active; width/speed
-against ``-lw``/``-ls``), Subnet Manager (SMInfo of every port whose
+(zero and duplicated LIDs), Links Check (links not Active), Subnet Manager (SMInfo of every port whose
 CapabilityMask has IsSM: one master expected), Port Counters (PortCounters
 of every linked port, error counters against 0 or ``-P`` thresholds; ``-pc``
-resets them after the read), Routing (with ``-r``: every switch's LFT and
+resets them after the read), Speed / Width checks (errors against
+``-lw``/``-ls``, warnings below what both ends support), Routing (with ``-r``: every switch's LFT and
 MFT, the LID route from each CA port to each other CA port's LIDs --
 unreachable destinations and loops -- and the credit-loop search), then
 the Summary table.  Every line also goes to ibdiagnet2.log; the report
@@ -29,7 +29,8 @@ from ...wire.errors import WireError
 from . import ibdiagnet_files as rep
 from .discover import NODE_SWITCH, discover
 from .ibdiagnet_checks import (ERR, PM_NAMES, SPEEDS, WARN, WIDTHS, Routes, duplicate_guids,
-                               end_ports, lid_check, link_check, pm_check, port_name)
+                               duplicate_node_desc, end_ports, lid_check, link_check, pm_check,
+                               port_name, speed_width_check)
 from .perfquery import PC_FIELDS
 from .rpc import METHOD_SET, MadPort, PortId
 
@@ -301,12 +302,13 @@ def diagnose(mad, o, r: Report):
     r.info(f"Discovering ... {len(f.nodes)} nodes ({sws} Switches & {len(f.nodes) - sws} CA-s) discovered.")
     r.step("Discovery", [])
     r.step("Duplicated GUIDs detection", probe_unlinked(mad, f) + duplicate_guids(f))
+    r.step("Duplicated Node Description detection", duplicate_node_desc(f))
     r.step("Switch Info retrieving", [(ERR, f"SwitchInfo of 0x{n.guid:016x} not answered")
                                       for n in f.nodes if n.type == NODE_SWITCH and not n.switchinfo])
     r.stage("Lids Check")
     r.step("Lids Check", lid_check(f))
     r.stage("Links Check")
-    r.step("Links Check", link_check(f, o["lw"], o["ls"]))
+    r.step("Links Check", link_check(f))
     r.stage("Subnet Manager")
     sms = read_sms(mad, f)
     r.step("SM Info retrieving", [])
@@ -324,6 +326,8 @@ def diagnose(mad, o, r: Report):
         r.info("Ports counters reset")
         r.line()
     rep.write_pm(paths["pm"], pm)
+    r.stage("Speed / Width checks")
+    r.step("Link Speed and Width Check", speed_width_check(f, o["lw"], o["ls"]))
     lfts = {}
     if o["routing"]:
         r.stage("Routing")

@@ -2,8 +2,9 @@
 no MADs, each returns the ``(severity, text)`` findings of one stage.
 
 Owns: the names ibdiagnet prints for a port (``S<sysguid>/N<nodeguid>/P<n>``),
-link width/speed names and the ``-ls``/``-lw`` values, the duplicate GUID
-and LID checks, the links check (state, expected width/speed), the PM
+link width/speed names and the ``-ls``/``-lw`` values, the duplicate GUID,
+NodeDescription and LID checks, the links check (state), the speed/width
+check (expected -lw/-ls, best supported), the PM
 counter thresholds, the LFT walk between every pair of CA ports (unreachable
 destinations, loops) and the credit-loop search over the channel
 dependencies those paths create.
@@ -102,6 +103,16 @@ def duplicate_guids(fabric) -> list:
     return out
 
 
+def duplicate_node_desc(fabric) -> list:
+    """Two nodes with one NodeDescription (a warning: names are for people)."""
+    descs = defaultdict(list)
+    for n in fabric.nodes:
+        descs[n.nodedesc].append(n)
+    return [(WARN, f"Duplicated Node Description \"{d}\": "
+                   + ", ".join(f"0x{n.guid:016x}" for n in nodes))
+            for d, nodes in descs.items() if len(nodes) > 1]
+
+
 def lid_check(fabric) -> list:
     """Zero LIDs on active end ports and LIDs (ranges) held by two ports."""
     out = []
@@ -122,22 +133,54 @@ def lid_check(fabric) -> list:
     return out
 
 
-def link_check(fabric, want_width: int | None, want_speed: tuple | None) -> list:
-    """Both ends Active (a link in Init: the SM has not brought it up), and
-    the active width/speed against -lw/-ls when given."""
+def link_check(fabric) -> list:
+    """Both ends Active (a link in Init: the SM has not brought it up)."""
     out = []
     for a, b in links(fabric):
-        name = f"{port_name(a)}<-->{port_name(b)}"
         sa, sb = a.pi["LinkState"], b.pi["LinkState"] if b.pi else 0
         if sa != smp.PortState.ACTIVE or sb != smp.PortState.ACTIVE:
             bad = a if sa != smp.PortState.ACTIVE else b
             state = smp.PortState(bad.pi["LinkState"]).name if bad.pi else "UNKNOWN"
-            out.append((WARN, f"Link: {name} - logical state is {state}, not ACTIVE"))
+            out.append((WARN, f"Link: {port_name(a)}<-->{port_name(b)} - logical state is {state}, "
+                              "not ACTIVE"))
+    return out
+
+
+def _ext_speeds(port) -> int:
+    """LinkSpeedExtSupported if the node reports extended speeds (a switch in port 0's CapMask)."""
+    n = port.node
+    p0 = n.ports[0] if n.type == NODE_SWITCH else port
+    if p0 is None or p0.pi is None or not p0.pi["CapMask"] & smp.CAP_IS_EXTENDED_SPEEDS_SUPPORTED:
+        return 0
+    return port.pi["LinkSpeedExtSupported"]
+
+
+def _best(mask: int, order) -> int:
+    return next((c for c in order if mask & c), 0)
+
+
+def speed_width_check(fabric, want_width: int | None, want_speed: tuple | None) -> list:
+    """The active width/speed of each link against -lw/-ls (errors) and, as
+    warnings, against the best both ends support."""
+    out = []
+    for a, b in links(fabric):
+        if b.pi is None:
+            continue
+        name = f"{port_name(a)}<-->{port_name(b)}"
         w, sp, esp = port_speed(a)
         if want_width is not None and w != want_width:
             out.append((ERR, f"Link: {name} - Unexpected width, actual link width is {width_name(w)}"))
         if want_speed is not None and (sp, esp) != want_speed:
             out.append((ERR, f"Link: {name} - Unexpected actual link speed {speed_name(sp, esp)}"))
+        bw = _best(a.pi["LinkWidthSupported"] & b.pi["LinkWidthSupported"], (8, 4, 2, 16, 1))
+        if want_width is None and bw and w != bw:
+            out.append((WARN, f"Link: {name} - Unexpected width, actual link width is {width_name(w)}, "
+                              f"could be {width_name(bw)}"))
+        bext = _best(_ext_speeds(a) & _ext_speeds(b), (8, 4, 2, 1))
+        bsp = _best(a.pi["LinkSpeedSupported"] & b.pi["LinkSpeedSupported"], (4, 2, 1))
+        if want_speed is None and (bext and esp != bext or not bext and bsp and (sp, esp) != (bsp, 0)):
+            out.append((WARN, f"Link: {name} - Unexpected actual link speed {speed_name(sp, esp)}, "
+                              f"could be {speed_name(bsp, bext)}"))
     return out
 
 
