@@ -366,3 +366,16 @@ def test_duplicated_guids_and_lids_offline():
     assert sev == "E" and text.startswith("Duplicated LID 0x0005: ")
     (sev, text), = lid_check(_fabric_with([(0x20, 0x21)], lids=[0]))
     assert text == "Zero LID on port S0000000000000020/N0000000000000020/P1"
+
+
+def test_no_master_sm(fab):
+    assert fab.run().returncode == 0
+    fab.sm.terminate()
+    fab.sm.wait(10)
+    r = fab.run()
+    assert r.returncode == 1, r.stdout
+    assert "-E- Missing master SM in the discovered fabric" in r.stdout
+    rows = summary(r.stdout)
+    assert rows["Subnet Manager"] == (0, 1)
+    assert sum(e for _w, e in rows.values()) == 1
+    assert "SM - master" not in (fab.tmp / "out" / "ibdiagnet2.sm").read_text()

@@ -216,14 +216,24 @@ class Routes:
         self.deps: dict = defaultdict(set)     # channel -> next channels (credit loops)
         self.paths = 0
         self.hops_hist: dict = defaultdict(int)
+        self.memo: dict = {}
 
     def walk(self, src, dlid: int):
         """One LID route from CA port ``src``: (True, channels) or (False, why,
         channels so far -- a loop's include the repeated one)."""
-        dst = self.lid_port.get(dlid)
         port = src.remoteport
         if port is None:
             return False, "source port has no link", []
+        # a LID route depends only on the switch it enters and the DLID: CA
+        # ports on one leaf share it (what makes thousands of hosts affordable)
+        key = (id(port.node), dlid)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = self._walk(port, dlid)
+        return got
+
+    def _walk(self, port, dlid: int):
+        dst = self.lid_port.get(dlid)
         channels = []
         for _ in range(self.MAX_HOPS):
             node = port.node
@@ -255,10 +265,13 @@ class Routes:
                 if dst is src:
                     continue
                 for dlid in range(dst.base_lid, dst.base_lid + (1 << dst.lmc)):
+                    key = (id(src.remoteport.node) if src.remoteport else None, dlid)
+                    fresh = key not in self.memo
                     ok, res, channels = self.walk(src, dlid)
                     self.paths += 1
-                    for a, b in zip(channels, channels[1:]):
-                        self.deps[a].add(b)
+                    if fresh:
+                        for a, b in zip(channels, channels[1:]):
+                            self.deps[a].add(b)
                     if not ok:
                         kind = "loop" if res.startswith("loop") else "Unreachable"
                         self.findings.append(
