@@ -367,21 +367,21 @@ def main(argv, prog="ibdiagnet") -> int:
         sys.stderr.write(f"-E- Device {o['dev']} not found (ibsim0 is the fabric's)\n")
         return 2
     try:
-        os.makedirs(o["out"], exist_ok=True)
-        log = open(os.path.join(o["out"], rep.PREFIX + ".log"), "w")
-    except OSError as e:
-        sys.stderr.write(f"-E- Cannot use output directory {o['out']}: {e.strerror}\n")
+        mad = MadPort()
+    except (TransportError, WireError, OSError) as e:
+        sys.stderr.write(f"-E- Cannot reach the fabric: {e}\n")
         return 2
-    with log:
-        try:
-            mad = MadPort()
-        except (TransportError, WireError, OSError) as e:
-            sys.stderr.write(f"-E- Cannot reach the fabric: {e}\n")
+    try:
+        if o["port"] is not None and o["port"] != mad.portnum:
+            sys.stderr.write(f"-E- Port {o['port']} not found (the local port is {mad.portnum})\n")
             return 2
         try:
-            if o["port"] is not None and o["port"] != mad.portnum:
-                sys.stderr.write(f"-E- Port {o['port']} not found (the local port is {mad.portnum})\n")
-                return 2
+            os.makedirs(o["out"], exist_ok=True)
+            log = open(os.path.join(o["out"], rep.PREFIX + ".log"), "w")
+        except OSError as e:
+            sys.stderr.write(f"-E- Cannot use output directory {o['out']}: {e.strerror}\n")
+            return 2
+        with log:
             r = Report(log)
             r.line(f"Running: {' '.join([prog] + list(argv))}")
             r.line(f"Output path: {o['out']}")
@@ -394,8 +394,8 @@ def main(argv, prog="ibdiagnet") -> int:
             except OSError as e:
                 sys.stderr.write(f"-E- Cannot write the reports: {e.strerror or e}\n")
                 return 2
-        finally:
-            mad.close()
+    finally:
+        mad.close()
     sys.stdout.flush()
     return 1 if r.errors else 0
 
