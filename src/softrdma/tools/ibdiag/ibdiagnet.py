@@ -32,7 +32,7 @@ from .ibdiagnet_checks import (ERR, PM_NAMES, SPEEDS, WARN, WIDTHS, Routes, dupl
                                duplicate_node_desc, end_ports, lid_check, link_check, pm_check,
                                port_name, speed_width_check)
 from .perfquery import PC_FIELDS
-from .rpc import METHOD_SET, MadPort, PortId
+from .rpc import METHOD_SET, MadPort
 
 VERSION = "2.1.1"
 DEFAULT_OUT = "/var/tmp/ibdiagnet2"
