@@ -140,7 +140,8 @@ def write_pm(path, pm: dict):
     with open(path, "w") as f:
         for p, vals in pm.items():
             f.write("-" * 60 + "\n")
-            f.write(f"Port={p.portnum} Lid=0x{(p.node.ports[0] or p).base_lid if p.node.type == NODE_SWITCH else p.base_lid:04x} "
+            lid = (p.node.ports[0] or p).base_lid if p.node.type == NODE_SWITCH else p.base_lid
+            f.write(f"Port={p.portnum} Lid=0x{lid:04x} "
                     f"GUID=0x{p.guid:016x} Device={p.node.ni['DevId']} "
                     f"Port Name={p.node.nodedesc}/P{p.portnum}\n")
             f.write("-" * 60 + "\n")
