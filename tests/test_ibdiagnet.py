@@ -9,8 +9,10 @@ console, must be caught: a link's width lowered (LinkWidthEnabled 1x) and
 -lw/-ls expectations, a duplicated LID (PortInfo Set), a broken LFT entry
 (LinearForwardingTable Set: a routing loop and a credit loop with -r, an
 unreachable LID), a link that went down and up (LinkDownedCounter above the
-threshold; -P raises it, -pc clears it).  Bad arguments give one `-E-` line
-and exit 2.  Needs ibsim-utils' ibsim for the real-ibsim case only.
+threshold; -P raises it, -pc clears it; without an SM it stays INIT, a Links
+Check warning), a leaf-spine link down (unreachable routes with -r), a
+duplicated port GUID from an edited topology file.  Bad arguments give one
+`-E-` line and exit 2.  Needs ibsim-utils' ibsim for the real-ibsim case only.
 """
 
 import re
@@ -28,13 +30,16 @@ NET = ["ft2", "--leaves", "2", "--spines", "1", "--hosts-per-leaf", "2", "--radi
 
 
 class Fab:
-    def __init__(self, tmp, server="softrdma"):
+    def __init__(self, tmp, server="softrdma", topo=None):
         self.tmp = tmp
         self.base = unique_base("ibdn")
         self.env = sim_env(self.base, tmp)
         net = tmp / "ft.net"
-        subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", *NET, "-o", str(net)],
-                       check=True, env=self.env, capture_output=True)
+        if topo is None:
+            subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", *NET, "-o", str(net)],
+                           check=True, env=self.env, capture_output=True)
+        else:
+            net.write_text(topo)
         self.server = start_fabric(server, net, self.base, tmp)
         self.sm = None
         try:
@@ -174,6 +179,8 @@ def test_width_and_speed_expectations(fab):
     assert summary(r.stdout)["Speed / Width checks"] == (0, 16)
     assert r.stdout.count("Unexpected width, actual link width is 4x") == 8
     assert r.stdout.count("Unexpected actual link speed 25") == 8
+    r = fab.run("-ls", "200")           # XDR: no port runs it
+    assert r.returncode == 1 and summary(r.stdout)["Speed / Width checks"][1] == 8
     # one link trained down to 1x: caught against -lw 4x, by that link only
     fab.set_portinfo("host0003", 1, LinkWidthEnabled=1)
     r = fab.run("-lw", "4x")
@@ -254,6 +261,7 @@ def test_pm_counters_thresholds_and_reset(fab):
 
 @pytest.mark.parametrize("args, msg", [
     (["-ls", "3"], "-E- Invalid link speed: 3"),
+    (["-ls", "400"], "-E- Invalid link speed: 400"),
     (["-lw", "5x"], "-E- Invalid link width: 5x"),
     (["-lw"], "-E- Option \"-lw\" requires an argument"),
     (["--bogus"], "-E- Unknown option: --bogus"),
@@ -379,3 +387,92 @@ def test_no_master_sm(fab):
     assert rows["Subnet Manager"] == (0, 1)
     assert sum(e for _w, e in rows.values()) == 1
     assert "SM - master" not in (fab.tmp / "out" / "ibdiagnet2.sm").read_text()
+
+
+def _link(fab, op, node, port):
+    r = subprocess.run([sys.executable, "-m", "softrdma", "fabric", "link", op, node, str(port)],
+                       env=fab.env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def test_link_down_and_up_without_sm(fab):
+    """With no SM to bring it back, a link taken down and up stays in INIT (a
+    Links Check warning), and a leaf-spine link that is down breaks the routes
+    whose LFT entries still point at it (with -r)."""
+    assert fab.run("-r").returncode == 0
+    fab.sm.terminate()
+    fab.sm.wait(10)
+    _link(fab, "down", "host0003", 1)
+    _link(fab, "up", "host0003", 1)
+    r = fab.run()
+    rows = summary(r.stdout)
+    assert rows["Links Check"][0] == 1, r.stdout
+    guid = fab.node("host0003").guid
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("-W- Link:"))
+    assert f"N{guid:016x}/P1" in line and "logical state is INIT" in line, line
+    # one of the two leaf001-spine001 links down: the routes through it have no link
+    leaf1 = fab.node("leaf001")
+    up = [p.portnum for p in leaf1.ports[1:]
+          if p and p.remoteport and p.remoteport.node.nodedesc == "spine001"]
+    lid3 = fab.lid("host0003")
+    with fab.mad() as m:
+        lft = m.smp_query(leaf1.path, smp.SmpAttr.LINEAR_FWD_TABLE, lid3 // 64)
+    used = lft[lid3 % 64]
+    assert used in up
+    _link(fab, "down", "leaf001", used)
+    r = fab.run("-r")
+    assert r.returncode == 1, r.stdout
+    far = leaf1.ports[used].remoteport
+    ends = (f"LFT port {used} of switch {leaf1.guid:016x} has no link",
+            f"LFT port {far.portnum} of switch {far.node.guid:016x} has no link")
+    bad = [ln for ln in r.stdout.splitlines() if ln.startswith("-E- Unreachable:")]
+    assert bad and all(ln.endswith(ends) for ln in bad), r.stdout
+    assert any(ln.endswith(ends[0]) for ln in bad), r.stdout
+    assert summary(r.stdout)["Routing"][1] == len(bad)
+    assert "-E- Missing master SM" in r.stdout
+
+
+#: one switch, three CAs; hostB is a 2-port CA whose node GUID is one below
+#: hostA's, so its port 2 has hostA's port 1 GUID (a CA's port GUIDs are its
+#: node GUID + port number on both servers)
+DUP_PORT_GUID = """\
+switchguid=0x0002c90300100000
+Switch	4 "sw"
+[1]	"hostA"[1]
+[2]	"hostB"[1]
+[3]	"hostB"[2]
+[4]	"hostC"[1]
+
+caguid=0x0002c90400000010
+Ca	1 "hostA"
+[1]	"sw"[1]
+
+caguid=0x0002c9040000000f
+Ca	2 "hostB"
+[1]	"sw"[2]
+[2]	"sw"[3]
+
+caguid=0x0002c90400000020
+Ca	1 "hostC"
+[1]	"sw"[4]
+"""
+
+
+@pytest.mark.parametrize("server", ["softrdma", "ibsim"])
+def test_duplicated_port_guid_from_topology(tmp_path, server):
+    if server == "ibsim" and not shutil.which("ibsim"):
+        import os
+        if os.environ.get("CI") == "true":
+            pytest.fail("ibsim missing (CI=true)")
+        pytest.skip("ibsim-utils not installed")
+    f = Fab(tmp_path, server, topo=DUP_PORT_GUID)
+    try:
+        r = f.run()
+    finally:
+        f.close()
+    assert r.returncode == 1, r.stdout + r.stderr
+    dup = [ln for ln in r.stdout.splitlines() if ln.startswith("-E- Duplicated port GUID")]
+    assert len(dup) == 1, r.stdout
+    assert dup[0].startswith("-E- Duplicated port GUID 0x0002c90400000011: ")
+    assert "N0002c90400000010/P1" in dup[0] and "N0002c9040000000f/P2" in dup[0]
+    assert summary(r.stdout)["Discovery"][1] >= 1

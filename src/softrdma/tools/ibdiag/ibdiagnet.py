@@ -39,7 +39,7 @@ DEFAULT_OUT = "/var/tmp/ibdiagnet2"
 USAGE = f"""Usage: ibdiagnet [-i|--device <dev-name>] [-p|--port <port-num>]
        [-o|--output_path <directory>] [-r|--routing] [-pc]
        [-P|--pm_threshold <PM counter>=<value>[,...]]
-       [-lw|--lw <1x|2x|4x|8x|12x>] [-ls|--ls <2.5|5|10|14|25|50|100>]
+       [-lw|--lw <1x|2x|4x|8x|12x>] [-ls|--ls <2.5|5|10|14|25|50|100|200>]
        [-h|--help] [-V|--version]
 
   -i|--device <dev-name>      the local device (ibsim0: the fabric node SIM_HOST names)

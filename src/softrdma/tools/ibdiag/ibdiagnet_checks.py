@@ -22,11 +22,15 @@ WARN, ERR = "W", "E"
 #: -lw values -> LinkWidthActive codes (IBA 14.2.5.6)
 WIDTHS = {"1x": 1, "2x": 16, "4x": 2, "8x": 4, "12x": 8}
 WIDTH_NAME = {v: k for k, v in WIDTHS.items()}
+#: XDR (200 Gb/s per lane) has no LinkSpeedExtActive code in the 4-bit field
+#: this fabric's PortInfo carries: a value no port reports, so -ls 200 flags
+#: every link as not running at it
+XDR_EXT = 0x10
 #: -ls values (Gb/s per lane) -> (LinkSpeedActive, LinkSpeedExtActive)
 SPEEDS = {"2.5": (1, 0), "5": (2, 0), "10": (4, 0), "14": (4, 1), "25": (4, 2),
-          "50": (4, 4), "100": (4, 8)}
+          "50": (4, 4), "100": (4, 8), "200": (4, XDR_EXT)}
 _SPEED_NAME = {1: "2.5", 2: "5", 4: "10"}
-_EXT_SPEED_NAME = {1: "14", 2: "25", 4: "50", 8: "100"}
+_EXT_SPEED_NAME = {1: "14", 2: "25", 4: "50", 8: "100", XDR_EXT: "200"}
 
 #: PortCounters error counters ibdiagnet checks, with the names its .pm file uses
 PM_ERROR_COUNTERS = {
