@@ -267,6 +267,7 @@ def test_pm_counters_thresholds_and_reset(fab):
     (["--bogus"], "-E- Unknown option: --bogus"),
     (["-P", "nosuch=1"], "-E- Invalid PM threshold: nosuch=1"),
     (["-P", "port_rcv_errors=x"], "-E- Invalid PM threshold value: port_rcv_errors=x"),
+    (["-P", "port_rcv_errors=-1"], "-E- Invalid PM threshold value: port_rcv_errors=-1"),
     (["-p", "0"], "-E- Invalid port number: 0"),
     (["-i", "mlx5_0"], "-E- Device mlx5_0 not found"),
 ])

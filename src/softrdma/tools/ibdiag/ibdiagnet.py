@@ -112,6 +112,8 @@ def parse(argv):
                         o["pm"][canon] = int(num, 0)
                     except ValueError:
                         raise Usage(f"Invalid PM threshold value: {item}") from None
+                    if o["pm"][canon] < 0:
+                        raise Usage(f"Invalid PM threshold value: {item}")
         else:
             raise Usage(f"Unknown option: {a}")
         i += 1
