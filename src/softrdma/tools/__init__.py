@@ -43,6 +43,7 @@ TOOLS = {
     "ibping": "softrdma.tools.ibdiag.ibping",
     "ecn": "softrdma.tools.ecn",
     "ecn-switch": "softrdma.tools.ecnswitch",
+    "ibdiagnet": "softrdma.tools.ibdiag.ibdiagnet",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest

@@ -1,6 +1,8 @@
 """softrdma.tools.ibdiag: infiniband-diags 44 (ibnetdiscover, iblinkinfo, ibroute,
 ibtracert, ibhosts/ibswitches/ibnodes, smpquery, perfquery, sminfo,
-ibqueryerrors, ibping) as ibsim clients.
+ibqueryerrors, ibping) as ibsim clients, and NVIDIA's ibdiagnet (``ibdiagnet``:
+its stages and summary; ``ibdiagnet_checks``: the pure checks;
+``ibdiagnet_files``: its report files).
 
 Shared parts: ``common`` (ibdiag_common.c: options, usage, IBEXIT, address
 resolution), ``rpc`` (the MAD transport: an ibsim client, LID-routed and
