@@ -233,6 +233,13 @@ def sides64(tmp_path):
     yield from _sides(_topology(str(tmp_path), 4, 2, 16, 36), str(tmp_path))
 
 
+# Commands whose output is still known to differ, each with its reason: the
+# test fails when a command differs that is not listed here, and when a listed
+# one no longer differs (then its entry goes).  Empty: every command prints
+# the same on both servers.
+KNOWN_DIFFERENCES: dict[tuple, str] = {}
+
+
 def test_same_output_as_ibsim(sides):
     outs = {}
     for s in sides:
@@ -246,9 +253,11 @@ def test_same_output_as_ibsim(sides):
     bad = [(cmd, out) for cmd, out in outs["ibsim"].items() if not out.startswith("rc 0")]
     assert not bad, bad
     diffs = []
+    gone = [cmd for cmd in KNOWN_DIFFERENCES if outs["softrdma"].get(cmd) == outs["ibsim"][cmd]]
+    assert not gone, f"no longer differ, remove from KNOWN_DIFFERENCES: {gone}"
     for cmd, want in outs["ibsim"].items():
         got = outs["softrdma"].get(cmd)
-        if got != want:
+        if got != want and cmd not in KNOWN_DIFFERENCES:
             import difflib
             diffs.append(" ".join(cmd) + "\n" + "\n".join(difflib.unified_diff(
                 want.splitlines(), (got or "").splitlines(), "ibsim", "softrdma", lineterm="")))
