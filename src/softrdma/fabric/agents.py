@@ -43,35 +43,55 @@ def node_info(node: Node, arrival: int) -> bytes:
     return ni
 
 
+# What ibsim keeps of a PortInfo it does not model: per kind of port (a
+# switch's SMA port 0, a switch's external port, a CA port; cabled or not)
+# the fields a Set does not change.  The rest comes from the model's state.
+_SMA_PORT = dict(CapMask=model.SWITCH_CAPMASK, MkeyLeasePeriod=0xFF9, NeighborMTU=1, MtuCap=3,
+                 VLStallCount=0, GuidCap=1, SubnetTimeout=31, RespTimeVal=8,
+                 CapabilityMask2=model.CAPMASK2)
+_SW_PORT = dict(CapMask=0, MkeyLeasePeriod=0, NeighborMTU=model.MTU_CAP, MtuCap=model.MTU_CAP,
+                VLStallCount=7, GuidCap=0, SubnetTimeout=0, RespTimeVal=0, CapabilityMask2=0)
+_SW_PORT_UNCABLED = dict(_SW_PORT, LocalPhysErr=4)
+_CA_PORT = dict(CapMask=model.CA_CAPMASK, MkeyLeasePeriod=0xFF9, NeighborMTU=model.MTU_CAP,
+                MtuCap=model.MTU_CAP, VLStallCount=7, GuidCap=model.GUID_CAP, SubnetTimeout=31,
+                RespTimeVal=0, CapabilityMask2=model.CAPMASK2)
+_CA_PORT_UNCABLED = dict(_CA_PORT, CapMask=model.CA_CAPMASK_UNCABLED)
+
+
+def _port_kind(node: Node, p: Port) -> dict:
+    if node.is_switch:
+        return _SMA_PORT if p.num == 0 else _SW_PORT if p.remote is not None \
+            else _SW_PORT_UNCABLED
+    return _CA_PORT if p.remote is not None else _CA_PORT_UNCABLED
+
+
 def port_info(node: Node, p: Port, arrival: int) -> bytes:
-    base = node.ports[0] if node.is_switch else p
-    sp, ex = p.speed_active
-    up = p.phys == PhysState.LINK_UP and (p.remote is not None or p.num == 0)
-    return bytes(smp.PORT_INFO.encode(
-        Mkey=base.mkey, GidPrefix=base.gid_prefix, Lid=base.lid, SMLid=base.smlid,
-        CapMask=p.capmask | (smp.CAP_IS_SM if p.has_sm else 0), MkeyLeasePeriod=base.mkey_lease,
-        LocalPort=arrival, LinkWidthEnabled=p.width_en, LinkWidthSupported=p.width_sup,
-        LinkWidthActive=p.width_active if up else 0, LinkSpeedSupported=p.speed_en,
-        LinkState=p.state, PhysLinkState=p.phys, LinkDownDefState=p.link_down_def,
-        ProtectBits=base.protect, LMC=base.lmc if p is base else 0,
-        LinkSpeedActive=sp if up else 0, LinkSpeedEnabled=p.speed_en,
-        NeighborMTU=p.neighbor_mtu, SMSL=base.smsl, VLCap=p.vl_cap,
-        VLHighLimit=p.vl_high_limit, VLArbHighCap=model.VLARB_CAP,
-        VLArbLowCap=model.VLARB_CAP, MtuCap=p.mtu_cap, VLStallCount=p.vl_stall,
+    kind = _port_kind(node, p)
+    ext = p.speed_ext_act
+    f = dict(kind)
+    f.update(
+        GidPrefix=p.gid_prefix, Lid=p.lid, SMLid=p.smlid, LocalPort=arrival,
+        LinkWidthEnabled=p.width_en, LinkWidthSupported=model.WIDTH_SUPPORTED,
+        LinkWidthActive=p.width_act, LinkSpeedSupported=model.SPEED_SUPPORTED,
+        LinkState=p.state, PhysLinkState=p.phys, LinkDownDefState=PhysState.POLLING,
+        LMC=p.lmc, LinkSpeedActive=p.speed_act, LinkSpeedEnabled=p.speed_en,
+        VLCap=p.vl_cap, VLArbHighCap=model.VLARB_CAP, VLArbLowCap=model.VLARB_CAP,
         HoqLife=p.hoqlife, OperVLs=p.oper_vls,
-        GuidCap=model.GUID_CAP if p is base else 0,
-        SubnetTimeout=base.subnet_timeout, RespTimeVal=base.resp_time,
-        LinkSpeedExtActive=ex if up else 0, LinkSpeedExtSupported=p.speed_ext_en,
-        LinkSpeedExtEnabled=p.speed_ext_en))
+        # the extended speeds show only while the link runs at one (ibsim)
+        LinkSpeedExtActive=ext, LinkSpeedExtEnabled=p.speed_ext_en if ext else 0,
+        LinkSpeedExtSupported=(model.SPEED_EXT_SUPPORTED | (p.speed_ext_en & 8)) if ext else 0)
+    if p.has_sm:
+        f["CapMask"] = f["CapMask"] | smp.CAP_IS_SM
+    return bytes(smp.PORT_INFO.encode(**f))
 
 
 def switch_info(node: Node) -> bytes:
     return bytes(smp.SWITCH_INFO.encode(
         LinearFdbCap=model.LINEAR_FDB_CAP, McastFdbCap=model.MCAST_FDB_CAP,
-        LinearFdbTop=node.lft_top, DefMcastPrimPort=0xFF, DefMcastNotPrimPort=0xFF,
+        LinearFdbTop=node.lft_top, DefMcastPrimPort=0, DefMcastNotPrimPort=0,
         LifeTime=node.lifetime, StateChange=node.state_change,
         PartEnforceCap=model.SWITCH_PART_ENFORCE_CAP, EnhancedPort0=int(node.enhanced_sp0),
-        MulticastFDBTop=node.mft_top))
+        FilterRawInbound=1, FilterRawOutbound=1, MulticastFDBTop=node.mft_top))
 
 
 # --- the SMA -----------------------------------------------------------------------------
@@ -142,13 +162,18 @@ class Sma:
         return 0, port_info(node, p, arrival)
 
     def _set_port_info(self, node: Node, p: Port, f: dict) -> int:
+        """ibsim's PortInfo Set: LID, SM LID, LMC, HOQ life, OperVLs, subnet
+        prefix, the physical and the logical state and -- with no state change
+        asked -- the enabled width and speeds; the other fields keep their
+        values (a Set does not change them on ibsim either)."""
         # validate everything before changing anything
         state, phys = f["LinkState"], f["PhysLinkState"]
         if phys not in (0, PhysState.POLLING, PhysState.DISABLED):
             return SmpStatus.BAD_PARAM
         if state == PortState.INIT or state > PortState.ACTIVE:
             return SmpStatus.BAD_PARAM
-        if state in (PortState.ARMED, PortState.ACTIVE):
+        sma_port = node.is_switch and p.num == 0
+        if state in (PortState.ARMED, PortState.ACTIVE) and not sma_port:
             if p.phys != PhysState.LINK_UP or p.state == PortState.DOWN:
                 return SmpStatus.BAD_PARAM
             want_from = {PortState.ARMED: (PortState.INIT, PortState.ARMED),
@@ -156,13 +181,10 @@ class Sma:
             if p.state not in want_from:
                 return SmpStatus.BAD_PARAM
             r = p.remote
-            if p.num and (r is None or r.state == PortState.DOWN):
+            if r is None or r.state == PortState.DOWN:
                 return SmpStatus.BAD_PARAM
-        w = f["LinkWidthEnabled"]
-        if w not in (0, 0xFF) and w & ~p.width_sup:
-            return SmpStatus.BAD_PARAM
-        mtu, vls = f["NeighborMTU"], f["OperVLs"]
-        if mtu > p.mtu_cap or vls > p.vl_cap:
+        vls = f["OperVLs"]
+        if vls > f["VLCap"]:
             return SmpStatus.BAD_PARAM
         lid = f["Lid"]
         if (p.num == 0 or not node.is_switch) and lid >= model.MCAST_LID_BASE:
@@ -173,35 +195,56 @@ class Sma:
             # a base switch port 0 has one LID; an enhanced one takes an LMC (IBA 14.2.5.6)
             p.lmc = f["LMC"] if not node.is_switch or node.enhanced_sp0 else 0
             p.smlid = f["SMLid"]
+            # kept, not reported (ibsim's PortInfo shows M_Key 0 and its own defaults)
             p.smsl = f["SMSL"]
             p.mkey = f["Mkey"]
             p.mkey_lease = f["MkeyLeasePeriod"]
             p.protect = f["ProtectBits"]
-            p.gid_prefix = f["GidPrefix"]
             p.subnet_timeout = f["SubnetTimeout"]
             p.client_rereg = f["ClientReregister"]
-        if w == 0xFF:
-            p.width_en = p.width_sup
-        elif w:
-            p.width_en = w
-        if mtu:
-            p.neighbor_mtu = mtu
-        if vls:
-            p.oper_vls = vls
+        p.gid_prefix = f["GidPrefix"]
+        p.oper_vls = vls
         p.vl_high_limit = f["VLHighLimit"]
         p.hoqlife = f["HoqLife"]
         p.vl_stall = f["VLStallCount"]
+        if f["NeighborMTU"]:
+            p.neighbor_mtu = f["NeighborMTU"]
         if f["LinkDownDefState"]:
             p.link_down_def = f["LinkDownDefState"]
         if phys == PhysState.DISABLED:
             self.link.disable(p)
         elif phys == PhysState.POLLING and p.phys == PhysState.DISABLED:
             self.link.enable(p)
+        if sma_port:
+            return 0                               # port 0 stays Active
         if state == PortState.DOWN:
             self.link.retrain(p)
         elif state in (PortState.ARMED, PortState.ACTIVE):
             p.state = state
+        elif p.remote is not None:
+            self._set_link_rates(p, f)
         return 0
+
+    @staticmethod
+    def _set_link_rates(p: Port, f: dict) -> None:
+        """Enabled width/speed/extended speed: a valid choice retrains both
+        ends at the widest / fastest it names (ibsim's rule)."""
+        r = p.remote
+        speed = f["LinkSpeedEnabled"]
+        act = {1: 1, 3: 2, 5: 4, 7: 4}.get(speed)
+        if act:
+            p.speed_act = r.speed_act = act
+            p.speed_en = speed
+        ext = f["LinkSpeedExtEnabled"]
+        if 1 <= ext <= 15:
+            act = 8 if ext & 8 else 4 if ext & 4 else 2 if ext & 2 else 1
+            p.speed_ext_act = r.speed_ext_act = act
+            p.speed_ext_en = ext
+        width = f["LinkWidthEnabled"]
+        if 1 <= width <= 31:
+            act = next(c for c in (8, 4, 2, 16, 1) if width & c)   # 12x 8x 4x 2x 1x
+            p.width_act = r.width_act = act
+            p.width_en = width
 
     def _table_port(self, node: Node, arrival: int, num: int):
         if not node.is_switch:

@@ -19,20 +19,31 @@ from __future__ import annotations
 
 from ..wire.smp import LINK_SPEED, WIDTH_CODE, NodeType, PhysState, PortState
 
-# LinkWidthEnabled/Supported for a port described as "<n>x" in a .net file
-# (ibsim's LINKWIDTH_* choices: a 4x port also trains at 1x, and so on).
+# LinkWidthEnabled for a port described as "<n>x" in a .net file (ibsim's
+# choices: a 4x port also trains at 1x, a 12x port at 4x and 1x, and so on).
 WIDTH_ENABLED = {1: 0x01, 2: 0x10, 4: 0x03, 8: 0x04, 12: 0x0B}
 DEFAULT_WIDTH = 4
 DEFAULT_SPEED = "QDR"
+# A port that no .net link line describes (a switch's port 0, an unconnected
+# port): ibsim's net defaults, LinkWidthEnabled 4X, LinkSpeedEnabled SDR,
+# no extended speed; active 4X SDR until a link trains.
+NET_WIDTH_ENABLED = 0x02
+NET_SPEED_ENABLED = 0x01
+# What every port reports as supported (ibsim: 1X/2X/4X/8X/12X, SDR/DDR/QDR,
+# and FDR/EDR/HDR when the link runs at an extended speed)
+WIDTH_SUPPORTED = 0x1F
+SPEED_SUPPORTED = 0x07
+SPEED_EXT_SUPPORTED = 0x07
 
 DEFAULT_PKEY = 0xFFFF
 CA_PARTITION_CAP = 64          # NodeInfo.PartitionCap of a CA
 SWITCH_PARTITION_CAP = 8       # NodeInfo.PartitionCap of switch port 0
-SWITCH_PART_ENFORCE_CAP = 32   # SwitchInfo.PartitionEnforcementCap (external ports)
-LINEAR_FDB_CAP = 49152         # unicast LIDs 0..0xBFFF
+SWITCH_PART_ENFORCE_CAP = 64   # SwitchInfo.PartitionEnforcementCap (external ports)
+LINEAR_FDB_CAP = 30 * 1024     # ibsim's default LinearFDBCap (unicast LIDs 0..30719)
 MCAST_FDB_CAP = 1024
 MCAST_LID_BASE = 0xC000
-GUID_CAP = 32                  # PortInfo.GUIDCap: 4 GUIDInfo blocks
+NODE_REVISION = 0xA1           # NodeInfo.Revision of every node (ibsim's)
+GUID_CAP = 32                  # PortInfo.GUIDCap of a CA port: 4 GUIDInfo blocks
 VL_CAP = 4                     # VL0..VL7
 MTU_CAP = 4                    # 2048
 VLARB_CAP = 8                  # high and low tables, 8 entries each
@@ -40,9 +51,14 @@ DEFAULT_SL2VL = bytes((0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xE7))
 _UNSET = 0xFF                  # LFT entry: no route
 
 # PortInfo.CapabilityMask a port advertises (IsSM is added by the server for
-# a port with an SM attached): traps, SL mapping, extended speeds, CapMask2.
-CA_CAPMASK = 0x0040C048
+# a port with an SM attached), as ibsim's port kinds do: a CA port traps,
+# maps SLs, has extended speeds, CapMask2, VendorClass and CapMaskNotice
+# (the last only once cabled); a switch's port 0 the first four; a switch's
+# external ports nothing (their CapabilityMask is reserved).
+CA_CAPMASK = 0x0050C048
+CA_CAPMASK_UNCABLED = 0x0010C048
 SWITCH_CAPMASK = 0x0000C048
+CAPMASK2 = 0x30                # IsLinkWidth2xSupported, IsLinkSpeedHDRSupported
 
 # PortCounters slots (index into Port.pc)
 PC_XMIT_DATA, PC_RCV_DATA, PC_XMIT_PKTS, PC_RCV_PKTS, PC_XMIT_DISCARDS, \
@@ -63,10 +79,9 @@ class Port:
                  "mtu_cap", "neighbor_mtu", "vl_cap", "oper_vls", "vl_high_limit", "hoqlife",
                  "vl_stall", "subnet_timeout", "resp_time", "mkey", "mkey_lease", "protect",
                  "gid_prefix", "capmask", "client_rereg", "pkeys", "vlarb", "guids", "pc",
-                 "err_rate", "err_attr", "has_sm")
+                 "err_rate", "err_attr", "has_sm", "width_act", "speed_act", "speed_ext_act")
 
-    def __init__(self, node: "Node", num: int, guid: int, width: int = DEFAULT_WIDTH,
-                 speed: str = DEFAULT_SPEED):
+    def __init__(self, node: "Node", num: int, guid: int):
         self.node = node
         self.num = num
         self.guid = guid
@@ -78,20 +93,22 @@ class Port:
         self.state = PortState.DOWN
         self.phys = PhysState.POLLING
         self.link_down_def = PhysState.POLLING
-        self.set_width_speed(width, speed)
+        self.width_en = self.width_sup = NET_WIDTH_ENABLED
+        self.speed_en, self.speed_ext_en = NET_SPEED_ENABLED, 0
+        self.width_act, self.speed_act, self.speed_ext_act = 0x02, 0x01, 0   # 4X SDR
         self.mtu_cap = MTU_CAP
         self.neighbor_mtu = MTU_CAP
         self.vl_cap = VL_CAP
-        self.oper_vls = 1
+        self.oper_vls = VL_CAP         # ibsim starts OperVLs at VLCap
         self.vl_high_limit = 0
-        self.hoqlife = 31
+        self.hoqlife = 0
         self.vl_stall = 7
         self.subnet_timeout = 0
         self.resp_time = 0
         self.mkey = 0
         self.mkey_lease = 0
         self.protect = 0
-        self.gid_prefix = 0xFE80000000000000
+        self.gid_prefix = 0            # until the SM sets the subnet prefix
         self.capmask = SWITCH_CAPMASK if node.is_switch else CA_CAPMASK
         self.client_rereg = 0
         self.pkeys = None          # None: [0xFFFF, 0, ...]; else a list of the full table
@@ -110,27 +127,33 @@ class Port:
             raise FabricError(f"bad link {width}x{speed}: width 1/2/4/8/12, speed "
                               f"{'/'.join(LINK_SPEED)}") from None
         self.width_sup = self.width_en
-        # a port supports every lower speed too (SDR | DDR | QDR)
+        # a port enables every lower speed too: SDR | DDR | QDR, FDR | EDR | HDR
         self.speed_en = (self.speed_en << 1) - 1
+        self.speed_ext_en = (self.speed_ext_en << 1) - 1 if self.speed_ext_en else 0
 
     # --- what the port negotiates with its neighbour --------------------------------
+    def train(self) -> None:
+        """Set the active width and speeds of this port and its neighbour to
+        the best both enable, as link training does (ibsim keeps them when the
+        link goes down again)."""
+        r = self.remote
+        if r is None:
+            return
+        w, s, e = self.width_en & r.width_en, self.speed_en & r.speed_en, \
+            self.speed_ext_en & r.speed_ext_en
+        width = next((c for c in (8, 4, 2, 16, 1) if w & c), 0)    # 12x 8x 4x 2x 1x
+        speed = 4 if s & 4 else 2 if s & 2 else 1
+        ext = next((c for c in (8, 4, 2, 1) if e & c), 0)          # NDR HDR EDR FDR
+        for q in (self, r):
+            q.width_act, q.speed_act, q.speed_ext_act = width, speed, ext
+
     @property
     def width_active(self) -> int:
-        r = self.remote
-        common = self.width_en & (r.width_en if r else self.width_en)
-        for code in (8, 4, 2, 16, 1):          # 12x, 8x, 4x, 2x, 1x: the widest wins
-            if common & code:
-                return code
-        return 0
+        return self.width_act
 
     @property
     def speed_active(self) -> tuple[int, int]:
-        r = self.remote
-        common = self.speed_en & (r.speed_en if r else self.speed_en)
-        ext = self.speed_ext_en & (r.speed_ext_en if r else self.speed_ext_en)
-        sp = 4 if common & 4 else 2 if common & 2 else 1
-        ex = 8 if ext & 8 else 4 if ext & 4 else 2 if ext & 2 else 1 if ext & 1 else 0
-        return sp, ex
+        return self.speed_act, self.speed_ext_act
 
     @property
     def lanes(self) -> int:
@@ -173,7 +196,7 @@ class Node:
         self.sysguid = sysguid or guid
         self.vendid = vendid
         self.devid = devid
-        self.revision = revision
+        self.revision = revision or NODE_REVISION
         self.nports = nports
         self.index = 0
         self.node_info_cache: dict[int, bytes] = {}    # arrival port -> NodeInfo (agents)
@@ -188,8 +211,8 @@ class Node:
             self.state_change = 0
             self.ports = [Port(self, i, guid) for i in range(nports + 1)]
             p0 = self.ports[0]
-            p0.phys = PhysState.LINK_UP    # port 0 is internal: always up, state per the SM
-            p0.state = PortState.INIT
+            p0.phys = PhysState.LINK_UP    # port 0 is internal: always up and Active (ibsim)
+            p0.state = PortState.ACTIVE
         else:
             self.lft = self.mft = None
             self.lft_top = self.mft_top = self.lifetime = self.state_change = 0
@@ -278,6 +301,9 @@ class Fabric:
         for p in (a, b):
             p.phys = PhysState.LINK_UP
             p.state = PortState.INIT
+            if p.node.is_switch:
+                p.node.state_change = 1
+        a.train()
 
     def ports(self):
         for n in self.nodes:

@@ -272,8 +272,10 @@ class Router:
         if method not in (Method.GET, Method.SET):
             status, data = smp.SmpStatus.METHOD_UNSUPPORTED, mad[64:64 + size]
         else:
-            status, data = agent.process(node, arrival or (dest.num or 0), method, attr, mod,
-                                         mad[64:64 + size])
+            # LID-routed to a switch, a MAD reaches its SMA port 0 (LocalPort 0 on
+            # ibsim); a CA answers on the port it came in by
+            local = 0 if node.is_switch else (arrival or dest.num)
+            status, data = agent.process(node, local, method, attr, mod, mad[64:64 + size])
         mad[3] = Method.GET_RESP
         mad[4:6] = status.to_bytes(2, "big")
         mad[64:64 + len(data)] = data
@@ -331,6 +333,7 @@ class Router:
             for q in ends:
                 q.phys = PhysState.LINK_UP
                 q.state = PortState.INIT
+            p.train()
         else:
             p.phys = phys
             p.state = PortState.DOWN

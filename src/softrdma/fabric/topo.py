@@ -9,7 +9,9 @@ Owns the text format ibsim reads (a subset of ibnetdiscover's output):
     [1]  "leaf001"[1]    # lid 0 4xEDR #   preset LID)
 
 plus ``caguid=``, ``sysimgguid=``, ``vendid=``, ``devid=``, ``width=``,
-``speed=``, ``extspeed=`` (accepted, the speed name already says it),
+``speed=``, ``extspeed=`` (as in ibsim: the LinkWidthEnabled, LinkSpeedEnabled
+and LinkSpeedExtEnabled codes of the ports of the nodes that follow, which
+a link line without a ``<n>x<SPEED>`` comment keeps; 4X SDR by default),
 ``include FILE`` and ``do CMD`` (kept in ``Fabric.commands`` for the
 server's console), ibnetdiscover's ``(guid)`` decorations and ``# "desc"``
 comments; a switch comment's ``enhanced port 0`` (ibnetdiscover's spelling;
@@ -25,8 +27,8 @@ from __future__ import annotations
 import os
 import re
 
-from ..wire.smp import LINK_SPEED, NodeType
-from .model import DEFAULT_SPEED, DEFAULT_WIDTH, WIDTH_ENABLED, Fabric, FabricError, Node
+from ..wire.smp import NodeType
+from .model import NET_SPEED_ENABLED, NET_WIDTH_ENABLED, WIDTH_ENABLED, Fabric, FabricError, Node
 
 _TYPES = {"switch": NodeType.SWITCH, "hca": NodeType.CA, "ca": NodeType.CA,
           "rt": NodeType.ROUTER}
@@ -61,8 +63,8 @@ class _Parser:
         self.sysguid = 0
         self.vendid = 0
         self.devid = 0
-        self.width = DEFAULT_WIDTH
-        self.speed = DEFAULT_SPEED
+        # ibsim's netwidth/netspeed/netspeedext: enable codes of new nodes' ports
+        self.net = [NET_WIDTH_ENABLED, NET_SPEED_ENABLED, 0]
         self.node: Node | None = None
         self.cables = []     # (where, node, port, remote nodeid, remote port, width, speed, lid)
         self.depth = 0
@@ -128,17 +130,12 @@ class _Parser:
             self.vendid = self._int(val, where) & 0xFFFFFF
         elif key == "devid":
             self.devid = self._int(val, where) & 0xFFFF
-        elif key == "width":
-            w = self._int(val, where)
-            if w not in WIDTH_ENABLED:
-                raise TopoError(where, f"width {w}: one of {sorted(WIDTH_ENABLED)}")
-            self.width = w
-        elif key == "speed":
-            s = val.upper()
-            if s not in LINK_SPEED:
-                raise TopoError(where, f"speed {val}: one of {', '.join(LINK_SPEED)}")
-            self.speed = s
-        # extspeed: the speed name (FDR/EDR/HDR) already selects the extended speed
+        elif key in ("width", "speed", "extspeed"):
+            v = self._int(val, where)
+            top = {"width": 31, "speed": 7, "extspeed": 15}[key]
+            if not (0 if key == "extspeed" else 1) <= v <= top:
+                raise TopoError(where, f"{key} {val}: an enable code up to {top}")
+            self.net[("width", "speed", "extspeed").index(key)] = v
 
     def _node(self, m, where: str) -> None:
         t = _TYPES[m.group(1).lower()]
@@ -154,6 +151,10 @@ class _Parser:
             self.fabric.add_node(node)
         except FabricError as e:
             raise TopoError(where, str(e)) from None
+        for p in node.ports:
+            if p is not None:
+                p.width_en = p.width_sup = self.net[0]
+                p.speed_en, p.speed_ext_en = self.net[1], self.net[2]
         self.guid[t] = guid + (1 if t == NodeType.SWITCH else nports + 1)
         self.sysguid = 0
         self.vendid = 0
@@ -174,7 +175,7 @@ class _Parser:
             raise TopoError(where, f'"{self.node.nodeid}" has ports 1..{self.node.nports}, '
                                    f"not {num}")
         comment = m.group(4) or ""
-        width, speed = self.width, self.speed
+        width = speed = None            # no comment: the port keeps its enable codes
         lm = _LINK_RE.search(comment)
         if lm:
             width, speed = int(lm.group(1)), lm.group(2).upper()
@@ -202,9 +203,10 @@ class _Parser:
                 other = a.remote if a.remote is not None and a.remote is not b else b.remote
                 raise TopoError(where, f"{a.name} -> {b.name} conflicts with a link to "
                                        f"{other.name}")
-            a.set_width_speed(width, speed)
-            if b.remote is None:
-                b.set_width_speed(width, speed)
+            if width is not None:
+                a.set_width_speed(width, speed)
+                if b.remote is None:
+                    b.set_width_speed(width, speed)
             if lid and not node.is_switch:
                 a.lid = lid
             f.connect(a, b)
