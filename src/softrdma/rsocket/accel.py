@@ -143,16 +143,17 @@ class AccelSocket(_PLAIN):
                 return s, addr
             except BlockingIOError:
                 pass
-            r, _, _ = select.select([tcp_fd], [], [], 0)
-            if r:
+            p = select.poll()
+            p.register(tcp_fd, select.POLLIN)
+            if p.poll(0):
                 try:
                     return super().accept()
                 except BlockingIOError:
                     pass
             if timeout == 0.0:
                 raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
-            r, _, _ = select.select([tcp_fd, self._rl.fileno()], [], [], timeout)
-            if not r and timeout is not None:
+            p.register(self._rl.fileno(), select.POLLIN)
+            if not p.poll(None if timeout is None else int(timeout * 1000)) and timeout is not None:
                 raise TimeoutError("timed out")
 
     # ------------------------------------------------------------------ descriptors and modes

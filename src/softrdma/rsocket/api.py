@@ -259,13 +259,14 @@ class RSocket:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise _socket.timeout("timed out")
-            rl = self._fds()
-            wl = []
+            p = select.poll()
+            for fd in self._fds():
+                p.register(fd, select.POLLIN)
             if self.signal is not None:       # the progress thread may take the event first
-                (wl if write else rl).append(self.signal.fd)
+                p.register(self.signal.fd, select.POLLOUT if write else select.POLLIN)
             self.lock.release()
             try:
-                select.select(rl, wl, [], 1.0 if left is None else min(left, 1.0))
+                p.poll(1000 if left is None else max(0, int(min(left, 1.0) * 1000)))
             finally:
                 self.lock.acquire()
             if st is not None and st.channel is not None:
@@ -296,7 +297,9 @@ class RSocket:
             except PyverbsRDMAError as e:
                 raise _oserror(e) from None
             self.state = S.RS_LISTENING
-            self._signal()
+            # rsocket.c's listen service: requests are answered in the
+            # background, so a connect from this very process completes
+            self.fileno()
 
     def _accept_one(self, ev) -> None:
         """rs_accept: a new rsocket for the request, its endpoint made, its
