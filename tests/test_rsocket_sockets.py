@@ -111,9 +111,11 @@ def test_asyncio_streams(daemon, monkeypatch):
         srv = await start_rsocket_server(handle, "127.0.0.1", port)
         r, w = await open_rsocket_connection("127.0.0.1", port)
         data = os.urandom(2 << 20)
-        w.write(data)
-        await w.drain()
-        got = await r.readexactly(len(data))
+
+        async def send():
+            w.write(data)
+            await w.drain()
+        got, _ = await asyncio.gather(r.readexactly(len(data)), send())
         w.write_eof()
         assert await r.read() == b""
         w.close()

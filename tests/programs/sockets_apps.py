@@ -56,9 +56,12 @@ async def aio_server(port):
 async def aio_client(port, n):
     data = payload(n)
     r, w = await asyncio.open_connection("127.0.0.1", port)
-    w.write(data)
-    await w.drain()
-    got = await r.readexactly(n)
+
+    async def send():
+        w.write(data)
+        await w.drain()
+    # read while writing: the echo comes back while the rest is still going out
+    got, _ = await asyncio.gather(r.readexactly(n), send())
     w.close()
     print(hashlib.sha256(got).hexdigest(), hashlib.sha256(data).hexdigest(), flush=True)
 
