@@ -1,5 +1,5 @@
 """``softrdma run --sockets`` on unmodified programs: http.server with
-urllib, a socketserver echo and an asyncio stream echo go over rsockets
+urllib and a socketserver echo go over rsockets
 (both ends launched that way) with the same bytes; a plain TCP peer is
 still reached over TCP."""
 
