@@ -27,6 +27,7 @@ ALLOWED = {
     "verbs": BOTTOM | {"wire"},
     "pyverbs": BOTTOM | {"wire", "verbs"},
     "shim": BOTTOM | {"pyverbs", "verbs"},
+    "rsocket": BOTTOM | {"wire", "verbs"},
 }
 TOP = {"tools", "runner", "cli", "demo", "__main__"}   # may import anything
 

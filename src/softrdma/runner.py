@@ -14,7 +14,10 @@ default if none does), then executes CMD with:
 * where it may (root), a private mount namespace in which /sys/class is an
   overlay of softrdma's tree (RUN/sys/class) over the real one, so software
   that reads /sys/class/infiniband sees softrdma's devices.  Nothing
-  changes outside that namespace.
+  changes outside that namespace;
+* with ``--sockets``, ``PYTHONPATH`` led by softrdma.rsocket's preload
+  directory, whose ``sitecustomize`` makes the program's TCP sockets go
+  over rsockets where the peer speaks them (``softrdma.rsocket.accel``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,11 @@ def _bin_dir(run_dir: str) -> str:
     return d
 
 
+def sockets_path() -> str:
+    from .rsocket import preload
+    return os.path.dirname(os.path.abspath(preload.__file__))
+
+
 def pyverbs_path(args) -> int:
     print(shim_path())
     return 0
@@ -81,7 +89,8 @@ def run(args) -> int:
         return 1
     env = dict(os.environ)
     env["SOFTRDMA_RUN"] = run_dir
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_path(), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (sockets_path() if args.sockets else None, shim_path(),
+                                                    env.get("PYTHONPATH")) if p)
     env["PATH"] = os.pathsep.join(p for p in (_bin_dir(run_dir), env.get("PATH")) if p)
     sys_class = os.path.join(run_dir, "sys", "class")
     if not args.no_sysfs and os.geteuid() == 0 and shutil.which("unshare") and os.path.isdir(sys_class):
@@ -101,6 +110,8 @@ def run(args) -> int:
 def add_parsers(sub) -> None:
     p = sub.add_parser("run", help="run a command on softrdma (pyverbs, tool names, /sys/class/infiniband)")
     p.add_argument("--no-sysfs", action="store_true", help="do not overlay /sys/class (no mount namespace)")
+    p.add_argument("--sockets", action="store_true",
+                   help="Python programs' TCP sockets go over rsockets where the peer speaks them")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     p = sub.add_parser("pyverbs-path", help="print the directory to put on PYTHONPATH for pyverbs programs")

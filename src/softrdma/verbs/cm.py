@@ -130,7 +130,9 @@ class EventChannel:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            select.select([conn.sock], [], [], left)
+            p = select.poll()                     # (select.select fails past fd 1023)
+            p.register(conn.sock, select.POLLIN)
+            p.poll(None if left is None else max(0, int(left * 1000)))
 
     def get_event(self, timeout: float | None = None) -> CmEvent:
         """rdma_get_cm_event: the next event, processed as librdmacm does."""

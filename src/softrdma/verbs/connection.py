@@ -299,7 +299,9 @@ class Connection:
         sock = self.sock
         for _ in range(MAX_PENDING):
             try:
-                if not select.select([sock], [], [], 0)[0]:
+                p = select.poll()                 # (select.select fails past fd 1023)
+                p.register(sock, select.POLLIN)
+                if not p.poll(0):
                     return
                 msg, fds = recv_msg(sock)
             except (OSError, ControlError, ValueError):
