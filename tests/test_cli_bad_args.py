@@ -74,6 +74,7 @@ CASES: dict[str, list[list[str]]] = {
     "saquery": [[o, "{}"] for o in (*DIAG_COMMON, "--slid", "--dlid", "--mlid", "--smkey")],
     "ibqueryerrors": [[o, "{}"] for o in DIAG_COMMON],
     "ibping": [[o, "{}", "1"] for o in (*DIAG_COMMON, "-c", "-o")] + [["{}"]],
+    "rstream": [[o, "{}"] for o in ("-B", "-i", "-I", "-C", "-S", "-k")],
     "ibdiagnet": [["-p", "{}"], ["-ls", "{}"], ["-lw", "{}"], ["-P", "port_rcv_errors={}"]],
 }
 

@@ -384,6 +384,16 @@ class Rstream:
         return True
 
 
+
+def _count(val: str, lo: int = 1) -> int:
+    """A size or count option: a number from ``lo`` to INT_MAX (rstream's
+    atoi would take anything; a value that cannot be allocated or sent is
+    refused here, with the usage, instead of failing later)."""
+    v = int(val)
+    if not lo <= v <= 0x7FFFFFFF:
+        raise ValueError(val)
+    return v
+
 def main(argv: list[str] | None = None, prog: str = "rstream") -> int:
     argv = sys.argv[1:] if argv is None else argv
     t = Rstream()
@@ -408,29 +418,33 @@ def main(argv: list[str] | None = None, prog: str = "rstream") -> int:
                 else:
                     print("Warning: unknown address format", file=sys.stderr)
             elif op == "-B":
-                t.buffer_size = int(val)
+                t.buffer_size = _count(val)
             elif op == "-i":
-                t.inline_size = int(val)
+                t.inline_size = _count(val, 0)
             elif op == "-I":
-                t.custom, t.iterations = True, int(val)
+                t.custom, t.iterations = True, _count(val)
             elif op == "-C":
-                t.custom, t.transfer_count = True, int(val)
+                t.custom, t.transfer_count = True, _count(val)
             elif op == "-S":
                 if val.lower().startswith("all"):
                     t.size_option = 1
                 else:
-                    t.custom, t.transfer_size = True, int(val)
+                    t.custom, t.transfer_size = True, _count(val)
             elif op == "-p":
                 t.port = val
             elif op == "-k":
-                t.keepalive = int(val)
+                t.keepalive = _count(val, 0)
             elif op == "-T":
                 if not t.set_test_opt(val):
                     raise ValueError(val)
         except ValueError:
             print(USAGE.format(prog=prog), end="")
             return 1
-    return 1 if t.run() else 0
+    try:
+        return 1 if t.run() else 0
+    except OSError as e:          # rsocket() itself failed (no daemon, no device): perror("rsocket")
+        print(f"rsocket: {e.strerror or e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
