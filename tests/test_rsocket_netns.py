@@ -40,7 +40,6 @@ def test_100mb_across_namespaces(hosts):
     _peers(hosts, 1, 100 << 20)
 
 
-@pytest.mark.slow
 @pytest.mark.slow            # about a minute: every drop costs an RC retransmission timeout
 def test_100mb_with_loss(hosts):
     if not shutil.which("nft"):

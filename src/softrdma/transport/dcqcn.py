@@ -52,12 +52,13 @@ starts from the measured rate, so the cuts bite.
 
 from __future__ import annotations
 
+import copy
+
 from ..enums import ibv_qp_state, ibv_qp_type, ints
 from ..errors import einval
 from ..wire.opcodes import Opcode
 from ..wire.packet import build_cnp
 from .counters import Counter
-from .wr import AddressVector
 
 C_ECN_MARKED = int(Counter.np_ecn_marked_roce_packets)
 C_CNP_SENT = int(Counter.np_cnp_sent)
@@ -117,8 +118,8 @@ class CongestionControl:
     """One device's ECN/DCQCN settings (see the module docstring).
     ``np`` and ``rp``: {knob: value}; ``np_enable``/``rp_enable``: one flag
     per priority; ``default_tclass``: the traffic class of an address
-    vector that names none (mlx5's ``tc/1/traffic_class``);
-    ``generation`` moves with every change (routes cache ``tos``)."""
+    vector that names none (mlx5's ``tc/1/traffic_class``).  A change
+    reaches the routes' cached TOS through the device (``cc_changed``)."""
 
     def __init__(self):
         self.np = {k: v[0] for k, v in NP_PARAMS.items()}
@@ -126,7 +127,6 @@ class CongestionControl:
         self.np_enable = [1] * PRIORITIES
         self.rp_enable = [1] * PRIORITIES
         self.default_tclass = 0
-        self.generation = 0
 
     # -- the knobs
     def set(self, point: str, name: str, value: int, prio: int | None = None) -> None:
@@ -152,13 +152,11 @@ class CongestionControl:
             if not lo <= value <= hi:
                 raise einval(f"roce_{point} {name}: {value} is not in {lo}-{hi}")
             (self.np if point == "np" else self.rp)[name] = value
-        self.generation += 1
 
     def set_tclass(self, value: int) -> None:
         if not 0 <= int(value) <= 255:
             raise einval(f"traffic_class {value} is not 0-255")
         self.default_tclass = int(value)
-        self.generation += 1
 
     def as_dict(self) -> dict:
         return {"roce_np": dict(self.np, enable=list(self.np_enable)),
@@ -238,8 +236,7 @@ class ReactionPoint:
             self.alpha = (1 - _g(p)) * self.alpha + _g(p)
             self.alpha_t = now
             return
-        if first or p["clamp_tgt_rate"] or (p["clamp_tgt_rate_after_time_inc"] and self.time_inc) \
-                or self.rt < self.rc:
+        if first or p["clamp_tgt_rate"] or (p["clamp_tgt_rate_after_time_inc"] and self.time_inc):
             self.rt = self.rc
         cut = self.rc * (1 - self.alpha * 1024 / (1 << p["rpg_gd"]))
         floor = max(self.rc * p["rpg_min_dec_fac"] / 100, float(p["rpg_min_rate"]))
@@ -354,8 +351,8 @@ def cnp_av(qp):
     av = qp.av
     c = qp.np_cnp_av
     if c is None or c[0] is not av:
-        cav = AddressVector(av.dgid, av.sgid_index, av.flow_label, av.hop_limit, CNP_TCLASS, av.sl, av.dlid,
-                            av.port_num, av.is_global)
+        cav = copy.copy(av)
+        cav.traffic_class = CNP_TCLASS
         c = qp.np_cnp_av = (av, cav)
     return c[1]
 

@@ -162,7 +162,6 @@ def cmd_ecn(daemon, c, m, fds):
             else:
                 raise VerbsError(errno.EINVAL, f"no ECN setting {key!r}")
         dev.cc.__dict__.update(trial.__dict__)        # the QPs hold dev.cc itself
-        dev.cc.generation += 1
         dev.cc_changed()
         daemon.sysfs.set_ecn(dev.netdev, dev.cc.as_dict())
     return {"ecn": dev.cc.as_dict()}, []
