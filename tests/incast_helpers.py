@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from wait_helpers import DEADLINE_S, free_port, wait_for, wait_listening
+from wait_helpers import DEADLINE_S, free_port, stop, wait_for, wait_listening
 
 from softrdma.tools.ecnswitch import EcnSwitch
 
@@ -203,13 +203,7 @@ class Incast:
 
     def down(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p, 30)
         self.procs.clear()
         self.sw.down()
         for d in self.run_dirs.values():

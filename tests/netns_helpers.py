@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from wait_helpers import DEADLINE_S, free_port, wait_for, wait_listening
+from wait_helpers import DEADLINE_S, free_port, stop, wait_for, wait_listening
 
 
 def need_root() -> None:
@@ -18,6 +18,15 @@ def need_root() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI runs as root with iproute2: this test must run")
         pytest.skip("needs root and iproute2 (network namespaces)")
+
+
+def need_nft() -> None:
+    """nftables is a test dependency (the README's install line): under CI a
+    missing one fails the test, elsewhere it skips."""
+    if not shutil.which("nft"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI installs nftables: this test must run")
+        pytest.skip("needs nft")
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -92,15 +101,24 @@ class TwoHosts:
         assert cli.returncode == 0 and srv.returncode == 0, (cout, sout)
         return cout, sout
 
+    def drop_roce(self, one_in: int) -> None:
+        """The kernel of each namespace drops one RoCE packet in ``one_in``
+        arriving there, at random (nftables ``numgen random``), counted."""
+        need_nft()
+        rules = ("add table inet softrdma_test\n"
+                 "add chain inet softrdma_test in { type filter hook input priority 0; }\n"
+                 f"add rule inet softrdma_test in udp dport 4791 numgen random mod {one_in} == 0 counter drop\n")
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True)
+
+    def roce_dropped(self) -> bool:
+        """Whether the kernel of every namespace really dropped packets (``drop_roce``)."""
+        return all("counter packets 0 " not in self.exec(ns, "nft", "list", "table", "inet", "softrdma_test").stdout
+                   for ns in self.ns)
+
     def close(self) -> None:
         for d in self.daemons:
-            if d.poll() is None:
-                d.terminate()
-                try:
-                    d.wait(30)
-                except subprocess.TimeoutExpired:
-                    d.kill()
-                    d.wait()
+            stop(d, 30)
         for ns in self.ns:
             sh("ip", "netns", "del", ns, check=False)
         for r in self.run_dirs:

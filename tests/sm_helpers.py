@@ -16,6 +16,7 @@ import sys
 import time
 
 from softrdma.sm.subnet import NODE_CA, NODE_SWITCH, Node, Subnet
+from wait_helpers import stop
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "opensm")
 SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
@@ -181,13 +182,7 @@ class IbsimFabric:
 
     def close(self):
         for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p)
 
 
 def wait_log(proc, pattern, timeout=15.0, count=1):
@@ -202,3 +197,15 @@ def wait_log(proc, pattern, timeout=15.0, count=1):
             return text
         time.sleep(0.05)
     raise AssertionError(f"no {pattern!r} (x{count}) in {proc.log}:\n{text[-3000:]}")
+
+
+def ibnetdiscover_lids(disc: str) -> dict:
+    """nodeid (NodeDescription) -> LID from ibnetdiscover's output."""
+    out = {}
+    for m in re.finditer(r'^(Switch|Ca)\s+\d+\s+"[^"]+"\s+# "([^"]+)"(.*)$', disc, re.M):
+        lm = re.search(r"lid (\d+)", m.group(3))
+        if lm:
+            out[m.group(2)] = int(lm.group(1))
+    for m in re.finditer(r'^\[\d+\].*# "([^"]+)" lid (\d+)', disc, re.M):
+        out.setdefault(m.group(1), int(m.group(2)))
+    return out

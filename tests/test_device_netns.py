@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -107,16 +106,7 @@ def test_100mb_rc_byte_exact_under_loss_on_a_busy_host(hosts):
 
 
 def _lossy_100mb(hosts) -> None:
-    if not shutil.which("nft"):
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI installs nftables: this test must run")
-        pytest.skip("needs nft")
-    # the kernel drops 10% of the RoCE packets arriving in each namespace
-    for ns in hosts.ns:
-        rules = ("add table inet softrdma_test\n"
-                 "add chain inet softrdma_test in { type filter hook input priority 0; }\n"
-                 "add rule inet softrdma_test in udp dport 4791 numgen random mod 10 == 0 counter drop\n")
-        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True)
+    hosts.drop_roce(10)          # the kernel drops 10% of the RoCE packets arriving in each namespace
     # and the client's device duplicates, reorders and corrupts
     faults = {"dup": 0.01, "reorder": 0.02, "corrupt": 0.002}
     prog = ("from softrdma.verbs.device import management as m; "
@@ -127,9 +117,7 @@ def _lossy_100mb(hosts) -> None:
     # ran out of retries (IBV_WC_RETRY_EXC_ERR) on a loaded 2-core machine
     res = _xfer(hosts, 104, qp_timeout=12)
     assert res["server"] == {"batches": 13, "bad": 0}
-    for ns in hosts.ns:
-        drops = hosts.exec(ns, "nft", "list", "table", "inet", "softrdma_test").stdout
-        assert "counter packets 0 " not in drops            # the kernel really dropped packets
+    assert hosts.roce_dropped()                             # the kernel really dropped packets
     counters = subprocess.run(["ip", "netns", "exec", hosts.ns[0], sys.executable, "-c",
                                prog.replace(f"seed=3, faults={faults!r}", "")], env=env, capture_output=True,
                               text=True, check=True).stdout

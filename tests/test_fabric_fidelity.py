@@ -13,11 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
-from wait_helpers import wait_for
+from sm_helpers import ibnetdiscover_lids
+from wait_helpers import stop, wait_for
 
 SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -96,13 +96,7 @@ class Side:
 
     def close(self):
         for p in (self.osm, self.srv):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p)
         if self.srv.stdin:
             self.srv.stdin.close()
 
@@ -115,17 +109,6 @@ def _topology(tmp, leaves=2, spines=2, hosts=2, radix=8):
                     "--radix", str(radix), "-o", net],
                    check=True, env=dict(os.environ, PYTHONPATH=SRC), capture_output=True)
     return net
-
-
-def _lids(disc):
-    out = {}
-    for m in re.finditer(r'^(Switch|Ca)\s+\d+\s+"[^"]+"\s+# "([^"]+)"(.*)$', disc, re.M):
-        lm = re.search(r"lid (\d+)", m.group(3))
-        if lm:
-            out[m.group(2)] = int(lm.group(1))
-    for m in re.finditer(r'^\[\d+\].*# "([^"]+)" lid (\d+)', disc, re.M):
-        out.setdefault(m.group(1), int(m.group(2)))
-    return out
 
 
 def _commands(lids):
@@ -244,7 +227,7 @@ def test_same_output_as_ibsim(sides):
     outs = {}
     for s in sides:
         s.start_sm()
-        lids = _lids(s.run("ibnetdiscover"))
+        lids = ibnetdiscover_lids(s.run("ibnetdiscover"))
         outs[s.kind] = {cmd: _norm(cmd, s.run(*cmd)) for cmd in _commands(lids)}
         with open(os.path.join(s.dir, "outputs.txt"), "w") as f:     # for a failure's reader
             f.writelines(f"### {' '.join(c)}\n{o}" for c, o in outs[s.kind].items())

@@ -19,6 +19,7 @@ import pytest
 
 from softrdma.wire import ibsim, smp
 from softrdma.wire.ibsim import SimCtlType
+from sm_helpers import ibnetdiscover_lids
 from wait_helpers import wait_for
 
 SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
@@ -130,25 +131,13 @@ def fab(tmp_path):
     assert alive, "the fabric server died"
 
 
-def _lids(disc: str) -> dict:
-    """nodeid (NodeDescription) -> LID from ibnetdiscover's output."""
-    out = {}
-    for m in re.finditer(r'^(Switch|Ca)\s+\d+\s+"[^"]+"\s+# "([^"]+)"(.*)$', disc, re.M):
-        lm = re.search(r"lid (\d+)", m.group(3))
-        if lm:
-            out[m.group(2)] = int(lm.group(1))
-    for m in re.finditer(r'^\[\d+\].*# "([^"]+)" lid (\d+)', disc, re.M):
-        out.setdefault(m.group(1), int(m.group(2)))
-    return out
-
-
 def test_opensm_and_diags(fab):
     log = fab.opensm()
     assert "Entering MASTER state" in log and "ERR" not in log
     disc = fab.tool("ibnetdiscover")
     assert len(re.findall(r"^Switch\s", disc, re.M)) == 6
     assert len(re.findall(r"^Ca\s", disc, re.M)) == 16
-    lids = _lids(disc)
+    lids = ibnetdiscover_lids(disc)
     hosts = {k: v for k, v in lids.items() if k.startswith("host")}
     assert len(hosts) == 16 and all(hosts.values())
     assert len(set(lids.values())) == 22                     # every node its own LID

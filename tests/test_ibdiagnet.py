@@ -25,6 +25,7 @@ import pytest
 
 from sm_helpers import sim_env, start_fabric, unique_base
 from softrdma.wire import smp
+from wait_helpers import stop
 
 NET = ["ft2", "--leaves", "2", "--spines", "1", "--hosts-per-leaf", "2", "--radix", "4"]
 
@@ -69,13 +70,7 @@ class Fab:
 
     def close(self):
         for p in (self.sm, self.server):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p)
 
     # --- faults, made as an SM makes changes: SMPs by directed route -------------------
     def mad(self):

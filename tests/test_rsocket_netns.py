@@ -6,8 +6,6 @@ connections at once."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 import pytest
 
@@ -42,21 +40,11 @@ def test_100mb_across_namespaces(hosts):
 
 @pytest.mark.slow            # about a minute: every drop costs an RC retransmission timeout
 def test_100mb_with_loss(hosts):
-    if not shutil.which("nft"):
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI installs nftables: this test must run")
-        pytest.skip("needs nft")
     # the kernel drops 0.5% of the RoCE packets arriving in each namespace (each loss
     # costs the sender an ACK timeout: rdma_cm's default, 67 ms)
-    for ns in hosts.ns:
-        rules = ("add table inet softrdma_test\n"
-                 "add chain inet softrdma_test in { type filter hook input priority 0; }\n"
-                 "add rule inet softrdma_test in udp dport 4791 numgen random mod 200 == 0 counter drop\n")
-        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True)
+    hosts.drop_roce(200)
     _peers(hosts, 1, 100 << 20)
-    for ns in hosts.ns:
-        drops = hosts.exec(ns, "nft", "list", "table", "inet", "softrdma_test").stdout
-        assert "counter packets 0 " not in drops            # the kernel really dropped packets
+    assert hosts.roce_dropped()                             # the kernel really dropped packets
 
 
 @pytest.mark.slow

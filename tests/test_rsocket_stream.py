@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from daemon_helpers import daemon_in_shm
+from daemon_helpers import default_daemon_in_shm
 from rsocket_helpers import popen_with, run_peers
 from wait_helpers import DEADLINE_S, free_port, wait_line
 
@@ -26,17 +26,19 @@ from softrdma.rsocket import RDMA_INLINE, RDMA_RQSIZE, RDMA_SQSIZE, SOL_RDMA, rs
 
 @pytest.fixture(scope="module")
 def daemon():
-    with daemon_in_shm("rsock") as d:
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
-        os.environ["SOFTRDMA_AUTOSTART"] = "0"
-        try:
+    """The module's daemon, the process's SOFTRDMA_RUN while it runs, and no
+    autostart (a missing daemon fails instead of starting another); both
+    restored afterwards."""
+    old = os.environ.get("SOFTRDMA_AUTOSTART")
+    os.environ["SOFTRDMA_AUTOSTART"] = "0"
+    try:
+        with default_daemon_in_shm("rsock") as d:
             yield d
-        finally:
-            if old is None:
-                os.environ.pop("SOFTRDMA_RUN", None)
-            else:
-                os.environ["SOFTRDMA_RUN"] = old
+    finally:
+        if old is None:
+            os.environ.pop("SOFTRDMA_AUTOSTART", None)
+        else:
+            os.environ["SOFTRDMA_AUTOSTART"] = old
 
 
 def env_of(daemon) -> dict:

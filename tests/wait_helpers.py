@@ -151,3 +151,16 @@ def free_port(proto: str = "tcp", host: str = "") -> int:
 def wait_file(path: str, proc: subprocess.Popen | None = None, timeout: float = DEADLINE_S) -> None:
     """Wait until ``path`` exists (a pid file, a socket, a capture)."""
     wait_for(lambda: os.path.exists(path), timeout, f"{path} to exist", proc=proc)
+
+
+def stop(proc: subprocess.Popen | None, timeout: float = 10) -> None:
+    """End a process a test started: SIGTERM, and SIGKILL if it is still
+    there after ``timeout`` seconds; reaped either way."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
