@@ -72,6 +72,13 @@ def test_icrc_is_rocev2s_with_the_lrh_in_place_of_ones():
     assert roce_icrc(ip, udp, PAYLOAD) == ref
 
 
+def test_compiled_vcrc_is_the_reference():
+    from softrdma.wire import fastpath
+    for n in (0, 1, 7, 64, 4096 + 30):
+        data = bytes((i * 37 + n) & 0xFF for i in range(n))
+        assert fastpath.vcrc(data) == fastpath.py_vcrc(data)
+
+
 def test_vcrc_reference_value():
     # CRC-16 poly 0x100B reflected (0xD008), init 0xFFFF, xorout 0xFFFF:
     # the check value over "123456789", computed bit by bit

@@ -11,14 +11,15 @@ LRH::
     VL:4 LVer:4 | SL:4 rsv:2 LNH:2 | DLID:16 | rsv:5 PktLen:11 | SLID:16
 
 PktLen counts 4-byte words from the LRH to the ICRC inclusive (not the
-VCRC).  The ICRC is the Ethernet CRC-32 (zlib's ``crc32``) over the whole
-packet up to the ICRC, with the variant fields taken as ones: the LRH's VL,
-the GRH's traffic class, flow label and hop limit, and the BTH's resv8a
-byte (FECN, BECN).  RoCEv2's ICRC (``wire.icrc``) is the same CRC with
-eight bytes of ones in place of the LRH.  The VCRC is a CRC-16 (polynomial
-0x100B, seed 0xFFFF, bits reflected as the ICRC's, result inverted) over
-every byte from the LRH to the ICRC inclusive: a switch recomputes it when
-it changes the VL.
+VCRC).  The ICRC is the Ethernet CRC-32 (``icrc.crc32``: ISA-L's or
+zlib's) over the whole packet up to the ICRC, with the variant fields
+taken as ones: the LRH's VL, the GRH's traffic class, flow label and hop
+limit, and the BTH's resv8a byte (FECN, BECN).  RoCEv2's ICRC
+(``wire.icrc``) is the same CRC with eight bytes of ones in place of the
+LRH.  The VCRC is a CRC-16 (polynomial 0x100B, seed 0xFFFF, bits
+reflected as the ICRC's, result inverted: ``fastpath.vcrc``) over every
+byte from the LRH to the ICRC inclusive: a switch recomputes it when it
+changes the VL.
 
 Pure functions over bytes; no I/O.
 """
@@ -27,10 +28,10 @@ from __future__ import annotations
 
 import struct
 from typing import NamedTuple
-from zlib import crc32
-
 from .errors import WireError
+from .fastpath import vcrc
 from .headers import BTH_RESV8A_OFFSET
+from .icrc import crc32
 
 LRH = struct.Struct(">BBHHH")      # VL<<4|LVer, SL<<4|LNH, DLID, PktLen, SLID
 LRH_BYTES = 8
@@ -105,29 +106,6 @@ def parse_grh(buf, offset: int = 0) -> Grh:
 
 
 # -- CRCs -----------------------------------------------------------------------
-
-def _vcrc_table() -> tuple[int, ...]:
-    poly = 0xD008                  # 0x100B, bit-reversed (the CRC runs LSB first)
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ poly if c & 1 else c >> 1
-        t.append(c)
-    return tuple(t)
-
-
-_VCRC_TABLE = _vcrc_table()
-
-
-def vcrc(buf) -> int:
-    """The VCRC of ``buf`` (LRH .. ICRC)."""
-    c = 0xFFFF
-    t = _VCRC_TABLE
-    for b in bytes(buf):
-        c = (c >> 8) ^ t[(c ^ b) & 0xFF]
-    return c ^ 0xFFFF
-
 
 def icrc(pkt, lnh: int) -> int:
     """The ICRC of ``pkt`` (LRH .. pad, without ICRC and VCRC), whose LRH
