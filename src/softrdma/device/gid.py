@@ -255,6 +255,23 @@ class GidTable:
             self._add(gid)
         return self._diff(before)
 
+    def assign(self, gids) -> list[Change]:
+        """An InfiniBand port's table: slot i holds ``gids[i]`` (subnet
+        prefix + the port's i-th GUID; a zero GID frees the slot), slots past
+        the list are freed -- the table the kernel's ib_cache builds from
+        PortInfo.GidPrefix and GUIDInfo.  Returns the changes as ``sync``."""
+        before = self.snapshot()
+        gids = list(gids)[:self.capacity]
+        for i in range(self.capacity):
+            g = bytes(gids[i]) if i < len(gids) else ZERO_GID
+            e = self._slots[i]
+            if e is not None and e.gid == g:
+                continue
+            self._free(i)
+            if g != ZERO_GID and g not in self._index:
+                self._put(i, g)
+        return self._diff(before)
+
     def _diff(self, before: list[Optional[GidEntry]]) -> list[Change]:
         return [(i, old, new) for i, (old, new) in enumerate(zip(before, self._slots))
                 if old != new]

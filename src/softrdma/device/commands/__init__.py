@@ -5,7 +5,7 @@ each kind of object undoes (``FREE``).
 One module per object kind, as the kernel's uverbs_std_types_*.c:
 
 ===========  =============================================================
-context      devices, open (the uverbs context), query_port, query_gid, query_gid_table
+context      devices, open (the uverbs context), query_port, query_gid, query_pkey, query_gid_table
 pd           alloc_pd, dealloc_pd, query_pd and query_mr (ibv_import_pd/mr)
 mr           reg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
 odp          reg_user_mr (MRs on the process's own memory: ODP, implicit ODP), rereg_mr, advise_mr
@@ -47,6 +47,7 @@ HANDLERS: dict[str, Callable] = {
     "open": context.cmd_open,
     "query_port": context.cmd_query_port,
     "query_gid": context.cmd_query_gid,
+    "query_pkey": context.cmd_query_pkey,
     "query_gid_table": context.cmd_query_gid_table,
 
     "alloc_pd": pd.cmd_alloc_pd,

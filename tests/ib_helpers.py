@@ -1,0 +1,173 @@
+"""IB device tests: a stand-in fabric data socket (``FakeFabric``) speaking
+``wire.fabriclink`` -- CAs by name with a LID each, PORT_INFO pushed on
+attach and on every change, PACKETS forwarded by DLID -- for the device's
+unit tests; and an IB device added to a running daemon (``add_ib``)."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import threading
+
+from softrdma.uapi.control import recv_msg, send_msg
+from softrdma.wire import fabriclink as fl
+from softrdma.wire import smp
+from softrdma.wire.lrh import parse_lrh
+
+PREFIX = 0xFE80000000000000
+
+
+def port_info_msg(lid: int, guid: int, *, state: int = 4, phys: int = 5, sm_lid: int = 1, sm_sl: int = 0,
+                  lmc: int = 0, pkeys=(0xFFFF,), width: int = 2, speed: int = 4, ext: int = 0, mtu: int = 5) -> bytes:
+    ni = smp.NODE_INFO.encode(BaseVers=1, ClassVers=1, NodeType=1, NumPorts=1, SystemGuid=guid, Guid=guid,
+                              PortGuid=guid, PartCap=len(pkeys), LocalPort=1, VendorId=0x2C9)
+    pi = smp.PORT_INFO.encode(GidPrefix=PREFIX, Lid=lid, SMLid=sm_lid, CapMask=0x02510868, LocalPort=1,
+                              LinkWidthEnabled=width, LinkWidthSupported=width, LinkWidthActive=width,
+                              LinkSpeedSupported=speed, LinkState=state, PhysLinkState=phys, LMC=lmc,
+                              LinkSpeedActive=speed, LinkSpeedEnabled=speed, NeighborMTU=mtu, SMSL=sm_sl,
+                              VLCap=1, MtuCap=mtu, GuidCap=1, SubnetTimeout=18, LinkSpeedExtActive=ext)
+    gi = smp.encode_guid_info([guid] + [0] * 7)
+    return fl.pack_port_info(bytes(ni), bytes(pi), gi, pkeys)
+
+
+class FakeFabric:
+    """A data socket at ``data_socket_path(base, directory)``: CA ``name``
+    (``cas``: name -> LID) attaches, gets its PORT_INFO, and its packets go
+    to the CA whose LID is their DLID (dropped when none)."""
+
+    def __init__(self, directory: str, base: str, cas: dict[str, int]):
+        self.path = fl.data_socket_path(base, directory)
+        os.makedirs(directory, exist_ok=True)
+        self.cas = dict(cas)
+        self.guids = {n: 0x0002C90300000000 + lid for n, lid in cas.items()}     # fixed, whatever the LID
+        self.attrs = {n: {} for n in cas}            # per CA: port_info_msg keywords
+        self.conns: dict[str, socket.socket] = {}
+        self.forwarded = 0
+        self.dropped = 0
+        self.attaches: list = []
+        self.lock = threading.Lock()
+        self.sel = selectors.DefaultSelector()
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self.srv.bind(self.path)
+        self.srv.listen(16)
+        self.sel.register(self.srv, selectors.EVENT_READ, None)
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def guid(self, name: str) -> int:
+        return self.guids[name]
+
+    def _info(self, name: str) -> bytes:
+        return port_info_msg(self.cas[name], self.guid(name), **self.attrs[name])
+
+    def set(self, name: str, **kw) -> None:
+        """Change a CA port's PortInfo (state=, lid=...) and push it."""
+        with self.lock:
+            if "lid" in kw:
+                self.cas[name] = kw.pop("lid")
+            self.attrs[name].update(kw)
+            c = self.conns.get(name)
+            if c is not None:
+                c.send(self._info(name))
+
+    def _run(self) -> None:
+        while not self.stopping:
+            for key, _ in self.sel.select(0.1):
+                if key.data is None:
+                    try:
+                        c, _ = self.srv.accept()
+                    except OSError:
+                        continue
+                    self.sel.register(c, selectors.EVENT_READ, [None, c])
+                    continue
+                self._readable(key.data)
+
+    def _readable(self, slot) -> None:
+        name, c = slot
+        try:
+            msg = c.recv(fl.MAX_MESSAGE + 64)
+        except OSError:
+            msg = b""
+        with self.lock:
+            if not msg:
+                self.sel.unregister(c)
+                c.close()
+                if name is not None and self.conns.get(name) is c:
+                    del self.conns[name]
+                return
+            t = fl.msg_type(msg)
+            if t == fl.MsgType.ATTACH:
+                port, node, dev = fl.parse_attach(msg)
+                self.attaches.append((port, node, dev))
+                if node not in self.cas:
+                    c.send(fl.pack_error(2, f"no CA {node}"))
+                    self.sel.unregister(c)
+                    c.close()
+                    return
+                if node in self.conns:
+                    c.send(fl.pack_error(16, f"{node} port {port} is taken"))
+                    self.sel.unregister(c)
+                    c.close()
+                    return
+                slot[0] = node
+                self.conns[node] = c
+                c.send(self._info(node))
+            elif t == fl.MsgType.PACKETS:
+                by_lid = {lid: n for n, lid in self.cas.items()}
+                out: dict[str, list] = {}
+                for p in fl.iter_packets(msg):
+                    dst = by_lid.get(parse_lrh(p).dlid)
+                    up = dst is not None and self.attrs[dst].get("state", 4) == 4 and dst in self.conns
+                    if not up or self.attrs[name].get("state", 4) != 4:
+                        self.dropped += 1
+                        continue
+                    out.setdefault(dst, []).append(bytes(p))
+                    self.forwarded += 1
+                for dst, pkts in out.items():
+                    for m in fl.batches(pkts):
+                        try:
+                            self.conns[dst].send(m)
+                        except OSError:
+                            pass
+
+    def close(self) -> None:
+        """The server goes away: every connection closes."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.thread.join(5)
+        with self.lock:
+            for key in list(self.sel.get_map().values()):
+                key.fileobj.close()
+            self.sel.close()
+            self.conns.clear()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def control(run_dir: str, op: str, **kw) -> dict:
+    """One control request to the daemon of ``run_dir``; the reply (errno in it)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(os.path.join(run_dir, "softrdmad.sock"))
+        send_msg(s, {"op": op, "seq": 1, **kw})
+        msg, _ = recv_msg(s)
+    finally:
+        s.close()
+    return msg
+
+
+def add_ib(run_dir: str, name: str, fabric: str, node: str, port: int = 1) -> dict:
+    return control(run_dir, "link_add", name=name, type="ib", fabric=fabric, node=node, port=port)
+
+
+def link(run_dir: str, name: str) -> dict:
+    return next(d for d in control(run_dir, "links")["links"] if d["ifname"] == name)

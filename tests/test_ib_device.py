@@ -1,0 +1,282 @@
+"""InfiniBand devices: a daemon's device attached to a CA port of a fabric.
+
+The first part runs against a stand-in data socket (``ib_helpers.FakeFabric``:
+the fabric link protocol, LIDs, forwarding by DLID); the end-to-end part
+against ``softrdma fabric serve`` and an SM (``test_ib_fabric_*``)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+import pytest
+
+from daemon_helpers import RunningDaemon
+from ib_helpers import FakeFabric, add_ib, control, link
+from softrdma.enums import (IBV_EVENT_LID_CHANGE, IBV_EVENT_PKEY_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR,
+                            IBV_EVENT_SM_CHANGE, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ,
+                            IBV_ACCESS_REMOTE_WRITE, IBV_MTU_1024, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
+                            IBV_WC_GRH, IBV_WC_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
+                            IBV_WR_SEND)
+from wait_helpers import wait_for
+
+ACC = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
+QKEY = 0x11111111
+
+
+@pytest.fixture
+def fake(shm_path, monkeypatch):
+    fdir = os.path.join(str(shm_path), "fabric")
+    monkeypatch.setenv("SOFTRDMA_FABRIC_DIR", fdir)
+    f = FakeFabric(fdir, "fab", {"h1": 3, "h2": 4, "h3": 5})
+    yield f
+    f.close()
+
+
+@pytest.fixture
+def daemon(shm_path, monkeypatch, fake):
+    d = RunningDaemon(str(shm_path))
+    monkeypatch.setenv("SOFTRDMA_RUN", str(shm_path))
+    yield d
+    d.stop()
+
+
+def _verbs():
+    from softrdma.verbs import addr, cq, device, mr, pd, qp, wr
+    return device, pd, mr, cq, qp, addr, wr
+
+
+def wait(cq, n, timeout=30.0):
+    got = []
+    end = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < end:
+        got += cq.poll(16)[1]
+    return got
+
+
+def connect(qp_m, addr_m, q, peer_qpn, dlid, *, retry_cnt=7, timeout=14, sl=0):
+    a = qp_m.QPAttr()
+    a.qp_access_flags = ACC
+    a.path_mtu = IBV_MTU_1024
+    a.dest_qp_num = peer_qpn
+    a.max_dest_rd_atomic = a.max_rd_atomic = 4
+    a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, timeout, retry_cnt, 7
+    a.ah_attr = addr_m.AHAttr(port_num=1, dlid=dlid, sl=sl)
+    q.to_rts(a)
+
+
+class Host:
+    """One IB device's context with a PD, an MR, a CQ."""
+
+    def __init__(self, name, size=1 << 20):
+        device, pd_m, mr_m, cq_m, qp_m, addr_m, wr_m = _verbs()
+        self.ctx = device.Context(name=name)
+        self.pd = pd_m.PD(self.ctx)
+        self.mr = mr_m.MR(self.pd, size, ACC)
+        self.cq = cq_m.CQ(self.ctx, 256)
+        self.lid = self.ctx.query_port(1).lid
+
+    def qp(self, qpt, pkey_index=0):
+        """A QP; a UD one in RTS with Q_Key QKEY."""
+        _, _, _, _, qp_m, _, _ = _verbs()
+        cap = qp_m.QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=1, max_recv_sge=1)
+        init = qp_m.QPInitAttr(qpt, scq=self.cq, rcq=self.cq, cap=cap)
+        if qpt != IBV_QPT_UD:
+            return qp_m.QP(self.pd, init)
+        attr = qp_m.QPAttr()
+        attr.qkey = QKEY
+        attr.pkey_index = pkey_index
+        return qp_m.QP(self.pd, init, attr)
+
+    def close(self):
+        self.ctx.close()
+
+
+def test_link_add_mirrors_the_fabric_port(daemon, fake):
+    assert add_ib(daemon.run_dir, "mlx5_0", "fab", "h1")["errno"] == 0
+    d = link(daemon.run_dir, "mlx5_0")
+    pa = d["port_attr"]
+    assert (pa["link_layer"], pa["state"], pa["phys_state"], pa["lid"], pa["sm_lid"], pa["lmc"]) == (1, 4, 5, 3, 1, 0)
+    assert (pa["active_width"], pa["active_speed"], pa["active_mtu"]) == (2, 4, 5)     # 4X QDR, 4096
+    guid = fake.guid("h1")
+    assert d["node_guid"] == "0002:c903:0000:0003"
+    assert d["gids"] == ["fe80000000000000" + f"{guid:016x}"]
+    assert d["ib"]["subnet_prefix"] == "fe80000000000000" and d["ib"]["pkeys"] == [0xFFFF]
+    assert fake.attaches == [(1, "h1", "mlx5_0")]
+    sys_port = os.path.join(daemon.run_dir, "sys", "class", "infiniband", "mlx5_0", "ports", "1")
+    read = lambda f: open(os.path.join(sys_port, f)).read().strip()     # noqa: E731
+    assert (read("lid"), read("sm_lid"), read("state"), read("phys_state"), read("link_layer")) == \
+        ("0x3", "0x1", "4: ACTIVE", "5: LinkUp", "InfiniBand")
+    assert read("rate") == "40 Gb/sec (4X QDR)" and read("gids/0") == "fe80:0000:0000:0000:0002:c903:0000:0003"
+    assert read("pkeys/0") == "0xffff" and read("cap_mask") == "0x02510868"
+    # the RoCE device beside it is as it was
+    r = link(daemon.run_dir, "rxe0")
+    assert r["port_attr"]["link_layer"] == 2 and "ib" not in r
+    # refusals: the fabric's errno, and no device left behind
+    assert add_ib(daemon.run_dir, "mlx5_1", "fab", "nosuch")["errno"] == errno.ENOENT
+    assert add_ib(daemon.run_dir, "mlx5_1", "fab", "h1")["errno"] == errno.EEXIST
+    assert add_ib(daemon.run_dir, "mlx5_1", "nofabric", "h2")["errno"] == errno.ENOENT
+    assert [x["ifname"] for x in control(daemon.run_dir, "links")["links"]] == ["rxe0", "mlx5_0"]
+    assert control(daemon.run_dir, "link_delete", name="mlx5_0")["errno"] == 0
+    wait_for(lambda: "h1" not in fake.conns, 10, "the fabric to see the port detach")
+    assert add_ib(daemon.run_dir, "mlx5_0", "fab", "h1")["errno"] == 0
+
+
+def test_port_events_follow_the_fabric_and_a_lost_fabric_comes_back(daemon, fake, shm_path):
+    from softrdma.verbs import device
+    assert add_ib(daemon.run_dir, "mlx5_0", "fab", "h1")["errno"] == 0
+    ctx = device.Context(name="mlx5_0")
+    events = []
+
+    def next_event():
+        ev = ctx.get_async_event(timeout=20)["event"]
+        events.append(ev)
+        return ev
+
+    fake.set("h1", state=2, phys=5)                         # the SM's sweep: Initialize
+    assert next_event() == IBV_EVENT_PORT_ERR
+    assert ctx.query_port(1).state == 2
+    fake.set("h1", state=4, lid=9)
+    assert {next_event(), next_event()} == {IBV_EVENT_PORT_ACTIVE, IBV_EVENT_LID_CHANGE}
+    assert ctx.query_port(1).lid == 9
+    fake.set("h1", sm_lid=7)
+    assert next_event() == IBV_EVENT_SM_CHANGE
+    fake.set("h1", pkeys=(0xFFFF, 0x8001))
+    assert next_event() == IBV_EVENT_PKEY_CHANGE
+    assert [ctx.query_pkey(1, i) for i in range(2)] == [0xFFFF, 0x8001]
+    with pytest.raises(Exception) as e:
+        ctx.query_pkey(1, 2)
+    assert e.value.error_code == errno.EINVAL
+    # the fabric server goes away: the port goes down; back: the device attaches again
+    fdir = os.environ["SOFTRDMA_FABRIC_DIR"]
+    fake.close()
+    assert next_event() == IBV_EVENT_PORT_ERR
+    pa = ctx.query_port(1)
+    assert (pa.state, pa.phys_state) == (1, 2)
+    again = FakeFabric(fdir, "fab", {"h1": 3})
+    try:
+        assert next_event() == IBV_EVENT_PORT_ACTIVE
+        assert ctx.query_port(1).lid == 3
+        assert again.attaches == [(1, "h1", "mlx5_0")]
+    finally:
+        ctx.close()
+        again.close()
+
+
+def _two(daemon):
+    assert add_ib(daemon.run_dir, "mlx5_0", "fab", "h1")["errno"] == 0
+    assert add_ib(daemon.run_dir, "mlx5_1", "fab", "h2")["errno"] == 0
+    return Host("mlx5_0"), Host("mlx5_1")
+
+
+@pytest.mark.parametrize("qpt", [IBV_QPT_RC, IBV_QPT_UC])
+def test_connected_traffic_by_lid_is_byte_exact(daemon, fake, qpt):
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    a, b = _two(daemon)
+    try:
+        qa, qb = a.qp(qpt), b.qp(qpt)
+        connect(qp_m, addr_m, qa, qb.qp_num, b.lid)
+        connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
+        assert qa.qp_state == IBV_QPS_RTS
+        data = os.urandom(300_000)
+        a.mr.write(data, len(data))
+        qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, 300_000, b.mr.lkey)]))
+        qa.post_send(wr_m.SendWR(10, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, 300_000, a.mr.lkey)]))
+        assert [(w.wr_id, w.status) for w in wait(a.cq, 1)] == [(10, IBV_WC_SUCCESS)]
+        assert [(w.wr_id, w.status, w.byte_len) for w in wait(b.cq, 1)] == [(1, IBV_WC_SUCCESS, 300_000)]
+        assert b.mr.read(300_000) == data
+        w = wr_m.SendWR(11, IBV_WR_RDMA_WRITE, 1, sg=[wr_m.SGE(a.mr.buf, 70_000, a.mr.lkey)])
+        w.set_wr_rdma(b.mr.rkey, b.mr.buf + 400_000)
+        qa.post_send(w)
+        assert [x.status for x in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
+        if qpt == IBV_QPT_RC:
+            r = wr_m.SendWR(12, IBV_WR_RDMA_READ, 1, sg=[wr_m.SGE(a.mr.buf + 500_000, 70_000, a.mr.lkey)])
+            r.set_wr_rdma(b.mr.rkey, b.mr.buf + 400_000)
+            qa.post_send(r)
+            assert [x.status for x in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
+            assert a.mr.read(70_000, 500_000) == data[:70_000]
+        else:
+            wait_for(lambda: b.mr.read(70_000, 400_000) == data[:70_000], 10, "the UC write")
+        assert b.mr.read(70_000, 400_000) == data[:70_000]
+        assert fake.forwarded > 300_000 // 1024
+    finally:
+        a.close()
+        b.close()
+
+
+def test_ud_by_lid_and_with_grh(daemon, fake):
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    a, b = _two(daemon)
+    try:
+        qa, qb = a.qp(IBV_QPT_UD), b.qp(IBV_QPT_UD)
+        ah = addr_m.AH(a.pd, attr=addr_m.AHAttr(port_num=1, dlid=b.lid, sl=3))
+        gid_b = b.ctx.query_gid(1, 0)
+        ah_g = addr_m.AH(a.pd, attr=addr_m.AHAttr(gr=addr_m.GlobalRoute(dgid=gid_b, sgid_index=0), port_num=1,
+                                                  dlid=b.lid))
+        a.mr.write(b"x" * 100 + b"y" * 100, 200)
+        for i, (h, off) in enumerate(((ah, 0), (ah_g, 100))):
+            qb.post_recv(wr_m.RecvWR(i, 1, [wr_m.SGE(b.mr.buf + 4096 * i, 2048, b.mr.lkey)]))
+            s = wr_m.SendWR(20 + i, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf + off, 100, a.mr.lkey)])
+            s.set_wr_ud(h, qb.qp_num, QKEY)
+            qa.post_send(s)
+            assert [x.status for x in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
+        r0, r1 = wait(b.cq, 2)
+        assert (r0.status, r0.byte_len, r0.slid, r0.sl, r0.src_qp, r0.wc_flags & IBV_WC_GRH) == \
+            (IBV_WC_SUCCESS, 140, a.lid, 3, qa.qp_num, 0)
+        assert (r1.status, r1.slid, r1.wc_flags & IBV_WC_GRH) == (IBV_WC_SUCCESS, a.lid, IBV_WC_GRH)
+        assert b.mr.read(100, 40) == b"x" * 100 and b.mr.read(100, 4096 + 40) == b"y" * 100
+        grh = b.mr.read(40, 4096)
+        assert grh[8:24] == a.ctx.query_gid(1, 0).raw and grh[24:40] == gid_b.raw
+        # a LID-only AH on the RoCE device is still refused
+        device = _verbs()[0]
+        from softrdma.verbs import pd as pd_m
+        with device.Context(name="rxe0") as rctx:
+            with pytest.raises(Exception) as e:
+                addr_m.AH(pd_m.PD(rctx), attr=addr_m.AHAttr(port_num=1, dlid=4))
+            assert e.value.error_code == errno.EINVAL
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_pkey_the_port_lacks_is_a_violation(daemon, fake):
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    a, b = _two(daemon)
+    try:
+        fake.set("h1", pkeys=(0xFFFF, 0x8005))
+        wait_for(lambda: a.ctx.query_port(1).pkey_tbl_len == 2, 10, "the new P_Key table")
+        qa, qb = a.qp(IBV_QPT_UD, pkey_index=1), b.qp(IBV_QPT_UD)
+        ah = addr_m.AH(a.pd, attr=addr_m.AHAttr(port_num=1, dlid=b.lid))
+        qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, 2048, b.mr.lkey)]))
+        s = wr_m.SendWR(1, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, 10, a.mr.lkey)])
+        s.set_wr_ud(ah, qb.qp_num, QKEY)
+        qa.post_send(s)
+        assert [x.status for x in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
+        wait_for(lambda: link(daemon.run_dir, "mlx5_1")["ib"]["counters"]["pkey_violations"] == 1, 10,
+                 "the P_Key violation counted")
+        assert link(daemon.run_dir, "mlx5_1")["port_attr"]["bad_pkey_cntr"] == 1
+        assert wait(b.cq, 1, timeout=0.5) == []
+    finally:
+        a.close()
+        b.close()
+
+
+def test_rc_retries_then_retry_exc_err_when_the_port_goes_down(daemon, fake):
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    a, b = _two(daemon)
+    try:
+        qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
+        connect(qp_m, addr_m, qa, qb.qp_num, b.lid, retry_cnt=2, timeout=10)
+        connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
+        fake.set("h2", state=1, phys=2)                    # the link to h2 goes down: packets to it dropped
+        w = wr_m.SendWR(1, IBV_WR_RDMA_WRITE, 1, sg=[wr_m.SGE(a.mr.buf, 4096, a.mr.lkey)])
+        w.set_wr_rdma(b.mr.rkey, b.mr.buf)
+        dropped = fake.dropped
+        qa.post_send(w)
+        (wc,) = wait(a.cq, 1)
+        assert wc.status == IBV_WC_RETRY_EXC_ERR
+        assert fake.dropped - dropped >= 3 * 4                # the first pass and two retries, 4 packets each
+    finally:
+        a.close()
+        b.close()
