@@ -246,7 +246,9 @@ class IbPort(Port):
         cap = pi.get("MtuCap") or 5
         caps.max_mtu = cap
         caps.active_mtu = min(pi.get("NeighborMTU") or cap, cap)
-        caps.pkey_table = self.pkeys
+        # the table has PartitionCap entries (NodeInfo); those the SM left unset are 0
+        n = max(self.info.node.get("PartCap", 0), len(self.pkeys))
+        caps.pkey_table = tuple(self.pkeys) + (0,) * (n - len(self.pkeys))
 
     def link_lost(self) -> list[int]:
         """The fabric connection ended: the port is Down (Polling: a port
@@ -433,7 +435,7 @@ class IbDevice(DeviceCore, IbPort):
         pi = self.info.pi
         return {"state": self.state, "max_mtu": self.caps.max_mtu, "active_mtu": self.caps.active_mtu,
                 "gid_tbl_len": self.gid_table.capacity, "port_cap_flags": self.cap_mask,
-                "max_msg_sz": self.caps.max_msg_sz, "pkey_tbl_len": max(len(self.pkeys), 1),
+                "max_msg_sz": self.caps.max_msg_sz, "pkey_tbl_len": len(self.caps.pkey_table),
                 "lid": self.lid, "sm_lid": self.sm_lid, "lmc": self.lmc,
                 "max_vl_num": {1: 1, 2: 2, 3: 3, 4: 4, 5: 5}.get(pi.get("VLCap", 1), 1),
                 "sm_sl": self.sm_sl, "subnet_timeout": pi.get("SubnetTimeout", 0),

@@ -62,7 +62,7 @@ def cmd_link(rd: Rd) -> int:
             rd.pr("netdev", d["netdev"], f"netdev {d['netdev']} ")
             idx = d.get("netdev_index", 0)
             rd.pr("netdev_index", idx, f"netdev_index {idx} " if rd.show_details else "")
-        if d.get("gso") is False:
+        if d.get("gso") is False and ib is None:
             rd.pr("gso", "off", "gso off ")
         rd.newline()
         return 0
