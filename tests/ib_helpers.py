@@ -10,6 +10,10 @@ import selectors
 import socket
 import threading
 
+import pytest
+
+from daemon_helpers import RunningDaemon
+
 from softrdma.uapi.control import recv_msg, send_msg
 from softrdma.wire import fabriclink as fl
 from softrdma.wire import smp
@@ -171,3 +175,23 @@ def add_ib(run_dir: str, name: str, fabric: str, node: str, port: int = 1) -> di
 
 def link(run_dir: str, name: str) -> dict:
     return next(d for d in control(run_dir, "links")["links"] if d["ifname"] == name)
+
+
+@pytest.fixture
+def fake(shm_path, monkeypatch):
+    """A stand-in fabric ``fab`` with CAs h1, h2, h3 (LIDs 3, 4, 5); the
+    daemons and tools of the test find it through SOFTRDMA_FABRIC_DIR."""
+    fdir = os.path.join(str(shm_path), "fabric")
+    monkeypatch.setenv("SOFTRDMA_FABRIC_DIR", fdir)
+    f = FakeFabric(fdir, "fab", {"h1": 3, "h2": 4, "h3": 5})
+    yield f
+    f.close()
+
+
+@pytest.fixture
+def daemon(shm_path, monkeypatch, fake):
+    """A daemon (rxe0 on lo) that sees the stand-in fabric."""
+    d = RunningDaemon(str(shm_path))
+    monkeypatch.setenv("SOFTRDMA_RUN", str(shm_path))
+    yield d
+    d.stop()

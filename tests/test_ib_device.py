@@ -12,8 +12,7 @@ import time
 
 import pytest
 
-from daemon_helpers import RunningDaemon
-from ib_helpers import FakeFabric, add_ib, control, link
+from ib_helpers import FakeFabric, add_ib, control, daemon, fake, link  # noqa: F401 (fixtures)
 from softrdma.enums import (IBV_EVENT_LID_CHANGE, IBV_EVENT_PKEY_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR,
                             IBV_EVENT_SM_CHANGE, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ,
                             IBV_ACCESS_REMOTE_WRITE, IBV_MTU_1024, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
@@ -23,23 +22,6 @@ from wait_helpers import wait_for
 
 ACC = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
 QKEY = 0x11111111
-
-
-@pytest.fixture
-def fake(shm_path, monkeypatch):
-    fdir = os.path.join(str(shm_path), "fabric")
-    monkeypatch.setenv("SOFTRDMA_FABRIC_DIR", fdir)
-    f = FakeFabric(fdir, "fab", {"h1": 3, "h2": 4, "h3": 5})
-    yield f
-    f.close()
-
-
-@pytest.fixture
-def daemon(shm_path, monkeypatch, fake):
-    d = RunningDaemon(str(shm_path))
-    monkeypatch.setenv("SOFTRDMA_RUN", str(shm_path))
-    yield d
-    d.stop()
 
 
 def _verbs():

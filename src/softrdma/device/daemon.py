@@ -209,6 +209,15 @@ class Daemon:
                 dev, s = data
                 dev.receive(s, time.monotonic())
                 self._busy()
+            elif kind == "umad":
+                dev, f = data
+                if not dev.gsi.umad.readable(f, time.monotonic()):
+                    try:
+                        self.sel.unregister(f.sock)
+                    except (KeyError, ValueError):
+                        pass
+                    dev.gsi.umad.close(f)
+                self._busy()
             elif kind == "fabric":
                 self.fabric_readable(data)
                 self._busy()

@@ -51,6 +51,7 @@ from ..wire.lrh import MCAST_LID_BASE, PERMISSIVE_LID, decap, encap, pack_grh, I
 from .core import DeviceCore
 from .fabric_link import FabricLink
 from .gid import ROCE_V1, GidTable
+from .umad import Umad
 
 LINK_LAYER_IB = 1                    # IBV_LINK_LAYER_INFINIBAND
 DOWN, INIT, ARMED, ACTIVE = 1, 2, 3, 4
@@ -128,6 +129,7 @@ class IbPort(Port):
         self.node_sel = node
         self.port_num = port_num
         self.info = PortInfo()
+        self.raw_info: fl.PortInfoMsg | None = None     # as the fabric sent it (a umad file's tool reads it)
         self.gid_table = GidTable("", GID_TABLE_LEN, ROCE_V1)
         self.lid = self.lmc = self.sm_lid = self.sm_sl = 0
         self.lmc_mask = 0
@@ -203,6 +205,7 @@ class IbPort(Port):
         """Mirror a PORT_INFO; the port events it means (also appended to
         ``port_events``)."""
         new = PortInfo(msg)
+        self.raw_info = msg
         pi = new.pi
         old_state, old_lid, old_sm = self.state, self.lid, (self.sm_lid, self.sm_sl)
         old_pkeys, old_gids = self.pkeys, self.gids
@@ -419,6 +422,7 @@ class IbDevice(DeviceCore, IbPort):
         self._init_core(name, caps or DeviceCaps(active_mtu=5))
         self.caps.link_layer = LINK_LAYER_IB
         self.mac = bytes(6)
+        self.gsi.umad = Umad(self)                   # the diags' MADs through QP1 (``-C NAME``)
 
     def add_qp(self, dqp) -> None:
         DeviceCore.add_qp(self, dqp)
@@ -430,6 +434,7 @@ class IbDevice(DeviceCore, IbPort):
     def close(self) -> None:
         self.link.close()
         self.mcast.close()
+        self.gsi.umad.close_all()
 
     def port_attrs(self) -> dict:
         pi = self.info.pi

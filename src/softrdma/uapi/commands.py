@@ -208,6 +208,11 @@ _TABLE = (
     Command("link_set", (string("name"), obj("faults", {}), u64("seed", None)), ("faults", "fault_counters"),
             (_E.EPERM, _E.ENODEV), device=False, state_first=True),
     Command("link_delete", (string("name"),), (), (_E.EPERM, _E.ENODEV), device=False, state_first=True),
+    # a umad file of an IB device's port (the diags' MADs through its QP1): the socket of uapi.umad
+    # records; ``classes``: the management classes whose requests it takes (a server's)
+    Command("umad_open", (string("name"), u8("port", 1), any_("classes")),
+            ("hi_tid", "lid", "sm_lid", "node_info", "port_info"), (_E.ENODEV, _E.EMFILE), device=False,
+            fds_out=1),
     # -- ECN / DCQCN settings (mlx5's ecn/roce_np, ecn/roce_rp; softrdma ecn)
     Command("ecn", (string("name"), obj("set", {})), ("ecn",), (_E.EPERM, _E.ENODEV), device=False,
             state_first=True),

@@ -20,7 +20,7 @@ srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq; tag
 ah           create_ah, destroy_ah
 mcast        attach_mcast, detach_mcast
 capture      capture_start, capture_stop
-link         links, link_add, link_set, link_delete (``rdma link``), ecn (``softrdma ecn``)
+link         links, link_add, link_set, link_delete (``rdma link``), ecn (``softrdma ecn``), umad_open
 restrack     resources (``rdma resource``)
 stat         stat_* (``rdma statistic``, ``softrdma top``)
 cm           cm_* (rdma_cm, ucma's ABI)
@@ -95,6 +95,7 @@ HANDLERS: dict[str, Callable] = {
     "link_add": link.cmd_link_add,
     "link_set": link.cmd_link_set,
     "link_delete": link.cmd_link_delete,
+    "umad_open": link.cmd_umad_open,
     "ecn": link.cmd_ecn,
 
     "resources": restrack.cmd_resources,

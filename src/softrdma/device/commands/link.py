@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import errno
 import select
+import selectors
 import time
 
 from ...enums import IBV_EVENT_DEVICE_FATAL
@@ -82,7 +83,7 @@ def cmd_links(daemon, c, m, fds):
                              "attached": d.link.connected, "port_guid": guid_str(d.port_guid),
                              "subnet_prefix": d.subnet_prefix.hex(), "pkeys": list(d.pkeys),
                              "rate": rate_str(speed, lanes), "counters": d.ib_counters,
-                             "node_desc": f"{d.name} softrdma"}
+                             "node_desc": f"{d.name} softrdma", "umad_files": len(d.gsi.umad.files)}
     return {"links": out}, []
 
 
@@ -179,6 +180,30 @@ def _await_port_info(dev, timeout: float = 5.0) -> bool:
     return True
 
 
+def cmd_umad_open(daemon, c, m, fds):
+    """A umad file on an IB device's port (``device.umad``): the tool's end
+    of its socket, the agent's hi_tid, and the port as the fabric describes
+    it (NodeInfo, PortInfo: what a tool reads from sysfs and its own SMA)."""
+    name = rq.string(m, "name")
+    if rq.uint(m, "port", rq.U8, 1) != 1:
+        raise VerbsError(errno.EINVAL, "port must be 1")
+    classes = m.get("classes") or []
+    if not isinstance(classes, list) or not all(type(x) is int and 0 <= x <= 0xFF for x in classes):
+        raise VerbsError(errno.EINVAL, "classes: a list of management classes (0..255)")
+    dev = daemon.devices.get(name)
+    if dev is None:
+        raise VerbsError(errno.ENODEV, f"no device {name!r}")
+    if dev.link_layer != LINK_LAYER_IB:
+        raise VerbsError(errno.EOPNOTSUPP, f"{name} is a RoCE device: its MADs are rdma_cm's")
+    f = dev.gsi.umad.open(classes)
+    daemon.sel.register(f.sock, selectors.EVENT_READ, ("umad", (dev, f)))
+    theirs, f.theirs = f.theirs, None
+    raw = dev.raw_info
+    return {"hi_tid": f.hi_tid, "lid": dev.lid, "sm_lid": dev.sm_lid,
+            "node_info": raw.node_info.hex() if raw else "", "port_info": raw.port_info.hex() if raw else ""}, \
+        [theirs.detach()]
+
+
 def cmd_link_set(daemon, c, m, fds):
     """Change a link's settings; now: ``faults`` (fault injection)."""
     _link_admin(c)
@@ -258,11 +283,13 @@ def cmd_link_delete(daemon, c, m, fds):
             daemon.sel.unregister(s.sock)
         except (KeyError, ValueError):
             pass
-    if dev.link_layer == LINK_LAYER_IB and dev.link.sock is not None:
-        try:
-            daemon.sel.unregister(dev.link.sock)
-        except (KeyError, ValueError):
-            pass
+    if dev.link_layer == LINK_LAYER_IB:
+        for s in [dev.link.sock, *dev.gsi.umad.files]:
+            if s is not None:
+                try:
+                    daemon.sel.unregister(s)
+                except (KeyError, ValueError):
+                    pass
     dev.close()
     del daemon.devices[dev.name]
     daemon.rdma_cm.device_removed(dev)
