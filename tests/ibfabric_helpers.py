@@ -131,3 +131,24 @@ class FakeDevice:
 
     def close(self):
         self.sock.close()
+
+
+# --- MADs as a device's QP0/QP1 sends and receives them ------------------------------------
+
+def mad_of(pkt: bytes):
+    """(LRH, dqp, sqp, MAD) of a native UD packet to QP0/QP1."""
+    from softrdma.wire.headers import DETH
+    lr, grh, body = lrh.decap(pkt)
+    _, _, _, dqp, _ = BTH.unpack_from(body)
+    _, sqp = DETH.unpack_from(body, 12)
+    return lr, dqp & 0xFFFFFF, sqp & 0xFFFFFF, bytes(body[20:276])
+
+
+def sa_get(attr: int, record: bytes, comp_mask: int, tid: int, method: int = 1) -> bytes:
+    """An SA Get/Set (class version 2) of one record with ``comp_mask``."""
+    from softrdma.wire import mad as madw
+    from softrdma.wire.sa import SA_DATA_OFFSET, SA_HDR, SA_HDR_OFFSET
+    m = madw.build_mad(madw.MgmtClass.SUBN_ADM, 2, method, attr, tid=tid)
+    SA_HDR.pack_into(m, SA_HDR_OFFSET, 0, 0, 0, 0, 0, 0, 0, 0, 0, comp_mask)
+    m[SA_DATA_OFFSET:SA_DATA_OFFSET + len(record)] = record
+    return bytes(m)
