@@ -298,6 +298,18 @@ def test_sweep_gives_the_devices_lids_and_unicast_crosses_the_switches(live):
         assert live.dev[dst].take(20) == pkts, (src, dst)
 
 
+def test_fabric_show_lists_the_attached_devices(live, tmp_path):
+    png = str(tmp_path / "fab.png")
+    r = live.softrdma("fabric", "show", "--sock", live.base, "--text", "--png", png)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "IB devices attached: 4" in lines
+    for h in HOSTS:
+        assert f'  "{h}"[1] mlx5_{h}' in lines
+    assert "links: 5 (Active 5)" in lines
+    assert "mlx5_h1" in live.softrdma("fabric", "cmd", "--sock", live.base, "attached").stdout
+
+
 def test_path_record_query_from_a_device(live):
     h1 = live.dev["h1"]
     rec = PATH_RECORD.encode(SLID=live.lid["h1"], DLID=live.lid["h4"], NumbPath=1)

@@ -144,6 +144,7 @@ class DataSocket:
         del self.conns[c.fd]
         if c.port is not None and self.by_port.get(c.port) is c:
             del self.by_port[c.port]
+            self.fabric.devices.pop(c.port, None)
         try:
             self.server.sel.unregister(c.sock)
         except (KeyError, ValueError):
@@ -207,6 +208,7 @@ class DataSocket:
             return self._refuse(c, errno.EBUSY, f"{p.name} is taken by device {other.device!r}")
         c.port = p
         self.by_port[p] = c
+        self.fabric.devices[p] = c.device
         self.stats["attached"] += 1
         self._log(f"device {c.device or '?'} attached at {p.name}")
         self._push_info(c)
@@ -309,11 +311,7 @@ class DataSocket:
         self.stats["mads_out"] += 1
         return self._send(c, fabriclink.pack_packets([pkt]))
 
-    # --- for `attached` and `fabric show` --------------------------------------------------------
-    def attachments(self) -> dict:
-        """{(nodeid, port number): device name} of the attached ports."""
-        return {(p.node.nodeid, p.num): c.device for p, c in self.by_port.items()}
-
+    # --- for the console's `attached` ---------------------------------------------------------
     def attached_text(self) -> str:
         """The console's ``attached`` lines for the devices."""
         return "".join(f'\nDevice {c.device or "?"}: attached at "{p.node.nodeid}" port {p.num}, '

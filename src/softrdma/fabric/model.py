@@ -267,6 +267,8 @@ class Fabric:
         # server last drained it
         self.generation = 0
         self.dirty: set[Port] = set()
+        # CA ports with an IB device attached (the data socket's): port -> device name
+        self.devices: dict[Port, str] = {}
 
     def add_node(self, node: Node) -> Node:
         if node.nodeid in self.by_id:
