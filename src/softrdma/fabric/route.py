@@ -285,6 +285,15 @@ class Router:
         back, _ = self.lid_route(dest, slid, cls == MgmtClass.SUBN_LID_ROUTED)
         return [Delivery(back, sqp, bytes(mad), rslid, slid, dqp)]
 
+    # --- change notification (fabric.generation / fabric.dirty, for the data plane) -------
+    def node_changed(self, node) -> None:
+        """An SMP Set on ``node``: its ports and their neighbours."""
+        ports = [p for p in node.ports if p is not None]
+        self.fabric.touch(*ports, *(p.remote for p in ports if p.remote is not None))
+
+    def _ports_changed(self, *ports) -> None:
+        self.fabric.touch(*ports, *(p.remote for p in ports if p.remote is not None))
+
     # --- link events (also the SMA's PortInfo Set effects) ---------------------------------
     def disable(self, p: Port) -> None:
         self._link_change(p, PhysState.DISABLED)
@@ -299,6 +308,7 @@ class Router:
 
     def retrain(self, p: Port) -> None:
         """PortInfo Set PortState=Down: the link drops and trains again to Init."""
+        self._ports_changed(p)
         r = p.remote
         if r is None or p.phys != PhysState.LINK_UP:
             p.state = PortState.DOWN
@@ -324,6 +334,7 @@ class Router:
         return self._pending
 
     def _link_change(self, p: Port, phys: int) -> None:
+        self._ports_changed(p)
         r = p.remote
         ends = [p] if r is None else [p, r]
         was_up = p.phys == PhysState.LINK_UP and r is not None and r.phys == PhysState.LINK_UP

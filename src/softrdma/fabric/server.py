@@ -39,6 +39,7 @@ from ..wire.errors import WireError
 from ..wire.ibsim import SimCtlType
 from . import agents, model
 from .model import Fabric, FabricError
+from .datasock import DataSocket
 from .route import Router
 
 LIVENESS_INTERVAL = 1.0
@@ -60,7 +61,8 @@ class Client:
 class Server:
     def __init__(self, fabric: Fabric, base: str = ibsim.SIM_BASENAME, *, remote: bool = False,
                  host: str = "127.0.0.1", port: int = ibsim.IBSIM_DEFAULT_SERVER_PORT,
-                 verbose: int = 0, out=sys.stderr, console=None, seed: int = 0):
+                 verbose: int = 0, out=sys.stderr, console=None, seed: int = 0,
+                 data_socket: "bool | str" = True):
         self.fabric = fabric
         self.base = base
         self.remote = remote
@@ -76,6 +78,9 @@ class Server:
         self.stats = {"mads": 0, "ctl": 0, "bad": 0, "dropped": 0, "released": 0}
         self._next_liveness = 0.0
         self._open()
+        self.datasock = None
+        if data_socket:
+            self.datasock = DataSocket(self, data_socket if isinstance(data_socket, str) else None)
 
     # --- sockets -----------------------------------------------------------------------------
     def _name(self, what: str):
@@ -125,6 +130,8 @@ class Server:
     def close(self):
         for c in list(self.clients.values()):
             self._release(c, "server exit")
+        if self.datasock is not None:
+            self.datasock.close()
         for s in (self.ctl, self.control):
             try:
                 self.sel.unregister(s)
@@ -158,6 +165,8 @@ class Server:
                 self.stats["bad"] += 1
                 if self.verbose:
                     self.log(f"fabric: bad input: {e}")
+        if self.datasock is not None:
+            self.datasock.poll()
         now = time.monotonic()
         if now >= self._next_liveness:
             self._next_liveness = now + LIVENESS_INTERVAL
@@ -347,6 +356,8 @@ class Server:
                 self._send(c, d.mad, d.dlid, d.slid, d.qp, d.sqp, d.status, None)
                 continue
             to = self._find(d)
+            if to is None and self.datasock is not None and self.datasock.deliver_mad(d):
+                continue                             # for an attached IB device
             if to is None:
                 if d.spontaneous:
                     continue                         # a trap with no SM listening: lost
@@ -412,6 +423,8 @@ class Server:
             to = self._find(d)
             if to is not None:
                 self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, None)
+            elif self.datasock is not None:
+                self.datasock.deliver_mad(d)
 
     # --- commands: console (ibsim's names) and the control socket ------------------------------
     def command(self, line: str) -> str:
@@ -431,7 +444,8 @@ class Server:
                 return "ok\n" + "\n".join(
                     f'Client {c.idx}: pid {c.pid} connected at "{c.port.node.nodeid}" port '
                     f"{c.port.num}, lid {c.port.lid}, qp {c.qp} {'SM' if c.issm else ''}"
-                    for c in sorted(self.clients.values(), key=lambda c: c.idx))
+                    for c in sorted(self.clients.values(), key=lambda c: c.idx)) + \
+                    (self.datasock.attached_text() if self.datasock is not None else "")
             if cmd == "x":
                 c = self.clients.get(int(args[0]))
                 if c is None:
