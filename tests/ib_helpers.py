@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import selectors
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -195,3 +197,96 @@ def daemon(shm_path, monkeypatch, fake):
     monkeypatch.setenv("SOFTRDMA_RUN", str(shm_path))
     yield d
     d.stop()
+
+
+# --- a live fabric: `softrdma fabric serve`, an SM, daemons' IB devices on its CAs ------------
+
+NET_2SW_DUAL = """
+Switch 5 "sw1"
+[1] "h1"[1]
+[2] "h2"[1]
+[3] "sw2"[3]
+[4] "sw2"[4]
+Switch 5 "sw2"
+[1] "h3"[1]
+[2] "h4"[1]
+[3] "sw1"[3]
+[4] "sw1"[4]
+Ca 1 "h1"
+[1] "sw1"[1]
+Ca 1 "h2"
+[1] "sw1"[2]
+Ca 1 "h3"
+[1] "sw2"[1]
+Ca 1 "h4"
+[1] "sw2"[2]
+"""
+
+
+class IbFabric:
+    """``softrdma fabric serve`` on ``net`` (a .net text) and, after
+    ``sweep``, an SM (softrdma's, or the real opensm through libumad2sim);
+    IB devices of daemons attach to its CAs (``attach``).  The fabric
+    directory goes into ``os.environ`` (SOFTRDMA_FABRIC_DIR) for the daemons
+    the test starts after it; ``close`` takes it out again."""
+
+    def __init__(self, tmp, net: str):
+        import sm_helpers
+        from wait_helpers import wait_file
+        self.tmp = tmp
+        self.procs: list = []
+        self.fdir = str(tmp / "fabdir")
+        self._old_dir = os.environ.get(fl.DIR_ENV)
+        os.environ[fl.DIR_ENV] = self.fdir
+        (tmp / "fab.net").write_text(net)
+        self.base = sm_helpers.unique_base("ibdev")
+        try:
+            self.server = sm_helpers.start_fabric("softrdma", tmp / "fab.net", self.base, tmp,
+                                                  log=tmp / "server.log")
+            self.procs.append(self.server)
+            wait_file(fl.data_socket_path(self.base), self.server)
+        except BaseException:
+            self.close()
+            raise
+
+    def env(self, **extra) -> dict:
+        import sm_helpers
+        return sm_helpers.sim_env(self.base, self.tmp, **extra)
+
+    def attach(self, run_dir: str, node: str, name: str = "mlx5_0") -> None:
+        r = add_ib(run_dir, name, self.base, node)
+        assert r["errno"] == 0, r
+
+    def sweep(self, sm: str = "softrdma") -> None:
+        """Start the SM and wait for its SUBNET UP."""
+        import sm_helpers
+        from wait_helpers import wait_for
+        log = self.tmp / "osm.log"
+        if sm == "softrdma":
+            args, env = [sys.executable, "-m", "softrdma", "opensm", "-s", "0", "-f", str(log)], {}
+        else:                                   # the real opensm through libumad2sim
+            args, env = ["opensm", "-d2", "-s", "0", "-f", str(log)], {"LD_PRELOAD": sm_helpers.SIMSO}
+        self.sm = subprocess.Popen(args, cwd=self.tmp, env=self.env(**env), stdout=open(self.tmp / "sm.out", "w"),
+                                   stderr=subprocess.STDOUT)
+        self.procs.append(self.sm)
+        wait_for(lambda: log.exists() and "SUBNET UP" in log.read_text(), 60, "SUBNET UP", proc=self.sm)
+
+    def wait_active(self, run_dir: str, name: str = "mlx5_0") -> int:
+        """The device's port Active; its LID."""
+        from wait_helpers import wait_for
+        wait_for(lambda: link(run_dir, name)["port_attr"]["state"] == 4, 60, f"{name} of {run_dir} Active")
+        return link(run_dir, name)["port_attr"]["lid"]
+
+    def fabric(self, *args) -> subprocess.CompletedProcess:
+        """``softrdma fabric ARGS --sock BASE`` (link down/up ...)."""
+        return subprocess.run([sys.executable, "-m", "softrdma", "fabric", *args, "--sock", self.base],
+                              cwd=self.tmp, env=self.env(), capture_output=True, text=True, timeout=60)
+
+    def close(self) -> None:
+        from wait_helpers import stop
+        for p in reversed(self.procs):
+            stop(p)
+        if self._old_dir is None:
+            os.environ.pop(fl.DIR_ENV, None)
+        else:
+            os.environ[fl.DIR_ENV] = self._old_dir

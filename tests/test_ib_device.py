@@ -262,3 +262,153 @@ def test_rc_retries_then_retry_exc_err_when_the_port_goes_down(daemon, fake):
     finally:
         a.close()
         b.close()
+
+
+# --- end to end: `softrdma fabric serve`, an SM, four daemons with an IB device each ---------
+
+import contextlib  # noqa: E402
+
+from daemon_helpers import RunningDaemon  # noqa: E402
+from ib_helpers import NET_2SW_DUAL, IbFabric  # noqa: E402
+from ibfabric_helpers import NET_2SW  # noqa: E402
+from sm_helpers import have_ibsim  # noqa: E402
+
+HOSTS = ("h1", "h2", "h3", "h4")
+
+
+class Cluster:
+    """A fabric on ``net``, a daemon per host (its mlx5_0 on that CA), the
+    SM's sweep done: every port Active."""
+
+    def __init__(self, tmp, shm, net, sm):
+        self.fabric = IbFabric(tmp, net)
+        self.daemons = {}
+        try:
+            for h in HOSTS:
+                rd = shm / h
+                rd.mkdir(parents=True)
+                self.daemons[h] = RunningDaemon(str(rd))
+                self.fabric.attach(str(rd), h)
+            self.fabric.sweep(sm)
+            self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.daemons.items()}
+        except BaseException:
+            self.close()
+            raise
+
+    def run_dir(self, h):
+        return self.daemons[h].run_dir
+
+    @contextlib.contextmanager
+    def host(self, h):
+        """``Host`` on h's mlx5_0 (its daemon's run directory for the context's connection)."""
+        old = os.environ.get("SOFTRDMA_RUN")
+        os.environ["SOFTRDMA_RUN"] = self.run_dir(h)
+        try:
+            x = Host("mlx5_0")
+        finally:
+            if old is None:
+                os.environ.pop("SOFTRDMA_RUN")
+            else:
+                os.environ["SOFTRDMA_RUN"] = old
+        try:
+            yield x
+        finally:
+            x.close()
+
+    def close(self):
+        for d in self.daemons.values():
+            d.stop()
+        self.fabric.close()
+
+
+@pytest.fixture(scope="module", params=["softrdma", "opensm"])
+def live(tmp_path_factory, shm_path_module, request):
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    c = Cluster(tmp_path_factory.mktemp("ibdev"), shm_path_module / request.param, NET_2SW, request.param)
+    yield c
+    c.close()
+
+
+def test_e2e_the_sm_makes_every_port_active_with_its_lid(live):
+    assert sorted(live.lid.values()) == sorted(set(live.lid.values())) and 0 not in live.lid.values()
+    sm_lids = set()
+    for h in HOSTS:
+        d = link(live.run_dir(h), "mlx5_0")
+        pa = d["port_attr"]
+        assert (pa["state"], pa["phys_state"], pa["link_layer"]) == (4, 5, 1)
+        sm_lids.add(pa["sm_lid"])
+        guid = d["ib"]["port_guid"].replace(":", "")
+        assert d["gids"][0] == d["ib"]["subnet_prefix"] + guid and d["ib"]["subnet_prefix"] == "fe80000000000000"
+    assert len(sm_lids) == 1 and 0 not in sm_lids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", [("h1", "h2"), ("h1", "h4"), ("h4", "h3")])
+def test_e2e_rc_uc_ud_byte_exact_between_hosts(live, pair):
+    """Same switch (h1-h2), across the switch hop (h1-h4)."""
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    with live.host(pair[0]) as a, live.host(pair[1]) as b:
+        assert (a.lid, b.lid) == (live.lid[pair[0]], live.lid[pair[1]])
+        for qpt in (IBV_QPT_RC, IBV_QPT_UC):
+            qa, qb = a.qp(qpt), b.qp(qpt)
+            connect(qp_m, addr_m, qa, qb.qp_num, b.lid)
+            connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
+            data = os.urandom(150_000)
+            a.mr.write(data, len(data))
+            qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, 150_000, b.mr.lkey)]))
+            qa.post_send(wr_m.SendWR(2, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, 150_000, a.mr.lkey)]))
+            assert [(w.status, w.byte_len) for w in wait(b.cq, 1)] == [(IBV_WC_SUCCESS, 150_000)], qpt
+            assert [w.status for w in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
+            assert b.mr.read(150_000) == data
+        qa, qb = a.qp(IBV_QPT_UD), b.qp(IBV_QPT_UD)
+        ah = addr_m.AH(a.pd, attr=addr_m.AHAttr(port_num=1, dlid=b.lid))
+        msg = os.urandom(1000)
+        a.mr.write(msg, len(msg))
+        qb.post_recv(wr_m.RecvWR(3, 1, [wr_m.SGE(b.mr.buf + 200_000, 2048, b.mr.lkey)]))
+        s = wr_m.SendWR(4, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, 1000, a.mr.lkey)])
+        s.set_wr_ud(ah, qb.qp_num, QKEY)
+        qa.post_send(s)
+        (rx,) = wait(b.cq, 1)
+        assert (rx.status, rx.byte_len, rx.slid, rx.src_qp) == (IBV_WC_SUCCESS, 1040, a.lid, qa.qp_num)
+        assert b.mr.read(1000, 200_040) == msg
+        wait(a.cq, 1)
+
+
+@pytest.mark.slow
+def test_e2e_a_link_down_mid_transfer_with_no_other_path_is_retry_exc_err(live):
+    """The one link between the switches goes down under RC writes h1 -> h4:
+    the requester retries, then completes with RETRY_EXC_ERR; the link up
+    again, the SM's sweep brings the path back."""
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    with live.host("h1") as a, live.host("h4") as b:
+        qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
+        connect(qp_m, addr_m, qa, qb.qp_num, b.lid, retry_cnt=3, timeout=12)
+        connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
+        for i in range(20):
+            w = wr_m.SendWR(i, IBV_WR_RDMA_WRITE, 1, sg=[wr_m.SGE(a.mr.buf, 65536, a.mr.lkey)])
+            w.set_wr_rdma(b.mr.rkey, b.mr.buf)
+            qa.post_send(w)
+            if i == 2:
+                r = live.fabric.fabric("link", "down", "sw1", "3")
+                assert r.returncode == 0, r.stderr
+        wcs = wait(a.cq, 20, timeout=60)
+        statuses = [w.status for w in wcs]
+        assert IBV_WC_RETRY_EXC_ERR in statuses, statuses
+        first_err = statuses.index(IBV_WC_RETRY_EXC_ERR)
+        assert all(s == IBV_WC_SUCCESS for s in statuses[:first_err])
+        assert link(live.run_dir("h1"), "mlx5_0")["port_attr"]["state"] == 4      # h1's own port stays up
+    r = live.fabric.fabric("link", "up", "sw1", "3")
+    assert r.returncode == 0, r.stderr
+    with live.host("h1") as a, live.host("h4") as b:
+        qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
+        connect(qp_m, addr_m, qa, qb.qp_num, b.lid, retry_cnt=7, timeout=14)
+        connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
+        w = wr_m.SendWR(1, IBV_WR_RDMA_WRITE, 1, sg=[wr_m.SGE(a.mr.buf, 4096, a.mr.lkey)])
+        w.set_wr_rdma(b.mr.rkey, b.mr.buf)
+
+        def goes():
+            qa.post_send(w)
+            (wc,) = wait(a.cq, 1)
+            return wc.status == IBV_WC_SUCCESS
+        wait_for(goes, 60, "the path h1 -> h4 back after the link came up")

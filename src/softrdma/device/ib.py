@@ -43,6 +43,7 @@ from ..transport.port import MCAST_QPN, TX_BYTES, TX_PACKETS, Port
 from ..transport.qp import DeviceCaps
 from ..transport.unreliable import LinkSource
 from ..transport.wr import AddressVector
+from ..uapi.shm import W_PRODUCER
 from ..wire import fabriclink as fl
 from ..wire import smp
 from ..wire.errors import WireError
@@ -395,6 +396,7 @@ class IbPort(Port):
                 except WireError:
                     self.ib_cnt[RCV_ERRORS] += 1
                     continue
+                self.pull_receives()
                 self.receive_frames(frames, now)
             elif t == fl.MsgType.PORT_INFO:
                 try:
@@ -402,6 +404,10 @@ class IbPort(Port):
                 except WireError:
                     continue
         return not ended
+
+    def pull_receives(self) -> None:
+        """Receives posted to the rings before these packets came (the
+        device's own; a port without rings has none)."""
 
     def cc_changed(self) -> None:
         self.route_cache.clear()
@@ -430,6 +436,20 @@ class IbDevice(DeviceCore, IbPort):
 
     def local_peer_dqp(self, qp):
         return None
+
+    def pull_receives(self) -> None:
+        """Take the receive WQEs already in the rings before a batch of
+        packets is received: an application posts its receive before it
+        tells the peer to send, and a HCA has seen that doorbell by the time
+        the peer's packets arrive -- a UC message or a UD datagram must
+        not be dropped for want of a WQE the ring holds."""
+        for srq in self.srqs:
+            if srq.wq.ring.words[W_PRODUCER] != srq.wq.tail:
+                self._pull_srq(srq)
+        for dqp in self.qps.values():
+            rq = dqp.rq
+            if rq is not None and rq.ring.words[W_PRODUCER] != rq.tail:
+                self._pull_rq(dqp)
 
     def close(self) -> None:
         self.link.close()
