@@ -267,6 +267,7 @@ def test_rc_retries_then_retry_exc_err_when_the_port_goes_down(daemon, fake):
 # --- end to end: `softrdma fabric serve`, an SM, four daemons with an IB device each ---------
 
 import contextlib  # noqa: E402
+import subprocess  # noqa: E402
 
 from daemon_helpers import RunningDaemon  # noqa: E402
 from ib_helpers import NET_2SW_DUAL, IbFabric  # noqa: E402
@@ -412,3 +413,90 @@ def test_e2e_a_link_down_mid_transfer_with_no_other_path_is_retry_exc_err(live):
             (wc,) = wait(a.cq, 1)
             return wc.status == IBV_WC_SUCCESS
         wait_for(goes, 60, "the path h1 -> h4 back after the link came up")
+
+
+@pytest.fixture(scope="module")
+def dual(tmp_path_factory, shm_path_module):
+    """Two links between the switches: a redundant path."""
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    c = Cluster(tmp_path_factory.mktemp("ibdual"), shm_path_module / "dual", NET_2SW_DUAL, "softrdma")
+    yield c
+    c.close()
+
+
+def _lft_port(cluster, switch: str, lid: int) -> int:
+    """The output port of ``switch``'s LFT for ``lid`` (the real ibroute)."""
+    from sm_helpers import SIMSO
+    fab = cluster.fabric
+    out = subprocess.run(["ibswitches"], cwd=fab.tmp, env=fab.env(LD_PRELOAD=SIMSO, SIM_HOST="h2"),
+                         capture_output=True, text=True, timeout=60).stdout
+    sw_lid = int(next(ln for ln in out.splitlines() if f'"{switch}"' in ln).split(" lid ")[1].split()[0])
+    out = subprocess.run(["ibroute", str(sw_lid)], cwd=fab.tmp, env=fab.env(LD_PRELOAD=SIMSO, SIM_HOST="h2"),
+                         capture_output=True, text=True, timeout=60).stdout
+    row = next(ln for ln in out.splitlines() if ln.startswith(f"0x{lid:04x} "))
+    return int(row.split()[1])
+
+
+@pytest.mark.slow
+def test_e2e_a_link_down_mid_transfer_is_rerouted_by_the_sm_and_completes(dual):
+    """RC writes h1 -> h4 while the inter-switch link their route takes goes
+    down: the SM's sweep (the switch's trap) moves the route to the other
+    link, the requester's retries find it, every write completes."""
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    port = _lft_port(dual, "sw1", dual.lid["h4"])
+    assert port in (3, 4)
+    with dual.host("h1") as a, dual.host("h4") as b:
+        qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
+        connect(qp_m, addr_m, qa, qb.qp_num, b.lid, retry_cnt=7, timeout=17)      # 0.5 s a try
+        connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
+        data = os.urandom(40 * 16384)
+        a.mr.write(data, len(data))
+        for i in range(40):
+            w = wr_m.SendWR(i, IBV_WR_RDMA_WRITE, 1, sg=[wr_m.SGE(a.mr.buf + i * 16384, 16384, a.mr.lkey)])
+            w.set_wr_rdma(b.mr.rkey, b.mr.buf + i * 16384)
+            qa.post_send(w)
+            if i == 5:
+                r = dual.fabric.fabric("link", "down", "sw1", str(port))
+                assert r.returncode == 0, r.stderr
+        wcs = wait(a.cq, 40, timeout=60)
+        assert [(w.wr_id, w.status) for w in wcs] == [(i, IBV_WC_SUCCESS) for i in range(40)]
+        assert b.mr.read(len(data)) == data
+        wait_for(lambda: _lft_port(dual, "sw1", dual.lid["h4"]) == 7 - port, 30, "the new route")
+    r = dual.fabric.fabric("link", "up", "sw1", str(port))
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.slow
+def test_e2e_roce_and_ib_side_by_side_in_one_daemon(tmp_path):
+    """Two hosts in network namespaces, each daemon with rxe0 on its veth and
+    mlx5_0 on a CA of a fabric (reached through the data socket's file):
+    RoCE between the namespaces and IB through the switches, both at once
+    in the same daemons."""
+    from netns_helpers import TwoHosts, need_root
+    need_root()
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    fab = IbFabric(tmp_path, NET_2SW)
+    h = None
+    try:
+        h = TwoHosts()
+        h.start_daemons()                      # (they inherit SOFTRDMA_FABRIC_DIR)
+        fab.attach(h.run_dirs[0], "h1")
+        fab.attach(h.run_dirs[1], "h4")
+        fab.sweep("softrdma")
+        lids = [fab.wait_active(rd) for rd in h.run_dirs]
+        assert link(h.run_dirs[0], "rxe0")["port_attr"]["link_layer"] == 2
+        cout, sout = h.pingpong(["-d", "rxe0", "-g", "1", "-n", "50", "-c"])
+        assert "GID ::ffff:10.201." in cout and "50 iters in" in cout
+        cout, sout = h.pingpong(["-d", "mlx5_0", "-n", "50", "-c"])
+        assert f"  local address:  LID 0x{lids[0]:04x}," in cout and f"remote address: LID 0x{lids[1]:04x}," in cout
+        assert "50 iters in" in cout and "50 iters in" in sout
+        for rd in h.run_dirs:
+            ib = link(rd, "mlx5_0")
+            assert ib["ib"]["counters"]["xmit_packets"] >= 50 and ib["port_attr"]["state"] == 4
+            assert link(rd, "rxe0")["hw_counters"]["sent_pkts"] >= 50
+    finally:
+        if h is not None:
+            h.close()
+        fab.close()
