@@ -135,3 +135,100 @@ def test_ibping_through_the_device_qp1(daemon, fake):
     finally:
         stop(srv)
     wait_for(lambda: link(daemon.run_dir, "mlx5_0")["ib"]["umad_files"] == 0, 30, "the umad file to close")
+
+
+# --- end to end: the seed's admin flow on a live fabric ---------------------------------------
+
+import pytest  # noqa: E402
+
+from daemon_helpers import RunningDaemon  # noqa: E402
+from ib_helpers import IbFabric  # noqa: E402
+from ibfabric_helpers import NET_2SW  # noqa: E402
+from sm_helpers import have_ibsim  # noqa: E402
+
+
+class Hosts:
+    """h1 and h4 (one switch apart) with a daemon each, mlx5_0 on their CA, the SM's sweep done."""
+
+    def __init__(self, tmp, shm, sm):
+        self.fabric = IbFabric(tmp, NET_2SW)
+        self.d = {}
+        try:
+            for h in ("h1", "h4"):
+                (shm / h).mkdir(parents=True)
+                self.d[h] = RunningDaemon(str(shm / h))
+                self.fabric.attach(self.d[h].run_dir, h)
+            self.fabric.sweep(sm)
+            self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.d.items()}
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        for d in self.d.values():
+            d.stop()
+        self.fabric.close()
+
+
+@pytest.fixture(scope="module", params=["softrdma", "opensm"])
+def hosts(tmp_path_factory, shm_path_module, request):
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    h = Hosts(tmp_path_factory.mktemp("ibtools"), shm_path_module / request.param, request.param)
+    yield h
+    h.close()
+
+
+def test_e2e_ibstat_on_each_host(hosts):
+    for h, d in hosts.d.items():
+        rc, out, err = tool(d, "ibstat", "mlx5_0", "1")
+        assert rc == 0, err
+        lines = out.splitlines()
+        assert lines[:3] == ["CA: 'mlx5_0'", "Port 1:", "State: Active"]
+        assert "Physical state: LinkUp" in lines and f"Base lid: {hosts.lid[h]}" in lines
+        assert "Link layer: InfiniBand" in lines
+        sm = [ln for ln in lines if ln.startswith("SM lid: ")]
+        assert sm and sm[0] != "SM lid: 0"
+        guid = tool(d, "ibstat", "-p")[1].split()[0]
+        assert f"Port GUID: {guid}" in lines
+        rc, out, _ = tool(d, "rdma", "link", "show", "mlx5_0/1")
+        assert re.fullmatch(rf"link mlx5_0/1 subnet_prefix fe80:0000:0000:0000 lid {hosts.lid[h]} sm_lid \d+ lmc 0 "
+                            r"state ACTIVE physical_state LINK_UP \n", out), out
+
+
+def test_e2e_ibping_by_lid_and_by_guid(hosts):
+    s, c = hosts.d["h1"], hosts.d["h4"]
+    srv = subprocess.Popen([sys.executable, "-m", "softrdma", "ibping", "-S", "-C", "mlx5_0", "-P", "1"],
+                           env=s.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: link(s.run_dir, "mlx5_0")["ib"]["umad_files"] == 1, 60, "ibping -S to open its port",
+                 proc=srv)
+        rc, out, err = tool(c, "ibping", "-C", "mlx5_0", "-P", "1", "-c", "5", "-f", "-L", str(hosts.lid["h1"]))
+        assert rc == 0 and err == "", err
+        assert f"5 packets transmitted, 5 received, 0% packet loss" in out
+        guid = tool(s, "ibstat", "-p")[1].split()[0]
+        rc, out, err = tool(c, "ibping", "-C", "mlx5_0", "-c", "2", "-f", "-G", guid)
+        assert rc == 0 and err == "", err                          # the GUID through the SA's PathRecord
+        assert f"(Lid {hosts.lid['h1']}) ibping statistics ---\n2 packets transmitted, 2 received" in out
+    finally:
+        stop(srv)
+
+
+def test_e2e_ib_write_bw_between_hosts(hosts):
+    s, c = hosts.d["h1"], hosts.d["h4"]
+    port = free_port()
+    args = ["ib_write_bw", "-d", "mlx5_0", "-s", "65536", "-n", "500", "--sl", "1", "-p", str(port)]
+    srv = subprocess.Popen([sys.executable, "-m", "softrdma", *args], env=s.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_listening(port, srv)
+        cli = subprocess.run([sys.executable, "-m", "softrdma", *args, "localhost"], env=c.env,
+                             capture_output=True, text=True, timeout=120)
+        out, err = srv.communicate(timeout=120)
+    finally:
+        stop(srv)
+    assert cli.returncode == 0 and srv.returncode == 0, cli.stderr + err
+    assert f" local address: LID {hosts.lid['h4']:#04x} QPN" in cli.stdout
+    assert f" remote address: LID {hosts.lid['h1']:#04x} QPN" in cli.stdout
+    m = re.search(r"^ 65536      500 +([\d.]+) +([\d.]+) ", cli.stdout, re.M)
+    assert m and float(m.group(2)) > 0, cli.stdout
