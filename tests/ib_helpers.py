@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from daemon_helpers import RunningDaemon
+from ibfabric_helpers import NET_2SW
 
 from softrdma.uapi.control import recv_msg, send_msg
 from softrdma.wire import fabriclink as fl
@@ -201,26 +202,14 @@ def daemon(shm_path, monkeypatch, fake):
 
 # --- a live fabric: `softrdma fabric serve`, an SM, daemons' IB devices on its CAs ------------
 
-NET_2SW_DUAL = """
-Switch 5 "sw1"
-[1] "h1"[1]
-[2] "h2"[1]
-[3] "sw2"[3]
-[4] "sw2"[4]
-Switch 5 "sw2"
-[1] "h3"[1]
-[2] "h4"[1]
-[3] "sw1"[3]
-[4] "sw1"[4]
-Ca 1 "h1"
-[1] "sw1"[1]
-Ca 1 "h2"
-[1] "sw1"[2]
-Ca 1 "h3"
-[1] "sw2"[1]
-Ca 1 "h4"
-[1] "sw2"[2]
-"""
+def _second_link(net: str) -> str:
+    """``net`` (ibfabric_helpers.NET_2SW) with a second link between the two switches."""
+    return (net.replace('Switch 4 "sw1"', 'Switch 5 "sw1"').replace('Switch 4 "sw2"', 'Switch 5 "sw2"')
+            .replace('[3] "sw2"[3]\n', '[3] "sw2"[3]\n[4] "sw2"[4]\n')
+            .replace('[3] "sw1"[3]\n', '[3] "sw1"[3]\n[4] "sw1"[4]\n'))
+
+
+NET_2SW_DUAL = _second_link(NET_2SW)
 
 
 class IbFabric:
@@ -290,3 +279,31 @@ class IbFabric:
             os.environ.pop(fl.DIR_ENV, None)
         else:
             os.environ[fl.DIR_ENV] = self._old_dir
+
+
+class IbHosts:
+    """A fabric on ``net``, a daemon per host of ``hosts`` (run directories
+    under ``shm``) with its mlx5_0 on that CA, and the SM's sweep done:
+    every port Active, ``lid`` by host."""
+
+    def __init__(self, tmp, shm, net: str, hosts, sm: str = "softrdma"):
+        self.fabric = IbFabric(tmp, net)
+        self.daemons: dict = {}
+        try:
+            for h in hosts:
+                (shm / h).mkdir(parents=True)
+                self.daemons[h] = RunningDaemon(str(shm / h))
+                self.fabric.attach(self.daemons[h].run_dir, h)
+            self.fabric.sweep(sm)
+            self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.daemons.items()}
+        except BaseException:
+            self.close()
+            raise
+
+    def run_dir(self, h: str) -> str:
+        return self.daemons[h].run_dir
+
+    def close(self) -> None:
+        for d in self.daemons.values():
+            d.stop()
+        self.fabric.close()

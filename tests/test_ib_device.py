@@ -6,6 +6,7 @@ against ``softrdma fabric serve`` and an SM (``test_ib_fabric_*``)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
@@ -146,17 +147,23 @@ def test_port_events_follow_the_fabric_and_a_lost_fabric_comes_back(daemon, fake
         again.close()
 
 
-def _two(daemon):
+@contextlib.contextmanager
+def two(daemon):
+    """mlx5_0 on h1 and mlx5_1 on h2 of the stand-in fabric, a ``Host`` each."""
     assert add_ib(daemon.run_dir, "mlx5_0", "fab", "h1")["errno"] == 0
     assert add_ib(daemon.run_dir, "mlx5_1", "fab", "h2")["errno"] == 0
-    return Host("mlx5_0"), Host("mlx5_1")
+    a, b = Host("mlx5_0"), Host("mlx5_1")
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
 
 
 @pytest.mark.parametrize("qpt", [IBV_QPT_RC, IBV_QPT_UC])
 def test_connected_traffic_by_lid_is_byte_exact(daemon, fake, qpt):
     _, _, _, _, qp_m, addr_m, wr_m = _verbs()
-    a, b = _two(daemon)
-    try:
+    with two(daemon) as (a, b):
         qa, qb = a.qp(qpt), b.qp(qpt)
         connect(qp_m, addr_m, qa, qb.qp_num, b.lid)
         connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
@@ -182,15 +189,11 @@ def test_connected_traffic_by_lid_is_byte_exact(daemon, fake, qpt):
             wait_for(lambda: b.mr.read(70_000, 400_000) == data[:70_000], 10, "the UC write")
         assert b.mr.read(70_000, 400_000) == data[:70_000]
         assert fake.forwarded > 300_000 // 1024
-    finally:
-        a.close()
-        b.close()
 
 
 def test_ud_by_lid_and_with_grh(daemon, fake):
     _, _, _, _, qp_m, addr_m, wr_m = _verbs()
-    a, b = _two(daemon)
-    try:
+    with two(daemon) as (a, b):
         qa, qb = a.qp(IBV_QPT_UD), b.qp(IBV_QPT_UD)
         ah = addr_m.AH(a.pd, attr=addr_m.AHAttr(port_num=1, dlid=b.lid, sl=3))
         gid_b = b.ctx.query_gid(1, 0)
@@ -217,15 +220,11 @@ def test_ud_by_lid_and_with_grh(daemon, fake):
             with pytest.raises(Exception) as e:
                 addr_m.AH(pd_m.PD(rctx), attr=addr_m.AHAttr(port_num=1, dlid=4))
             assert e.value.error_code == errno.EINVAL
-    finally:
-        a.close()
-        b.close()
 
 
 def test_a_pkey_the_port_lacks_is_a_violation(daemon, fake):
     _, _, _, _, qp_m, addr_m, wr_m = _verbs()
-    a, b = _two(daemon)
-    try:
+    with two(daemon) as (a, b):
         fake.set("h1", pkeys=(0xFFFF, 0x8005))
         wait_for(lambda: a.ctx.query_port(1).pkey_tbl_len == 2, 10, "the new P_Key table")
         qa, qb = a.qp(IBV_QPT_UD, pkey_index=1), b.qp(IBV_QPT_UD)
@@ -239,15 +238,11 @@ def test_a_pkey_the_port_lacks_is_a_violation(daemon, fake):
                  "the P_Key violation counted")
         assert link(daemon.run_dir, "mlx5_1")["port_attr"]["bad_pkey_cntr"] == 1
         assert wait(b.cq, 1, timeout=0.5) == []
-    finally:
-        a.close()
-        b.close()
 
 
 def test_rc_retries_then_retry_exc_err_when_the_port_goes_down(daemon, fake):
     _, _, _, _, qp_m, addr_m, wr_m = _verbs()
-    a, b = _two(daemon)
-    try:
+    with two(daemon) as (a, b):
         qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
         connect(qp_m, addr_m, qa, qb.qp_num, b.lid, retry_cnt=2, timeout=10)
         connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
@@ -259,45 +254,24 @@ def test_rc_retries_then_retry_exc_err_when_the_port_goes_down(daemon, fake):
         (wc,) = wait(a.cq, 1)
         assert wc.status == IBV_WC_RETRY_EXC_ERR
         assert fake.dropped - dropped >= 3 * 4                # the first pass and two retries, 4 packets each
-    finally:
-        a.close()
-        b.close()
 
 
 # --- end to end: `softrdma fabric serve`, an SM, four daemons with an IB device each ---------
 
-import contextlib  # noqa: E402
 import subprocess  # noqa: E402
 
-from daemon_helpers import RunningDaemon  # noqa: E402
-from ib_helpers import NET_2SW_DUAL, IbFabric  # noqa: E402
+from ib_helpers import NET_2SW_DUAL, IbFabric, IbHosts  # noqa: E402
 from ibfabric_helpers import NET_2SW  # noqa: E402
 from sm_helpers import have_ibsim  # noqa: E402
 
 HOSTS = ("h1", "h2", "h3", "h4")
 
 
-class Cluster:
-    """A fabric on ``net``, a daemon per host (its mlx5_0 on that CA), the
-    SM's sweep done: every port Active."""
+class Cluster(IbHosts):
+    """``IbHosts`` on h1 .. h4, and pyverbs contexts on their devices."""
 
     def __init__(self, tmp, shm, net, sm):
-        self.fabric = IbFabric(tmp, net)
-        self.daemons = {}
-        try:
-            for h in HOSTS:
-                rd = shm / h
-                rd.mkdir(parents=True)
-                self.daemons[h] = RunningDaemon(str(rd))
-                self.fabric.attach(str(rd), h)
-            self.fabric.sweep(sm)
-            self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.daemons.items()}
-        except BaseException:
-            self.close()
-            raise
-
-    def run_dir(self, h):
-        return self.daemons[h].run_dir
+        super().__init__(tmp, shm, net, HOSTS, sm)
 
     @contextlib.contextmanager
     def host(self, h):
@@ -315,11 +289,6 @@ class Cluster:
             yield x
         finally:
             x.close()
-
-    def close(self):
-        for d in self.daemons.values():
-            d.stop()
-        self.fabric.close()
 
 
 @pytest.fixture(scope="module", params=["softrdma", "opensm"])

@@ -141,46 +141,25 @@ def test_ibping_through_the_device_qp1(daemon, fake):
 
 import pytest  # noqa: E402
 
-from daemon_helpers import RunningDaemon  # noqa: E402
-from ib_helpers import IbFabric  # noqa: E402
+from ib_helpers import IbHosts  # noqa: E402
 from ibfabric_helpers import NET_2SW  # noqa: E402
 from sm_helpers import have_ibsim  # noqa: E402
 
 
-class Hosts:
-    """h1 and h4 (one switch apart) with a daemon each, mlx5_0 on their CA, the SM's sweep done."""
-
-    def __init__(self, tmp, shm, sm):
-        self.fabric = IbFabric(tmp, NET_2SW)
-        self.d = {}
-        try:
-            for h in ("h1", "h4"):
-                (shm / h).mkdir(parents=True)
-                self.d[h] = RunningDaemon(str(shm / h))
-                self.fabric.attach(self.d[h].run_dir, h)
-            self.fabric.sweep(sm)
-            self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.d.items()}
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self):
-        for d in self.d.values():
-            d.stop()
-        self.fabric.close()
 
 
 @pytest.fixture(scope="module", params=["softrdma", "opensm"])
 def hosts(tmp_path_factory, shm_path_module, request):
     if not have_ibsim():
         pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
-    h = Hosts(tmp_path_factory.mktemp("ibtools"), shm_path_module / request.param, request.param)
+    h = IbHosts(tmp_path_factory.mktemp("ibtools"), shm_path_module / request.param, NET_2SW, ("h1", "h4"),
+                request.param)
     yield h
     h.close()
 
 
 def test_e2e_ibstat_on_each_host(hosts):
-    for h, d in hosts.d.items():
+    for h, d in hosts.daemons.items():
         rc, out, err = tool(d, "ibstat", "mlx5_0", "1")
         assert rc == 0, err
         lines = out.splitlines()
@@ -197,7 +176,7 @@ def test_e2e_ibstat_on_each_host(hosts):
 
 
 def test_e2e_ibping_by_lid_and_by_guid(hosts):
-    s, c = hosts.d["h1"], hosts.d["h4"]
+    s, c = hosts.daemons["h1"], hosts.daemons["h4"]
     srv = subprocess.Popen([sys.executable, "-m", "softrdma", "ibping", "-S", "-C", "mlx5_0", "-P", "1"],
                            env=s.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -215,7 +194,7 @@ def test_e2e_ibping_by_lid_and_by_guid(hosts):
 
 
 def test_e2e_ib_write_bw_between_hosts(hosts):
-    s, c = hosts.d["h1"], hosts.d["h4"]
+    s, c = hosts.daemons["h1"], hosts.daemons["h4"]
     port = free_port()
     args = ["ib_write_bw", "-d", "mlx5_0", "-s", "65536", "-n", "500", "--sl", "1", "-p", str(port)]
     srv = subprocess.Popen([sys.executable, "-m", "softrdma", *args], env=s.env, stdout=subprocess.PIPE,

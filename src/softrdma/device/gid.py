@@ -179,6 +179,16 @@ class GidTable:
             gid = gid_from_str(gid)
         return self._index.get(bytes(gid))
 
+    def gid(self, index: int) -> Optional[bytes]:
+        """The GID at ``index``; None for a free slot or an index outside the table."""
+        e = self._slots[index] if 0 <= index < self.capacity else None
+        return e.gid if e is not None else None
+
+    def gids(self) -> list[bytes]:
+        """GIDs by index up to the last used slot (free slots: zero GID)."""
+        last = max((i for i, e in enumerate(self._slots) if e is not None), default=-1)
+        return [self.gid(i) or ZERO_GID for i in range(last + 1)]
+
     def snapshot(self) -> list[Optional[GidEntry]]:
         return list(self._slots)
 

@@ -167,13 +167,12 @@ class IbPort(Port):
         return int(self.info.pi.get("GidPrefix", 0)).to_bytes(8, "big")
 
     def gid(self, index: int) -> bytes | None:
-        e = self.gid_table[index] if 0 <= index < self.gid_table.capacity else None
-        return e.gid if e is not None else None
+        return self.gid_table.gid(index)
 
     @property
     def gids(self) -> list[bytes]:
-        used = dict((i, e.gid) for i, e in self.gid_table)
-        return [used.get(i, bytes(16)) for i in range(max(used) + 1)] if used else []
+        """GIDs by index up to the last used slot (free slots: zero GID)."""
+        return self.gid_table.gids()
 
     @property
     def active_speed(self) -> int:
