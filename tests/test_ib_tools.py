@@ -154,6 +154,7 @@ def hosts(tmp_path_factory, shm_path_module, request):
         pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
     h = IbHosts(tmp_path_factory.mktemp("ibtools"), shm_path_module / request.param, NET_2SW, ("h1", "h4"),
                 request.param)
+    h.sm = request.param
     yield h
     h.close()
 
@@ -211,3 +212,35 @@ def test_e2e_ib_write_bw_between_hosts(hosts):
     assert f" remote address: LID {hosts.lid['h1']:#04x} QPN" in cli.stdout
     m = re.search(r"^ 65536      500 +([\d.]+) +([\d.]+) ", cli.stdout, re.M)
     assert m and float(m.group(2)) > 0, cli.stdout
+
+
+def test_e2e_the_diags_through_the_device_qp0_and_qp1(hosts):
+    """smpquery, sminfo, perfquery, saquery, ibnetdiscover with -C mlx5_0:
+    SMPs from the device's QP0, GMPs from its QP1, answered by the
+    fabric's agents and the SM's SA."""
+    d = hosts.daemons["h1"]
+    lid4 = hosts.lid["h4"]
+    rc, out, err = tool(d, "smpquery", "-C", "mlx5_0", "-P", "1", "nodeinfo", str(lid4))
+    assert rc == 0 and err == "", err
+    assert f"# Node info: Lid {lid4}\n" in out and "NodeType:........................Channel Adapter\n" in out
+    rc, out, err = tool(d, "smpquery", "-C", "mlx5_0", "-D", "nodedesc", "0,1")     # directed route
+    assert rc == 0 and out == "Node Description:.............................sw1\n", out + err
+    rc, out, err = tool(d, "sminfo", "-C", "mlx5_0")
+    assert rc == 0 and re.fullmatch(r"sminfo: sm lid \d+ sm guid 0x[0-9a-f]+, activity count \d+ priority \d+ "
+                                    r"state 3 SMINFO_MASTER\n", out), out + err
+    rc, out, err = tool(d, "perfquery", "-C", "mlx5_0", "-P", "1")
+    assert rc == 0 and f"# Port counters: Lid {hosts.lid['h1']} port 1" in out, out + err
+    assert int(re.search(r"PortXmitPkts:\.+(\d+)", out).group(1)) > 0
+    rc, out, err = tool(d, "saquery", "-C", "mlx5_0")
+    assert rc == 0 and err == "", err
+    # what an ibsim client of the fabric gets from the same SA (the real opensm under
+    # umad2sim answers a GetTable with one MAD: its first record)
+    sim = subprocess.run([sys.executable, "-m", "softrdma", "saquery"], env=hosts.fabric.env(SIM_HOST="h2"),
+                         capture_output=True, text=True, timeout=120).stdout
+    assert out == sim and out.count("NodeRecord dump:") >= 1
+    if hosts.sm == "softrdma":
+        assert out.count("NodeRecord dump:") == 6
+        for name in ("sw1", "sw2", "h1", "h2", "h3", "h4"):
+            assert f"\t\tNodeDescription.........{name}\n" in out
+    rc, out, err = tool(d, "ibnetdiscover", "-C", "mlx5_0")
+    assert rc == 0 and out.count("\nSwitch\t") == 2 and out.count("\nCa\t") == 4, out + err

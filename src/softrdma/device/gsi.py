@@ -126,6 +126,24 @@ class Gsi:
             resp[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
             self.send(bytes(resp), src_gid, dst_gid)
 
+    def receive_smp(self, pkt, src, now: float) -> None:
+        """A packet for QP0 of an IB port (an SMP answering a umad file's
+        request: the port's own SMA is the fabric's): to the umad files."""
+        if pkt[0] != UD_SEND_ONLY:
+            self.dropped[DROP_OPCODE] += 1
+            return
+        p = parse(pkt)
+        if p.deth is None:
+            self.dropped[DROP_QKEY] += 1
+            return
+        if len(p.payload) != IB_MGMT_MAD_SIZE:
+            self.dropped[DROP_LENGTH] += 1
+            return
+        self.rx_mads += 1
+        umad = self.umad
+        if umad is None or not umad.deliver(bytes(p.payload), src, p.deth.src_qp, now):
+            self.dropped[DROP_MAD] += 1
+
     def _receive_ib(self, mad: bytes, hdr, src, sqp: int, now: float) -> None:
         """A MAD on an IB port: a umad file's (a tool's answer, or a request
         of a class it serves), else the daemon's agents (with the GRH's

@@ -39,7 +39,7 @@ import errno
 from ..enums import (IBV_EVENT_CLIENT_REREGISTER, IBV_EVENT_GID_CHANGE, IBV_EVENT_LID_CHANGE,
                      IBV_EVENT_PKEY_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR, IBV_EVENT_SM_CHANGE)
 from ..errors import VerbsError
-from ..transport.port import MCAST_QPN, TX_BYTES, TX_PACKETS, Port
+from ..transport.port import MCAST_QPN, RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKETS, Port
 from ..transport.qp import DeviceCaps
 from ..transport.unreliable import LinkSource
 from ..transport.wr import AddressVector
@@ -48,13 +48,16 @@ from ..wire import fabriclink as fl
 from ..wire import smp
 from ..wire.errors import WireError
 from ..wire.fastpath import SegmentRun
-from ..wire.lrh import MCAST_LID_BASE, PERMISSIVE_LID, decap, encap, pack_grh, ICRC_BYTES
+from ..wire.lrh import MCAST_LID_BASE, PERMISSIVE_LID, VL15, decap, encap, pack_grh, ICRC_BYTES
+from ..wire.opcodes import Opcode
+from ..wire.packet import build
 from .core import DeviceCore
 from .fabric_link import FabricLink
 from .gid import ROCE_V1, GidTable
 from .umad import Umad
 
 LINK_LAYER_IB = 1                    # IBV_LINK_LAYER_INFINIBAND
+UD_SEND_ONLY = int(Opcode.UD_SEND_ONLY)
 DOWN, INIT, ARMED, ACTIVE = 1, 2, 3, 4
 POLLING, LINK_UP = 2, 5
 # ibv_port_attr.active_speed (IBV_SPEED_*) from LinkSpeedActive / LinkSpeedExtActive
@@ -367,6 +370,31 @@ class IbPort(Port):
             self.receive_batch(datagrams, b"", 0, now)
         for body, src, mgid in mcast:
             self.deliver_mcast(body, src, mgid, now)
+
+    def _no_qp(self, dqpn: int, pkt, src, dst, now: float) -> None:
+        """QP0's packets (SMPs answering a tool's umad file) to the GSI's
+        umad files; QP1's and the rest as the port layer has them."""
+        if dqpn == 0 and self.gsi is not None:
+            self.cnt[RX_PACKETS] += 1
+            self.cnt[RX_BYTES] += len(pkt) + ICRC_BYTES
+            self.gsi.receive_smp(pkt, src, now)
+        else:
+            Port._no_qp(self, dqpn, pkt, src, dst, now)
+
+    def send_smp(self, mad: bytes, dlid: int) -> bool:
+        """An SMP from QP0 (VL15; a directed-route one to the permissive
+        LID leaves from the permissive LID too): straight to the fabric,
+        as the kernel's SMI sends.  False when the fabric is not attached."""
+        if not self.link.connected:
+            return False
+        slid = PERMISSIVE_LID if dlid == PERMISSIVE_LID else self.lid
+        frame = encap(build(UD_SEND_ONLY, 0, 0, mad, deth=(0, 0)), dlid=dlid, slid=slid, vl=VL15)
+        dropped = self.link.send_packets([frame])
+        self.ib_cnt[XMIT_DISCARDS] += dropped
+        if not dropped:
+            self.cnt[TX_PACKETS] += 1
+            self.cnt[TX_BYTES] += len(frame) - 8 - 2       # as the port counts: BTH .. ICRC
+        return not dropped
 
     # the port layer's link hooks
     def _resolve(self, av, peers):

@@ -7,9 +7,11 @@ other diags run against a host's own device (``-C DEV -P PORT``).
 ``hi_tid`` (the upper 32 TID bits the tool's requests leave with and its
 responses come back by), and the management classes it takes requests of
 (ib_register_mad_agent's registration: ibping -S takes class 0x32).
-``Umad`` is a device's set of files: ``write`` sends a tool's record from
-QP1 (``Gsi.send_lid``), ``deliver`` gives a received MAD to the file it
-belongs to, if any (before the daemon's own agents see it).
+``Umad`` is a device's set of files: ``readable`` sends a tool's records
+-- a MAD to QP0 as an SMP from the port's QP0 (VL15, ``IbPort.send_smp``:
+the fabric's SMAs answer, the device's own SMA is the fabric's), any other
+from QP1 (``Gsi.send_lid``) -- and ``deliver`` gives a received MAD to the
+file it belongs to, if any (before the daemon's own agents see it).
 """
 
 from __future__ import annotations
@@ -96,6 +98,12 @@ class Umad:
             mad = bytearray(r.mad)
             if not mad[3] & 0x80:             # a request: the file's hi_tid (ib_umad_write)
                 mad[8:12] = f.hi_tid.to_bytes(4, "big")
+            if r.qpn == 0:                    # an SMP: QP0, any state the link is up in
+                if self.dev.send_smp(bytes(mad), r.lid):
+                    f.sent += 1
+                else:
+                    f.put(bytes(mad), lid=r.lid, qpn=0, status=errno.ETIMEDOUT)
+                continue
             if self.dev.state != 4:           # the port cannot send: the tool gets it back failed
                 f.put(bytes(mad), lid=r.lid, qpn=r.qpn, status=errno.ETIMEDOUT)
                 continue

@@ -6,9 +6,8 @@ leave and arrive through the device's QP1, LID-routed over the fabric.
 ``DevicePort`` has the interface of the ibsim client
 (``mgmt.umad.IbsimPort``: ``send``, ``wait``, ``recv_all``, ``control``
 for the port's NodeInfo/PortInfo, ``fileno``, ``close``), so ``rpc.MadPort``
-runs either.  QP0 is the fabric's (its SMA answers the SM for the port):
-an SMP sent here comes back at once with status ETIMEDOUT, as a umad send
-the MAD layer cannot deliver.
+runs either: SMPs leave from the device's QP0 (VL15), the rest from its
+QP1.
 
 ``device_for(ca, ca_port)``: the device a tool's options name -- ``-C``
 naming a softrdma device, or, with neither ``-C`` nor the ibsim
@@ -104,9 +103,6 @@ class DevicePort:
     def send(self, mad: bytes, dlid: int = 0xFFFF, dqp: int = 0, sqp: int = GSI_QP, length: int | None = None,
              *, slid: int | None = None, block: float = 1.0) -> None:
         mad = bytes(mad[:U.MAD_BYTES]).ljust(U.MAD_BYTES, b"\0")
-        if dqp == 0:                                  # QP0 is the fabric's SMA
-            self.failed.append(ibsim.SimRequest(dlid, 0, dqp, sqp, errno.ETIMEDOUT, len(mad), mad))
-            return
         rec = U.pack(mad, lid=dlid, qpn=dqp)
         try:
             self.sock.send(rec)
