@@ -126,7 +126,8 @@ class FakeFabric:
                 self.conns[node] = c
                 c.send(self._info(node))
             elif t == fl.MsgType.PACKETS:
-                by_lid = {lid: n for n, lid in self.cas.items()}
+                by_lid = {lid + bits: n for n, lid in self.cas.items()
+                          for bits in range(1 << self.attrs[n].get("lmc", 0))}      # a CA's LIDs: its LMC's
                 out: dict[str, list] = {}
                 for p in fl.iter_packets(msg):
                     dst = by_lid.get(parse_lrh(p).dlid)

@@ -222,6 +222,29 @@ def test_ud_by_lid_and_with_grh(daemon, fake):
             assert e.value.error_code == errno.EINVAL
 
 
+def test_lmc_path_bits_on_both_ends(daemon, fake):
+    """LMC 2 on both ports: the SLID is the base LID with the AV's source
+    path bits, a DLID within the receiver's LMC reaches it, and the UD
+    completion gives the DLID's path bits."""
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    fake.set("h1", lmc=2, lid=8)                           # (before the devices attach: their first PortInfo)
+    fake.set("h2", lmc=2, lid=12)
+    with two(daemon) as (a, b):
+        assert (a.lid, b.lid) == (8, 12)
+        qa, qb = a.qp(IBV_QPT_UD), b.qp(IBV_QPT_UD)
+        ah = addr_m.AH(a.pd, attr=addr_m.AHAttr(port_num=1, dlid=b.lid + 3, src_path_bits=2, sl=5))
+        qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, 2048, b.mr.lkey)]))
+        s = wr_m.SendWR(1, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, 10, a.mr.lkey)])
+        s.set_wr_ud(ah, qb.qp_num, QKEY)
+        qa.post_send(s)
+        (rx,) = wait(b.cq, 1)
+        assert (rx.status, rx.slid, rx.sl, rx.dlid_path_bits) == (IBV_WC_SUCCESS, 8 + 2, 5, 3)
+        # an AH from the completion goes back to the sender's LID with those bits
+        from softrdma.verbs.addr import ah_attr_from_wc
+        back = ah_attr_from_wc(b.ctx, 1, rx, bytes(40))
+        assert (back.dlid, back.sl, back.src_path_bits, back.is_global) == (10, 5, 3, 0)
+
+
 def test_a_pkey_the_port_lacks_is_a_violation(daemon, fake):
     _, _, _, _, qp_m, addr_m, wr_m = _verbs()
     with two(daemon) as (a, b):
