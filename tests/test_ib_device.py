@@ -323,6 +323,7 @@ def live(tmp_path_factory, shm_path_module, request):
     c.close()
 
 
+@pytest.mark.slow
 def test_e2e_the_sm_makes_every_port_active_with_its_lid(live):
     assert sorted(live.lid.values()) == sorted(set(live.lid.values())) and 0 not in live.lid.values()
     sm_lids = set()

@@ -159,6 +159,7 @@ def hosts(tmp_path_factory, shm_path_module, request):
     h.close()
 
 
+@pytest.mark.slow
 def test_e2e_ibstat_on_each_host(hosts):
     for h, d in hosts.daemons.items():
         rc, out, err = tool(d, "ibstat", "mlx5_0", "1")
@@ -176,6 +177,7 @@ def test_e2e_ibstat_on_each_host(hosts):
                             r"state ACTIVE physical_state LINK_UP \n", out), out
 
 
+@pytest.mark.slow
 def test_e2e_ibping_by_lid_and_by_guid(hosts):
     s, c = hosts.daemons["h1"], hosts.daemons["h4"]
     srv = subprocess.Popen([sys.executable, "-m", "softrdma", "ibping", "-S", "-C", "mlx5_0", "-P", "1"],
@@ -194,6 +196,7 @@ def test_e2e_ibping_by_lid_and_by_guid(hosts):
         stop(srv)
 
 
+@pytest.mark.slow
 def test_e2e_ib_write_bw_between_hosts(hosts):
     s, c = hosts.daemons["h1"], hosts.daemons["h4"]
     port = free_port()
@@ -214,6 +217,7 @@ def test_e2e_ib_write_bw_between_hosts(hosts):
     assert m and float(m.group(2)) > 0, cli.stdout
 
 
+@pytest.mark.slow
 def test_e2e_the_diags_through_the_device_qp0_and_qp1(hosts):
     """smpquery, sminfo, perfquery, saquery, ibnetdiscover with -C mlx5_0:
     SMPs from the device's QP0, GMPs from its QP1, answered by the
