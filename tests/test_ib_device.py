@@ -493,3 +493,65 @@ def test_e2e_roce_and_ib_side_by_side_in_one_daemon(tmp_path):
         if h is not None:
             h.close()
         fab.close()
+
+
+def _join(cluster, h: str, mgid: int, tid: int) -> int:
+    """An SA Set of MCMemberRecord (full member) for h's port, sent from its
+    device's QP1 (a umad file, as a tool does); the group's MLID."""
+    from ibfabric_helpers import sa_get
+    from softrdma.tools.ibdiag.rpc import MadPort
+    from softrdma.wire import mad as madw
+    from softrdma.wire.sa import MCMEMBER_RECORD, MCR_COMP, SA_DATA_OFFSET, SaAttr
+    d = link(cluster.run_dir(h), "mlx5_0")
+    port_gid = int(d["gids"][0], 16)
+    rec = MCMEMBER_RECORD.encode(MGID=mgid, PortGID=port_gid, QKey=QKEY, PKey=0xFFFF, JoinState=1, SL=0, TClass=0,
+                                 FlowLabel=0)
+    mask = sum(MCR_COMP[k] for k in ("MGID", "PortGID", "QKey", "PKey", "JoinState", "SL", "TClass", "FlowLabel"))
+    q = sa_get(SaAttr.MCMEMBER_RECORD, rec, mask, tid, method=madw.Method.SET)
+    old = os.environ.get("SOFTRDMA_RUN")
+    os.environ["SOFTRDMA_RUN"] = cluster.run_dir(h)
+    try:
+        with MadPort(device="mlx5_0") as mp:
+            (ans,) = mp.rpc_many([((d["port_attr"]["sm_lid"], 1, 1), q)])
+    finally:
+        os.environ["SOFTRDMA_RUN"] = old
+    assert ans is not None and int.from_bytes(ans[4:6], "big") == 0, h
+    return MCMEMBER_RECORD.decode(ans[SA_DATA_OFFSET:SA_DATA_OFFSET + 52])["MLID"]
+
+
+@pytest.mark.slow
+def test_e2e_ud_multicast_through_the_mfts_after_a_join(live):
+    """h1, h3, h4 join a group through the SA from their devices' QP1; h3's
+    and h4's UD QPs attach to it; h1 sends to the MLID with a GRH to the
+    MGID: both members get it (across the switch hop), byte-exact; h2, not
+    attached, nothing."""
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    from softrdma.verbs.addr import GID
+    mgid = 0xFF15A01BFFFF0000000000000000AB01
+    mlids = {_join(live, h, mgid, 900 + i) for i, h in enumerate(("h1", "h3", "h4"))}
+    (mlid,) = mlids
+    assert mlid >= 0xC000
+    gid = GID(mgid.to_bytes(16, "big"))
+    with live.host("h1") as a, live.host("h2") as x, live.host("h3") as b, live.host("h4") as c:
+        qa, qx, qb, qc = (h.qp(IBV_QPT_UD) for h in (a, x, b, c))
+        for h, q in ((b, qb), (c, qc)):
+            q.attach_mcast(gid, mlid)
+            for i in range(4):
+                q.post_recv(wr_m.RecvWR(i, 1, [wr_m.SGE(h.mr.buf + 4096 * i, 2048, h.mr.lkey)]))
+        qx.post_recv(wr_m.RecvWR(0, 1, [wr_m.SGE(x.mr.buf, 2048, x.mr.lkey)]))
+        ah = addr_m.AH(a.pd, attr=addr_m.AHAttr(gr=addr_m.GlobalRoute(dgid=gid, sgid_index=0), port_num=1,
+                                                dlid=mlid))
+        msg = os.urandom(500)
+        a.mr.write(msg, len(msg))
+
+        def got_both():
+            s = wr_m.SendWR(1, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, 500, a.mr.lkey)])
+            s.set_wr_ud(ah, 0xFFFFFF, QKEY)
+            qa.post_send(s)
+            wait(a.cq, 1)
+            return wait(b.cq, 1, timeout=1) and wait(c.cq, 1, timeout=1)
+        wait_for(got_both, 30, "the multicast through the MFTs")      # (the SM programs them after the joins)
+        for h in (b, c):
+            assert h.mr.read(500, 40) == msg
+            assert h.mr.read(16, 24) == mgid.to_bytes(16, "big")                 # the GRH's DGID
+        assert wait(x.cq, 1, timeout=0.5) == []
