@@ -197,8 +197,16 @@ def test_e2e_ibping_by_lid_and_by_guid(hosts):
 
 
 @pytest.mark.slow
+def _rcv_words(hosts, d, lid: int) -> int:
+    """PortRcvData of port 1 at ``lid`` (the fabric's PMA), asked through ``d``'s device."""
+    rc, out, err = tool(d, "perfquery", "-C", "mlx5_0", "-P", "1", str(lid), "1")
+    assert rc == 0, err
+    return int(re.search(r"PortRcvData:\.+(\d+)", out).group(1))
+
+
 def test_e2e_ib_write_bw_between_hosts(hosts):
     s, c = hosts.daemons["h1"], hosts.daemons["h4"]
+    before = _rcv_words(hosts, c, hosts.lid["h1"])
     port = free_port()
     args = ["ib_write_bw", "-d", "mlx5_0", "-s", "65536", "-n", "500", "--sl", "1", "-p", str(port)]
     srv = subprocess.Popen([sys.executable, "-m", "softrdma", *args], env=s.env, stdout=subprocess.PIPE,
@@ -215,6 +223,9 @@ def test_e2e_ib_write_bw_between_hosts(hosts):
     assert f" remote address: LID {hosts.lid['h1']:#04x} QPN" in cli.stdout
     m = re.search(r"^ 65536      500 +([\d.]+) +([\d.]+) ", cli.stdout, re.M)
     assert m and float(m.group(2)) > 0, cli.stdout
+    # the fabric counted what it delivered to h1's port (32-bit words; PortRcvData saturates, as the PMA's)
+    words = 500 * 65536 // 4
+    assert _rcv_words(hosts, c, hosts.lid["h1"]) - before >= min(words, 0xFFFFFFFF - before)
 
 
 @pytest.mark.slow
