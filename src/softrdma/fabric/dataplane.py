@@ -37,18 +37,19 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from ..wire import lrh
+from ..wire import fabriclink, lrh
+from ..wire.errors import WireError
 from ..wire.fastpath import vcrc
 from ..wire.smp import PhysState, PortState
 from . import model
 from .model import Fabric, Port
 
-_LRH = lrh.LRH
-_VCRC = struct.Struct("<H")
+# LRH and, in a packet without GRH, the BTH's destination QP word
+_LOCAL_HDRS = struct.Struct(">BBHHH4xI")
 _BTH_PKEY = struct.Struct(">H")
 _QPN = struct.Struct(">I")
 _DETH = struct.Struct(">II")
-_MIN_BYTES = lrh.LRH_BYTES + 12 + lrh.ICRC_BYTES + lrh.VCRC_BYTES
+_MIN_BYTES = lrh.LRH_BYTES + 12 + lrh.ICRC_BYTES + lrh.VCRC_BYTES   # >= _LOCAL_HDRS.size
 _MCAST_BASE = lrh.MCAST_LID_BASE
 _PERMISSIVE = lrh.PERMISSIVE_LID
 _LOCAL, _GLOBAL = lrh.LNH_IBA_LOCAL, lrh.LNH_IBA_GLOBAL
@@ -103,52 +104,92 @@ class DataPlane:
         self._gen = -1
         self.stats = {"forwarded": 0, "dropped": 0, "bad": 0, "mads": 0}
 
-    # --- the entry point ------------------------------------------------------------------
+    # --- the entry points -----------------------------------------------------------------
     def forward(self, ingress: Port, frames, attached) -> tuple[dict, list[MadIn]]:
         """``frames`` (native IB packets) injected at CA port ``ingress``;
         ``attached``: the CA ports that have a device (a container).
         Returns ({CA port: [packets to deliver]}, [MADs for the MAD router])."""
+        msg = fabriclink.pack_packets(list(frames))
+        whole, out, mads = self.forward_message(ingress, msg, attached)
+        if whole is not None:
+            out = {whole: list(fabriclink.iter_packets(msg))}
+        return out, mads
+
+    def forward_message(self, ingress: Port, msg, attached):
+        """A PACKETS message from the device at ``ingress``, walked in place.
+        Returns (port, {}, mads) when every packet goes to that one port (the
+        common case: the message can be passed on as it is), else (None,
+        {CA port: [packets]}, mads).  WireError for a message whose framing
+        is broken (the packets inside are checked one by one instead)."""
         if self.fabric.generation != self._gen:
             self._cache.clear()
             self._gen = self.fabric.generation
+        m = memoryview(msg)
+        end = len(m)
+        if end < 4:
+            raise WireError(f"PACKETS of {end} bytes")
+        count = m[2] << 8 | m[3]
         out: dict[Port, list] = {}
         mads: list[MadIn] = []
         touched: list[Route] = []
         cache = self._cache
-        key0 = id(ingress) << 16
-        first = ingress.remote if ingress.remote is not None else ingress
+        key0 = id(ingress) << 17
+        check = vcrc
+        unpack_local = _LOCAL_HDRS.unpack_from
         bad = 0
-        for frame in frames:
-            n = len(frame)
+        # While every packet goes to one port (``whole``) only their offsets are
+        # kept (``pos``); the first that does not ends that (``split``): the
+        # packets are then sorted into ``out`` by destination.
+        whole = None
+        pos: list[int] = []
+        split = False
+        o = 4
+        for _ in range(count):
+            if o + 2 > end:
+                raise WireError("PACKETS: truncated length")
+            n = m[o] << 8 | m[o + 1]
+            o += 2
+            start = o
+            o += n
+            if o > end:
+                raise WireError(f"PACKETS: a packet of {n} bytes past the end")
             if n < _MIN_BYTES:
                 bad += 1
                 continue
-            b0, b1, dlid, plen, slid = _LRH.unpack_from(frame)
+            b0, b1, dlid, plen, slid, dqp = unpack_local(m, start)
             plen &= 0x7FF
             lnh = b1 & 3
             if (plen << 2) + 2 != n or (lnh != _LOCAL and lnh != _GLOBAL) or \
-                    _VCRC.unpack_from(frame, n - 2)[0] != vcrc(frame[:n - 2]):
+                    (m[o - 2] | m[o - 1] << 8) != check(m[start:o - 2]):
                 bad += 1
                 continue
-            bth = 8 if lnh == _LOCAL else 48
-            if n < bth + BTH_BYTES + 6:
-                bad += 1
-                continue
-            dqp = _QPN.unpack_from(frame, bth + 4)[0] & 0xFFFFFF
+            if lnh == _LOCAL:
+                bth = 8
+            else:
+                bth = 48
+                if n < bth + BTH_BYTES + 6:
+                    bad += 1
+                    continue
+                dqp = _QPN.unpack_from(m, start + bth + 4)[0]
+            dqp &= 0xFFFFFF
             if dqp <= 1:
-                mad = self._mad(ingress, frame, bth, dlid, slid, dqp)
+                mad = self._mad(ingress, m[start:o], bth, dlid, slid, dqp)
                 if mad is None:
                     bad += 1
                 else:
                     mads.append(mad)
                 continue
-            r = cache.get(key0 | dlid)
+            vl15 = (b0 >> 4) == lrh.VL15
+            key = key0 | vl15 << 16 | dlid
+            r = cache.get(key)
             if r is None:
-                r = cache[key0 | dlid] = self._route(ingress, dlid, (b0 >> 4) == lrh.VL15)
-            if r.pkey_ports and not self._pkey_ok(r, frame, bth):
+                r = cache[key] = self._route(ingress, dlid, vl15)
+            if r.pkey_ports and not self._pkey_ok(r, m[start:o], bth):
                 continue
             if r.mcast:
-                self._multicast(r, frame, plen, attached, out)
+                if not split:
+                    split = self._split(m, whole, pos, out)
+                self._multicast(r, m[start:o], plen, attached, out)
                 continue
             if r.drop is not None:
                 self._dropped(r, plen)
@@ -161,19 +202,39 @@ class DataPlane:
                 touched.append(r)
             r.pkts += 1
             r.words += plen
+            if not split:
+                if dest is whole or whole is None:
+                    whole = dest
+                    pos.append(start)
+                    continue
+                split = self._split(m, whole, pos, out)
             q = out.get(dest)
             if q is None:
-                out[dest] = [frame]
+                out[dest] = [m[start:o]]
             else:
-                q.append(frame)
+                q.append(m[start:o])
+        if o != end:
+            raise WireError(f"PACKETS: {end - o} bytes after {count} packets")
         if bad:
             self.stats["bad"] += bad
+            first = ingress.remote if ingress.remote is not None else ingress
             first.counters()[model.PC_RCV_ERRORS] += bad
             if self.log:
                 self.log(f"{bad} bad packet(s) from {ingress.name}")
         for r in touched:
             self._settle(r)
-        return out, mads
+        if not split:
+            if whole is not None and len(pos) == count:
+                return whole, {}, mads
+            self._split(m, whole, pos, out)
+        return None, out, mads
+
+    @staticmethod
+    def _split(m, whole, pos, out) -> bool:
+        """The packets kept as offsets for ``whole``, into ``out``."""
+        if whole is not None:
+            out.setdefault(whole, []).extend(m[p:p + (m[p - 2] << 8 | m[p - 1])] for p in pos)
+        return True
 
     # --- counters --------------------------------------------------------------------------
     def _settle(self, r: Route) -> None:

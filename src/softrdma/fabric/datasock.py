@@ -274,8 +274,9 @@ class DataSocket:
             return False
 
     def _packets(self, c: Conn, msg: bytes) -> None:
-        frames = list(fabriclink.iter_packets(msg))
-        out, mads = self.plane.forward(c.port, frames, self.by_port)
+        whole, out, mads = self.plane.forward_message(c.port, msg, self.by_port)
+        if whole is not None:                # all for one device: the message as it came
+            self._send(self.by_port[whole], msg)
         for dest, pkts in out.items():
             to = self.by_port.get(dest)
             if to is None:
