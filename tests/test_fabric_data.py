@@ -172,6 +172,29 @@ def test_malformed_messages_close_only_their_connection(fab):
     assert fab.control("stats").startswith("ok")
 
 
+def test_port_cap_sets_is_sm_and_a_closed_connection_clears_it(fab):
+    d = fab.dev("h2")
+    d.wait(lambda: d.infos)
+    assert not _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM
+    d.send(fabriclink.pack_port_cap(smp.CAP_IS_SM))
+    d.wait(lambda: _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM, what="IsSM in PORT_INFO")
+    d.send(fabriclink.pack_port_cap(0, smp.CAP_IS_SM))
+    d.wait(lambda: not _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM, what="IsSM cleared")
+    d.send(fabriclink.pack_port_cap(smp.CAP_IS_SM))
+    d.wait(lambda: _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM, what="IsSM again")
+    h2 = fab.fabric.node("h2").ports[1]
+    assert h2.has_sm
+    d.close()
+    fab.devs.remove(d)
+    wait_for(lambda: not h2.has_sm, 5, "IsSM cleared by the connection's end")
+    bad = fab.dev("h3")
+    bad.wait(lambda: bad.infos)
+    bad.send(fabriclink.pack_port_cap(1)[:-1])      # a short PORT_CAP: closed
+    bad.sock.settimeout(5)
+    while bad.sock.recv(70000):
+        pass
+
+
 def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(tmp_path):
     path = tmp_path / "fab.data"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -26,7 +26,7 @@ import selectors
 import socket
 import stat
 
-from ..wire import fabriclink
+from ..wire import fabriclink, smp
 from ..wire.errors import WireError
 from ..wire.fabriclink import MsgType
 from ..wire.mad import Method
@@ -41,7 +41,7 @@ _RECV_SIZE = fabriclink.MAX_MESSAGE + 64
 
 
 class Conn:
-    __slots__ = ("sock", "port", "device", "last_info", "fd")
+    __slots__ = ("sock", "port", "device", "last_info", "fd", "is_sm")
 
     def __init__(self, sock):
         self.sock = sock
@@ -49,6 +49,7 @@ class Conn:
         self.port: Port | None = None
         self.device = ""
         self.last_info = b""
+        self.is_sm = False             # the device set IsSM (PORT_CAP)
 
 
 class DataSocket:
@@ -145,6 +146,9 @@ class DataSocket:
         if c.port is not None and self.by_port.get(c.port) is c:
             del self.by_port[c.port]
             self.fabric.devices.pop(c.port, None)
+            if c.is_sm:                      # its SM is gone with it
+                c.port.has_sm = False
+                self.fabric.touch(c.port)
         try:
             self.server.sel.unregister(c.sock)
         except (KeyError, ValueError):
@@ -189,9 +193,25 @@ class DataSocket:
                 raise WireError(f"{t.name} before ATTACH")
             self._attach(c, *fabriclink.parse_attach(msg))
             return
-        if t != MsgType.PACKETS:
+        if t == MsgType.PACKETS:
+            self._packets(c, msg)
+        elif t == MsgType.PORT_CAP:
+            self._port_cap(c, *fabriclink.parse_port_cap(msg))
+        else:
             raise WireError(f"{t.name} from a device")
-        self._packets(c, msg)
+
+    def _port_cap(self, c: Conn, set_mask: int, clear_mask: int) -> None:
+        """CapabilityMask bits from the device; the fabric's model of a CA
+        port keeps IsSM (the others are the port's kind's, as on ibsim)."""
+        p = c.port
+        if set_mask & smp.CAP_IS_SM:
+            if c.is_sm or p.has_sm:          # already, or an ibsim client's SM holds it
+                return
+            c.is_sm = p.has_sm = True
+            self.fabric.touch(p)
+        elif clear_mask & smp.CAP_IS_SM and c.is_sm:
+            c.is_sm = p.has_sm = False
+            self.fabric.touch(p)
 
     def _attach(self, c: Conn, num: int, selector: str, device: str) -> None:
         c.device = device[:64]

@@ -232,6 +232,7 @@ class Server:
                 return err
             c.issm = bool(issm)
             p.has_sm = bool(issm)
+            self.fabric.touch(p)                   # CapabilityMask.IsSM: for an attached device
             out = data
         elif t == SimCtlType.GET_PKEYS:
             cap = node.pkey_cap(p)
@@ -294,6 +295,7 @@ class Server:
         del self.clients[c.idx]
         if c.issm:
             c.port.has_sm = False
+            self.fabric.touch(c.port)
         try:
             self.sel.unregister(c.sock)
         except (KeyError, ValueError):
