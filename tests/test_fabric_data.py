@@ -195,6 +195,20 @@ def test_port_cap_sets_is_sm_and_a_closed_connection_clears_it(fab):
         pass
 
 
+def test_a_device_that_does_not_read_loses_packets_and_blocks_nobody(fab):
+    slow, a, b, c = fab.dev("h4"), fab.dev("h1"), fab.dev("h2"), fab.dev("h3")
+    for d in (slow, a, b, c):
+        d.wait(lambda d=d: d.infos)
+    big = data_packet(LID["h4"], LID["h1"], bytes(4000))
+    for _ in range(400):                    # ~24 MB for a reader that never reads
+        a.inject([big] * 15)
+    pkt = data_packet(LID["h3"], LID["h2"])
+    b.inject([pkt])
+    assert c.take(1, 10) == [pkt]
+    stats = dict(w.split("=") for w in fab.control("stats").split()[1:])
+    assert int(stats["full_drops"]) >= 15 * int(stats["full"]) > 0 and int(stats["devices"]) == 4
+
+
 def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(tmp_path):
     path = tmp_path / "fab.data"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

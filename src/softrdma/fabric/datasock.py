@@ -65,7 +65,8 @@ class DataSocket:
         self.plane = DataPlane(self.fabric, log=self._log_drop if server.verbose > 1 else None)
         self.conns: dict[int, Conn] = {}
         self.by_port: dict[Port, Conn] = {}
-        self.stats = {"attached": 0, "closed": 0, "bad_msgs": 0, "full": 0, "mads_out": 0}
+        self.stats = {"attached": 0, "closed": 0, "bad_msgs": 0, "full": 0, "full_drops": 0,
+                      "mads_out": 0}
         self.listener = self._listen()
         server.sel.register(self.listener, selectors.EVENT_READ, self._on_accept)
 
@@ -178,9 +179,10 @@ class DataSocket:
                 return
             try:
                 self._message(c, msg)
-            except (WireError, FabricError, ValueError, IndexError) as e:
+            except Exception as e:           # whatever a device sends ends at its connection
                 self.stats["bad_msgs"] += 1
-                self._log(f"device {c.device or '?'}: bad message, connection closed: {e}")
+                why = str(e) if isinstance(e, (WireError, FabricError)) else f"{type(e).__name__}: {e}"
+                self._log(f"device {c.device or '?'}: bad message, connection closed: {why}")
                 self._close(c, None)
                 return
             if self.conns.get(c.fd) is not c:
@@ -262,11 +264,16 @@ class DataSocket:
         table = (table + [0] * cap)[:cap]
         return fabriclink.pack_port_info(ni, pi, bytes(gi)[:fabriclink.GUID_INFO_BYTES], table)
 
-    def _push_info(self, c: Conn) -> None:
+    def _push_info(self, c: Conn) -> bool:
+        """PORT_INFO if it changed since the last one sent; False if the
+        socket took nothing."""
         msg = self.port_info_msg(c.port)
-        if msg != c.last_info:
-            c.last_info = msg
-            self._send(c, msg)
+        if msg == c.last_info:
+            return True
+        if not self._send(c, msg):
+            return False
+        c.last_info = msg
+        return True
 
     def poll(self) -> None:
         """After a pass of the server loop: push PORT_INFO to the devices
@@ -274,20 +281,26 @@ class DataSocket:
         dirty = self.fabric.dirty
         if not dirty:
             return
-        if self.by_port:
-            for p in list(dirty):
-                c = self.by_port.get(p)
-                if c is not None:
-                    self._push_info(c)
+        by_port = self.by_port
+        if len(dirty) < len(by_port):
+            todo = [(p, by_port[p]) for p in dirty if p in by_port]
+        else:
+            todo = [(p, c) for p, c in by_port.items() if p in dirty]
         dirty.clear()
+        for p, c in todo:
+            if not self._push_info(c) and self.by_port.get(p) is c:
+                dirty.add(p)                 # its socket is full: again after the next pass
 
     # --- packets --------------------------------------------------------------------------------
-    def _send(self, c: Conn, msg: bytes) -> bool:
+    def _send(self, c: Conn, msg, npkts: int = 0) -> bool:
+        """One message, never waiting: a full socket loses it (``npkts``
+        packets counted in ``full_drops``)."""
         try:
             c.sock.send(msg)
             return True
         except (BlockingIOError, InterruptedError):
             self.stats["full"] += 1
+            self.stats["full_drops"] += npkts
             return False
         except OSError as e:
             self._close(c, f"send failed: {e.strerror}")
@@ -296,14 +309,13 @@ class DataSocket:
     def _packets(self, c: Conn, msg: bytes) -> None:
         whole, out, mads = self.plane.forward_message(c.port, msg, self.by_port)
         if whole is not None:                # all for one device: the message as it came
-            self._send(self.by_port[whole], msg)
+            self._send(self.by_port[whole], msg, msg[2] << 8 | msg[3])
         for dest, pkts in out.items():
             to = self.by_port.get(dest)
             if to is None:
                 continue
             for m in fabriclink.batches(pkts):
-                if not self._send(to, m):
-                    break
+                self._send(to, m, m[2] << 8 | m[3])
         for m in mads:
             self._mad_from_device(m)
 
@@ -330,7 +342,7 @@ class DataSocket:
         slid = d.slid if d.slid else 0
         pkt = mad_packet(d.mad, slid=slid, dlid=d.dlid, sqp=d.sqp, dqp=d.qp)
         self.stats["mads_out"] += 1
-        return self._send(c, fabriclink.pack_packets([pkt]))
+        return self._send(c, fabriclink.pack_packets([pkt]), 1)
 
     # --- for the console's `attached` ---------------------------------------------------------
     def attached_text(self) -> str:
@@ -338,3 +350,9 @@ class DataSocket:
         return "".join(f'\nDevice {c.device or "?"}: attached at "{p.node.nodeid}" port {p.num}, '
                        f"lid {p.lid}" for p, c in sorted(self.by_port.items(),
                                                           key=lambda i: (i[0].node.index, i[0].num)))
+
+    def stats_text(self) -> str:
+        """The console's ``stats`` words for the data plane."""
+        st = {"devices": len(self.by_port), **self.stats,
+              **{f"pkts_{k}": v for k, v in self.plane.stats.items()}}
+        return "".join(f" {k}={v}" for k, v in st.items())

@@ -495,7 +495,8 @@ class Server:
                 return f"ok {args[0]}"
             if cmd == "stats":
                 return "ok " + " ".join(f"{k}={v}" for k, v in self.stats.items()) + \
-                    f" clients={len(self.clients)}"
+                    f" clients={len(self.clients)}" + \
+                    (self.datasock.stats_text() if self.datasock is not None else "")
             if cmd in ("help", "?"):
                 return ("ok commands: Attached, X <n>, Unlink \"node\"[p], ReLink \"node\"[p], "
                         "link down|up NODE PORT, error NODE PORT RATE [ATTR], Verbose [n], "
