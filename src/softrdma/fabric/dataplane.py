@@ -239,32 +239,25 @@ class DataPlane:
     # --- counters --------------------------------------------------------------------------
     def _settle(self, r: Route) -> None:
         """Add a batch's packets and words to every link of a unicast route."""
-        k, w = r.pkts, r.words
-        for s, d in r.hops:
-            pc = s.pc or s.counters()
-            pc[model.PC_XMIT_PKTS] += k
-            pc[model.PC_XMIT_DATA] += w
-            pc = d.pc or d.counters()
-            pc[model.PC_RCV_PKTS] += k
-            pc[model.PC_RCV_DATA] += w
-        self.stats["forwarded"] += k
+        self._add(r.hops, r.pkts, r.words)
+        self.stats["forwarded"] += r.pkts
         r.pkts = r.words = 0
 
     @staticmethod
-    def _cross(hops, words: int, mcast: bool = False) -> None:
+    def _add(hops, pkts: int, words: int, mcast: bool = False) -> None:
+        """``pkts`` packets of ``words`` words in all over each (sender, receiver) link."""
         for s, d in hops:
-            pc = s.counters()
-            pc[model.PC_XMIT_PKTS] += 1
-            pc[model.PC_XMIT_DATA] += words
-            pc2 = d.counters()
-            pc2[model.PC_RCV_PKTS] += 1
-            pc2[model.PC_RCV_DATA] += words
+            tx, rx = s.counters(), d.counters()
+            tx[model.PC_XMIT_PKTS] += pkts
+            tx[model.PC_XMIT_DATA] += words
+            rx[model.PC_RCV_PKTS] += pkts
+            rx[model.PC_RCV_DATA] += words
             if mcast:
-                pc[model.PC_MCAST_XMIT] += 1
-                pc2[model.PC_MCAST_RCV] += 1
+                tx[model.PC_MCAST_XMIT] += pkts
+                rx[model.PC_MCAST_RCV] += pkts
 
     def _dropped(self, r: Route, words: int) -> None:
-        self._cross(r.hops, words)
+        self._add(r.hops, 1, words)
         port, slot = r.drop
         self._count(port, slot)
         self.stats["dropped"] += 1
@@ -278,7 +271,7 @@ class DataPlane:
     def _unattached(self, r: Route, words: int) -> None:
         """The destination CA port has no device: the last switch port
         discards the packet instead of sending it."""
-        self._cross(r.hops[:-1], words)
+        self._add(r.hops[:-1], 1, words)
         last = r.hops[-1][0] if r.hops else r.dests[0]
         last.counters()[model.PC_XMIT_DISCARDS] += 1
         self.stats["dropped"] += 1
@@ -300,10 +293,7 @@ class DataPlane:
             bad = self._link_bad(cur, vl15)
             if bad:
                 return Route(hops, drop=(cur, model.PC_XMIT_DISCARDS), reason=bad)
-            r = cur.remote
-            hops.append((cur, r))
-            if cur.node.is_switch and self._enforces(cur, out=True):
-                pkey_ports.append((cur, False))
+            r = self._hop(cur, hops, pkey_ports)
             node = r.node
             if not node.is_switch:
                 if r.has_lid(dlid):
@@ -323,6 +313,14 @@ class DataPlane:
             cur = node.ports[o]
         return Route(hops, drop=(cur, model.PC_RCV_SW_RELAY_ERRORS),
                      reason=f"LID {dlid}: more than {MAX_HOPS} hops")
+
+    def _hop(self, out: Port, hops: list, pkey_ports: list) -> Port:
+        """Cross ``out``'s link (its state checked by the caller): the port reached."""
+        r = out.remote
+        hops.append((out, r))
+        if out.node.is_switch and self._enforces(out, out=True):
+            pkey_ports.append((out, False))
+        return r
 
     @staticmethod
     def _link_bad(out: Port, vl15: bool) -> str:
@@ -360,10 +358,7 @@ class DataPlane:
         seen: set = set()
         while todo:
             out, depth = todo.pop(0)
-            r = out.remote
-            hops.append((out, r))
-            if out.node.is_switch and self._enforces(out, out=True):
-                pkey_ports.append((out, False))
+            r = self._hop(out, hops, pkey_ports)
             node = r.node
             if not node.is_switch:
                 if r is not ingress:
@@ -396,7 +391,7 @@ class DataPlane:
         """One multicast packet down its tree (counted per packet: rare)."""
         last = {d: s for s, d in r.hops}
         skipped = {last[d] for d in r.dests if d not in attached}
-        self._cross([h for h in r.hops if h[0] not in skipped], words, mcast=True)
+        self._add([h for h in r.hops if h[0] not in skipped], 1, words, mcast=True)
         for port, slot in r.drop:
             self._count(port, slot)
         for s in skipped:
