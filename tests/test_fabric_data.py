@@ -23,9 +23,9 @@ _seq = [0]
 class InProcess:
     """``Server`` on NET_2SW (programmed as after a sweep) running in a thread."""
 
-    def __init__(self, tmp, programmed=True):
+    def __init__(self, tmp, programmed=True, net=NET_2SW):
         _seq[0] += 1
-        self.fabric = topo.loads(NET_2SW)
+        self.fabric = topo.loads(net)
         if programmed:
             program(self.fabric)
         self.path = str(tmp / "fab.data")
@@ -207,6 +207,28 @@ def test_a_device_that_does_not_read_loses_packets_and_blocks_nobody(fab):
     assert c.take(1, 10) == [pkt]
     stats = dict(w.split("=") for w in fab.control("stats").split()[1:])
     assert int(stats["full_drops"]) >= 15 * int(stats["full"]) > 0 and int(stats["devices"]) == 4
+
+
+NET_2PORT = NET_2SW.replace('Switch 4 "sw1"', 'Switch 5 "sw1"').replace(
+    'Switch 4 "sw2"', 'Switch 5 "sw2"') + """
+Ca 2 "hx"
+[1] "sw1"[5]
+[2] "sw2"[5]
+"""
+
+
+def test_a_two_port_ca_attaches_each_port(tmp_path):
+    fab = InProcess(tmp_path, programmed=False, net=NET_2PORT)
+    try:
+        for num in (1, 2):
+            d = fab.dev("hx", num, "mlx5_0")
+            d.wait(lambda d=d: d.infos, what=f"PORT_INFO of port {num}")
+            assert _pi(d.infos[0])["LocalPort"] == num
+            assert smp.decode_guid_info(d.infos[0].guid_info)[0] == fab.fabric.node("hx").ports[num].guid
+            assert smp.NODE_INFO.decode(d.infos[0].node_info.ljust(64, b"\0"))["NumPorts"] == 2
+        assert "hx" in fab.control("attached")
+    finally:
+        fab.close()
 
 
 def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(tmp_path):

@@ -18,7 +18,9 @@ on the first failed send or at the next liveness check, which looks for
 its ``@<base>:in<pid>`` socket in /proc/net/unix; link events come from
 ``softrdma fabric link ...`` over a control socket ``@<base>:softrdma``
 as well as from ibsim's console commands on stdin.  All fabric behaviour
-is route.Router's: this module only moves bytes.
+is route.Router's: this module only moves bytes.  InfiniBand device
+ports of softrdma daemons attach to CA ports through the data socket
+(datasock.DataSocket, polled by this loop).
 """
 
 from __future__ import annotations
