@@ -286,10 +286,15 @@ class Router:
         return [Delivery(back, sqp, bytes(mad), rslid, slid, dqp)]
 
     # --- change notification (fabric.generation / fabric.dirty, for the data plane) -------
-    def node_changed(self, node) -> None:
-        """An SMP Set on ``node``: its ports and their neighbours."""
-        ports = [p for p in node.ports if p is not None]
-        self.fabric.touch(*ports, *(p.remote for p in ports if p.remote is not None))
+    def node_changed(self, node, ports: bool = True) -> None:
+        """An SMP Set on ``node``: routes may change; with ``ports`` (a
+        PortInfo, P_Key table or GUIDInfo Set) its ports and their
+        neighbours' attributes too."""
+        if not ports:
+            self.fabric.touch()
+            return
+        ps = [p for p in node.ports if p is not None]
+        self.fabric.touch(*ps, *(p.remote for p in ps if p.remote is not None))
 
     def _ports_changed(self, *ports) -> None:
         self.fabric.touch(*ports, *(p.remote for p in ports if p.remote is not None))
