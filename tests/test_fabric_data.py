@@ -264,17 +264,17 @@ class Live:
     """A fabric server on NET_2SW with a fake device on every CA and
     softrdma's SM resident; LIDs from the devices' PORT_INFO."""
 
-    def __init__(self, tmp, sm="softrdma"):
+    def __init__(self, tmp, sm="softrdma", sm_args=()):
         self.tmp = tmp
         self.procs = []
         self.dev = {}
         try:
-            self._start(sm)
+            self._start(sm, list(sm_args))
         except BaseException:
             self.close()
             raise
 
-    def _start(self, sm):
+    def _start(self, sm, sm_args):
         tmp = self.tmp
         fdir = tmp / "fabdir"
         os.environ["SOFTRDMA_FABRIC_DIR"] = str(fdir)   # the server inherits it
@@ -290,10 +290,10 @@ class Live:
             d.wait(lambda d=d: d.infos, what="PORT_INFO at attach")
         if sm == "softrdma":
             self.sm = self.start([sys.executable, "-m", "softrdma", "opensm", "-s", "0", "-f",
-                                  str(tmp / "osm.log")], "sm.out")
+                                  str(tmp / "osm.log"), *sm_args], "sm.out")
         else:                                   # the real opensm through libumad2sim
-            self.sm = self.start(["opensm", "-d2", "-s", "0", "-f", str(tmp / "osm.log")], "sm.out",
-                                 LD_PRELOAD=SIMSO)
+            self.sm = self.start(["opensm", "-d2", "-s", "0", "-f", str(tmp / "osm.log"), *sm_args],
+                                 "sm.out", LD_PRELOAD=SIMSO)
         wait_for(lambda: "SUBNET UP" in (tmp / "osm.log").read_text()
                  if (tmp / "osm.log").exists() else False, 60, "SUBNET UP", proc=self.sm)
         self.lid = {}
@@ -539,3 +539,39 @@ def test_malformed_input_leaves_the_server_serving(live):
     assert live.dev["h3"].take(1) == [data_packet(live.lid["h3"], live.lid["h1"])]
     assert live.server.poll() is None
     assert "bad message" in (live.tmp / "server.log").read_text()
+
+
+def test_partition_enforcement_with_the_real_opensm(tmp_path):
+    """opensm's partitions: switch ports facing CAs enforce their CA's P_Keys."""
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    f = topo.loads(NET_2SW)
+    guid = {h: f.node(h).ports[1].guid for h in HOSTS}
+    conf = tmp_path / "partitions.conf"
+    conf.write_text("Default=0x7fff, ipoib : ALL=full ;\n"
+                    f"P1=0x0001 : {guid['h1']:#x}=full, {guid['h4']:#x}=full ;\n")
+    lv = Live(tmp_path, "opensm", ["-P", str(conf)])
+    try:
+        lv.dev["h1"].wait(lambda: 0x8001 in lv.dev["h1"].infos[-1].pkeys, 10, "P_Key 0x8001 on h1")
+        assert 0x8001 not in lv.dev["h2"].infos[-1].pkeys
+        ok = data_packet(lv.lid["h4"], lv.lid["h1"], pkey=0x8001)
+        lv.dev["h1"].inject([ok])
+        assert lv.dev["h4"].take(1) == [ok]
+        sw1 = lv.switch_lid("sw1")
+        for port in (1, 2):
+            lv.diag("perfquery", "-R", str(sw1), str(port))
+        # h2 holds no 0x0001: its switch port refuses the packet coming in
+        lv.dev["h2"].inject([data_packet(lv.lid["h3"], lv.lid["h2"], pkey=0x8001)] * 2)
+        wait_for(lambda: lv.counters(sw1, 2)["PortRcvConstraintErrors"] == 2, 10,
+                 "inbound constraint errors")
+        # h1 does, h2 does not: refused going out to h2
+        lv.dev["h1"].inject([data_packet(lv.lid["h2"], lv.lid["h1"], pkey=0x8001)])
+        wait_for(lambda: lv.counters(sw1, 2)["PortXmitConstraintErrors"] == 1, 10,
+                 "outbound constraint errors")
+        assert lv.dev["h2"].pkts == [] and lv.dev["h3"].pkts == []
+        # the default partition still carries everybody
+        dflt = data_packet(lv.lid["h2"], lv.lid["h1"])
+        lv.dev["h1"].inject([dflt])
+        assert lv.dev["h2"].take(1) == [dflt]
+    finally:
+        lv.close()
