@@ -237,3 +237,7 @@ def test_broken_framing_is_a_wire_error(fab):
     for msg in (good + b"\0", good[:-3], good[:4] + b"\x00", b"\x03\x01"):
         with pytest.raises(WireError):
             dp.forward_message(port(fab, "h1"), msg, all_attached(fab))
+    assert not port(fab, "sw2", 2).pc              # a broken message counts nowhere
+    # and a route it touched counts the next good message once
+    dp.forward_message(port(fab, "h1"), good, all_attached(fab))
+    assert port(fab, "sw2", 2).pc[model.PC_XMIT_PKTS] == 1

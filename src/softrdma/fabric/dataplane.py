@@ -1,14 +1,15 @@
 """Forwarding native IB packets (``wire.lrh``) through the fabric's switches.
 
-Owns :class:`DataPlane`, whose :meth:`DataPlane.forward` takes the
-packets a device injected at its CA port and says where each leaves the
-fabric: a CA port to deliver it to, or a drop counted where the hardware
-counts it (IBA 16.1.3.5):
+Owns :class:`DataPlane`, whose :meth:`DataPlane.forward_message` takes
+a PACKETS message (``wire.fabriclink``) a device injected at its CA port
+and says where each packet leaves the fabric: a CA port to deliver it to,
+or a drop counted where the hardware counts it (IBA 16.1.3.5):
 
 ==================================== =====================================
 what happens                         counter
 ==================================== =====================================
-bad length, LNH or VCRC              PortRcvErrors of the receiving port
+bad length, LNH or VCRC              PortRcvErrors of the port receiving
+                                     it from the CA (its switch port)
 no LFT/MFT entry, DLID beyond         PortRcvSwitchRelayErrors of the
 LinearFDBTop, output port = input     switch port it arrived by
 link down, a port not Active          PortXmitDiscards of the sending port
@@ -17,19 +18,22 @@ P_Key not in the table of a port     PortRcvConstraintErrors (inbound) /
 enforcing partitions                  PortXmitConstraintErrors (outbound)
 the destination CA port has no        PortXmitDiscards of the last switch
 device attached                       port (the packet goes no further)
+a CA port reached for a LID it        PortRcvErrors of that port
+does not own (a stale LFT)
 ==================================== =====================================
 
 Every link a packet crosses adds PktLen words and one packet to
 PortXmitData/Pkts of the sender and PortRcvData/Pkts of the receiver
 (multicast also to PortMulticastXmit/RcvPkts), so ``perfquery`` on a
 switch port shows the traffic.  Packets for QP0 and QP1 are not forwarded
-here: :meth:`forward` hands them back as :class:`MadIn` rows for the MAD
+here: they come back as as :class:`MadIn` rows for the MAD
 router (route.py), which owns the agents and the ibsim clients.
 
 Routes are cached per (ingress port, DLID) and thrown away whenever the
 fabric's ``generation`` moves (an SM Set, a link event: model.Fabric.touch),
-so the per-packet work is a header check, a dict lookup and a list append;
-the counters of a unicast route are added once per batch.  No I/O.
+so the per-packet work is a header check, a dict lookup and an append;
+the counters of a unicast route are added once per batch, and a message
+whose packets all go to one device is passed on as it came.  No I/O.
 """
 
 from __future__ import annotations
@@ -59,7 +63,6 @@ DETH_BYTES = 8
 BTH_BYTES = 12
 
 
-
 class MadIn(NamedTuple):
     """A MAD a device sent (a packet to QP0 or QP1), for the MAD router."""
 
@@ -77,8 +80,9 @@ class Route:
     ``hops``: the links it crosses as (sending port, receiving port);
     ``dests``: the CA ports it leaves the fabric at; ``drop``: the
     (port, counter) a dropped packet counts in, with ``hops`` then the
-    links crossed before; ``reason`` for the log.  ``pkts``/``words``
-    collect a batch's counts for :meth:`DataPlane.settle`."""
+    links crossed before (a multicast route: a list of them, the
+    branches of the tree that end in a drop); ``reason`` for the log.
+    ``pkts``/``words`` collect a batch's counts for ``DataPlane._settle``."""
 
     __slots__ = ("hops", "dests", "drop", "reason", "mcast", "pkts", "words", "pkey_ports")
 
@@ -100,7 +104,7 @@ class DataPlane:
     def __init__(self, fabric: Fabric, log=None):
         self.fabric = fabric
         self.log = log
-        self._cache: dict[tuple[int, int], Route] = {}
+        self._cache: dict[int, Route] = {}   # id(ingress) << 17 | VL15 << 16 | DLID
         self._gen = -1
         self.stats = {"forwarded": 0, "dropped": 0, "bad": 0, "mads": 0}
 
@@ -108,7 +112,8 @@ class DataPlane:
     def forward(self, ingress: Port, frames, attached) -> tuple[dict, list[MadIn]]:
         """``frames`` (native IB packets) injected at CA port ``ingress``;
         ``attached``: the CA ports that have a device (a container).
-        Returns ({CA port: [packets to deliver]}, [MADs for the MAD router])."""
+        Returns ({CA port: [packets to deliver]}, [MADs for the MAD router]).
+        The same walk as :meth:`forward_message`, for a list."""
         msg = fabriclink.pack_packets(list(frames))
         whole, out, mads = self.forward_message(ingress, msg, attached)
         if whole is not None:
@@ -144,85 +149,90 @@ class DataPlane:
         pos: list[int] = []
         split = False
         o = 4
-        for _ in range(count):
-            if o + 2 > end:
-                raise WireError("PACKETS: truncated length")
-            n = m[o] << 8 | m[o + 1]
-            o += 2
-            start = o
-            o += n
-            if o > end:
-                raise WireError(f"PACKETS: a packet of {n} bytes past the end")
-            if n < _MIN_BYTES:
-                bad += 1
-                continue
-            b0, b1, dlid, plen, slid, dqp = unpack_local(m, start)
-            plen &= 0x7FF
-            lnh = b1 & 3
-            if (plen << 2) + 2 != n or (lnh != _LOCAL and lnh != _GLOBAL) or \
-                    (m[o - 2] | m[o - 1] << 8) != check(m[start:o - 2]):
-                bad += 1
-                continue
-            if lnh == _LOCAL:
-                bth = 8
-            else:
-                bth = 48
-                if n < bth + BTH_BYTES + 6:
+        try:
+            for _ in range(count):
+                if o + 2 > end:
+                    raise WireError("PACKETS: truncated length")
+                n = m[o] << 8 | m[o + 1]
+                o += 2
+                start = o
+                o += n
+                if o > end:
+                    raise WireError(f"PACKETS: a packet of {n} bytes past the end")
+                if n < _MIN_BYTES:
                     bad += 1
                     continue
-                dqp = _QPN.unpack_from(m, start + bth + 4)[0]
-            dqp &= 0xFFFFFF
-            if dqp <= 1:
-                mad = self._mad(ingress, m[start:o], bth, dlid, slid, dqp)
-                if mad is None:
+                b0, b1, dlid, plen, slid, dqp = unpack_local(m, start)
+                plen &= 0x7FF
+                lnh = b1 & 3
+                if (plen << 2) + 2 != n or (lnh != _LOCAL and lnh != _GLOBAL) or \
+                        (m[o - 2] | m[o - 1] << 8) != check(m[start:o - 2]):
                     bad += 1
+                    continue
+                if lnh == _LOCAL:
+                    bth = 8
                 else:
-                    mads.append(mad)
-                continue
-            vl15 = (b0 >> 4) == lrh.VL15
-            key = key0 | vl15 << 16 | dlid
-            r = cache.get(key)
-            if r is None:
-                r = cache[key] = self._route(ingress, dlid, vl15)
-            if r.pkey_ports and not self._pkey_ok(r, m[start:o], bth):
-                continue
-            if r.mcast:
-                if not split:
-                    split = self._split(m, whole, pos, out)
-                self._multicast(r, m[start:o], plen, attached, out)
-                continue
-            if r.drop is not None:
-                self._dropped(r, plen)
-                continue
-            dest = r.dests[0]
-            if dest not in attached:
-                self._unattached(r, plen)
-                continue
-            if r.pkts == 0:
-                touched.append(r)
-            r.pkts += 1
-            r.words += plen
-            if not split:
-                if dest is whole or whole is None:
-                    whole = dest
-                    pos.append(start)
+                    bth = 48
+                    if n < bth + BTH_BYTES + 6:
+                        bad += 1
+                        continue
+                    dqp = _QPN.unpack_from(m, start + bth + 4)[0]
+                dqp &= 0xFFFFFF
+                if dqp <= 1:
+                    mad = self._mad(ingress, m[start:o], bth, dlid, slid, dqp)
+                    if mad is None:
+                        bad += 1
+                    else:
+                        mads.append(mad)
                     continue
-                split = self._split(m, whole, pos, out)
-            q = out.get(dest)
-            if q is None:
-                out[dest] = [m[start:o]]
-            else:
-                q.append(m[start:o])
-        if o != end:
-            raise WireError(f"PACKETS: {end - o} bytes after {count} packets")
+                vl15 = (b0 >> 4) == lrh.VL15
+                key = key0 | vl15 << 16 | dlid
+                r = cache.get(key)
+                if r is None:
+                    r = cache[key] = self._route(ingress, dlid, vl15)
+                if r.pkey_ports and not self._pkey_ok(r, m[start:o], bth):
+                    continue
+                if r.mcast:
+                    if not split:
+                        split = self._split(m, whole, pos, out)
+                    self._multicast(r, m[start:o], plen, attached, out)
+                    continue
+                if r.drop is not None:
+                    self._dropped(r, plen)
+                    continue
+                dest = r.dests[0]
+                if dest not in attached:
+                    self._unattached(r, plen)
+                    continue
+                if r.pkts == 0:
+                    touched.append(r)
+                r.pkts += 1
+                r.words += plen
+                if not split:
+                    if dest is whole or whole is None:
+                        whole = dest
+                        pos.append(start)
+                        continue
+                    split = self._split(m, whole, pos, out)
+                q = out.get(dest)
+                if q is None:
+                    out[dest] = [m[start:o]]
+                else:
+                    q.append(m[start:o])
+            if o != end:
+                raise WireError(f"PACKETS: {end - o} bytes after {count} packets")
+        except WireError:                # a broken message is lost whole: nothing of it counts
+            for r in touched:
+                r.pkts = r.words = 0
+            raise
+        for r in touched:
+            self._settle(r)
         if bad:
             self.stats["bad"] += bad
             first = ingress.remote if ingress.remote is not None else ingress
             first.counters()[model.PC_RCV_ERRORS] += bad
             if self.log:
                 self.log(f"{bad} bad packet(s) from {ingress.name}")
-        for r in touched:
-            self._settle(r)
         if not split:
             if whole is not None and len(pos) == count:
                 return whole, {}, mads
