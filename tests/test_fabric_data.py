@@ -264,10 +264,13 @@ class Live:
     """A fabric server on NET_2SW with a fake device on every CA and
     softrdma's SM resident; LIDs from the devices' PORT_INFO."""
 
-    def __init__(self, tmp, sm="softrdma", sm_args=()):
+    def __init__(self, tmp, sm="softrdma", sm_args=(), before_sm=None, pump=None):
+        """``before_sm(self)`` runs once the devices are attached; ``pump(self)``
+        while the SM sweeps (for a device that answers the SM)."""
         self.tmp = tmp
         self.procs = []
         self.dev = {}
+        self.before_sm, self.pump = before_sm, pump
         try:
             self._start(sm, list(sm_args))
         except BaseException:
@@ -288,14 +291,17 @@ class Live:
         self.dev = {h: FakeDevice(self.path, h, name=f"mlx5_{h}") for h in HOSTS}
         for d in self.dev.values():
             d.wait(lambda d=d: d.infos, what="PORT_INFO at attach")
+        if self.before_sm:
+            self.before_sm(self)
         if sm == "softrdma":
             self.sm = self.start([sys.executable, "-m", "softrdma", "opensm", "-s", "0", "-f",
                                   str(tmp / "osm.log"), *sm_args], "sm.out")
         else:                                   # the real opensm through libumad2sim
             self.sm = self.start(["opensm", "-d2", "-s", "0", "-f", str(tmp / "osm.log"), *sm_args],
                                  "sm.out", LD_PRELOAD=SIMSO)
-        wait_for(lambda: "SUBNET UP" in (tmp / "osm.log").read_text()
-                 if (tmp / "osm.log").exists() else False, 60, "SUBNET UP", proc=self.sm)
+        log = tmp / "osm.log"
+        wait_for(lambda: (self.pump(self) if self.pump else None) or
+                 (log.exists() and "SUBNET UP" in log.read_text()), 60, "SUBNET UP", proc=self.sm)
         self.lid = {}
         for h, d in self.dev.items():
             d.wait(lambda d=d: _pi(d.infos[-1])["LinkState"] == PortState.ACTIVE, 30,
@@ -573,5 +579,50 @@ def test_partition_enforcement_with_the_real_opensm(tmp_path):
         dflt = data_packet(lv.lid["h2"], lv.lid["h1"])
         lv.dev["h1"].inject([dflt])
         assert lv.dev["h2"].take(1) == [dflt]
+    finally:
+        lv.close()
+
+
+@pytest.mark.parametrize("sm", ["softrdma", "opensm"])
+def test_an_sm_bound_to_a_device_port_is_asked_for_its_sminfo(tmp_path, sm):
+    """PORT_CAP IsSM on h2: the subnet's SM finds an SM there and asks it
+    for its SMInfo through h2's QP0; h2 answers as a standby of lower priority."""
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    asked = []
+
+    def claim_sm(lv):
+        d = lv.dev["h2"]
+        d.send(fabriclink.pack_port_cap(smp.CAP_IS_SM))
+        d.wait(lambda: _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM, what="IsSM on h2")
+
+    def answer(lv):
+        d = lv.dev["h2"]
+        try:
+            d._pump(0.02)
+        except ConnectionError:
+            return
+        for pkt in d.pkts:
+            lr, dqp, sqp, m = mad_of(pkt)
+            if dqp != 0 or int.from_bytes(m[16:18], "big") != smp.SmpAttr.SM_INFO or \
+                    m[3] != madw.Method.GET:
+                continue
+            asked.append((lr.vl, m[1]))
+            r = bytearray(m)
+            r[3] = madw.Method.GET_RESP
+            r[64:64 + 21] = smp.SM_INFO.encode(SmInfoGuid=guid, SmActivity=1, SmPriority=0,
+                                               SmState=2)[:21]
+            if m[1] == madw.MgmtClass.SUBN_DIRECTED_ROUTE:
+                dr = smp.parse_dr(m)
+                smp.set_dr_word(r, 1, 0, dr.hop_cnt, dr.hop_cnt)
+            d.inject([mad_packet(bytes(r), slid=lr.dlid, dlid=lr.slid, sqp=0, dqp=sqp)])
+        d.pkts.clear()
+
+    guid = topo.loads(NET_2SW).node("h2").ports[1].guid
+    # priority 1 beats the device's 0 (on equal priorities the lower GUID, h2's, would win)
+    lv = Live(tmp_path, sm, ["-p", "1"], before_sm=claim_sm, pump=answer)
+    try:
+        assert asked and all(vl == 15 for vl, _ in asked), asked
+        assert _pi(lv.dev["h2"].infos[-1])["CapMask"] & smp.CAP_IS_SM
     finally:
         lv.close()
