@@ -583,13 +583,16 @@ def test_partition_enforcement_with_the_real_opensm(tmp_path):
         lv.close()
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("sm", ["softrdma", "opensm"])
-def test_an_sm_bound_to_a_device_port_is_asked_for_its_sminfo(tmp_path, sm):
-    """PORT_CAP IsSM on h2: the subnet's SM finds an SM there and asks it
+def test_an_sm_bound_to_a_device_port_is_asked_for_its_sminfo(tmp_path, sm, when):
+    """PORT_CAP IsSM on h2 (before the SM's first sweep, or after it: then
+    trap 144 tells the SM): the subnet's SM finds an SM there and asks it
     for its SMInfo through h2's QP0; h2 answers as a standby of lower priority."""
     if not have_ibsim():
         pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
     asked = []
+    guid = topo.loads(NET_2SW).node("h2").ports[1].guid
 
     def claim_sm(lv):
         d = lv.dev["h2"]
@@ -618,10 +621,14 @@ def test_an_sm_bound_to_a_device_port_is_asked_for_its_sminfo(tmp_path, sm):
             d.inject([mad_packet(bytes(r), slid=lr.dlid, dlid=lr.slid, sqp=0, dqp=sqp)])
         d.pkts.clear()
 
-    guid = topo.loads(NET_2SW).node("h2").ports[1].guid
     # priority 1 beats the device's 0 (on equal priorities the lower GUID, h2's, would win)
-    lv = Live(tmp_path, sm, ["-p", "1"], before_sm=claim_sm, pump=answer)
+    lv = Live(tmp_path, sm, ["-p", "1"], before_sm=claim_sm if when == "before" else None,
+              pump=answer)
     try:
+        if when == "after":
+            assert not asked
+            claim_sm(lv)
+            wait_for(lambda: answer(lv) or asked, 30, "an SMInfo Get after trap 144")
         assert asked and all(vl == 15 for vl, _ in asked), asked
         assert _pi(lv.dev["h2"].infos[-1])["CapMask"] & smp.CAP_IS_SM
     finally:

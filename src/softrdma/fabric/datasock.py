@@ -150,6 +150,7 @@ class DataSocket:
             if c.is_sm:                      # its SM is gone with it
                 c.port.has_sm = False
                 self.fabric.touch(c.port)
+                self._deliver(self.server.router.trap144(c.port))
         try:
             self.server.sel.unregister(c.sock)
         except (KeyError, ValueError):
@@ -210,10 +211,12 @@ class DataSocket:
             if c.is_sm or p.has_sm:          # already, or an ibsim client's SM holds it
                 return
             c.is_sm = p.has_sm = True
-            self.fabric.touch(p)
         elif clear_mask & smp.CAP_IS_SM and c.is_sm:
             c.is_sm = p.has_sm = False
-            self.fabric.touch(p)
+        else:
+            return
+        self.fabric.touch(p)
+        self._deliver(self.server.router.trap144(p))
 
     def _attach(self, c: Conn, num: int, selector: str, device: str) -> None:
         c.device = device[:64]
@@ -323,8 +326,13 @@ class DataSocket:
     def _mad_from_device(self, m: MadIn) -> None:
         """A MAD a device sent: through the MAD router as from an ibsim
         client at its port; what comes out goes to a client or a device."""
+        self._deliver(self.server.router.inject(m.port, m.mad, m.slid, m.dlid, m.sqp, m.dqp))
+
+    def _deliver(self, deliveries) -> None:
+        """The router's deliveries of a device's MAD (or of a trap): to the
+        ibsim client listening there, else to the device there."""
         srv = self.server
-        for d in srv.router.inject(m.port, m.mad, m.slid, m.dlid, m.sqp, m.dqp):
+        for d in deliveries:
             if d.dropped:
                 continue                     # the device's own timeout covers a lost MAD
             to = srv._find(d)

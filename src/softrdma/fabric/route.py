@@ -384,3 +384,26 @@ class Router:
             return
         self._pending.append(Delivery(dest, 0, bytes(mad), p0.lid, p0.smlid, 0,
                                       spontaneous=True))
+
+    def trap144(self, p: Port) -> list[Delivery]:
+        """A CA port's CapabilityMask changed (an SM bound to it or gone):
+        trap 144 from its SMA to its SM (IBA 14.2.5.1), so that the SM
+        sweeps and finds the other SM."""
+        if not p.lid or not p.smlid:
+            return []
+        cap = smp.PORT_INFO.decode(agents.port_info(p.node, p, p.num))["CapMask"]
+        data = bytearray(smp.NOTICE.encode(NoticeIsGeneric=1, NoticeType=4, NoticeProducerType=1,
+                                           NoticeTrapNumber=smp.TRAP_CAPABILITY_MASK_CHANGE,
+                                           NoticeIssuerLID=p.lid))
+        o = smp.NOTICE_DATA_DETAILS[0]      # ntc_144: pad, LIDADDR, pad, changes, CapabilityMask
+        data[o + 2:o + 4] = p.lid.to_bytes(2, "big")
+        data[o + 6:o + 10] = cap.to_bytes(4, "big")
+        self.trap_tid = (self.trap_tid + 1) & 0xFFFFFFFF
+        mad = smp.build_smp(Method.TRAP, smp.SmpAttr.NOTICE, 0, data, tid=self.trap_tid)
+        try:
+            dest, _ = self.lid_route(p, p.smlid, True)
+        except Drop as e:
+            if self.log:
+                self.log(f"trap 144 from {p.name} lost: {e}")
+            return []
+        return [Delivery(dest, 0, bytes(mad), p.lid, p.smlid, 0, spontaneous=True)]
