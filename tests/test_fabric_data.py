@@ -271,6 +271,7 @@ class Live:
         self.procs = []
         self.dev = {}
         self.before_sm, self.pump = before_sm, pump
+        self._old_dir = os.environ.get(fabriclink.DIR_ENV)
         try:
             self._start(sm, list(sm_args))
         except BaseException:
@@ -280,7 +281,7 @@ class Live:
     def _start(self, sm, sm_args):
         tmp = self.tmp
         fdir = tmp / "fabdir"
-        os.environ["SOFTRDMA_FABRIC_DIR"] = str(fdir)   # the server inherits it
+        os.environ[fabriclink.DIR_ENV] = str(fdir)      # the server inherits it
         net = tmp / "fab.net"
         net.write_text(NET_2SW)
         self.base = unique_base("ibd")
@@ -341,7 +342,10 @@ class Live:
             d.close()
         for p in reversed(self.procs):
             stop(p)
-        os.environ.pop("SOFTRDMA_FABRIC_DIR", None)
+        if self._old_dir is None:
+            os.environ.pop(fabriclink.DIR_ENV, None)
+        else:
+            os.environ[fabriclink.DIR_ENV] = self._old_dir
 
 
 @pytest.fixture(scope="module", params=["softrdma", "opensm"])
