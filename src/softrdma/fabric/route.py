@@ -374,16 +374,19 @@ class Router:
         data = smp.NOTICE.encode(NoticeIsGeneric=1, NoticeType=1, NoticeProducerType=2,
                                  NoticeTrapNumber=smp.TRAP_LINK_STATE_CHANGE,
                                  NoticeIssuerLID=p0.lid, NoticeDataLID=p0.lid)
+        self._pending.extend(self._trap(p0, data, smp.TRAP_LINK_STATE_CHANGE))
+
+    def _trap(self, src: Port, notice, number: int) -> list[Delivery]:
+        """A Trap(Notice) from the SMA behind ``src`` to its SM's LID."""
         self.trap_tid = (self.trap_tid + 1) & 0xFFFFFFFF
-        mad = smp.build_smp(Method.TRAP, smp.SmpAttr.NOTICE, 0, data, tid=self.trap_tid)
+        mad = smp.build_smp(Method.TRAP, smp.SmpAttr.NOTICE, 0, notice, tid=self.trap_tid)
         try:
-            dest, _ = self.lid_route(p0, p0.smlid, True)
+            dest, _ = self.lid_route(src, src.smlid, True)
         except Drop as e:
             if self.log:
-                self.log(f"trap 128 from {node.nodeid!r} lost: {e}")
-            return
-        self._pending.append(Delivery(dest, 0, bytes(mad), p0.lid, p0.smlid, 0,
-                                      spontaneous=True))
+                self.log(f"trap {number} from {src.name} lost: {e}")
+            return []
+        return [Delivery(dest, 0, bytes(mad), src.lid, src.smlid, 0, spontaneous=True)]
 
     def trap144(self, p: Port) -> list[Delivery]:
         """A CA port's CapabilityMask changed (an SM bound to it or gone):
@@ -398,12 +401,4 @@ class Router:
         o = smp.NOTICE_DATA_DETAILS[0]      # ntc_144: pad, LIDADDR, pad, changes, CapabilityMask
         data[o + 2:o + 4] = p.lid.to_bytes(2, "big")
         data[o + 6:o + 10] = cap.to_bytes(4, "big")
-        self.trap_tid = (self.trap_tid + 1) & 0xFFFFFFFF
-        mad = smp.build_smp(Method.TRAP, smp.SmpAttr.NOTICE, 0, data, tid=self.trap_tid)
-        try:
-            dest, _ = self.lid_route(p, p.smlid, True)
-        except Drop as e:
-            if self.log:
-                self.log(f"trap 144 from {p.name} lost: {e}")
-            return []
-        return [Delivery(dest, 0, bytes(mad), p.lid, p.smlid, 0, spontaneous=True)]
+        return self._trap(p, data, smp.TRAP_CAPABILITY_MASK_CHANGE)
