@@ -192,6 +192,12 @@ def test_packets_to_qp0_and_qp1_are_mads_for_the_router(fab):
     short = mad_packet(mad[:100], slid=3, dlid=1, sqp=1, dqp=1)
     assert dp.forward(port(fab, "h1"), [short], all_attached(fab))[1] == []
     assert pc(fab, "sw1", 1, model.PC_RCV_ERRORS) == 1
+    # the fabric ends MAD packets: a bad ICRC (under a good VCRC) is a receive error
+    bad = bytearray(pkt)
+    bad[-3] ^= 0x40
+    bad[-2:] = lrh.vcrc(bytes(bad[:-2])).to_bytes(2, "little")
+    assert dp.forward(port(fab, "h1"), [bytes(bad)], all_attached(fab))[1] == []
+    assert pc(fab, "sw1", 1, model.PC_RCV_ERRORS) == 2
 
 
 def _counts(f):

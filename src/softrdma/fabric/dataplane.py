@@ -432,11 +432,17 @@ class DataPlane:
 
     # --- MADs -----------------------------------------------------------------------------------
     def _mad(self, ingress: Port, frame, bth: int, dlid: int, slid: int, dqp: int):
-        """A UD packet to QP0/QP1: the MAD after BTH and DETH, for route.Router."""
+        """A UD packet to QP0/QP1: the MAD after BTH and DETH, for route.Router.
+        The fabric ends these packets (its agents answer, or the MAD goes on
+        as a sim_request), so it checks the ICRC as the receiving CA would;
+        None for a packet too short or with a bad ICRC."""
         o = bth + BTH_BYTES
         end = len(frame) - lrh.ICRC_BYTES - lrh.VCRC_BYTES
         pad = (frame[bth + 1] >> 4) & 3
         if end - pad - o - DETH_BYTES < MAD_BYTES:
+            return None
+        if int.from_bytes(frame[end:end + lrh.ICRC_BYTES], "little") != \
+                lrh.icrc(frame[:end], lrh.LNH_IBA_GLOBAL if bth > lrh.LRH_BYTES else lrh.LNH_IBA_LOCAL):
             return None
         _, sqp = _DETH.unpack_from(frame, o)
         self.stats["mads"] += 1
