@@ -62,7 +62,7 @@ class DataSocket:
         self.server = server
         self.fabric = server.fabric
         self.path = path or fabriclink.data_socket_path(server.base)
-        self.plane = DataPlane(self.fabric, log=self._log_drop if server.verbose > 1 else None)
+        self.plane = DataPlane(self.fabric, log=self._log_drop)
         self.conns: dict[int, Conn] = {}
         self.by_port: dict[Port, Conn] = {}
         self.stats = {"attached": 0, "closed": 0, "bad_msgs": 0, "full": 0, "full_drops": 0,
@@ -118,7 +118,8 @@ class DataSocket:
         self.server.log(f"fabric: {msg}")
 
     def _log_drop(self, msg: str) -> None:
-        self._log(f"data: {msg}")
+        if self.server.verbose > 1:             # the console's `verbose 2` turns it on
+            self._log(f"data: {msg}")
 
     # --- connections ----------------------------------------------------------------------
     def _on_accept(self, sock) -> None:
