@@ -23,9 +23,9 @@ _seq = [0]
 class InProcess:
     """``Server`` on NET_2SW (programmed as after a sweep) running in a thread."""
 
-    def __init__(self, tmp, programmed=True):
+    def __init__(self, tmp, programmed=True, net=NET_2SW):
         _seq[0] += 1
-        self.fabric = topo.loads(NET_2SW)
+        self.fabric = topo.loads(net)
         if programmed:
             program(self.fabric)
         self.path = str(tmp / "fab.data")
@@ -172,6 +172,65 @@ def test_malformed_messages_close_only_their_connection(fab):
     assert fab.control("stats").startswith("ok")
 
 
+def test_port_cap_sets_is_sm_and_a_closed_connection_clears_it(fab):
+    d = fab.dev("h2")
+    d.wait(lambda: d.infos)
+    assert not _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM
+    d.send(fabriclink.pack_port_cap(smp.CAP_IS_SM))
+    d.wait(lambda: _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM, what="IsSM in PORT_INFO")
+    d.send(fabriclink.pack_port_cap(0, smp.CAP_IS_SM))
+    d.wait(lambda: not _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM, what="IsSM cleared")
+    d.send(fabriclink.pack_port_cap(smp.CAP_IS_SM))
+    d.wait(lambda: _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM, what="IsSM again")
+    h2 = fab.fabric.node("h2").ports[1]
+    assert h2.has_sm
+    d.close()
+    fab.devs.remove(d)
+    wait_for(lambda: not h2.has_sm, 5, "IsSM cleared by the connection's end")
+    bad = fab.dev("h3")
+    bad.wait(lambda: bad.infos)
+    bad.send(fabriclink.pack_port_cap(1)[:-1])      # a short PORT_CAP: closed
+    bad.sock.settimeout(5)
+    while bad.sock.recv(70000):
+        pass
+
+
+def test_a_device_that_does_not_read_loses_packets_and_blocks_nobody(fab):
+    slow, a, b, c = fab.dev("h4"), fab.dev("h1"), fab.dev("h2"), fab.dev("h3")
+    for d in (slow, a, b, c):
+        d.wait(lambda d=d: d.infos)
+    big = data_packet(LID["h4"], LID["h1"], bytes(4000))
+    for _ in range(400):                    # ~24 MB for a reader that never reads
+        a.inject([big] * 15)
+    pkt = data_packet(LID["h3"], LID["h2"])
+    b.inject([pkt])
+    assert c.take(1, 10) == [pkt]
+    stats = dict(w.split("=") for w in fab.control("stats").split()[1:])
+    assert int(stats["full_drops"]) >= 15 * int(stats["full"]) > 0 and int(stats["devices"]) == 4
+
+
+NET_2PORT = NET_2SW.replace('Switch 4 "sw1"', 'Switch 5 "sw1"').replace(
+    'Switch 4 "sw2"', 'Switch 5 "sw2"') + """
+Ca 2 "hx"
+[1] "sw1"[5]
+[2] "sw2"[5]
+"""
+
+
+def test_a_two_port_ca_attaches_each_port(tmp_path):
+    fab = InProcess(tmp_path, programmed=False, net=NET_2PORT)
+    try:
+        for num in (1, 2):
+            d = fab.dev("hx", num, "mlx5_0")
+            d.wait(lambda d=d: d.infos, what=f"PORT_INFO of port {num}")
+            assert _pi(d.infos[0])["LocalPort"] == num
+            assert smp.decode_guid_info(d.infos[0].guid_info)[0] == fab.fabric.node("hx").ports[num].guid
+            assert smp.NODE_INFO.decode(d.infos[0].node_info.ljust(64, b"\0"))["NumPorts"] == 2
+        assert "hx" in fab.control("attached")
+    finally:
+        fab.close()
+
+
 def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(tmp_path):
     path = tmp_path / "fab.data"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -205,20 +264,24 @@ class Live:
     """A fabric server on NET_2SW with a fake device on every CA and
     softrdma's SM resident; LIDs from the devices' PORT_INFO."""
 
-    def __init__(self, tmp, sm="softrdma"):
+    def __init__(self, tmp, sm="softrdma", sm_args=(), before_sm=None, pump=None):
+        """``before_sm(self)`` runs once the devices are attached; ``pump(self)``
+        while the SM sweeps (for a device that answers the SM)."""
         self.tmp = tmp
         self.procs = []
         self.dev = {}
+        self.before_sm, self.pump = before_sm, pump
+        self._old_dir = os.environ.get(fabriclink.DIR_ENV)
         try:
-            self._start(sm)
+            self._start(sm, list(sm_args))
         except BaseException:
             self.close()
             raise
 
-    def _start(self, sm):
+    def _start(self, sm, sm_args):
         tmp = self.tmp
         fdir = tmp / "fabdir"
-        os.environ["SOFTRDMA_FABRIC_DIR"] = str(fdir)   # the server inherits it
+        os.environ[fabriclink.DIR_ENV] = str(fdir)      # the server inherits it
         net = tmp / "fab.net"
         net.write_text(NET_2SW)
         self.base = unique_base("ibd")
@@ -229,14 +292,17 @@ class Live:
         self.dev = {h: FakeDevice(self.path, h, name=f"mlx5_{h}") for h in HOSTS}
         for d in self.dev.values():
             d.wait(lambda d=d: d.infos, what="PORT_INFO at attach")
+        if self.before_sm:
+            self.before_sm(self)
         if sm == "softrdma":
             self.sm = self.start([sys.executable, "-m", "softrdma", "opensm", "-s", "0", "-f",
-                                  str(tmp / "osm.log")], "sm.out")
+                                  str(tmp / "osm.log"), *sm_args], "sm.out")
         else:                                   # the real opensm through libumad2sim
-            self.sm = self.start(["opensm", "-d2", "-s", "0", "-f", str(tmp / "osm.log")], "sm.out",
-                                 LD_PRELOAD=SIMSO)
-        wait_for(lambda: "SUBNET UP" in (tmp / "osm.log").read_text()
-                 if (tmp / "osm.log").exists() else False, 60, "SUBNET UP", proc=self.sm)
+            self.sm = self.start(["opensm", "-d2", "-s", "0", "-f", str(tmp / "osm.log"), *sm_args],
+                                 "sm.out", LD_PRELOAD=SIMSO)
+        log = tmp / "osm.log"
+        wait_for(lambda: (self.pump(self) if self.pump else None) or
+                 (log.exists() and "SUBNET UP" in log.read_text()), 60, "SUBNET UP", proc=self.sm)
         self.lid = {}
         for h, d in self.dev.items():
             d.wait(lambda d=d: _pi(d.infos[-1])["LinkState"] == PortState.ACTIVE, 30,
@@ -276,7 +342,10 @@ class Live:
             d.close()
         for p in reversed(self.procs):
             stop(p)
-        os.environ.pop("SOFTRDMA_FABRIC_DIR", None)
+        if self._old_dir is None:
+            os.environ.pop(fabriclink.DIR_ENV, None)
+        else:
+            os.environ[fabriclink.DIR_ENV] = self._old_dir
 
 
 @pytest.fixture(scope="module", params=["softrdma", "opensm"])
@@ -480,3 +549,91 @@ def test_malformed_input_leaves_the_server_serving(live):
     assert live.dev["h3"].take(1) == [data_packet(live.lid["h3"], live.lid["h1"])]
     assert live.server.poll() is None
     assert "bad message" in (live.tmp / "server.log").read_text()
+
+
+def test_partition_enforcement_with_the_real_opensm(tmp_path):
+    """opensm's partitions: switch ports facing CAs enforce their CA's P_Keys."""
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    f = topo.loads(NET_2SW)
+    guid = {h: f.node(h).ports[1].guid for h in HOSTS}
+    conf = tmp_path / "partitions.conf"
+    conf.write_text("Default=0x7fff, ipoib : ALL=full ;\n"
+                    f"P1=0x0001 : {guid['h1']:#x}=full, {guid['h4']:#x}=full ;\n")
+    lv = Live(tmp_path, "opensm", ["-P", str(conf)])
+    try:
+        lv.dev["h1"].wait(lambda: 0x8001 in lv.dev["h1"].infos[-1].pkeys, 10, "P_Key 0x8001 on h1")
+        assert 0x8001 not in lv.dev["h2"].infos[-1].pkeys
+        ok = data_packet(lv.lid["h4"], lv.lid["h1"], pkey=0x8001)
+        lv.dev["h1"].inject([ok])
+        assert lv.dev["h4"].take(1) == [ok]
+        sw1 = lv.switch_lid("sw1")
+        for port in (1, 2):
+            lv.diag("perfquery", "-R", str(sw1), str(port))
+        # h2 holds no 0x0001: its switch port refuses the packet coming in
+        lv.dev["h2"].inject([data_packet(lv.lid["h3"], lv.lid["h2"], pkey=0x8001)] * 2)
+        wait_for(lambda: lv.counters(sw1, 2)["PortRcvConstraintErrors"] == 2, 10,
+                 "inbound constraint errors")
+        # h1 does, h2 does not: refused going out to h2
+        lv.dev["h1"].inject([data_packet(lv.lid["h2"], lv.lid["h1"], pkey=0x8001)])
+        wait_for(lambda: lv.counters(sw1, 2)["PortXmitConstraintErrors"] == 1, 10,
+                 "outbound constraint errors")
+        assert lv.dev["h2"].pkts == [] and lv.dev["h3"].pkts == []
+        # the default partition still carries everybody
+        dflt = data_packet(lv.lid["h2"], lv.lid["h1"])
+        lv.dev["h1"].inject([dflt])
+        assert lv.dev["h2"].take(1) == [dflt]
+    finally:
+        lv.close()
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("sm", ["softrdma", "opensm"])
+def test_an_sm_bound_to_a_device_port_is_asked_for_its_sminfo(tmp_path, sm, when):
+    """PORT_CAP IsSM on h2 (before the SM's first sweep, or after it: then
+    trap 144 tells the SM): the subnet's SM finds an SM there and asks it
+    for its SMInfo through h2's QP0; h2 answers as a standby of lower priority."""
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    asked = []
+    guid = topo.loads(NET_2SW).node("h2").ports[1].guid
+
+    def claim_sm(lv):
+        d = lv.dev["h2"]
+        d.send(fabriclink.pack_port_cap(smp.CAP_IS_SM))
+        d.wait(lambda: _pi(d.infos[-1])["CapMask"] & smp.CAP_IS_SM, what="IsSM on h2")
+
+    def answer(lv):
+        d = lv.dev["h2"]
+        try:
+            d._pump(0.02)
+        except ConnectionError:
+            return
+        for pkt in d.pkts:
+            lr, dqp, sqp, m = mad_of(pkt)
+            if dqp != 0 or int.from_bytes(m[16:18], "big") != smp.SmpAttr.SM_INFO or \
+                    m[3] != madw.Method.GET:
+                continue
+            asked.append((lr.vl, m[1]))
+            r = bytearray(m)
+            r[3] = madw.Method.GET_RESP
+            r[64:64 + 21] = smp.SM_INFO.encode(SmInfoGuid=guid, SmActivity=1, SmPriority=0,
+                                               SmState=2)[:21]
+            if m[1] == madw.MgmtClass.SUBN_DIRECTED_ROUTE:
+                dr = smp.parse_dr(m)
+                smp.set_dr_word(r, 1, 0, dr.hop_cnt, dr.hop_cnt)
+            d.inject([mad_packet(bytes(r), slid=lr.dlid, dlid=lr.slid, sqp=0, dqp=sqp)])
+        d.pkts.clear()
+
+    # priority 1 beats the device's 0 (on equal priorities the lower GUID, h2's, would win)
+    lv = Live(tmp_path, sm, ["-p", "1"], before_sm=claim_sm if when == "before" else None,
+              pump=answer)
+    try:
+        if when == "after":
+            assert not asked
+            claim_sm(lv)
+            wait_for(lambda: answer(lv) or asked, 30, "an SMInfo Get after trap 144")
+        assert asked and all(vl == 15 for vl, _ in asked), asked
+        assert _pi(lv.dev["h2"].infos[-1])["CapMask"] & smp.CAP_IS_SM
+    finally:
+        lv.close()

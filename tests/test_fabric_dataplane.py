@@ -6,7 +6,8 @@ import pytest
 from softrdma.fabric import model, topo
 from softrdma.fabric.dataplane import DataPlane, mad_packet
 from softrdma.fabric.route import Router
-from softrdma.wire import lrh
+from softrdma.wire import fabriclink, lrh
+from softrdma.wire.errors import WireError
 from softrdma.wire.headers import BTH, DETH
 from softrdma.wire.opcodes import Opcode
 from softrdma.wire.smp import PortState
@@ -191,3 +192,58 @@ def test_packets_to_qp0_and_qp1_are_mads_for_the_router(fab):
     short = mad_packet(mad[:100], slid=3, dlid=1, sqp=1, dqp=1)
     assert dp.forward(port(fab, "h1"), [short], all_attached(fab))[1] == []
     assert pc(fab, "sw1", 1, model.PC_RCV_ERRORS) == 1
+    # the fabric ends MAD packets: a bad ICRC (under a good VCRC) is a receive error
+    bad = bytearray(pkt)
+    bad[-3] ^= 0x40
+    bad[-2:] = lrh.vcrc(bytes(bad[:-2])).to_bytes(2, "little")
+    assert dp.forward(port(fab, "h1"), [bytes(bad)], all_attached(fab))[1] == []
+    assert pc(fab, "sw1", 1, model.PC_RCV_ERRORS) == 2
+
+
+def _counts(f):
+    return {(p.node.nodeid, p.num): list(p.pc) for p in f.ports() if p.pc}
+
+
+def test_whole_message_fast_path_matches_the_split_path():
+    pkts = [data_packet(6, 3, bytes([i]) * (40 + 4 * i)) for i in range(10)]
+    msg = fabriclink.pack_packets(pkts)
+    fast, slow = topo.loads(NET_2SW), topo.loads(NET_2SW)
+    for f in (fast, slow):
+        program(f)
+    whole, out, mads = DataPlane(fast).forward_message(port(fast, "h1"), msg, all_attached(fast))
+    assert whole is port(fast, "h4") and out == {} and mads == []
+    # the same packets and one bad one: sorted packet by packet instead
+    bad = bytearray(pkts[0])
+    bad[-1] ^= 1
+    whole2, out2, _ = DataPlane(slow).forward_message(
+        port(slow, "h1"), fabriclink.pack_packets(pkts[:5] + [bytes(bad)] + pkts[5:]),
+        all_attached(slow))
+    assert whole2 is None and [bytes(p) for p in out2[port(slow, "h4")]] == pkts
+    c_fast, c_slow = _counts(fast), _counts(slow)
+    c_slow[("sw1", 1)][model.PC_RCV_ERRORS] -= 1
+    assert c_fast == c_slow
+
+
+def test_mixed_destinations_keep_their_order(fab):
+    dp = DataPlane(fab)
+    p = [data_packet(6, 3, b"a" * 8), data_packet(4, 3, b"b" * 8), data_packet(6, 3, b"c" * 8),
+         mad_packet(bytes(256), slid=3, dlid=1, sqp=1, dqp=1), data_packet(4, 3, b"d" * 8),
+         data_packet(0xC001, 3, b"e" * 8)]
+    fab.node("sw1").mft = {1: 1 << 2}             # the multicast group: h2 only
+    whole, out, mads = dp.forward_message(port(fab, "h1"), fabriclink.pack_packets(p),
+                                          all_attached(fab))
+    assert whole is None and len(mads) == 1
+    assert [bytes(x) for x in out[port(fab, "h4")]] == [p[0], p[2]]
+    assert [bytes(x) for x in out[port(fab, "h2")]] == [p[1], p[4], p[5]]
+
+
+def test_broken_framing_is_a_wire_error(fab):
+    dp = DataPlane(fab)
+    good = fabriclink.pack_packets([data_packet(6, 3)])
+    for msg in (good + b"\0", good[:-3], good[:4] + b"\x00", b"\x03\x01"):
+        with pytest.raises(WireError):
+            dp.forward_message(port(fab, "h1"), msg, all_attached(fab))
+    assert not port(fab, "sw2", 2).pc              # a broken message counts nowhere
+    # and a route it touched counts the next good message once
+    dp.forward_message(port(fab, "h1"), good, all_attached(fab))
+    assert port(fab, "sw2", 2).pc[model.PC_XMIT_PKTS] == 1

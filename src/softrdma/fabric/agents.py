@@ -24,6 +24,7 @@ from . import model
 from .model import Node, Port
 
 _GET, _SET = Method.GET, Method.SET
+_PORT_ATTRS = frozenset((SmpAttr.PORT_INFO, SmpAttr.PKEY_TABLE, SmpAttr.GUID_INFO))
 _NO_DATA = bytes(smp.SMP_DATA_SIZE)
 
 
@@ -122,10 +123,10 @@ class Sma:
             return SmpStatus.ATTR_UNSUPPORTED, bytes(data[:smp.SMP_DATA_SIZE])
         out = fn(node, arrival, method, mod, data)
         if method == _SET:
-            # any Set may change a route or what an attached device sees of its port
+            # any Set may change a route; these also what a device attached to a port sees
             changed = getattr(self.link, "node_changed", None)
             if changed is not None:
-                changed(node)
+                changed(node, attr in _PORT_ATTRS)
         return out
 
     # each handler: (status, 64 bytes)

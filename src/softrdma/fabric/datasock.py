@@ -26,7 +26,7 @@ import selectors
 import socket
 import stat
 
-from ..wire import fabriclink
+from ..wire import fabriclink, smp
 from ..wire.errors import WireError
 from ..wire.fabriclink import MsgType
 from ..wire.mad import Method
@@ -41,7 +41,7 @@ _RECV_SIZE = fabriclink.MAX_MESSAGE + 64
 
 
 class Conn:
-    __slots__ = ("sock", "port", "device", "last_info", "fd")
+    __slots__ = ("sock", "port", "device", "last_info", "fd", "is_sm")
 
     def __init__(self, sock):
         self.sock = sock
@@ -49,6 +49,7 @@ class Conn:
         self.port: Port | None = None
         self.device = ""
         self.last_info = b""
+        self.is_sm = False             # the device set IsSM (PORT_CAP)
 
 
 class DataSocket:
@@ -61,10 +62,11 @@ class DataSocket:
         self.server = server
         self.fabric = server.fabric
         self.path = path or fabriclink.data_socket_path(server.base)
-        self.plane = DataPlane(self.fabric, log=self._log_drop if server.verbose > 1 else None)
+        self.plane = DataPlane(self.fabric, log=self._log_drop)
         self.conns: dict[int, Conn] = {}
         self.by_port: dict[Port, Conn] = {}
-        self.stats = {"attached": 0, "closed": 0, "bad_msgs": 0, "full": 0, "mads_out": 0}
+        self.stats = {"attached": 0, "closed": 0, "bad_msgs": 0, "full": 0, "full_drops": 0,
+                      "mads_out": 0}
         self.listener = self._listen()
         server.sel.register(self.listener, selectors.EVENT_READ, self._on_accept)
 
@@ -116,7 +118,8 @@ class DataSocket:
         self.server.log(f"fabric: {msg}")
 
     def _log_drop(self, msg: str) -> None:
-        self._log(f"data: {msg}")
+        if self.server.verbose > 1:             # the console's `verbose 2` turns it on
+            self._log(f"data: {msg}")
 
     # --- connections ----------------------------------------------------------------------
     def _on_accept(self, sock) -> None:
@@ -145,6 +148,10 @@ class DataSocket:
         if c.port is not None and self.by_port.get(c.port) is c:
             del self.by_port[c.port]
             self.fabric.devices.pop(c.port, None)
+            if c.is_sm:                      # its SM is gone with it
+                c.port.has_sm = False
+                self.fabric.touch(c.port)
+                self._deliver(self.server.router.trap144(c.port))
         try:
             self.server.sel.unregister(c.sock)
         except (KeyError, ValueError):
@@ -174,9 +181,10 @@ class DataSocket:
                 return
             try:
                 self._message(c, msg)
-            except (WireError, FabricError, ValueError, IndexError) as e:
+            except Exception as e:           # whatever a device sends ends at its connection
                 self.stats["bad_msgs"] += 1
-                self._log(f"device {c.device or '?'}: bad message, connection closed: {e}")
+                why = str(e) if isinstance(e, (WireError, FabricError)) else f"{type(e).__name__}: {e}"
+                self._log(f"device {c.device or '?'}: bad message, connection closed: {why}")
                 self._close(c, None)
                 return
             if self.conns.get(c.fd) is not c:
@@ -189,9 +197,27 @@ class DataSocket:
                 raise WireError(f"{t.name} before ATTACH")
             self._attach(c, *fabriclink.parse_attach(msg))
             return
-        if t != MsgType.PACKETS:
+        if t == MsgType.PACKETS:
+            self._packets(c, msg)
+        elif t == MsgType.PORT_CAP:
+            self._port_cap(c, *fabriclink.parse_port_cap(msg))
+        else:
             raise WireError(f"{t.name} from a device")
-        self._packets(c, msg)
+
+    def _port_cap(self, c: Conn, set_mask: int, clear_mask: int) -> None:
+        """CapabilityMask bits from the device; the fabric's model of a CA
+        port keeps IsSM (the others are the port's kind's, as on ibsim)."""
+        p = c.port
+        if set_mask & smp.CAP_IS_SM:
+            if c.is_sm or p.has_sm:          # already, or an ibsim client's SM holds it
+                return
+            c.is_sm = p.has_sm = True
+        elif clear_mask & smp.CAP_IS_SM and c.is_sm:
+            c.is_sm = p.has_sm = False
+        else:
+            return
+        self.fabric.touch(p)
+        self._deliver(self.server.router.trap144(p))
 
     def _attach(self, c: Conn, num: int, selector: str, device: str) -> None:
         c.device = device[:64]
@@ -242,11 +268,16 @@ class DataSocket:
         table = (table + [0] * cap)[:cap]
         return fabriclink.pack_port_info(ni, pi, bytes(gi)[:fabriclink.GUID_INFO_BYTES], table)
 
-    def _push_info(self, c: Conn) -> None:
+    def _push_info(self, c: Conn) -> bool:
+        """PORT_INFO if it changed since the last one sent; False if the
+        socket took nothing."""
         msg = self.port_info_msg(c.port)
-        if msg != c.last_info:
-            c.last_info = msg
-            self._send(c, msg)
+        if msg == c.last_info:
+            return True
+        if not self._send(c, msg):
+            return False
+        c.last_info = msg
+        return True
 
     def poll(self) -> None:
         """After a pass of the server loop: push PORT_INFO to the devices
@@ -254,35 +285,41 @@ class DataSocket:
         dirty = self.fabric.dirty
         if not dirty:
             return
-        if self.by_port:
-            for p in list(dirty):
-                c = self.by_port.get(p)
-                if c is not None:
-                    self._push_info(c)
+        by_port = self.by_port
+        if len(dirty) < len(by_port):
+            todo = [(p, by_port[p]) for p in dirty if p in by_port]
+        else:
+            todo = [(p, c) for p, c in by_port.items() if p in dirty]
         dirty.clear()
+        for p, c in todo:
+            if not self._push_info(c) and self.by_port.get(p) is c:
+                dirty.add(p)                 # its socket is full: again after the next pass
 
     # --- packets --------------------------------------------------------------------------------
-    def _send(self, c: Conn, msg: bytes) -> bool:
+    def _send(self, c: Conn, msg, npkts: int = 0) -> bool:
+        """One message, never waiting: a full socket loses it (``npkts``
+        packets counted in ``full_drops``)."""
         try:
             c.sock.send(msg)
             return True
         except (BlockingIOError, InterruptedError):
             self.stats["full"] += 1
+            self.stats["full_drops"] += npkts
             return False
         except OSError as e:
             self._close(c, f"send failed: {e.strerror}")
             return False
 
     def _packets(self, c: Conn, msg: bytes) -> None:
-        frames = list(fabriclink.iter_packets(msg))
-        out, mads = self.plane.forward(c.port, frames, self.by_port)
+        whole, out, mads = self.plane.forward_message(c.port, msg, self.by_port)
+        if whole is not None:                # all for one device: the message as it came
+            self._send(self.by_port[whole], msg, msg[2] << 8 | msg[3])
         for dest, pkts in out.items():
             to = self.by_port.get(dest)
             if to is None:
                 continue
             for m in fabriclink.batches(pkts):
-                if not self._send(to, m):
-                    break
+                self._send(to, m, m[2] << 8 | m[3])
         for m in mads:
             self._mad_from_device(m)
 
@@ -290,8 +327,13 @@ class DataSocket:
     def _mad_from_device(self, m: MadIn) -> None:
         """A MAD a device sent: through the MAD router as from an ibsim
         client at its port; what comes out goes to a client or a device."""
+        self._deliver(self.server.router.inject(m.port, m.mad, m.slid, m.dlid, m.sqp, m.dqp))
+
+    def _deliver(self, deliveries) -> None:
+        """The router's deliveries of a device's MAD (or of a trap): to the
+        ibsim client listening there, else to the device there."""
         srv = self.server
-        for d in srv.router.inject(m.port, m.mad, m.slid, m.dlid, m.sqp, m.dqp):
+        for d in deliveries:
             if d.dropped:
                 continue                     # the device's own timeout covers a lost MAD
             to = srv._find(d)
@@ -309,7 +351,7 @@ class DataSocket:
         slid = d.slid if d.slid else 0
         pkt = mad_packet(d.mad, slid=slid, dlid=d.dlid, sqp=d.sqp, dqp=d.qp)
         self.stats["mads_out"] += 1
-        return self._send(c, fabriclink.pack_packets([pkt]))
+        return self._send(c, fabriclink.pack_packets([pkt]), 1)
 
     # --- for the console's `attached` ---------------------------------------------------------
     def attached_text(self) -> str:
@@ -317,3 +359,9 @@ class DataSocket:
         return "".join(f'\nDevice {c.device or "?"}: attached at "{p.node.nodeid}" port {p.num}, '
                        f"lid {p.lid}" for p, c in sorted(self.by_port.items(),
                                                           key=lambda i: (i[0].node.index, i[0].num)))
+
+    def stats_text(self) -> str:
+        """The console's ``stats`` words for the data plane."""
+        st = {"devices": len(self.by_port), **self.stats,
+              **{f"pkts_{k}": v for k, v in self.plane.stats.items()}}
+        return "".join(f" {k}={v}" for k, v in st.items())

@@ -9,6 +9,11 @@ SL→VL and VL arbitration tables), the links between ports, and per switch
 the linear and multicast forwarding tables and SwitchInfo.  PortCounters /
 PortCountersExtended live here too; route.py bumps them as it forwards.
 
+For the data plane (dataplane.py, datasock.py) the fabric also keeps a
+change ``generation`` and the ``dirty`` ports (``Fabric.touch``: an SM's
+Set, a link event), the CA ports with an IB device attached (``devices``)
+and each switch port's partition enforcement bits.
+
 Per-port state is kept compact (``__slots__``; tables that the SM rarely
 sets are ``None`` until it does), so a fabric of thousands of hosts costs
 a few hundred bytes a port.  The SMA and PMA (agents.py) read and change

@@ -18,7 +18,9 @@ on the first failed send or at the next liveness check, which looks for
 its ``@<base>:in<pid>`` socket in /proc/net/unix; link events come from
 ``softrdma fabric link ...`` over a control socket ``@<base>:softrdma``
 as well as from ibsim's console commands on stdin.  All fabric behaviour
-is route.Router's: this module only moves bytes.
+is route.Router's: this module only moves bytes.  InfiniBand device
+ports of softrdma daemons attach to CA ports through the data socket
+(datasock.DataSocket, polled by this loop).
 """
 
 from __future__ import annotations
@@ -232,6 +234,7 @@ class Server:
                 return err
             c.issm = bool(issm)
             p.has_sm = bool(issm)
+            self.fabric.touch(p)                   # CapabilityMask.IsSM: for an attached device
             out = data
         elif t == SimCtlType.GET_PKEYS:
             cap = node.pkey_cap(p)
@@ -294,6 +297,7 @@ class Server:
         del self.clients[c.idx]
         if c.issm:
             c.port.has_sm = False
+            self.fabric.touch(c.port)
         try:
             self.sel.unregister(c.sock)
         except (KeyError, ValueError):
@@ -493,7 +497,8 @@ class Server:
                 return f"ok {args[0]}"
             if cmd == "stats":
                 return "ok " + " ".join(f"{k}={v}" for k, v in self.stats.items()) + \
-                    f" clients={len(self.clients)}"
+                    f" clients={len(self.clients)}" + \
+                    (self.datasock.stats_text() if self.datasock is not None else "")
             if cmd in ("help", "?"):
                 return ("ok commands: Attached, X <n>, Unlink \"node\"[p], ReLink \"node\"[p], "
                         "link down|up NODE PORT, error NODE PORT RATE [ATTR], Verbose [n], "
