@@ -4,6 +4,7 @@ perftest by LID (no -g), ibping through the device's QP1."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -259,3 +260,34 @@ def test_e2e_the_diags_through_the_device_qp0_and_qp1(hosts):
             assert f"\t\tNodeDescription.........{name}\n" in out
     rc, out, err = tool(d, "ibnetdiscover", "-C", "mlx5_0")
     assert rc == 0 and out.count("\nSwitch\t") == 2 and out.count("\nCa\t") == 4, out + err
+
+
+@pytest.mark.slow
+def test_e2e_an_issm_file_holds_issm_and_takes_the_sms_smps(hosts):
+    """A umad file opened as the kernel's issm device (an SM bound to the
+    port): the port has IsSM while it is open -- every SM's sweep sees it
+    (another SM's port: an SMInfo Get comes to the file through the device's
+    QP0) -- and loses it when the file closes."""
+    from softrdma.tools.ibdiag.devport import DevicePort
+    from softrdma.wire.smp import CAP_IS_SM, SmpAttr
+    d = hosts.daemons["h4"]
+    old = os.environ.get("SOFTRDMA_RUN")
+    os.environ["SOFTRDMA_RUN"] = d.run_dir
+    try:
+        port = DevicePort("mlx5_0", 1, classes=(0x01, 0x81), issm=True)
+    finally:
+        os.environ["SOFTRDMA_RUN"] = old
+    try:
+        wait_for(lambda: link(d.run_dir, "mlx5_0")["port_attr"]["port_cap_flags"] & CAP_IS_SM, 30, "IsSM")
+        rc, out, err = tool(hosts.daemons["h1"], "smpquery", "-C", "mlx5_0", "portinfo", str(hosts.lid["h4"]))
+        assert rc == 0 and re.search(r"CapMask:\.+0x[0-9a-f]+\n\s+IsSM\n", out), out + err
+        got = []
+
+        def sminfo_get():
+            if port.wait(0.5):
+                got.extend(r for r in port.recv_all() if r.mad[1] in (0x01, 0x81))
+            return any(int.from_bytes(r.mad[16:18], "big") == SmpAttr.SM_INFO for r in got)
+        wait_for(sminfo_get, 60, "the master SM's SMInfo Get")
+    finally:
+        port.close()
+    wait_for(lambda: not link(d.run_dir, "mlx5_0")["port_attr"]["port_cap_flags"] & CAP_IS_SM, 30, "IsSM cleared")

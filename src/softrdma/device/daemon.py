@@ -368,6 +368,7 @@ class Daemon:
             if link.connect():
                 log.info("%s: attached to fabric %s, node %s", dev.name, link.base, link.node)
                 self.sel.register(link.sock, selectors.EVENT_READ, ("fabric", dev))
+                dev.attached()
             else:
                 link.close(now)
         if dev.port_events:

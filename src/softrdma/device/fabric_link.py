@@ -133,6 +133,12 @@ class FabricLink:
         self.flush()
         return dropped
 
+    def send_control(self, msg: bytes) -> None:
+        """A message other than PACKETS (PORT_CAP), in order with them."""
+        self.outbox.append(msg)
+        self.outbox_bytes += len(msg)
+        self.flush()
+
     def flush(self) -> bool:
         """Send what waits; True when nothing is left."""
         s = self.sock

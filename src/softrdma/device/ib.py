@@ -141,6 +141,7 @@ class IbPort(Port):
         self.pkeys: tuple = (0xFFFF,)
         self.accepts_pkey = pkey_accepts(self.pkeys)
         self.ib_cnt = [0] * len(IB_COUNTERS)
+        self.cap_held = 0                         # CapabilityMask bits this port set (``set_port_cap``)
         self.port_events: list[int] = []          # ibv_event_type, for the daemon to send the clients
         self.seen_info = False
         # what a RoCE port has and an IB port has not (the daemon reads them from every device)
@@ -264,6 +265,19 @@ class IbPort(Port):
         self.route_cache.clear()
         self.port_events.extend(evs)
         return evs
+
+    def set_port_cap(self, set_mask: int, clear_mask: int) -> None:
+        """ib_modify_port's set/clear of CapabilityMask bits (IsSM while an
+        issm file is open): told to the fabric, whose SMA owns the port's
+        PortInfo; it answers with PORT_INFO.  Held across reconnects."""
+        self.cap_held = (self.cap_held | set_mask) & ~clear_mask
+        if self.link.connected:
+            self.link.send_control(fl.pack_port_cap(set_mask, clear_mask))
+
+    def attached(self) -> None:
+        """A new fabric connection: the bits this port holds, again."""
+        if self.cap_held:
+            self.link.send_control(fl.pack_port_cap(self.cap_held, 0))
 
     # -- address vectors
     def check_av(self, av, peers) -> None:

@@ -6,7 +6,10 @@ other diags run against a host's own device (``-C DEV -P PORT``).
 ``umad_open`` hands the tool (records of ``uapi.umad``), its agent's
 ``hi_tid`` (the upper 32 TID bits the tool's requests leave with and its
 responses come back by), and the management classes it takes requests of
-(ib_register_mad_agent's registration: ibping -S takes class 0x32).
+(ib_register_mad_agent's registration: ibping -S takes class 0x32), and
+whether it is an issm file: while one is open the port has IsSM in its
+CapabilityMask (the kernel's ``/dev/infiniband/issmN``; ``IbPort.set_port_cap``),
+so that an SM bound to the port is seen by the others.
 ``Umad`` is a device's set of files: ``readable`` sends a tool's records
 -- a MAD to QP0 as an SMP from the port's QP0 (VL15, ``IbPort.send_smp``:
 the fabric's SMAs answer, the device's own SMA is the fabric's), any other
@@ -20,6 +23,7 @@ import errno
 import socket
 
 from ..uapi import umad as U
+from ..wire.smp import CAP_IS_SM
 
 FIRST_HI_TID = 0x100                 # below: the daemon's own requests (rdma_cm, SA queries)
 MAX_FILES = 64
@@ -27,9 +31,10 @@ SNDBUF = 1 << 20
 
 
 class UmadFile:
-    def __init__(self, dev, hi_tid: int, classes):
+    def __init__(self, dev, hi_tid: int, classes, issm: bool = False):
         self.dev = dev
         self.hi_tid = hi_tid
+        self.issm = issm                  # holds IsSM on the port (an issm device open)
         self.classes = frozenset(int(c) & 0xFF for c in classes)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.setblocking(False)
@@ -63,20 +68,29 @@ class Umad:
         self.files: list[UmadFile] = []
         self._next_hi = FIRST_HI_TID
 
-    def open(self, classes) -> UmadFile:
+    def open(self, classes, issm: bool = False) -> UmadFile:
         if len(self.files) >= MAX_FILES:
             raise OSError(errno.EMFILE, f"{self.dev.name}: {MAX_FILES} umad files open")
         used = {f.hi_tid for f in self.files}
         while self._next_hi in used:
             self._next_hi += 1
-        f = UmadFile(self.dev, self._next_hi, classes)
+        f = UmadFile(self.dev, self._next_hi, classes, issm)
         self._next_hi = self._next_hi + 1 if self._next_hi < 0xFFFFFFFF else FIRST_HI_TID
+        if issm and not self.issm:
+            self.dev.set_port_cap(CAP_IS_SM, 0)
         self.files.append(f)
         return f
+
+    @property
+    def issm(self) -> bool:
+        """Whether an open file holds IsSM."""
+        return any(f.issm for f in self.files)
 
     def close(self, f: UmadFile) -> None:
         if f in self.files:
             self.files.remove(f)
+            if f.issm and not self.issm:
+                self.dev.set_port_cap(0, CAP_IS_SM)
         f.close()
 
     def readable(self, f: UmadFile, now: float) -> bool:

@@ -209,8 +209,9 @@ _TABLE = (
             (_E.EPERM, _E.ENODEV), device=False, state_first=True),
     Command("link_delete", (string("name"),), (), (_E.EPERM, _E.ENODEV), device=False, state_first=True),
     # a umad file of an IB device's port (the diags' MADs through its QP1): the socket of uapi.umad
-    # records; ``classes``: the management classes whose requests it takes (a server's)
-    Command("umad_open", (string("name"), u8("port", 1), any_("classes")),
+    # records; ``classes``: the management classes whose requests it takes (a server's); ``issm``:
+    # the port has IsSM while the file is open (the kernel's issm device, for an SM bound to the port)
+    Command("umad_open", (string("name"), u8("port", 1), any_("classes"), u8("issm", 0)),
             ("hi_tid", "lid", "sm_lid", "node_info", "port_info"), (_E.ENODEV, _E.EMFILE), device=False,
             fds_out=1),
     # -- ECN / DCQCN settings (mlx5's ecn/roce_np, ecn/roce_rp; softrdma ecn)

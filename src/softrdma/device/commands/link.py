@@ -195,7 +195,7 @@ def cmd_umad_open(daemon, c, m, fds):
         raise VerbsError(errno.ENODEV, f"no device {name!r}")
     if dev.link_layer != LINK_LAYER_IB:
         raise VerbsError(errno.EOPNOTSUPP, f"{name} is a RoCE device: its MADs are rdma_cm's")
-    f = dev.gsi.umad.open(classes)
+    f = dev.gsi.umad.open(classes, issm=bool(rq.uint(m, "issm", rq.U8, 0)))
     daemon.sel.register(f.sock, selectors.EVENT_READ, ("umad", (dev, f)))
     theirs, f.theirs = f.theirs, None
     raw = dev.raw_info

@@ -71,14 +71,15 @@ def device_for(ca: str | None, ca_port: int) -> str | None:
 
 
 class DevicePort:
-    def __init__(self, name: str, port: int = 1, classes=()):
+    def __init__(self, name: str, port: int = 1, classes=(), issm: bool = False):
         self.name = name
         try:
             conn = verbs_device.management()
         except (PyverbsError, OSError) as e:
             raise TransportError(f"cannot open {name}: {e}") from None
         try:
-            reply, fds = conn.call("umad_open", want_fds=1, name=name, port=port or 1, classes=list(classes))
+            reply, fds = conn.call("umad_open", want_fds=1, name=name, port=port or 1, classes=list(classes),
+                                   issm=int(issm))
         except PyverbsError as e:
             raise TransportError(f"cannot open a umad file on {name}: {e}") from None
         finally:
