@@ -33,6 +33,7 @@ USAGE = ("Usage: rdma [ OPTIONS ] OBJECT { COMMAND | help }\n"
          "       OPTIONS := { -V[ersion] | -d[etails] | -j[son] | -p[retty] -r[aw]}\n")
 LINK_USAGE = ("Usage: rdma link show [DEV/PORT_INDEX]\n"
               "Usage: rdma link add NAME type TYPE netdev NETDEV\n"
+              "Usage: rdma link add NAME type ib fabric FABRIC node NODE [port PORT]\n"
               "Usage: rdma link delete NAME\n")
 GUID_LO = "0200:00ff:fe00:0000"    # rxe's EUI-64 of lo's all-zero MAC
 

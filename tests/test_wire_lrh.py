@@ -116,6 +116,8 @@ def test_fabriclink_messages_round_trip():
     assert len(msgs) > 1 and all(len(x) <= 4096 for x in msgs)
     assert [bytes(p) for x in msgs for p in fl.iter_packets(x)] == pkts
     assert fl.parse_error(fl.pack_error(16, "port taken")) == (16, "port taken")
+    m = fl.pack_port_cap(1 << 1, 1 << 5)
+    assert fl.msg_type(m) is fl.MsgType.PORT_CAP and fl.parse_port_cap(m) == (2, 32)
 
 
 def test_fabriclink_refuses_malformed():
@@ -131,6 +133,8 @@ def test_fabriclink_refuses_malformed():
         fl.parse_port_info(fl.pack_port_info(bytes(40), bytes(64), bytes(64), (1,))[:-1])
     with pytest.raises(WireError):
         fl.parse_attach(fl.HDR.pack(1, 1, 0) + b"\x01\0\0\0")
+    with pytest.raises(WireError):
+        fl.parse_port_cap(fl.pack_port_cap(2)[:-1])
 
 
 def test_data_socket_path(monkeypatch):

@@ -1,7 +1,9 @@
 """A device as the daemon hosts it: its port, its objects, its data path.
 
-``Device`` is its port (``device.roce.RocePort``: the receive demux and
-transmit routing of ``transport.port``, over the RoCEv2 link) and owns the
+``DeviceCore`` is what every device has, whatever its link; a device class
+adds its port: ``Device`` (``device.roce.RocePort``: the receive demux and
+transmit routing of ``transport.port``, over the RoCEv2 link), and
+``device.ib.IbDevice`` (``IbPort``, on an InfiniBand fabric).  It owns the
 MR table (``transport.memory.MemoryTable`` over the applications' shared
 memory), the QPs (``transport.QP``) and the shared-memory ends the
 applications talk to:
@@ -47,6 +49,7 @@ from ..uapi.abi import WC
 from ..uapi.queues import CompletionQueueProducer, WorkQueueConsumer
 from ..uapi.shm import W_PRODUCER
 from .capture import Capture, Tap
+from .gid import eui64
 from .gsi import Gsi
 from .mcast import McastGroups
 from .roce import RocePort
@@ -164,15 +167,22 @@ class DevSRQ:
         self.owner = owner
 
 
-class Device(RocePort):
-    def __init__(self, name: str, netdev: str, addresses: list[str], *, mac: bytes = bytes(6),
-                 port: int = 4791, caps: DeviceCaps | None = None, bind: bool = True, netdev_index: int = 0):
-        super().__init__(netdev, addresses, mac, port, bind, netdev_index)
+class DeviceCore:
+    """What a device is besides its link: its objects (MRs, QPs, SRQs, XRC
+    domains), its rings and data path, its counters and timers.  A device
+    class is this and a link's port: ``Device`` (RoCEv2, ``RocePort``),
+    ``device.ib.IbDevice`` (InfiniBand, ``IbPort``).  The link's part it
+    relies on: ``qps``, ``tx``, ``cnt``, ``route_cache``, ``faults``,
+    ``tap``, ``qp_failed``, ``drain`` (read the link empty before a timer
+    fires), ``close``, ``port_attrs``, ``av_from``."""
+
+    link_layer = 2                                   # IBV_LINK_LAYER_ETHERNET
+
+    def _init_core(self, name: str, caps: DeviceCaps | None) -> None:
         self.name = name
         self.ifindex = 0                             # set by the daemon (rdma link's index)
         self.caps = caps or DeviceCaps(active_mtu=3)
         self.cc = self.caps.cc                       # ECN / DCQCN (transport.dcqcn)
-        self.cc_changed()
         self.memory = MemoryTable()
         self.srqs: list[DevSRQ] = []
         self.xrcds: dict = {}                        # XRC domains shared through a file, by (st_dev, st_ino)
@@ -181,7 +191,6 @@ class Device(RocePort):
         self.events: list = []                       # shared transport async events
         self._next_qpn = 0x11
         self.counters = new_counters()               # of QPs already destroyed
-        self.state = 4                               # PORT_ACTIVE
         self.mcast = McastGroups(self)               # UD multicast groups, their sockets
         self.gsi = Gsi(self)                         # QP1: MADs (the CM)
         self.raw = None                              # device.raw.RawPort while raw packet QPs exist
@@ -195,10 +204,6 @@ class Device(RocePort):
     def rx_dropped(self) -> dict[str, int]:
         """The packets the port dropped before any QP, by reason."""
         return as_dict(self.cnt, RX_DROPPED)
-
-    def close(self) -> None:
-        self.close_sockets()
-        self.mcast.close()
 
     # -- objects
     def alloc_qpn(self) -> int:
@@ -452,6 +457,28 @@ class Device(RocePort):
             if dqp.qp.timer_at is not None:
                 dqp.qp.stalled(since, until)
 
+
+class Device(DeviceCore, RocePort):
+    """A device on an Ethernet netdev: RoCEv2 (rxe's)."""
+
+    def __init__(self, name: str, netdev: str, addresses: list[str], *, mac: bytes = bytes(6),
+                 port: int = 4791, caps: DeviceCaps | None = None, bind: bool = True, netdev_index: int = 0):
+        RocePort.__init__(self, netdev, addresses, mac, port, bind, netdev_index)
+        self._init_core(name, caps)
+        self.state = 4                               # PORT_ACTIVE (the netdev's state: Daemon.refresh_netdev)
+        self.cc_changed()
+
+    @property
+    def node_guid(self) -> bytes:
+        """rxe's: the EUI-64 of the netdev's MAC."""
+        return eui64(self.mac)
+
+    sys_image_guid = node_guid
+
+    def close(self) -> None:
+        self.close_sockets()
+        self.mcast.close()
+
     def port_attrs(self) -> dict:
         mtu = self.caps.active_mtu
         return {"state": self.state, "max_mtu": self.caps.max_mtu, "active_mtu": mtu, "gid_tbl_len": 1024,
@@ -467,4 +494,4 @@ class Device(RocePort):
                              port_num=d.get("port_num", 1), is_global=d.get("is_global", True))
 
 
-__all__ = ["Device", "DevQP", "DevCQ", "DevSRQ", "DevChannel"]
+__all__ = ["DeviceCore", "Device", "DevQP", "DevCQ", "DevSRQ", "DevChannel"]

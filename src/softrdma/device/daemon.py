@@ -45,7 +45,7 @@ from ..uapi.rundir import SOCKET_NAME
 from .commands import HANDLERS, FREE
 from .commands.restrack import Restrack
 from .core import Device
-from .gid import eui64
+from .ib import LINK_LAYER_IB
 from .net import gid_to_ip
 from .netdev import netdev_info
 from .placement import should_yield
@@ -142,7 +142,8 @@ class Daemon:
         """Every address any of our devices has a GID for -> that device
         (packets to them are delivered without a socket)."""
         if self._by_ip is None:
-            self._by_ip = {gid_to_ip(e.gid): d for d in self.devices.values() for _, e in d.gid_table}
+            self._by_ip = {gid_to_ip(e.gid): d for d in self.devices.values() if d.link_layer != LINK_LAYER_IB
+                           for _, e in d.gid_table}
         return self._by_ip
 
     def topology_changed(self) -> None:
@@ -187,6 +188,8 @@ class Daemon:
                 d = self.rdma_cm_deadline(dev)
                 if d is not None:
                     timeout = min(timeout, max(0.001, d - now))
+                if dev.link_layer == LINK_LAYER_IB and dev.link.retry_at is not None:
+                    timeout = min(timeout, max(0.001, dev.link.retry_at - now))
         events = self.sel.select(timeout)
         if not events and timeout == 0.0 and should_yield(now, self.last_busy, self.spin_budget_s):
             # spinning with nothing to do: give the core to the applications
@@ -205,6 +208,18 @@ class Daemon:
             if kind == "udp":
                 dev, s = data
                 dev.receive(s, time.monotonic())
+                self._busy()
+            elif kind == "umad":
+                dev, f = data
+                if not dev.gsi.umad.readable(f, time.monotonic()):
+                    try:
+                        self.sel.unregister(f.sock)
+                    except (KeyError, ValueError):
+                        pass
+                    dev.gsi.umad.close(f)
+                self._busy()
+            elif kind == "fabric":
+                self.fabric_readable(data)
                 self._busy()
             elif kind == "mcast":
                 dev, s = data
@@ -252,6 +267,8 @@ class Daemon:
         # or max_wait, which also covers a lost doorbell)
         poll = not self.sleeping or not events
         for dev in self.devices.values():
+            if dev.link_layer == LINK_LAYER_IB:
+                self.fabric_service(dev, now)
             if poll and dev.poll_rings(now):
                 self._busy()
             if dev.faults is not None and dev.flush_held(now):
@@ -330,6 +347,65 @@ class Daemon:
             dev.state = new_state
             self.sysfs.set_port(dev.name, 1, state=new_state, phys_state=5 if new_state == 4 else 3)
             self._event_clients(dev, IBV_EVENT_PORT_ACTIVE if new_state == 4 else IBV_EVENT_PORT_ERR)
+
+    # ------------------------------------------------------------ InfiniBand ports
+    def fabric_readable(self, dev) -> None:
+        """An IB device's fabric connection has input: PORT_INFO, PACKETS;
+        its end takes the port Down and schedules a reconnect."""
+        now = time.monotonic()
+        if not dev.service(now):
+            self.fabric_lost(dev, now)
+        self._ib_port_events(dev)
+
+    def fabric_service(self, dev, now: float) -> None:
+        """Each pass: send what waits for the fabric's socket; reconnect a
+        lost fabric when its back-off is over."""
+        link = dev.link
+        if link.outbox:
+            link.flush()
+            self._busy()
+        if link.sock is None and link.retry_at is not None and now >= link.retry_at:
+            if link.connect():
+                log.info("%s: attached to fabric %s, node %s", dev.name, link.base, link.node)
+                self.sel.register(link.sock, selectors.EVENT_READ, ("fabric", dev))
+                dev.attached()
+            else:
+                link.close(now)
+        if dev.port_events:
+            self._ib_port_events(dev)
+
+    def fabric_lost(self, dev, now: float) -> None:
+        link = dev.link
+        if link.sock is not None:
+            try:
+                self.sel.unregister(link.sock)
+            except (KeyError, ValueError):
+                pass
+        if link.error:
+            log.warning("%s: fabric link lost: %s", dev.name, link.error[1])
+        link.close(now)
+        dev.link_lost()
+        self._ib_port_events(dev)
+
+    def _ib_port_events(self, dev) -> None:
+        """What changed on an IB port: the sysfs port files, then the events
+        to the clients (as ib_cache updates its cache before it dispatches)."""
+        if not dev.port_events:
+            return
+        evs = dev.port_events[:]
+        dev.port_events.clear()
+        self.topology_changed()
+        self._ib_sysfs_port(dev)
+        for ev in evs:
+            self._event_clients(dev, ev)
+
+    def _ib_sysfs_port(self, dev) -> None:
+        t = self.sysfs
+        t.set_port(dev.name, 1, state=dev.state, phys_state=dev.phys_state, rate=dev.rate, lid=dev.lid,
+                   sm_lid=dev.sm_lid, lid_mask_count=dev.lmc, cap_mask=dev.cap_mask, link_layer="InfiniBand",
+                   sm_sl=dev.sm_sl)
+        t.set_gids(dev.name, 1, dev.gid_table)
+        t.set_pkeys(dev.name, 1, dev.pkeys)
 
     def _event_clients(self, dev: Device, ev: int) -> None:
         for cl in self.clients.values():
@@ -509,11 +585,19 @@ class Daemon:
         self._next_ifindex += 1
         self.devices[dev.name] = dev
         self.topology_changed()
-        self.rdma_cm.add_device(dev, int.from_bytes(eui64(dev.mac), "big"))
+        self.rdma_cm.add_device(dev, int.from_bytes(dev.node_guid, "big"))
         self.rdma_cm.device_added(dev)
         for s in dev.sockets:
             self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
         t = self.sysfs
+        if dev.link_layer == LINK_LAYER_IB:
+            if dev.link.sock is not None:
+                self.sel.register(dev.link.sock, selectors.EVENT_READ, ("fabric", dev))
+            t.add_device(dev.name, dev.node_guid, dev.sys_image_guid, node_desc=f"{dev.name} softrdma")
+            self._ib_sysfs_port(dev)
+            dev.port_events.clear()                 # (the device is new: nobody to tell)
+            self._write_counters(dev)
+            return
         t.add_device(dev.name, **softrdma_device_attrs(dev.mac, dev.netdev))
         t.set_port(dev.name, 1, state=dev.state, phys_state=5 if dev.state == 4 else 3)
         t.set_gids(dev.name, 1, dev.gid_table)
@@ -527,6 +611,9 @@ class Daemon:
         pma = rxe_pma_counters(tr["tx_bytes"], tr["rx_bytes"], tr["tx_packets"], tr["rx_packets"])
         # rxe's PMA leaves these 0; PortCountersExtended defines them, and the daemon knows them
         pma.update(multicast_xmit_packets=dev.mcast.xmit_packets, multicast_rcv_packets=dev.mcast.rcv_packets)
+        if dev.link_layer == LINK_LAYER_IB:
+            ib = dev.ib_counters
+            pma.update(port_xmit_discards=ib["port_xmit_discards"], port_rcv_errors=ib["port_rcv_errors"])
         self.sysfs.update_counters(dev.name, 1, pma, hw)
         cm = getattr(dev, "cm", None)
         if cm is not None:
@@ -539,7 +626,8 @@ class Daemon:
         written into a device's ECN files is in force within a second."""
         for dev in self.devices.values():
             self._write_counters(dev)
-            self._ecn_writes(dev)
+            if dev.link_layer != LINK_LAYER_IB:
+                self._ecn_writes(dev)
 
     def _ecn_writes(self, dev: Device) -> None:
         """Apply what someone wrote into ``dev``'s ECN files (``echo 0 >
@@ -570,7 +658,8 @@ class Daemon:
             dev.close()
             try:
                 self.sysfs.remove_device(dev.name)
-                self.sysfs.remove_ecn(dev.netdev)
+                if dev.netdev:
+                    self.sysfs.remove_ecn(dev.netdev)
             except (KeyError, LookupError, OSError):
                 pass
         if self.netlink is not None:

@@ -179,6 +179,16 @@ class GidTable:
             gid = gid_from_str(gid)
         return self._index.get(bytes(gid))
 
+    def gid(self, index: int) -> Optional[bytes]:
+        """The GID at ``index``; None for a free slot or an index outside the table."""
+        e = self._slots[index] if 0 <= index < self.capacity else None
+        return e.gid if e is not None else None
+
+    def gids(self) -> list[bytes]:
+        """GIDs by index up to the last used slot (free slots: zero GID)."""
+        last = max((i for i, e in enumerate(self._slots) if e is not None), default=-1)
+        return [self.gid(i) or ZERO_GID for i in range(last + 1)]
+
     def snapshot(self) -> list[Optional[GidEntry]]:
         return list(self._slots)
 
@@ -253,6 +263,23 @@ class GidTable:
                 self._free(i)
         for gid in wanted:
             self._add(gid)
+        return self._diff(before)
+
+    def assign(self, gids) -> list[Change]:
+        """An InfiniBand port's table: slot i holds ``gids[i]`` (subnet
+        prefix + the port's i-th GUID; a zero GID frees the slot), slots past
+        the list are freed -- the table the kernel's ib_cache builds from
+        PortInfo.GidPrefix and GUIDInfo.  Returns the changes as ``sync``."""
+        before = self.snapshot()
+        gids = list(gids)[:self.capacity]
+        for i in range(self.capacity):
+            g = bytes(gids[i]) if i < len(gids) else ZERO_GID
+            e = self._slots[i]
+            if e is not None and e.gid == g:
+                continue
+            self._free(i)
+            if g != ZERO_GID and g not in self._index:
+                self._put(i, g)
         return self._diff(before)
 
     def _diff(self, before: list[Optional[GidEntry]]) -> list[Change]:

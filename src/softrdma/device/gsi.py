@@ -20,14 +20,18 @@ general services interface, for one RoCE port:
   ordinary output (``Device.tx``), so the socket, loopback, fault and
   capture paths all see it.
 
-Addresses are GIDs (RoCEv2: the IPv4-mapped or IPv6 address).  No
-clocks: ``tick(now)`` fires retries, ``deadline`` says when.
+Addresses are GIDs (RoCEv2: the IPv4-mapped or IPv6 address).  On an
+InfiniBand port a MAD comes with the port's ``LinkSource`` (SLID, SL, the
+GRH if any) and leaves LID-routed (``send_lid``); the port's umad files
+(``device.umad``: the diags' MADs) see it first.  No clocks:
+``tick(now)`` fires retries, ``deadline`` says when.
 """
 
 from __future__ import annotations
 
 from ..mgmt.agent import MadAgent
 from ..transport.counters import GsiDrop, as_dict, new_gsi_drops
+from ..transport.unreliable import LinkSource
 from ..transport.wr import AddressVector
 from ..wire.errors import WireError
 from ..wire.gid import ip_gid
@@ -61,6 +65,7 @@ class Gsi:
         self.mad_agent = MadAgent(tid_mask=(1 << 64) - 1)    # our requests, dest = (GID, our GID)
         self.rx_mads = self.tx_mads = self.unsupported = 0
         self.dropped = new_gsi_drops()               # by GsiDrop
+        self.umad = None                             # an IB port's umad files (device.umad.Umad)
 
     @property
     def rx_dropped(self) -> dict[str, int]:
@@ -105,6 +110,9 @@ class Gsi:
             return
         self.rx_mads += 1
         mad = bytes(mad)
+        if src.__class__ is LinkSource:               # an InfiniBand port: LID-routed
+            self._receive_ib(mad, hdr, src, p.deth.src_qp, now)
+            return
         src_gid, dst_gid = ip_gid(src), ip_gid(dst)
         if self.mad_agent.deliver(mad, now, src_gid):
             return
@@ -118,7 +126,59 @@ class Gsi:
             resp[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
             self.send(bytes(resp), src_gid, dst_gid)
 
+    def receive_smp(self, pkt, src, now: float) -> None:
+        """A packet for QP0 of an IB port (an SMP answering a umad file's
+        request: the port's own SMA is the fabric's): to the umad files."""
+        if pkt[0] != UD_SEND_ONLY:
+            self.dropped[DROP_OPCODE] += 1
+            return
+        p = parse(pkt)
+        if p.deth is None:
+            self.dropped[DROP_QKEY] += 1
+            return
+        if len(p.payload) != IB_MGMT_MAD_SIZE:
+            self.dropped[DROP_LENGTH] += 1
+            return
+        self.rx_mads += 1
+        umad = self.umad
+        if umad is None or not umad.deliver(bytes(p.payload), src, p.deth.src_qp, now):
+            self.dropped[DROP_MAD] += 1
+
+    def _receive_ib(self, mad: bytes, hdr, src, sqp: int, now: float) -> None:
+        """A MAD on an IB port: a umad file's (a tool's answer, or a request
+        of a class it serves), else the daemon's agents (with the GRH's
+        source GID when the MAD came with one), else a Get/Set answered
+        UNSUPPORTED_METHOD_ATTRIB back to the SLID."""
+        umad = self.umad
+        if umad is not None and umad.deliver(mad, src, sqp, now):
+            return
+        if src.grh is not None:
+            src_gid, dst_gid = bytes(src.grh[8:24]), bytes(src.grh[24:40])
+            if self.mad_agent.deliver(mad, now, src_gid):
+                return
+            agent = self.agents.get(hdr.mgmt_class)
+            if agent is not None:
+                agent.receive(mad, src_gid, now, dst_gid)
+                return
+        if hdr.method in (_GET, _SET):
+            self.unsupported += 1
+            resp = bytearray(mad)
+            resp[3] = _GET_RESP
+            resp[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
+            self.send_lid(bytes(resp), src.slid, sl=src.sl, dqpn=sqp)
+
     # -- send --------------------------------------------------------------------------------
+    def send_lid(self, mad: bytes, dlid: int, *, sl: int = 0, dqpn: int = IB_QP1, qkey: int = IB_QP1_QKEY,
+                 path_bits: int = 0, dgid: bytes | None = None, hop_limit: int = 64) -> None:
+        """One MAD from QP1 of an InfiniBand port to LID ``dlid`` (a GRH to
+        ``dgid`` when given), QP ``dqpn`` with Q_Key ``qkey``."""
+        av = AddressVector(dgid=dgid or bytes(16), dlid=dlid, sl=sl, src_path_bits=path_bits,
+                           is_global=dgid is not None, hop_limit=hop_limit)
+        pkt = build(UD_SEND_ONLY, dqpn, self.psn, mad, deth=(qkey, IB_QP1))
+        self.psn = (self.psn + 1) & 0xFFFFFF
+        self.tx_mads += 1
+        self.device.tx.append((self, pkt, av))
+
     def send(self, mad: bytes, dest_gid: bytes, src_gid: bytes = b"", *, hop_limit: int = 64,
              traffic_class: int = 0, flow_label: int = 0) -> None:
         """One MAD to QP1 of ``dest_gid``, from our GID ``src_gid``."""

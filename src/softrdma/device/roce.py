@@ -73,14 +73,12 @@ class RocePort(Port):
         self.gso = True                              # send with UDP GSO (``rdma link add ... gso off``)
 
     def gid(self, index: int) -> bytes | None:
-        e = self.gid_table[index] if 0 <= index < self.gid_table.capacity else None
-        return e.gid if e is not None else None
+        return self.gid_table.gid(index)
 
     @property
     def gids(self) -> list[bytes]:
         """GIDs by index up to the last used slot (free slots: zero GID)."""
-        used = dict((i, e.gid) for i, e in self.gid_table)
-        return [used.get(i, bytes(16)) for i in range(max(used) + 1)] if used else []
+        return self.gid_table.gids()
 
     def set_addresses(self, mac: bytes, addresses) -> tuple[list, list[RoceSocket], list[RoceSocket]]:
         """The netdev's addresses changed: follow them in the GID table and

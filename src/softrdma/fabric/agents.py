@@ -24,6 +24,7 @@ from . import model
 from .model import Node, Port
 
 _GET, _SET = Method.GET, Method.SET
+_PORT_ATTRS = frozenset((SmpAttr.PORT_INFO, SmpAttr.PKEY_TABLE, SmpAttr.GUID_INFO))
 _NO_DATA = bytes(smp.SMP_DATA_SIZE)
 
 
@@ -77,6 +78,8 @@ def port_info(node: Node, p: Port, arrival: int) -> bytes:
         LMC=p.lmc, LinkSpeedActive=p.speed_act, LinkSpeedEnabled=p.speed_en,
         VLCap=p.vl_cap, VLArbHighCap=model.VLARB_CAP, VLArbLowCap=model.VLARB_CAP,
         HoqLife=p.hoqlife, OperVLs=p.oper_vls,
+        PartEnforceInb=p.part_enforce & model.PART_ENFORCE_IN,
+        PartEnforceOutb=(p.part_enforce & model.PART_ENFORCE_OUT) >> 1,
         # the extended speeds show only while the link runs at one (ibsim)
         LinkSpeedExtActive=ext, LinkSpeedExtEnabled=p.speed_ext_en if ext else 0,
         LinkSpeedExtSupported=(model.SPEED_EXT_SUPPORTED | (p.speed_ext_en & 8)) if ext else 0)
@@ -118,7 +121,13 @@ class Sma:
         fn = self._handlers.get(attr)
         if fn is None:
             return SmpStatus.ATTR_UNSUPPORTED, bytes(data[:smp.SMP_DATA_SIZE])
-        return fn(node, arrival, method, mod, data)
+        out = fn(node, arrival, method, mod, data)
+        if method == _SET:
+            # any Set may change a route; these also what a device attached to a port sees
+            changed = getattr(self.link, "node_changed", None)
+            if changed is not None:
+                changed(node, attr in _PORT_ATTRS)
+        return out
 
     # each handler: (status, 64 bytes)
     @staticmethod
@@ -204,6 +213,9 @@ class Sma:
             p.client_rereg = f["ClientReregister"]
         p.gid_prefix = f["GidPrefix"]
         p.oper_vls = vls
+        if node.is_switch and p.num:               # what the switch port checks (IBA 14.2.5.6)
+            p.part_enforce = (f["PartEnforceInb"] and model.PART_ENFORCE_IN) | \
+                (f["PartEnforceOutb"] and model.PART_ENFORCE_OUT)
         p.vl_high_limit = f["VLHighLimit"]
         p.hoqlife = f["HoqLife"]
         p.vl_stall = f["VLStallCount"]
@@ -367,6 +379,8 @@ _PC_FIELDS = (  # PortCounters field, model slot, width in bits
     ("PortRcvErrors", model.PC_RCV_ERRORS, 16),
     ("PortRcvSwitchRelayErrors", model.PC_RCV_SW_RELAY_ERRORS, 16),
     ("PortXmitDiscards", model.PC_XMIT_DISCARDS, 16),
+    ("PortXmitConstraintErrors", model.PC_XMIT_CONSTRAINT, 8),
+    ("PortRcvConstraintErrors", model.PC_RCV_CONSTRAINT, 8),
     ("VL15Dropped", model.PC_VL15_DROPPED, 16),
     ("PortXmitData", model.PC_XMIT_DATA, 32), ("PortRcvData", model.PC_RCV_DATA, 32),
     ("PortXmitPkts", model.PC_XMIT_PKTS, 32), ("PortRcvPkts", model.PC_RCV_PKTS, 32),

@@ -127,6 +127,9 @@ def _serve(a) -> int:
         print(f"softrdma fabric: {st['nodes']} nodes ({st['switches']} switches, {st['cas']} CAs,"
               f" {st['links']} links) loaded in {dt:.2f} s, max RSS {_rss_mb():.0f} MB; "
               f"serving on {where}", file=sys.stderr, flush=True)
+        if srv.datasock is not None:
+            print(f"softrdma fabric: IB devices attach at {srv.datasock.path}", file=sys.stderr,
+                  flush=True)
         signal.signal(signal.SIGTERM, lambda *_: setattr(srv, "running", False))
         srv.serve_forever()
     finally:

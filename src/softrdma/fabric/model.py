@@ -9,6 +9,11 @@ SL→VL and VL arbitration tables), the links between ports, and per switch
 the linear and multicast forwarding tables and SwitchInfo.  PortCounters /
 PortCountersExtended live here too; route.py bumps them as it forwards.
 
+For the data plane (dataplane.py, datasock.py) the fabric also keeps a
+change ``generation`` and the ``dirty`` ports (``Fabric.touch``: an SM's
+Set, a link event), the CA ports with an IB device attached (``devices``)
+and each switch port's partition enforcement bits.
+
 Per-port state is kept compact (``__slots__``; tables that the SM rarely
 sets are ``None`` until it does), so a fabric of thousands of hosts costs
 a few hundred bytes a port.  The SMA and PMA (agents.py) read and change
@@ -63,8 +68,13 @@ CAPMASK2 = 0x30                # IsLinkWidth2xSupported, IsLinkSpeedHDRSupported
 # PortCounters slots (index into Port.pc)
 PC_XMIT_DATA, PC_RCV_DATA, PC_XMIT_PKTS, PC_RCV_PKTS, PC_XMIT_DISCARDS, \
     PC_RCV_ERRORS, PC_RCV_SW_RELAY_ERRORS, PC_LINK_DOWNED, PC_SYMBOL_ERRORS, \
-    PC_VL15_DROPPED, PC_XMIT_WAIT, PC_MCAST_XMIT, PC_MCAST_RCV = range(13)
-PC_COUNT = 13
+    PC_VL15_DROPPED, PC_XMIT_WAIT, PC_MCAST_XMIT, PC_MCAST_RCV, PC_RCV_CONSTRAINT, \
+    PC_XMIT_CONSTRAINT = range(15)
+PC_COUNT = 15
+
+# Port.part_enforce bits: PortInfo.PartitionEnforcementInbound / Outbound
+PART_ENFORCE_IN = 1
+PART_ENFORCE_OUT = 2
 
 
 class FabricError(ValueError):
@@ -79,7 +89,8 @@ class Port:
                  "mtu_cap", "neighbor_mtu", "vl_cap", "oper_vls", "vl_high_limit", "hoqlife",
                  "vl_stall", "subnet_timeout", "resp_time", "mkey", "mkey_lease", "protect",
                  "gid_prefix", "capmask", "client_rereg", "pkeys", "vlarb", "guids", "pc",
-                 "err_rate", "err_attr", "has_sm", "width_act", "speed_act", "speed_ext_act")
+                 "err_rate", "err_attr", "has_sm", "width_act", "speed_act", "speed_ext_act",
+                 "part_enforce")
 
     def __init__(self, node: "Node", num: int, guid: int):
         self.node = node
@@ -118,6 +129,7 @@ class Port:
         self.err_rate = 0          # % of SMA/PMA-bound MADs dropped (the `error` command)
         self.err_attr = 0
         self.has_sm = False
+        self.part_enforce = 0      # PART_ENFORCE_* (switch external ports check BTH P_Keys)
 
     def set_width_speed(self, width: int, speed: str) -> None:
         try:
@@ -254,6 +266,14 @@ class Fabric:
         self.by_guid: dict[int, Node] = {}
         self.by_desc: dict[str, Node] = {}
         self.commands: list[tuple[str, str]] = []   # a .net file's `do` lines: (where, command)
+        # change notification for the data plane: ``generation`` grows on every
+        # change that can alter a route (an SM Set, a link event); ``dirty`` holds
+        # the ports whose PortInfo/P_Key table/GUIDInfo may have changed since the
+        # server last drained it
+        self.generation = 0
+        self.dirty: set[Port] = set()
+        # CA ports with an IB device attached (the data socket's): port -> device name
+        self.devices: dict[Port, str] = {}
 
     def add_node(self, node: Node) -> Node:
         if node.nodeid in self.by_id:
@@ -267,6 +287,12 @@ class Fabric:
         self.by_guid[node.guid] = node
         self.by_desc.setdefault(node.desc, node)
         return node
+
+    def touch(self, *ports: Port) -> None:
+        """Something about ``ports`` changed: routes are stale, their
+        attributes are to be pushed to attached devices."""
+        self.generation += 1
+        self.dirty.update(ports)
 
     def node(self, name: str) -> Node:
         """By nodeid, then NodeDescription, then GUID (0x... text)."""

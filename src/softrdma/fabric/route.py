@@ -285,6 +285,20 @@ class Router:
         back, _ = self.lid_route(dest, slid, cls == MgmtClass.SUBN_LID_ROUTED)
         return [Delivery(back, sqp, bytes(mad), rslid, slid, dqp)]
 
+    # --- change notification (fabric.generation / fabric.dirty, for the data plane) -------
+    def node_changed(self, node, ports: bool = True) -> None:
+        """An SMP Set on ``node``: routes may change; with ``ports`` (a
+        PortInfo, P_Key table or GUIDInfo Set) its ports and their
+        neighbours' attributes too."""
+        if not ports:
+            self.fabric.touch()
+            return
+        ps = [p for p in node.ports if p is not None]
+        self.fabric.touch(*ps, *(p.remote for p in ps if p.remote is not None))
+
+    def _ports_changed(self, *ports) -> None:
+        self.fabric.touch(*ports, *(p.remote for p in ports if p.remote is not None))
+
     # --- link events (also the SMA's PortInfo Set effects) ---------------------------------
     def disable(self, p: Port) -> None:
         self._link_change(p, PhysState.DISABLED)
@@ -299,6 +313,7 @@ class Router:
 
     def retrain(self, p: Port) -> None:
         """PortInfo Set PortState=Down: the link drops and trains again to Init."""
+        self._ports_changed(p)
         r = p.remote
         if r is None or p.phys != PhysState.LINK_UP:
             p.state = PortState.DOWN
@@ -324,6 +339,7 @@ class Router:
         return self._pending
 
     def _link_change(self, p: Port, phys: int) -> None:
+        self._ports_changed(p)
         r = p.remote
         ends = [p] if r is None else [p, r]
         was_up = p.phys == PhysState.LINK_UP and r is not None and r.phys == PhysState.LINK_UP
@@ -358,13 +374,31 @@ class Router:
         data = smp.NOTICE.encode(NoticeIsGeneric=1, NoticeType=1, NoticeProducerType=2,
                                  NoticeTrapNumber=smp.TRAP_LINK_STATE_CHANGE,
                                  NoticeIssuerLID=p0.lid, NoticeDataLID=p0.lid)
+        self._pending.extend(self._trap(p0, data, smp.TRAP_LINK_STATE_CHANGE))
+
+    def _trap(self, src: Port, notice, number: int) -> list[Delivery]:
+        """A Trap(Notice) from the SMA behind ``src`` to its SM's LID."""
         self.trap_tid = (self.trap_tid + 1) & 0xFFFFFFFF
-        mad = smp.build_smp(Method.TRAP, smp.SmpAttr.NOTICE, 0, data, tid=self.trap_tid)
+        mad = smp.build_smp(Method.TRAP, smp.SmpAttr.NOTICE, 0, notice, tid=self.trap_tid)
         try:
-            dest, _ = self.lid_route(p0, p0.smlid, True)
+            dest, _ = self.lid_route(src, src.smlid, True)
         except Drop as e:
             if self.log:
-                self.log(f"trap 128 from {node.nodeid!r} lost: {e}")
-            return
-        self._pending.append(Delivery(dest, 0, bytes(mad), p0.lid, p0.smlid, 0,
-                                      spontaneous=True))
+                self.log(f"trap {number} from {src.name} lost: {e}")
+            return []
+        return [Delivery(dest, 0, bytes(mad), src.lid, src.smlid, 0, spontaneous=True)]
+
+    def trap144(self, p: Port) -> list[Delivery]:
+        """A CA port's CapabilityMask changed (an SM bound to it or gone):
+        trap 144 from its SMA to its SM (IBA 14.2.5.1), so that the SM
+        sweeps and finds the other SM."""
+        if not p.lid or not p.smlid:
+            return []
+        cap = smp.PORT_INFO.decode(agents.port_info(p.node, p, p.num))["CapMask"]
+        data = bytearray(smp.NOTICE.encode(NoticeIsGeneric=1, NoticeType=4, NoticeProducerType=1,
+                                           NoticeTrapNumber=smp.TRAP_CAPABILITY_MASK_CHANGE,
+                                           NoticeIssuerLID=p.lid))
+        o = smp.NOTICE_DATA_DETAILS[0]      # ntc_144: pad, LIDADDR, pad, changes, CapabilityMask
+        data[o + 2:o + 4] = p.lid.to_bytes(2, "big")
+        data[o + 6:o + 10] = cap.to_bytes(4, "big")
+        return self._trap(p, data, smp.TRAP_CAPABILITY_MASK_CHANGE)

@@ -18,7 +18,9 @@ on the first failed send or at the next liveness check, which looks for
 its ``@<base>:in<pid>`` socket in /proc/net/unix; link events come from
 ``softrdma fabric link ...`` over a control socket ``@<base>:softrdma``
 as well as from ibsim's console commands on stdin.  All fabric behaviour
-is route.Router's: this module only moves bytes.
+is route.Router's: this module only moves bytes.  InfiniBand device
+ports of softrdma daemons attach to CA ports through the data socket
+(datasock.DataSocket, polled by this loop).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from ..wire.errors import WireError
 from ..wire.ibsim import SimCtlType
 from . import agents, model
 from .model import Fabric, FabricError
+from .datasock import DataSocket
 from .route import Router
 
 LIVENESS_INTERVAL = 1.0
@@ -60,7 +63,8 @@ class Client:
 class Server:
     def __init__(self, fabric: Fabric, base: str = ibsim.SIM_BASENAME, *, remote: bool = False,
                  host: str = "127.0.0.1", port: int = ibsim.IBSIM_DEFAULT_SERVER_PORT,
-                 verbose: int = 0, out=sys.stderr, console=None, seed: int = 0):
+                 verbose: int = 0, out=sys.stderr, console=None, seed: int = 0,
+                 data_socket: "bool | str" = True):
         self.fabric = fabric
         self.base = base
         self.remote = remote
@@ -76,6 +80,9 @@ class Server:
         self.stats = {"mads": 0, "ctl": 0, "bad": 0, "dropped": 0, "released": 0}
         self._next_liveness = 0.0
         self._open()
+        self.datasock = None
+        if data_socket:
+            self.datasock = DataSocket(self, data_socket if isinstance(data_socket, str) else None)
 
     # --- sockets -----------------------------------------------------------------------------
     def _name(self, what: str):
@@ -125,6 +132,8 @@ class Server:
     def close(self):
         for c in list(self.clients.values()):
             self._release(c, "server exit")
+        if self.datasock is not None:
+            self.datasock.close()
         for s in (self.ctl, self.control):
             try:
                 self.sel.unregister(s)
@@ -158,6 +167,8 @@ class Server:
                 self.stats["bad"] += 1
                 if self.verbose:
                     self.log(f"fabric: bad input: {e}")
+        if self.datasock is not None:
+            self.datasock.poll()
         now = time.monotonic()
         if now >= self._next_liveness:
             self._next_liveness = now + LIVENESS_INTERVAL
@@ -223,6 +234,7 @@ class Server:
                 return err
             c.issm = bool(issm)
             p.has_sm = bool(issm)
+            self.fabric.touch(p)                   # CapabilityMask.IsSM: for an attached device
             out = data
         elif t == SimCtlType.GET_PKEYS:
             cap = node.pkey_cap(p)
@@ -285,6 +297,7 @@ class Server:
         del self.clients[c.idx]
         if c.issm:
             c.port.has_sm = False
+            self.fabric.touch(c.port)
         try:
             self.sel.unregister(c.sock)
         except (KeyError, ValueError):
@@ -347,6 +360,8 @@ class Server:
                 self._send(c, d.mad, d.dlid, d.slid, d.qp, d.sqp, d.status, None)
                 continue
             to = self._find(d)
+            if to is None and self.datasock is not None and self.datasock.deliver_mad(d):
+                continue                             # for an attached IB device
             if to is None:
                 if d.spontaneous:
                     continue                         # a trap with no SM listening: lost
@@ -412,6 +427,8 @@ class Server:
             to = self._find(d)
             if to is not None:
                 self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, None)
+            elif self.datasock is not None:
+                self.datasock.deliver_mad(d)
 
     # --- commands: console (ibsim's names) and the control socket ------------------------------
     def command(self, line: str) -> str:
@@ -431,7 +448,8 @@ class Server:
                 return "ok\n" + "\n".join(
                     f'Client {c.idx}: pid {c.pid} connected at "{c.port.node.nodeid}" port '
                     f"{c.port.num}, lid {c.port.lid}, qp {c.qp} {'SM' if c.issm else ''}"
-                    for c in sorted(self.clients.values(), key=lambda c: c.idx))
+                    for c in sorted(self.clients.values(), key=lambda c: c.idx)) + \
+                    (self.datasock.attached_text() if self.datasock is not None else "")
             if cmd == "x":
                 c = self.clients.get(int(args[0]))
                 if c is None:
@@ -479,7 +497,8 @@ class Server:
                 return f"ok {args[0]}"
             if cmd == "stats":
                 return "ok " + " ".join(f"{k}={v}" for k, v in self.stats.items()) + \
-                    f" clients={len(self.clients)}"
+                    f" clients={len(self.clients)}" + \
+                    (self.datasock.stats_text() if self.datasock is not None else "")
             if cmd in ("help", "?"):
                 return ("ok commands: Attached, X <n>, Unlink \"node\"[p], ReLink \"node\"[p], "
                         "link down|up NODE PORT, error NODE PORT RATE [ATTR], Verbose [n], "

@@ -2,8 +2,9 @@
 
 Owns three steps, each usable alone:
 
-* ``snapshot(fabric)``: what is drawn -- nodes (nodeid, switch or not) and
-  links with each end's logical state and the data it sent (PortXmitData);
+* ``snapshot(fabric)``: what is drawn -- nodes (nodeid, switch or not),
+  links with each end's logical state and the data it sent (PortXmitData),
+  and the CA ports with an IB device attached (and the device's name);
   the same JSON a running server writes for ``dumpstate PATH``;
 * ``layout(snap)``: pure geometry -- tiers by BFS distance from the CAs
   (hosts 0, leaves 1, spines/cores above), each tier ordered by the mean
@@ -33,7 +34,8 @@ def snapshot(fabric) -> dict:
         links.append([a.node.index, a.num, b.node.index, b.num, STATE_NAMES.get(int(a.state), "?"),
                       STATE_NAMES.get(int(b.state), "?"),
                       (a.pc[PC_XMIT_DATA] if a.pc else 0) + (b.pc[PC_XMIT_DATA] if b.pc else 0)])
-    return {"nodes": nodes, "links": links}
+    devices = sorted([p.node.index, p.num, name] for p, name in fabric.devices.items())
+    return {"nodes": nodes, "links": links, "devices": devices}
 
 
 def link_state(link) -> str:
@@ -101,6 +103,13 @@ def text(snap: dict) -> str:
         out.append(f'  {link_state(ln):6} "{nodes[ln[0]][0]}"[{ln[1]}] <-> "{nodes[ln[2]][0]}"[{ln[3]}]')
     if len(bad) > TEXT_LINKS:
         out.append(f"  ... and {len(bad) - TEXT_LINKS} more not Active")
+    devices = snap.get("devices", [])
+    if devices:
+        out.append(f"IB devices attached: {len(devices)}")
+    for i, num, name in devices[:TEXT_LINKS]:
+        out.append(f'  "{nodes[i][0]}"[{num}] {name or "?"}')
+    if len(devices) > TEXT_LINKS:
+        out.append(f"  ... and {len(devices) - TEXT_LINKS} more")
     return "\n".join(out) + "\n"
 
 
@@ -118,6 +127,9 @@ def draw_png(snap: dict, path: str, color: str = "state", title: str = "") -> No
     fig, ax = plt.subplots(figsize=(14, 2.2 * (top + 1) + 1.5), dpi=100)
     segs, cols, loads = [], [], []
     hosts_below: dict[int, int] = defaultdict(int)
+    attached: dict[int, str] = {}                # hosts with an IB device (green)
+    for i, num, name in snap.get("devices", []):
+        attached[i] = f"{name}" if num == 1 else f"{name} port {num}"
     for ln in links:
         a, b = ln[0], ln[2]
         if aggregate and (tier[a] == 0 or tier[b] == 0):
@@ -143,10 +155,12 @@ def draw_png(snap: dict, path: str, color: str = "state", title: str = "") -> No
         if t == 0 and aggregate:
             continue
         ax.scatter([x[i] for i in members], [t] * len(members), s=4 if len(members) > 400 else 30,
-                   c="#424242" if t else "#757575", marker="s" if t else "o", zorder=3)
+                   c=["#2e7d32" if i in attached else "#424242" if t else "#757575" for i in members],
+                   marker="s" if t else "o", zorder=3)
         if len(members) <= 40:
             for i in members:
-                ax.annotate(nodes[i][0], (x[i], t), textcoords="offset points", xytext=(0, 6), ha="center",
+                label = nodes[i][0] + (f" ({attached[i]})" if i in attached else "")
+                ax.annotate(label, (x[i], t), textcoords="offset points", xytext=(0, 6), ha="center",
                             fontsize=6)
     if aggregate:
         for i, n in hosts_below.items():

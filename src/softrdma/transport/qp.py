@@ -114,6 +114,7 @@ class DeviceCaps:
         self.pkey_table = pkey_table
         self.max_msg_sz = max_msg_sz
         self.phys_port_cnt = phys_port_cnt
+        self.link_layer = 2                     # IBV_LINK_LAYER_ETHERNET; InfiniBand (1): LID-routed paths
         self.cc = dcqcn.CongestionControl()     # the device's ECN / DCQCN settings
 
 
@@ -441,7 +442,7 @@ class QP:
             raise einval(f"rnr_retry {attr.rnr_retry}")
         if mask & M.IBV_QP_MIN_RNR_TIMER and not 0 <= attr.min_rnr_timer <= 31:
             raise einval(f"min_rnr_timer {attr.min_rnr_timer}")
-        if mask & M.IBV_QP_AV and not attr.ah_attr.is_global:
+        if mask & M.IBV_QP_AV and not attr.ah_attr.is_global and caps.link_layer != 1:
             raise einval("RoCE address vectors need a GRH (is_global)")
         if mask & (M.IBV_QP_ALT_PATH | M.IBV_QP_PATH_MIG_STATE):
             raise eopnotsupp("automatic path migration is not supported")

@@ -141,6 +141,22 @@ def _uc_drop_msg(qp, mask: int) -> None:
 
 
 # ----------------------------------------------------------------- UD
+class LinkSource:
+    """What an InfiniBand link knows of a received UD packet, handed where a
+    RoCE port hands the 40-byte network header: the LRH's SLID and SL, the
+    DLID's path bits, and the GRH (bytes) or None.  The completion carries
+    slid, sl and dlid_path_bits, and IBV_WC_GRH only with a GRH (the buffer's
+    first 40 bytes are then undefined: zeros here)."""
+
+    __slots__ = ("grh", "slid", "sl", "dlid_path_bits")
+
+    def __init__(self, grh, slid: int, sl: int, dlid_path_bits: int):
+        self.grh = grh
+        self.slid = slid
+        self.sl = sl
+        self.dlid_path_bits = dlid_path_bits
+
+
 def _receive_ud(qp, pkt, info, grh) -> None:
     cnt = qp.cnt
     qkey, sqp = DETH.unpack_from(pkt, info.deth)
@@ -158,18 +174,25 @@ def _receive_ud(qp, pkt, info, grh) -> None:
     if n + GRH_BYTES > wqe.length:
         qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_LOC_LEN_ERR, WCO.IBV_WC_RECV, qp.qp_num))
         return
+    slid = sl = path_bits = 0
+    flags = WF.IBV_WC_GRH
+    if grh.__class__ is LinkSource:                  # an InfiniBand port's packet: LRH fields, a GRH or none
+        slid, sl, path_bits, grh = grh.slid, grh.sl, grh.dlid_path_bits, grh.grh
+        if grh is None:
+            flags = 0
     scatter(wqe.views, 0, grh if grh is not None else bytes(GRH_BYTES), 0, GRH_BYTES)
     if n:
         scatter(wqe.views, GRH_BYTES, pkt, info.length, n)
-    imm, flags = 0, WF.IBV_WC_GRH
+    imm = 0
     if info.mask & IMMDT_MASK:
         (imm,) = IMMDT.unpack_from(pkt, info.immdt)
         flags |= WF.IBV_WC_WITH_IMM
     cnt[C.rcvd_bytes] += n
     cnt[C.rdma_recvs] += 1
     qp.recv_cq.push(WC(wqe.wr_id, ST.IBV_WC_SUCCESS, WCO.IBV_WC_RECV, qp.qp_num, byte_len=n + GRH_BYTES,
-                       imm_data=imm, src_qp=sqp & 0xFFFFFF, wc_flags=flags),
+                       imm_data=imm, src_qp=sqp & 0xFFFFFF, wc_flags=flags, slid=slid, sl=sl,
+                       dlid_path_bits=path_bits),
                     bool(pkt[1] & BTH_SE))
 
 
-__all__ = ["receive_uc", "receive_ud"]
+__all__ = ["receive_uc", "receive_ud", "LinkSource"]

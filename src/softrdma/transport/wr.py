@@ -61,17 +61,18 @@ WQE_ERROR = 4
 
 
 class AddressVector:
-    """Where a QP's packets go (ibv_ah_attr for RoCE: the GRH fields).
+    """Where a QP's packets go (ibv_ah_attr: for RoCE the GRH fields; an
+    InfiniBand port also reads dlid, sl, src_path_bits, is_global).
 
     The transport only carries it through to its output; the device (or
     the simulator) turns ``dgid`` into an IP address and a UDP flow."""
 
     __slots__ = ("dgid", "sgid_index", "flow_label", "hop_limit", "traffic_class", "sl",
-                 "dlid", "port_num", "is_global")
+                 "dlid", "port_num", "is_global", "src_path_bits", "static_rate")
 
     def __init__(self, dgid: bytes = bytes(16), sgid_index: int = 0, flow_label: int = 0,
                  hop_limit: int = 64, traffic_class: int = 0, sl: int = 0, dlid: int = 0,
-                 port_num: int = 1, is_global: bool = True):
+                 port_num: int = 1, is_global: bool = True, src_path_bits: int = 0, static_rate: int = 0):
         self.dgid = bytes(dgid)
         self.sgid_index = sgid_index
         self.flow_label = flow_label
@@ -81,6 +82,8 @@ class AddressVector:
         self.dlid = dlid
         self.port_num = port_num
         self.is_global = is_global
+        self.src_path_bits = src_path_bits       # the LRH's SLID is the port's base LID | these (IB)
+        self.static_rate = static_rate
 
     def __repr__(self) -> str:
         return f"AddressVector(dgid={self.dgid.hex()}, sgid_index={self.sgid_index})"

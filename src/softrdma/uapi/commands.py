@@ -141,6 +141,7 @@ _TABLE = (
     Command("open", (string("device"),), ("version", "device", "node_guid", "attr"), (_E.ENODEV, _E.EMFILE), device=False),
     Command("query_port", (any_("port"),), ("attr",)),
     Command("query_gid", (any_("index"), any_("port")), ("gid", "type")),
+    Command("query_pkey", (u8("port", 1), u16("index")), ("pkey",)),
     Command("query_gid_table", (u32("max_entries"),), ("entries",)),
     # -- PD, MR, MW
     Command("alloc_pd", (), ("pd",), state_first=True),
@@ -198,11 +199,21 @@ _TABLE = (
     Command("capture_stop", (handle("capture"),), ("packets", "bytes", "dropped")),
     # -- links and resources (rdma link, rdma resource): no device needed
     Command("links", (), ("links",), device=False),
-    Command("link_add", (string("name", 63), string("netdev", 15), any_("gso")), ("ifindex",),
-            (_E.EPERM, _E.EEXIST, _E.ENODEV, _E.EADDRINUSE), device=False, state_first=True),
+    # type "rxe" (RoCEv2 on ``netdev``) or "ib" (an InfiniBand port on CA port ``port`` of the
+    # fabric ``fabric``'s CA ``node``: its node description, topology name or 0x<node GUID>)
+    Command("link_add", (string("name", 63), string("netdev", 15, ""), any_("gso"), string("type", 15, "rxe"),
+                         string("fabric", 255, ""), string("node", 255, ""), u8("port", 1)), ("ifindex",),
+            (_E.EPERM, _E.EEXIST, _E.ENODEV, _E.EADDRINUSE, _E.ENOENT, _E.EBUSY, _E.ECONNREFUSED,
+             _E.ETIMEDOUT), device=False, state_first=True),
     Command("link_set", (string("name"), obj("faults", {}), u64("seed", None)), ("faults", "fault_counters"),
             (_E.EPERM, _E.ENODEV), device=False, state_first=True),
     Command("link_delete", (string("name"),), (), (_E.EPERM, _E.ENODEV), device=False, state_first=True),
+    # a umad file of an IB device's port (the diags' MADs through its QP1): the socket of uapi.umad
+    # records; ``classes``: the management classes whose requests it takes (a server's); ``issm``:
+    # the port has IsSM while the file is open (the kernel's issm device, for an SM bound to the port)
+    Command("umad_open", (string("name"), u8("port", 1), any_("classes"), u8("issm", 0)),
+            ("hi_tid", "lid", "sm_lid", "node_info", "port_info"), (_E.ENODEV, _E.EMFILE), device=False,
+            fds_out=1),
     # -- ECN / DCQCN settings (mlx5's ecn/roce_np, ecn/roce_rp; softrdma ecn)
     Command("ecn", (string("name"), obj("set", {})), ("ecn",), (_E.EPERM, _E.ENODEV), device=False,
             state_first=True),

@@ -6,7 +6,7 @@ import ctypes
 import errno
 import ipaddress
 
-from ..enums import IBV_WC_GRH
+from ..enums import IBV_LINK_LAYER_INFINIBAND, IBV_WC_GRH
 from ..uapi.commands import CMD
 from .base import PDObject
 from .errors import PyverbsRDMAError
@@ -74,13 +74,15 @@ class AHAttr:
         g = self.gr
         return {"dgid": g.dgid.raw.hex(), "sgid_index": g.sgid_index, "flow_label": g.flow_label,
                 "hop_limit": g.hop_limit, "traffic_class": g.traffic_class, "sl": self.sl, "dlid": self.dlid,
-                "port_num": self.port_num, "is_global": bool(self.is_global)}
+                "port_num": self.port_num, "is_global": bool(self.is_global),
+                "src_path_bits": self.src_path_bits, "static_rate": self.static_rate}
 
     @classmethod
     def from_wire(cls, d: dict) -> "AHAttr":
         gr = GlobalRoute(GID(bytes.fromhex(d["dgid"])), d["flow_label"], d["sgid_index"], d["hop_limit"],
                          d["traffic_class"])
-        return cls(gr, int(d["is_global"]), d["port_num"], d["dlid"], d["sl"])
+        return cls(gr, int(d["is_global"]), d["port_num"], d["dlid"], d["sl"], d.get("src_path_bits", 0),
+                   d.get("static_rate", 0))
 
 
 def ah_attr_from_wc(ctx, port_num: int, wc, grh: bytes) -> AHAttr:
@@ -88,9 +90,12 @@ def ah_attr_from_wc(ctx, port_num: int, wc, grh: bytes) -> AHAttr:
     destination, the local GID it was sent to gives sgid_index.  The 40-byte
     GRH area holds an IPv6 header, or (RoCEv2 over IPv4) an IPv4 header in
     its last 20 bytes."""
+    ib = ctx.query_port(port_num).link_layer == IBV_LINK_LAYER_INFINIBAND
     if not wc.wc_flags & IBV_WC_GRH:
+        if ib:                    # LID-routed: the source LID, SL and path bits the completion carries
+            return AHAttr(None, 0, port_num, wc.slid, wc.sl, wc.dlid_path_bits)
         raise PyverbsRDMAError("Failed to create AH", errno.EINVAL)
-    if grh[20] >> 4 == 4:
+    if not ib and grh[20] >> 4 == 4:
         tclass, flow = grh[21], 0
         sgid = bytes(10) + b"\xff\xff" + grh[32:36]
         dgid = bytes(10) + b"\xff\xff" + grh[36:40]

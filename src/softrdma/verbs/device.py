@@ -13,7 +13,7 @@ import time
 import weakref
 
 from ..enums import (IB_UVERBS_DEVICE_ATOMIC_WRITE, IB_UVERBS_DEVICE_FLUSH_GLOBAL, IB_UVERBS_DEVICE_FLUSH_PERSISTENT,
-                     IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TM_CAP_RC, IBV_TRANSPORT_IB,
+                     IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2, IBV_NODE_CA, IBV_TM_CAP_RC, IBV_TRANSPORT_IB,
                      IBV_VALUES_MASK_RAW_CLOCK, ibv_device_cap_flags)
 from ..uapi import clock
 from ..uapi.commands import CMD, PROTOCOL_VERSION
@@ -22,7 +22,6 @@ from ..uapi.limits import TM_MAX_NUM_TAGS, TM_MAX_OPS, TM_MAX_RNDV_HDR_SIZE, TM_
 from ..uapi.raw import (MAX_RWQ_IND_TABLE_SIZE, MAX_RWQ_IND_TABLES, MAX_WQ_TYPE_RQ, RSS_SUPPORTED_QPTS,
                         RX_HASH_FUNCTIONS)
 from ..uapi.rundir import socket_path
-from ..wire import DEFAULT_PKEY
 from ..wire.toeplitz import RX_HASH_FIELDS
 from .addr import GID
 from .base import VerbsObject
@@ -494,16 +493,20 @@ class Context(VerbsObject):
             i += 1
 
     def query_pkey(self, port_num: int, index: int) -> int:
-        """ibv_query_pkey: the port's P_Key table is rxe's, one entry, the
-        default P_Key (0xffff, full membership); an index past
-        pkey_tbl_len or another port is EINVAL as ib_query_pkey's check."""
+        """ibv_query_pkey: entry ``index`` of the port's P_Key table (rxe's:
+        one entry, the default P_Key 0xffff; an IB port's: as its SM
+        programmed it); an index past pkey_tbl_len or another port is
+        EINVAL as ib_query_pkey's check."""
         try:
             tbl_len = self.query_port(port_num).pkey_tbl_len
         except PyverbsRDMAError as e:
             raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}", e.error_code) from None
         if type(index) is not int or not 0 <= index < tbl_len:
             raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}", errno.EINVAL)
-        return DEFAULT_PKEY
+        try:
+            return self.conn.call(CMD.query_pkey, port=port_num, index=index)[0]["pkey"]
+        except PyverbsRDMAError as e:
+            raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}", e.error_code) from None
 
     def query_gid(self, port_num: int, index: int) -> GID:
         reply, _ = self.conn.call(CMD.query_gid, port=port_num, index=index)
@@ -515,8 +518,9 @@ class Context(VerbsObject):
             raise PyverbsRDMAError("Failed to query gid type", errno.ENODATA)
         # ibv_query_gid_type answers enum ibv_gid_type_sysfs (what sysfs's
         # gid_attrs/types says: "RoCE v2" -> IBV_GID_TYPE_SYSFS_ROCE_V2, 1),
-        # not ibv_gid_type (query_gid_ex's, where RoCE v2 is 2)
-        return IBV_GID_TYPE_SYSFS_ROCE_V2
+        # not ibv_gid_type (query_gid_ex's, where RoCE v2 is 2); an IB
+        # port's GIDs read "IB/RoCE v1" there
+        return IBV_GID_TYPE_SYSFS_ROCE_V2 if reply["type"] == "RoCE v2" else IBV_GID_TYPE_SYSFS_IB_ROCE_V1
 
     def query_gid_table(self, max_entries: int, flags: int = 0) -> list[GIDEntry]:
         """ibv_query_gid_table: the valid GID entries of every port, at most

@@ -29,6 +29,12 @@ PACKETS    both       the argument: how many packets; each is a be16
 ERROR      fab → dev  be32 errno and a UTF-8 reason; the server closes
                       the connection after it (attach refused: no such
                       CA, ENOENT; port taken, EBUSY; not a CA, EINVAL)
+PORT_CAP   dev → fab  be32 PortInfo.CapabilityMask bits to set, be32 bits
+                      to clear (the kernel's ``ib_modify_port``
+                      set/clr_port_cap_mask): IsSM while an SM is bound
+                      to the port (an open issm device).  The fabric
+                      answers with PORT_INFO if that changed the port;
+                      a connection's end clears what it set.
 ========== ========== =================================================
 
 QP0 SMPs and PMA MADs for an attached port are the fabric's own agents'
@@ -52,6 +58,7 @@ HDR = struct.Struct(">BBH")          # type, version, argument
 _ATTACH = struct.Struct(">B3x")      # port number
 _PLEN = struct.Struct(">H")
 _ERRNO = struct.Struct(">i")
+_PORT_CAP = struct.Struct(">II")
 NODE_INFO_BYTES = 40
 PORT_INFO_BYTES = 64
 GUID_INFO_BYTES = 64
@@ -64,6 +71,7 @@ class MsgType(IntEnum):
     PORT_INFO = 2
     PACKETS = 3
     ERROR = 4
+    PORT_CAP = 5
 
 
 class PortInfoMsg(NamedTuple):
@@ -210,3 +218,16 @@ def parse_error(msg) -> tuple[int, str]:
         raise WireError(f"ERROR of {len(msg)} bytes")
     (err,) = _ERRNO.unpack_from(msg, HDR.size)
     return err, bytes(msg[HDR.size + _ERRNO.size:]).decode(errors="replace")
+
+
+# -- PORT_CAP -----------------------------------------------------------------------
+
+def pack_port_cap(set_mask: int, clear_mask: int = 0) -> bytes:
+    return HDR.pack(MsgType.PORT_CAP, VERSION, 0) + _PORT_CAP.pack(set_mask, clear_mask)
+
+
+def parse_port_cap(msg) -> tuple[int, int]:
+    """(CapabilityMask bits to set, bits to clear)."""
+    if len(msg) != HDR.size + _PORT_CAP.size:
+        raise WireError(f"PORT_CAP of {len(msg)} bytes")
+    return _PORT_CAP.unpack_from(msg, HDR.size)

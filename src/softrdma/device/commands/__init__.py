@@ -5,7 +5,7 @@ each kind of object undoes (``FREE``).
 One module per object kind, as the kernel's uverbs_std_types_*.c:
 
 ===========  =============================================================
-context      devices, open (the uverbs context), query_port, query_gid, query_gid_table
+context      devices, open (the uverbs context), query_port, query_gid, query_pkey, query_gid_table
 pd           alloc_pd, dealloc_pd, query_pd and query_mr (ibv_import_pd/mr)
 mr           reg_mr, reg_dm_mr, dereg_mr, alloc_mw, dealloc_mw
 odp          reg_user_mr (MRs on the process's own memory: ODP, implicit ODP), rereg_mr, advise_mr
@@ -20,7 +20,7 @@ srq          create_srq, modify_srq, resize_srq, query_srq, destroy_srq; tag
 ah           create_ah, destroy_ah
 mcast        attach_mcast, detach_mcast
 capture      capture_start, capture_stop
-link         links, link_add, link_set, link_delete (``rdma link``), ecn (``softrdma ecn``)
+link         links, link_add, link_set, link_delete (``rdma link``), ecn (``softrdma ecn``), umad_open
 restrack     resources (``rdma resource``)
 stat         stat_* (``rdma statistic``, ``softrdma top``)
 cm           cm_* (rdma_cm, ucma's ABI)
@@ -47,6 +47,7 @@ HANDLERS: dict[str, Callable] = {
     "open": context.cmd_open,
     "query_port": context.cmd_query_port,
     "query_gid": context.cmd_query_gid,
+    "query_pkey": context.cmd_query_pkey,
     "query_gid_table": context.cmd_query_gid_table,
 
     "alloc_pd": pd.cmd_alloc_pd,
@@ -94,6 +95,7 @@ HANDLERS: dict[str, Callable] = {
     "link_add": link.cmd_link_add,
     "link_set": link.cmd_link_set,
     "link_delete": link.cmd_link_delete,
+    "umad_open": link.cmd_umad_open,
     "ecn": link.cmd_ecn,
 
     "resources": restrack.cmd_resources,

@@ -7,19 +7,22 @@ import errno
 
 from ...errors import VerbsError
 from ...uapi import request as rq
+from ..ib import LINK_LAYER_IB
 from ..session import room_for
 
 
 def checked_av(daemon, c, d: dict):
-    """An address vector the device can use (``Device.check_av``: its
+    """An address vector the device can use (``check_av``: RoCE -- its
     source GID exists and can reach the destination's family, as the
-    kernel's rdma_check_ah_attr / rdma_resolve_ip require, else EINVAL);
-    every field fits its ibv_ah_attr field first."""
+    kernel's rdma_check_ah_attr / rdma_resolve_ip require; InfiniBand -- a
+    DLID, or a GRH with a source GID; else EINVAL); every field fits its
+    ibv_ah_attr field first."""
     f = rq.ah_attr(d)
     if "dgid" in f:
         f["dgid"] = f["dgid"].hex()
-    f.pop("src_path_bits", None)
-    f.pop("static_rate", None)
+    if c.device.link_layer != LINK_LAYER_IB:          # RoCE: no LRH
+        f.pop("src_path_bits", None)
+        f.pop("static_rate", None)
     if "flow_label" in f:
         f["flow_label"] &= 0xFFFFF                   # 20 bits on the wire; the rest is ignored
     av = c.device.av_from(f)
@@ -30,7 +33,7 @@ def checked_av(daemon, c, d: dict):
 def cmd_create_ah(daemon, c, m, fds):
     pd = c.get(m.get("pd"), "pd")
     av = checked_av(daemon, c, m.get("attr"))
-    if not av.is_global:
+    if not av.is_global and c.device.link_layer != LINK_LAYER_IB:
         raise VerbsError(errno.EINVAL, "RoCE address handles need a GRH")
     room_for(c, "ah")
     h = c.add("ah", av)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import errno
 import socket
 
-from ...enums import (IBV_GID_TYPE_ROCE_V2, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_ATOMIC_WRITE,
+from ...enums import (IBV_GID_TYPE_IB, IBV_GID_TYPE_ROCE_V2, IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_ATOMIC_WRITE,
                       IBV_ODP_SUPPORT_FLUSH, IBV_ODP_SUPPORT_IMPLICIT, IBV_ODP_SUPPORT_READ, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_SRQ_RECV,
                       IBV_ODP_SUPPORT_WRITE)
 from ...errors import VerbsError
 from ...uapi import request as rq
 from ...uapi.commands import PROTOCOL_VERSION
-from ..gid import eui64
+from ..ib import LINK_LAYER_IB
 from ..odp import ProcessPages, may_access
 from ..session import CAP_IPC_LOCK, CAP_SYS_RESOURCE, OBJECT_LIMITS, caps_of, memlock_limit
 from ..sysfs import guid_str
@@ -21,7 +21,7 @@ from ..sysfs import guid_str
 
 def cmd_devices(daemon, c, m, fds):
     return {"version": PROTOCOL_VERSION,
-            "devices": [{"name": d.name, "netdev": d.netdev, "node_guid": guid_str(eui64(d.mac))}
+            "devices": [{"name": d.name, "netdev": d.netdev, "node_guid": guid_str(d.node_guid)}
                         for d in daemon.devices.values()]}, []
 
 
@@ -49,7 +49,7 @@ def cmd_open(daemon, c, m, fds):
         c.pages = ProcessPages(c.pid) if may_access(c.pid) == 0 else None
     c.device = dev
     caps = dev.caps
-    return {"version": PROTOCOL_VERSION, "device": dev.name, "node_guid": guid_str(eui64(dev.mac)), "attr": {
+    return {"version": PROTOCOL_VERSION, "device": dev.name, "node_guid": guid_str(dev.node_guid), "attr": {
         "max_qp_wr": caps.max_qp_wr, "max_sge": caps.max_sge,
         "max_qp_rd_atom": caps.max_qp_rd_atom, "max_qp_init_rd_atom": caps.max_qp_init_rd_atom,
         "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
@@ -89,7 +89,21 @@ def cmd_query_gid(daemon, c, m, fds):
     if type(idx) is not int or not 0 <= idx < c.device.gid_table.capacity:
         raise VerbsError(errno.EINVAL, "GID index out of range")
     gid = c.device.gid(idx)
-    return {"gid": (gid or bytes(16)).hex(), "type": "RoCE v2" if gid is not None else None}, []
+    kind = "IB" if c.device.link_layer == LINK_LAYER_IB else "RoCE v2"
+    return {"gid": (gid or bytes(16)).hex(), "type": kind if gid is not None else None}, []
+
+
+def cmd_query_pkey(daemon, c, m, fds):
+    """ibv_query_pkey: entry ``index`` of the port's P_Key table (an IB
+    port's as its SM programmed it; a RoCE port's one default entry);
+    EINVAL past the table, as ib_query_pkey."""
+    if m.get("port", 1) != 1:
+        raise VerbsError(errno.EINVAL, "port must be 1")
+    idx = rq.uint(m, "index", rq.U16)
+    table = c.device.caps.pkey_table
+    if idx >= len(table):
+        raise VerbsError(errno.EINVAL, f"P_Key index {idx} past the table ({len(table)} entries)")
+    return {"pkey": table[idx]}, []
 
 
 def cmd_query_gid_table(daemon, c, m, fds):
@@ -103,10 +117,11 @@ def cmd_query_gid_table(daemon, c, m, fds):
     except OSError:
         ifindex = 0
     entries = []
+    gid_type = IBV_GID_TYPE_IB if dev.link_layer == LINK_LAYER_IB else IBV_GID_TYPE_ROCE_V2
     for idx in range(dev.gid_table.capacity):
         gid = dev.gid(idx)
         if gid is not None:
-            entries.append({"gid": gid.hex(), "gid_index": idx, "port_num": 1, "gid_type": IBV_GID_TYPE_ROCE_V2,
+            entries.append({"gid": gid.hex(), "gid_index": idx, "port_num": 1, "gid_type": gid_type,
                             "ndev_ifindex": ifindex})
     if len(entries) > max_entries:
         raise VerbsError(errno.EINVAL, f"{len(entries)} GID entries, room for {max_entries}")

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import copy
 import errno
+import select
+import selectors
+import time
 
 from ...enums import IBV_EVENT_DEVICE_FATAL
 from ...errors import VerbsError
 from ...transport.qp import DeviceCaps
 from ...uapi import request as rq
 from ..core import Device
+from ..ib import LINK_LAYER_IB, IbDevice
 from ...transport.faults import FaultSettings
-from ..gid import eui64
 from ..netdev import active_mtu, netdev_info
 from ..session import net_admin
-from ..sysfs import guid_str
+from ..sysfs import guid_str, rate_str
 from .stat import stat_device_removed
 
 
@@ -62,8 +65,8 @@ def cmd_links(daemon, c, m, fds):
     for d in daemon.devices.values():
         pa = d.port_attrs()
         out.append({"ifindex": d.ifindex, "ifname": d.name, "port": 1, "netdev": d.netdev,
-                    "netdev_index": d.netdev_index, "gso": d.gso, "node_guid": guid_str(eui64(d.mac)),
-                    "sys_image_guid": guid_str(eui64(d.mac)), "addresses": d.addresses,
+                    "netdev_index": d.netdev_index, "gso": d.gso, "node_guid": guid_str(d.node_guid),
+                    "sys_image_guid": guid_str(d.sys_image_guid), "addresses": d.addresses,
                     "gids": [g.hex() for g in d.gids], "port_attr": pa, "hw_counters": d.hw_counters(),
                     "clients": sum(1 for cl in daemon.clients.values() if cl.device is d),
                     "udp": [[sk.ip, sk.port] for sk in d.sockets], "rx_dropped": dict(d.rx_dropped),
@@ -74,6 +77,13 @@ def cmd_links(daemon, c, m, fds):
         # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
         # docs/formats/ibv_devinfo.md infers), no CQ DIM; one port
         out[-1].update(node_type=1, fw="", caps=0x01A23C76, dim=False, num_ports=1)
+        if d.link_layer == LINK_LAYER_IB:
+            speed, lanes = d.rate
+            out[-1]["ib"] = {"fabric": d.fabric, "node": d.node_sel, "ca_port": d.link.port_num,
+                             "attached": d.link.connected, "port_guid": guid_str(d.port_guid),
+                             "subnet_prefix": d.subnet_prefix.hex(), "pkeys": list(d.pkeys),
+                             "rate": rate_str(speed, lanes), "counters": d.ib_counters,
+                             "node_desc": f"{d.name} softrdma", "umad_files": len(d.gsi.umad.files)}
     return {"links": out}, []
 
 
@@ -96,13 +106,18 @@ def _link_name(m: dict, key: str, max_len: int) -> str:
 
 def cmd_link_add(daemon, c, m, fds):
     _link_admin(c)
+    kind = rq.string(m, "type", 15, "rxe")
+    if kind == "ib":
+        return _link_add_ib(daemon, m)
+    if kind != "rxe":
+        raise VerbsError(errno.EOPNOTSUPP, f"link type {kind!r}: softrdma adds rxe and ib links")
     name, netdev = _link_name(m, "name", 63), _link_name(m, "netdev", 15)
     gso = m.get("gso", True)
     if type(gso) is not bool:
         raise VerbsError(errno.EINVAL, "gso is on or off")
     if name in daemon.devices:
         raise VerbsError(errno.EEXIST, f"device {name} already exists")
-    if any(d.netdev == netdev for d in daemon.devices.values()):
+    if any(d.netdev == netdev for d in daemon.devices.values() if d.netdev):
         raise VerbsError(errno.EEXIST, f"{netdev} already has an RDMA link")
     try:
         dev = make_device(f"{name}:{netdev}", daemon.udp_port)
@@ -117,6 +132,78 @@ def cmd_link_add(daemon, c, m, fds):
     return {"ifindex": dev.ifindex}, []
 
 
+def _link_add_ib(daemon, m):
+    """An InfiniBand device: its port attached to a CA port of a running
+    fabric (``softrdma fabric serve``), the fabric's answer awaited (the
+    port's PortInfo, or its refusal's errno: ENOENT no such CA, EBUSY port
+    taken, EINVAL not a CA)."""
+    name = _link_name(m, "name", 63)
+    base, node = rq.string(m, "fabric", 255, ""), rq.string(m, "node", 255, "")
+    port = rq.uint(m, "port", rq.U8, 1)
+    if not base or "/" in base or not node:
+        raise VerbsError(errno.EINVAL, "an ib link needs a fabric and a node")
+    if not 1 <= port <= 254:
+        raise VerbsError(errno.EINVAL, f"port {port}: CA ports are 1..254")
+    if name in daemon.devices:
+        raise VerbsError(errno.EEXIST, f"device {name} already exists")
+    for d in daemon.devices.values():
+        if d.link_layer == LINK_LAYER_IB and (d.fabric, d.node_sel, d.link.port_num) == (base, node, port):
+            raise VerbsError(errno.EEXIST, f"{d.name} is already attached to {node} port {port} of {base}")
+    dev = IbDevice(name, base, node, port_num=port)
+    if not dev.link.connect():
+        err, why = dev.link.error
+        _refused(errno.ENOENT if err in (errno.ENOENT, errno.ECONNREFUSED) else err,
+                 f"no fabric {base} is serving ({why})")
+    if not _await_port_info(dev):
+        dev.close()
+        _refused(*(dev.link.error or (errno.ETIMEDOUT, f"fabric {base} did not answer")))
+    daemon.add_device(dev)
+    return {"ifindex": dev.ifindex}, []
+
+
+def _refused(err: int, why: str):
+    e = VerbsError(err, why)
+    e.extack = why                       # rdma link add prints it as "Error: ..."
+    raise e
+
+
+def _await_port_info(dev, timeout: float = 5.0) -> bool:
+    """Wait for the fabric's first PORT_INFO (or its ERROR) on a new link."""
+    sock = dev.link.sock
+    end = time.monotonic() + timeout
+    while not dev.seen_info:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([sock], [], [], left)[0]:
+            return False
+        if not dev.service(time.monotonic()):
+            return False
+    return True
+
+
+def cmd_umad_open(daemon, c, m, fds):
+    """A umad file on an IB device's port (``device.umad``): the tool's end
+    of its socket, the agent's hi_tid, and the port as the fabric describes
+    it (NodeInfo, PortInfo: what a tool reads from sysfs and its own SMA)."""
+    name = rq.string(m, "name")
+    if rq.uint(m, "port", rq.U8, 1) != 1:
+        raise VerbsError(errno.EINVAL, "port must be 1")
+    classes = m.get("classes") or []
+    if not isinstance(classes, list) or not all(type(x) is int and 0 <= x <= 0xFF for x in classes):
+        raise VerbsError(errno.EINVAL, "classes: a list of management classes (0..255)")
+    dev = daemon.devices.get(name)
+    if dev is None:
+        raise VerbsError(errno.ENODEV, f"no device {name!r}")
+    if dev.link_layer != LINK_LAYER_IB:
+        raise VerbsError(errno.EOPNOTSUPP, f"{name} is a RoCE device: its MADs are rdma_cm's")
+    f = dev.gsi.umad.open(classes, issm=bool(rq.uint(m, "issm", rq.U8, 0)))
+    daemon.sel.register(f.sock, selectors.EVENT_READ, ("umad", (dev, f)))
+    theirs, f.theirs = f.theirs, None
+    raw = dev.raw_info
+    return {"hi_tid": f.hi_tid, "lid": dev.lid, "sm_lid": dev.sm_lid,
+            "node_info": raw.node_info.hex() if raw else "", "port_info": raw.port_info.hex() if raw else ""}, \
+        [theirs.detach()]
+
+
 def cmd_link_set(daemon, c, m, fds):
     """Change a link's settings; now: ``faults`` (fault injection)."""
     _link_admin(c)
@@ -125,6 +212,9 @@ def cmd_link_set(daemon, c, m, fds):
     if dev is None:
         raise VerbsError(errno.ENODEV, f"no device {name!r}")
     if "faults" in m:
+        if dev.link_layer == LINK_LAYER_IB:
+            raise VerbsError(errno.EOPNOTSUPP, f"{name} is an InfiniBand port: its faults are the fabric's"
+                                               " (softrdma fabric link down)")
         seed = rq.uint(m, "seed", rq.U64, None)
         try:
             settings = FaultSettings.from_dict(rq.obj(m, "faults", {}))
@@ -193,11 +283,19 @@ def cmd_link_delete(daemon, c, m, fds):
             daemon.sel.unregister(s.sock)
         except (KeyError, ValueError):
             pass
+    if dev.link_layer == LINK_LAYER_IB:
+        for s in [dev.link.sock, *dev.gsi.umad.files]:
+            if s is not None:
+                try:
+                    daemon.sel.unregister(s)
+                except (KeyError, ValueError):
+                    pass
     dev.close()
     del daemon.devices[dev.name]
     daemon.rdma_cm.device_removed(dev)
     stat_device_removed(daemon, dev)
     daemon.topology_changed()
     daemon.sysfs.remove_device(dev.name)
-    daemon.sysfs.remove_ecn(dev.netdev)
+    if dev.netdev:
+        daemon.sysfs.remove_ecn(dev.netdev)
     return {}, []

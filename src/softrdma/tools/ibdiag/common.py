@@ -188,8 +188,11 @@ def run(prog: str, body) -> int:
 
 
 def open_port(prog: str, cfg: Config) -> MadPort:
-    """mad_rpc_open_port(): an ibsim client on SIM_HOST's (or the first) node."""
-    return MadPort(cfg.timeout or None)
+    """mad_rpc_open_port(): the softrdma IB device ``-C`` names (or, with
+    neither ``-C`` nor the ibsim environment, the first active one:
+    ``devport``); else an ibsim client on SIM_HOST's (or the first) node."""
+    from .devport import device_for
+    return MadPort(cfg.timeout or None, device=device_for(cfg.ca, cfg.ca_port), ca_port=cfg.ca_port)
 
 
 def str2drpath(s: str):

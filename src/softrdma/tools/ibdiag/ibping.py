@@ -1,5 +1,7 @@
 """``ibping [options] <dest lid|guid>`` and ``ibping -S`` (infiniband-diags 44
-ibping.c) as an ibsim client.
+ibping.c) as an ibsim client, or through a softrdma IB device's QP1
+(``-C DEV [-P PORT]``, or no ``-C`` and no ibsim environment: the first IB
+device whose port is Active; ``devport``).
 
 The ping is a vendor-class MAD: class 0x32 (IB_VENDOR_OPENIB_PING_CLASS,
 vendor range 2), class version 1, method Get, attribute 0, modifier 0,
@@ -39,6 +41,7 @@ import time
 from ..libc import strtoul
 from . import common
 from .common import Exit, ibexit
+from .devport import device_for
 from .rpc import MadPort, ibwarn
 
 PING_CLASS = 0x32                 # IB_VENDOR_OPENIB_PING_CLASS
@@ -215,10 +218,13 @@ def main(argv, prog="ibping") -> int:
         if not args and not st["server"]:
             raise Exit(2, cfg.usage)
         server = bool(st["server"])
+        device = device_for(cfg.ca, cfg.ca_port)
         mad = MadPort(cfg.timeout or None, issm=server,
-                      set_issm=server and os.environ.get("SIM_SET_ISSM") is not None)
+                      set_issm=server and os.environ.get("SIM_SET_ISSM") is not None, device=device,
+                      ca_port=cfg.ca_port, classes=(PING_CLASS,) if server else ())
         try:
-            check_ca_port(prog, cfg, mad)
+            if device is None:
+                check_ca_port(prog, cfg, mad)
             if server:
                 return _serve(mad)
             portid = common.resolve_portid(mad, args[0], cfg.dest_type)

@@ -3,7 +3,7 @@ umad2sim does, as an ibsim client (``softrdma.mgmt.umad.IbsimPort`` with
 issm off) whose requests a ``softrdma.mgmt.agent.MadAgent`` tracks.
 
 Owns: the own port's LID/port/SM LID (ibsim's GET_PORTINFO, as umad2sim's
-fake sysfs), ``PortId`` (a LID, a directed route, or both: DrSLID routing),
+fake sysfs; or a softrdma IB device's port, ``devport``), ``PortId`` (a LID, a directed route, or both: DrSLID routing),
 the socket loop that runs the agent (``run``), one request/response
 exchange (``smp_query``, ``perf_query``) and a pipelined batch
 (``rpc_many``) that still hands answers back in request order.  TIDs: the
@@ -60,13 +60,21 @@ class PortId:
 
 class MadPort:
     def __init__(self, timeout_ms: int | None = None, retries: int = DEFAULT_RETRIES,
-                 issm: bool = False, set_issm: bool = False):
+                 issm: bool = False, set_issm: bool = False, device: str | None = None, ca_port: int = 0,
+                 classes=()):
         """``issm``: attach as ibsim's "SM" client, the one that gets the
         unsolicited QP0/QP1 requests for the node (a server such as
-        ``ibping -S``); ``set_issm``: also set IsSM in the CapabilityMask."""
+        ``ibping -S``); ``set_issm``: also set IsSM in the CapabilityMask.
+        ``device``: a softrdma IB device instead of ibsim (``devport``), its
+        umad file taking the requests of management ``classes``."""
         self.timeout = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000.0
         self.retries = retries
-        self.port = IbsimPort(issm=issm, set_issm=set_issm)
+        self.device = device
+        if device is not None:
+            from .devport import DevicePort
+            self.port = DevicePort(device, ca_port, classes)
+        else:
+            self.port = IbsimPort(issm=issm, set_issm=set_issm)
         try:
             pi = smp.PORT_INFO.decode(self.port.control(ibsim.SimCtlType.GET_PORTINFO, bytes(64)).data)
             ni = smp.NODE_INFO.decode(self.port.control(ibsim.SimCtlType.GET_NODEINFO, bytes(64)).data)
@@ -198,6 +206,8 @@ def sa_path_lid(port: MadPort, guid: int) -> int | None:
     # the SGID is the own port's GID 0 as umad2sim's sysfs has it: NodeGUID + LocalPortNum
     # (real ibsim's GET_NODEINFO PortGUID of a CA is the NodeGUID: the SA would refuse that)
     sgid_guid = (port.node_info["Guid"] + port.portnum) & 0xFFFFFFFFFFFFFFFF
+    if port.device is not None:              # a device's GID 0: the subnet prefix and its port GUID
+        sgid_guid = port.node_info["PortGuid"]
     mad[rec + 24:rec + 40] = GID_PREFIX.to_bytes(8, "big") + sgid_guid.to_bytes(8, "big")
     ans = port.rpc_many([((port.sm_lid, GSI_QP, GSI_QP), mad)])[0]
     if ans is None:

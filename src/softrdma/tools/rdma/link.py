@@ -1,7 +1,12 @@
 """``rdma link``: iproute2 6.1's rdma/link.c over softrdmad -- ``link
 [show [DEV/PORT]]``, ``link add NAME type rxe netdev NETDEV`` (the daemon's
 ``link_add`` for RDMA_NLDEV_CMD_NEWLINK), ``link delete NAME``, and
-softrdma's ``link set NAME faults ...``."""
+softrdma's ``link set NAME faults ...`` and ``link add NAME type ib fabric
+FABRIC node NODE [port N]`` (an InfiniBand device on CA port N, default 1,
+of the CA NODE -- its node description, its name in the topology file, or
+0x<node GUID> -- of the fabric ``softrdma fabric serve --sock FABRIC``
+runs).  An IB port is shown as iproute2 shows one: subnet_prefix, lid,
+sm_lid, lmc before the state."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ PHYS_STATES = ("NOP", "SLEEP", "POLLING", "DISABLED", "ARMED", "LINK_UP", "LINK_
                "UNKNOWN", "OPA_OFFLINE", "UNKNOWN", "OPA_TEST")
 LINK_HELP = ("Usage: {0} link show [DEV/PORT_INDEX]\n"
              "Usage: {0} link add NAME type TYPE netdev NETDEV\n"
+             "Usage: {0} link add NAME type ib fabric FABRIC node NODE [port PORT]\n"
              "Usage: {0} link delete NAME\n")
 # softrdma's extensions, left out of the help so that it prints what iproute2 prints:
 #   link set NAME faults { off | [loss P%] [dup P%] [reorder P%] [corrupt P%] [delay TIME] }
@@ -40,6 +46,14 @@ def cmd_link(rd: Rd) -> int:
         rd.pj("ifindex", d["ifindex"])
         rd.pr("ifname", d["ifname"], f"link {d['ifname']}/")
         rd.pr("port", rd.port_idx, f"{rd.port_idx} ")
+        ib = d.get("ib")
+        if ib is not None:                  # RDMA_NLDEV_ATTR_SUBNET_PREFIX, LID, SM_LID, LMC: an IB port's
+            p = ib["subnet_prefix"]
+            prefix = ":".join(p[i:i + 4] for i in range(0, 16, 4))
+            rd.pr("subnet_prefix", prefix, f"subnet_prefix {prefix} ")
+            rd.pr("lid", pa["lid"], f"lid {pa['lid']} ")
+            rd.pr("sm_lid", pa["sm_lid"], f"sm_lid {pa['sm_lid']} ")
+            rd.pr("lmc", pa["lmc"], f"lmc {pa['lmc']} ")
         state = pa.get("state", 4)
         phys = pa.get("phys_state", 5 if state == 4 else 3)
         rd.pr("state", table_str(LINK_STATES, state), f"state {table_str(LINK_STATES, state)} ")
@@ -48,7 +62,7 @@ def cmd_link(rd: Rd) -> int:
             rd.pr("netdev", d["netdev"], f"netdev {d['netdev']} ")
             idx = d.get("netdev_index", 0)
             rd.pr("netdev_index", idx, f"netdev_index {idx} " if rd.show_details else "")
-        if d.get("gso") is False:
+        if d.get("gso") is False and ib is None:
             rd.pr("gso", "off", "gso off ")
         rd.newline()
         return 0
@@ -90,7 +104,27 @@ def cmd_link(rd: Rd) -> int:
                     rd.argv = []
                 return _newlink(rd, name, ltype, netdev, gso)
 
-            return rd.exec_cmd([(None, link_help), ("netdev", add_netdev)], "parameter")
+            def add_fabric():
+                if rd.no_arg():
+                    rd.err("Please provide a fabric name.")
+                    return -errno.EINVAL
+                fabric = rd.argv0()
+                rd.arg_inc()
+                if not rd.argv_match("node") or len(rd.argv) < 2:
+                    rd.err("Please provide a node (its description, topology name or 0x<node GUID>).")
+                    return -errno.EINVAL
+                node = rd.argv[1]
+                rest = rd.argv[2:]
+                rd.argv = []
+                port = 1
+                if rest:
+                    if len(rest) != 2 or rest[0] != "port" or not rest[1].isdigit():
+                        rd.err(f"Unknown parameter '{' '.join(rest)}'.")
+                        return -errno.EINVAL
+                    port = int(rest[1])
+                return _newlink_ib(rd, name, ltype, fabric, node, port)
+
+            return rd.exec_cmd([(None, link_help), ("netdev", add_netdev), ("fabric", add_fabric)], "parameter")
 
         return rd.exec_cmd([(None, link_help), ("type", add_type)], "parameter")
 
@@ -172,3 +206,12 @@ def _newlink(rd: Rd, name: str, ltype: str, netdev: str, gso: bool = True) -> in
         return fail(errno.EINVAL)
     extra = {} if gso else {"gso": False}
     return 0 if rd.call("link_add", name=name, netdev=netdev, **extra) is not None else -errno.EIO
+
+
+def _newlink_ib(rd: Rd, name: str, ltype: str, fabric: str, node: str, port: int) -> int:
+    """softrdma's IB link: the name, the type (ib), then the daemon's attach."""
+    if not name or "%" in name or len(name.encode()) >= 64 or ltype != "ib" or not 1 <= port <= 254:
+        rd.err(f"error: {os.strerror(errno.EINVAL)}")
+        return -errno.EINVAL
+    return 0 if rd.call("link_add", name=name, type="ib", fabric=fabric, node=node, port=port) is not None \
+        else -errno.EIO

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""InfiniBand beside RoCE in one run: ``ib_write_bw`` 64 KiB and
+``ib_write_lat`` 2 B between two hosts (two network namespaces, a daemon
+each), over their RoCE device (rxe0 on the veth between them) and over
+their IB device (mlx5_0 on CAs h1 and h2 of a ``softrdma fabric serve``
+topology, one switch apart, LIDs from ``softrdma opensm``), alternating.
+
+    sudo python3 benchmarks/ib_bench.py
+    sudo python3 benchmarks/ib_bench.py --rounds 5 --iters 5000
+
+Prints every figure and the medians, and IB as a share of RoCE (the
+bandwidth target: IB >= 50 % of RoCE; the latency target: IB <= 2x RoCE).
+The IB packets take one more hop than RoCE's: from the sending daemon to
+the fabric server's process (its data socket), through the switch's LFT,
+and to the receiving daemon -- two SEQPACKET messages per batch where RoCE
+has one UDP datagram.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, HERE)
+
+from perftest_bench import VETH_MTU, parse_table, run_pair  # noqa: E402
+
+NET = """
+Switch 4 "sw1"
+[1] "h1"[1]
+[2] "h2"[1]
+Ca 1 "h1"
+[1] "sw1"[1]
+Ca 1 "h2"
+[1] "sw1"[2]
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=5000, help="ib_write_bw iterations (perftest's default)")
+    ap.add_argument("--lat-iters", type=int, default=1000, help="ib_write_lat iterations (perftest's default)")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        ap.error("needs root (network namespaces)")
+    from ib_helpers import IbFabric, link
+    from netns_helpers import TwoHosts
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ib_bench-"))
+    fab = IbFabric(tmp, NET)                  # before the daemons: they inherit its directory
+    hosts = None
+    try:
+        hosts = TwoHosts(mtu=VETH_MTU)
+        hosts.start_daemons()
+        fab.attach(hosts.run_dirs[0], "h1")
+        fab.attach(hosts.run_dirs[1], "h2")
+        fab.sweep("softrdma")
+        lids = [fab.wait_active(rd) for rd in hosts.run_dirs]
+        mtu = link(hosts.run_dirs[0], "mlx5_0")["port_attr"]["active_mtu"]
+        print(f"IB: LIDs {lids[0]} and {lids[1]}, one switch apart, active MTU {128 << mtu}; "
+              f"RoCE: rxe0 on the veth (MTU {VETH_MTU}) between the namespaces", flush=True)
+
+        def srv(cmd):
+            return hosts.popen(1, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def cli(cmd):
+            return hosts.popen(0, [*cmd, hosts.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        points = (("ib_write_bw", ["-s", "65536", "-n", str(a.iters)], "bw_avg_MiBps", "MB/s"),
+                  ("ib_write_lat", ["-s", "2", "-n", str(a.lat_iters)], "t_typical", "us"))
+        devs = (("RoCE", ["-d", "rxe0"]), ("IB", ["-d", "mlx5_0"]))
+        got = {(t, d): [] for t, *_ in points for d, _ in devs}
+        for r in range(a.rounds):
+            for tool, args, key, unit in points:
+                for dev, dargs in devs:
+                    row = parse_table(run_pair(tool, [*dargs, "-F", *args], srv, cli), tool == "ib_write_lat")[-1]
+                    v = row[key] * (1 << 20) / 1e6 if unit == "MB/s" else row[key]
+                    got[(tool, dev)].append(v)
+                    print(f"round {r + 1} {tool} {dev}: {v:,.1f} {unit}", flush=True)
+        print()
+        for tool, args, key, unit in points:
+            med = {d: statistics.median(got[(tool, d)]) for d, _ in devs}
+            for d, _ in devs:
+                print(f"{tool} {' '.join(args[:2])} {d}: median {med[d]:,.1f} {unit} of "
+                      f"{', '.join(f'{v:,.1f}' for v in got[(tool, d)])}")
+            if unit == "MB/s":
+                print(f"  IB / RoCE: {med['IB'] / med['RoCE']:.0%} (target >= 50 %)")
+            else:
+                print(f"  IB / RoCE: {med['IB'] / med['RoCE']:.2f}x (target <= 2x)")
+        return 0
+    finally:
+        if hosts is not None:
+            hosts.close()
+        fab.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,521 @@
+"""The InfiniBand link of a device's port: a CA port of a simulated fabric.
+
+``IbPort`` is the ``transport.port.Port`` of a device attached to a CA port
+of ``softrdma fabric serve`` (``device.fabric_link``: the socket).  The
+fabric owns the port's model -- its SMA answers the SM, its links go up and
+down -- and pushes each change as PORT_INFO; the port mirrors it (``apply``):
+state and physical state exactly as the fabric models them, LID, LMC, SM
+LID and SL, subnet prefix, GUIDs (the GID table: GID i = subnet prefix +
+GUID i), the P_Key table, width and speed, MTU, capability mask.  What
+changed becomes the events the kernel sends (``ib_cache``, mlx5's port
+events): PORT_ACTIVE / PORT_ERR, LID_CHANGE, PKEY_CHANGE, SM_CHANGE,
+GID_CHANGE, CLIENT_REREGISTER.  The connection's end is the port's: Down,
+Polling, until the fabric is back.
+
+Transmit: an address vector resolves to an ``IbRoute`` (DLID, SLID = base
+LID | source path bits within the LMC, SL, and a GRH when ``is_global``),
+cached per AV object; each packet is encapsulated (``wire.lrh.encap``:
+LRH, GRH, ICRC over the IB headers, VCRC) and the packets of one pass go to
+the fabric as PACKETS batches.  Nothing is delivered inside the daemon:
+two IB devices of one daemon talk through the fabric's switches as two
+hosts would.  A port that is not Active sends nothing: the packets are
+discarded and counted (PortXmitDiscards).
+
+Receive: each packet is checked (``wire.lrh.decap``: length, LNH, VCRC,
+ICRC; else PortRcvErrors), its DLID must be the port's (within the LMC) or
+a multicast LID, its BTH P_Key must match the port's table (IBA 10.9.3:
+the low 15 bits equal, one of the two a full member; else the packet is
+dropped and P_KeyViolations counted, as PortInfo and the kernel's
+``bad_pkey_cntr``), then the port layer's demux (``receive_batch``) with a
+``transport.unreliable.LinkSource`` as the source: UD completions carry
+slid, sl, dlid_path_bits, and IBV_WC_GRH only when a GRH came.  Connected
+QPs take packets by QPN, as on a real HCA (no address check).
+"""
+
+from __future__ import annotations
+
+import errno
+
+from ..enums import (IBV_EVENT_CLIENT_REREGISTER, IBV_EVENT_GID_CHANGE, IBV_EVENT_LID_CHANGE,
+                     IBV_EVENT_PKEY_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR, IBV_EVENT_SM_CHANGE)
+from ..errors import VerbsError
+from ..transport.port import MCAST_QPN, RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKETS, Port
+from ..transport.qp import DeviceCaps
+from ..transport.unreliable import LinkSource
+from ..transport.wr import AddressVector
+from ..uapi.shm import W_PRODUCER
+from ..wire import fabriclink as fl
+from ..wire import smp
+from ..wire.errors import WireError
+from ..wire.fastpath import SegmentRun
+from ..wire.lrh import MCAST_LID_BASE, PERMISSIVE_LID, VL15, decap, encap, pack_grh, ICRC_BYTES
+from ..wire.opcodes import Opcode
+from ..wire.packet import build
+from .core import DeviceCore
+from .fabric_link import FabricLink
+from .gid import ROCE_V1, GidTable
+from .umad import Umad
+
+LINK_LAYER_IB = 1                    # IBV_LINK_LAYER_INFINIBAND
+UD_SEND_ONLY = int(Opcode.UD_SEND_ONLY)
+DOWN, INIT, ARMED, ACTIVE = 1, 2, 3, 4
+POLLING, LINK_UP = 2, 5
+# ibv_port_attr.active_speed (IBV_SPEED_*) from LinkSpeedActive / LinkSpeedExtActive
+_SPEED = {1: 1, 2: 2, 4: 4}
+_SPEED_EXT = {1: 16, 2: 32, 4: 64, 8: 128}
+_SPEED_NAME = {1: "SDR", 2: "DDR", 4: "QDR", 16: "FDR", 32: "EDR", 64: "HDR", 128: "NDR"}
+GID_TABLE_LEN = smp.GUIDS_PER_BLOCK  # the first GUIDInfo block: the GUIDs the fabric sends
+ROUTE_CACHE_MAX = 4096
+# the port's own counters (PortCounters names; ``ib_counters``)
+XMIT_DISCARDS, RCV_ERRORS, PKEY_VIOLATIONS, XMIT_PACKETS, XMIT_BYTES = range(5)
+IB_COUNTERS = ("port_xmit_discards", "port_rcv_errors", "pkey_violations", "xmit_packets", "xmit_bytes")
+
+
+def pkey_accepts(table) -> frozenset:
+    """The BTH P_Keys a port with P_Key table ``table`` takes (IBA 10.9.3):
+    same low 15 bits as an entry, and the packet's or the entry's
+    membership bit full; an entry with zero low bits is invalid."""
+    ok = set()
+    for k in table:
+        if k & 0x7FFF == 0:
+            continue
+        ok.add(k | 0x8000)                      # a full member's packets: any entry
+        if k & 0x8000:
+            ok.add(k & 0x7FFF)                  # a limited member's: only a full entry
+    return frozenset(ok)
+
+
+class IbRoute:
+    """Where an address vector's packets go: the LRH fields and, for a
+    global AV, the GRH's (``sgid`` None: the source GID index is empty,
+    nothing can go)."""
+
+    __slots__ = ("av", "dlid", "slid", "sl", "grh", "sgid", "dgid", "tclass", "flow_label", "hop_limit")
+
+    def __init__(self, av, dlid: int, slid: int, sl: int, sgid: bytes | None):
+        self.av = av
+        self.dlid = dlid
+        self.slid = slid
+        self.sl = sl
+        self.grh = bool(av.is_global)
+        self.sgid = sgid
+        self.dgid = bytes(av.dgid)
+        self.tclass = av.traffic_class
+        self.flow_label = av.flow_label
+        self.hop_limit = av.hop_limit
+
+
+class PortInfo:
+    """A CA port as the fabric last described it (PORT_INFO, decoded)."""
+
+    def __init__(self, msg: fl.PortInfoMsg | None = None):
+        if msg is None:
+            self.node = {}
+            self.pi = {}
+            self.guids = ()
+            self.pkeys = ()
+            return
+        self.node = smp.NODE_INFO.decode(msg.node_info)
+        self.pi = smp.PORT_INFO.decode(msg.port_info)
+        self.guids = smp.decode_guid_info(msg.guid_info)
+        self.pkeys = tuple(msg.pkeys)
+
+
+class IbPort(Port):
+    """The port layer over a fabric link (see the module docstring)."""
+
+    rx_port = 0
+
+    def __init__(self, base: str, node: str, port_num: int, name: str, directory: str | None = None):
+        super().__init__()
+        self.link = FabricLink(base, node, port_num, name, directory)
+        self.fabric = base
+        self.node_sel = node
+        self.port_num = port_num
+        self.info = PortInfo()
+        self.raw_info: fl.PortInfoMsg | None = None     # as the fabric sent it (a umad file's tool reads it)
+        self.gid_table = GidTable("", GID_TABLE_LEN, ROCE_V1)
+        self.lid = self.lmc = self.sm_lid = self.sm_sl = 0
+        self.lmc_mask = 0
+        self.state, self.phys_state = DOWN, POLLING
+        self.pkeys: tuple = (0xFFFF,)
+        self.accepts_pkey = pkey_accepts(self.pkeys)
+        self.ib_cnt = [0] * len(IB_COUNTERS)
+        self.cap_held = 0                         # CapabilityMask bits this port set (``set_port_cap``)
+        self.port_events: list[int] = []          # ibv_event_type, for the daemon to send the clients
+        self.seen_info = False
+        # what a RoCE port has and an IB port has not (the daemon reads them from every device)
+        self.netdev = ""
+        self.netdev_index = 0
+        self.addresses: list[str] = []
+        self.sockets: list = []
+        self.gso = False
+        self.udp_port = 0
+
+    # -- the port's attributes
+    @property
+    def node_guid(self) -> bytes:
+        return int(self.info.node.get("Guid", 0)).to_bytes(8, "big")
+
+    @property
+    def sys_image_guid(self) -> bytes:
+        return int(self.info.node.get("SystemGuid", 0)).to_bytes(8, "big")
+
+    @property
+    def port_guid(self) -> bytes:
+        g = self.info.guids[0] if self.info.guids else self.info.node.get("PortGuid", 0)
+        return int(g).to_bytes(8, "big")
+
+    @property
+    def subnet_prefix(self) -> bytes:
+        return int(self.info.pi.get("GidPrefix", 0)).to_bytes(8, "big")
+
+    def gid(self, index: int) -> bytes | None:
+        return self.gid_table.gid(index)
+
+    @property
+    def gids(self) -> list[bytes]:
+        """GIDs by index up to the last used slot (free slots: zero GID)."""
+        return self.gid_table.gids()
+
+    @property
+    def active_speed(self) -> int:
+        pi = self.info.pi
+        ext = pi.get("LinkSpeedExtActive", 0)
+        if ext in _SPEED_EXT:
+            return _SPEED_EXT[ext]
+        return _SPEED.get(pi.get("LinkSpeedActive", 1), 1)
+
+    @property
+    def active_width(self) -> int:
+        w = self.info.pi.get("LinkWidthActive", 1)
+        return w if w in smp.LINK_WIDTH else 1
+
+    @property
+    def rate(self) -> tuple[str, int]:
+        """(speed name, lanes): sysfs ``rate`` and ibstat's Rate."""
+        return _SPEED_NAME[self.active_speed], smp.LINK_WIDTH[self.active_width]
+
+    @property
+    def cap_mask(self) -> int:
+        return self.info.pi.get("CapMask", 0)
+
+    @property
+    def ib_counters(self) -> dict[str, int]:
+        return dict(zip(IB_COUNTERS, self.ib_cnt))
+
+    # -- the fabric's word
+    def apply(self, msg: fl.PortInfoMsg) -> list[int]:
+        """Mirror a PORT_INFO; the port events it means (also appended to
+        ``port_events``)."""
+        new = PortInfo(msg)
+        self.raw_info = msg
+        pi = new.pi
+        old_state, old_lid, old_sm = self.state, self.lid, (self.sm_lid, self.sm_sl)
+        old_pkeys, old_gids = self.pkeys, self.gids
+        first = not self.seen_info
+        self.info = new
+        self.seen_info = True
+        self.state = pi["LinkState"] or DOWN
+        self.phys_state = pi["PhysLinkState"] or POLLING
+        self.lid, self.lmc = pi["Lid"], pi["LMC"]
+        self.lmc_mask = (1 << self.lmc) - 1
+        self.sm_lid, self.sm_sl = pi["SMLid"], pi["SMSL"]
+        self.pkeys = new.pkeys or (0xFFFF,)
+        self.accepts_pkey = pkey_accepts(self.pkeys)
+        prefix = self.subnet_prefix
+        self.gid_table.assign([prefix + int(g).to_bytes(8, "big") if g else bytes(16) for g in new.guids])
+        self._set_mtu(pi)
+        self.route_cache.clear()
+        evs = []
+        if old_state != ACTIVE and self.state == ACTIVE:
+            evs.append(IBV_EVENT_PORT_ACTIVE)
+        elif old_state == ACTIVE and self.state != ACTIVE:
+            evs.append(IBV_EVENT_PORT_ERR)
+        if not first:
+            if self.lid != old_lid:
+                evs.append(IBV_EVENT_LID_CHANGE)
+            if (self.sm_lid, self.sm_sl) != old_sm:
+                evs.append(IBV_EVENT_SM_CHANGE)
+            if self.pkeys != old_pkeys:
+                evs.append(IBV_EVENT_PKEY_CHANGE)
+            if self.gids != old_gids:
+                evs.append(IBV_EVENT_GID_CHANGE)
+            if pi.get("ClientReregister"):
+                evs.append(IBV_EVENT_CLIENT_REREGISTER)
+        self.port_events.extend(evs)
+        return evs
+
+    def _set_mtu(self, pi: dict) -> None:
+        caps = getattr(self, "caps", None)
+        if caps is None:
+            return
+        cap = pi.get("MtuCap") or 5
+        caps.max_mtu = cap
+        caps.active_mtu = min(pi.get("NeighborMTU") or cap, cap)
+        # the table has PartitionCap entries (NodeInfo); those the SM left unset are 0
+        n = max(self.info.node.get("PartCap", 0), len(self.pkeys))
+        caps.pkey_table = tuple(self.pkeys) + (0,) * (n - len(self.pkeys))
+
+    def link_lost(self) -> list[int]:
+        """The fabric connection ended: the port is Down (Polling: a port
+        with no peer), until the fabric is back."""
+        evs = [IBV_EVENT_PORT_ERR] if self.state == ACTIVE else []
+        self.state, self.phys_state = DOWN, POLLING
+        self.route_cache.clear()
+        self.port_events.extend(evs)
+        return evs
+
+    def set_port_cap(self, set_mask: int, clear_mask: int) -> None:
+        """ib_modify_port's set/clear of CapabilityMask bits (IsSM while an
+        issm file is open): told to the fabric, whose SMA owns the port's
+        PortInfo; it answers with PORT_INFO.  Held across reconnects."""
+        self.cap_held = (self.cap_held | set_mask) & ~clear_mask
+        if self.link.connected:
+            self.link.send_control(fl.pack_port_cap(set_mask, clear_mask))
+
+    def attached(self) -> None:
+        """A new fabric connection: the bits this port holds, again."""
+        if self.cap_held:
+            self.link.send_control(fl.pack_port_cap(self.cap_held, 0))
+
+    # -- address vectors
+    def check_av(self, av, peers) -> None:
+        """What create_ah / modify_qp (RTR) refuse on an IB port (EINVAL,
+        as ib_uverbs' rdma_check_ah_attr / mlx5): a global AV whose source
+        GID index is empty; a LID-routed AV to LID 0 or the permissive
+        LID."""
+        if av.is_global and self.gid(av.sgid_index) is None:
+            raise VerbsError(errno.EINVAL, f"no GID at sgid_index {av.sgid_index}")
+        if not av.is_global and av.dlid in (0, PERMISSIVE_LID):
+            raise VerbsError(errno.EINVAL, f"DLID {av.dlid:#x} is not a destination")
+
+    def _ib_route(self, av) -> IbRoute:
+        slid = self.lid | (av.src_path_bits & self.lmc_mask)
+        sgid = self.gid(av.sgid_index) if av.is_global else None
+        return IbRoute(av, av.dlid, slid, av.sl, sgid)
+
+    # -- transmit (the port layer's ``route``, for a link with no same-daemon path)
+    def route(self, peers, now: float) -> bool:
+        """Encapsulate what the QPs produced and send it to the fabric; False
+        if there was nothing."""
+        tx = self.tx
+        if not tx or self.routing:
+            return False
+        self.routing = True
+        cache = self.route_cache
+        frames = []
+        nbytes = 0
+        discards = dropped = 0
+        active = self.state == ACTIVE and self.link.connected
+        try:
+            while tx:
+                items = tx[:]
+                tx.clear()
+                for qp, pkt, av in items:
+                    pkts = pkt.packets() if pkt.__class__ is SegmentRun else (pkt,)
+                    if not active:
+                        discards += len(pkts)
+                        continue
+                    r = cache.get(id(av))
+                    if r is None or r.av is not av:
+                        if len(cache) >= ROUTE_CACHE_MAX:
+                            cache.clear()
+                        r = cache[id(av)] = self._ib_route(av)
+                    for p in pkts:
+                        if r.grh:
+                            if r.sgid is None:
+                                discards += 1
+                                continue
+                            grh = pack_grh(sgid=r.sgid, dgid=r.dgid, pay_len=len(p) + ICRC_BYTES,
+                                           tclass=r.tclass, flow_label=r.flow_label, hop_limit=r.hop_limit)
+                        else:
+                            grh = None
+                        f = encap(p, dlid=r.dlid, slid=r.slid, sl=r.sl, grh=grh)
+                        frames.append(f)
+                        nbytes += len(p) + ICRC_BYTES
+            dropped = self.link.send_packets(frames) if frames else 0
+        finally:
+            self.routing = False
+        c = self.cnt
+        sent = len(frames) - dropped
+        discards += dropped
+        c[TX_PACKETS] += sent
+        c[TX_BYTES] += nbytes
+        ic = self.ib_cnt
+        ic[XMIT_PACKETS] += sent
+        ic[XMIT_BYTES] += nbytes
+        ic[XMIT_DISCARDS] += discards
+        return True
+
+    # -- receive
+    def receive_frames(self, frames, now: float) -> None:
+        """Native IB packets the fabric delivered to this port."""
+        datagrams = []
+        ic = self.ib_cnt
+        lid, mask = self.lid, ~self.lmc_mask & 0xFFFF
+        ok_pkeys = self.accepts_pkey
+        mcast = []
+        for f in frames:
+            try:
+                lrh, grh, body = decap(f)
+            except WireError:
+                ic[RCV_ERRORS] += 1
+                continue
+            dlid = lrh.dlid
+            is_mc = MCAST_LID_BASE <= dlid < PERMISSIVE_LID
+            if not is_mc and dlid != PERMISSIVE_LID and (dlid & mask) != lid:
+                ic[RCV_ERRORS] += 1                  # not ours: a switch misrouted it
+                continue
+            if len(body) < 12:
+                ic[RCV_ERRORS] += 1
+                continue
+            pkey = body[2] << 8 | body[3]
+            if pkey not in ok_pkeys:
+                ic[PKEY_VIOLATIONS] += 1
+                continue
+            src = LinkSource(bytes(grh) if grh is not None else None, lrh.slid, lrh.sl,
+                             dlid & self.lmc_mask if not is_mc else 0)
+            if is_mc and grh is not None and (body[5] << 16 | body[6] << 8 | body[7]) == MCAST_QPN:
+                mcast.append((body, src, bytes(grh[24:40])))
+            else:
+                datagrams.append((body, src, 0))
+        if datagrams:
+            self.receive_batch(datagrams, b"", 0, now)
+        for body, src, mgid in mcast:
+            self.deliver_mcast(body, src, mgid, now)
+
+    def _no_qp(self, dqpn: int, pkt, src, dst, now: float) -> None:
+        """QP0's packets (SMPs answering a tool's umad file) to the GSI's
+        umad files; QP1's and the rest as the port layer has them."""
+        if dqpn == 0 and self.gsi is not None:
+            self.cnt[RX_PACKETS] += 1
+            self.cnt[RX_BYTES] += len(pkt) + ICRC_BYTES
+            self.gsi.receive_smp(pkt, src, now)
+        else:
+            Port._no_qp(self, dqpn, pkt, src, dst, now)
+
+    def send_smp(self, mad: bytes, dlid: int) -> bool:
+        """An SMP from QP0 (VL15; a directed-route one to the permissive
+        LID leaves from the permissive LID too): straight to the fabric,
+        as the kernel's SMI sends.  False when the fabric is not attached."""
+        if not self.link.connected:
+            return False
+        slid = PERMISSIVE_LID if dlid == PERMISSIVE_LID else self.lid
+        frame = encap(build(UD_SEND_ONLY, 0, 0, mad, deth=(0, 0)), dlid=dlid, slid=slid, vl=VL15)
+        dropped = self.link.send_packets([frame])
+        self.ib_cnt[XMIT_DISCARDS] += dropped
+        if not dropped:
+            self.cnt[TX_PACKETS] += 1
+            self.cnt[TX_BYTES] += len(frame) - 8 - 2       # as the port counts: BTH .. ICRC
+        return not dropped
+
+    # the port layer's link hooks
+    def _resolve(self, av, peers):
+        raise NotImplementedError("an IB port routes its own packets (IbPort.route)")
+
+    def _peer(self, entry):
+        entry.peer_av = entry.qp.av
+        entry.peer = None
+        return None
+
+    def _grh(self, src, dst, nbytes):
+        return src                                   # the LinkSource: transport.unreliable reads it
+
+    def drain(self, now: float, devices_by_ip: dict | None = None) -> None:
+        """Read the fabric connection empty (before a timer fires)."""
+        self.service(now)
+
+    def service(self, now: float) -> bool:
+        """Read what the fabric sent: PORT_INFO mirrored, PACKETS received.
+        False when the connection ended (the caller closes it)."""
+        msgs, ended = self.link.receive()
+        for t, msg in msgs:
+            if t == fl.MsgType.PACKETS:
+                try:
+                    frames = list(fl.iter_packets(msg))
+                except WireError:
+                    self.ib_cnt[RCV_ERRORS] += 1
+                    continue
+                self.pull_receives()
+                self.receive_frames(frames, now)
+            elif t == fl.MsgType.PORT_INFO:
+                try:
+                    self.apply(fl.parse_port_info(msg))
+                except WireError:
+                    continue
+        return not ended
+
+    def pull_receives(self) -> None:
+        """Receives posted to the rings before these packets came (the
+        device's own; a port without rings has none)."""
+
+    def cc_changed(self) -> None:
+        self.route_cache.clear()
+
+    def set_gso(self, on: bool) -> None:
+        pass
+
+
+class IbDevice(DeviceCore, IbPort):
+    """A device whose port is a CA port of a fabric (``rdma link add NAME
+    type ib fabric BASE node NODE``)."""
+
+    link_layer = LINK_LAYER_IB
+
+    def __init__(self, name: str, fabric: str, node: str, *, port_num: int = 1, caps: DeviceCaps | None = None,
+                 directory: str | None = None):
+        IbPort.__init__(self, fabric, node, port_num, name, directory)
+        self._init_core(name, caps or DeviceCaps(active_mtu=5))
+        self.caps.link_layer = LINK_LAYER_IB
+        self.mac = bytes(6)
+        self.gsi.umad = Umad(self)                   # the diags' MADs through QP1 (``-C NAME``)
+
+    def add_qp(self, dqp) -> None:
+        DeviceCore.add_qp(self, dqp)
+        dqp.qp.local_peer = None                     # every packet crosses the fabric: no loopback short cut
+
+    def local_peer_dqp(self, qp):
+        return None
+
+    def pull_receives(self) -> None:
+        """Take the receive WQEs already in the rings before a batch of
+        packets is received: an application posts its receive before it
+        tells the peer to send, and a HCA has seen that doorbell by the time
+        the peer's packets arrive -- a UC message or a UD datagram must
+        not be dropped for want of a WQE the ring holds."""
+        for srq in self.srqs:
+            if srq.wq.ring.words[W_PRODUCER] != srq.wq.tail:
+                self._pull_srq(srq)
+        for dqp in self.qps.values():
+            rq = dqp.rq
+            if rq is not None and rq.ring.words[W_PRODUCER] != rq.tail:
+                self._pull_rq(dqp)
+
+    def close(self) -> None:
+        self.link.close()
+        self.mcast.close()
+        self.gsi.umad.close_all()
+
+    def port_attrs(self) -> dict:
+        pi = self.info.pi
+        return {"state": self.state, "max_mtu": self.caps.max_mtu, "active_mtu": self.caps.active_mtu,
+                "gid_tbl_len": self.gid_table.capacity, "port_cap_flags": self.cap_mask,
+                "max_msg_sz": self.caps.max_msg_sz, "pkey_tbl_len": len(self.caps.pkey_table),
+                "lid": self.lid, "sm_lid": self.sm_lid, "lmc": self.lmc,
+                "max_vl_num": {1: 1, 2: 2, 3: 3, 4: 4, 5: 5}.get(pi.get("VLCap", 1), 1),
+                "sm_sl": self.sm_sl, "subnet_timeout": pi.get("SubnetTimeout", 0),
+                "init_type_reply": pi.get("InitReply", 0), "active_width": self.active_width,
+                "active_speed": self.active_speed, "phys_state": self.phys_state,
+                "link_layer": LINK_LAYER_IB, "bad_pkey_cntr": self.ib_cnt[PKEY_VIOLATIONS] & 0xFFFF,
+                "qkey_viol_cntr": pi.get("QkeyViolations", 0)}
+
+    def av_from(self, d: dict) -> AddressVector:
+        return AddressVector(dgid=bytes.fromhex(d.get("dgid", "00" * 16)), sgid_index=d.get("sgid_index", 0),
+                             flow_label=d.get("flow_label", 0), hop_limit=d.get("hop_limit", 64),
+                             traffic_class=d.get("traffic_class", 0), sl=d.get("sl", 0), dlid=d.get("dlid", 0),
+                             port_num=d.get("port_num", 1), is_global=bool(d.get("is_global", False)),
+                             src_path_bits=d.get("src_path_bits", 0), static_rate=d.get("static_rate", 0))
+
+
+__all__ = ["IbPort", "IbDevice", "IbRoute", "pkey_accepts", "LINK_LAYER_IB", "IB_COUNTERS"]
