@@ -27,9 +27,12 @@ def _default_base() -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="fabric_cmd", metavar="SUBCOMMAND")
-    s = sub.add_parser("serve", help="serve a topology to opensm and the diags (ibsim protocol)",
-                       description="Serve TOPO.net over ibsim's client protocol: run clients "
-                       "with LD_PRELOAD=libumad2sim.so and the same IBSIM_SOCKNAME.")
+    s = sub.add_parser("serve", help="serve a topology to opensm and the diags (ibsim protocol) "
+                       "and to IB devices", description="Serve TOPO.net over ibsim's client "
+                       "protocol: run clients with LD_PRELOAD=libumad2sim.so and the same "
+                       "IBSIM_SOCKNAME.  InfiniBand devices of softrdma daemons attach to its CAs "
+                       "through the data socket $SOFTRDMA_FABRIC_DIR/BASE.data (default directory "
+                       "/run/softrdma-fabric for root) and their packets go through the switches.")
     s.add_argument("topo", metavar="TOPO.net")
     s.add_argument("--sock", default=None, help="socket base name (default $IBSIM_SOCKNAME "
                    "or 'sim')")
