@@ -28,6 +28,8 @@ from .discovery import Discovery
 from .guid2lid import Guid2Lid
 from .log import ROUTING, Log
 from .sminfo import HANDOVER, RemoteSm, SmInfoState
+from .pkey_setup import PkeySetup
+from .prtn_config import PrtnOptions
 from .sweep import HeavySweep
 from .mcast import mft, mft_smps
 
@@ -55,6 +57,10 @@ class SmLoop:
         self.stop = False
         self.shown = None
         self.mcast_version = -1
+        self.pkeys = PkeySetup(PrtnOptions(config_file=s.get("partition_config_file"),
+                                           allow_both_pkeys=s.get("allow_both_pkeys", False),
+                                           qos=s.get("qos", False)),
+                               s.get("part_enforce", "both"))
 
     # -- plumbing --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -185,7 +191,8 @@ class SmLoop:
         disc = disc or self._discover()
         q = self._mads()
         sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
-                           self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False))
+                           self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False),
+                           setups=(self.pkeys,))
         t0 = time.monotonic()
         self._drive(q, sweep)
         self.subnet = sweep.subnet
