@@ -209,3 +209,16 @@ def ibnetdiscover_lids(disc: str) -> dict:
     for m in re.finditer(r'^\[\d+\].*# "([^"]+)" lid (\d+)', disc, re.M):
         out.setdefault(m.group(1), int(m.group(2)))
     return out
+
+
+def every_port(fab: IbsimFabric, *query: str, node: str = "host0002") -> str:
+    """The real ``smpquery <query> <lid> <port>`` of every port of ft2_64 (CA ports, every switch
+    port and port 0), after an SM swept the fabric: one text, each answer under its port's name."""
+    from softrdma.fabric import topo
+    lids = ibnetdiscover_lids(fab.diag("ibnetdiscover", node=node))
+    out = []
+    for n in topo.loads(fixture("ft2_64.net.xz")).nodes:
+        for num in (range(n.nports + 1) if n.is_switch else [1]):
+            out.append(f"== {n.desc} port {num}\n" +
+                       fab.diag("smpquery", *query, str(lids[n.desc]), str(num), node=node))
+    return "".join(out)
