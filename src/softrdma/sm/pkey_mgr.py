@@ -123,10 +123,11 @@ def max_blocks(p: Physp) -> int:
 
 
 def needs_table(p: Physp) -> bool:
-    """The ports whose P_Key table the manager reads: end ports, and switch ports facing a CA."""
+    """The ports whose P_Key table opensm reads: end ports, and linked switch ports
+    (if the switch enforces partitions)."""
     if not p.node.is_switch or p.num == 0:
         return True
-    return p.remote is not None and not p.remote.node.is_switch and max_pkeys(p) > 0
+    return p.remote is not None and max_pkeys(p) > 0
 
 
 class _Mgr:
@@ -336,3 +337,41 @@ def process(subnet: Subnet, prtns: Partitions, tables: Tables, log, allow_both: 
                                  PORT_INFO.get(ph.port_info, "PartEnforceOutb")):
                 m.enforce(ph, ENFORCE_OFF)
     return m.out
+
+
+# -- what the SA asks of the tables (osm_pkey.c) -------------------------------------------
+
+def entry(t: PkeyTbl, key: int) -> int:
+    b, i = t.keys[key]
+    return t.blocks[b][i]
+
+
+def find_common_pkey(t1: PkeyTbl, t2: PkeyTbl) -> int:
+    """osm_physp_find_common_pkey: the first P_Key (in opensm's map order) both ports hold,
+    one of them as a full member -- as the first port holds it; 0 if none."""
+    from .prtn_config import pkey_order
+    for key in sorted(t1.keys.keys() & t2.keys.keys(), key=pkey_order):
+        a, b = entry(t1, key), entry(t2, key)
+        if (a | b) & PKEY_FULL and base(a) == base(b):
+            return a
+    return 0
+
+
+def share_this_pkey(t1: PkeyTbl, t2: PkeyTbl, pkey: int) -> bool:
+    """osm_physp_share_this_pkey (without allow_both_pkeys)."""
+    k = base(pkey)
+    if k not in t1.keys or k not in t2.keys:
+        return False
+    return bool((entry(t1, k) | entry(t2, k)) & PKEY_FULL)
+
+
+def has_pkey(t: PkeyTbl, pkey: int) -> bool:
+    """osm_physp_has_pkey: an invalid P_Key is anybody's."""
+    return invalid(pkey) or base(pkey) in t.keys
+
+
+def share_pkey(t1: PkeyTbl, t2: PkeyTbl) -> bool:
+    """osm_physp_share_pkey: a port without a known table shares with everybody."""
+    if t1 is t2 or not t1.keys or not t2.keys:
+        return True
+    return not invalid(find_common_pkey(t1, t2))

@@ -132,6 +132,7 @@ class Partitions:
 
     def __init__(self) -> None:
         self.by_pkey: dict[int, Partition] = {}
+        self.mgroups: list[McGroup] = []       # every partition's groups, in the order they were made
         self._counter = 0
 
     def ordered(self) -> list[Partition]:
@@ -212,8 +213,10 @@ def add_mcgroup(ctx: _Ctx, p: Partition, flags: GroupFlags, scope: int, mgid: by
     mgid = bytes([mgid[0], (mgid[1] & 0xF0) | scope]) + mgid[2:]
     if any(g.mgid == mgid for g in p.mgroups):
         return
-    p.mgroups.append(McGroup(mgid, p.pkey | PKEY_FULL, flags.mtu, flags.rate, flags.sl, scope,
-                             flags.qkey, flags.tclass, flags.flow_label))
+    g = McGroup(mgid, p.pkey | PKEY_FULL, flags.mtu, flags.rate, flags.sl, scope, flags.qkey, flags.tclass,
+                flags.flow_label)
+    p.mgroups.append(g)
+    ctx.prtns.mgroups.append(g)
 
 
 def _create_mgrp(ctx: _Ctx, p: Partition, flags: GroupFlags, mgid: bytes) -> None:
@@ -530,6 +533,7 @@ def make_partitions(subnet: Subnet, prtns: Partitions, opts: PrtnOptions, log,
             p.full.clear()
             p.part.clear()
             p.mgroups.clear()           # made again from the file (the SA keeps the groups' members)
+        prtns.mgroups.clear()
         prtns._counter = 0
         # the default partition: everybody, full without a file, limited with one; the SM full
         d = prtns.make_new("Default", DEFAULT_PARTIAL_PKEY, log)
