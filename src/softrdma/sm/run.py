@@ -29,6 +29,7 @@ from .guid2lid import Guid2Lid
 from .log import ROUTING, Log
 from .sminfo import HANDOVER, RemoteSm, SmInfoState
 from .pkey_setup import PkeySetup
+from .qos import QosSetup
 from .prtn_config import PrtnOptions
 from .sweep import HeavySweep
 from .mcast import mft, mft_smps
@@ -61,6 +62,7 @@ class SmLoop:
                                            allow_both_pkeys=s.get("allow_both_pkeys", False),
                                            qos=s.get("qos", False)),
                                s.get("part_enforce", "both"))
+        self.qos = QosSetup(s.get("qos", False), s.get("qos_options"))
 
     # -- plumbing --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -192,7 +194,7 @@ class SmLoop:
         q = self._mads()
         sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
                            self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False),
-                           setups=(self.pkeys,))
+                           setups=(self.pkeys, self.qos))
         t0 = time.monotonic()
         self._drive(q, sweep)
         self.subnet = sweep.subnet
