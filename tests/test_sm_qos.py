@@ -1,0 +1,135 @@
+"""QoS in softrdma's SM: opensm.conf's qos_* options, SL2VL and VLArbitration tables as opensm sets them.
+
+* The option strings as opensm's parser reads them (``vl:weight,...``,
+  ``vl,...``, missing entries zero, VLs modulo 15), the fallbacks from a
+  ``qos_ca_``/``qos_sw0_``/``qos_swe_``/``qos_rtr_`` option to the plain one
+  to opensm's defaults, and the range checks of osm_subn_verify_config.
+* End to end on the real ibsim, ``-Q`` with opensm's defaults and with an
+  opensm.conf setting every kind of option: the real ``smpquery sl2vl`` and
+  ``smpquery vlarb`` print the same on every port (64 CAs, every switch port
+  and port 0) after softrdma's SM as after the real opensm; without ``-Q``
+  neither SM touches the tables.
+"""
+
+import pytest
+
+from sm_helpers import IbsimFabric, every_port, need_ibsim, wait_log
+from softrdma.sm import main as sm_main
+from softrdma.sm.qos import (DEFAULT_SL2VL, QosOptions, build_config, parse_sl2vl, parse_vlarb, verify)
+
+QOS_CONF = """qos_max_vls 8
+qos_high_limit 10
+qos_vlarb_high 0:10,1:20,2:30
+qos_vlarb_low 0:1,1:2,2:3,3:4,4:5,5:6,6:7,7:8,8:9,9:10,10:11,11:12,12:13,13:14,14:15
+qos_sl2vl 0,1,2,3,4,5,6,7,7,6,5,4,3,2,1,15
+qos_ca_sl2vl 3,2,1,0,3,2,1,0,3,2,1,0,3,2,1,0
+qos_ca_high_limit 7
+qos_swe_vlarb_low 3:100,2:50
+qos_sw0_vlarb_high 1:1
+"""
+
+
+def test_option_strings_as_opensm_parses_them():
+    assert parse_vlarb("0:4,1:0,16:7")[:4] == [(0, 4), (1, 0), (1, 7), (0, 0)]     # 16 % 15, then zeros
+    assert len(parse_vlarb("")) == 64
+    assert parse_sl2vl(DEFAULT_SL2VL) == list(range(15)) + [7]
+    assert parse_sl2vl("1,2") == [1, 2] + [0] * 14
+    assert parse_sl2vl("17,0x1f")[:2] == [1, 15]            # (17 << 4) | 0xf, one byte: VLs 1 and 15
+
+
+def test_prefixed_options_fall_back_to_the_plain_ones_then_the_defaults():
+    base = QosOptions(high_limit=10, sl2vl="1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1")
+    ca = QosOptions(high_limit=7, vlarb_low="3:100")
+    c = build_config(ca, base)
+    assert c.vl_high_limit == 7 and c.sl2vl == [1] * 16 and c.vlarb_low[:2] == [(3, 100), (0, 0)]
+    assert c.vlarb_high[:2] == [(0, 4), (1, 0)] and c.max_vls == 15
+    sw = build_config(QosOptions(), QosOptions())
+    assert sw.vl_high_limit == 0 and sw.vlarb_low[:3] == [(0, 0), (1, 4), (2, 4)]
+
+
+def test_out_of_range_values_fall_back(capsys):
+    opts = {"": QosOptions(max_vls=16, high_limit=300), "ca_": QosOptions(max_vls=0)}
+    verify(opts, print)
+    out = capsys.readouterr().out
+    assert " Invalid Cached Option: qos_max_vls=16: Using Default = 15" in out
+    assert " Invalid Cached Option: qos_high_limit=300: Using Default: 0" in out
+    assert opts[""].max_vls == 0 and opts[""].high_limit == -1
+
+
+def test_config_keys_are_read_and_written(tmp_path):
+    (tmp_path / "opensm.conf").write_text(QOS_CONF + "qos TRUE\n")
+    a = sm_main.build_parser().parse_args(["-F", str(tmp_path / "opensm.conf")])
+    s = sm_main.settings(a)
+    assert s["qos"] and s["qos_options"]["ca_"].sl2vl.startswith("3,2,1,0")
+    assert s["qos_options"]["swe_"].vlarb_low == "3:100,2:50" and s["qos_options"][""].high_limit == 10
+    assert sm_main.main(["-F", str(tmp_path / "opensm.conf"), "-c", str(tmp_path / "out.conf")]) == 0
+    text = (tmp_path / "out.conf").read_text()
+    assert "qos TRUE\n" in text and "qos_ca_sl2vl 3,2,1,0," in text and "qos_rtr_vlarb_low (null)\n" in text
+
+
+def swept(tmp_path, which, *args):
+    tmp_path.mkdir()
+    fab = IbsimFabric(tmp_path)
+    try:
+        conf = tmp_path / "qos.conf"
+        conf.write_text(QOS_CONF)
+        args = [str(conf) if a == "QOS.CONF" else a for a in args]
+        sm = fab.real_sm("sm", "host0001", "-o", *args) if which == "real" else \
+            fab.our_sm("sm", "host0001", "-o", *args)
+        assert sm.wait(120) == 0 or which == "real", sm.log.read_text()[-3000:]
+        return every_port(fab, "sl2vl") + every_port(fab, "vlarb")
+    finally:
+        fab.close()
+
+
+@need_ibsim()
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [("-Q",), ("-Q", "-F", "QOS.CONF"), ("-F", "QOS.CONF")],
+                         ids=["defaults", "conf", "no-Q"])
+def test_sl2vl_and_vlarb_identical_to_opensms_on_every_port(tmp_path, args):
+    real = swept(tmp_path / "real", "real", *args)
+    ours = swept(tmp_path / "ours", "ours", *args)
+    assert real.count("== ") == 2 * (64 + 6 * 37)
+    assert ours == real
+    if "-Q" in args:
+        untouched = swept(tmp_path / "untouched", "ours")
+        assert untouched != real                     # the test sees what -Q changes
+    if "conf" in str(args) and "-Q" in args:
+        assert "ports: in  0, out  0: | 3| 2| 1| 0|" in ours and "|0x64|0x32|" in ours
+
+
+class EchoSweep:
+    """What QosSetup needs of a sweep: a queue that answers every Set with its own data."""
+
+    def __init__(self, subnet):
+        from softrdma.sm import log as L
+        self.subnet, self.log, self.failed, self.sent, self.phase = subnet, L.Log(None), 0, [], ""
+        self.q = self
+
+    def post_send(self, smp, cb):
+        self.sent.append(smp)
+        cb(smp)
+
+
+def test_a_second_sweep_sends_only_what_changed():
+    from sm_helpers import fixture, load_net
+    from softrdma.sm.qos import QosSetup
+    from softrdma.wire.smp import PORT_INFO
+    sub = load_net(fixture("ft2_64.net.xz"))
+    for node in sub.nodes.values():
+        for p in node.ports.values():
+            linked = p.remote is not None or p.num == 0
+            p.port_info = bytes(PORT_INFO.encode(LinkState=4 if linked else 1, OperVLs=4, VLCap=4, VLArbLowCap=8,
+                                                 VLArbHighCap=8, CapMask=0x40))
+    qos = QosSetup(True)
+    sweep = EchoSweep(sub)
+    qos.phases(sweep)[0]()
+    # 64 CAs: low, high, SL2VL; every linked switch port: low, high and an SL2VL per input port
+    linked = sum(1 for n in sub.nodes.values() if n.is_switch for num, p in n.ports.items() if num and p.remote)
+    assert len(sweep.sent) == 64 * 3 + linked * (2 + 37)
+    sweep.sent.clear()
+    qos.phases(sweep)[0]()
+    assert sweep.sent == []
+    qos.opts["ca_"].sl2vl = "1,1"
+    qos.phases(sweep)[0]()
+    assert len(sweep.sent) == 64
