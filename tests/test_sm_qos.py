@@ -133,3 +133,36 @@ def test_a_second_sweep_sends_only_what_changed():
     qos.opts["ca_"].sl2vl = "1,1"
     qos.phases(sweep)[0]()
     assert len(sweep.sent) == 64
+
+
+def sa_records(tmp_path, which):
+    """The real saquery's SL2VLTableRecords and VLArbitrationTableRecords after -Q."""
+    import time
+    from sm_helpers import ibnetdiscover_lids
+    tmp_path.mkdir()
+    fab = IbsimFabric(tmp_path)
+    try:
+        args = ("sm", "host0001", "-s", "1", "-Q")
+        sm = fab.our_sm(*args) if which == "ours" else fab.real_sm(*args)
+        wait_log(sm, "SUBNET UP")
+        lid = {k: str(v) for k, v in ibnetdiscover_lids(fab.diag("ibnetdiscover")).items()}
+        h, sw = lid["host0002"], lid["leaf001"]
+        queries = [("SL2VL", h), ("SL2VL", f"{sw}/3/2"), ("SL2VL", f"{sw}/0/30"), ("SL2VL", f"{sw}/2/0"),
+                   ("VLAR", f"{h}//1"), ("VLAR", f"{h}//3"), ("VLAR", f"{sw}/2/1"), ("VLAR", f"{sw}/0/1"),
+                   ("VLAR", f"{sw}/30/3"), ("VLAR", f"{sw}/2/4")]
+        end = time.monotonic() + 30
+        while "VL: 0| 1| 2|" not in fab.diag("saquery", "SL2VL", h):      # (opensm's SA may lag its log)
+            assert time.monotonic() < end
+            time.sleep(0.2)
+        return "".join(f"$ saquery {' '.join(q)}\n" + fab.diag("saquery", *q) for q in queries)
+    finally:
+        fab.close()
+
+
+@need_ibsim()
+@pytest.mark.slow
+def test_sa_sl2vl_and_vlarb_records_as_opensms(tmp_path):
+    real = sa_records(tmp_path / "real", "real")
+    ours = sa_records(tmp_path / "ours", "ours")
+    assert "SL2VLTableRecord dump" in real and "VLArbTableRecord dump" in real
+    assert ours == real

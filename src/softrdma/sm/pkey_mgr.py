@@ -79,7 +79,7 @@ class PkeyTbl:
         self.accum[pkey] = idx + 1
 
     def clear_accum(self, idx: int) -> None:
-        for pk, v in self.accum.items():
+        for pk, v in list(self.accum.items()):
             if v == idx + 1:
                 del self.accum[pk]
                 if self.last_pkey_idx == v:

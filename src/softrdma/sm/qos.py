@@ -171,7 +171,7 @@ class QosSetup:
                 mine.vlarb.pop(blk_num, None)
 
                 def store(data, mine=mine, blk_num=blk_num, n=n):
-                    mine.vlarb[blk_num] = list(decode_vlarb(data))[:n]
+                    mine.vlarb[blk_num] = list(decode_vlarb(data))
                 self._send(sweep, p, SmpAttr.VL_ARB_TABLE, ((blk_num + 1) << 16) | port_num,
                            encode_vlarb(entries), store)
 

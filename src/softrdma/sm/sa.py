@@ -40,6 +40,7 @@ from ..wire.errors import WireError
 from ..wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_TYPE_DATA
 from ..wire.smp import LINK_WIDTH, NODE_INFO, PORT_INFO, SWITCH_INFO, encode_node_desc
 from .mcast import Groups, McastError, port_gid
+from .sa_qos import SLVL_RECORD_SIZE, VLARB_RECORD_SIZE, sl2vl_records, vlarb_records
 from .sa_pkey import (PKEY_TABLE_RECORD_SIZE, PKTR_COMP_LID, has_pkey_of, path_pkey_sl, pkey_table_records,
                       requester_shares)
 from .subnet import NO_PATH, Physp, Subnet
@@ -211,9 +212,13 @@ class SubnetAdmin:
         if attr == SaAttr.PKEY_TABLE_RECORD:        # (trusted requesters only: see handle)
             lid = int.from_bytes(rec[0:2], "big") if mask & PKTR_COMP_LID else None
             ports = [self.by_lid[lid]] if lid in self.by_lid else [] if lid is not None else \
-                [self.by_lid[b] for b in self.base_lids]
+                self.subnet.end_ports()
             return pkey_table_records(self.subnet, ports, mask, rec, self.by_lid.get(slid)), \
                 PKEY_TABLE_RECORD_SIZE
+        if attr == SaAttr.SL2VL_TABLE_RECORD:
+            return sl2vl_records(self.subnet, self.by_lid, mask, rec, self.by_lid.get(slid)), SLVL_RECORD_SIZE
+        if attr == SaAttr.VL_ARB_TABLE_RECORD:
+            return vlarb_records(self.subnet, self.by_lid, mask, rec, self.by_lid.get(slid)), VLARB_RECORD_SIZE
         if attr == SaAttr.NODE_RECORD:
             want = int.from_bytes(rec[0:2], "big") if mask & NR_COMP_LID else None
             ports = [self.by_lid[want]] if want in self.by_lid else [] if want is not None else \
