@@ -166,3 +166,84 @@ def test_sa_sl2vl_and_vlarb_records_as_opensms(tmp_path):
     ours = sa_records(tmp_path / "ours", "ours")
     assert "SL2VLTableRecord dump" in real and "VLArbTableRecord dump" in real
     assert ours == real
+
+
+POLICY = """# QoS policy
+qos-ulps
+    default                                   : 5
+    any, target-port-guid 0x0002c90400000021  : 7
+    ipoib                                     : 6
+    any, pkey 0x7fff                          : 3
+    any, service-id 0x1234                    : 2
+    sdp, port-num 16                          : 4
+end-qos-ulps
+"""
+
+
+def test_qos_ulps_as_opensms_match_rules():
+    from softrdma.sm.qos_policy import parse
+    p = parse(POLICY + "qos-ulps\n rds : 1\n iser, port-num 900-901 : 9\n srp, target-port-guid 0x10-0x20 : 8\n"
+                       " any, source-target-port-guid 0x5 : 11\nend-qos-ulps\n")
+    f = {"ServiceID": 0, "PKey": 0}
+    assert p.default_sl == 5
+    assert p.sl_for(1, 0x0002c90400000021, 0, f) == 7
+    assert p.sl_for(1, 2, 1 << 13, dict(f, PKey=0xFFFF)) == 6           # IPoIB: the default partition
+    assert p.sl_for(1, 2, 0, dict(f, PKey=0xFFFF)) == 5                 # P_Key not in the mask: no match
+    assert p.sl_for(1, 2, 3, dict(f, ServiceID=0x1234)) == 2
+    assert p.sl_for(1, 2, 3, dict(f, ServiceID=0x10010)) == 4           # SDP: 0x10000 + port
+    assert p.sl_for(1, 2, 3, dict(f, ServiceID=0x1060000 + 0x48CA)) == 1
+    assert p.sl_for(1, 2, 3, dict(f, ServiceID=0x1060000 + 901)) == 9
+    assert p.sl_for(1, 0x18, 0, f) == 8
+    assert p.sl_for(5, 5, 0, f) == 11 and p.sl_for(5, 6, 0, f) == 5
+
+
+@pytest.mark.parametrize("text, what", [
+    ("qos-ulps\n default : 16\nend-qos-ulps\n", "line 2: illegal SL value"),
+    ("qos-ulps\n bogus stuff : 1\nend-qos-ulps\n", "line 2: syntax error"),
+    ("port-groups\nend-port-groups\n", "line 1: section 'port-groups' is not supported"),
+    ("qos-ulps\n default : 1\n", "without end-qos-ulps"),
+])
+def test_a_policy_that_does_not_parse_is_refused(tmp_path, text, what):
+    from softrdma.sm import log as L
+    from softrdma.sm.qos_policy import load
+    (tmp_path / "p.conf").write_text(text)
+    log = L.Log(str(tmp_path / "osm.log"))
+    assert load(str(tmp_path / "p.conf"), log) is None
+    log.close()
+    out = (tmp_path / "osm.log").read_text()
+    assert what in out and "ERR AC03: Failed parsing QoS policy file" in out
+
+
+def policy_paths(tmp_path, which):
+    from sm_helpers import ibnetdiscover_lids
+    tmp_path.mkdir()
+    (tmp_path / "qos-policy.conf").write_text(POLICY)
+    fab = IbsimFabric(tmp_path)
+    try:
+        args = ("sm", "host0001", "-s", "1", "-Q", "-Y", str(tmp_path / "qos-policy.conf"))
+        sm = fab.our_sm(*args) if which == "ours" else fab.real_sm(*args)
+        wait_log(sm, "SUBNET UP")
+        lid = {k: str(v) for k, v in ibnetdiscover_lids(fab.diag("ibnetdiscover")).items()}
+        a, b, c = lid["host0002"], lid["host0003"], lid["host0004"]
+        queries = [("--src-to-dst", f"{a}:{b}"), ("--src-to-dst", f"{a}:{c}"),
+                   ("--pkey", "0x7fff", "--src-to-dst", f"{a}:{c}"),
+                   ("--service_id", "0x1234", "--src-to-dst", f"{a}:{c}"),
+                   ("--sl", "1", "--src-to-dst", f"{a}:{c}"), ("--sl", "5", "--src-to-dst", f"{a}:{c}"),
+                   ("--service_id", "0x10010", "--src-to-dst", f"{a}:{c}")]
+        import time
+        end = time.monotonic() + 30
+        while "sl......................0x7" not in fab.diag("saquery", *queries[0]):     # the SA is up
+            assert time.monotonic() < end
+            time.sleep(0.2)
+        return "".join(f"$ saquery {' '.join(q)}\n" + fab.diag("saquery", *q) for q in queries)
+    finally:
+        fab.close()
+
+
+@need_ibsim()
+@pytest.mark.slow
+def test_path_record_sl_from_the_qos_policy_as_opensms(tmp_path):
+    real = policy_paths(tmp_path / "real", "real")
+    ours = policy_paths(tmp_path / "ours", "ours")
+    assert "sl......................0x4" in real and "sl......................0x6" in real
+    assert ours == real

@@ -126,8 +126,10 @@ class PortQos:
 
 
 class QosSetup:
-    def __init__(self, enabled: bool, opts: dict[str, QosOptions] | None = None) -> None:
+    def __init__(self, enabled: bool, opts: dict[str, QosOptions] | None = None,
+                 policy_file: str | None = None) -> None:
         self.enabled = enabled
+        self.policy_file = policy_file
         self.opts = opts or {p: QosOptions() for p in PREFIXES}
         self.ports: dict[tuple[int, int], PortQos] = {}
         self.high_limit: dict[tuple[int, int], int] = {}
@@ -202,6 +204,8 @@ class QosSetup:
         """osm_qos_setup."""
         sweep.phase = "qos"
         sub = sweep.subnet
+        from .qos_policy import DEFAULT_QOS_POLICY_FILE, load
+        sub.qos_policy = load(self.policy_file or DEFAULT_QOS_POLICY_FILE, sweep.log)
         cfg = self.configs()
         live = {(n.guid, num) for n in sub.nodes.values() for num in n.ports}
         for k in [k for k in self.ports if k not in live]:

@@ -62,7 +62,7 @@ class SmLoop:
                                            allow_both_pkeys=s.get("allow_both_pkeys", False),
                                            qos=s.get("qos", False)),
                                s.get("part_enforce", "both"))
-        self.qos = QosSetup(s.get("qos", False), s.get("qos_options"))
+        self.qos = QosSetup(s.get("qos", False), s.get("qos_options"), s.get("qos_policy_file"))
 
     # -- plumbing --------------------------------------------------------------------------
     def _say(self, text: str) -> None:

@@ -158,7 +158,8 @@ class SubnetAdmin:
         out: list[bytes] = []
         if not slo or not dlo:
             return out
-        ps = path_pkey_sl(self.subnet, src, dst, mask, f or {"SL": 0, "PKey": 0, "RawTraffic": 0}, self.log)
+        ps = path_pkey_sl(self.subnet, src, dst, mask,
+                          f or {"SL": 0, "PKey": 0, "RawTraffic": 0, "ServiceID": 0}, self.log)
         if ps is None:
             return out              # no P_Key in common: no path
         pkey, sl = ps

@@ -36,8 +36,15 @@ def path_pkey_sl(subnet: Subnet, src: Physp, dst: Physp, mask: int, f: dict, log
                  qos_sl=None) -> tuple[int, int] | None:
     """(P_Key, SL) of the paths between ``src`` and ``dst`` for this request, or None."""
     t1, t2 = _tbl(subnet, src), _tbl(subnet, dst)
+    if qos_sl is None and subnet.qos_policy is not None:
+        qos_sl = subnet.qos_policy.sl_for(src.guid, dst.guid, mask, f)
+    if qos_sl is not None and mask & PR_COMP_SL and f["SL"] != qos_sl:
+        if log:
+            log.error(f"pr_rcv_get_path_parms: ERR 1F18: QoS level SL ({qos_sl}) doesn't match the requested "
+                      f"SL ({f['SL']})")
+        return None
     if t1 is None or t2 is None:
-        return NO_PKEYS, f["SL"] if mask & PR_COMP_SL else 0
+        return NO_PKEYS, f["SL"] if mask & PR_COMP_SL else qos_sl or 0
     if mask & PR_COMP_RAW and f["RawTraffic"]:
         pkey = find_common_pkey(t1, t2)
     elif mask & PR_COMP_PKEY:

@@ -90,6 +90,7 @@ class Subnet:
         self.partitions = None
         self.pkey_tables = None
         self.allow_both_pkeys = False
+        self.qos_policy = None                  # qos_policy.Policy (with -Q and a policy file)
         self.qos_tables = None                  # qos.QosSetup's: (node GUID, port) -> PortQos
 
     def add_node(self, node: Node) -> Node:
