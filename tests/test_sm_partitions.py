@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from sm_helpers import IbsimFabric, every_port, fixture, load_net, need_ibsim, wait_log
+from sm_helpers import IbsimFabric, every_port, fixture, load_net, need_ibsim, real_and_ours, saquery_transcript, wait_log
 from softrdma.sm import log as L
 from softrdma.sm.guid2lid import Guid2Lid
 from softrdma.sm.lid_mgr import assign_lids
@@ -295,46 +295,31 @@ P2=0x2 : 0x0002c90400000031, 0x0002c90400000041 ;
 """
 
 
+def sa_queries(lid):
+    """saquery's questions about partitions, from host0002 and host0001."""
+    qs = [
+        ("--smkey", "1", "PKTR", f"{lid['host0002']}/1/0"),       # trusted: the CA's block 0
+        ("PKTR", f"{lid['host0002']}/1/0"),                       # untrusted: refused
+        ("--smkey", "1", "PKTR", f"{lid['leaf001']}/2/0"),        # host0002's switch peer
+        ("--smkey", "1", "PKTR", f"{lid['leaf001']}/0/0"),        # port 0: no P_Key shared
+        ("--smkey", "1", "PKTR", f"{lid['host0003']}/0/1"),       # block 1 (BlockNum as opensm's)
+        ("--src-to-dst", f"{lid['host0002']}:{lid['host0003']}"),  # full-limited: P_Key 0x8001
+        ("--src-to-dst", f"{lid['host0004']}:{lid['host0005']}"),  # limited-limited: no path
+        ("--src-to-dst", f"{lid['host0001']}:{lid['host0005']}"),
+        ("--pkey", "0x7fff", "--src-to-dst", f"{lid['host0002']}:{lid['host0003']}"),
+        ("-g",), ("MCMR",),                                        # P1's broadcast group too
+    ]
+    return [(node, q) for node in ("host0002", "host0001") for q in qs]
+
+
 def sa_answers(tmp_path, which):
-    """The real saquery's answers about partitions, asked from host0002 and host0001."""
-    tmp_path.mkdir()
-    (tmp_path / "partitions.conf").write_text(CONF_SA)
-    fab = IbsimFabric(tmp_path)
-    try:
-        args = ("sm", "host0001", "-s", "1", "-P", str(tmp_path / "partitions.conf"))
-        sm = fab.our_sm(*args) if which == "ours" else fab.real_sm(*args)
-        wait_log(sm, "SUBNET UP")
-        from sm_helpers import ibnetdiscover_lids
-        lid = {k: str(v) for k, v in ibnetdiscover_lids(fab.diag("ibnetdiscover")).items()}
-        queries = [
-            ("--smkey", "1", "PKTR", f"{lid['host0002']}/1/0"),       # trusted: the CA's block 0
-            ("PKTR", f"{lid['host0002']}/1/0"),                       # untrusted: refused
-            ("--smkey", "1", "PKTR", f"{lid['leaf001']}/2/0"),        # host0002's switch peer
-            ("--smkey", "1", "PKTR", f"{lid['leaf001']}/0/0"),        # port 0: no P_Key shared
-            ("--smkey", "1", "PKTR", f"{lid['host0003']}/0/1"),       # block 1 (BlockNum as opensm's)
-            ("--src-to-dst", f"{lid['host0002']}:{lid['host0003']}"),  # full-limited: P_Key 0x8001
-            ("--src-to-dst", f"{lid['host0004']}:{lid['host0005']}"),  # limited-limited: no path
-            ("--src-to-dst", f"{lid['host0001']}:{lid['host0005']}"),
-            ("--pkey", "0x7fff", "--src-to-dst", f"{lid['host0002']}:{lid['host0003']}"),
-            ("-g",), ("MCMR",),                                        # P1's broadcast group too
-        ]
-        end = time.monotonic() + 30
-        while "0x8001" not in fab.diag("saquery", "-g"):          # (opensm's SA may lag its log)
-            assert time.monotonic() < end
-            time.sleep(0.2)
-        out = []
-        for node in ("host0002", "host0001"):
-            for q in queries:
-                out.append(f"$ {node} saquery {' '.join(q)}\n" + fab.diag("saquery", *q, node=node))
-        return "".join(out)
-    finally:
-        fab.close()
+    return saquery_transcript(tmp_path, which, ["-s", "1", "-P", "{tmp}/partitions.conf"],
+                              {"partitions.conf": CONF_SA}, sa_queries, (("-g",), "0x8001"))
 
 
 @need_ibsim()
 @pytest.mark.slow
 def test_sa_honours_partitions_as_opensm(tmp_path):
-    real = sa_answers(tmp_path / "real", "real")
-    ours = sa_answers(tmp_path / "ours", "ours")
+    real, ours = real_and_ours(tmp_path, sa_answers)
     assert "pkey....................0x8001" in real and "PKeyTableRecord dump" in real
     assert ours == real

@@ -13,7 +13,7 @@
 
 import pytest
 
-from sm_helpers import IbsimFabric, every_port, need_ibsim, wait_log
+from sm_helpers import IbsimFabric, every_port, need_ibsim, real_and_ours, saquery_transcript, wait_log
 from softrdma.sm import main as sm_main
 from softrdma.sm.qos import (DEFAULT_SL2VL, QosOptions, build_config, parse_sl2vl, parse_vlarb, verify)
 
@@ -137,35 +137,15 @@ def test_a_second_sweep_sends_only_what_changed():
 
 def sa_records(tmp_path, which):
     """The real saquery's SL2VLTableRecords and VLArbitrationTableRecords after -Q."""
-    import time
-    from sm_helpers import ibnetdiscover_lids
-    tmp_path.mkdir()
-    fab = IbsimFabric(tmp_path)
-    try:
-        args = ("sm", "host0001", "-s", "1", "-Q")
-        sm = fab.our_sm(*args) if which == "ours" else fab.real_sm(*args)
-        wait_log(sm, "SUBNET UP")
-        lid = {k: str(v) for k, v in ibnetdiscover_lids(fab.diag("ibnetdiscover")).items()}
+    def queries(lid):
         h, sw = lid["host0002"], lid["leaf001"]
-        queries = [("SL2VL", h), ("SL2VL", f"{sw}/3/2"), ("SL2VL", f"{sw}/0/30"), ("SL2VL", f"{sw}/2/0"),
-                   ("VLAR", f"{h}//1"), ("VLAR", f"{h}//3"), ("VLAR", f"{sw}/2/1"), ("VLAR", f"{sw}/0/1"),
-                   ("VLAR", f"{sw}/30/3"), ("VLAR", f"{sw}/2/4")]
-        end = time.monotonic() + 30
-        while "VL: 0| 1| 2|" not in fab.diag("saquery", "SL2VL", h):      # (opensm's SA may lag its log)
-            assert time.monotonic() < end
-            time.sleep(0.2)
-        return "".join(f"$ saquery {' '.join(q)}\n" + fab.diag("saquery", *q) for q in queries)
-    finally:
-        fab.close()
+        return [("host0002", q) for q in (
+            ("SL2VL", h), ("SL2VL", f"{sw}/3/2"), ("SL2VL", f"{sw}/0/30"), ("SL2VL", f"{sw}/2/0"),
+            ("VLAR", f"{h}//1"), ("VLAR", f"{h}//3"), ("VLAR", f"{sw}/2/1"), ("VLAR", f"{sw}/0/1"),
+            ("VLAR", f"{sw}/30/3"), ("VLAR", f"{sw}/2/4"))]
+    return saquery_transcript(tmp_path, which, ["-s", "1", "-Q"], {}, queries,
+                              (("SL2VL", "{host0002}"), "VL: 0| 1| 2|"))
 
-
-@need_ibsim()
-@pytest.mark.slow
-def test_sa_sl2vl_and_vlarb_records_as_opensms(tmp_path):
-    real = sa_records(tmp_path / "real", "real")
-    ours = sa_records(tmp_path / "ours", "ours")
-    assert "SL2VLTableRecord dump" in real and "VLArbTableRecord dump" in real
-    assert ours == real
 
 
 POLICY = """# QoS policy
@@ -215,35 +195,27 @@ def test_a_policy_that_does_not_parse_is_refused(tmp_path, text, what):
 
 
 def policy_paths(tmp_path, which):
-    from sm_helpers import ibnetdiscover_lids
-    tmp_path.mkdir()
-    (tmp_path / "qos-policy.conf").write_text(POLICY)
-    fab = IbsimFabric(tmp_path)
-    try:
-        args = ("sm", "host0001", "-s", "1", "-Q", "-Y", str(tmp_path / "qos-policy.conf"))
-        sm = fab.our_sm(*args) if which == "ours" else fab.real_sm(*args)
-        wait_log(sm, "SUBNET UP")
-        lid = {k: str(v) for k, v in ibnetdiscover_lids(fab.diag("ibnetdiscover")).items()}
+    """The real saquery's PathRecords under POLICY."""
+    def queries(lid):
         a, b, c = lid["host0002"], lid["host0003"], lid["host0004"]
-        queries = [("--src-to-dst", f"{a}:{b}"), ("--src-to-dst", f"{a}:{c}"),
-                   ("--pkey", "0x7fff", "--src-to-dst", f"{a}:{c}"),
-                   ("--service_id", "0x1234", "--src-to-dst", f"{a}:{c}"),
-                   ("--sl", "1", "--src-to-dst", f"{a}:{c}"), ("--sl", "5", "--src-to-dst", f"{a}:{c}"),
-                   ("--service_id", "0x10010", "--src-to-dst", f"{a}:{c}")]
-        import time
-        end = time.monotonic() + 30
-        while "sl......................0x7" not in fab.diag("saquery", *queries[0]):     # the SA is up
-            assert time.monotonic() < end
-            time.sleep(0.2)
-        return "".join(f"$ saquery {' '.join(q)}\n" + fab.diag("saquery", *q) for q in queries)
-    finally:
-        fab.close()
+        return [("host0002", q) for q in (
+            ("--src-to-dst", f"{a}:{b}"), ("--src-to-dst", f"{a}:{c}"),
+            ("--pkey", "0x7fff", "--src-to-dst", f"{a}:{c}"), ("--service_id", "0x1234", "--src-to-dst", f"{a}:{c}"),
+            ("--sl", "1", "--src-to-dst", f"{a}:{c}"), ("--sl", "5", "--src-to-dst", f"{a}:{c}"),
+            ("--service_id", "0x10010", "--src-to-dst", f"{a}:{c}"))]
+    return saquery_transcript(tmp_path, which, ["-s", "1", "-Q", "-Y", "{tmp}/qos-policy.conf"],
+                              {"qos-policy.conf": POLICY}, queries,
+                              (("--src-to-dst", "{host0002}:{host0003}"), "sl......................0x7"))
 
 
 @need_ibsim()
 @pytest.mark.slow
-def test_path_record_sl_from_the_qos_policy_as_opensms(tmp_path):
-    real = policy_paths(tmp_path / "real", "real")
-    ours = policy_paths(tmp_path / "ours", "ours")
-    assert "sl......................0x4" in real and "sl......................0x6" in real
+@pytest.mark.parametrize("run, marks", [
+    (sa_records, ["SL2VLTableRecord dump", "VLArbTableRecord dump"]),
+    (policy_paths, ["sl......................0x4", "sl......................0x6"]),
+], ids=["sl2vl-vlarb-records", "policy-path-sl"])
+def test_sa_answers_as_opensms(tmp_path, run, marks):
+    """SL2VLTableRecords and VLArbitrationTableRecords after -Q; PathRecord SLs under POLICY."""
+    real, ours = real_and_ours(tmp_path, run)
+    assert all(m in real for m in marks)
     assert ours == real

@@ -81,13 +81,15 @@ def _prefix(word: str, keyword: str) -> bool:
 
 @dataclass
 class GroupFlags:
+    """A group's flags (struct group_flags): MTU and rate codes, SL, the scopes asked for
+    (a bit per scope), and Q_Key, TClass and FlowLabel (0: not given)."""
     mtu: int = DEFAULT_MGRP_MTU
     rate: int = DEFAULT_MGRP_RATE
     sl: int = DEFAULT_SL
     scope_mask: int = 0
-    qkey: int = 0
-    tclass: int = 0
-    flow_label: int = 0
+    qkey: int = field(default=0)
+    tclass: int = field(default=0)
+    flow_label: int = field(default=0)
 
 
 @dataclass
@@ -250,59 +252,44 @@ def _verify_val(ctx, lineno: int, flag: str, val: str) -> int:
     return v & 0xFFFFFFFFFFFFFFFF
 
 
+# parse_group_flag's flags, in the order it tries them (a flag is any prefix of its name):
+# number flags (attribute, mask, what the warning says), the scope, and bounded ones (attribute, limit)
+_NUMBER_FLAGS = {"mtu": ("mtu", 0xFFFFFFFF, "skipped"), "rate": ("rate", 0xFFFFFFFF, "skipped"),
+                 "Q_Key": ("qkey", 0xFFFFFFFF, "using '0'"), "TClass": ("tclass", 0xFF, "using '0'")}
+_BOUNDED_FLAGS = {"sl": ("sl", 15), "FlowLabel": ("flow_label", 0xFFFFF)}
+_GROUP_FLAGS = ("mtu", "rate", "scope", "Q_Key", "TClass", "sl", "FlowLabel")
+
+
 def _group_flag(ctx, lineno: int, flags: GroupFlags, flag: str, val: str | None) -> bool:
     """parse_group_flag: True if ``flag`` is a group flag (whatever its value)."""
-    warn = lambda what, how="skipped": ctx.log.verbose(      # noqa: E731
-        f"parse_group_flag: PARSE WARN: line {lineno}: flag '{what}' requires valid value - {how}")
-    if _prefix(flag, "mtu"):
-        if val is None:
-            warn("mtu")
+    def warn(what, how="skipped"):
+        ctx.log.verbose(f"parse_group_flag: PARSE WARN: line {lineno}: flag '{what}' requires valid value - {how}")
+    for kw in _GROUP_FLAGS:
+        if not _prefix(flag, kw):
+            continue
+        if kw in _NUMBER_FLAGS:
+            attr, mask, how = _NUMBER_FLAGS[kw]
+            if val is None:
+                warn(kw, how)
+                return True
+            setattr(flags, attr, _verify_val(ctx, lineno, flag, val) & mask)
+            if not getattr(flags, attr):
+                warn(kw, how)
+        elif kw == "scope":
+            scope = _verify_val(ctx, lineno, flag, val) & 0xFFFFFFFF if val is not None else 0
+            if not scope or scope > 0xF:
+                warn("scope")
+            else:
+                flags.scope_mask |= 1 << scope
         else:
-            flags.mtu = _verify_val(ctx, lineno, flag, val) & 0xFFFFFFFF
-            if flags.mtu == 0:
-                warn("mtu")
-    elif _prefix(flag, "rate"):
-        if val is None:
-            warn("rate")
-        else:
-            flags.rate = _verify_val(ctx, lineno, flag, val) & 0xFFFFFFFF
-            if flags.rate == 0:
-                warn("rate")
-    elif _prefix(flag, "scope"):
-        scope = _verify_val(ctx, lineno, flag, val) & 0xFFFFFFFF if val is not None else 0
-        if not scope or scope > 0xF:
-            warn("scope")
-        else:
-            flags.scope_mask |= 1 << scope
-    elif _prefix(flag, "Q_Key"):
-        if val is None:
-            warn("Q_Key", "using '0'")
-        else:
-            flags.qkey = _verify_val(ctx, lineno, flag, val) & 0xFFFFFFFF
-            if not flags.qkey:
-                warn("Q_Key", "using '0'")
-    elif _prefix(flag, "TClass"):
-        if val is None:
-            warn("TClass", "using '0'")
-        else:
-            flags.tclass = _verify_val(ctx, lineno, flag, val) & 0xFF
-            if not flags.tclass:
-                warn("TClass", "using '0'")
-    elif _prefix(flag, "sl"):
-        sl, rest = strtoul(val) if val else (0, "")
-        if not val or sl > 15 or (rest and not rest[0].isspace()):
-            warn("sl")
-        else:
-            flags.sl = sl
-    elif _prefix(flag, "FlowLabel"):
-        fl, rest = strtoul(val) if val else (0, "")
-        if not val or fl > 0xFFFFF or (rest and not rest[0].isspace()):
-            warn("FlowLabel")
-        else:
-            flags.flow_label = fl
-    else:
-        return False
-    return True
+            attr, limit = _BOUNDED_FLAGS[kw]
+            v, rest = strtoul(val) if val else (0, "")
+            if not val or v > limit or (rest and not rest[0].isspace()):
+                warn(kw)
+            else:
+                setattr(flags, attr, v)
+        return True
+    return False
 
 
 def _partition_flag(ctx, lineno: int, conf: _PartConf, flag: str, val: str | None) -> None:

@@ -26,8 +26,10 @@ def _mine(subnet: Subnet, p: Physp):
     return t.get((p.node.guid, p.num)) if t else None
 
 
-def _ports(subnet: Subnet, by_lid: dict, lid: int | None) -> list[Physp]:
-    if lid is not None:
+def _ports(subnet: Subnet, by_lid: dict, mask: int, rec) -> list[Physp]:
+    """The end ports asked about: the one with the LID in the record (LID bit 0 of the mask), or all."""
+    if mask & 1:
+        lid = int.from_bytes(rec[0:2], "big")
         return [by_lid[lid]] if lid in by_lid else []
     return subnet.end_ports()
 
@@ -41,16 +43,15 @@ def _shares(subnet, req, p) -> bool:
 
 
 def sl2vl_records(subnet: Subnet, by_lid: dict, mask: int, rec, req: Physp | None) -> list[bytes]:
-    lid = int.from_bytes(rec[0:2], "big") if mask & SLVL_COMP_LID else None
     out = []
-    for port in _ports(subnet, by_lid, lid):
-        node = port.node
-        if not node.is_switch:
+    for port in _ports(subnet, by_lid, mask, rec):
+        if not port.node.is_switch:
             if _shares(subnet, req, port):
                 m = _mine(subnet, port)
                 vls = m.sl2vl.get(0) if m else None
                 out.append(_lid(port).to_bytes(2, "big") + bytes(6) + (encode_sl2vl(vls) if vls else bytes(8)))
             continue
+        node = port.node
         nums = sorted(node.ports)
         outs = [rec[3]] if mask & SLVL_COMP_OUT else nums
         ins = [rec[2]] if mask & SLVL_COMP_IN else nums
@@ -69,9 +70,8 @@ def sl2vl_records(subnet: Subnet, by_lid: dict, mask: int, rec, req: Physp | Non
 
 
 def vlarb_records(subnet: Subnet, by_lid: dict, mask: int, rec, req: Physp | None) -> list[bytes]:
-    lid = int.from_bytes(rec[0:2], "big") if mask & VLA_COMP_LID else None
     out = []
-    for port in _ports(subnet, by_lid, lid):
+    for port in _ports(subnet, by_lid, mask, rec):
         node = port.node
         if not node.is_switch:
             phs = [port]
