@@ -302,6 +302,7 @@ def sa_queries(lid):
         ("PKTR", f"{lid['host0002']}/1/0"),                       # untrusted: refused
         ("--smkey", "1", "PKTR", f"{lid['leaf001']}/2/0"),        # host0002's switch peer
         ("--smkey", "1", "PKTR", f"{lid['leaf001']}/0/0"),        # port 0: no P_Key shared
+        ("--smkey", "1", "PKTR", f"{lid['leaf001']}/17/0"),       # a switch-to-switch port
         ("--smkey", "1", "PKTR", f"{lid['host0003']}/0/1"),       # block 1 (BlockNum as opensm's)
         ("--src-to-dst", f"{lid['host0002']}:{lid['host0003']}"),  # full-limited: P_Key 0x8001
         ("--src-to-dst", f"{lid['host0004']}:{lid['host0005']}"),  # limited-limited: no path
@@ -314,7 +315,8 @@ def sa_queries(lid):
 
 def sa_answers(tmp_path, which):
     return saquery_transcript(tmp_path, which, ["-s", "1", "-P", "{tmp}/partitions.conf"],
-                              {"partitions.conf": CONF_SA}, sa_queries, (("-g",), "0x8001"))
+                              {"partitions.conf": CONF_SA}, sa_queries,
+                              (("--smkey", "1", "PKTR", "{leaf001}/17/0"), "PKeyTableRecord dump"))
 
 
 @need_ibsim()

@@ -4,7 +4,8 @@
 every port's P_Key table state across sweeps).  ``phases(sweep)`` gives
 ``sweep.HeavySweep`` two phases to run after the LIDs: first a P_Key table
 Get of every block of every port whose table it does not know yet (end
-ports, and switch ports facing a CA, as pkey_mgr programs them), then
+ports, and switch ports facing a CA, as pkey_mgr programs them; the
+switch-to-switch ports opensm also reads come after SUBNET UP, ``deferred``), then
 ``prtn_config.make_partitions`` and ``pkey_mgr.process``, whose P_KeyTable
 and PortInfo Sets go out through the sweep's MAD agent; each answer is
 the port's table (or PortInfo) as it is now.
@@ -36,17 +37,37 @@ class PkeySetup:
     def phases(self, sweep) -> list:
         return [lambda: self._read(sweep), lambda: self._program(sweep)]
 
-    def _ports(self, sub):
+    def _ports(self, sub, between_switches: bool = False):
+        """The ports whose tables the manager needs (or, ``between_switches``, the rest opensm
+        reads: switch ports linked to switches, which only the SA's PKeyTableRecords show)."""
         for node in sub.nodes.values():
             for p in node.ports.values():
-                if needs_table(p):
+                if needs_table(p) and between_switches == (node.is_switch and p.num > 0
+                                                            and p.remote.node.is_switch):
                     yield p
+
+    def deferred(self, sub) -> list:
+        """``light.Queries`` items: the P_KeyTable blocks of the switch-to-switch ports not read
+        yet -- read after SUBNET UP (the P_Key manager never needs them)."""
+        return [((p.node.guid, p.num, b), build_dr_smp(Method.GET, SmpAttr.PKEY_TABLE, p.node.dr_path,
+                                                       pkey_attr_mod(p, b)))
+                for p in self._ports(sub, True) if (p.node.guid, p.num) not in self.tables
+                for b in range(max_blocks(p))]
+
+    def store_deferred(self, results: dict) -> None:
+        for (guid, num, b), data in sorted(results.items(), key=lambda kv: kv[0]):
+            if data is not None:
+                t = self.tables.get((guid, num))
+                if t is None:
+                    from .pkey_mgr import PkeyTbl
+                    t = self.tables[(guid, num)] = PkeyTbl()
+                t.set_block(b, decode_pkey_table(data), self.opts.allow_both_pkeys)
 
     def _read(self, sweep) -> None:
         sweep.phase = "pkey tables"
         sub = sweep.subnet
         ports = list(self._ports(sub))
-        live = {(p.node.guid, p.num) for p in ports}
+        live = {(p.node.guid, p.num) for p in ports} | {(p.node.guid, p.num) for p in self._ports(sub, True)}
         for k in [k for k in self.tables if k not in live]:
             del self.tables[k]              # a port that went: its table is read again when it is back
         for p in ports:

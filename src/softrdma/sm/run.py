@@ -222,6 +222,12 @@ class SmLoop:
         if not bad or self.shown != "up":
             self._say("SUBNET UP")
             self.shown = "up"
+        items = self.pkeys.deferred(self.subnet)
+        if items:                           # the tables only the SA shows, once the subnet is up
+            q = self._mads()
+            batch = light.Queries(q, items)
+            self._drive(q, batch)
+            self.pkeys.store_deferred(batch.results)
 
     def _dumps(self, sweep: HeavySweep) -> None:
         try:
