@@ -178,20 +178,25 @@ def test_qos_ulps_as_opensms_match_rules():
 
 
 @pytest.mark.parametrize("text, what", [
-    ("qos-ulps\n default : 16\nend-qos-ulps\n", "line 2: illegal SL value"),
-    ("qos-ulps\n bogus stuff : 1\nend-qos-ulps\n", "line 2: syntax error"),
-    ("port-groups\nend-port-groups\n", "line 1: section 'port-groups' is not supported"),
+    ("qos-ulps\n default : 16\nend-qos-ulps\n", "ERR AC05: Syntax error (line 2:1): illegal SL value"),
+    ("qos-ulps\n bogus stuff : 1\nend-qos-ulps\n", "(line 2:1): syntax error"),
+    ("port-groups\nend-port-groups\n", "(line 1:1): section 'port-groups' is not supported"),
     ("qos-ulps\n default : 1\n", "without end-qos-ulps"),
+    ("qos-ulps\n default : 1\n ipoib, pkey 0x12 : 2\nend-qos-ulps\n",
+     "IPoIB partition, pkey 0x0012 - partition doesn't exist"),
+    ("qos-ulps\n sdp : 1\nend-qos-ulps\n", "ERR AC10: Default qos-level (default) not defined."),
 ])
 def test_a_policy_that_does_not_parse_is_refused(tmp_path, text, what):
     from softrdma.sm import log as L
     from softrdma.sm.qos_policy import load
     (tmp_path / "p.conf").write_text(text)
     log = L.Log(str(tmp_path / "osm.log"))
-    assert load(str(tmp_path / "p.conf"), log) is None
+    from softrdma.sm.prtn_config import Partitions
+    assert load(str(tmp_path / "p.conf"), log, Partitions()) is None
     log.close()
     out = (tmp_path / "osm.log").read_text()
-    assert what in out and "ERR AC03: Failed parsing QoS policy file" in out
+    assert what in out
+    assert "ERR AC03: Failed parsing QoS policy file" in out or "ERR AC04: Error(s) in QoS policy file" in out
 
 
 def policy_paths(tmp_path, which):

@@ -47,9 +47,15 @@ FULL_SECTIONS = ("port-groups", "qos-setup", "qos-levels", "qos-match-rules")
 
 
 class PolicyError(Exception):
+    """A syntax error (yyerror's): the line, and what is wrong."""
+
     def __init__(self, line: int, what: str) -> None:
         super().__init__(f"line {line}: {what}")
         self.line, self.what = line, what
+
+
+class InvalidPolicy(Exception):
+    """A policy that parsed but does not validate (osm_qos_policy_validate)."""
 
 
 @dataclass
@@ -107,7 +113,25 @@ def _ranges(text: str, line: int) -> list[tuple[int, int]]:
 _ULP = re.compile(r"^(?P<ulp>\w+)\s*(?:,\s*(?P<key>[\w-]+)\s+(?P<ranges>[^:]*?))?\s*,?\s*:\s*(?P<sl>\S+)$")
 
 
-def parse(text: str) -> Policy:
+def _check_pkeys(ranges, partitions, ipoib: bool, line: int, log) -> None:
+    """__validate_pkeys: an IPoIB P_Key needs its partition, with two full members at least;
+    another P_Key without a partition is only logged."""
+    for lo, hi in ranges:
+        for pkey in range(lo, hi + 1):
+            p = partitions.by_pkey.get(pkey & 0x7FFF) if partitions is not None else None
+            if ipoib and p is None:
+                raise PolicyError(line, f"IPoIB partition, pkey 0x{pkey & 0x7FFF:04X} - partition doesn't exist")
+            if ipoib and len(p.full) < 2:
+                raise PolicyError(line, f"IPoIB partition, pkey 0x{pkey & 0x7FFF:04X} - partition has less "
+                                        "than two full members")
+            if not ipoib and p is None and log is not None:
+                log.error(f"__validate_pkeys: ERR AC02: pkey 0x{pkey & 0x7FFF:04X} - partition doesn't exist")
+
+
+def parse(text: str, partitions=None, log=None) -> Policy:
+    """The policy; PolicyError for a syntax error, InvalidPolicy if it has no default SL.
+    ``partitions`` (prtn_config.Partitions): what IPoIB and P_Key rules are checked against
+    (None: not checked)."""
     policy = Policy()
     section = None
     for n, raw in enumerate(text.split("\n"), 1):
@@ -143,6 +167,7 @@ def parse(text: str) -> Policy:
             r.service_ids = rng
         elif ulp == "any" and key == "pkey":
             r.pkeys = [(lo & 0x7FFF, hi & 0x7FFF) for lo, hi in rng]
+            _check_pkeys(r.pkeys, partitions, False, n, log)
         elif ulp == "any" and key == "target-port-guid" or ulp == "srp" and key == "target-port-guid":
             r.targets = rng
         elif ulp == "any" and key == "source-port-guid":
@@ -158,19 +183,23 @@ def parse(text: str) -> Policy:
             r.service_ids = [(RDS_SERVICE_ID + RDS_PORT,) * 2]
         elif ulp == "iser" and not key:
             r.service_ids = [(ISER_SERVICE_ID + ISER_PORT,) * 2]
-        elif ulp == "ipoib" and not key:
-            r.pkeys = [(0x7FFF, 0x7FFF)]
-        elif ulp == "ipoib" and key == "pkey":
-            r.pkeys = [(lo & 0x7FFF, hi & 0x7FFF) for lo, hi in rng]
+        elif ulp == "ipoib":
+            r.pkeys = [(lo & 0x7FFF, hi & 0x7FFF) for lo, hi in rng] if key == "pkey" else [(0x7FFF, 0x7FFF)]
+            if key not in ("", "pkey"):
+                raise PolicyError(n, f"syntax error: '{line}'")
+            if partitions is not None:
+                _check_pkeys(r.pkeys, partitions, True, n, log)
         else:
             raise PolicyError(n, f"syntax error: '{line}'")
         policy.rules.append(r)
     if section is not None:
         raise PolicyError(n if text else 1, "qos-ulps without end-qos-ulps")
+    if policy.default_sl is None:
+        raise InvalidPolicy("Default qos-level (default) not defined.")
     return policy
 
 
-def load(path: str, log) -> Policy | None:
+def load(path: str, log, partitions=None) -> Policy | None:
     """osm_qos_parse_policy_file: the policy, or None (no file at the default path, or an error)."""
     try:
         text = open(path).read()
@@ -180,9 +209,17 @@ def load(path: str, log) -> Policy | None:
         else:
             log.verbose(f"osm_qos_parse_policy_file: QoS policy file not found ({path})")
         return None
+    import sys
+    log.info(f"osm_qos_parse_policy_file: Loading QoS policy file ({path})")
     try:
-        return parse(text)
+        return parse(text, partitions, log)
     except PolicyError as e:
-        log.error(f"yyerror: Error in QoS policy file ({path}), {e}")
+        # (opensm gives the column too; this parser reads by lines)
+        log.error(f"yyerror: ERR AC05: Syntax error (line {e.line}:1): {e.what}")
+        print(f"Error in QoS Policy File (line {e.line}:1): {e.what}.", file=sys.stderr)
         log.error(f"osm_qos_parse_policy_file: ERR AC03: Failed parsing QoS policy file ({path})")
-        return None
+    except InvalidPolicy as e:
+        log.error(f"osm_qos_policy_validate: ERR AC10: {e}")
+        log.error(f"osm_qos_parse_policy_file: ERR AC04: Error(s) in QoS policy file ({path})")
+        print(f"Error(s) in QoS policy file ({path})", file=sys.stderr)
+    return None
