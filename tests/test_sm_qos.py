@@ -160,31 +160,66 @@ end-qos-ulps
 """
 
 
+class Port:
+    """What a policy asks of a port: its GUID, node (description, type) and number."""
+
+    def __init__(self, guid, desc="", type_=1, num=1):
+        self.guid, self.num = guid, num
+        self.node = type("Node", (), {"desc": desc, "type": type_})()
+
+
+NO_SUBNET = type("Subnet", (), {"partitions": None, "sm_port_guid": 0})()
+
+
+def sl(policy, src, dst, mask=0, **f):
+    lv = policy.level_for(Port(src), Port(dst), mask, dict({"ServiceID": 0, "PKey": 0, "QosClass": 0}, **f),
+                          NO_SUBNET)
+    return lv.sl
+
+
 def test_qos_ulps_as_opensms_match_rules():
     from softrdma.sm.qos_policy import parse
     p = parse(POLICY + "qos-ulps\n rds : 1\n iser, port-num 900-901 : 9\n srp, target-port-guid 0x10-0x20 : 8\n"
                        " any, source-target-port-guid 0x5 : 11\nend-qos-ulps\n")
-    f = {"ServiceID": 0, "PKey": 0}
     assert p.default_sl == 5
-    assert p.sl_for(1, 0x0002c90400000021, 0, f) == 7
-    assert p.sl_for(1, 2, 1 << 13, dict(f, PKey=0xFFFF)) == 6           # IPoIB: the default partition
-    assert p.sl_for(1, 2, 0, dict(f, PKey=0xFFFF)) == 5                 # P_Key not in the mask: no match
-    assert p.sl_for(1, 2, 3, dict(f, ServiceID=0x1234)) == 2
-    assert p.sl_for(1, 2, 3, dict(f, ServiceID=0x10010)) == 4           # SDP: 0x10000 + port
-    assert p.sl_for(1, 2, 3, dict(f, ServiceID=0x1060000 + 0x48CA)) == 1
-    assert p.sl_for(1, 2, 3, dict(f, ServiceID=0x1060000 + 901)) == 9
-    assert p.sl_for(1, 0x18, 0, f) == 8
-    assert p.sl_for(5, 5, 0, f) == 11 and p.sl_for(5, 6, 0, f) == 5
+    assert sl(p, 1, 0x0002c90400000021) == 7
+    assert sl(p, 1, 2, 1 << 13, PKey=0xFFFF) == 6            # IPoIB: the default partition
+    assert sl(p, 1, 2, 0, PKey=0xFFFF) == 5                  # P_Key not in the mask: no match
+    assert sl(p, 1, 2, 3, ServiceID=0x1234) == 2
+    assert sl(p, 1, 2, 3, ServiceID=0x10010) == 4            # SDP: 0x10000 + port
+    assert sl(p, 1, 2, 3, ServiceID=0x1060000 + 0x48CA) == 1
+    assert sl(p, 1, 2, 3, ServiceID=0x1060000 + 901) == 9
+    assert sl(p, 1, 0x18) == 8
+    assert sl(p, 5, 5) == 11 and sl(p, 5, 6) == 5
+
+
+def test_the_full_format_port_groups_levels_and_match_rules():
+    from sm_helpers import DATA
+    from softrdma.sm.qos_policy import parse
+    import os
+    p = parse(open(os.path.join(os.path.dirname(DATA), "qos-policy-full.conf")).read())
+    assert set(p.levels) == {"default", "storage", "fast"} and set(p.groups) == {"Storage", "Hosts12", "Everybody"}
+    lv = p.level_for(Port(0x11, "host0002"), Port(0x0002c90400000041), 0, {"QosClass": 0}, NO_SUBNET)
+    assert (lv.name, lv.sl, lv.mtu_limit, lv.rate_limit, lv.pkt_life) == ("storage", 4, 3, 3, 14)
+    assert sl(p, 1, 2) == 0 and sl(p, 1, 2, 1 << 14, QosClass=8) == 2
+    assert sl(p, 1, 2, 3, ServiceID=0x150) == 2 and sl(p, 1, 2, 3, ServiceID=0x300) == 7   # the ULPs after
 
 
 @pytest.mark.parametrize("text, what", [
     ("qos-ulps\n default : 16\nend-qos-ulps\n", "ERR AC05: Syntax error (line 2:1): illegal SL value"),
     ("qos-ulps\n bogus stuff : 1\nend-qos-ulps\n", "(line 2:1): syntax error"),
-    ("port-groups\nend-port-groups\n", "(line 1:1): section 'port-groups' is not supported"),
-    ("qos-ulps\n default : 1\n", "without end-qos-ulps"),
+    ("qos-levels\n qos-level\n name: x\n colour: red\n end-qos-level\nend-qos-levels\n", "(line 4:1): syntax error"),
+    ("qos-ulps\n default : 1\n", "qos-ulps without its end"),
     ("qos-ulps\n default : 1\n ipoib, pkey 0x12 : 2\nend-qos-ulps\n",
      "IPoIB partition, pkey 0x0012 - partition doesn't exist"),
     ("qos-ulps\n sdp : 1\nend-qos-ulps\n", "ERR AC10: Default qos-level (default) not defined."),
+    ("port-groups\n port-group\n use: x\n end-port-group\nend-port-groups\n", "port-group has no name"),
+    ("qos-levels\n qos-level\n name: default\n sl: 1\n end-qos-level\nend-qos-levels\nqos-match-rules\n"
+     " qos-match-rule\n qos-level-name: nope\n end-qos-match-rule\nend-qos-match-rules\n",
+     "ERR AC11: qos-match-rule num 1: qos-level 'nope' not found"),
+    ("qos-levels\n qos-level\n name: default\n end-qos-level\nend-qos-levels\nqos-match-rules\n"
+     " qos-match-rule\n qos-level-name: default\n source: Nobody\n end-qos-match-rule\nend-qos-match-rules\n",
+     "ERR AC12: qos-match-rule num 1: source port-group 'Nobody' not found"),
 ])
 def test_a_policy_that_does_not_parse_is_refused(tmp_path, text, what):
     from softrdma.sm import log as L
@@ -213,12 +248,30 @@ def policy_paths(tmp_path, which):
                               (("--src-to-dst", "{host0002}:{host0003}"), "sl......................0x7"))
 
 
+def policy_full_paths(tmp_path, which):
+    """The real saquery's PathRecords under the full-format policy (port groups, levels, rules)."""
+    from sm_helpers import DATA
+    import os
+    text = open(os.path.join(os.path.dirname(DATA), "qos-policy-full.conf")).read()
+
+    def queries(lid):
+        a, b, c, d = lid["host0002"], lid["host0003"], lid["host0004"], lid["host0010"]
+        return [("host0002", q) for q in (
+            ("--src-to-dst", f"{a}:{b}"), ("--src-to-dst", f"{a}:{c}"), ("--src-to-dst", f"{a}:{d}"),
+            ("-Q", "8", "--src-to-dst", f"{a}:{d}"), ("--service_id", "0x150", "--src-to-dst", f"{a}:{d}"),
+            ("--service_id", "0x300", "--src-to-dst", f"{a}:{d}"), ("--src-to-dst", f"{b}:{a}"))]
+    return saquery_transcript(tmp_path, which, ["-s", "1", "-Q", "-Y", "{tmp}/qos-policy.conf"],
+                              {"qos-policy.conf": text}, queries,
+                              (("--src-to-dst", "{host0002}:{host0003}"), "sl......................0x4"))
+
+
 @need_ibsim()
 @pytest.mark.slow
 @pytest.mark.parametrize("run, marks", [
     (sa_records, ["SL2VLTableRecord dump", "VLArbTableRecord dump"]),
     (policy_paths, ["sl......................0x4", "sl......................0x6"]),
-], ids=["sl2vl-vlarb-records", "policy-path-sl"])
+    (policy_full_paths, ["mtu.....................0x83", "pkt_life................0x8E"]),
+], ids=["sl2vl-vlarb-records", "policy-path-sl", "full-policy"])
 def test_sa_answers_as_opensms(tmp_path, run, marks):
     """SL2VLTableRecords and VLArbitrationTableRecords after -Q; PathRecord SLs under POLICY."""
     real, ours = real_and_ours(tmp_path, run)

@@ -53,6 +53,7 @@ UMAD2SIM_MAD_VIEW = 224
 # total Gb/s -> IBA rate code (IBA 15.2.5.16 / ib_types.h IB_PATH_RECORD_RATE_*)
 _RATE_CODE = {2.5: 2, 10: 3, 30: 4, 5: 5, 20: 6, 40: 7, 60: 8, 80: 9, 120: 10, 14: 11, 56: 12,
               112: 13, 168: 14, 25: 15, 100: 16, 200: 17, 300: 18, 50: 20, 400: 21, 600: 22}
+_GBPS = {code: gbps for gbps, code in _RATE_CODE.items()}      # ib_path_compare_rates' order
 _SPEED = {1: 2.5, 2: 5.0, 4: 10.0}
 _SPEED_EXT = {1: 14.0, 2: 25.0, 4: 50.0}
 
@@ -133,19 +134,29 @@ class SubnetAdmin:
         return None
 
     def path_record(self, src: Physp, dst: Physp, slid: int | None = None,
-                    dlid: int | None = None, preference: int = 0, pkey: int = 0xFFFF, sl: int = 0) -> bytes | None:
+                    dlid: int | None = None, preference: int = 0, pkey: int = 0xFFFF, sl: int = 0,
+                    level=None) -> bytes | None:
         """One path; ``slid``/``dlid``: the LIDs of the ports' LMC ranges asked for (default base);
-        ``pkey``, ``sl``: the path's (sa_pkey.path_pkey_sl)."""
+        ``pkey``, ``sl``, ``level``: the path's (sa_pkey.path_pkey_sl; the QoS level's MTU and rate
+        limits and packet lifetime)."""
         if self._hops(src, dst, dlid) is None:
             return None
         spi = PORT_INFO.decode(src.port_info) if src.port_info else {}
         dpi = PORT_INFO.decode(dst.port_info) if dst.port_info else {}
         mtu = min(spi.get("MtuCap", 4) or 4, dpi.get("MtuCap", 4) or 4)
         rate = _RATE_CODE.get(_gbps(spi), 3)
+        life = PACKET_LIFE_TIME
+        if level is not None:
+            if level.mtu_limit is not None and mtu > level.mtu_limit:
+                mtu = level.mtu_limit
+            if level.rate_limit is not None and _GBPS.get(rate, 0) > _GBPS.get(level.rate_limit, 0):
+                rate = level.rate_limit
+            if level.pkt_life is not None and src is not dst:
+                life = level.pkt_life
         return bytes(PATH_RECORD.encode(
             DGID=(GID_PREFIX << 64) | dst.guid, SGID=(GID_PREFIX << 64) | src.guid,
             DLID=dlid or dst.lid, SLID=slid or src.lid, Reversible=1, PKey=pkey, SL=sl, MtuSelector=2, Mtu=mtu,
-            RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=PACKET_LIFE_TIME,
+            RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=life,
             Preference=preference))
 
     def pair_paths(self, src: Physp, dst: Physp, slid: int | None, dlid: int | None,
@@ -159,16 +170,16 @@ class SubnetAdmin:
         if not slo or not dlo:
             return out
         ps = path_pkey_sl(self.subnet, src, dst, mask,
-                          f or {"SL": 0, "PKey": 0, "RawTraffic": 0, "ServiceID": 0}, self.log)
+                          f or {"SL": 0, "PKey": 0, "RawTraffic": 0, "ServiceID": 0, "QosClass": 0}, self.log)
         if ps is None:
             return out              # no P_Key in common: no path
-        pkey, sl = ps
+        pkey, sl, level = ps
 
         def more() -> bool:
             return iterations is None or len(out) < iterations
         s_, d_ = slo, dlo
         while more():
-            if (r := self.path_record(src, dst, s_, d_, 0, pkey, sl)) is not None:
+            if (r := self.path_record(src, dst, s_, d_, 0, pkey, sl, level)) is not None:
                 out.append(r)
             s_ += 1
             d_ += 1
@@ -186,7 +197,7 @@ class SubnetAdmin:
                 do, d_ = 0, dlo
             if so == do:
                 continue            # a preference-0 path, already there
-            if (r := self.path_record(src, dst, s_, d_, 2, pkey, sl)) is not None:
+            if (r := self.path_record(src, dst, s_, d_, 2, pkey, sl, level)) is not None:
                 out.append(r)
         return out
 

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from .pkey_mgr import find_common_pkey, has_pkey, share_pkey, share_this_pkey
+from .pkey_mgr import entry as entry_of, find_common_pkey, has_pkey, share_pkey, share_this_pkey
 from .subnet import Physp, Subnet
 
 PR_COMP_PKEY = 1 << 13
@@ -32,19 +32,21 @@ def _tbl(subnet: Subnet, p: Physp):
     return t.get((p.node.guid, p.num))
 
 
-def path_pkey_sl(subnet: Subnet, src: Physp, dst: Physp, mask: int, f: dict, log=None,
-                 qos_sl=None) -> tuple[int, int] | None:
-    """(P_Key, SL) of the paths between ``src`` and ``dst`` for this request, or None."""
+def path_pkey_sl(subnet: Subnet, src: Physp, dst: Physp, mask: int, f: dict, log=None):
+    """(P_Key, SL, QoS level or None) of the paths between ``src`` and ``dst`` for this
+    request, or None (no path)."""
     t1, t2 = _tbl(subnet, src), _tbl(subnet, dst)
-    if qos_sl is None and subnet.qos_policy is not None:
-        qos_sl = subnet.qos_policy.sl_for(src.guid, dst.guid, mask, f)
+    level = None
+    if subnet.qos_policy is not None:
+        level = subnet.qos_policy.level_for(src, dst, mask, f, subnet)
+    qos_sl = level.sl if level is not None else None
     if qos_sl is not None and mask & PR_COMP_SL and f["SL"] != qos_sl:
         if log:
             log.error(f"pr_rcv_get_path_parms: ERR 1F18: QoS level SL ({qos_sl}) doesn't match the requested "
                       f"SL ({f['SL']})")
         return None
     if t1 is None or t2 is None:
-        return NO_PKEYS, f["SL"] if mask & PR_COMP_SL else qos_sl or 0
+        return NO_PKEYS, f["SL"] if mask & PR_COMP_SL else qos_sl or 0, level
     if mask & PR_COMP_RAW and f["RawTraffic"]:
         pkey = find_common_pkey(t1, t2)
     elif mask & PR_COMP_PKEY:
@@ -53,6 +55,20 @@ def path_pkey_sl(subnet: Subnet, src: Physp, dst: Physp, mask: int, f: dict, log
             if log:
                 log.verbose(f"pr_rcv_get_path_parms: Ports 0x{src.guid:016x} 0x{dst.guid:016x} "
                             f"do not share specified PKey 0x{pkey:04x}")
+            return None
+        if level is not None and level.pkeys and not any(lo <= pkey & 0x7FFF <= hi for lo, hi in level.pkeys):
+            if log:
+                log.error(f"pr_rcv_get_path_parms: ERR 1F1D: Ports do not share PKeys defined by QoS level "
+                          f"{level.name}")
+            return None
+    elif level is not None and level.pkeys:
+        # osm_qos_level_get_shared_pkey: the first of the level's P_Keys both ports share
+        pkey = next((entry_of(t1, k) for lo, hi in level.pkeys for k in range(lo, hi + 1)
+                     if share_this_pkey(t1, t2, k)), 0)
+        if not pkey:
+            if log:
+                log.error(f"pr_rcv_get_path_parms: ERR 1F1A: Ports do not share PKeys defined by QoS level "
+                          f"{level.name}")
             return None
     else:
         pkey = find_common_pkey(t1, t2)
@@ -69,7 +85,7 @@ def path_pkey_sl(subnet: Subnet, src: Physp, dst: Physp, mask: int, f: dict, log
         sl = qos_sl
     else:
         sl = prtn.sl if prtn is not None else 0
-    return pkey, sl
+    return pkey, sl, level
 
 
 def has_pkey_of(subnet: Subnet, p: Physp, pkey: int) -> bool:
