@@ -325,3 +325,40 @@ def test_sa_honours_partitions_as_opensm(tmp_path):
     real, ours = real_and_ours(tmp_path, sa_answers)
     assert "pkey....................0x8001" in real and "PKeyTableRecord dump" in real
     assert ours == real
+
+
+def test_sa_joins_and_paths_within_partitions(subnet, tmp_path):
+    """The SA over the tables CONF_SA gives: a port joins only a group of its partition;
+    two limited members have no path; a full and a limited member have one, with their P_Key."""
+    from softrdma.sm.sa import SubnetAdmin
+    from softrdma.wire.mad import Method
+    from softrdma.wire.sa import MCMEMBER_RECORD, MCR_COMP, SA_STATUS_REQ_INVALID, SaAttr
+    _, prtns, indx0, _ = make(subnet, tmp_path, CONF_SA)
+    tables = ibsim_tables(subnet)
+    apply(tables, process(subnet, prtns, tables, L.Log(None), indx0=dict(indx0)))
+    from softrdma.sm.routing import compute
+    subnet.partitions, subnet.pkey_tables = prtns, tables
+    subnet.lfts = compute(subnet, "minhop", set())[1]
+    try:
+        sa = SubnetAdmin(subnet)
+        p1_bcast = 0xFF12401B8001000000000000FFFFFFFF
+        assert p1_bcast.to_bytes(16, "big") in sa.groups.by_mgid        # P1's IPoIB group, made by set_subnet
+
+        def join(guid):
+            gid = (0xFE80000000000000 << 64) | guid
+            rec = bytes(MCMEMBER_RECORD.encode(MGID=p1_bcast, PortGID=gid, JoinState=1)).ljust(56, b"\0")
+            mask = MCR_COMP["MGID"] | MCR_COMP["PortGID"] | MCR_COMP["JoinState"]
+            return sa._set_or_delete(Method.SET, SaAttr.MCMEMBER_RECORD, mask, rec, subnet.ports[guid].lid, 0)[0]
+        assert join(H2) == 0 and join(H3) == 0                           # P1's full and limited members
+        assert join(H4) == SA_STATUS_REQ_INVALID                          # not in P1
+
+        def paths(a, b):
+            from softrdma.wire.sa import PATH_RECORD
+            src, dst = subnet.ports[a], subnet.ports[b]
+            return [PATH_RECORD.decode(r)["PKey"] for r in sa.pair_paths(src, dst, None, None, None)]
+        assert paths(H2, H3) == [0x8001]
+        assert paths(H4, 0x0002c90400000041) == []                        # limited-limited, in P2 and Default
+        assert paths(H1, H4) == [0xFFFF]                                  # the SM: a full member of Default
+    finally:
+        subnet.partitions = subnet.pkey_tables = None
+        subnet.lfts = {}
