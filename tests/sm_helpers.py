@@ -209,3 +209,48 @@ def ibnetdiscover_lids(disc: str) -> dict:
     for m in re.finditer(r'^\[\d+\].*# "([^"]+)" lid (\d+)', disc, re.M):
         out.setdefault(m.group(1), int(m.group(2)))
     return out
+
+
+def every_port(fab: IbsimFabric, *query: str, node: str = "host0002") -> str:
+    """The real ``smpquery <query> <lid> <port>`` of every port of ft2_64 (CA ports, every switch
+    port and port 0), after an SM swept the fabric: one text, each answer under its port's name."""
+    from softrdma.fabric import topo
+    lids = ibnetdiscover_lids(fab.diag("ibnetdiscover", node=node))
+    out = []
+    for n in topo.loads(fixture("ft2_64.net.xz")).nodes:
+        for num in (range(n.nports + 1) if n.is_switch else [1]):
+            out.append(f"== {n.desc} port {num}\n" +
+                       fab.diag("smpquery", *query, str(lids[n.desc]), str(num), node=node))
+    return "".join(out)
+
+
+def saquery_transcript(tmp_path, which: str, sm_args, files: dict, queries, ready) -> str:
+    """A resident SM on host0001 of a fresh ft2_64 -- the real opensm (``which`` "real") or
+    softrdma's -- given ``sm_args`` ("{tmp}" in them: ``tmp_path``) and ``files`` (name -> text,
+    written in ``tmp_path`` first); then the real saquery's answers to ``queries(lids)`` (a list of
+    (node, args); lids: node description -> LID as a string), asked once ``ready`` ((args, text):
+    the answer to args holds text) says the SA is up: one transcript."""
+    tmp_path.mkdir()
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    fab = IbsimFabric(tmp_path)
+    try:
+        args = ["sm", "host0001", *(a.replace("{tmp}", str(tmp_path)) for a in sm_args)]
+        sm = fab.our_sm(*args) if which == "ours" else fab.real_sm(*args)
+        wait_log(sm, "SUBNET UP")
+        lids = {k: str(v) for k, v in ibnetdiscover_lids(fab.diag("ibnetdiscover")).items()}
+        (probe, text) = ready
+        end = time.monotonic() + 30
+        while text not in fab.diag("saquery", *(a.format(**lids) for a in probe)):  # the SA may lag its log
+            assert time.monotonic() < end, f"{which} SM: no {text!r} from saquery {probe}"
+            time.sleep(0.2)
+        return "".join(f"$ {node} saquery {' '.join(q)}\n" + fab.diag("saquery", *q, node=node)
+                       for node, q in queries(lids))
+    finally:
+        fab.close()
+
+
+def real_and_ours(tmp_path, run):
+    """``run(dir, which)`` with the real opensm, then with softrdma's SM, each in a directory
+    of its own: (real, ours)."""
+    return run(tmp_path / "real", "real"), run(tmp_path / "ours", "ours")

@@ -215,10 +215,10 @@ def test_config_file_round_trip(tmp_path):
     r = _opensm(unique_base("smt"), tmp_path, "-R", "updn", "-s", "5", "-c", str(conf), timeout=30)
     assert r.returncode == 0, r.stderr
     text = conf.read_text()
-    assert "routing_engine updn" in text and "sweep_interval 5" in text
-    conf.write_text(text + "qos TRUE\n")
+    assert "routing_engine updn" in text and "sweep_interval 5" in text and "qos FALSE" in text
+    conf.write_text(text + "babbling_port_policy TRUE\n")
     r = _opensm(unique_base("smt"), tmp_path, "-F", str(conf), "-o", timeout=30)
-    assert r.returncode == 2 and "unsupported option 'qos'" in r.stderr
+    assert r.returncode == 2 and "unsupported option 'babbling_port_policy'" in r.stderr
 
 
 def test_lmc_options_as_opensm(tmp_path):

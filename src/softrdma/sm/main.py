@@ -43,6 +43,16 @@ CONF_KEYS = {
     "sm_key": "0x0000000000000001",
     "sminfo_polling_timeout": "10000",
     "polling_retry_number": "4",
+    "partition_config_file": "/etc/opensm/partitions.conf",
+    "no_partition_enforcement": "FALSE",
+    "part_enforce": "both",
+    "allow_both_pkeys": "FALSE",
+    "keep_pkey_indexes": "TRUE",
+    "qos": "FALSE",
+    "qos_policy_file": "/etc/opensm/qos-policy.conf",
+    **{f"qos{p}_{k}": v for p in ("", "_ca", "_sw0", "_swe", "_rtr")
+       for k, v in (("max_vls", "0"), ("high_limit", "-1"), ("vlarb_high", "(null)"), ("vlarb_low", "(null)"),
+                    ("sl2vl", "(null)"))},
 }
 
 
@@ -89,6 +99,14 @@ def build_parser(prog: str = "opensm") -> argparse.ArgumentParser:
     p.add_argument("-l", "--lmc", type=_int, default=None,
                    help="LMC 0..7: 2^LMC LIDs per CA port (switch port 0: one, unless lmc_esp0)")
     p.add_argument("--dump_files_dir", help="where -D 0x40 dumps go")
+    p.add_argument("-P", "--Pconfig", help="partition configuration file (default /etc/opensm/partitions.conf)")
+    p.add_argument("-N", "--no_part_enforce", action="store_true",
+                   help="no partition enforcement on switch ports (deprecated: --part_enforce off)")
+    p.add_argument("-Z", "--part_enforce", help="partition enforcement on switch ports: both, in, out or off")
+    p.add_argument("-W", "--allow_both_pkeys", action="store_true",
+                   help="a port may be a full and a limited member of one partition")
+    p.add_argument("-Q", "--qos", action="store_true", help="QoS: program SL2VL and VLArb tables")
+    p.add_argument("-Y", "--qos_policy_file", help="QoS policy file (default /etc/opensm/qos-policy.conf)")
     p.add_argument("--max_wire_smps", type=_int, default=None, help="SMPs in flight (default 32)")
     p.add_argument("--version", action="version", version=VERSION)
     return p
@@ -145,7 +163,26 @@ def settings(a: argparse.Namespace) -> dict:
         "poll_interval": _int(conf["sminfo_polling_timeout"]) / 1000.0,
         "poll_retries": _int(conf["polling_retry_number"]),
         "debug": tuple(a.debug),
+        "partition_config_file": a.Pconfig or conf["partition_config_file"],
+        "allow_both_pkeys": a.allow_both_pkeys or _bool(conf["allow_both_pkeys"], "allow_both_pkeys"),
+        "part_enforce": conf["part_enforce"],
     }
+    if a.part_enforce is not None:
+        if a.part_enforce in ("both", "in", "out", "off"):
+            s["part_enforce"] = a.part_enforce
+        else:
+            print(f"-part_enforce {a.part_enforce} option not understood")
+    if a.no_part_enforce or _bool(conf["no_partition_enforcement"], "no_partition_enforcement"):
+        s["part_enforce"] = "off"
+    elif s["part_enforce"] not in ("both", "in", "out", "off"):
+        # osm_subn_verify_config
+        print(f" Invalid Cached Option Value:part_enforce = {s['part_enforce']}:Using Default:both")
+        s["part_enforce"] = "both"
+    s["qos"] = a.qos or _bool(conf["qos"], "qos")
+    s["qos_policy_file"] = a.qos_policy_file or conf["qos_policy_file"]
+    s["qos_options"] = _qos_options(conf)
+    if not _bool(conf["keep_pkey_indexes"], "keep_pkey_indexes"):
+        raise UsageError("keep_pkey_indexes FALSE is not supported (P_Keys keep their indexes)")
     for k in ("priority", "lmc", "sweep"):
         s[k] = int(s[k], 0) if isinstance(s[k], str) else s[k]
     if a.V:
@@ -178,6 +215,25 @@ def settings(a: argparse.Namespace) -> dict:
     if not 0 <= s["log_max_size"] < 1 << 32:
         raise UsageError("log file size limit must be 0..4294967295 MB")
     return s
+
+
+def _qos_options(conf: dict[str, str]) -> dict:
+    """opensm.conf's QoS keys: {"" (qos_), "ca_", "sw0_", "swe_", "rtr_": QosOptions}."""
+    from .qos import QosOptions, verify
+    out = {}
+    for prefix in ("", "ca_", "sw0_", "swe_", "rtr_"):
+        key = "qos_" + prefix
+
+        def text(k):
+            v = conf[key + k]
+            return None if v == "(null)" else v
+        try:
+            out[prefix] = QosOptions(int(conf[key + "max_vls"], 0), int(conf[key + "high_limit"], 0),
+                                     text("vlarb_high"), text("vlarb_low"), text("sl2vl"))
+        except ValueError as e:
+            raise UsageError(f"bad QoS option value: {e}") from None
+    verify(out, print)
+    return out
 
 
 def read_roots(path: str | None) -> set[int]:
@@ -276,7 +332,15 @@ def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
                     log_flags="0x%02x" % s["flags"], log_file=s["log_file"], dump_files_dir=s["dump_dir"],
                     log_max_size=str(s["log_max_size"]), log_prefix=s["log_prefix"] or "(null)",
                     sminfo_polling_timeout=str(int(s["poll_interval"] * 1000)),
-                    polling_retry_number=str(s["poll_retries"]), sm_key="0x%016x" % s["sm_key"])
+                    polling_retry_number=str(s["poll_retries"]), sm_key="0x%016x" % s["sm_key"],
+                    partition_config_file=s["partition_config_file"],
+                    no_partition_enforcement="TRUE" if s["part_enforce"] == "off" else "FALSE",
+                    part_enforce=s["part_enforce"],
+                    allow_both_pkeys="TRUE" if s["allow_both_pkeys"] else "FALSE",
+                    qos="TRUE" if s["qos"] else "FALSE", qos_policy_file=s["qos_policy_file"],
+                    **{f"qos_{p}{k}": str(getattr(o, k)) if k in ("max_vls", "high_limit") else
+                       getattr(o, k) or "(null)" for p, o in s["qos_options"].items()
+                       for k in ("max_vls", "high_limit", "vlarb_high", "vlarb_low", "sl2vl")})
         write_config(a.create_config, conf)
         print(f"opensm: configuration written to {a.create_config}")
         return 0

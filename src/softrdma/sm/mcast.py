@@ -74,6 +74,29 @@ class Groups:
                            Scope=2, JoinState=0), well_known=True)
         self.by_mgid[bcast.mgid] = bcast
 
+    def partition_groups(self, wanted) -> None:
+        """The groups the partitions define (``prtn_config.McGroup``s, in the file's order),
+        as opensm's osm_prtn_add_mcgroup makes them: well known, MLIDs the lowest free, the
+        packet lifetime opensm's subnet_timeout.  A group no partition defines any more is
+        no longer well known, and goes if it has no members."""
+        keep = {m.mgid for m in wanted}
+        for g in list(self.by_mgid.values()):
+            if g.well_known and g.mgid not in keep:
+                g.well_known = False
+                if not g.members:
+                    del self.by_mgid[g.mgid]
+                self.version += 1
+        for m in wanted:
+            g = self.by_mgid.get(m.mgid)
+            if g is not None:
+                g.well_known = True
+                continue
+            rec = dict(QKey=m.qkey, MtuSelector=2, Mtu=m.mtu, TClass=m.tclass, PKey=m.pkey, RateSelector=2,
+                       Rate=m.rate, PacketLifeTimeSelector=2, PacketLifeTime=0x12, SL=m.sl, FlowLabel=m.flow_label,
+                       HopLimit=0 if m.scope == 2 else 0xFF, Scope=m.scope, JoinState=0)
+            self.by_mgid[m.mgid] = Group(m.mgid, self._free_mlid(), rec, well_known=True)
+            self.version += 1
+
     def ordered(self) -> list[Group]:
         """opensm's mgrp_mgid_tbl order: MGIDs compared as bytes."""
         return [self.by_mgid[k] for k in sorted(self.by_mgid)]

@@ -28,6 +28,9 @@ from .discovery import Discovery
 from .guid2lid import Guid2Lid
 from .log import ROUTING, Log
 from .sminfo import HANDOVER, RemoteSm, SmInfoState
+from .pkey_setup import PkeySetup
+from .qos import QosSetup
+from .prtn_config import PrtnOptions
 from .sweep import HeavySweep
 from .mcast import mft, mft_smps
 
@@ -55,6 +58,11 @@ class SmLoop:
         self.stop = False
         self.shown = None
         self.mcast_version = -1
+        self.pkeys = PkeySetup(PrtnOptions(config_file=s.get("partition_config_file"),
+                                           allow_both_pkeys=s.get("allow_both_pkeys", False),
+                                           qos=s.get("qos", False)),
+                               s.get("part_enforce", "both"))
+        self.qos = QosSetup(s.get("qos", False), s.get("qos_options"), s.get("qos_policy_file"))
 
     # -- plumbing --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -185,7 +193,8 @@ class SmLoop:
         disc = disc or self._discover()
         q = self._mads()
         sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
-                           self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False))
+                           self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False),
+                           setups=(self.pkeys, self.qos))
         t0 = time.monotonic()
         self._drive(q, sweep)
         self.subnet = sweep.subnet
@@ -213,6 +222,12 @@ class SmLoop:
         if not bad or self.shown != "up":
             self._say("SUBNET UP")
             self.shown = "up"
+        items = self.pkeys.deferred(self.subnet)
+        if items:                           # the tables only the SA shows, once the subnet is up
+            q = self._mads()
+            batch = light.Queries(q, items)
+            self._drive(q, batch)
+            self.pkeys.store_deferred(batch.results)
 
     def _dumps(self, sweep: HeavySweep) -> None:
         try:

@@ -40,6 +40,9 @@ from ..wire.errors import WireError
 from ..wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_TYPE_DATA
 from ..wire.smp import LINK_WIDTH, NODE_INFO, PORT_INFO, SWITCH_INFO, encode_node_desc
 from .mcast import Groups, McastError, port_gid
+from .sa_qos import SLVL_RECORD_SIZE, VLARB_RECORD_SIZE, sl2vl_records, vlarb_records
+from .sa_pkey import (PKEY_TABLE_RECORD_SIZE, PKTR_COMP_LID, has_pkey_of, path_pkey_sl, pkey_table_records,
+                      requester_shares)
 from .subnet import NO_PATH, Physp, Subnet
 
 GID_PREFIX = 0xFE80000000000000
@@ -50,6 +53,7 @@ UMAD2SIM_MAD_VIEW = 224
 # total Gb/s -> IBA rate code (IBA 15.2.5.16 / ib_types.h IB_PATH_RECORD_RATE_*)
 _RATE_CODE = {2.5: 2, 10: 3, 30: 4, 5: 5, 20: 6, 40: 7, 60: 8, 80: 9, 120: 10, 14: 11, 56: 12,
               112: 13, 168: 14, 25: 15, 100: 16, 200: 17, 300: 18, 50: 20, 400: 21, 600: 22}
+_GBPS = {code: gbps for gbps, code in _RATE_CODE.items()}      # ib_path_compare_rates' order
 _SPEED = {1: 2.5, 2: 5.0, 4: 10.0}
 _SPEED_EXT = {1: 14.0, 2: 25.0, 4: 50.0}
 
@@ -130,22 +134,33 @@ class SubnetAdmin:
         return None
 
     def path_record(self, src: Physp, dst: Physp, slid: int | None = None,
-                    dlid: int | None = None, preference: int = 0) -> bytes | None:
-        """One path; ``slid``/``dlid``: the LIDs of the ports' LMC ranges asked for (default base)."""
+                    dlid: int | None = None, preference: int = 0, pkey: int = 0xFFFF, sl: int = 0,
+                    level=None) -> bytes | None:
+        """One path; ``slid``/``dlid``: the LIDs of the ports' LMC ranges asked for (default base);
+        ``pkey``, ``sl``, ``level``: the path's (sa_pkey.path_pkey_sl; the QoS level's MTU and rate
+        limits and packet lifetime)."""
         if self._hops(src, dst, dlid) is None:
             return None
         spi = PORT_INFO.decode(src.port_info) if src.port_info else {}
         dpi = PORT_INFO.decode(dst.port_info) if dst.port_info else {}
         mtu = min(spi.get("MtuCap", 4) or 4, dpi.get("MtuCap", 4) or 4)
         rate = _RATE_CODE.get(_gbps(spi), 3)
+        life = PACKET_LIFE_TIME
+        if level is not None:
+            if level.mtu_limit is not None and mtu > level.mtu_limit:
+                mtu = level.mtu_limit
+            if level.rate_limit is not None and _GBPS.get(rate, 0) > _GBPS.get(level.rate_limit, 0):
+                rate = level.rate_limit
+            if level.pkt_life is not None and src is not dst:
+                life = level.pkt_life
         return bytes(PATH_RECORD.encode(
             DGID=(GID_PREFIX << 64) | dst.guid, SGID=(GID_PREFIX << 64) | src.guid,
-            DLID=dlid or dst.lid, SLID=slid or src.lid, Reversible=1, PKey=0xFFFF, MtuSelector=2, Mtu=mtu,
-            RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=PACKET_LIFE_TIME,
+            DLID=dlid or dst.lid, SLID=slid or src.lid, Reversible=1, PKey=pkey, SL=sl, MtuSelector=2, Mtu=mtu,
+            RateSelector=2, Rate=rate, PacketLifeTimeSelector=2, PacketLifeTime=life,
             Preference=preference))
 
     def pair_paths(self, src: Physp, dst: Physp, slid: int | None, dlid: int | None,
-                   iterations: int | None) -> list[bytes]:
+                   iterations: int | None, mask: int = 0, f: dict | None = None) -> list[bytes]:
         """pr_rcv_get_port_pair_paths: the paths between two ports over their LMC ranges (or the
         LIDs asked for): first base+i to base+i (preference 0), then the other pairs source-major
         (preference 2); at most ``iterations`` (None: all)."""
@@ -154,12 +169,17 @@ class SubnetAdmin:
         out: list[bytes] = []
         if not slo or not dlo:
             return out
+        ps = path_pkey_sl(self.subnet, src, dst, mask,
+                          f or {"SL": 0, "PKey": 0, "RawTraffic": 0, "ServiceID": 0, "QosClass": 0}, self.log)
+        if ps is None:
+            return out              # no P_Key in common: no path
+        pkey, sl, level = ps
 
         def more() -> bool:
             return iterations is None or len(out) < iterations
         s_, d_ = slo, dlo
         while more():
-            if (r := self.path_record(src, dst, s_, d_, 0)) is not None:
+            if (r := self.path_record(src, dst, s_, d_, 0, pkey, sl, level)) is not None:
                 out.append(r)
             s_ += 1
             d_ += 1
@@ -177,7 +197,7 @@ class SubnetAdmin:
                 do, d_ = 0, dlo
             if so == do:
                 continue            # a preference-0 path, already there
-            if (r := self.path_record(src, dst, s_, d_, 2)) is not None:
+            if (r := self.path_record(src, dst, s_, d_, 2, pkey, sl, level)) is not None:
                 out.append(r)
         return out
 
@@ -198,9 +218,19 @@ class SubnetAdmin:
               trusted: bool = False, get: bool = False) -> tuple[list[bytes], int] | None:
         """(records, record size) for the request (``get``: SubnAdmGet, else GetTable), or None
         if the attribute is not served."""
-        more = self._more(attr, mask, rec, trusted)
+        more = self._more(attr, mask, rec, trusted, slid)
         if more is not None:
             return more
+        if attr == SaAttr.PKEY_TABLE_RECORD:        # (trusted requesters only: see handle)
+            lid = int.from_bytes(rec[0:2], "big") if mask & PKTR_COMP_LID else None
+            ports = [self.by_lid[lid]] if lid in self.by_lid else [] if lid is not None else \
+                self.subnet.end_ports()
+            return pkey_table_records(self.subnet, ports, mask, rec, self.by_lid.get(slid)), \
+                PKEY_TABLE_RECORD_SIZE
+        if attr == SaAttr.SL2VL_TABLE_RECORD:
+            return sl2vl_records(self.subnet, self.by_lid, mask, rec, self.by_lid.get(slid)), SLVL_RECORD_SIZE
+        if attr == SaAttr.VL_ARB_TABLE_RECORD:
+            return vlarb_records(self.subnet, self.by_lid, mask, rec, self.by_lid.get(slid)), VLARB_RECORD_SIZE
         if attr == SaAttr.NODE_RECORD:
             want = int.from_bytes(rec[0:2], "big") if mask & NR_COMP_LID else None
             ports = [self.by_lid[want]] if want in self.by_lid else [] if want is not None else \
@@ -240,12 +270,13 @@ class SubnetAdmin:
             dlid_ = f["DLID"] if mask & PR_COMP_DLID and not mask & PR_COMP_DGID else None
             # SubnAdmGet: one path per port pair (IBA 1.2 erratum); else NumbPath, or all
             iterations = 1 if get else f["NumbPath"] if mask & PR_COMP_NUMBPATH else None
-            out = [r for d in dsts if d is not None
-                   for r in self.pair_paths(src, d, slid_, dlid_, iterations)]
+            req = self.by_lid.get(slid)
+            out = [r for d in dsts if d is not None and requester_shares(self.subnet, req, src, d)
+                   for r in self.pair_paths(src, d, slid_, dlid_, iterations, mask, f)]
             return out, 64
         return None
 
-    def _more(self, attr, mask, rec, trusted):
+    def _more(self, attr, mask, rec, trusted, slid=0):
         u16 = lambda o: int.from_bytes(rec[o:o + 2], "big")          # noqa: E731
         if attr == SaAttr.CLASS_PORT_INFO:
             return [bytes(CLASS_PORT_INFO.encode(
@@ -266,6 +297,7 @@ class SubnetAdmin:
             return [me.lid.to_bytes(2, "big") + bytes(2) + bytes(si)], SM_INFO_RECORD_SIZE
         if attr == SaAttr.LINK_RECORD:
             return self._links(mask, rec), LINK_RECORD_SIZE
+
         if attr == SaAttr.LFT_RECORD:
             out = []
             for sw in self._switches_by_lid(u16(0) if mask & LFTR_COMP_LID else None):
@@ -297,7 +329,7 @@ class SubnetAdmin:
                                        + bytes(4) + b"".join(m.to_bytes(2, "big") for m in masks))
             return out, MFT_RECORD_SIZE
         if attr == SaAttr.MCMEMBER_RECORD:
-            return self._mcmember_query(mask, rec, trusted), MCMEMBER_RECORD_SIZE
+            return self._mcmember_query(mask, rec, trusted, slid), MCMEMBER_RECORD_SIZE
         if attr == SaAttr.SERVICE_RECORD:
             return [r for r, _ in self.services if self._sr_match(r, rec, mask)], SERVICE_RECORD_SIZE
         return None
@@ -330,10 +362,13 @@ class SubnetAdmin:
         return out
 
     # -- multicast -------------------------------------------------------------------------
-    def _mcmember_query(self, mask, rec, trusted) -> list[bytes]:
+    def _mcmember_query(self, mask, rec, trusted, slid: int = 0) -> list[bytes]:
         f = MCMEMBER_RECORD.decode(rec)
         out = []
+        req = self.by_lid.get(slid)
         for g in self.groups.ordered():
+            if req is not None and not has_pkey_of(self.subnet, req, g.rec["PKey"]):
+                continue                # the requester is not in the group's partition
             if mask & MCR_COMP["MGID"] and f["MGID"] != int.from_bytes(g.mgid, "big"):
                 continue
             if mask & MCR_COMP["MLID"] and f["MLID"] != g.mlid:
@@ -378,6 +413,13 @@ class SubnetAdmin:
                 return SA_STATUS_REQ_INVALID, bytes(rec[:MCMEMBER_RECORD_SIZE])     # not a port here
             try:
                 if method == Method.SET:
+                    g = self.groups.by_mgid.get(f["MGID"].to_bytes(16, "big"))
+                    pk = g.rec["PKey"] if g is not None else f["PKey"] if mask & MCR_COMP["PKey"] else 0
+                    if not has_pkey_of(self.subnet, member, pk):
+                        if self.log:
+                            self.log.error(f"mcmr_rcv_join_mgrp: ERR 1B14: Cannot join port 0x{member.guid:016x} "
+                                           "- Port is not in partition of this MC group")
+                        return SA_STATUS_REQ_INVALID, bytes(rec[:MCMEMBER_RECORD_SIZE])
                     g = self.groups.join(f, mask, *self._min_ca())
                     gid = f["PortGID"].to_bytes(16, "big")
                     js, px = g.members[gid]
@@ -429,8 +471,13 @@ class SubnetAdmin:
         self.groups.drop_ports(live)
 
     def set_subnet(self, subnet: Subnet) -> None:
-        """A new heavy sweep's view; what clients registered (groups, services) stays."""
+        """A new heavy sweep's view; what clients registered (groups, services) stays; the
+        partitions' multicast groups are made (or dropped) as the partitions say."""
         self.subnet = subnet
+        if subnet.partitions is not None:
+            prtns = subnet.partitions
+            # (a partition left without members went, with its groups)
+            self.groups.partition_groups([g for g in prtns.mgroups if (g.pkey & 0x7FFF) in prtns.by_pkey])
         self.by_lid = subnet.port_by_lid()
         # an LMC range answers to each of its LIDs, but a table lists a port once (base LID)
         self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
@@ -466,6 +513,14 @@ class SubnetAdmin:
         if method not in (Method.GET, Method.SA_GET_TABLE):
             mad[3] = Method.GET_RESP if method != SaMethod.DELETE else SaMethod.DELETE_RESP
             mad[4:6] = IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB.to_bytes(2, "big")
+            return [(bytes(mad), None)]
+        if attr == SaAttr.PKEY_TABLE_RECORD and not trusted:
+            # IBA p922: P_KeyTableRecords only for a trusted requester (opensm's ERR 4608)
+            if self.log:
+                self.log.error("osm_pkey_rec_rcv_process: ERR 4608: Ignoring PKeyRecord request from "
+                               f"non-trusted requester with SM_Key 0x{hdr.sm_key:016x}")
+            set_sa_response(mad, Method.GET_RESP if method == Method.GET else Method.SA_GET_TABLE_RESP,
+                            [], PKEY_TABLE_RECORD_SIZE, SA_STATUS_REQ_INVALID)
             return [(bytes(mad), None)]
         res = self.query(attr, hdr.comp_mask, rec, slid, int.from_bytes(mad[20:24], "big"), trusted,
                          get=method == Method.GET)

@@ -86,6 +86,12 @@ class Subnet:
         self.lmc = 0                            # the SM's LMC (opensm's opt.lmc), set by the LID manager
         self.lid_top = 0                        # highest LID ever in opensm's port_lid_tbl (lid_mgr)
         self.out_of_lids: list[Physp] = []      # ports the LID manager found no range for
+        # set by pkey_setup: the partitions and every port's P_Key table (pkey_mgr.Tables)
+        self.partitions = None
+        self.pkey_tables = None
+        self.allow_both_pkeys = False
+        self.qos_policy = None                  # qos_policy.Policy (with -Q and a policy file)
+        self.qos_tables = None                  # qos.QosSetup's: (node GUID, port) -> PortQos
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.guid] = node

@@ -38,7 +38,7 @@ LEAF_HOQ_LIFE = 0x10             # leaf_head_of_queue_lifetime (switch ports to 
 class HeavySweep:
     def __init__(self, q: MadAgent, log: L.Log, engine: str = "minhop", roots=None,
                  g2l: Guid2Lid | None = None, lmc: int = 0, previous: dict[int, bytes] | None = None,
-                 disc: Discovery | None = None, lmc_esp0: bool = False):
+                 disc: Discovery | None = None, lmc_esp0: bool = False, setups=()):
         self.q = q
         self.lmc_esp0 = lmc_esp0
         self.log = log
@@ -56,7 +56,9 @@ class HeavySweep:
         self.done = False
         self.failed = 0
         self.times: dict[str, float] = {}
-        self._phases = [self._lids, self._route, self._arm, self._activate, self._up]
+        # setups (pkey_setup, qos_setup): their phases run after the LIDs, before the routing
+        self._phases = [self._lids, *(f for s in setups for f in s.phases(self)),
+                        self._route, self._arm, self._activate, self._up]
 
     # -- driving ---------------------------------------------------------------------------
     def start(self) -> None:
