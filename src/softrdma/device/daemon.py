@@ -51,6 +51,7 @@ from .netdev import netdev_info
 from .placement import should_yield
 from .rdma_cm import RdmaCm
 from .session import MAX_CONTEXTS_PER_USER, PAGE_SIZE, Client, close_fds
+from .sriov import Functions
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
 log = logging.getLogger("softrdmad")
@@ -130,6 +131,7 @@ class Daemon:
         self._next_ifindex = 0
         self.rdma_cm = RdmaCm(self)
         self.sysfs = SysfsTree(os.path.join(self.run_dir, "sys"))
+        self.pci = Functions(self)              # ConnectX-like devices: PCI identity, firmware, SR-IOV
         self.port_counters: dict = {}           # device -> its rdma_port_counter (commands.stat)
         self.restrack = Restrack()
         self.counters_at = 0.0
@@ -326,6 +328,10 @@ class Daemon:
                 self.topology_changed()
                 self.sysfs.set_gids(dev.name, 1, dev.gid_table)
                 self._event_clients(dev, IBV_EVENT_GID_CHANGE)
+        self.set_port_state(dev, self.pci.port_state(dev, new_state))
+        self.pci.netdev_changed(dev)
+
+    def set_port_state(self, dev: Device, new_state: int) -> None:
         if new_state != dev.state:
             dev.state = new_state
             self.sysfs.set_port(dev.name, 1, state=new_state, phys_state=5 if new_state == 4 else 3)
@@ -514,7 +520,8 @@ class Daemon:
         for s in dev.sockets:
             self.sel.register(s.sock, selectors.EVENT_READ, ("udp", (dev, s)))
         t = self.sysfs
-        t.add_device(dev.name, **softrdma_device_attrs(dev.mac, dev.netdev))
+        t.add_device(dev.name, **{**softrdma_device_attrs(dev.mac, dev.netdev), **self.pci.device_attrs(dev)})
+        self.pci.device_added(dev)
         t.set_port(dev.name, 1, state=dev.state, phys_state=5 if dev.state == 4 else 3)
         t.set_gids(dev.name, 1, dev.gid_table)
         t.set_pkeys(dev.name, 1)
@@ -566,6 +573,7 @@ class Daemon:
     def shutdown(self) -> None:
         for client in list(self.clients.values()):
             self.drop(client)
+        self.pci.shutdown()
         for dev in self.devices.values():
             dev.close()
             try:

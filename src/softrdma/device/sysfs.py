@@ -374,6 +374,24 @@ class SysfsTree:
         self.writes += 1
         return True
 
+    def put(self, path: Path | str, text: str, mode: int = RO) -> bool:
+        """``_put`` for the modules that write a device's other directories
+        (``device.pci``, ``device.sriov``): one write path for the tree."""
+        return self._put(path, text, mode)
+
+    def remove(self, path: Path | str) -> None:
+        """Remove a file or directory of the tree and forget what was
+        written there."""
+        path = Path(path)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        key = os.fspath(path)
+        self._written.pop(key, None)
+        for k in [k for k in self._written if k.startswith(key + os.sep)]:
+            del self._written[k]
+
     def _require(self, dev: str) -> Path:
         if dev not in self._uverbs:
             raise KeyError(f"no device {dev!r} in this tree")

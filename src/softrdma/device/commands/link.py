@@ -180,11 +180,19 @@ def cmd_link_delete(daemon, c, m, fds):
     dev = daemon.devices.get(name)
     if dev is None:
         raise VerbsError(errno.ENODEV, f"no device {name!r}")
+    daemon.pci.check_delete(name)
+    remove_device(daemon, dev, c)
+    return {}, []
+
+
+def remove_device(daemon, dev, c=None) -> None:
+    """Take ``dev`` out of the daemon: its contexts disassociated (the
+    caller's ``c`` too), its sockets closed, its sysfs entries gone."""
     for cl in list(daemon.clients.values()):
         if cl.device is dev and cl is not c:
             cl.event(IBV_EVENT_DEVICE_FATAL)
             daemon.drop(cl)
-    if c.device is dev:                  # the caller's own context: disassociated, its objects gone
+    if c is not None and c.device is dev:   # the caller's own context: disassociated, its objects gone
         c.close()
         c.device = None
         c.event(IBV_EVENT_DEVICE_FATAL)
@@ -200,4 +208,4 @@ def cmd_link_delete(daemon, c, m, fds):
     daemon.topology_changed()
     daemon.sysfs.remove_device(dev.name)
     daemon.sysfs.remove_ecn(dev.netdev)
-    return {}, []
+    daemon.pci.device_removed(dev.name)
