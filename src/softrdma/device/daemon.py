@@ -51,6 +51,7 @@ from .netdev import netdev_info
 from .placement import should_yield
 from .rdma_cm import RdmaCm
 from .session import MAX_CONTEXTS_PER_USER, PAGE_SIZE, Client, close_fds
+from .netdev import LinkEvents
 from .sriov import Functions
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
@@ -120,10 +121,7 @@ class Daemon:
         self._by_ip = None
         self.netlink = None
         try:                                        # follow addresses and link state live
-            from pyroute2 import IPRoute
-            from pyroute2.netlink.rtnl import RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK
-            self.netlink = IPRoute()
-            self.netlink.bind(groups=RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_LINK)
+            self.netlink = LinkEvents()
             self.sel.register(self.netlink.fileno(), selectors.EVENT_READ, ("netlink", None))
         except Exception as e:                      # noqa: BLE001 -- no netlink: static addresses
             log.warning("not following address changes: %s", e)
@@ -296,13 +294,9 @@ class Daemon:
 
     def _netlink_readable(self) -> None:
         """Address or link changes: refresh the devices on that netdev."""
-        try:
-            msgs = self.netlink.get()
-        except Exception:                           # noqa: BLE001
-            return
-        touched = {m.get("index") for m in msgs}
-        for dev in self.devices.values():
-            if dev.netdev_index in touched:
+        touched = self.netlink.changed()
+        for dev in list(self.devices.values()):
+            if dev.netdev_index in touched or -1 in touched:
                 self.refresh_netdev(dev)
 
     def refresh_netdev(self, dev: Device) -> None:
