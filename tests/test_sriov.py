@@ -21,7 +21,7 @@ from netns_helpers import need_root, sh
 from rc_pair import RcPair, ipv4_gid_index
 from wait_helpers import wait_for
 
-from softrdma.enums import IBV_WC_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_SEND
+from softrdma.enums import IBV_WC_RETRY_EXC_ERR, IBV_WR_SEND
 from softrdma.verbs import wr
 from softrdma.verbs.device import Context
 
@@ -75,16 +75,12 @@ class Host:
 @pytest.fixture(scope="module")
 def host():
     h = Host()
-    old = {k: os.environ.get(k) for k in ("SOFTRDMA_RUN", "SOFTRDMA_AUTOSTART")}
-    os.environ.update(SOFTRDMA_RUN=h.run_dir, SOFTRDMA_AUTOSTART="0")
     try:
-        yield h
+        with pytest.MonkeyPatch.context() as mp:      # this process's contexts open the namespace's daemon
+            mp.setenv("SOFTRDMA_RUN", h.run_dir)
+            mp.setenv("SOFTRDMA_AUTOSTART", "0")
+            yield h
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         h.close()
 
 

@@ -93,3 +93,63 @@ def confirm(question: str, yes: bool, out=sys.stdout) -> bool:
     out.flush()
     answer = sys.stdin.readline()
     return answer.strip().lower() in ("y", "yes")
+
+
+def parse_flags(argv: list[str], valued: dict[str, str], flags: dict[str, str]) -> tuple[dict, list[str]]:
+    """The MFT tools' switches: ``valued`` (switch -> key) take the next
+    word, ``flags`` (switch -> key) are True when given; the rest are the
+    command words.  ToolError (status 1) for an unknown switch or a missing
+    value; ``-h``/``--help`` gives key "help"."""
+    opts: dict = {}
+    words: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in valued:
+            if i + 1 >= len(argv):
+                raise ToolError(f"Missing argument for flag {a}")
+            opts[valued[a]] = argv[i + 1]
+            i += 2
+            continue
+        if a in flags:
+            opts[flags[a]] = True
+        elif a in ("-h", "--help"):
+            opts["help"] = True
+        elif a.startswith("-") and len(a) > 1:
+            raise ToolError(f"Invalid switch \"{a}\" is specified.")
+        else:
+            words.append(a)
+        i += 1
+    return opts, words
+
+
+def apply(out, question: str, yes: bool, action, failure: str) -> int:
+    """Ask ``question``; on yes run ``action()`` between mlxconfig's
+    ``Applying...`` and ``Done!`` (ToolError ``failure: ...`` if it fails)."""
+    if not confirm(question, yes, out):
+        out.write("Aborted by user\n")
+        return 1
+    out.write("Applying... ")
+    out.flush()
+    try:
+        action()
+    except PyverbsError as e:
+        out.write("Failed!\n")
+        raise ToolError(f"{failure}: {e}") from None
+    out.write("Done!\n-I- Please reboot machine to load new configurations.\n")
+    return 0
+
+
+def run_tool(body, out=sys.stdout) -> int:
+    """``body()``'s exit status; a ToolError or a failed daemon call is one
+    ``-E-`` line on stderr."""
+    try:
+        return body()
+    except ToolError as e:
+        out.flush()
+        sys.stderr.write(f"-E- {e}\n")
+        return e.status
+    except PyverbsError as e:
+        out.flush()
+        sys.stderr.write(f"-E- {e}\n")
+        return 1

@@ -23,7 +23,7 @@ from ...device.firmware import Image, ImageError, make_image, parse_image
 from ...device.pci import CONNECTX5
 from ...verbs.device import management
 from ...verbs.errors import PyverbsError
-from .common import ToolError, confirm, find
+from .common import ToolError, confirm, find, parse_flags, run_tool
 
 USAGE = """    Usage: flint [switches...] <command> [parameters...]
     -d|--device <device>    : The device to which the Flash is connected.
@@ -42,38 +42,31 @@ def _line(out, key: str, value: str) -> None:
     out.write(f"{key + ':':<{W}}{value}\n")
 
 
-def query_device(fn: dict, out) -> None:
-    guid = fn["node_guid"].replace(":", "")
-    mac = fn["mac"].replace(":", "")
+def _query(out, version: str, running: str, date: str, guid: str, mac: str, psid: str) -> None:
+    """flint's query block (FS4); the running version only when it differs."""
     _line(out, "Image type", "FS4")
-    _line(out, "FW Version", fn["fw_version"])
-    if fn["fw_running"] != fn["fw_version"]:
-        _line(out, "FW Version(Running)", fn["fw_running"])
-    _line(out, "FW Release Date", fn["fw_date"])
-    _line(out, "Product Version", fn["fw_version"])
+    _line(out, "FW Version", version)
+    if running != version:
+        _line(out, "FW Version(Running)", running)
+    _line(out, "FW Release Date", date)
+    _line(out, "Product Version", version)
     _line(out, "Rom Info", "N/A")
     _line(out, "Description", f"{'UID':<19}GuidsNumber")
     _line(out, "Base GUID", f"{guid:<24}4")
     _line(out, "Base MAC", f"{mac:<24}4")
     _line(out, "Image VSD", "N/A")
     _line(out, "Device VSD", "N/A")
-    _line(out, "PSID", fn["psid"])
+    _line(out, "PSID", psid)
     _line(out, "Security Attributes", "N/A")
+
+
+def query_device(fn: dict, out) -> None:
+    _query(out, fn["fw_version"], fn["fw_running"], fn["fw_date"], fn["node_guid"].replace(":", ""),
+           fn["mac"].replace(":", ""), fn["psid"])
 
 
 def query_image(img: Image, out) -> None:
-    _line(out, "Image type", "FS4")
-    _line(out, "FW Version", img.version)
-    _line(out, "FW Release Date", img.date)
-    _line(out, "Product Version", img.version)
-    _line(out, "Rom Info", "N/A")
-    _line(out, "Description", f"{'UID':<19}GuidsNumber")
-    _line(out, "Base GUID", f"{'N/A':<24}4")
-    _line(out, "Base MAC", f"{'N/A':<24}4")
-    _line(out, "Image VSD", "N/A")
-    _line(out, "Device VSD", "N/A")
-    _line(out, "PSID", img.psid)
-    _line(out, "Security Attributes", "N/A")
+    _query(out, img.version, img.version, img.date, "N/A", "N/A", img.psid)
 
 
 def read_image(path: str) -> tuple[bytes, Image]:
@@ -154,58 +147,34 @@ def make(argv: list[str], out) -> int:
 
 
 def main(argv: list[str], prog: str = "flint") -> int:
-    out = sys.stdout
-    try:
-        if "--make-image" in argv:
-            return make(argv, out)
-        dev = image = None
-        yes = allow_psid = False
-        cmds = []
-        i = 0
-        while i < len(argv):
-            a = argv[i]
-            if a in ("-d", "--device", "-i", "--image"):
-                if i + 1 >= len(argv):
-                    raise ToolError(f"Missing argument for flag {a}", 1)
-                if a in ("-d", "--device"):
-                    dev = argv[i + 1]
-                else:
-                    image = argv[i + 1]
-                i += 2
-                continue
-            if a in ("-y", "--yes"):
-                yes = True
-            elif a in ("--allow_psid_change", "-allow_psid_change"):
-                allow_psid = True
-            elif a in ("-h", "--help"):
-                out.write(USAGE)
-                return 0
-            elif a.startswith("-"):
-                raise ToolError(f"Invalid switch \"{a}\" is specified.", 1)
-            else:
-                cmds.append(a)
-            i += 1
-        if not cmds:
-            raise ToolError("No command given. See help for details.", 1)
-        cmd = {"q": "query", "b": "burn"}.get(cmds[0], cmds[0])
-        if cmd not in ("query", "burn"):
-            raise ToolError(f"Invalid command \"{cmds[0]}\".", 1)
-        if cmd == "burn":
-            if dev is None or image is None:
-                raise ToolError("burn needs both -d <device> and -i <image>", 1)
-            return burn(dev, image, yes, allow_psid, out)
-        if dev is None and image is None:
-            raise ToolError("Missing device or image file. Use -d or -i.", 1)
-        if dev is None:
-            query_image(read_image(image)[1], out)
-            return 0
-        fn, shown = find(dev)
-        query_device(fn, out)
+    return run_tool(lambda: _main(argv, sys.stdout))
+
+
+def _main(argv: list[str], out) -> int:
+    if "--make-image" in argv:
+        return make(argv, out)
+    opts, cmds = parse_flags(argv, {"-d": "dev", "--device": "dev", "-i": "image", "--image": "image"},
+                             {"-y": "yes", "--yes": "yes", "--allow_psid_change": "allow_psid",
+                              "-allow_psid_change": "allow_psid"})
+    if opts.get("help"):
+        out.write(USAGE)
         return 0
-    except ToolError as e:
-        out.flush()
-        sys.stderr.write(f"-E- {e}\n")
-        return e.status
-    except PyverbsError as e:
-        sys.stderr.write(f"-E- {e}\n")
-        return 1
+    dev, image = opts.get("dev"), opts.get("image")
+    yes, allow_psid = opts.get("yes", False), opts.get("allow_psid", False)
+    if not cmds:
+        raise ToolError("No command given. See help for details.", 1)
+    cmd = {"q": "query", "b": "burn"}.get(cmds[0], cmds[0])
+    if cmd not in ("query", "burn"):
+        raise ToolError(f"Invalid command \"{cmds[0]}\".", 1)
+    if cmd == "burn":
+        if dev is None or image is None:
+            raise ToolError("burn needs both -d <device> and -i <image>", 1)
+        return burn(dev, image, yes, allow_psid, out)
+    if dev is None and image is None:
+        raise ToolError("Missing device or image file. Use -d or -i.", 1)
+    if dev is None:
+        query_image(read_image(image)[1], out)
+        return 0
+    fn, shown = find(dev)
+    query_device(fn, out)
+    return 0

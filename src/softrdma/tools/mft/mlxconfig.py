@@ -16,8 +16,7 @@ from __future__ import annotations
 import sys
 
 from ...verbs.device import management
-from ...verbs.errors import PyverbsError
-from .common import ToolError, confirm, find, functions, mst_names, mst_started
+from .common import ToolError, apply, find, functions, mst_names, mst_started, parse_flags, run_tool
 
 USAGE = """
     NAME:
@@ -92,57 +91,24 @@ def set_(conn, fn: dict, shown: str, pairs: list[str], yes: bool, out) -> int:
             raise ToolError(f"{e}") from None
         out.write(f"{'':<9}{key:<{NAME_W}}{rows[key]['next_text']:<{VAL_W}}{new:<{VAL_W}}\n")
     out.write("\n")
-    if not confirm(" Apply new Configuration? (y/n) [n] : ", yes, out):
-        out.write("Aborted by user\n")
-        return 1
-    out.write("Applying... ")
-    out.flush()
-    try:
-        conn.call("nvconfig", name=fn["name"], set=changes)
-    except PyverbsError as e:
-        out.write("Failed!\n")
-        raise ToolError(f"Failed to set configuration: {e}") from None
-    out.write("Done!\n-I- Please reboot machine to load new configurations.\n")
-    return 0
+    return apply(out, " Apply new Configuration? (y/n) [n] : ", yes,
+                 lambda: conn.call("nvconfig", name=fn["name"], set=changes), "Failed to set configuration")
 
 
 def reset(conn, fn: dict, shown: str, yes: bool, out) -> int:
-    if not confirm(f"\nReset configuration for device {shown}? (y/n) [n] : ", yes, out):
-        out.write("Aborted by user\n")
-        return 1
-    out.write("Applying... ")
-    out.flush()
-    try:
-        conn.call("nvconfig", name=fn["name"], reset=True)
-    except PyverbsError as e:
-        out.write("Failed!\n")
-        raise ToolError(f"Failed to reset configuration: {e}") from None
-    out.write("Done!\n-I- Please reboot machine to load new configurations.\n")
-    return 0
+    return apply(out, f"\nReset configuration for device {shown}? (y/n) [n] : ", yes,
+                 lambda: conn.call("nvconfig", name=fn["name"], reset=True), "Failed to reset configuration")
 
 
 def parse(argv: list[str]):
-    dev, yes, extended, rest = None, False, False, []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in ("-d", "--dev"):
-            if i + 1 >= len(argv):
-                raise ToolError("missing device name after -d", 3)
-            dev = argv[i + 1]
-            i += 2
-            continue
-        if a in ("-y", "--yes"):
-            yes = True
-        elif a in ("-e", "--show_default"):
-            extended = True
-        elif a in ("-h", "--help"):
-            raise ToolError("", 0)
-        elif a.startswith("-") and not rest:
-            raise ToolError(f"Unknown flag \"{a}\"", 3)
-        else:
-            rest.append(a)
-        i += 1
+    try:
+        opts, rest = parse_flags(argv, {"-d": "dev", "--dev": "dev"},
+                                 {"-y": "yes", "--yes": "yes", "-e": "extended", "--show_default": "extended"})
+    except ToolError as e:
+        raise ToolError(str(e), 3) from None
+    if opts.get("help"):
+        raise ToolError("", 0)
+    dev, yes, extended = opts.get("dev"), opts.get("yes", False), opts.get("extended", False)
     if not rest:
         raise ToolError("No command found. For more information please read the help message:", 3)
     cmd, args = rest[0], rest[1:]
@@ -170,31 +136,27 @@ def main(argv: list[str], prog: str = "mlxconfig") -> int:
         if e.status == 3:
             sys.stderr.write(USAGE)
         return e.status
-    try:
-        conn = management()
-        if dev is None:                         # every device, by its MST name once mst is started
-            names = {v["bdf"]: k for k, v in mst_names(functions(conn)).items()} if mst_started() else {}
-            pfs = [fn for fn in functions(conn) if fn["vf"] is None]
-            if not pfs:
-                raise ToolError("No devices found.")
-            for n, fn in enumerate(pfs, 1):
-                shown = f"/dev/mst/{names[fn['bdf']]}" if fn["bdf"] in names else fn["bdf"]
-                query(conn, fn, shown, n, args, extended, out)
-            return 0
-        fn, shown = find(dev, conn)
-        if fn["vf"] is not None:
-            raise ToolError(f"Failed to query device: {shown}. The device is a virtual function: its"
-                            f" configuration is its PF's")
-        if cmd == "query":
-            query(conn, fn, shown, 1, args, extended, out)
-            return 0
-        if cmd == "set":
-            return set_(conn, fn, shown, args, yes, out)
-        return reset(conn, fn, shown, yes, out)
-    except ToolError as e:
-        out.flush()
-        sys.stderr.write(f"-E- {e}\n")
-        return e.status
-    except PyverbsError as e:
-        sys.stderr.write(f"-E- {e}\n")
-        return 1
+    return run_tool(lambda: _run(dev, yes, extended, cmd, args, out))
+
+
+def _run(dev, yes, extended, cmd, args, out) -> int:
+    conn = management()
+    if dev is None:                         # every device, by its MST name once mst is started
+        names = {v["bdf"]: k for k, v in mst_names(functions(conn)).items()} if mst_started() else {}
+        pfs = [fn for fn in functions(conn) if fn["vf"] is None]
+        if not pfs:
+            raise ToolError("No devices found.")
+        for n, fn in enumerate(pfs, 1):
+            shown = f"/dev/mst/{names[fn['bdf']]}" if fn["bdf"] in names else fn["bdf"]
+            query(conn, fn, shown, n, args, extended, out)
+        return 0
+    fn, shown = find(dev, conn)
+    if fn["vf"] is not None:
+        raise ToolError(f"Failed to query device: {shown}. The device is a virtual function: its"
+                        f" configuration is its PF's")
+    if cmd == "query":
+        query(conn, fn, shown, 1, args, extended, out)
+        return 0
+    if cmd == "set":
+        return set_(conn, fn, shown, args, yes, out)
+    return reset(conn, fn, shown, yes, out)

@@ -11,7 +11,7 @@ import sys
 
 from ...verbs.device import management
 from ...verbs.errors import PyverbsError
-from .common import ToolError, confirm, find
+from .common import ToolError, confirm, find, parse_flags
 
 USAGE = """Usage: mlxfwreset -d|--device DEVICE [-l|--level {3}] [-y|--yes] {query,reset,r,q}
 """
@@ -21,30 +21,18 @@ LEVEL3 = "3: Driver restart and PCI reset"
 
 def main(argv: list[str], prog: str = "mlxfwreset") -> int:
     out = sys.stdout
-    dev, yes, level, cmds = None, False, 3, []
-    i = 0
     try:
-        while i < len(argv):
-            a = argv[i]
-            if a in ("-d", "--device", "-l", "--level"):
-                if i + 1 >= len(argv):
-                    raise ToolError(f"argument {a}: expected one argument", 2)
-                if a in ("-d", "--device"):
-                    dev = argv[i + 1]
-                elif argv[i + 1] != "3":
-                    raise ToolError(f"Reset level {argv[i + 1]} is not supported for this device (supported: 3)", 1)
-                i += 2
-                continue
-            if a in ("-y", "--yes"):
-                yes = True
-            elif a in ("-h", "--help"):
-                out.write(USAGE)
-                return 0
-            elif a.startswith("-"):
-                raise ToolError(f"unrecognized arguments: {a}", 2)
-            else:
-                cmds.append(a)
-            i += 1
+        try:
+            opts, cmds = parse_flags(argv, {"-d": "dev", "--device": "dev", "-l": "level", "--level": "level"},
+                                     {"-y": "yes", "--yes": "yes"})
+        except ToolError as e:
+            raise ToolError(str(e), 2) from None
+        if opts.get("help"):
+            out.write(USAGE)
+            return 0
+        dev, yes = opts.get("dev"), opts.get("yes", False)
+        if opts.get("level", "3") != "3":
+            raise ToolError(f"Reset level {opts['level']} is not supported for this device (supported: 3)", 1)
         if dev is None:
             raise ToolError("argument -d/--device is required", 2)
         cmd = {"r": "reset", "q": "query"}.get(cmds[0], cmds[0]) if len(cmds) == 1 else None
