@@ -265,3 +265,28 @@ def test_numvfs_to_zero_while_a_vf_is_in_use_is_ebusy(host):
     assert not [n for n in os.listdir(host.path("mlx5_0", "device")) if n.startswith("virtfn")]
     assert sh("ip", "-n", NS, "-o", "link", "show", "type", "macvlan").stdout == ""
     assert [ln.split()[0] for ln in host.ok("ibv_devices").splitlines()[2:]] == ["mlx5_0"]
+
+
+def test_echo_into_the_tree_files(host):
+    """``echo 2 > .../sriov_numvfs`` and ``echo ON > .../sriov/0/trust`` on
+    the daemon's tree (as ``softrdma run`` shows it at /sys/class): taken
+    within a second; a refused value leaves the state in force on show."""
+    numvfs = host.path("mlx5_0", "device", "sriov_numvfs")
+    with open(numvfs, "w") as f:
+        f.write("2\n")
+    wait_for(lambda: os.path.exists(host.path("mlx5_0", "device", "sriov", "1", "config")),
+             what="2 VFs from a write to sriov_numvfs")
+    assert os.path.isdir(host.path("mlx5_2"))
+    assert host.read("mlx5_0", "device", "sriov_numvfs") == "2\n"
+    with open(host.path("mlx5_0", "device", "sriov", "0", "trust"), "w") as f:
+        f.write("ON\n")
+    wait_for(lambda: "Trust      : ON\n" in host.read("mlx5_0", "device", "sriov", "0", "config"),
+             what="trust ON from a write to sriov/0/trust")
+    assert host.read("mlx5_0", "device", "sriov", "0", "trust") == "usage: write <ON|OFF> to trust|untrust VF\n"
+    with open(numvfs, "w") as f:
+        f.write("9\n")                                  # ERANGE: logged, the file shows 2 again
+    wait_for(lambda: host.read("mlx5_0", "device", "sriov_numvfs") == "2\n", what="sriov_numvfs restored")
+    with open(numvfs, "w") as f:
+        f.write("0\n")
+    wait_for(lambda: not os.path.exists(host.path("mlx5_1")), what="the VFs gone")
+    assert host.read("mlx5_0", "device", "sriov_numvfs") == "0\n"

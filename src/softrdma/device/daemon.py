@@ -541,6 +541,7 @@ class Daemon:
         for dev in self.devices.values():
             self._write_counters(dev)
             self._ecn_writes(dev)
+        self.pci.tree_writes()
 
     def _ecn_writes(self, dev: Device) -> None:
         """Apply what someone wrote into ``dev``'s ECN files (``echo 0 >

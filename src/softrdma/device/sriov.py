@@ -360,6 +360,36 @@ class Functions:
             pf.vfs.remove(vf)
         _del_netdev(vf.netdev)
 
+    #: the sriov/N/ files whose writes the daemon takes, and the setting each is
+    TREE_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk",
+                  "mac": "mac"}
+
+    def tree_writes(self) -> None:
+        """Apply what was written into a PF's ``sriov_numvfs`` and
+        ``sriov/N/`` files in the tree (``echo 4 > .../sriov_numvfs``): a
+        value the kernel would refuse is logged with its errno, and the
+        files show the state in force again."""
+        tree = self.daemon.sysfs
+        for pf in list(self.pfs.values()):
+            d = tree.device_path(pf.name) / "device"
+            writes = tree.writes_under(d)
+            for parts, text in writes:
+                try:
+                    if parts == ["sriov_numvfs"]:
+                        self.set_numvfs(pf.name, text)
+                    elif len(parts) == 3 and parts[0] == "sriov" and parts[2] in self.TREE_FILES:
+                        value = text.strip()
+                        if parts[2] in ("trust", "spoofcheck") and value not in ("ON", "OFF"):
+                            raise VerbsError(errno.EINVAL, f"{parts[2]}: expected ON or OFF")
+                        self.set_vf(pf.name, int(parts[1]), {self.TREE_FILES[parts[2]]: value})
+                    else:
+                        raise VerbsError(errno.EACCES, "not a writable file")
+                except VerbsError as e:
+                    log.warning("%s: write to device/%s refused: %s (%s)", pf.name, "/".join(parts),
+                                e.strerror, errno.errorcode.get(e.errno, e.errno))
+            if writes and pf.name in self.pfs:
+                self.write_pf(pf)
+
     def shutdown(self) -> None:
         """The daemon is stopping: the VFs' macvlans go with it (their
         devices go with the daemon's)."""

@@ -493,7 +493,17 @@ class SysfsTree:
     def ecn_writes(self, netdev: str) -> list[tuple[str, str, int | None, str]]:
         """What someone wrote into the ECN files since this tree did: (point
         "np"/"rp", knob, priority for ``enable`` else None, the text)."""
-        base = self.ecn_path(netdev)
+        out = []
+        for parts, now in self.writes_under(self.ecn_path(netdev)):
+            prio = int(parts[2]) if len(parts) == 3 else None      # roce_xx/knob or roce_xx/enable/N
+            out.append((parts[0][5:], parts[1], prio, now))
+        return out
+
+    def writes_under(self, base: Path) -> list[tuple[list[str], str]]:
+        """Files under ``base`` whose content is no longer what this tree
+        wrote there (someone wrote them): (path parts below ``base``, the
+        text).  Each is forgotten, so the next write of the tree's own
+        puts its value back, whatever the caller made of the text."""
         prefix = os.fspath(base) + os.sep
         out = []
         for key, text in list(self._written.items()):
@@ -505,10 +515,8 @@ class SysfsTree:
             except OSError:
                 continue
             if now != text:
-                parts = key[len(prefix):].split(os.sep)       # roce_xx/knob or roce_xx/enable/N
-                prio = int(parts[2]) if len(parts) == 3 else None
-                out.append((parts[0][5:], parts[1], prio, now))
-                del self._written[key]          # the next ``set_ecn`` writes it, whatever was taken
+                out.append((key[len(prefix):].split(os.sep), now))
+                del self._written[key]
         return out
 
     def remove_ecn(self, netdev: str) -> None:
