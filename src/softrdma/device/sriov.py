@@ -166,7 +166,10 @@ class Functions:
         else:
             write_device_dir(tree, pf.name, pf.fn, len(pf.vfs))
         s = d / "sriov"
-        tree.remove(s)
+        if s.is_dir():                  # VFs gone: their directories (the others are rewritten in place)
+            for entry in s.iterdir():
+                if not (entry.name.isdigit() and int(entry.name) < len(pf.vfs)):
+                    tree.remove(entry)
         for vf in pf.vfs:
             self.write_vf(pf, vf)
 

@@ -1,30 +1,28 @@
-"""``softrdma ip [-s] link show DEV`` and ``softrdma ip link set DEV vf N
-...``: iproute2's ``ip link`` for the SR-IOV VFs of a softrdma ConnectX
-device whose PF netdev is DEV (``device.sriov``).
+"""``softrdma ip``: iproute2's ``ip``, with the SR-IOV VFs of a softrdma
+ConnectX device whose PF netdev is DEV (``device.sriov``): ``ip [-s] link
+show DEV`` and ``ip link set DEV vf N ...``.  Everything else -- and these
+for a netdev that is not a softrdma PF -- is the real ``ip`` (exec'd), so
+the name can lead PATH under ``softrdma run``.
 
-``show`` prints the netdev's two lines as ``ip link show`` does, then a
+``show`` prints what the real ``ip [-s] link show DEV`` prints, then a
 ``vf N`` line per VF (MAC, spoof checking, link-state, trust: iproute2's
 print_vfinfo) and, with ``-s``, each VF's counters as the PF sees them
 (print_vf_stats64).  ``set ... vf N`` takes ``mac LLADDR``, ``spoofchk
 on|off``, ``trust on|off``, ``state auto|enable|disable`` in any number;
 ``vlan``, ``qos``, ``rate``, ``max_tx_rate``, ``min_tx_rate`` are
-refused (EOPNOTSUPP), as a device without them answers.  Anything else
-about links is the real ``ip``'s.
+refused (EOPNOTSUPP), as a device without them answers.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import sys
 
 from ..verbs.device import management
 from ..verbs.errors import PyverbsError
 
-USAGE = """Usage: ip [ -s ] link show DEV
-       ip link set DEV vf NUM [ mac LLADDR ] [ spoofchk { on | off } ] [ trust { on | off } ]
-                              [ state { auto | enable | disable } ]
-"""
 STATE_NAMES = {"Follow": "auto", "Up": "enable", "Down": "disable"}
 VF_KEYS = {"mac": "mac", "spoofchk": "spoofchk", "trust": "trust", "state": "state", "vlan": "vlan",
            "qos": "qos", "rate": "rate", "max_tx_rate": "max_tx_rate", "min_tx_rate": "min_tx_rate"}
@@ -43,29 +41,46 @@ def _pf_of(netdev: str, conn) -> dict | None:
     return None
 
 
-def _link_lines(netdev: str) -> str:
-    from pyroute2 import IPRoute
-    with IPRoute() as ipr:
-        idx = ipr.link_lookup(ifname=netdev)
-        if not idx:
-            raise IpError(f'Device "{netdev}" does not exist.', 1)
-        link = ipr.get_links(idx[0])[0]
-    flags = link["flags"]
-    names = [n for bit, n in ((0x2, "BROADCAST"), (0x1000, "MULTICAST"), (0x1, "UP"), (0x10000, "LOWER_UP"))
-             if flags & bit]
-    state = link.get_attr("IFLA_OPERSTATE") or "UNKNOWN"
-    qdisc = link.get_attr("IFLA_QDISC") or "noop"
-    return (f"{idx[0]}: {netdev}: <{','.join(names)}> mtu {link.get_attr('IFLA_MTU')} qdisc {qdisc} state {state}"
-            f" mode DEFAULT group default qlen {link.get_attr('IFLA_TXQLEN') or 0}\n"
-            f"    link/ether {link.get_attr('IFLA_ADDRESS')} brd ff:ff:ff:ff:ff:ff\n")
+#: where iproute2's ip is (not PATH: under softrdma run this tool leads it)
+REAL_IP = ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip")
 
 
-def show(netdev: str, stats: bool, out) -> int:
-    text = _link_lines(netdev)
-    conn = management()
-    pf = _pf_of(netdev, conn)
-    out.write(text)
-    for vf in (pf or {}).get("vfs", []):
+def real_ip() -> str | None:
+    return next((p for p in REAL_IP if os.access(p, os.X_OK)), None)
+
+
+def delegate(argv: list[str]) -> int:
+    """Run the real ip with ``argv`` (this process becomes it)."""
+    path = real_ip()
+    if path is None:
+        raise IpError("softrdma ip: iproute2's ip is not installed (only the VF commands of softrdma PFs are"
+                      " built in)", 1)
+    sys.stdout.flush()
+    os.execv(path, ["ip", *argv])
+    return 1                                    # (not reached)
+
+
+def _pf_or_none(netdev: str):
+    """(connection, the PF row) if ``netdev`` is a softrdma PF's, else None
+    (also when no daemon runs)."""
+    try:
+        conn = management()
+        pf = _pf_of(netdev, conn)
+    except PyverbsError:
+        return None
+    return (conn, pf) if pf is not None else None
+
+
+def show(argv: list[str], netdev: str, stats: bool, conn, pf: dict, out) -> int:
+    path = real_ip()
+    if path is None:
+        raise IpError("softrdma ip: iproute2's ip is not installed", 1)
+    r = subprocess.run([path, *argv], capture_output=True, text=True)
+    out.write(r.stdout)
+    sys.stderr.write(r.stderr)
+    if r.returncode:
+        return r.returncode
+    for vf in pf.get("vfs", []):
         out.write(f"    vf {vf['vf']}     link/ether {vf['mac']} brd ff:ff:ff:ff:ff:ff,"
                   f" spoof checking {'on' if vf['spoofchk'] else 'off'},"
                   f" link-state {STATE_NAMES[vf['policy']]}, trust {'on' if vf['trust'] else 'off'},"
@@ -80,7 +95,7 @@ def show(netdev: str, stats: bool, out) -> int:
     return 0
 
 
-def set_vf(netdev: str, words: list[str]) -> int:
+def set_vf(netdev: str, words: list[str], conn, pf: dict) -> int:
     if len(words) < 2 or words[0] != "vf":
         raise IpError(f'Error: either "dev" is duplicate, or "{words[0] if words else ""}" is a garbage.')
     try:
@@ -111,11 +126,6 @@ def set_vf(netdev: str, words: list[str]) -> int:
                 raise IpError(f'Error: argument "{value}" is wrong: Invalid "{key}" value') from None
         changes[VF_KEYS[key]] = value
         i += 2
-    conn = management()
-    pf = _pf_of(netdev, conn)
-    if pf is None:
-        _link_lines(netdev)                        # "does not exist" for an unknown netdev
-        raise IpError(f"RTNETLINK answers: {os.strerror(errno.EOPNOTSUPP)}", 2)
     try:
         conn.call("vf_set", name=pf["name"], vf=vf, set=changes)
     except PyverbsError as e:
@@ -130,22 +140,18 @@ def main(argv: list[str], prog: str = "ip") -> int:
         stats = True
         args.pop(0)
     try:
-        if len(args) >= 3 and args[0] == "link" and args[1] in ("show", "list", "sh", "ls"):
+        if len(args) >= 3 and args[0] == "link" and args[1] in ("show", "list", "sh", "ls", "set"):
             rest = args[2:]
             if rest[:1] == ["dev"]:
                 rest = rest[1:]
-            if len(rest) != 1:
-                raise IpError(USAGE.rstrip())
-            return show(rest[0], stats, sys.stdout)
-        if len(args) >= 4 and args[0] == "link" and args[1] == "set":
-            rest = args[2:]
-            if rest[:1] == ["dev"]:
-                rest = rest[1:]
-            return set_vf(rest[0], rest[1:])
-        raise IpError(USAGE.rstrip())
+            found = _pf_or_none(rest[0]) if rest else None
+            if found is not None:
+                if args[1] == "set":
+                    if rest[1:2] == ["vf"]:
+                        return set_vf(rest[0], rest[1:], *found)
+                elif len(rest) == 1:
+                    return show(argv, rest[0], stats, *found, sys.stdout)
+        return delegate(argv)
     except IpError as e:
         sys.stderr.write(f"{e}\n")
         return e.status
-    except PyverbsError as e:
-        sys.stderr.write(f"{e}\n")
-        return 1
