@@ -123,7 +123,8 @@ directory whose ``net/`` holds one entry, the device's netdev, a symlink to
 netdev -- also lo, veth and dummy, where kernel rxe (no parent device) has no
 ``device`` link and those lookups find nothing.  The daemon's devices get it
 (``softrdma_device_attrs``); ``rxe_device_attrs`` alone, the kernel's rxe
-on a virtual netdev, does not.
+on a virtual netdev, does not.  A ConnectX-like device's ``device/`` also
+holds the PCI function's files (``device.pci``, ``device.sriov``).
 
 **Writes.**  Every file is written to ``root/.staging`` and moved into place
 with ``os.replace``, so a reader sees the old or the new content, never a

@@ -211,7 +211,7 @@ _TABLE = (
     Command("fw_reset", (string("name"),), ("nv_changed", "fw_changed", "totalvfs", "fw_running"),
             (_E.EPERM, _E.ENODEV, _E.EBUSY), device=False, state_first=True),
     Command("fw_burn", (string("name"), fds(1, "fw_burn needs the image fd"), any_("allow_psid_change")),
-            ("version", "previous"), (_E.EPERM, _E.ENODEV), device=False, state_first=True),
+            ("version", "previous"), (_E.EPERM, _E.ENODEV, _E.EFBIG), device=False, state_first=True),
     Command("sriov_numvfs", (string("name"), any_("numvfs")), (),
             (_E.EPERM, _E.ENODEV, _E.ENOENT, _E.ERANGE, _E.EBUSY, _E.EEXIST), device=False, state_first=True),
     Command("vf_set", (string("name"), u32("vf"), obj("set")), (),
