@@ -19,7 +19,7 @@ import pytest
 from daemon_helpers import RunningDaemon
 from netns_helpers import need_root, sh
 from rc_pair import RcPair, ipv4_gid_index
-from wait_helpers import wait_for
+from wait_helpers import free_port, stop, wait_for, wait_listening
 
 from softrdma.enums import IBV_WC_RETRY_EXC_ERR, IBV_WR_SEND
 from softrdma.verbs import wr
@@ -173,6 +173,27 @@ def test_rc_between_two_vfs_and_between_a_vf_and_the_pf(host):
     stats = _vf_stats(host)
     assert stats[0]["tx_bytes"] >= 4 * 3000 and stats[1]["rx_bytes"] >= 4 * 3000
     assert stats[0]["tx_dropped"] == 0
+
+
+def test_the_tools_use_a_vf_like_any_device(host):
+    """ibv_rc_pingpong between two VFs, as between any two devices."""
+    with _ctx("mlx5_3") as c3, _ctx("mlx5_4") as c4:
+        g3, g4 = ipv4_gid_index(c3), ipv4_gid_index(c4)
+    port = free_port()
+    server = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, "-m", "softrdma", "ibv_rc_pingpong",
+                               "-d", "mlx5_3", "-g", str(g3), "-p", str(port), "-n", "50", "-s", "4096"],
+                              env=host.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_listening(port, server)
+        client = host.tool("ibv_rc_pingpong", "-d", "mlx5_4", "-g", str(g4), "-p", str(port), "-n", "50", "-s",
+                           "4096", "127.0.0.1")
+        assert client.returncode == 0, client.stderr
+        out, err = server.communicate(timeout=60)
+        assert server.returncode == 0, err
+        for text in (client.stdout, out):
+            assert "409600 bytes in" in text and "50 iters in" in text, text
+    finally:
+        stop(server)
 
 
 def _vf_stats(host) -> dict[int, dict]:
