@@ -174,6 +174,15 @@ def test_rc_between_two_vfs_and_between_a_vf_and_the_pf(host):
     assert stats[0]["tx_bytes"] >= 4 * 3000 and stats[1]["rx_bytes"] >= 4 * 3000
     assert stats[0]["tx_dropped"] == 0
 
+    def stats_file() -> dict:
+        text = host.read("mlx5_0", "device", "sriov", "0", "stats")
+        return {k.strip(): int(v) for k, v in (line.split(":") for line in text.splitlines())}
+    # mlx5's sriov/N/stats: the same counters, refreshed each second
+    st = wait_for(lambda: (lambda d: d if d["tx_bytes"] >= 4 * 3000 else None)(stats_file()),
+                  what="sriov/0/stats to show the traffic")
+    assert list(st) == ["tx_packets", "tx_bytes", "tx_dropped", "rx_packets", "rx_bytes", "rx_broadcast",
+                        "rx_multicast", "tx_broadcast", "tx_multicast", "rx_dropped"]
+
 
 def test_the_tools_use_a_vf_like_any_device(host):
     """ibv_rc_pingpong between two VFs, as between any two devices."""

@@ -537,11 +537,12 @@ class Daemon:
 
     def refresh_sysfs(self) -> None:
         """Counters in the tree are current within a second, and what was
-        written into a device's ECN files is in force within a second."""
+        written into a device's ECN and SR-IOV files is in force within a
+        second."""
         for dev in self.devices.values():
             self._write_counters(dev)
             self._ecn_writes(dev)
-        self.pci.tree_writes()
+        self.pci.refresh()
 
     def _ecn_writes(self, dev: Device) -> None:
         """Apply what someone wrote into ``dev``'s ECN files (``echo 0 >

@@ -200,8 +200,16 @@ class Functions:
             "QoS        : 0\n", "VLAN Proto : N/A\n", f"SpoofCheck : {'ON' if vf.spoofchk else 'OFF'}\n",
             f"Trust      : {'ON' if vf.trust else 'OFF'}\n", f"LinkState  : {vf.policy}\n",
             "MinTxRate  : 0\n", "MaxTxRate  : 0\n", "VGT+       : OFF\n")))
+        self._write_stats(d, vf)
+
+    def _write_stats(self, d, vf: Vf) -> None:
+        """sriov/N/stats as mlx5's stats_show prints the e-switch's view."""
         st = self.vf_stats(vf)
-        put(d / "stats", "".join(f"{k:<14}: {v}\n" for k, v in st.items()))
+        rows = (("tx_packets", st["tx_packets"]), ("tx_bytes", st["tx_bytes"]), ("tx_dropped", st["tx_dropped"]),
+                ("rx_packets", st["rx_packets"]), ("rx_bytes", st["rx_bytes"]), ("rx_broadcast", st["broadcast"]),
+                ("rx_multicast", st["multicast"]), ("tx_broadcast", 0), ("tx_multicast", 0),
+                ("rx_dropped", st["rx_dropped"]))
+        self.daemon.sysfs.put(d / "stats", "".join(f"{k:<14}: {v}\n" for k, v in rows))
 
     def device_removed(self, name: str) -> None:
         self.pfs.pop(name, None)
@@ -367,14 +375,16 @@ class Functions:
     TREE_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk",
                   "mac": "mac"}
 
-    def tree_writes(self) -> None:
-        """Apply what was written into a PF's ``sriov_numvfs`` and
-        ``sriov/N/`` files in the tree (``echo 4 > .../sriov_numvfs``): a
-        value the kernel would refuse is logged with its errno, and the
-        files show the state in force again."""
+    def refresh(self) -> None:
+        """Once a second: the VFs' stats files, and what was written into a
+        PF's ``sriov_numvfs`` and ``sriov/N/`` files in the tree (``echo 4
+        > .../sriov_numvfs``) applied -- a value the kernel would refuse is
+        logged with its errno, and the files show the state in force."""
         tree = self.daemon.sysfs
         for pf in list(self.pfs.values()):
             d = tree.device_path(pf.name) / "device"
+            for vf in pf.vfs:
+                self._write_stats(d / "sriov" / str(vf.index), vf)
             writes = tree.writes_under(d)
             for parts, text in writes:
                 try:
