@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -280,6 +281,26 @@ def test_the_policy_drives_the_vf_port(host):
                                  "Sideways")) == "Invalid argument"
     r = host.tool("ip", "link", "set", PF, "vf", "1", "vlan", "5")
     assert r.returncode == 2 and r.stderr == "RTNETLINK answers: Operation not supported\n"
+
+
+def test_max_tx_rate_paces_a_vf(host):
+    """ip link set PF vf N max_tx_rate 16: the VF's link carries 16 Mbit/s
+    (2 MB/s): 4 MiB of RDMA WRITEs take 2 s at least."""
+    host.ok("ip", "link", "set", PF, "vf", "2", "max_tx_rate", "16")
+    assert ", max_tx_rate 16Mbps, spoof checking" in host.ok("ip", "link", "show", PF)
+    assert "MaxTxRate  : 16\n" in host.read("mlx5_0", "device", "sriov", "2", "config")
+    with _ctx("mlx5_3") as c3, _ctx("mlx5_4") as c4:
+        pair = RcPair(c3, peer_ctx=c4)
+        try:
+            t0 = time.monotonic()
+            pair.write(4, 1 << 20)
+            elapsed = time.monotonic() - t0
+        finally:
+            pair.close()
+    assert elapsed >= 4 * (1 << 20) / 2e6, elapsed
+    host.ok("sysfs-write", "/sys/class/infiniband/mlx5_0/device/sriov/2/max_tx_rate", "0")
+    assert "MaxTxRate  : 0\n" in host.read("mlx5_0", "device", "sriov", "2", "config")
+    assert "max_tx_rate" not in host.ok("ip", "link", "show", PF)
 
 
 def test_numvfs_to_zero_while_a_vf_is_in_use_is_ebusy(host):

@@ -28,18 +28,21 @@ spoof check is on and which is not trusted may send only from its
 assigned MAC: once its netdev's MAC differs (``ip link set <vf netdev>
 address ...``), everything it sends is dropped before the link and
 counted (``spoof_drops``); a VF held Down by its policy drops its output
-too (``Port.tx_blocked``).  VLAN tagging and rate limits are not
-implemented: EOPNOTSUPP.
+too (``Port.tx_blocked``).  ``max_tx_rate`` (Mbit/s) paces the VF's
+link (``transport.faults``' rate).  VLAN tagging and ``min_tx_rate`` are
+not implemented: EOPNOTSUPP.
 """
 
 from __future__ import annotations
 
+import copy
 import errno
 import logging
 import os
 from dataclasses import dataclass, field
 
 from ..errors import VerbsError
+from ..transport.faults import FaultSettings
 from .firmware import Flash
 from .gid import eui64
 from .nvconfig import NvStore
@@ -78,6 +81,7 @@ class Vf:
     trust: bool = False
     spoofchk: bool = False          # mlx5's default: off
     policy: str = "Follow"
+    max_tx_rate: int = 0            # Mbit/s, 0: no limit
     spoof_drops: int = 0            # packets dropped by the spoof check (and policy Down), VF lifetime
 
 
@@ -199,7 +203,7 @@ class Functions:
             f"VF         : {vf.index}\n", f"MAC        : {mac_str(vf.mac)}\n", "VLAN       : 0\n",
             "QoS        : 0\n", "VLAN Proto : N/A\n", f"SpoofCheck : {'ON' if vf.spoofchk else 'OFF'}\n",
             f"Trust      : {'ON' if vf.trust else 'OFF'}\n", f"LinkState  : {vf.policy}\n",
-            "MinTxRate  : 0\n", "MaxTxRate  : 0\n", "VGT+       : OFF\n")))
+            "MinTxRate  : 0\n", f"MaxTxRate  : {vf.max_tx_rate}\n", "VGT+       : OFF\n")))
         self._write_stats(d, vf)
 
     def _write_stats(self, d, vf: Vf) -> None:
@@ -259,7 +263,8 @@ class Functions:
                        stats=self.vf_stats(vf), state=dev.state if dev is not None else PORT_DOWN)
         else:
             row["vfs"] = [{"vf": v.index, "name": v.name, "mac": mac_str(v.mac), "trust": v.trust,
-                           "spoofchk": v.spoofchk, "policy": v.policy, "stats": self.vf_stats(v)} for v in pf.vfs]
+                           "spoofchk": v.spoofchk, "policy": v.policy, "max_tx_rate": v.max_tx_rate,
+                           "stats": self.vf_stats(v)} for v in pf.vfs]
         return row
 
     def vf_stats(self, vf: Vf) -> dict:
@@ -373,7 +378,7 @@ class Functions:
 
     #: the sriov/N/ files whose writes the daemon takes, and the setting each is
     TREE_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk",
-                  "mac": "mac"}
+                  "mac": "mac", "max_tx_rate": "max_tx_rate"}
 
     def refresh(self) -> None:
         """Once a second: the VFs' stats files, and what was written into a
@@ -437,12 +442,37 @@ class Functions:
                 setattr(vf, key, _on_off(value))
             elif key in ("policy", "state", "link_state"):
                 vf.policy = _policy(value)
-            elif key in ("vlan", "qos", "rate", "max_tx_rate", "min_tx_rate"):
+            elif key in ("rate", "max_tx_rate"):
+                try:
+                    vf.max_tx_rate = int(str(value).strip(), 0)
+                    if not 0 <= vf.max_tx_rate <= 0xFFFFFFFF:
+                        raise ValueError
+                except ValueError:
+                    raise VerbsError(errno.EINVAL, f"bad rate {value!r} (Mbit/s)") from None
+                self._apply_rate(vf)
+            elif key in ("vlan", "qos", "min_tx_rate"):
                 raise VerbsError(errno.EOPNOTSUPP, f"VF {key} is not supported by softrdma's VFs")
             else:
                 raise VerbsError(errno.EINVAL, f"no VF setting {key!r}")
         self.apply_state(pf, vf)
         self.write_pf(pf)
+
+    def _apply_rate(self, vf: Vf) -> None:
+        """max_tx_rate: the VF's link paced at that many Mbit/s (the link's
+        ``faults`` rate, other fault settings kept)."""
+        dev = self.daemon.devices.get(vf.name)
+        if dev is None:
+            return
+        settings = copy.copy(dev.faults.settings) if dev.faults is not None else FaultSettings()
+        settings.rate = vf.max_tx_rate * 125_000.0
+        dev.set_faults(settings)
+
+    def vf_rate(self, name: str) -> float:
+        """The rate (bytes/s) a VF device's link keeps when its faults are
+        set again (``rdma link set ... faults``), 0 for any other device."""
+        if name in self.vf_of:
+            return self.vf_of[name][1].max_tx_rate * 125_000.0
+        return 0.0
 
     def apply_state(self, pf: Pf, vf: Vf) -> None:
         """After a VF setting changed: whether its output is dropped, and

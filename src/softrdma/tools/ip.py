@@ -8,9 +8,9 @@ the name can lead PATH under ``softrdma run``.
 ``vf N`` line per VF (MAC, spoof checking, link-state, trust: iproute2's
 print_vfinfo) and, with ``-s``, each VF's counters as the PF sees them
 (print_vf_stats64).  ``set ... vf N`` takes ``mac LLADDR``, ``spoofchk
-on|off``, ``trust on|off``, ``state auto|enable|disable`` in any number;
-``vlan``, ``qos``, ``rate``, ``max_tx_rate``, ``min_tx_rate`` are
-refused (EOPNOTSUPP), as a device without them answers.
+on|off``, ``trust on|off``, ``state auto|enable|disable``, ``rate``/``max_tx_rate`` Mbit/s in any
+number; ``vlan``, ``qos``, ``min_tx_rate`` are refused (EOPNOTSUPP), as a
+device without them answers.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def show(argv: list[str], netdev: str, stats: bool, conn, pf: dict, out) -> int:
     if r.returncode:
         return r.returncode
     for vf in pf.get("vfs", []):
-        out.write(f"    vf {vf['vf']}     link/ether {vf['mac']} brd ff:ff:ff:ff:ff:ff,"
+        rate = f", max_tx_rate {vf['max_tx_rate']}Mbps" if vf["max_tx_rate"] else ""
+        out.write(f"    vf {vf['vf']}     link/ether {vf['mac']} brd ff:ff:ff:ff:ff:ff{rate},"
                   f" spoof checking {'on' if vf['spoofchk'] else 'off'},"
                   f" link-state {STATE_NAMES[vf['policy']]}, trust {'on' if vf['trust'] else 'off'},"
                   f" query_rss off\n")

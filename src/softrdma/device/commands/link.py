@@ -130,6 +130,7 @@ def cmd_link_set(daemon, c, m, fds):
             settings = FaultSettings.from_dict(rq.obj(m, "faults", {}))
         except (TypeError, ValueError) as e:
             raise VerbsError(errno.EINVAL, f"bad faults: {e}") from None
+        settings.rate = settings.rate or daemon.pci.vf_rate(name)     # a VF's max_tx_rate stays
         dev.set_faults(settings, seed)
     return {"faults": dev.faults.settings.as_dict() if dev.faults else None,
             "fault_counters": dev.faults.counters() if dev.faults else None}, []
