@@ -75,6 +75,14 @@ def test_ibv_devinfo_shows_the_connectx_identity(daemon):
     assert "board_id" not in r.stdout and "0x02c9" not in r.stdout
 
 
+def test_rdma_dev_shows_the_firmware(daemon):
+    r = _tool(daemon, "rdma", "dev")
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split(":")[1].strip(): ln for ln in r.stdout.splitlines()}
+    assert " fw 16.35.2000 " in lines["mlx5_0"]
+    assert " fw " not in lines["rxe0"]
+
+
 def test_mst_lists_the_pf_by_bus_address(daemon):
     assert _tool(daemon, "mst", "start").returncode == 0
     try:

@@ -73,7 +73,8 @@ def cmd_links(daemon, c, m, fds):
         # what nldev's fill_dev_info sends for an rxe device (``rdma dev``): node type CA, no
         # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
         # docs/formats/ibv_devinfo.md infers), no CQ DIM; one port
-        out[-1].update(node_type=1, fw="", caps=0x01A23C76, dim=False, num_ports=1)
+        out[-1].update(node_type=1, fw=daemon.pci.verbs_attrs(d.name).get("fw_ver", ""), caps=0x01A23C76,
+                       dim=False, num_ports=1)      # (a ConnectX-like device: its running firmware)
     return {"links": out}, []
 
 
