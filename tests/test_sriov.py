@@ -185,6 +185,7 @@ def test_rc_between_two_vfs_and_between_a_vf_and_the_pf(host):
                         "rx_multicast", "tx_broadcast", "tx_multicast", "rx_dropped"]
 
 
+@pytest.mark.slow
 def test_the_tools_use_a_vf_like_any_device(host):
     """ibv_rc_pingpong between two VFs, as between any two devices."""
     with _ctx("mlx5_3") as c3, _ctx("mlx5_4") as c4:
@@ -283,6 +284,7 @@ def test_the_policy_drives_the_vf_port(host):
     assert r.returncode == 2 and r.stderr == "RTNETLINK answers: Operation not supported\n"
 
 
+@pytest.mark.slow
 def test_max_tx_rate_paces_a_vf(host):
     """ip link set PF vf N max_tx_rate 16: the VF's link carries 16 Mbit/s
     (2 MB/s): 4 MiB of RDMA WRITEs take 2 s at least."""
