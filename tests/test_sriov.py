@@ -220,6 +220,20 @@ def _vf_stats(host) -> dict[int, dict]:
     return stats
 
 
+def _lost_send(a, b) -> int:
+    """One SEND a -> b on a fresh pair with short retries: the requester's
+    completion status (the receiver must have got nothing)."""
+    pair = RcPair(a, peer_ctx=b, timeout=8, retry_cnt=1)
+    try:
+        pair.b.post_recv(wr.RecvWR(1, 1, [wr.SGE(pair.mb.buf, 64, pair.mb.lkey)]))
+        pair.a.post_send(wr.SendWR(1, IBV_WR_SEND, 1, sg=[wr.SGE(pair.ma.buf, 64, pair.ma.lkey)]))
+        (wc,) = pair.wait(pair.cqa, 1, timeout=60)
+        assert pair.cqb.poll(1)[1] == []
+        return wc.status
+    finally:
+        pair.close()
+
+
 def test_a_spoofed_mac_from_an_untrusted_vf_is_dropped(host):
     host.ok("ip", "link", "set", PF, "vf", "0", "spoofchk", "on")
     assert "vf 0     link/ether 02:" in host.ok("ip", "link", "show", PF)
@@ -231,15 +245,7 @@ def test_a_spoofed_mac_from_an_untrusted_vf_is_dropped(host):
         sh("ip", "-n", NS, "link", "set", f"{PF}v0", "address", "02:00:5e:10:20:30")
         wait_for(lambda: str(v1.query_gid(1, 0)) != gid0, what="the VF's new MAC in its GID table")
         before = _vf_stats(host)[0]["tx_dropped"]
-        pair = RcPair(v1, peer_ctx=v2, timeout=8, retry_cnt=1)
-        try:
-            pair.b.post_recv(wr.RecvWR(1, 1, [wr.SGE(pair.mb.buf, 64, pair.mb.lkey)]))
-            pair.a.post_send(wr.SendWR(1, IBV_WR_SEND, 1, sg=[wr.SGE(pair.ma.buf, 64, pair.ma.lkey)]))
-            (wc,) = pair.wait(pair.cqa, 1, timeout=60)
-            assert wc.status == IBV_WC_RETRY_EXC_ERR
-            assert pair.cqb.poll(1)[1] == []
-        finally:
-            pair.close()
+        assert _lost_send(v1, v2) == IBV_WC_RETRY_EXC_ERR
         assert _vf_stats(host)[0]["tx_dropped"] > before
         # a trusted VF may: the same MAC passes
         host.ok("ip", "link", "set", PF, "vf", "0", "trust", "on")
@@ -267,6 +273,8 @@ def test_the_policy_drives_the_vf_port(host):
     assert host.read("mlx5_0", "device", "sriov", "1", "policy") == "Down\n"
     assert host.read(*state) == "1: DOWN\n"
     assert "link-state disable" in host.ok("ip", "link", "show", PF)
+    with _ctx("mlx5_3") as c3, _ctx("mlx5_2") as c2:      # nothing reaches a VF held down
+        assert _lost_send(c3, c2) == IBV_WC_RETRY_EXC_ERR
     host.ok("ip", "link", "set", PF, "vf", "1", "state", "auto")
     assert host.read(*state) == "4: ACTIVE\n"
     # Follow: the PF's link goes down, the VF's port with it; Up stays up

@@ -486,9 +486,12 @@ class Functions:
 
     def _update_blocked(self, vf: Vf, dev) -> None:
         """Policy Down, or a spoof check the VF's current MAC fails: its
-        output is dropped (``Port.tx_blocked``) and counted."""
+        output is dropped (``Port.tx_blocked``) and counted; policy Down
+        also keeps the daemon's other devices' packets from it
+        (``Port.rx_blocked``)."""
         spoofed = vf.spoofchk and not vf.trust and dev.mac != vf.mac
         blocked = "spoof check" if spoofed else ("policy Down" if vf.policy == "Down" else None)
+        dev.rx_blocked = vf.policy == "Down"
         if blocked != dev.tx_blocked:
             vf.spoof_drops += dev.tx_blocked_drops
             dev.tx_blocked_drops = 0

@@ -136,6 +136,7 @@ class Port:
         # and how many packets that dropped
         self.tx_blocked: str | None = None
         self.tx_blocked_drops = 0
+        self.rx_blocked = False              # a port held down: same-daemon peers' packets do not reach it
 
     # -- the link (subclasses)
     def _resolve(self, av, peers) -> Route:
