@@ -18,13 +18,14 @@ from wait_helpers import DEADLINE_S, wait_for
 
 
 class RunningDaemon:
-    def __init__(self, run_dir: str, devices=("rxe0:lo",), port: int = 0, args=()):
+    def __init__(self, run_dir: str, devices=("rxe0:lo",), port: int = 0, args=(), prefix=()):
         """``port`` 0: an ephemeral UDP port, so that test daemons (which talk
         to themselves through the loopback path) never collide on 4791.
-        ``args``: more softrdmad options (``--cpu 1``)."""
+        ``args``: more softrdmad options (``--cpu 1``); ``prefix``: what
+        runs it (``ip netns exec NS``)."""
         self.run_dir = run_dir
         extra = list(args)
-        args = [sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir", run_dir, "--port", str(port)]
+        args = [*prefix, sys.executable, "-m", "softrdma", "daemon", "-f", "--run-dir", run_dir, "--port", str(port)]
         for d in devices:
             args += ["--device", d]
         args += extra

@@ -35,26 +35,30 @@ def rc_attr(peer_qpn: int, gid, gid_index: int, *, timeout: int = 18, retry_cnt:
 
 
 class RcPair:
-    """QP ``a`` (the requester in every helper) connected to QP ``b``.
-    ``connect=False`` leaves both in RESET (``connect`` later)."""
+    """QP ``a`` (the requester in every helper) connected to QP ``b``;
+    ``peer_ctx``: ``b`` on another device (each QP then sends from its own
+    device's IPv4 GID).  ``connect=False`` leaves both in RESET
+    (``connect`` later)."""
 
-    def __init__(self, ctx, *, connect: bool = True, depth: int = 64, **attr):
+    def __init__(self, ctx, *, connect: bool = True, depth: int = 64, peer_ctx=None, **attr):
         self.ctx = ctx
+        self.peer_ctx = peer_ctx or ctx
         self.pd = pd.PD(ctx)
-        self.ma, self.mb = mr.MR(self.pd, MR_BYTES, ACC), mr.MR(self.pd, MR_BYTES, ACC)
-        self.cqa, self.cqb = cq.CQ(ctx, 4 * depth), cq.CQ(ctx, 4 * depth)
+        self.pd_b = pd.PD(peer_ctx) if peer_ctx is not None else self.pd
+        self.ma, self.mb = mr.MR(self.pd, MR_BYTES, ACC), mr.MR(self.pd_b, MR_BYTES, ACC)
+        self.cqa, self.cqb = cq.CQ(ctx, 4 * depth), cq.CQ(self.peer_ctx, 4 * depth)
         cap = qp.QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=1, max_recv_sge=1)
         self.a = qp.QP(self.pd, qp.QPInitAttr(IBV_QPT_RC, scq=self.cqa, rcq=self.cqa, cap=cap))
-        self.b = qp.QP(self.pd, qp.QPInitAttr(IBV_QPT_RC, scq=self.cqb, rcq=self.cqb, cap=cap))
+        self.b = qp.QP(self.pd_b, qp.QPInitAttr(IBV_QPT_RC, scq=self.cqb, rcq=self.cqb, cap=cap))
         self.depth = depth
         if connect:
             self.connect(**attr)
 
     def connect(self, **attr) -> None:
-        gi = ipv4_gid_index(self.ctx)
-        gid = self.ctx.query_gid(1, gi)
-        self.a.to_rts(rc_attr(self.b.qp_num, gid, gi, **attr))
-        self.b.to_rts(rc_attr(self.a.qp_num, gid, gi))
+        gia, gib = ipv4_gid_index(self.ctx), ipv4_gid_index(self.peer_ctx)
+        gid_a, gid_b = self.ctx.query_gid(1, gia), self.peer_ctx.query_gid(1, gib)
+        self.a.to_rts(rc_attr(self.b.qp_num, gid_b, gia, **attr))
+        self.b.to_rts(rc_attr(self.a.qp_num, gid_a, gib))
 
     @staticmethod
     def wait(c, n: int, timeout: float = 20.0) -> list:
@@ -108,5 +112,5 @@ class RcPair:
         self._ok(self.cqa, n)
 
     def close(self) -> None:
-        for o in (self.a, self.b, self.cqa, self.cqb, self.ma, self.mb, self.pd):
+        for o in dict.fromkeys((self.a, self.b, self.cqa, self.cqb, self.ma, self.mb, self.pd, self.pd_b)):
             o.close()

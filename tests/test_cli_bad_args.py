@@ -76,6 +76,12 @@ CASES: dict[str, list[list[str]]] = {
     "ibping": [[o, "{}", "1"] for o in (*DIAG_COMMON, "-c", "-o")] + [["{}"]],
     "rstream": [[o, "{}"] for o in ("-B", "-i", "-I", "-C", "-S", "-k")],
     "ibdiagnet": [["-p", "{}"], ["-ls", "{}"], ["-lw", "{}"], ["-P", "port_rcv_errors={}"]],
+    "mst": [],                          # no numeric options
+    "mlxconfig": [["-d", "mlx5_0", "-y", "set", "NUM_OF_VFS={}"]],
+    "flint": [["--make-image", "OUT", "--fw-version", "{}"]],
+    "mlxfwreset": [["-d", "mlx5_0", "-l", "{}", "reset"]],
+    "ip": [["link", "set", "eth0", "vf", "{}", "trust", "on"]],
+    "sysfs-write": [["/sys/class/infiniband/mlx5_0/device/sriov_numvfs", "{}"]],
 }
 
 #: a message users read, not a dump: usage texts of the real tools included

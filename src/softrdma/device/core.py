@@ -258,12 +258,12 @@ class DeviceCore:
     def local_peer_dqp(self, qp) -> "tuple[Device, DevQP] | None":
         """(device, DevQP) of ``local_peer``'s peer, its receive queue not
         looked at."""
-        if self.faults is not None or self.tap is not None:
+        if self.faults is not None or self.tap is not None or self.tx_blocked is not None:
             return None
         av = qp.av
         r = self.route_cache.get(route_key(av))
         other = r.peer if r is not None else None
-        if other is None or other.faults is not None or other.tap is not None:
+        if other is None or other.faults is not None or other.tap is not None or other.tx_blocked is not None:
             return None                               # not resolved, remote, a multicast group,
                                                       # faulty, or captured
         dqp = other.qps.get(qp.dest_qpn)

@@ -51,6 +51,8 @@ from .netdev import netdev_info
 from .placement import should_yield
 from .rdma_cm import RdmaCm
 from .session import MAX_CONTEXTS_PER_USER, PAGE_SIZE, Client, close_fds
+from .netdev import LinkEvents
+from .sriov import Functions
 from .sysfs import SysfsTree, rxe_pma_counters, softrdma_device_attrs
 
 log = logging.getLogger("softrdmad")
@@ -119,10 +121,7 @@ class Daemon:
         self._by_ip = None
         self.netlink = None
         try:                                        # follow addresses and link state live
-            from pyroute2 import IPRoute
-            from pyroute2.netlink.rtnl import RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK
-            self.netlink = IPRoute()
-            self.netlink.bind(groups=RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_LINK)
+            self.netlink = LinkEvents()
             self.sel.register(self.netlink.fileno(), selectors.EVENT_READ, ("netlink", None))
         except Exception as e:                      # noqa: BLE001 -- no netlink: static addresses
             log.warning("not following address changes: %s", e)
@@ -130,6 +129,7 @@ class Daemon:
         self._next_ifindex = 0
         self.rdma_cm = RdmaCm(self)
         self.sysfs = SysfsTree(os.path.join(self.run_dir, "sys"))
+        self.pci = Functions(self)              # ConnectX-like devices: PCI identity, firmware, SR-IOV
         self.port_counters: dict = {}           # device -> its rdma_port_counter (commands.stat)
         self.restrack = Restrack()
         self.counters_at = 0.0
@@ -311,13 +311,9 @@ class Daemon:
 
     def _netlink_readable(self) -> None:
         """Address or link changes: refresh the devices on that netdev."""
-        try:
-            msgs = self.netlink.get()
-        except Exception:                           # noqa: BLE001
-            return
-        touched = {m.get("index") for m in msgs}
-        for dev in self.devices.values():
-            if dev.netdev_index in touched:
+        touched = self.netlink.changed()
+        for dev in list(self.devices.values()):
+            if dev.netdev_index in touched or -1 in touched:
                 self.refresh_netdev(dev)
 
     def refresh_netdev(self, dev: Device) -> None:
@@ -343,6 +339,10 @@ class Daemon:
                 self.topology_changed()
                 self.sysfs.set_gids(dev.name, 1, dev.gid_table)
                 self._event_clients(dev, IBV_EVENT_GID_CHANGE)
+        self.set_port_state(dev, self.pci.port_state(dev, new_state))
+        self.pci.netdev_changed(dev)
+
+    def set_port_state(self, dev: Device, new_state: int) -> None:
         if new_state != dev.state:
             dev.state = new_state
             self.sysfs.set_port(dev.name, 1, state=new_state, phys_state=5 if new_state == 4 else 3)
@@ -599,6 +599,8 @@ class Daemon:
             self._write_counters(dev)
             return
         t.add_device(dev.name, **softrdma_device_attrs(dev.mac, dev.netdev))
+        t.add_device(dev.name, **{**softrdma_device_attrs(dev.mac, dev.netdev), **self.pci.device_attrs(dev)})
+        self.pci.device_added(dev)
         t.set_port(dev.name, 1, state=dev.state, phys_state=5 if dev.state == 4 else 3)
         t.set_gids(dev.name, 1, dev.gid_table)
         t.set_pkeys(dev.name, 1)
@@ -623,11 +625,13 @@ class Daemon:
 
     def refresh_sysfs(self) -> None:
         """Counters in the tree are current within a second, and what was
-        written into a device's ECN files is in force within a second."""
+        written into a device's ECN and SR-IOV files is in force within a
+        second."""
         for dev in self.devices.values():
             self._write_counters(dev)
             if dev.link_layer != LINK_LAYER_IB:
                 self._ecn_writes(dev)
+        self.pci.refresh()
 
     def _ecn_writes(self, dev: Device) -> None:
         """Apply what someone wrote into ``dev``'s ECN files (``echo 0 >
@@ -654,6 +658,7 @@ class Daemon:
     def shutdown(self) -> None:
         for client in list(self.clients.values()):
             self.drop(client)
+        self.pci.shutdown()
         for dev in self.devices.values():
             dev.close()
             try:

@@ -186,8 +186,8 @@ class RocePort(Port):
             g = self.gid(av.sgid_index)
             if g is not None and (":" in gid_to_ip(g)) == (":" in dst_ip):
                 src_b = ipaddress.ip_address(gid_to_ip(g)).packed
-        if len(src_b) != len(dst_b):        # a GID that changed family under a QP: nothing can go
-            peer = sock = None
+        if len(src_b) != len(dst_b) or (peer is not None and peer.rx_blocked):
+            peer = sock = None              # a GID that changed family under a QP, a port held down: nothing goes
         if peer is not None or sock is None:
             return Route(peer, None, None if peer is not None else sock, dst_ip, src_b, dst_b,
                          ROCEV2_UDP_PORT, ROCEV2_UDP_PORT)

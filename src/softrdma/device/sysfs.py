@@ -123,7 +123,8 @@ directory whose ``net/`` holds one entry, the device's netdev, a symlink to
 netdev -- also lo, veth and dummy, where kernel rxe (no parent device) has no
 ``device`` link and those lookups find nothing.  The daemon's devices get it
 (``softrdma_device_attrs``); ``rxe_device_attrs`` alone, the kernel's rxe
-on a virtual netdev, does not.
+on a virtual netdev, does not.  A ConnectX-like device's ``device/`` also
+holds the PCI function's files (``device.pci``, ``device.sriov``).
 
 **Writes.**  Every file is written to ``root/.staging`` and moved into place
 with ``os.replace``, so a reader sees the old or the new content, never a
@@ -374,6 +375,24 @@ class SysfsTree:
         self.writes += 1
         return True
 
+    def put(self, path: Path | str, text: str, mode: int = RO) -> bool:
+        """``_put`` for the modules that write a device's other directories
+        (``device.pci``, ``device.sriov``): one write path for the tree."""
+        return self._put(path, text, mode)
+
+    def remove(self, path: Path | str) -> None:
+        """Remove a file or directory of the tree and forget what was
+        written there."""
+        path = Path(path)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        key = os.fspath(path)
+        self._written.pop(key, None)
+        for k in [k for k in self._written if k.startswith(key + os.sep)]:
+            del self._written[k]
+
     def _require(self, dev: str) -> Path:
         if dev not in self._uverbs:
             raise KeyError(f"no device {dev!r} in this tree")
@@ -475,7 +494,17 @@ class SysfsTree:
     def ecn_writes(self, netdev: str) -> list[tuple[str, str, int | None, str]]:
         """What someone wrote into the ECN files since this tree did: (point
         "np"/"rp", knob, priority for ``enable`` else None, the text)."""
-        base = self.ecn_path(netdev)
+        out = []
+        for parts, now in self.writes_under(self.ecn_path(netdev)):
+            prio = int(parts[2]) if len(parts) == 3 else None      # roce_xx/knob or roce_xx/enable/N
+            out.append((parts[0][5:], parts[1], prio, now))
+        return out
+
+    def writes_under(self, base: Path) -> list[tuple[list[str], str]]:
+        """Files under ``base`` whose content is no longer what this tree
+        wrote there (someone wrote them): (path parts below ``base``, the
+        text).  Each is forgotten, so the next write of the tree's own
+        puts its value back, whatever the caller made of the text."""
         prefix = os.fspath(base) + os.sep
         out = []
         for key, text in list(self._written.items()):
@@ -487,10 +516,8 @@ class SysfsTree:
             except OSError:
                 continue
             if now != text:
-                parts = key[len(prefix):].split(os.sep)       # roce_xx/knob or roce_xx/enable/N
-                prio = int(parts[2]) if len(parts) == 3 else None
-                out.append((parts[0][5:], parts[1], prio, now))
-                del self._written[key]          # the next ``set_ecn`` writes it, whatever was taken
+                out.append((key[len(prefix):].split(os.sep), now))
+                del self._written[key]
         return out
 
     def remove_ecn(self, netdev: str) -> None:

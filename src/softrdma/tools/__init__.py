@@ -45,6 +45,12 @@ TOOLS = {
     "ecn": "softrdma.tools.ecn",
     "ecn-switch": "softrdma.tools.ecnswitch",
     "ibdiagnet": "softrdma.tools.ibdiag.ibdiagnet",
+    "mst": "softrdma.tools.mft.mst",
+    "mlxconfig": "softrdma.tools.mft.mlxconfig",
+    "flint": "softrdma.tools.mft.flint",
+    "mlxfwreset": "softrdma.tools.mft.mlxfwreset",
+    "ip": "softrdma.tools.ip",
+    "sysfs-write": "softrdma.tools.sysfs_write",
 }
 
 #: ``softrdma --help`` lines of the tools that are softrdma's own (the rest
@@ -52,6 +58,8 @@ TOOLS = {
 HELP = {
     "ecn": "a device's ECN / DCQCN settings (mlx5's ecn/roce_np and ecn/roce_rp knobs), shown and set",
     "ecn-switch": "an ECN-marking switch between network namespaces (nftables), to study congestion control",
+    "ip": "iproute2's ip link show/set for the SR-IOV VFs (vf N mac, trust, spoofchk, state) of a softrdma PF",
+    "sysfs-write": "echo VALUE > a softrdma device's sriov_numvfs or sriov/N/ file, with the kernel's errno",
     "top": "live view of every softrdma port and QP (rates, retransmits, NAKs, RNR, QP states)",
     "opensm": "subnet manager with opensm's options and routing (minhop, updn, ftree) over ibsim's protocol",
 }

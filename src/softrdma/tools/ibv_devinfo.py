@@ -323,6 +323,17 @@ def print_hca_cap(dev, ib_port: int, verbose: bool, write: Callable[[str], None]
     return rc
 
 
+def _board_id(name: str) -> str | None:
+    """devinfo.c reads board_id from the device's sysfs directory (here the
+    daemon's tree) and prints it when the read is not empty."""
+    from ..uapi.rundir import default_run_dir
+    try:
+        with open(os.path.join(default_run_dir(), "sys", "class", "infiniband", name, "board_id")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def _print_hca_cap(ctx, dev, name: str, ib_port: int, verbose: bool, write) -> int:
     try:
         a = {**RXE, **vars(ctx.query_device_ex())}
@@ -343,6 +354,7 @@ def _print_hca_cap(ctx, dev, name: str, ib_port: int, verbose: bool, write) -> i
     if tm is not None:
         a.update(tm_max_rndv_hdr_size=tm.max_rndv_hdr_size, tm_max_num_tags=tm.max_num_tags, tm_max_ops=tm.max_ops,
                  tm_max_sge=tm.max_sge, tm_flags=tm.flags)
+    a["board_id"] = _board_id(name)
     nports = a["phys_port_cnt"] & 0xFF
     if ib_port and ib_port > nports:
         sys.stderr.write("Invalid port requested for device\n")

@@ -34,10 +34,11 @@ class FaultSettings:
     delay: float = 0.0              # seconds added to every packet
     corrupt: float = 0.0
     reorder_delay: float = 0.001    # how far a reordered packet is held back (s)
+    rate: float = 0.0               # bytes per second the link carries (0: no limit); packets are paced
     jitter = 0.0                    # (not a setting: a device's delay is exact)
 
     def active(self) -> bool:
-        return bool(self.loss or self.dup or self.reorder or self.delay or self.corrupt)
+        return bool(self.loss or self.dup or self.reorder or self.delay or self.corrupt or self.rate)
 
     @classmethod
     def from_dict(cls, d: dict) -> "FaultSettings":
@@ -49,6 +50,8 @@ class FaultSettings:
                 raise ValueError(f"{name} must be a fraction between 0 and 1")
         if f.delay < 0 or f.reorder_delay < 0:
             raise ValueError("delays cannot be negative")
+        if f.rate < 0:
+            raise ValueError("rate cannot be negative")
         return f
 
     def as_dict(self) -> dict:
@@ -59,8 +62,9 @@ class Faults:
     """The fate of each packet put on a bad link (sans-IO: the time is
     passed in, the randomness is ``rng``).  ``settings``: anything with
     ``loss``, ``dup``, ``reorder``, ``corrupt`` (probabilities per packet),
-    ``delay``, ``jitter``, ``reorder_delay`` (seconds), read on every packet
-    (a test may change them between packets).  ``cnt``: what was done
+    ``delay``, ``jitter``, ``reorder_delay`` (seconds), ``rate`` (bytes per
+    second, optional: a packet leaves when the ones before it have), read
+    on every packet (a test may change them between packets).  ``cnt``: what was done
     (``transport.counters.FaultCounter``).
 
     A lost packet has no fate; a duplicated one two, the copy held back as
@@ -75,6 +79,7 @@ class Faults:
         self.rng = rng if rng is not None else random.Random(seed)
         self.cnt = new_fault_counters()
         self.last_arrival = 0.0             # FIFO: delay and jitter alone never reorder
+        self.next_free = 0.0                # a rate-limited link: when its last packet has left
         self.held: list = []                # (due, seq, item)
         self._seq = 0
 
@@ -87,6 +92,10 @@ class Faults:
         if s.loss and rng.random() < s.loss:
             c[LOST] += 1
             return []
+        rate = getattr(s, "rate", 0.0)
+        if rate:                            # paced: it leaves once the packets before it have
+            self.next_free = max(now, self.next_free) + nbytes / rate
+            now = self.next_free
         copies = 1
         if s.dup and rng.random() < s.dup:
             c[DUPLICATED] += 1

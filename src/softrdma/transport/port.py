@@ -131,6 +131,12 @@ class Port:
         self.routing = False                 # in ``route`` (a same-daemon peer leaves our output to us)
         self.cc = dcqcn.DEFAULT              # the device's ECN settings (TOS, the CE marks' CNPs)
         self.failures: list = []             # (QPN, exception) of ``qp_failed``, for the daemon's log
+        # why this port's output is dropped before the link (an SR-IOV VF
+        # failing its spoof check, or held down by its policy), else None;
+        # and how many packets that dropped
+        self.tx_blocked: str | None = None
+        self.tx_blocked_drops = 0
+        self.rx_blocked = False              # a port held down: same-daemon peers' packets do not reach it
 
     # -- the link (subclasses)
     def _resolve(self, av, peers) -> Route:
@@ -332,6 +338,10 @@ class Port:
         tx = self.tx
         if not tx or self.routing:
             return False
+        if self.tx_blocked is not None:
+            self.tx_blocked_drops += len(tx)
+            tx.clear()
+            return True
         self.routing = True
         cache = self.route_cache
         cnt = self.cnt

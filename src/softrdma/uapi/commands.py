@@ -207,13 +207,26 @@ _TABLE = (
              _E.ETIMEDOUT), device=False, state_first=True),
     Command("link_set", (string("name"), obj("faults", {}), u64("seed", None)), ("faults", "fault_counters"),
             (_E.EPERM, _E.ENODEV), device=False, state_first=True),
-    Command("link_delete", (string("name"),), (), (_E.EPERM, _E.ENODEV), device=False, state_first=True),
+    Command("link_delete", (string("name"),), (), (_E.EPERM, _E.ENODEV, _E.EBUSY), device=False, state_first=True),
     # a umad file of an IB device's port (the diags' MADs through its QP1): the socket of uapi.umad
     # records; ``classes``: the management classes whose requests it takes (a server's); ``issm``:
     # the port has IsSM while the file is open (the kernel's issm device, for an SM bound to the port)
     Command("umad_open", (string("name"), u8("port", 1), any_("classes"), u8("issm", 0)),
             ("hi_tid", "lid", "sm_lid", "node_info", "port_info"), (_E.ENODEV, _E.EMFILE), device=False,
             fds_out=1),
+    # -- PCI functions of ConnectX-like devices: identity (mst, flint q), NV configuration
+    #    (mlxconfig), firmware (flint burn, mlxfwreset), SR-IOV (sriov_numvfs, ip link set PF vf N)
+    Command("pci_functions", (), ("functions",), device=False),
+    Command("nvconfig", (string("name"), obj("set", {}), any_("reset")), ("rows",),
+            (_E.EPERM, _E.ENODEV), device=False, state_first=True),
+    Command("fw_reset", (string("name"),), ("nv_changed", "fw_changed", "totalvfs", "fw_running"),
+            (_E.EPERM, _E.ENODEV, _E.EBUSY), device=False, state_first=True),
+    Command("fw_burn", (string("name"), fds(1, "fw_burn needs the image fd"), any_("allow_psid_change")),
+            ("version", "previous"), (_E.EPERM, _E.ENODEV, _E.EFBIG), device=False, state_first=True),
+    Command("sriov_numvfs", (string("name"), any_("numvfs")), (),
+            (_E.EPERM, _E.ENODEV, _E.ENOENT, _E.ERANGE, _E.EBUSY, _E.EEXIST), device=False, state_first=True),
+    Command("vf_set", (string("name"), u32("vf"), obj("set")), (),
+            (_E.EPERM, _E.ENODEV), device=False, state_first=True),
     # -- ECN / DCQCN settings (mlx5's ecn/roce_np, ecn/roce_rp; softrdma ecn)
     Command("ecn", (string("name"), obj("set", {})), ("ecn",), (_E.EPERM, _E.ENODEV), device=False,
             state_first=True),

@@ -414,9 +414,9 @@ class Context(VerbsObject):
         a = self._attr
         guid = self.node_guid.replace(":", "")
         return DeviceAttr({
-            "fw_version": "0.0.0", "node_guid": self.node_guid, "sys_image_guid": self.node_guid,
-            "max_mr_size": a.get("max_mr_size", (1 << 64) - 1), "page_size_cap": 0xFFFFF000, "vendor_id": 0xFFFFFF,
-            "vendor_part_id": 0, "hw_ver": 0, "max_qp": a["max_qp"], "max_qp_wr": a["max_qp_wr"],
+            "fw_version": a.get("fw_ver", "0.0.0"), "node_guid": self.node_guid, "sys_image_guid": self.node_guid,
+            "max_mr_size": a.get("max_mr_size", (1 << 64) - 1), "page_size_cap": 0xFFFFF000, "vendor_id": a.get("vendor_id", 0xFFFFFF),
+            "vendor_part_id": a.get("vendor_part_id", 0), "hw_ver": a.get("hw_ver", 0), "max_qp": a["max_qp"], "max_qp_wr": a["max_qp_wr"],
             "device_cap_flags": DEVICE_CAP_FLAGS, "max_sge": a["max_sge"], "max_sge_rd": a["max_sge"],
             "max_cq": a.get("max_cq", 1 << 16), "max_cqe": a.get("max_cqe", (1 << 15) - 1),
             "max_mr": a.get("max_mr", 1 << 16), "max_pd": a.get("max_pd", 1 << 16),

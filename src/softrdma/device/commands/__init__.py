@@ -22,6 +22,8 @@ mcast        attach_mcast, detach_mcast
 capture      capture_start, capture_stop
 link         links, link_add, link_set, link_delete (``rdma link``), ecn (``softrdma ecn``), umad_open
 restrack     resources (``rdma resource``)
+pci          pci_functions, nvconfig, fw_reset, fw_burn, sriov_numvfs, vf_set (mst, mlxconfig, flint,
+             mlxfwreset, SR-IOV VFs)
 stat         stat_* (``rdma statistic``, ``softrdma top``)
 cm           cm_* (rdma_cm, ucma's ABI)
 xrcd         open_xrcd, close_xrcd, create_xrc_srq, create_xrc_qp (XRC)
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import ah, capture, cm, context, cq, dm, flow, link, mcast, mr, odp, pd, qp, raw_qp, restrack, srq, stat, wq, xrcd
+from . import ah, capture, cm, context, cq, dm, flow, link, mcast, mr, odp, pci, pd, qp, raw_qp, restrack, srq, stat, wq, xrcd
 
 
 #: the handler of every control command, by its op string (what each
@@ -142,6 +144,13 @@ HANDLERS: dict[str, Callable] = {
     "close_xrcd": xrcd.cmd_close_xrcd,
     "create_xrc_srq": xrcd.cmd_create_xrc_srq,
     "create_xrc_qp": xrcd.cmd_create_xrc_qp,
+
+    "pci_functions": pci.cmd_pci_functions,
+    "nvconfig": pci.cmd_nvconfig,
+    "fw_reset": pci.cmd_fw_reset,
+    "fw_burn": pci.cmd_fw_burn,
+    "sriov_numvfs": pci.cmd_sriov_numvfs,
+    "vf_set": pci.cmd_vf_set,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its

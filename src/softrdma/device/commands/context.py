@@ -55,7 +55,7 @@ def cmd_open(daemon, c, m, fds):
         "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
         "active_mtu": caps.active_mtu, "max_msg_sz": caps.max_msg_sz, "max_cqe": caps.max_cqe,
         "max_mr_size": caps.max_mr_size, "odp_caps": odp_caps(c.pages is not None),
-        **{a: getattr(caps, a) for a in OBJECT_LIMITS.values()}}}, []
+        **{a: getattr(caps, a) for a in OBJECT_LIMITS.values()}, **daemon.pci.verbs_attrs(dev.name)}}, []
 
 
 def odp_caps(reachable: bool) -> dict:

@@ -76,7 +76,8 @@ def cmd_links(daemon, c, m, fds):
         # what nldev's fill_dev_info sends for an rxe device (``rdma dev``): node type CA, no
         # firmware string, rxe's device_cap_flags (RXE_DEVICE_CAP_FLAGS, the value
         # docs/formats/ibv_devinfo.md infers), no CQ DIM; one port
-        out[-1].update(node_type=1, fw="", caps=0x01A23C76, dim=False, num_ports=1)
+        out[-1].update(node_type=1, fw=daemon.pci.verbs_attrs(d.name).get("fw_ver", ""), caps=0x01A23C76,
+                       dim=False, num_ports=1)      # (a ConnectX-like device: its running firmware)
         if d.link_layer == LINK_LAYER_IB:
             speed, lanes = d.rate
             out[-1]["ib"] = {"fabric": d.fabric, "node": d.node_sel, "ca_port": d.link.port_num,
@@ -220,6 +221,7 @@ def cmd_link_set(daemon, c, m, fds):
             settings = FaultSettings.from_dict(rq.obj(m, "faults", {}))
         except (TypeError, ValueError) as e:
             raise VerbsError(errno.EINVAL, f"bad faults: {e}") from None
+        settings.rate = settings.rate or daemon.pci.vf_rate(name)     # a VF's max_tx_rate stays
         dev.set_faults(settings, seed)
     return {"faults": dev.faults.settings.as_dict() if dev.faults else None,
             "fault_counters": dev.faults.counters() if dev.faults else None}, []
@@ -270,11 +272,19 @@ def cmd_link_delete(daemon, c, m, fds):
     dev = daemon.devices.get(name)
     if dev is None:
         raise VerbsError(errno.ENODEV, f"no device {name!r}")
+    daemon.pci.check_delete(name)
+    remove_device(daemon, dev, c)
+    return {}, []
+
+
+def remove_device(daemon, dev, c=None) -> None:
+    """Take ``dev`` out of the daemon: its contexts disassociated (the
+    caller's ``c`` too), its sockets closed, its sysfs entries gone."""
     for cl in list(daemon.clients.values()):
         if cl.device is dev and cl is not c:
             cl.event(IBV_EVENT_DEVICE_FATAL)
             daemon.drop(cl)
-    if c.device is dev:                  # the caller's own context: disassociated, its objects gone
+    if c is not None and c.device is dev:   # the caller's own context: disassociated, its objects gone
         c.close()
         c.device = None
         c.event(IBV_EVENT_DEVICE_FATAL)
@@ -298,4 +308,4 @@ def cmd_link_delete(daemon, c, m, fds):
     daemon.sysfs.remove_device(dev.name)
     if dev.netdev:
         daemon.sysfs.remove_ecn(dev.netdev)
-    return {}, []
+    daemon.pci.device_removed(dev.name)

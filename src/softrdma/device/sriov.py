@@ -1,0 +1,587 @@
+"""PCI functions of the daemon's ConnectX-like devices: the PF's firmware
+(NV configuration, flash), its SR-IOV virtual functions, and their
+``device/`` and ``sriov/N/`` files in the sysfs tree.
+
+``Functions`` is the daemon's one registry (``Daemon.pci``).  A device
+named ``mlx5_*`` (``device.pci.presents_pci``) is a PF when it is added:
+its NV store and flash are loaded from the run directory and *booted* --
+next-boot values become current, the flash's firmware runs -- so a daemon
+restart is a firmware reset, as a host reboot is for a real card.
+``sriov_totalvfs`` is NUM_OF_VFS when SRIOV_EN was True at that boot; with
+SRIOV_EN False the PF has no SR-IOV capability, and no sriov_* files.
+
+Writing N to ``sriov_numvfs`` (``set_numvfs``; the kernel's
+sriov_numvfs_store rules: EINVAL for what is not a number, ERANGE above
+sriov_totalvfs, EBUSY when VFs exist and N is not 0, N equal to the
+current count does nothing) creates N VFs.  Each VF is a device of its own
+(the next free ``mlx5_<n>``) at the VF's bus address, on a netdev of its
+own: a macvlan (bridge mode) on the PF's netdev with the VF's MAC, named
+``<pf netdev>v<i>`` -- so it has its own MAC, addresses, GID table and
+node GUID.  Back to 0 destroys them and their macvlans; refused with EBUSY
+while any VF has an open context (a VF assigned to a user cannot be pulled
+away).
+
+Per VF, as mlx5's e-switch and ``ip link set <pf> vf N ...``: ``mac`` (the
+VF's MAC: the macvlan follows), ``trust``, ``spoofchk``, ``link_state``
+(mlx5's ``policy``: Follow = the PF's port state, Up, Down).  A VF whose
+spoof check is on and which is not trusted may send only from its
+assigned MAC: once its netdev's MAC differs (``ip link set <vf netdev>
+address ...``), everything it sends is dropped before the link and
+counted (``spoof_drops``); a VF held Down by its policy drops its output
+too (``Port.tx_blocked``).  ``max_tx_rate`` (Mbit/s) paces the VF's
+link (``transport.faults``' rate).  VLAN tagging and ``min_tx_rate`` are
+not implemented: EOPNOTSUPP.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import logging
+import os
+from dataclasses import dataclass, field
+
+from ..errors import VerbsError
+from ..transport.faults import FaultSettings
+from .firmware import Flash
+from .gid import eui64
+from .nvconfig import NvStore
+from .pci import (CONNECTX5, PREFIX, PciFunction, device_attrs, pf_function, presents_pci, verbs_attrs,
+                  write_device_dir)
+from .sysfs import guid_str
+
+log = logging.getLogger("softrdmad")
+
+POLICIES = ("Down", "Up", "Follow")
+PORT_ACTIVE, PORT_DOWN = 4, 1
+ZERO_MAC = bytes(6)
+
+
+def mac_str(mac: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in mac)
+
+
+def parse_mac(text: str) -> bytes:
+    parts = str(text).strip().split(":")
+    if len(parts) != 6 or not all(len(p) in (1, 2) for p in parts):
+        raise VerbsError(errno.EINVAL, f"bad MAC address {text!r}")
+    try:
+        return bytes(int(p, 16) for p in parts)
+    except ValueError:
+        raise VerbsError(errno.EINVAL, f"bad MAC address {text!r}") from None
+
+
+@dataclass
+class Vf:
+    """One VF's e-switch settings (``ip link set <pf> vf N ...``) and its device."""
+    index: int
+    name: str                       # its RDMA device
+    netdev: str                     # its macvlan
+    mac: bytes                      # the assigned MAC
+    trust: bool = False
+    spoofchk: bool = False          # mlx5's default: off
+    policy: str = "Follow"
+    max_tx_rate: int = 0            # Mbit/s, 0: no limit
+    spoof_drops: int = 0            # packets dropped by the spoof check (and policy Down), VF lifetime
+
+
+@dataclass
+class Pf:
+    name: str
+    fn: PciFunction
+    nv: NvStore
+    flash: Flash
+    vfs: list = field(default_factory=list)     # Vf, by index
+
+
+def vf_netdev_name(pf_netdev: str, i: int) -> str:
+    suffix = f"v{i}"
+    return pf_netdev[:15 - len(suffix)] + suffix
+
+
+class Functions:
+    """The daemon's PCI functions: PFs by device name, and each VF's PF."""
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+        self.pfs: dict[str, Pf] = {}
+        self.vf_of: dict[str, tuple[Pf, Vf]] = {}       # VF device name -> (its PF, the VF)
+        self.run_dir = daemon.run_dir
+
+    # -- devices coming and going ------------------------------------------------
+
+    def function(self, name: str) -> PciFunction | None:
+        if name in self.pfs:
+            return self.pfs[name].fn
+        if name in self.vf_of:
+            pf, vf = self.vf_of[name]
+            fn = PciFunction(pf.fn.vf_bdf(vf.index), pf.fn.model, vf.index, pf.name,
+                             pf.fn.fw_version, pf.fn.psid)
+            return fn
+        return None
+
+    def device_attrs(self, dev) -> dict:
+        """The PCI part of ``dev``'s sysfs attributes (empty for an rxe
+        device); a new ``mlx5_*`` device boots as a PF here."""
+        if dev.name not in self.vf_of and presents_pci(dev.name) and dev.name not in self.pfs:
+            self._boot_pf(dev.name)
+        fn = self.function(dev.name)
+        return device_attrs(fn) if fn is not None else {}
+
+    def _boot_pf(self, name: str) -> Pf:
+        model = CONNECTX5
+        nv = NvStore(os.path.join(self.run_dir, "nvconfig", f"{name}.json"), model.max_vfs)
+        flash = Flash(os.path.join(self.run_dir, "firmware", f"{name}.json"), version=model.fw_version,
+                      psid=model.psid, date=model.fw_release_date)
+        nv.boot()
+        flash.boot()
+        fn = pf_function(name, model)
+        pf = Pf(name, fn, nv, flash)
+        self._apply_boot(pf)
+        self.pfs[name] = pf
+        return pf
+
+    @staticmethod
+    def _apply_boot(pf: Pf) -> None:
+        pf.fn.fw_version = pf.flash.running
+        pf.fn.psid = pf.flash.psid
+        pf.fn.total_vfs = pf.nv.get_current("NUM_OF_VFS") if pf.nv.get_current("SRIOV_EN") else 0
+
+    def verbs_attrs(self, name: str) -> dict:
+        """What ibv_query_device reports beyond rxe's for this device."""
+        fn = self.function(name)
+        return verbs_attrs(fn) if fn is not None else {}
+
+    def device_added(self, dev) -> None:
+        """Write ``dev``'s device/ files (after the tree has its directory)."""
+        fn = self.function(dev.name)
+        if fn is None:
+            return
+        if fn.is_vf:
+            write_device_dir(self.daemon.sysfs, dev.name, fn, 0)
+        else:
+            self.write_pf(self.pfs[dev.name])
+
+    def write_pf(self, pf: Pf) -> None:
+        tree = self.daemon.sysfs
+        d = tree.device_path(pf.name) / "device"
+        if not pf.fn.total_vfs and not pf.nv.get_current("SRIOV_EN"):
+            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs), sriov=False)
+        else:
+            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs))
+        s = d / "sriov"
+        if s.is_dir():                  # VFs gone: their directories (the others are rewritten in place)
+            for entry in s.iterdir():
+                if not (entry.name.isdigit() and int(entry.name) < len(pf.vfs)):
+                    tree.remove(entry)
+        for vf in pf.vfs:
+            self.write_vf(pf, vf)
+
+    def write_vf(self, pf: Pf, vf: Vf) -> None:
+        """mlx5's sriov/<N>/ files: node, port, policy (readable), the
+        e-switch files whose read is a usage line, config and stats."""
+        tree = self.daemon.sysfs
+        d = tree.device_path(pf.name) / "device" / "sriov" / str(vf.index)
+        d.mkdir(parents=True, exist_ok=True)
+        dev = self.daemon.devices.get(vf.name)
+        mac = dev.mac if dev is not None else vf.mac
+        guid = guid_str(eui64(mac)).replace(":", "")
+        colon = ":".join(guid[i:i + 2] for i in range(0, 16, 2))
+        put = tree.put
+        put(d / "node", f"{colon}\n", 0o644)
+        put(d / "port", f"{colon}\n", 0o644)
+        put(d / "policy", f"{vf.policy}\n", 0o644)
+        put(d / "mac", "usage: write <LLADDR|Random> to set VF Mac Address\n", 0o644)
+        put(d / "vlan", "usage: write <Vlan:Qos[:Proto]> to set VF Vlan, Qos, and optionally Vlan Protocol"
+                        " (default 802.1Q)\n", 0o644)
+        put(d / "spoofcheck", "usage: write <ON|OFF> to enable|disable VF SpoofCheck\n", 0o644)
+        put(d / "trust", "usage: write <ON|OFF> to trust|untrust VF\n", 0o644)
+        put(d / "link_state", "usage: write <Up|Down|Follow> to set VF State\n", 0o644)
+        put(d / "max_tx_rate", "usage: write <Rate (Mbit/s)> to set VF max rate\n", 0o644)
+        put(d / "min_tx_rate", "usage: write <Rate (Mbit/s)> to set VF min rate\n", 0o644)
+        put(d / "config", "".join((
+            f"VF         : {vf.index}\n", f"MAC        : {mac_str(vf.mac)}\n", "VLAN       : 0\n",
+            "QoS        : 0\n", "VLAN Proto : N/A\n", f"SpoofCheck : {'ON' if vf.spoofchk else 'OFF'}\n",
+            f"Trust      : {'ON' if vf.trust else 'OFF'}\n", f"LinkState  : {vf.policy}\n",
+            "MinTxRate  : 0\n", f"MaxTxRate  : {vf.max_tx_rate}\n", "VGT+       : OFF\n")))
+        self._write_stats(d, vf)
+
+    def _write_stats(self, d, vf: Vf) -> None:
+        """sriov/N/stats as mlx5's stats_show prints the e-switch's view."""
+        st = self.vf_stats(vf)
+        rows = (("tx_packets", st["tx_packets"]), ("tx_bytes", st["tx_bytes"]), ("tx_dropped", st["tx_dropped"]),
+                ("rx_packets", st["rx_packets"]), ("rx_bytes", st["rx_bytes"]), ("rx_broadcast", st["broadcast"]),
+                ("rx_multicast", st["multicast"]), ("tx_broadcast", 0), ("tx_multicast", 0),
+                ("rx_dropped", st["rx_dropped"]))
+        self.daemon.sysfs.put(d / "stats", "".join(f"{k:<14}: {v}\n" for k, v in rows))
+
+    def device_removed(self, name: str) -> None:
+        self.pfs.pop(name, None)
+
+    def check_delete(self, name: str) -> None:
+        """``rdma link delete``: a VF goes only through sriov_numvfs, a PF
+        only without VFs (EBUSY)."""
+        if name in self.vf_of:
+            raise VerbsError(errno.EBUSY, f"{name} is a virtual function: set its PF's sriov_numvfs to 0")
+        pf = self.pfs.get(name)
+        if pf is not None and pf.vfs:
+            raise VerbsError(errno.EBUSY, f"{name} has {len(pf.vfs)} VFs enabled: set sriov_numvfs to 0 first")
+
+    # -- what the tools ask ------------------------------------------------------
+
+    def pf_of(self, name: str) -> Pf:
+        """The PF named ``name`` (ENODEV if it is not one)."""
+        pf = self.pfs.get(name)
+        if pf is None:
+            if name in self.vf_of:
+                raise VerbsError(errno.EOPNOTSUPP, f"{name} is a virtual function: its PF holds the configuration")
+            raise VerbsError(errno.ENODEV, f"no ConnectX device {name!r}")
+        return pf
+
+    def describe(self) -> list[dict]:
+        """Every function, PFs in bus order, each PF's VFs after it."""
+        out = []
+        for pf in sorted(self.pfs.values(), key=lambda p: p.fn.bdf.rid):
+            dev = self.daemon.devices.get(pf.name)
+            out.append(self._row(pf.name, pf.fn, dev, pf))
+            for vf in pf.vfs:
+                out.append(self._row(vf.name, self.function(vf.name), self.daemon.devices.get(vf.name), pf, vf))
+        return out
+
+    def _row(self, name, fn: PciFunction, dev, pf: Pf, vf: Vf | None = None) -> dict:
+        mac = dev.mac if dev is not None else ZERO_MAC
+        row = {"name": name, "bdf": str(fn.bdf), "short": fn.bdf.short, "vf": fn.vf_index, "pf": pf.name,
+               "model": fn.model.name, "part_id": fn.part_id, "part_name": fn.model.part_name,
+               "description": fn.model.description, "device_id": fn.device_id,
+               "netdev": dev.netdev if dev is not None else None,
+               "node_guid": guid_str(eui64(mac)), "mac": mac_str(mac),
+               "fw_version": pf.flash.version, "fw_running": pf.flash.running, "fw_date": pf.flash.date,
+               "psid": pf.flash.psid, "numvfs": len(pf.vfs), "totalvfs": pf.fn.total_vfs,
+               "link_layer": "Ethernet"}
+        if vf is not None:
+            row.update(vf_mac=mac_str(vf.mac), trust=vf.trust, spoofchk=vf.spoofchk, policy=vf.policy,
+                       stats=self.vf_stats(vf), state=dev.state if dev is not None else PORT_DOWN)
+        else:
+            row["vfs"] = [{"vf": v.index, "name": v.name, "mac": mac_str(v.mac), "trust": v.trust,
+                           "spoofchk": v.spoofchk, "policy": v.policy, "max_tx_rate": v.max_tx_rate,
+                           "stats": self.vf_stats(v)} for v in pf.vfs]
+        return row
+
+    def vf_stats(self, vf: Vf) -> dict:
+        """The VF's counters as the PF sees them (ip -s link's vf lines)."""
+        dev = self.daemon.devices.get(vf.name)
+        t = dev.traffic if dev is not None else {}
+        drops = vf.spoof_drops + (dev.tx_blocked_drops if dev is not None else 0)
+        return {"rx_packets": t.get("rx_packets", 0), "tx_packets": t.get("tx_packets", 0),
+                "rx_bytes": t.get("rx_bytes", 0), "tx_bytes": t.get("tx_bytes", 0),
+                "broadcast": 0, "multicast": 0, "rx_dropped": 0, "tx_dropped": drops}
+
+    # -- NV configuration and firmware ----------------------------------------
+
+    def fw_reset(self, name: str) -> dict:
+        """mlxfwreset: refused (EBUSY) while the PF has VFs or any context
+        is open on it; else the firmware boots again: NV next-boot values
+        and the flash's firmware take effect."""
+        pf = self.pf_of(name)
+        if pf.vfs:
+            raise VerbsError(errno.EBUSY, f"{name} has {len(pf.vfs)} VFs enabled: set sriov_numvfs to 0 first")
+        dev = self.daemon.devices.get(name)
+        if dev is not None and any(cl.device is dev for cl in self.daemon.clients.values()):
+            raise VerbsError(errno.EBUSY, f"{name} is in use (open contexts)")
+        nv_changed = pf.nv.boot()
+        fw_changed = pf.flash.boot()
+        self._apply_boot(pf)
+        if dev is not None:
+            tree = self.daemon.sysfs
+            for k, v in device_attrs(pf.fn).items():
+                tree.put(tree.device_path(name) / k, f"{v}\n")
+        self.write_pf(pf)
+        return {"nv_changed": nv_changed, "fw_changed": fw_changed, "totalvfs": pf.fn.total_vfs,
+                "fw_running": pf.flash.running}
+
+    # -- SR-IOV ------------------------------------------------------------------
+
+    def set_numvfs(self, name: str, text) -> None:
+        pf = self.pf_of(name)
+        if not pf.nv.get_current("SRIOV_EN"):
+            raise VerbsError(errno.ENOENT, f"{name}: no SR-IOV capability (SRIOV_EN is False: set it with"
+                                           f" mlxconfig, then reset the firmware)")
+        try:
+            n = int(str(text).strip(), 10)
+        except ValueError:
+            raise VerbsError(errno.EINVAL, f"sriov_numvfs: {text!r} is not a number") from None
+        if n < 0:
+            raise VerbsError(errno.EINVAL, f"sriov_numvfs: {text!r} is not a number")
+        if n > 0xFFFF:
+            raise VerbsError(errno.ERANGE, f"sriov_numvfs: {n} is out of range")
+        if n > pf.fn.total_vfs:
+            raise VerbsError(errno.ERANGE, f"{pf.fn.bdf}: {n} VFs requested; only {pf.fn.total_vfs} supported")
+        if n == len(pf.vfs):
+            return
+        if n == 0:
+            self._disable(pf)
+            return
+        if pf.vfs:
+            raise VerbsError(errno.EBUSY, f"{pf.fn.bdf}: {len(pf.vfs)} VFs already enabled. Disable before"
+                                          f" enabling {n} VFs")
+        self._enable(pf, n)
+
+    def _enable(self, pf: Pf, n: int) -> None:
+        from .commands.link import make_device
+        daemon = self.daemon
+        pfdev = daemon.devices[pf.name]
+        made: list[Vf] = []
+        try:
+            for i in range(n):
+                name = self._free_name()
+                netdev = vf_netdev_name(pfdev.netdev, i)
+                mac = bytes([0x02]) + pfdev.mac[2:6] + bytes([(i + 1) & 0xFF])
+                _add_macvlan(netdev, pfdev.netdev, mac)
+                vf = Vf(i, name, netdev, mac)
+                made.append(vf)
+                self.vf_of[name] = (pf, vf)
+                pf.vfs.append(vf)
+                dev = make_device(f"{name}:{netdev}", daemon.udp_port)
+                daemon.add_device(dev)
+                self.apply_state(pf, vf)
+        except BaseException:
+            for vf in reversed(made):
+                self._remove_vf(pf, vf)
+            self.write_pf(pf)
+            raise
+        pf.fn.vfs = [v.name for v in pf.vfs]
+        self.write_pf(pf)
+
+    def _free_name(self) -> str:
+        used = set(self.daemon.devices) | set(self.vf_of)
+        return next(f"{PREFIX}{k}" for k in range(1 << 16) if f"{PREFIX}{k}" not in used)
+
+    def _disable(self, pf: Pf) -> None:
+        busy = [vf.name for vf in pf.vfs if any(cl.device is self.daemon.devices.get(vf.name)
+                                                 for cl in self.daemon.clients.values())]
+        if busy:
+            raise VerbsError(errno.EBUSY, f"{pf.fn.bdf}: VFs in use: {', '.join(busy)}")
+        for vf in reversed(list(pf.vfs)):
+            self._remove_vf(pf, vf)
+        pf.fn.vfs = []
+        self.write_pf(pf)
+
+    def _remove_vf(self, pf: Pf, vf: Vf) -> None:
+        from .commands.link import remove_device
+        dev = self.daemon.devices.get(vf.name)
+        if dev is not None:
+            remove_device(self.daemon, dev)
+        self.vf_of.pop(vf.name, None)
+        if vf in pf.vfs:
+            pf.vfs.remove(vf)
+        _del_netdev(vf.netdev)
+
+    #: the sriov/N/ files whose writes the daemon takes, and the setting each is
+    TREE_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk",
+                  "mac": "mac", "max_tx_rate": "max_tx_rate"}
+
+    def refresh(self) -> None:
+        """Once a second: the VFs' stats files, and what was written into a
+        PF's ``sriov_numvfs`` and ``sriov/N/`` files in the tree (``echo 4
+        > .../sriov_numvfs``) applied -- a value the kernel would refuse is
+        logged with its errno, and the files show the state in force."""
+        tree = self.daemon.sysfs
+        for pf in list(self.pfs.values()):
+            d = tree.device_path(pf.name) / "device"
+            for vf in pf.vfs:
+                self._write_stats(d / "sriov" / str(vf.index), vf)
+            writes = tree.writes_under(d)
+            for parts, text in writes:
+                try:
+                    if parts == ["sriov_numvfs"]:
+                        self.set_numvfs(pf.name, text)
+                    elif len(parts) == 3 and parts[0] == "sriov" and parts[2] in self.TREE_FILES:
+                        value = text.strip()
+                        if parts[2] in ("trust", "spoofcheck") and value not in ("ON", "OFF"):
+                            raise VerbsError(errno.EINVAL, f"{parts[2]}: expected ON or OFF")
+                        self.set_vf(pf.name, int(parts[1]), {self.TREE_FILES[parts[2]]: value})
+                    else:
+                        raise VerbsError(errno.EACCES, "not a writable file")
+                except VerbsError as e:
+                    log.warning("%s: write to device/%s refused: %s (%s)", pf.name, "/".join(parts),
+                                e.strerror, errno.errorcode.get(e.errno, e.errno))
+            if writes and pf.name in self.pfs:
+                self.write_pf(pf)
+
+    def shutdown(self) -> None:
+        """The daemon is stopping: the VFs' macvlans go with it (their
+        devices go with the daemon's)."""
+        for pf in self.pfs.values():
+            for vf in pf.vfs:
+                _del_netdev(vf.netdev)
+
+    def vf(self, name: str, index: int) -> tuple[Pf, Vf]:
+        pf = self.pf_of(name)
+        if not 0 <= index < len(pf.vfs):
+            raise VerbsError(errno.EINVAL, f"{name} has no VF {index}")
+        return pf, pf.vfs[index]
+
+    def set_vf(self, name: str, index: int, changes: dict) -> None:
+        """``ip link set <pf> vf N ...`` / the sriov/N/ files."""
+        pf, vf = self.vf(name, index)
+        for key, value in changes.items():
+            if key == "mac":
+                if str(value) == "Random":             # eth_random_addr: unicast, locally administered
+                    mac = os.urandom(6)
+                    mac = bytes([mac[0] & 0xFE | 0x02]) + mac[1:]
+                else:
+                    mac = parse_mac(value)
+                if mac[0] & 1:
+                    raise VerbsError(errno.EINVAL, f"{mac_str(mac)} is a multicast address")
+                vf.mac = mac
+                _set_netdev_mac(vf.netdev, mac)
+                dev = self.daemon.devices.get(vf.name)
+                if dev is not None:
+                    self.daemon.refresh_netdev(dev)
+            elif key in ("trust", "spoofchk"):
+                setattr(vf, key, _on_off(value))
+            elif key in ("policy", "state", "link_state"):
+                vf.policy = _policy(value)
+            elif key in ("rate", "max_tx_rate"):
+                try:
+                    vf.max_tx_rate = int(str(value).strip(), 0)
+                    if not 0 <= vf.max_tx_rate <= 0xFFFFFFFF:
+                        raise ValueError
+                except ValueError:
+                    raise VerbsError(errno.EINVAL, f"bad rate {value!r} (Mbit/s)") from None
+                self._apply_rate(vf)
+            elif key in ("vlan", "qos", "min_tx_rate"):
+                raise VerbsError(errno.EOPNOTSUPP, f"VF {key} is not supported by softrdma's VFs")
+            else:
+                raise VerbsError(errno.EINVAL, f"no VF setting {key!r}")
+        self.apply_state(pf, vf)
+        self.write_pf(pf)
+
+    def _apply_rate(self, vf: Vf) -> None:
+        """max_tx_rate: the VF's link paced at that many Mbit/s (the link's
+        ``faults`` rate, other fault settings kept)."""
+        dev = self.daemon.devices.get(vf.name)
+        if dev is None:
+            return
+        settings = copy.copy(dev.faults.settings) if dev.faults is not None else FaultSettings()
+        settings.rate = vf.max_tx_rate * 125_000.0
+        dev.set_faults(settings)
+
+    def vf_rate(self, name: str) -> float:
+        """The rate (bytes/s) a VF device's link keeps when its faults are
+        set again (``rdma link set ... faults``), 0 for any other device."""
+        if name in self.vf_of:
+            return self.vf_of[name][1].max_tx_rate * 125_000.0
+        return 0.0
+
+    def apply_state(self, pf: Pf, vf: Vf) -> None:
+        """After a VF setting changed: whether its output is dropped, and
+        its port state (through the daemon's netdev refresh, which asks
+        ``port_state``)."""
+        dev = self.daemon.devices.get(vf.name)
+        if dev is None:
+            return
+        self._update_blocked(vf, dev)
+        self.daemon.refresh_netdev(dev)
+
+    def _update_blocked(self, vf: Vf, dev) -> None:
+        """Policy Down, or a spoof check the VF's current MAC fails: its
+        output is dropped (``Port.tx_blocked``) and counted; policy Down
+        also keeps the daemon's other devices' packets from it
+        (``Port.rx_blocked``)."""
+        spoofed = vf.spoofchk and not vf.trust and dev.mac != vf.mac
+        blocked = "spoof check" if spoofed else ("policy Down" if vf.policy == "Down" else None)
+        dev.rx_blocked = vf.policy == "Down"
+        if blocked != dev.tx_blocked:
+            vf.spoof_drops += dev.tx_blocked_drops
+            dev.tx_blocked_drops = 0
+            dev.tx_blocked = blocked
+            dev.route_cache.clear()
+            self.daemon.topology_changed()
+
+    def port_state(self, dev, link_state: int) -> int:
+        """The state ``dev``'s port takes when its netdev says
+        ``link_state``: a VF's follows its policy (Follow: the PF's port,
+        while its own netdev is up)."""
+        if dev.name not in self.vf_of:
+            return link_state
+        pf, vf = self.vf_of[dev.name]
+        if vf.policy == "Down":
+            return PORT_DOWN
+        if vf.policy == "Up":
+            return PORT_ACTIVE
+        pfdev = self.daemon.devices.get(pf.name)
+        return pfdev.state if pfdev is not None and link_state == PORT_ACTIVE else PORT_DOWN
+
+    def netdev_changed(self, dev) -> None:
+        """``dev``'s netdev changed (MAC, state; the daemon refreshed it):
+        a VF is checked again, a PF's VFs that follow it follow."""
+        if dev.name in self.vf_of:
+            self._update_blocked(self.vf_of[dev.name][1], dev)
+        elif dev.name in self.pfs:
+            for vf in self.pfs[dev.name].vfs:
+                vdev = self.daemon.devices.get(vf.name)
+                if vdev is not None:
+                    self.daemon.refresh_netdev(vdev)
+
+
+def _on_off(v) -> bool:
+    t = str(v).strip().lower()
+    if t in ("on", "1", "true"):
+        return True
+    if t in ("off", "0", "false"):
+        return False
+    raise VerbsError(errno.EINVAL, f"expected on or off, not {v!r}")
+
+
+def _policy(v) -> str:
+    t = str(v).strip().lower()
+    names = {"auto": "Follow", "enable": "Up", "disable": "Down", **{p.lower(): p for p in POLICIES}}
+    if t not in names:
+        raise VerbsError(errno.EINVAL, f"expected Up, Down or Follow (auto, enable, disable), not {v!r}")
+    return names[t]
+
+
+def _add_macvlan(name: str, lower: str, mac: bytes) -> None:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=lower)
+        if not idx:
+            raise VerbsError(errno.ENODEV, f"no netdev {lower!r}")
+        if ipr.link_lookup(ifname=name):
+            raise VerbsError(errno.EEXIST, f"netdev {name} already exists")
+        try:
+            ipr.link("add", ifname=name, kind="macvlan", link=idx[0], macvlan_mode="bridge", address=mac_str(mac))
+            ipr.link("set", index=ipr.link_lookup(ifname=name)[0], state="up")
+        except NetlinkError as e:
+            raise VerbsError(e.code or errno.EIO, f"cannot make the VF netdev {name} on {lower}:"
+                                                  f" {os.strerror(e.code or errno.EIO)}") from None
+
+
+def _set_netdev_mac(name: str, mac: bytes) -> None:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=name)
+        if not idx:
+            raise VerbsError(errno.ENODEV, f"no netdev {name!r}")
+        try:
+            ipr.link("set", index=idx[0], address=mac_str(mac))
+        except NetlinkError as e:
+            raise VerbsError(e.code or errno.EIO, f"cannot set {name}'s MAC: {os.strerror(e.code or errno.EIO)}") from None
+
+
+def _del_netdev(name: str) -> None:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+    try:
+        with IPRoute() as ipr:
+            idx = ipr.link_lookup(ifname=name)
+            if idx:
+                ipr.link("del", index=idx[0])
+    except NetlinkError as e:
+        log.warning("cannot remove the VF netdev %s: %s", name, os.strerror(e.code or errno.EIO))
+
+
+__all__ = ["Functions", "Pf", "Vf", "POLICIES", "mac_str", "parse_mac"]
