@@ -598,7 +598,6 @@ class Daemon:
             dev.port_events.clear()                 # (the device is new: nobody to tell)
             self._write_counters(dev)
             return
-        t.add_device(dev.name, **softrdma_device_attrs(dev.mac, dev.netdev))
         t.add_device(dev.name, **{**softrdma_device_attrs(dev.mac, dev.netdev), **self.pci.device_attrs(dev)})
         self.pci.device_added(dev)
         t.set_port(dev.name, 1, state=dev.state, phys_state=5 if dev.state == 4 else 3)
