@@ -76,6 +76,7 @@ class _Sw:
         self.sw_down = False            # a DOWN group leads to a switch (set once built)
         self.has_ca = False             # a DOWN group leads to a CA
         self.plain_leaf = False         # CAs only below, no siblings: going down ends here, routed
+        self.quick = False              # switches below, no siblings: ``look`` tells if there is work
         self.look = None                # hop counts of the switches below and beside, from a column
 
     def add_port(self, num, rnum, rlid, rguid, remote, remote_is_sw, direction):
@@ -221,6 +222,7 @@ class FatTree:
             sw.sw_down = any(g.remote_is_sw for g in sw.groups[DOWN])
             sw.has_ca = any(not g.remote_is_sw for g in sw.groups[DOWN])
             sw.plain_leaf = bool(sw.groups[DOWN]) and not sw.sw_down and not sw.groups[SAME]
+            sw.quick = sw.sw_down and not sw.groups[SAME]
             near = [g.remote.i for g in sw.groups[DOWN] + sw.groups[SAME] if g.remote_is_sw]
             if len(near) > 1:
                 sw.look = itemgetter(*near)
@@ -331,8 +333,14 @@ class FatTree:
             if real:
                 self.col_l[rsw.i] = pmin.remote_num
                 col_h[rsw.i] = h1
+            # _up_by_down's first answers, without the call: a leaf; a switch with nothing to do
             if rsw.plain_leaf:
-                routed = True           # _up_by_down's first answer for a leaf, without the call
+                routed = True
+            elif real and rsw.quick and max(rsw.look(col_h)) <= h1 + 1:
+                if rsw.counter_up_changed:
+                    rsw.groups[DOWN].sort(key=_COUNTER_UP)
+                    rsw.counter_up_changed = False
+                routed = rsw.has_ca
             else:
                 routed = self._up_by_down(rsw, None, real, main, is_sw, h1)
             if routed:
@@ -345,11 +353,17 @@ class FatTree:
     def _down_by_up(self, sw: _Sw, prev: _Sw | None, real: bool, main: bool,
                     is_sw: bool, hops: int) -> bool:
         """fabric_route_downgoing_by_going_up for the LID whose column is ``col_h``/``col_l``."""
-        created = self._up_by_down(sw, prev, real, main, is_sw, hops)
-        if sw.rank == 0:
-            return created              # no reverse hops (max_reverse_hops 0)
         col_h, col_l = self.col_h, self.col_l
         h1 = hops + 1
+        if real and sw.quick and max(sw.look(col_h)) <= h1:      # _up_by_down, nothing to do
+            if sw.counter_up_changed:
+                sw.groups[DOWN].sort(key=_COUNTER_UP)
+                sw.counter_up_changed = False
+            created = sw.has_ca
+        else:
+            created = self._up_by_down(sw, prev, real, main, is_sw, hops)
+        if sw.rank == 0:
+            return created              # no reverse hops (max_reverse_hops 0)
         ups = sw.groups[UP]
         _bubble_down(ups)
         gmin = ups[0]
@@ -379,7 +393,14 @@ class FatTree:
                     p = q
             col_l[rsw.i] = p.remote_num
             col_h[rsw.i] = h1
-            created |= self._down_by_up(rsw, sw, True, False, is_sw, h1)
+            if rsw.rank == 0 and rsw.quick and max(rsw.look(col_h)) <= h1 + 1:
+                # _down_by_up of a root with nothing to do below, without the calls
+                if rsw.counter_up_changed:
+                    rsw.groups[DOWN].sort(key=_COUNTER_UP)
+                    rsw.counter_up_changed = False
+                created |= rsw.has_ca
+            else:
+                created |= self._down_by_up(rsw, sw, True, False, is_sw, h1)
         sibs = sw.groups[SAME]
         if sibs:
             _bubble_down(sibs)
