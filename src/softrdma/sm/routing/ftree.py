@@ -72,6 +72,10 @@ class _Sw:
         self.is_leaf = False
         self.i = 0                      # index in the LID's columns
         self.min_counter_down = 0
+        # the UP groups' sort keys changed since they were last sorted (a bubble sort of a list
+        # it has just sorted, on the same keys, changes nothing: it is skipped)
+        self.ups_dirty = True
+        self.below: list[_Sw] = []      # the switches whose UP groups lead here
         self.counter_up_changed = False
         self.sw_down = False            # a DOWN group leads to a switch (set once built)
         self.has_ca = False             # a DOWN group leads to a CA
@@ -223,6 +227,10 @@ class FatTree:
             sw.has_ca = any(not g.remote_is_sw for g in sw.groups[DOWN])
             sw.plain_leaf = bool(sw.groups[DOWN]) and not sw.sw_down and not sw.groups[SAME]
             sw.quick = sw.sw_down and not sw.groups[SAME]
+        for sw in self.sws.values():
+            for g in sw.groups[UP]:
+                if sw not in g.remote.below:
+                    g.remote.below.append(sw)
             near = [g.remote.i for g in sw.groups[DOWN] + sw.groups[SAME] if g.remote_is_sw]
             if len(near) > 1:
                 sw.look = itemgetter(*near)
@@ -365,7 +373,8 @@ class FatTree:
         if sw.rank == 0:
             return created              # no reverse hops (max_reverse_hops 0)
         ups = sw.groups[UP]
-        _bubble_down(ups)
+        if sw.ups_dirty:
+            sw.ups_dirty = not _bubble_down(ups)
         gmin = ups[0]
         pmin = None
         for p in gmin.ports:
@@ -375,8 +384,11 @@ class FatTree:
         if main:
             gmin.counter_down += 1
             pmin.counter_down += 1
+            sw.ups_dirty = True
             if gmin.counter_down == rsw.min_counter_down + 1:
                 rsw.min_counter_down = min((g.counter_down for g in rsw.groups[DOWN]), default=1 << 30)
+                for x in rsw.below:
+                    x.ups_dirty = True
             if real and (col_l[rsw.i] == NO_PATH or h1 < col_h[rsw.i]):
                 col_l[rsw.i] = pmin.remote_num
                 col_h[rsw.i] = h1
@@ -419,6 +431,7 @@ class FatTree:
             if routed:
                 gmin.counter_down += 1
                 pmin.counter_down += 1
+                sw.ups_dirty = True
         return created
 
     def _new_lid(self, lft: np.ndarray, lid: int) -> None:
@@ -457,17 +470,21 @@ class FatTree:
 _COUNTER_UP = attrgetter("counter_up")
 
 
-def _bubble_down(a: list) -> None:
+def _bubble_down(a: list) -> bool:
     """opensm's bubble sort of port groups by port_group_compare_load_down:
     swap neighbours while a[j] is 'less' than a[j-1] -- fewer down routes,
     or as many and a remote switch no more loaded (min_counter_down) with a
     remote key no larger.  That is not a total order, so the bubble sort
     itself is kept; the keys are read once per sort and compared inline
     (the counters stay far below 2^31, where the C code's uint32
-    subtraction never wraps)."""
+    subtraction never wraps).
+
+    True if the result is a fixed point -- no neighbours left to swap over the
+    whole list, so that sorting it again on the same keys changes nothing
+    (the sort's last pass need not have looked at the tail)."""
     n = len(a)
     if n < 2:
-        return
+        return True
     ks = [(g.counter_down, g.remote.min_counter_down, g.remote_key) for g in a]
     i = 0
     swapped = True
@@ -481,6 +498,12 @@ def _bubble_down(a: list) -> None:
                 ks[j - 1], ks[j] = ks[j], ks[j - 1]
                 swapped = True
         i += 1
+    for j in range(max(1, n - i), n):
+        c1, m1, r1 = ks[j]
+        c0, m0, r0 = ks[j - 1]
+        if c1 < c0 or (c1 == c0 and m1 <= m0 and r1 <= r0):
+            return False
+    return True
 
 
 def route(subnet: Subnet, roots=None, existing=None) -> dict[Node, bytearray]:
