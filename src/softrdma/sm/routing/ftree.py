@@ -310,9 +310,8 @@ class FatTree:
         sibs = sw.groups[SAME]
         if not sibs and not sw.sw_down:
             return True                 # a leaf: only CA groups below, nothing to route or reorder
-        if sw.counter_up_changed:        # _sort_up, inline: this is the hot path
-            down.sort(key=_COUNTER_UP)
-            sw.counter_up_changed = False
+        if sw.counter_up_changed:
+            _sort_up(sw)
         if sibs:
             sibs.sort(key=_COUNTER_UP)
         col_h = self.col_h
@@ -346,8 +345,7 @@ class FatTree:
                 routed = True
             elif real and rsw.quick and max(rsw.look(col_h)) <= h1 + 1:
                 if rsw.counter_up_changed:
-                    rsw.groups[DOWN].sort(key=_COUNTER_UP)
-                    rsw.counter_up_changed = False
+                    _sort_up(rsw)
                 routed = rsw.has_ca
             else:
                 routed = self._up_by_down(rsw, None, real, main, is_sw, h1)
@@ -365,8 +363,7 @@ class FatTree:
         h1 = hops + 1
         if real and sw.quick and max(sw.look(col_h)) <= h1:      # _up_by_down, nothing to do
             if sw.counter_up_changed:
-                sw.groups[DOWN].sort(key=_COUNTER_UP)
-                sw.counter_up_changed = False
+                _sort_up(sw)
             created = sw.has_ca
         else:
             created = self._up_by_down(sw, prev, real, main, is_sw, hops)
@@ -408,8 +405,7 @@ class FatTree:
             if rsw.rank == 0 and rsw.quick and max(rsw.look(col_h)) <= h1 + 1:
                 # _down_by_up of a root with nothing to do below, without the calls
                 if rsw.counter_up_changed:
-                    rsw.groups[DOWN].sort(key=_COUNTER_UP)
-                    rsw.counter_up_changed = False
+                    _sort_up(rsw)
                 created |= rsw.has_ca
             else:
                 created |= self._down_by_up(rsw, sw, True, False, is_sw, h1)
@@ -468,6 +464,13 @@ class FatTree:
 
 
 _COUNTER_UP = attrgetter("counter_up")
+
+
+def _sort_up(sw: _Sw) -> None:
+    """opensm's bubble_sort_up of the down groups by up-going load: a stable sort gives the same
+    order as its strict-'<' bubble sort."""
+    sw.groups[DOWN].sort(key=_COUNTER_UP)
+    sw.counter_up_changed = False
 
 
 def _bubble_down(a: list) -> bool:
