@@ -344,3 +344,22 @@ def test_array_port_choice_is_the_hop_lists_one(topo, engine):
     for seed in (1, 2):
         existing = _perturbed(s, first, seed)
         assert mod.route(s, rts, existing) == by_lists(existing)
+
+
+def test_ftree_down_load_tie_break_compares_guids_as_numbers():
+    # two up groups as loaded as each other, to remote switches as loaded as each other: the one
+    # with the smaller remote GUID stays first.  0x..00ff < 0x..0100 as numbers, but not as
+    # network-order bytes; opensm 3.3.23 compares numbers (its tables at 3,456 and 11,664 hosts,
+    # switch GUID indices past 255, are ftree's only so)
+    from softrdma.sm.routing import ftree
+    from softrdma.sm.subnet import NODE_SWITCH, Node
+    a, b = (ftree._Sw(Node(g, NODE_SWITCH, 4), 0) for g in (0x2C903000000FF, 0x2C90300000100))
+    ga = ftree._Group(1, 2, 0x2C903000000FF, None, a, True)
+    gb = ftree._Group(1, 3, 0x2C90300000100, None, b, True)
+    ups = [ga, gb]
+    assert ftree._bubble_down(ups)
+    assert ups == [ga, gb]
+    gb.counter_down = 0
+    ga.counter_down = 1             # more loaded: goes behind
+    ftree._bubble_down(ups)
+    assert ups == [gb, ga]

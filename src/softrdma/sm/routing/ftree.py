@@ -52,7 +52,10 @@ class _Group:
 
     def __init__(self, base_lid, remote_base_lid, remote_port_guid, owner, remote, remote_is_sw):
         self.base_lid, self.remote_base_lid = base_lid, remote_base_lid
-        self.remote_key = net_key(remote_port_guid)     # opensm compares the net-order GUID
+        # the last tie-break of the down-load comparison: opensm 3.3.23 compares the remote
+        # port GUIDs as numbers (not their network-order bytes: that differs once a switch's
+        # up groups differ in more than the GUID's last byte -- 256 and more switches)
+        self.remote_key = remote_port_guid
         self.owner, self.remote, self.remote_is_sw = owner, remote, remote_is_sw
         self.ports: list[_Port] = []
         self.counter_up = self.counter_down = 0
