@@ -8,13 +8,20 @@ with `-o -R ENGINE -a ROOTS`; wall time of the process, and the sweep time
 from its log (first line to the "SUBNET UP" line); then the real
 `ibnetdiscover` against the swept fabric (its wall time: a discovery's
 worth of SMP round trips through that server).  Prints one row per run and
-the medians.
+the medians, with the peak RSS of the SM and of the fabric server.
+
+ft3 sizes (the 11,664-host tree of 36-port switches: ``ft3 --pods 36
+--leaves-per-pod 18 --aggs-per-pod 18 --cores 324 --hosts-per-leaf 18
+--radix 36``) get ibsim's node and port limits to match; ``--net FILE``
+takes a ready .net (with FILE.roots) instead of generating one.
 
     python3 benchmarks/sm_bench.py ft2 --leaves 64 --spines 32 --hosts-per-leaf 32 --radix 64 \
         [-R minhop] [--rounds 3] [--server ibsim|softrdma]
 """
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import statistics
@@ -46,6 +53,59 @@ def sweep_time(log):
     return (up[0] - stamps[0][0]) if up and stamps else float("nan")
 
 
+def _wait_bound(proc, base, timeout=120.0):
+    """Until the server's @<base>:ctl socket is bound (a big topology takes seconds to load)."""
+    want = f"@{base}:ctl".encode()
+    end = time.monotonic() + timeout
+    while True:
+        with open("/proc/net/unix", "rb") as f:
+            if want in f.read():
+                return
+        if proc.poll() is not None or time.monotonic() > end:
+            raise SystemExit(f"the fabric server exited or bound nothing: {want!r}")
+        time.sleep(0.05)
+
+
+def _peak_kb(pid):
+    """VmHWM of a running process (kB), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _run(cmd, cwd, env):
+    """Run to the end; (wall seconds, peak RSS in kB) of the process (os.wait4's ru_maxrss)."""
+    t = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _, status, ru = os.wait4(p.pid, 0)
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise subprocess.CalledProcessError(p.returncode, cmd)
+    return time.monotonic() - t, ru.ru_maxrss
+
+
+def limits(net):
+    """ibsim's -N (nodes), -S (switches) and -P (ports) for the topology, with room to spare."""
+    try:
+        with open(net + ".json") as f:
+            j = json.load(f)
+        nodes, sws, links = j["switches"] + j["cas"], j["switches"], j["links"]
+    except (OSError, KeyError, ValueError):
+        return ["-N", "4096", "-P", "16384"]
+    return ["-N", str(max(4096, nodes + 64)), "-S", str(max(2048, sws + 64)),
+            "-P", str(max(16384, 2 * links + nodes + sws + 64))]
+
+
 def one(work, net, roots, sm, engine, n, extra=(), server="ibsim"):
     base = f"smb{os.getpid()}{sm}{n}"
     d = os.path.join(work, f"{sm}{n}")
@@ -53,28 +113,26 @@ def one(work, net, roots, sm, engine, n, extra=(), server="ibsim"):
     env = dict(os.environ, IBSIM_SOCKNAME=base, OSM_TMP_DIR=d, OSM_CACHE_DIR=d,
                PYTHONPATH=os.path.join(ROOT, "src"))
     env.pop("LD_PRELOAD", None)
-    srv = ["ibsim", "-s", "-N", "4096", "-P", "16384", "-n", net] if server == "ibsim" else \
+    srv = ["ibsim", "-s", *limits(net), "-n", net] if server == "ibsim" else \
         [sys.executable, "-m", "softrdma", "fabric", "serve", net, "--no-console"]
     sim = subprocess.Popen(srv, cwd=d, env=env,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(1.5)
+        _wait_bound(sim, base)
         log = os.path.join(d, "osm.log")
         args = ["-o", "-R", engine, "-a", roots, "-f", log, "-D", "0x43", "--dump_files_dir", d, *extra]
         if sm == "opensm":
             cmd, env2 = ["opensm", *args], dict(env, LD_PRELOAD=SIMSO)
         else:
             cmd, env2 = [sys.executable, "-m", "softrdma", "opensm", *args], env
-        t = time.monotonic()
-        subprocess.run(cmd, cwd=d, env=env2, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=600, check=True)
-        wall = time.monotonic() - t
-        with open(os.path.join(d, "opensm-lfts.dump")) as f:
-            dump = f.read()
-        t = time.monotonic()
-        subprocess.run(["ibnetdiscover"], cwd=d, env=dict(env, LD_PRELOAD=SIMSO), stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=600, check=True)
-        return wall, sweep_time(log), dump, time.monotonic() - t
+        wall, rss = _run(cmd, d, env2)
+        h = hashlib.sha1()
+        with open(os.path.join(d, "opensm-lfts.dump"), "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        dump = h.hexdigest()
+        disc, _ = _run(["ibnetdiscover"], d, dict(env, LD_PRELOAD=SIMSO))
+        return wall, sweep_time(log), dump, disc, rss, _peak_kb(sim.pid)
     finally:
         sim.terminate()
         sim.wait()
@@ -87,27 +145,35 @@ def main():
     ap.add_argument("--wire", type=int, default=None, help="--max_wire_smps of softrdma's SM (opensm's is 4)")
     ap.add_argument("--server", choices=["ibsim", "softrdma"], default="ibsim",
                     help="the fabric server both SMs sweep (default: the real ibsim)")
+    ap.add_argument("--net", help="a ready .net file (and FILE.roots) instead of generating one")
     a, gen_args = ap.parse_known_args()
     with tempfile.TemporaryDirectory(prefix="smbench") as work:
-        net = os.path.join(work, "topo.net")
-        subprocess.run([sys.executable, GEN, *gen_args, "-o", net], check=True, stdout=subprocess.DEVNULL)
+        if a.net:
+            net = os.path.abspath(a.net)
+        else:
+            net = os.path.join(work, "topo.net")
+            subprocess.run([sys.executable, GEN, *gen_args, "-o", net], check=True, stdout=subprocess.DEVNULL)
         res = {"opensm": [], "softrdma": []}
         ref = None
         for n in range(a.rounds):
             for sm in res:
                 # opensm has no such option (max_wire_smps in its config, default 4)
                 extra = ["--max_wire_smps", str(a.wire)] if a.wire and sm == "softrdma" else []
-                wall, sw, dump, disc = one(work, net, net + ".roots", sm, a.R, n, extra, a.server)
-                res[sm].append((wall, sw, disc))
+                wall, sw, dump, disc, rss, srv_rss = one(work, net, net + ".roots", sm, a.R, n, extra, a.server)
+                res[sm].append((wall, sw, disc, rss, srv_rss))
                 same = "" if sm == "opensm" else \
                     f", LFT dump {'identical to' if dump == ref else 'DIFFERENT from'} opensm's"
                 ref = dump if sm == "opensm" else ref
                 print(f"round {n} {sm:8s} -R {a.R} on {a.server}: wall {wall:.3f} s, sweep to SUBNET UP "
-                      f"{sw:.3f} s, then ibnetdiscover {disc:.3f} s{same}", flush=True)
+                      f"{sw:.3f} s, then ibnetdiscover {disc:.3f} s; peak RSS: SM {rss / 1024:.0f} MB, "
+                      f"server {srv_rss / 1024:.0f} MB{same}", flush=True)
         for sm, rows in res.items():
             print(f"median {sm:8s} on {a.server}: wall {statistics.median(r[0] for r in rows):.3f} s, "
                   f"sweep {statistics.median(r[1] for r in rows):.3f} s, "
-                  f"ibnetdiscover {statistics.median(r[2] for r in rows):.3f} s")
+                  f"ibnetdiscover {statistics.median(r[2] for r in rows):.3f} s, "
+                  f"SM peak RSS {statistics.median(r[3] for r in rows) / 1024:.0f} MB")
+        med = {sm: statistics.median(r[1] for r in rows) for sm, rows in res.items()}
+        print(f"softrdma / opensm, sweep to SUBNET UP: {med['softrdma'] / med['opensm']:.2f}")
 
 
 if __name__ == "__main__":

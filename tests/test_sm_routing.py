@@ -9,9 +9,11 @@ byte for byte the same, for minhop, updn and ftree alike; and with opensm -l 2
 for minhop and updn.
 """
 
+import random
+
 import pytest
 
-from sm_helpers import fixture, load_net, roots
+from sm_helpers import fixture, load_net, roots, subnet_from_fabric
 from softrdma.sm import checks, lft_dump
 from softrdma.sm.guid2lid import Guid2Lid
 from softrdma.sm.lid_mgr import assign_lids
@@ -287,3 +289,77 @@ def test_lmc_7_runs_out_of_lids_like_opensm():
     assert len(got) + len(s.out_of_lids) == len(s.ports)
     assert max(p.lid + (1 << p.lmc) - 1 for p in got) <= 0xBFFF
     assert all(p.node.is_switch or p.lid % 128 == 0 for p in got)
+
+
+# --- the LMC 0 arrays choose as the hop lists do ------------------------------------------
+
+def _perturbed(s, lfts, seed):
+    rnd = random.Random(seed)
+    out = {}
+    for sw, lft in lfts.items():
+        t = bytearray(lft)
+        for lid in range(len(t)):
+            if rnd.random() < 0.3:
+                t[lid] = rnd.choice([0, 0xFF, rnd.randint(1, sw.num_ports + 2)])
+        out[sw] = bytes(t[:rnd.randint(len(t) // 2, len(t))])
+    return out
+
+
+def _torus():
+    from softrdma.fabric import gen
+    return subnet_from_fabric(gen.torus2d(5, 4, hosts_per_switch=3)[0])
+
+
+@pytest.mark.parametrize("engine", ["minhop", "updn"])
+@pytest.mark.parametrize("topo", ["ft2_64", "ft3_648", "torus", "ft2_324-cut"])
+def test_array_port_choice_is_the_hop_lists_one(topo, engine):
+    # vector.build_lfts on candidate masks against lfts.build_lfts on the hop lists (the LMC > 0
+    # path, opensm's choice step by step): on a fat tree, a torus (no tree: uneven candidate sets)
+    # and a fat tree with links cut (unreachable switches, uneven loads); on a first sweep and
+    # with existing tables whose entries are partly kept, partly invalid, partly short
+    from softrdma.sm.routing import lfts as lists, minhop, updn
+    if topo == "torus":
+        s = _torus()
+        assign_lids(s, Guid2Lid(), 0)
+        rts = {s.switches()[0].guid}
+    else:
+        s, _ = build(topo.split("-")[0])
+        rts = roots(topo.split("-")[0])
+    if topo.endswith("-cut"):
+        rnd = random.Random(3)
+        links = [p for sw in s.switches() for p in sw.ports.values()
+                 if p.num and p.remote is not None and p.remote.node.is_switch]
+        for p in rnd.sample(links, len(links) // 3):
+            if p.remote is not None:
+                p.remote.remote = None
+                p.remote = None
+    mod = minhop if engine == "minhop" else updn
+
+    def by_lists(existing):
+        hops = minhop.min_hop_tables(s) if engine == "minhop" else updn.updn_hop_tables(s, rts)
+        return lists.build_lfts(s, hops, existing)
+
+    first = mod.route(s, rts)
+    assert first == by_lists(None)
+    for seed in (1, 2):
+        existing = _perturbed(s, first, seed)
+        assert mod.route(s, rts, existing) == by_lists(existing)
+
+
+def test_ftree_down_load_tie_break_compares_guids_as_numbers():
+    # two up groups as loaded as each other, to remote switches as loaded as each other: the one
+    # with the smaller remote GUID stays first.  0x..00ff < 0x..0100 as numbers, but not as
+    # network-order bytes; opensm 3.3.23 compares numbers (its tables at 3,456 and 11,664 hosts,
+    # switch GUID indices past 255, are ftree's only so)
+    from softrdma.sm.routing import ftree
+    from softrdma.sm.subnet import NODE_SWITCH, Node
+    a, b = (ftree._Sw(Node(g, NODE_SWITCH, 4), 0) for g in (0x2C903000000FF, 0x2C90300000100))
+    ga = ftree._Group(1, 2, 0x2C903000000FF, None, a, True)
+    gb = ftree._Group(1, 3, 0x2C90300000100, None, b, True)
+    ups = [ga, gb]
+    assert ftree._bubble_down(ups)
+    assert ups == [ga, gb]
+    gb.counter_down = 0
+    ga.counter_down = 1             # more loaded: goes behind
+    ftree._bubble_down(ups)
+    assert ups == [gb, ga]

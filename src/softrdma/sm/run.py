@@ -22,7 +22,7 @@ from ..mgmt.agent import MadAgent
 from ..mgmt.umad import IbsimPort
 from ..wire.mad import Method
 from ..wire.smp import CAP_IS_SM, NODE_INFO, PORT_INFO, SmState, SmpAttr, build_dr_smp
-from . import light
+from . import lft_dump, light
 from .agent import Agent
 from .discovery import Discovery
 from .guid2lid import Guid2Lid
@@ -242,8 +242,8 @@ class SmLoop:
         if self.s["flags"] & ROUTING:
             path = os.path.join(self.s["dump_dir"], "opensm-lfts.dump")
             try:
-                with open(path, "w") as f:
-                    f.write(sweep.lft_dump())
+                with open(path, "wb") as f:
+                    lft_dump.write(f, sweep.subnet, sweep.lfts)
             except OSError as e:
                 self.log.error(f"ERR 4A02: cannot write {path}: {e.strerror}")
 

@@ -33,6 +33,7 @@ LFT_BLOCK = 64
 SUBNET_PREFIX = 0xFE80000000000000
 HOQ_LIFE = 0x12                  # opensm's head_of_queue_lifetime (switch-to-switch ports)
 LEAF_HOQ_LIFE = 0x10             # leaf_head_of_queue_lifetime (switch ports to CAs, port 0)
+FEED = 8192                      # SMPs queued at a time in the big phases (LFT blocks, port states)
 
 
 class HeavySweep:
@@ -137,16 +138,32 @@ class HeavySweep:
             if cur["LinearFdbTop"] != max_lid or cur["LifeTime"] != PACKET_LIFE_TIME or cur["StateChange"]:
                 SWITCH_INFO.encode_into(si, 0, LinearFdbTop=max_lid, LifeTime=PACKET_LIFE_TIME)
                 self._set(sw, SmpAttr.SWITCH_INFO, 0, bytes(si), f"SwitchInfo Set on 0x{sw.guid:016x}")
-        nblocks = max_lid // LFT_BLOCK + 1
-        for b in range(nblocks):
-            for sw in sub.switches():
+        self._feed(self._lft_blocks(max_lid))
+
+    def _lft_blocks(self, max_lid: int):
+        sws = self.subnet.switches()
+        for b in range(max_lid // LFT_BLOCK + 1):
+            for sw in sws:
                 new = self.lfts[sw]
                 blk = bytes(new[b * LFT_BLOCK:(b + 1) * LFT_BLOCK]).ljust(LFT_BLOCK, bytes([NO_PATH]))
                 old = self.previous.get(sw.guid)
                 if old is not None and bytes(old[b * LFT_BLOCK:(b + 1) * LFT_BLOCK]).ljust(
                         LFT_BLOCK, bytes([NO_PATH])) == blk:
                     continue
-                self._set(sw, SmpAttr.LINEAR_FWD_TABLE, b, blk, f"LFT block {b} Set on 0x{sw.guid:016x}")
+                yield lambda sw=sw, b=b, blk=blk: self._set(sw, SmpAttr.LINEAR_FWD_TABLE, b, blk,
+                                                            f"LFT block {b} Set on 0x{sw.guid:016x}")
+
+    def _feed(self, posts) -> None:
+        """Queue the SMPs of ``posts`` (callables that post one each) FEED at a time, the next
+        ones when the queue runs idle: at 10,000s of nodes a phase is 100,000s of SMPs, and
+        all of them queued at once would be a gigabyte of requests waiting."""
+        n = 0
+        for post in posts:
+            post()
+            n += 1
+            if n == FEED:
+                self._phases.insert(0, lambda: self._feed(posts))
+                return
 
     def _linked_ports(self):
         for node in self.subnet.nodes.values():
@@ -173,15 +190,13 @@ class HeavySweep:
 
     def _arm(self) -> None:
         self.phase = "arming"
-        for p in self._linked_ports():
-            if p.state == PORT_INIT:
-                self._port_state(p, PORT_ARMED)
+        self._feed(lambda p=p: self._port_state(p, PORT_ARMED)
+                   for p in self._linked_ports() if p.state == PORT_INIT)
 
     def _activate(self) -> None:
         self.phase = "activating"
-        for p in self._linked_ports():
-            if p.state == PORT_ARMED:
-                self._port_state(p, PORT_ACTIVE)
+        self._feed(lambda p=p: self._port_state(p, PORT_ACTIVE)
+                   for p in self._linked_ports() if p.state == PORT_ARMED)
 
     def _up(self) -> None:
         self.phase = "up"

@@ -8,6 +8,10 @@ something that is not a fat tree) falls back to minhop, as opensm does
 
 from __future__ import annotations
 
+# the engines' tables are numpy arrays: loaded with the SM (a fifth of a second), not in the
+# middle of its first sweep
+import numpy  # noqa: F401
+
 ENGINES = ("minhop", "updn", "ftree")
 
 

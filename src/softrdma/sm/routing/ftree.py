@@ -26,8 +26,10 @@ Not a fat tree (no CA, CAs on different ranks, ...), or an LMC > 0, →
 from __future__ import annotations
 
 import sys
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from collections import deque
+
+import numpy as np
 
 from . import RoutingError
 from ..subnet import NO_PATH, Node, Subnet, net_key
@@ -50,7 +52,10 @@ class _Group:
 
     def __init__(self, base_lid, remote_base_lid, remote_port_guid, owner, remote, remote_is_sw):
         self.base_lid, self.remote_base_lid = base_lid, remote_base_lid
-        self.remote_key = net_key(remote_port_guid)     # opensm compares the net-order GUID
+        # the last tie-break of the down-load comparison: opensm 3.3.23 compares the remote
+        # port GUIDs as numbers (not their network-order bytes: that differs once a switch's
+        # up groups differ in more than the GUID's last byte -- 256 and more switches)
+        self.remote_key = remote_port_guid
         self.owner, self.remote, self.remote_is_sw = owner, remote, remote_is_sw
         self.ports: list[_Port] = []
         self.counter_up = self.counter_down = 0
@@ -68,12 +73,18 @@ class _Sw:
         self.base_lid = node.base_lid()
         self.groups = {DOWN: [], SAME: [], UP: []}
         self.is_leaf = False
-        self.down_idx = 0
-        self.hops = bytearray([NO_PATH]) * (max_lid + 1)
-        self.lft = bytearray([NO_PATH]) * (max_lid + 1)
+        self.i = 0                      # index in the LID's columns
         self.min_counter_down = 0
+        # the UP groups' sort keys changed since they were last sorted (a bubble sort of a list
+        # it has just sorted, on the same keys, changes nothing: it is skipped)
+        self.ups_dirty = True
+        self.below: list[_Sw] = []      # the switches whose UP groups lead here
         self.counter_up_changed = False
         self.sw_down = False            # a DOWN group leads to a switch (set once built)
+        self.has_ca = False             # a DOWN group leads to a CA
+        self.plain_leaf = False         # CAs only below, no siblings: going down ends here, routed
+        self.quick = False              # switches below, no siblings: ``look`` tells if there is work
+        self.look = None                # hop counts of the switches below and beside, from a column
 
     def add_port(self, num, rnum, rlid, rguid, remote, remote_is_sw, direction):
         groups = self.groups[direction]
@@ -99,6 +110,12 @@ class FatTree:
         self.roots = roots
         self.max_lid = subnet.max_lid()
         self.sws = {n: _Sw(n, self.max_lid) for n in subnet.switches()}
+        for i, sw in enumerate(self.sws.values()):
+            sw.i = i
+        # the LID being routed: every switch's hop count and exit to it (opensm keeps them per
+        # switch, but one LID is routed at a time and only its entries are read)
+        self.col_h = bytearray([NO_PATH]) * len(self.sws)
+        self.col_l = bytearray([NO_PATH]) * len(self.sws)
         self.hcas = {n: _Hca(n) for n in sorted((n for n in subnet.nodes.values() if n.type == 1),
                                                 key=lambda n: net_key(n.guid))}
         self.by_tuple: dict[tuple, _Sw] = {}
@@ -210,6 +227,18 @@ class FatTree:
                 elif r.node.type == 1:
                     sw.add_port(n, r.num, r.lid, r.guid, self.hcas[r.node], False, DOWN)
             sw.sw_down = any(g.remote_is_sw for g in sw.groups[DOWN])
+            sw.has_ca = any(not g.remote_is_sw for g in sw.groups[DOWN])
+            sw.plain_leaf = bool(sw.groups[DOWN]) and not sw.sw_down and not sw.groups[SAME]
+            sw.quick = sw.sw_down and not sw.groups[SAME]
+        for sw in self.sws.values():
+            for g in sw.groups[UP]:
+                if sw not in g.remote.below:
+                    g.remote.below.append(sw)
+            near = [g.remote.i for g in sw.groups[DOWN] + sw.groups[SAME] if g.remote_is_sw]
+            if len(near) > 1:
+                sw.look = itemgetter(*near)
+            elif near:
+                sw.look = lambda col, i=near[0]: (col[i],)
 
     def _leaf_rank(self) -> None:
         if not self.roots:
@@ -275,25 +304,28 @@ class FatTree:
                 raise RoutingError("not a fat tree: switches of one rank differ")
 
     # -- routing (do_routing) --------------------------------------------------------------
-    def _up_by_down(self, sw: _Sw, prev: _Sw | None, lid: int, real: bool, main: bool,
+    def _up_by_down(self, sw: _Sw, prev: _Sw | None, real: bool, main: bool,
                     is_sw: bool, hops: int) -> bool:
+        """fabric_route_upgoing_by_going_down for the LID whose column is ``col_h``/``col_l``."""
         down = sw.groups[DOWN]
         if not down:
             return False
         sibs = sw.groups[SAME]
         if not sibs and not sw.sw_down:
-            # a leaf: only CA groups below, nothing to route, nothing to reorder
-            sw.down_idx = (sw.down_idx + 1) % len(down)
-            return True
-        if sw.counter_up_changed:        # _sort_up, inline: this is the hot path
-            down.sort(key=_COUNTER_UP)
-            sw.counter_up_changed = False
+            return True                 # a leaf: only CA groups below, nothing to route or reorder
+        if sw.counter_up_changed:
+            _sort_up(sw)
         if sibs:
             sibs.sort(key=_COUNTER_UP)
+        col_h = self.col_h
+        h1 = hops + 1
+        if real and max(sw.look(col_h)) <= h1:
+            # every switch below and beside already has as short a route: the loop below would
+            # skip them all (the one we came from too: it is closer still)
+            return sw.has_ca
         created = False
         groups = down + sibs if real and sibs else down
         prev_lid = prev.base_lid if prev is not None else -1
-        h1 = hops + 1
         for g in groups:
             if not g.remote_is_sw:
                 created = True
@@ -301,7 +333,7 @@ class FatTree:
             if g.remote_base_lid == prev_lid:
                 continue
             rsw = g.remote
-            least = rsw.hops[lid]
+            least = col_h[rsw.i]
             if least != NO_PATH and h1 >= least:
                 continue                 # (before the port choice: most groups end here)
             pmin = None
@@ -309,25 +341,40 @@ class FatTree:
                 if pmin is None or p.counter_up < pmin.counter_up:
                     pmin = p
             if real:
-                rsw.lft[lid] = pmin.remote_num
-                rsw.hops[lid] = hops + 1
-            routed = self._up_by_down(rsw, None, lid, real, main, is_sw, hops + 1)
-            created |= routed
+                self.col_l[rsw.i] = pmin.remote_num
+                col_h[rsw.i] = h1
+            # _up_by_down's first answers, without the call: a leaf; a switch with nothing to do
+            if rsw.plain_leaf:
+                routed = True
+            elif real and rsw.quick and max(rsw.look(col_h)) <= h1 + 1:
+                if rsw.counter_up_changed:
+                    _sort_up(rsw)
+                routed = rsw.has_ca
+            else:
+                routed = self._up_by_down(rsw, None, real, main, is_sw, h1)
             if routed:
+                created = True
                 pmin.counter_up += 1
                 g.counter_up += 1
                 sw.counter_up_changed = True
-        if created:
-            sw.down_idx = (sw.down_idx + 1) % len(down)
         return created
 
-    def _down_by_up(self, sw: _Sw, prev: _Sw | None, lid: int, real: bool, main: bool,
+    def _down_by_up(self, sw: _Sw, prev: _Sw | None, real: bool, main: bool,
                     is_sw: bool, hops: int) -> bool:
-        created = self._up_by_down(sw, prev, lid, real, main, is_sw, hops)
+        """fabric_route_downgoing_by_going_up for the LID whose column is ``col_h``/``col_l``."""
+        col_h, col_l = self.col_h, self.col_l
+        h1 = hops + 1
+        if real and sw.quick and max(sw.look(col_h)) <= h1:      # _up_by_down, nothing to do
+            if sw.counter_up_changed:
+                _sort_up(sw)
+            created = sw.has_ca
+        else:
+            created = self._up_by_down(sw, prev, real, main, is_sw, hops)
         if sw.rank == 0:
             return created              # no reverse hops (max_reverse_hops 0)
         ups = sw.groups[UP]
-        _bubble_down(ups)
+        if sw.ups_dirty:
+            sw.ups_dirty = not _bubble_down(ups)
         gmin = ups[0]
         pmin = None
         for p in gmin.ports:
@@ -337,80 +384,113 @@ class FatTree:
         if main:
             gmin.counter_down += 1
             pmin.counter_down += 1
+            sw.ups_dirty = True
             if gmin.counter_down == rsw.min_counter_down + 1:
                 rsw.min_counter_down = min((g.counter_down for g in rsw.groups[DOWN]), default=1 << 30)
-            if real and (rsw.lft[lid] == NO_PATH or hops + 1 < rsw.hops[lid]):
-                rsw.lft[lid] = pmin.remote_num
-                rsw.hops[lid] = hops + 1
-                created |= self._down_by_up(rsw, sw, lid, real, main, is_sw, hops + 1)
+                for x in rsw.below:
+                    x.ups_dirty = True
+            if real and (col_l[rsw.i] == NO_PATH or h1 < col_h[rsw.i]):
+                col_l[rsw.i] = pmin.remote_num
+                col_h[rsw.i] = h1
+                created |= self._down_by_up(rsw, sw, real, main, is_sw, h1)
         if not real:
             return created
         for g in ups[1 if main else 0:]:
             rsw = g.remote
-            if rsw.lft[lid] != NO_PATH and hops + 1 >= rsw.hops[lid]:
+            if col_l[rsw.i] != NO_PATH and h1 >= col_h[rsw.i]:
                 continue
             p = None
             for q in g.ports:
                 if p is None or q.counter_down < p.counter_down:
                     p = q
-            rsw.lft[lid] = p.remote_num
-            rsw.hops[lid] = hops + 1
-            created |= self._down_by_up(rsw, sw, lid, True, False, is_sw, hops + 1)
+            col_l[rsw.i] = p.remote_num
+            col_h[rsw.i] = h1
+            if rsw.rank == 0 and rsw.quick and max(rsw.look(col_h)) <= h1 + 1:
+                # _down_by_up of a root with nothing to do below, without the calls
+                if rsw.counter_up_changed:
+                    _sort_up(rsw)
+                created |= rsw.has_ca
+            else:
+                created |= self._down_by_up(rsw, sw, True, False, is_sw, h1)
         sibs = sw.groups[SAME]
         if sibs:
             _bubble_down(sibs)
         for g in sibs:
             rsw = g.remote
-            if rsw.lft[lid] != NO_PATH and hops + 1 >= rsw.hops[lid]:
+            if col_l[rsw.i] != NO_PATH and h1 >= col_h[rsw.i]:
                 continue
             p = None
             for q in g.ports:
                 if p is None or q.counter_down < p.counter_down:
                     p = q
-            rsw.lft[lid] = p.remote_num
-            rsw.hops[lid] = hops + 1
-            routed = self._down_by_up(rsw, sw, lid, True, False, is_sw, hops + 1)
+            col_l[rsw.i] = p.remote_num
+            col_h[rsw.i] = h1
+            routed = self._down_by_up(rsw, sw, True, False, is_sw, h1)
             created |= routed
             if routed:
                 gmin.counter_down += 1
                 pmin.counter_down += 1
+                sw.ups_dirty = True
         return created
 
+    def _new_lid(self, lft: np.ndarray, lid: int) -> None:
+        """Store the finished LID's exits (``lid``: 0 for none) and start a fresh column."""
+        if lid:
+            lft[:, lid] = np.frombuffer(self.col_l, dtype=np.uint8)
+        n = len(self.sws)
+        self.col_h = bytearray([NO_PATH]) * n
+        self.col_l = bytearray([NO_PATH]) * n
+
     def route(self) -> dict[Node, bytearray]:
+        lft = np.full((len(self.sws), self.max_lid + 1), NO_PATH, dtype=np.uint8)
         for sw in self.leaves:
             routed = 0
             for g in sw.groups[DOWN]:
                 if g.remote_is_sw or not g.remote.cn_num:
                     continue
                 lid = g.remote_base_lid
-                sw.lft[lid] = g.ports[0].num
-                sw.hops[lid] = 1
-                self._down_by_up(sw, None, lid, True, True, False, 1)
+                self.col_l[sw.i] = g.ports[0].num
+                self.col_h[sw.i] = 1
+                self._down_by_up(sw, None, True, True, False, 1)
+                self._new_lid(lft, lid)
                 routed += 1
             for _ in range(self.max_cn_per_leaf - routed):
-                self._down_by_up(sw, None, 0, False, True, False, 1)
+                # a dummy CA (LID 0): counters only, nothing written, every hop count unset
+                self._down_by_up(sw, None, False, True, False, 1)
         for sw in self.sws.values():
-            sw.lft[sw.base_lid] = 0
-            sw.hops[sw.base_lid] = 0
-            self._down_by_up(sw, None, sw.base_lid, True, False, True, 0)
+            self.col_l[sw.i] = 0
+            self.col_h[sw.i] = 0
+            self._down_by_up(sw, None, True, False, True, 0)
+            self._new_lid(lft, sw.base_lid)
         # fabric_route_roots only fills hop tables unless connect_roots is set: no LFT change
-        return {sw.node: sw.lft for sw in self.sws.values()}
+        return {sw.node: bytearray(lft[sw.i].tobytes()) for sw in self.sws.values()}
 
 
 _COUNTER_UP = attrgetter("counter_up")
 
 
-def _bubble_down(a: list) -> None:
+def _sort_up(sw: _Sw) -> None:
+    """opensm's bubble_sort_up of the down groups by up-going load: a stable sort gives the same
+    order as its strict-'<' bubble sort."""
+    sw.groups[DOWN].sort(key=_COUNTER_UP)
+    sw.counter_up_changed = False
+
+
+def _bubble_down(a: list) -> bool:
     """opensm's bubble sort of port groups by port_group_compare_load_down:
     swap neighbours while a[j] is 'less' than a[j-1] -- fewer down routes,
     or as many and a remote switch no more loaded (min_counter_down) with a
     remote key no larger.  That is not a total order, so the bubble sort
     itself is kept; the keys are read once per sort and compared inline
     (the counters stay far below 2^31, where the C code's uint32
-    subtraction never wraps)."""
+    subtraction never wraps).
+
+    True if the result is a fixed point -- no neighbours left to swap over the
+    whole list, so that sorting it again on the same keys changes nothing
+    (the sort's last pass need not have looked at the tail)."""
     n = len(a)
     if n < 2:
-        return
+        return True
     ks = [(g.counter_down, g.remote.min_counter_down, g.remote_key) for g in a]
     i = 0
     swapped = True
@@ -424,6 +504,12 @@ def _bubble_down(a: list) -> None:
                 ks[j - 1], ks[j] = ks[j], ks[j - 1]
                 swapped = True
         i += 1
+    for j in range(max(1, n - i), n):
+        c1, m1, r1 = ks[j]
+        c0, m0, r0 = ks[j - 1]
+        if c1 < c0 or (c1 == c0 and m1 <= m0 and r1 <= r0):
+            return False
+    return True
 
 
 def route(subnet: Subnet, roots=None, existing=None) -> dict[Node, bytearray]:
