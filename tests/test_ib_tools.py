@@ -263,6 +263,20 @@ def test_e2e_the_diags_through_the_device_qp0_and_qp1(hosts):
 
 
 @pytest.mark.slow
+def test_e2e_ibdiagnet_from_the_device(hosts, tmp_path):
+    """ibdiagnet -i mlx5_0: discovery, the checks and the report files from an
+    IB device's QP0/QP1, as from a host of a real cluster."""
+    d = hosts.daemons["h1"]
+    rc, out, err = tool(d, "ibdiagnet", "-i", "mlx5_0", "-p", "1", "-o", str(tmp_path), timeout=300)
+    assert rc == 0 and err == "", out + err
+    assert "-I- Discovering ... 6 nodes (2 Switches & 4 CA-s) discovered." in out, out
+    assert "-E-" not in out
+    assert "SM - master" in (tmp_path / "ibdiagnet2.sm").read_text()
+    rc, out, err = tool(d, "ibdiagnet", "-i", "mlx5_9", "-o", str(tmp_path))
+    assert rc == 2 and err == "-E- Device mlx5_9 not found\n", out + err
+
+
+@pytest.mark.slow
 def test_e2e_an_issm_file_holds_issm_and_takes_the_sms_smps(hosts):
     """A umad file opened as the kernel's issm device (an SM bound to the
     port): the port has IsSM while it is open -- every SM's sweep sees it

@@ -32,6 +32,7 @@ from .ibdiagnet_checks import (ERR, PM_NAMES, SPEEDS, WARN, WIDTHS, Routes, dupl
                                duplicate_node_desc, end_ports, lid_check, link_check, pm_check,
                                port_name, speed_width_check)
 from .perfquery import PC_FIELDS
+from .devport import SIM_CA, device_for
 from .rpc import METHOD_SET, MadPort
 
 VERSION = "2.1.1"
@@ -42,7 +43,8 @@ USAGE = f"""Usage: ibdiagnet [-i|--device <dev-name>] [-p|--port <port-num>]
        [-lw|--lw <1x|2x|4x|8x|12x>] [-ls|--ls <2.5|5|10|14|25|50|100|200>]
        [-h|--help] [-V|--version]
 
-  -i|--device <dev-name>      the local device (ibsim0: the fabric node SIM_HOST names)
+  -i|--device <dev-name>      the local device: a softrdma IB device (default: the first
+                              Active one), or ibsim0, the fabric node SIM_HOST names
   -p|--port <port-num>        the local port
   -o|--output_path <dir>      where the report files go (default={DEFAULT_OUT}/)
   -r|--routing                routing checks: LFT walk of every CA pair, credit loops
@@ -365,11 +367,15 @@ def main(argv, prog="ibdiagnet") -> int:
     if o["version"]:
         sys.stdout.write(f"IBDIAGNET {VERSION} (softrdma)\n")
         return 0
-    if o["dev"] is not None and o["dev"] != "ibsim0":
-        sys.stderr.write(f"-E- Device {o['dev']} not found (ibsim0 is the fabric's)\n")
+    # the local port: a softrdma IB device (-i names it, or the first Active one
+    # when no ibsim fabric is named in the environment), else ibsim0, the fabric
+    # node SIM_HOST names
+    device = device_for(None if o["dev"] == SIM_CA else o["dev"], o["port"] or 0)
+    if device is None and o["dev"] not in (None, SIM_CA):
+        sys.stderr.write(f"-E- Device {o['dev']} not found\n")
         return 2
     try:
-        mad = MadPort()
+        mad = MadPort(device=device, ca_port=o["port"] or 0)
     except (TransportError, WireError, OSError) as e:
         sys.stderr.write(f"-E- Cannot reach the fabric: {e}\n")
         return 2
