@@ -1,0 +1,115 @@
+"""softrdma's SM bound to a host's InfiniBand device port (``opensm -g
+<port GUID>``, no ibsim environment): its SMPs leave from the device's
+QP0 and the other SMs' SMInfo and the SA requests come to it through the
+device's issm umad file.  A fabric with no SM attached to it as an ibsim
+client: the SMs on the hosts sweep it, and of two the higher priority is
+master."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ib_helpers import IbHosts, link
+from ibfabric_helpers import NET_2SW
+from sm_helpers import have_ibsim
+from wait_helpers import stop, wait_for
+
+
+def tool(d, *args):
+    r = subprocess.run([sys.executable, "-m", "softrdma", *args], env=d.env, capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode, r.stdout, r.stderr
+
+
+def port_guid(d) -> str:
+    rc, out, err = tool(d, "ibstat", "-p")
+    assert rc == 0, err
+    return out.split()[0]
+
+
+def start_sm(hosts, tmp, h: str, *args):
+    """``softrdma opensm ARGS`` on host ``h`` (its daemon's run directory, no ibsim environment); its log."""
+    d = hosts.daemons[h]
+    log = tmp / f"osm-{h}.log"
+    env = {k: v for k, v in d.env.items() if not k.startswith(("IBSIM_", "SIM_"))}
+    env.update(OSM_CACHE_DIR=str(tmp / h), OSM_TMP_DIR=str(tmp / h))
+    p = subprocess.Popen([sys.executable, "-m", "softrdma", "opensm", "-s", "1", "-f", str(log), *args], env=env,
+                         stdout=open(tmp / f"sm-{h}.out", "w"), stderr=subprocess.STDOUT)
+    hosts.fabric.procs.append(p)
+    return p, log
+
+
+def sminfo(d):
+    rc, out, err = tool(d, "sminfo", "-C", "mlx5_0")
+    return out if rc == 0 else ""
+
+
+@pytest.fixture
+def hosts(tmp_path, shm_path):
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    h = IbHosts(tmp_path, shm_path, NET_2SW, ("h1", "h2", "h4"), sm=None)
+    yield h
+    h.close()
+
+
+@pytest.mark.slow
+def test_e2e_opensm_bound_to_a_host_port_sweeps_the_subnet(hosts, tmp_path):
+    d1 = hosts.daemons["h1"]
+    assert link(d1.run_dir, "mlx5_0")["port_attr"]["state"] == 2          # Initialize: no SM yet
+    guid = port_guid(d1)
+    sm, log = start_sm(hosts, tmp_path, "h1", "-g", guid)
+    wait_for(lambda: log.exists() and "SUBNET UP" in log.read_text(), 90, "SUBNET UP", proc=sm)
+    lids = {h: hosts.fabric.wait_active(d.run_dir) for h, d in hosts.daemons.items()}
+    assert len(set(lids.values())) == 3 and 0 not in lids.values()
+    for h, d in hosts.daemons.items():
+        rc, out, err = tool(d, "ibstat", "mlx5_0", "1")
+        assert rc == 0 and "State: Active\n" in out and f"Base lid: {lids[h]}\n" in out, out + err
+        assert f"SM lid: {lids['h1']}\n" in out, out
+    # the SM's port holds IsSM; sminfo from another host finds it master
+    assert link(d1.run_dir, "mlx5_0")["ib"]["umad_files"] == 1
+    out = wait_for(lambda: sminfo(hosts.daemons["h4"]), 30, "sminfo")
+    assert re.match(rf"sminfo: sm lid {lids['h1']} sm guid 0x{int(guid, 16):x}, activity count \d+ priority 0 "
+                    r"state 3 SMINFO_MASTER\n", out), out
+    # the SA answers through the device's QP1: a PathRecord by GUID (ibping -G) resolves
+    srv = subprocess.Popen([sys.executable, "-m", "softrdma", "ibping", "-S", "-C", "mlx5_0"],
+                           env=hosts.daemons["h2"].env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: link(hosts.daemons["h2"].run_dir, "mlx5_0")["ib"]["umad_files"] == 1, 60, "ibping -S",
+                 proc=srv)
+        rc, out, err = tool(hosts.daemons["h4"], "ibping", "-C", "mlx5_0", "-c", "2", "-f", "-G",
+                            port_guid(hosts.daemons["h2"]))
+        assert rc == 0 and f"(Lid {lids['h2']}) ibping statistics ---\n2 packets transmitted, 2 received" in out, \
+            out + err
+    finally:
+        stop(srv)
+    stop(sm)
+    assert sm.returncode == 0
+    wait_for(lambda: link(d1.run_dir, "mlx5_0")["ib"]["umad_files"] == 0, 30, "the issm file closed")
+
+
+@pytest.mark.slow
+def test_e2e_two_sms_on_two_hosts_the_higher_priority_is_master(hosts, tmp_path):
+    low, log_low = start_sm(hosts, tmp_path, "h4", "-g", port_guid(hosts.daemons["h4"]), "-p", "5")
+    wait_for(lambda: log_low.exists() and "SUBNET UP" in log_low.read_text(), 90, "SUBNET UP", proc=low)
+    guid1 = port_guid(hosts.daemons["h1"])
+    high, log_high = start_sm(hosts, tmp_path, "h1", "-g", guid1, "-p", "15")
+    lid1 = hosts.fabric.wait_active(hosts.daemons["h1"].run_dir)
+    want = re.compile(rf"sminfo: sm lid {lid1} sm guid 0x{int(guid1, 16):x}, activity count \d+ priority 15 "
+                      r"state 3 SMINFO_MASTER\n")
+    wait_for(lambda: want.match(sminfo(hosts.daemons["h2"])), 90, "h1's SM master", proc=high)
+    # the lower one stands by, and every port's SM lid is the master's
+    wait_for(lambda: re.search(r"STANDBY", (tmp_path / "sm-h4.out").read_text()), 60, "h4's SM standby", proc=low)
+    for d in hosts.daemons.values():
+        wait_for(lambda: link(d.run_dir, "mlx5_0")["port_attr"]["sm_lid"] == lid1, 60, "SM lid")
+
+
+def test_opensm_g_with_no_such_port_fails(hosts, tmp_path):
+    sm, log = start_sm(hosts, tmp_path, "h1", "-g", "0x1234", "-o")
+    assert sm.wait(60) == 1
+    assert "opensm: no InfiniBand port with GUID 0x0000000000001234 on this host" in \
+        (tmp_path / "sm-h1.out").read_text()
