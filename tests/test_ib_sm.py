@@ -94,18 +94,29 @@ def test_e2e_opensm_bound_to_a_host_port_sweeps_the_subnet(hosts, tmp_path):
 
 @pytest.mark.slow
 def test_e2e_two_sms_on_two_hosts_the_higher_priority_is_master(hosts, tmp_path):
-    low, log_low = start_sm(hosts, tmp_path, "h4", "-g", port_guid(hosts.daemons["h4"]), "-p", "5")
-    wait_for(lambda: log_low.exists() and "SUBNET UP" in log_low.read_text(), 90, "SUBNET UP", proc=low)
     guid1 = port_guid(hosts.daemons["h1"])
     high, log_high = start_sm(hosts, tmp_path, "h1", "-g", guid1, "-p", "15")
+    wait_for(lambda: log_high.exists() and "SUBNET UP" in log_high.read_text(), 90, "SUBNET UP", proc=high)
+    low, log_low = start_sm(hosts, tmp_path, "h4", "-g", port_guid(hosts.daemons["h4"]), "-p", "5")
+    wait_for(lambda: log_low.exists() and "standby: master SM" in log_low.read_text(), 90, "h4's SM standby",
+             proc=low)
+    assert f"standby: master SM 0x{int(guid1, 16):016x} priority 15\n" in log_low.read_text()
     lid1 = hosts.fabric.wait_active(hosts.daemons["h1"].run_dir)
     want = re.compile(rf"sminfo: sm lid {lid1} sm guid 0x{int(guid1, 16):x}, activity count \d+ priority 15 "
                       r"state 3 SMINFO_MASTER\n")
-    wait_for(lambda: want.match(sminfo(hosts.daemons["h2"])), 90, "h1's SM master", proc=high)
-    # the lower one stands by, and every port's SM lid is the master's
-    wait_for(lambda: re.search(r"STANDBY", (tmp_path / "sm-h4.out").read_text()), 60, "h4's SM standby", proc=low)
+    assert wait_for(lambda: want.match(sminfo(hosts.daemons["h2"])), 30, "sminfo")
+    # the standby's SMInfo as seen from another host: priority 5, STANDBY
+    lid4 = hosts.fabric.wait_active(hosts.daemons["h4"].run_dir)
+    rc, out, err = tool(hosts.daemons["h2"], "sminfo", "-C", "mlx5_0", str(lid4))
+    assert rc == 0 and re.match(rf"sminfo: sm lid {lid4} sm guid 0x[0-9a-f]+, activity count \d+ priority 5 "
+                                r"state 2 SMINFO_STANDBY\n", out), out + err
     for d in hosts.daemons.values():
-        wait_for(lambda: link(d.run_dir, "mlx5_0")["port_attr"]["sm_lid"] == lid1, 60, "SM lid")
+        assert link(d.run_dir, "mlx5_0")["port_attr"]["sm_lid"] == lid1
+    # the master goes: the standby takes over after its polls fail
+    stop(high)
+    want4 = re.compile(rf"sminfo: sm lid {lid4} sm guid 0x[0-9a-f]+, activity count \d+ priority 5 "
+                       r"state 3 SMINFO_MASTER\n")
+    wait_for(lambda: want4.match(sminfo(hosts.daemons["h2"])), 90, "h4's SM master", proc=low)
 
 
 def test_opensm_g_with_no_such_port_fails(hosts, tmp_path):
