@@ -31,14 +31,15 @@ def port_guid(d) -> str:
     return out.split()[0]
 
 
-def start_sm(hosts, tmp, h: str, *args):
+def start_sm(hosts, tmp, h: str, *args, tag: str | None = None):
     """``softrdma opensm ARGS`` on host ``h`` (its daemon's run directory, no ibsim environment); its log."""
     d = hosts.daemons[h]
-    log = tmp / f"osm-{h}.log"
+    tag = tag or h
+    log = tmp / f"osm-{tag}.log"
     env = {k: v for k, v in d.env.items() if not k.startswith(("IBSIM_", "SIM_"))}
-    env.update(OSM_CACHE_DIR=str(tmp / h), OSM_TMP_DIR=str(tmp / h))
+    env.update(OSM_CACHE_DIR=str(tmp / tag), OSM_TMP_DIR=str(tmp / tag))
     p = subprocess.Popen([sys.executable, "-m", "softrdma", "opensm", "-s", "1", "-f", str(log), *args], env=env,
-                         stdout=open(tmp / f"sm-{h}.out", "w"), stderr=subprocess.STDOUT)
+                         stdout=open(tmp / f"sm-{tag}.out", "w"), stderr=subprocess.STDOUT)
     hosts.fabric.procs.append(p)
     return p, log
 
@@ -117,6 +118,59 @@ def test_e2e_two_sms_on_two_hosts_the_higher_priority_is_master(hosts, tmp_path)
     want4 = re.compile(rf"sminfo: sm lid {lid4} sm guid 0x[0-9a-f]+, activity count \d+ priority 5 "
                        r"state 3 SMINFO_MASTER\n")
     wait_for(lambda: want4.match(sminfo(hosts.daemons["h2"])), 90, "h4's SM master", proc=low)
+
+
+# two subnets: sw1 with h1, h2 and sw2 with h3, h4, no link between them
+NET_TWO_SUBNETS = """Switch 4 "sw1"
+[1] "h1"[1]
+[2] "h2"[1]
+Switch 4 "sw2"
+[1] "h3"[1]
+[2] "h4"[1]
+Ca 1 "h1"
+[1] "sw1"[1]
+Ca 1 "h2"
+[1] "sw1"[2]
+Ca 1 "h3"
+[1] "sw2"[1]
+Ca 1 "h4"
+[1] "sw2"[2]
+"""
+
+
+@pytest.mark.slow
+def test_e2e_one_sm_per_port_guid_on_two_subnets(tmp_path, shm_path):
+    """The per-port opensm script: a host with a port on each of two subnets
+    (mlx5_0 on h1, mlx5_1 on h3) starts one SM per port GUID of ``ibstat
+    -p``; each subnet comes up with its own SM."""
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    hosts = IbHosts(tmp_path, shm_path, NET_TWO_SUBNETS, ("h1", "h2", "h4"), sm=None)
+    try:
+        d = hosts.daemons["h1"]
+        hosts.fabric.attach(d.run_dir, "h3", name="mlx5_1")
+        guids = [port_guid_of(d, ca) for ca in ("mlx5_0", "mlx5_1")]
+        sms = [start_sm(hosts, tmp_path, "h1", "-g", g, tag=g) for g in guids]
+        for sm, log in sms:
+            wait_for(lambda: log.exists() and "SUBNET UP" in log.read_text(), 90, "SUBNET UP", proc=sm)
+        lid = {ca: hosts.fabric.wait_active(d.run_dir, ca) for ca in ("mlx5_0", "mlx5_1")}
+        # each subnet's ports have their own SM: the host's port on that subnet
+        for h, ca, master in (("h1", "mlx5_0", 0), ("h2", "mlx5_0", 0), ("h1", "mlx5_1", 1), ("h4", "mlx5_0", 1)):
+            run_dir = hosts.daemons[h].run_dir
+            hosts.fabric.wait_active(run_dir, ca)
+            sm_lid = lid[("mlx5_0", "mlx5_1")[master]]
+            wait_for(lambda: link(run_dir, ca)["port_attr"]["sm_lid"] == sm_lid, 60, f"{h} {ca}'s SM lid")
+        for h, master in (("h2", 0), ("h4", 1)):
+            out = wait_for(lambda: sminfo(hosts.daemons[h]), 30, "sminfo")
+            assert f" sm guid 0x{int(guids[master], 16):x}, " in out and "SMINFO_MASTER" in out, out
+    finally:
+        hosts.close()
+
+
+def port_guid_of(d, ca: str) -> str:
+    rc, out, err = tool(d, "ibstat", "-p", ca)
+    assert rc == 0 and len(out.split()) == 1, out + err
+    return out.split()[0]
 
 
 def test_opensm_g_with_no_such_port_fails(hosts, tmp_path):
