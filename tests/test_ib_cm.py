@@ -6,6 +6,8 @@ device by way of the loopback (cma_bind_loopback) nor hangs."""
 from __future__ import annotations
 
 import errno
+import subprocess
+import sys
 
 import pytest
 
@@ -53,3 +55,12 @@ def test_a_wildcard_listen_covers_the_ib_device_but_no_ip_resolves_to_it(ib_only
         cli.destroy()
         srv.destroy()
         ch.close()
+
+
+def test_rping_by_ip_on_an_ib_only_host_reports_the_address_error(ib_only):
+    """rping resolves an IP address: on IB devices (no IPoIB) it says so as
+    rping does for an ADDR_ERROR event, and exits at once."""
+    r = subprocess.run([sys.executable, "-m", "softrdma", "rping", "-c", "-C", "1", "-a", "127.0.0.1", "-p", "7702"],
+                       env={**ib_only.env, "SOFTRDMA_AUTOSTART": "0"}, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert f"cma event RDMA_CM_EVENT_ADDR_ERROR, error {-errno.ENODEV}\n" in r.stderr, r.stdout + r.stderr
