@@ -31,13 +31,13 @@ def port_guid(d) -> str:
     return out.split()[0]
 
 
-def start_sm(hosts, tmp, h: str, *args, tag: str | None = None):
+def start_sm(hosts, tmp, h: str, *args, tag: str | None = None, **env_extra):
     """``softrdma opensm ARGS`` on host ``h`` (its daemon's run directory, no ibsim environment); its log."""
     d = hosts.daemons[h]
     tag = tag or h
     log = tmp / f"osm-{tag}.log"
     env = {k: v for k, v in d.env.items() if not k.startswith(("IBSIM_", "SIM_"))}
-    env.update(OSM_CACHE_DIR=str(tmp / tag), OSM_TMP_DIR=str(tmp / tag))
+    env.update(OSM_CACHE_DIR=str(tmp / tag), OSM_TMP_DIR=str(tmp / tag), **env_extra)
     p = subprocess.Popen([sys.executable, "-m", "softrdma", "opensm", "-s", "1", "-f", str(log), *args], env=env,
                          stdout=open(tmp / f"sm-{tag}.out", "w"), stderr=subprocess.STDOUT)
     hosts.fabric.procs.append(p)
@@ -164,3 +164,14 @@ def test_opensm_g_with_no_such_port_fails(hosts, tmp_path):
     assert sm.wait(60) == 1
     assert "opensm: no InfiniBand port with GUID 0x0000000000001234 on this host" in \
         (tmp_path / "sm-h1.out").read_text()
+
+
+def test_opensm_g_of_a_device_port_binds_to_it_with_the_ibsim_environment_set(hosts, tmp_path):
+    """A port GUID of one of the host's devices wins over the ibsim
+    environment: the SM binds to that port (a sweep, ``-o``, and out)."""
+    sm, log = start_sm(hosts, tmp_path, "h2", "-o", "-g", port_guid(hosts.daemons["h2"]),
+                       IBSIM_SOCKNAME=hosts.fabric.base, SIM_HOST="sw1")
+    assert sm.wait(90) == 0, (tmp_path / "sm-h2.out").read_text()
+    text = log.read_text()
+    assert "bound to mlx5_0 port 1 (an issm umad file)" in text and "SUBNET UP" in text, text
+    hosts.fabric.wait_active(hosts.daemons["h4"].run_dir)
