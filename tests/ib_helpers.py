@@ -285,7 +285,8 @@ class IbFabric:
 class IbHosts:
     """A fabric on ``net``, a daemon per host of ``hosts`` (run directories
     under ``shm``) with its mlx5_0 on that CA, and the SM's sweep done:
-    every port Active, ``lid`` by host."""
+    every port Active, ``lid`` by host (``sm=None``: no SM, the ports stay
+    in Initialize; ``lid`` is empty)."""
 
     def __init__(self, tmp, shm, net: str, hosts, sm: str = "softrdma"):
         self.fabric = IbFabric(tmp, net)
@@ -295,8 +296,10 @@ class IbHosts:
                 (shm / h).mkdir(parents=True)
                 self.daemons[h] = RunningDaemon(str(shm / h))
                 self.fabric.attach(self.daemons[h].run_dir, h)
-            self.fabric.sweep(sm)
-            self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.daemons.items()}
+            self.lid = {}
+            if sm is not None:
+                self.fabric.sweep(sm)
+                self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.daemons.items()}
         except BaseException:
             self.close()
             raise

@@ -8,7 +8,9 @@ As cma.c for RoCE:
   EACCES as cma_check_port and cma_use_port;
 * ``resolve_addr``: the source address and device of a destination found
   by the host's routing (the device whose GID table holds the source
-  address); ``resolve_route``: a RoCE route built locally
+  address; an InfiniBand device has no IP address without IPoIB, so an IP
+  destination never resolves onto one: ADDR_ERROR -ENODEV when no RoCE
+  device has the source); ``resolve_route``: a RoCE route built locally
   (cma_resolve_iboe_route: GIDs from the addresses);
 * ``listen`` on the bound device, or on every device (cma_listen_on_all),
   as one IB CM listen per (device, service ID) shared by the IDs;
@@ -42,6 +44,9 @@ from .cma_id import (
     CmaId,
     cma_any_addr,
 )
+
+
+LINK_LAYER_ETHERNET = 2                 # IBV_LINK_LAYER_ETHERNET: a RoCE port, addresses on its netdev
 
 
 class CmaAddr:
@@ -154,9 +159,12 @@ class CmaAddr:
                 status = -(e.errno or errno.EHOSTUNREACH)
             else:
                 dev = self._device_of(src_ip)
-                if dev is None and d.is_loopback and self.daemon.devices:
-                    dev = next(iter(self.daemon.devices.values()))      # cma_bind_loopback
-                    first = next((e.gid for i, e in dev.gid_table if i), None)
+                if dev is None and d.is_loopback:
+                    # cma_bind_loopback, among the devices that carry IP: an
+                    # InfiniBand port would need IPoIB, which it does not have
+                    dev = next((x for x in self.daemon.devices.values() if x.link_layer == LINK_LAYER_ETHERNET),
+                               None)
+                    first = next((e.gid for i, e in dev.gid_table if i), None) if dev is not None else None
                     src_ip = gid_ip(first) if first is not None else src_ip
                 if dev is None:
                     status = -errno.ENODEV

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 
+from ..mgmt.devport import DevicePort, ib_links, port_by_guid
 from ..mgmt.umad import IbsimPort, TransportError
 from . import log as L
 from .guid2lid import Guid2Lid
@@ -75,7 +76,7 @@ def _bool(text: str, key: str) -> bool:
 def build_parser(prog: str = "opensm") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="softrdma's subnet manager, opensm's options "
                                 "(runs against an ibsim-protocol fabric: ibsim or softrdma fabric serve)")
-    p.add_argument("-g", "--guid", type=_int, help="port GUID to bind to (must be the attached node's port)")
+    p.add_argument("-g", "--guid", type=_int, help="port GUID to bind to: a port of this host's IB devices (ibstat -p), or with ibsim the attached node's port")
     p.add_argument("-p", "--priority", type=_int, default=None, help="SM priority 0..15")
     p.add_argument("-R", "--routing_engine", help="routing engine: minhop, updn or ftree")
     p.add_argument("-a", "--root_guid_file", help="root switch GUIDs (updn, ftree)")
@@ -284,12 +285,15 @@ def run(s: dict, log: L.Log, once: bool, out=sys.stdout) -> int:
         g2l = Guid2Lid()
     roots = s["root_set"] if "root_set" in s else read_roots(s["roots"])
     try:
-        port = IbsimPort()
+        port = open_port(s["guid"])
     except TransportError as e:
         log.error(f"ERR 3A0F: {e}")
         print(f"opensm: {e}", file=sys.stderr)
         return 1
-    log.info(f"{VERSION}: attached to ibsim as client {port.client} at node \"{port.attached}\"")
+    if isinstance(port, DevicePort):
+        log.info(f"{VERSION}: bound to {port.name} port {port.port_num} (an issm umad file)")
+    else:
+        log.info(f"{VERSION}: attached to ibsim as client {port.client} at node \"{port.attached}\"")
     loop = SmLoop(s, log, out, port, g2l, g2l_path, roots, sa_factory=_sa_factory())
 
     def on_signal(signum, frame):
@@ -307,6 +311,29 @@ def run(s: dict, log: L.Log, once: bool, out=sys.stdout) -> int:
         for sig, h in old.items():
             signal.signal(sig, h)
         port.close()
+
+
+# what the SM takes from its port: SMPs (SMInfo, traps) and SA requests
+SM_CLASSES = (0x01, 0x81, 0x03)
+
+
+def open_port(guid: int):
+    """The SM's port: with ``-g GUID`` naming a port of an IB device of this
+    host's softrdmad (``ibstat -p``), that port -- an issm umad file, its
+    SMPs through the device's QP0 -- else, and with the ibsim environment
+    set, an ibsim client (``SIM_HOST``'s node)."""
+    sim = bool(os.environ.get("IBSIM_SOCKNAME") or os.environ.get("IBSIM_SERVER_NAME"))
+    if guid:
+        found = port_by_guid(guid)
+        if found is None and not sim:
+            raise TransportError(f"no InfiniBand port with GUID 0x{guid:016x} on this host (ibstat -p lists them)")
+    else:
+        # no -g: the first IB port of the host, as opensm takes the first port it finds
+        links = [] if sim else ib_links()
+        found = (links[0]["ifname"], links[0]["port"]) if links else None
+    if found is None:
+        return IbsimPort()
+    return DevicePort(found[0], found[1], classes=SM_CLASSES, issm=True)
 
 
 def _sa_factory():
