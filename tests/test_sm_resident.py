@@ -132,6 +132,19 @@ def test_standby_polls_and_takes_over(fab):
     assert "state 3 SMINFO_MASTER" in fab.diag("sminfo", "70")     # host0064's LID
 
 
+def test_a_better_sm_coming_later_gets_a_handover(fab):
+    """The master asks every SM's SMInfo on each light sweep (as opensm's
+    light sweep does), so a better SM that came up after it -- standing by,
+    as a discovering SM that finds a master does -- gets the subnet."""
+    a = fab.our_sm("a", "host0064", "-s", "1")
+    wait_log(a, "SUBNET UP")
+    b = fab.our_sm("b", None, "-s", "1", "-p", "10")
+    wait_log(a, "handed the subnet over to SM 0x0002c90400000001")
+    wait_log(b, "SUBNET UP")
+    out = fab.diag("sminfo")
+    assert "sm guid 0x2c90400000001," in out and "state 3 SMINFO_MASTER" in out, out
+
+
 def test_real_opensm_hands_over_to_ours(fab):
     # same priority, ours has the lower GUID: the real opensm master hands the subnet over
     real = fab.real_sm("real", "host0032", "-s", "5")

@@ -342,15 +342,23 @@ class SmLoop:
             if self.sminfo.state == SmState.MASTER:
                 traps = [e[1] for e in events if e[0] == "trap"]
                 why = f"trap {traps[0]}" if traps else None
+                light_swept = False
                 if why is None and time.monotonic() >= next_sweep:
                     q = self._mads()
                     ls = light.light_sweep(q, self.subnet)
                     self._drive(q, ls)
                     why = light.changed(self.subnet, ls)
                     next_sweep = time.monotonic() + (self.s["sweep"] or 1e12)
+                    light_swept = True
                 if why:
                     self.log.info(f"heavy sweep: {why}")
                     self._heavy()
+                    self._handover_if_outranked()
+                elif light_swept:
+                    # opensm's light sweep ends with the SMInfo of every SM it knows
+                    # (state_mgr_light_sweep_start: query_sm_info): a better SM that
+                    # was still discovering at the last heavy sweep, and has stood by
+                    # since, gets the subnet now
                     self._handover_if_outranked()
             elif self.sminfo.state == SmState.STANDBY and time.monotonic() >= next_poll:
                 self._poll_master()
