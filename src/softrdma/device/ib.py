@@ -35,6 +35,7 @@ QPs take packets by QPN, as on a real HCA (no address check).
 from __future__ import annotations
 
 import errno
+import struct
 
 from ..enums import (IBV_EVENT_CLIENT_REREGISTER, IBV_EVENT_GID_CHANGE, IBV_EVENT_LID_CHANGE,
                      IBV_EVENT_PKEY_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR, IBV_EVENT_SM_CHANGE)
@@ -47,8 +48,9 @@ from ..uapi.shm import W_PRODUCER
 from ..wire import fabriclink as fl
 from ..wire import smp
 from ..wire.errors import WireError
-from ..wire.fastpath import SegmentRun
-from ..wire.lrh import MCAST_LID_BASE, PERMISSIVE_LID, VL15, decap, encap, pack_grh, ICRC_BYTES
+from ..wire.fastpath import BTH_BYTES, SegmentRun, Segments
+from ..wire.lrh import (GRH_BYTES, ICRC_BYTES, LRH_BYTES, MCAST_LID_BASE, PERMISSIVE_LID, VCRC_BYTES, VL15, build_run,
+                        decap, encap, pack_grh, run_lrh, verify_packets)
 from ..wire.opcodes import Opcode
 from ..wire.packet import build
 from .core import DeviceCore
@@ -68,6 +70,8 @@ GID_TABLE_LEN = smp.GUIDS_PER_BLOCK  # the first GUIDInfo block: the GUIDs the f
 ROUTE_CACHE_MAX = 4096
 # the port's own counters (PortCounters names; ``ib_counters``)
 XMIT_DISCARDS, RCV_ERRORS, PKEY_VIOLATIONS, XMIT_PACKETS, XMIT_BYTES = range(5)
+_PLEN = struct.Struct(">H")                  # a PACKETS entry's length (wire.fabriclink)
+PACKETS_ENTRY_LRH = fl.HDR.size + 2          # where a PACKETS message's first LRH starts
 IB_COUNTERS = ("port_xmit_discards", "port_rcv_errors", "pkey_violations", "xmit_packets", "xmit_bytes")
 
 
@@ -297,48 +301,81 @@ class IbPort(Port):
 
     # -- transmit (the port layer's ``route``, for a link with no same-daemon path)
     def route(self, peers, now: float) -> bool:
-        """Encapsulate what the QPs produced and send it to the fabric; False
-        if there was nothing."""
+        """Encapsulate what the QPs produced and send it to the fabric as
+        PACKETS messages; False if there was nothing.  A SegmentRun's
+        packets are laid out as PACKETS entries in one call
+        (``lrh.build_run``); other packets one by one (``encap``)."""
         tx = self.tx
         if not tx or self.routing:
             return False
         self.routing = True
         cache = self.route_cache
-        frames = []
-        nbytes = 0
+        msgs = []                                # PACKETS messages, whole
+        parts: list = []                         # the entries of the one being filled
+        npk = 0
+        size = fl.HDR.size
+        sent_pkts = nbytes = 0
         discards = dropped = 0
         active = self.state == ACTIVE and self.link.connected
+        runs = self.tap is None
         try:
             while tx:
                 items = tx[:]
                 tx.clear()
                 for qp, pkt, av in items:
-                    pkts = pkt.packets() if pkt.__class__ is SegmentRun else (pkt,)
+                    is_run = pkt.__class__ is SegmentRun
                     if not active:
-                        discards += len(pkts)
+                        discards += pkt.count if is_run else 1
                         continue
+                    if runs and qp.tx_runs is False:     # (QP1's sender: None, never asks)
+                        qp.enable_runs()
                     r = cache.get(id(av))
                     if r is None or r.av is not av:
                         if len(cache) >= ROUTE_CACHE_MAX:
                             cache.clear()
                         r = cache[id(av)] = self._ib_route(av)
-                    for p in pkts:
-                        if r.grh:
-                            if r.sgid is None:
-                                discards += 1
+                    if r.grh and r.sgid is None:
+                        discards += pkt.count if is_run else 1
+                        continue
+                    if is_run:
+                        mtu = pkt.mtu
+                        frame = LRH_BYTES + (GRH_BYTES if r.grh else 0) + BTH_BYTES + mtu + ICRC_BYTES + VCRC_BYTES
+                        lrh = run_lrh(dlid=r.dlid, slid=r.slid, sl=r.sl, mtu=mtu, grh=r.grh)
+                        grh = self._pack_grh(r, BTH_BYTES + mtu + ICRC_BYTES) if r.grh else b""
+                        ent = frame + 2
+                        i, total = 0, pkt.count
+                        while i < total:
+                            k = min(total - i, (fl.MAX_MESSAGE - size) // ent)
+                            if k <= 0:
+                                msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                                parts, npk, size = [], 0, fl.HDR.size
                                 continue
-                            grh = pack_grh(sgid=r.sgid, dgid=r.dgid, pay_len=len(p) + ICRC_BYTES,
-                                           tclass=r.tclass, flow_label=r.flow_label, hop_limit=r.hop_limit)
-                        else:
-                            grh = None
-                        f = encap(p, dlid=r.dlid, slid=r.slid, sl=r.sl, grh=grh)
-                        frames.append(f)
-                        nbytes += len(p) + ICRC_BYTES
-            dropped = self.link.send_packets(frames) if frames else 0
+                            parts.append(build_run(pkt.hdr, pkt.payload, mtu, total, i, k, pkt.psn0, pkt.ackreq_last,
+                                                   pkt.last_hdr, pkt.first_hdr, lrh, grh))
+                            npk += k
+                            size += k * ent
+                            i += k
+                        sent_pkts += total
+                        nbytes += total * (BTH_BYTES + mtu + ICRC_BYTES)
+                        continue
+                    grh = self._pack_grh(r, len(pkt) + ICRC_BYTES) if r.grh else None
+                    f = encap(pkt, dlid=r.dlid, slid=r.slid, sl=r.sl, grh=grh)
+                    if size + 2 + len(f) > fl.MAX_MESSAGE and npk:
+                        msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                        parts, npk, size = [], 0, fl.HDR.size
+                    parts.append(_PLEN.pack(len(f)))
+                    parts.append(f)
+                    npk += 1
+                    size += 2 + len(f)
+                    sent_pkts += 1
+                    nbytes += len(pkt) + ICRC_BYTES
+            if npk:
+                msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+            dropped = self.link.send_messages(msgs) if msgs else 0
         finally:
             self.routing = False
         c = self.cnt
-        sent = len(frames) - dropped
+        sent = sent_pkts - dropped
         discards += dropped
         c[TX_PACKETS] += sent
         c[TX_BYTES] += nbytes
@@ -348,7 +385,35 @@ class IbPort(Port):
         ic[XMIT_DISCARDS] += discards
         return True
 
+    @staticmethod
+    def _pack_grh(r: IbRoute, pay_len: int) -> bytes:
+        return pack_grh(sgid=r.sgid, dgid=r.dgid, pay_len=pay_len, tclass=r.tclass, flow_label=r.flow_label,
+                        hop_limit=r.hop_limit)
+
     # -- receive
+    def receive_message(self, msg, now: float) -> bool:
+        """A PACKETS message whose packets all go to one QP of this port,
+        checked whole (``lrh.verify_packets``: CRCs, DLID, framing, one
+        DestQP and P_Key), handed to the port layer as one ``Segments``
+        (the QP places in-order MIDDLE runs in one call).  False when it
+        is not such a message: the packet-by-packet path takes it (and
+        counts what is wrong)."""
+        got = verify_packets(msg, self.lid, self.lmc_mask)
+        if got is None:
+            return False
+        dqpn, groups = got
+        if dqpn <= 1:                        # QP0, QP1: the MAD agents take them one by one
+            return False
+        b = PACKETS_ENTRY_LRH                # the first packet's LRH
+        if (msg[b + LRH_BYTES + 2] << 8 | msg[b + LRH_BYTES + 3]) not in self.accepts_pkey:
+            return False
+        view = memoryview(msg)
+        dlid = msg[b + 2] << 8 | msg[b + 3]
+        src = LinkSource(None, msg[b + 6] << 8 | msg[b + 7], msg[b + 1] >> 4, dlid & self.lmc_mask)
+        self.receive_batch([(Segments(view, off + seg * k, seg, dqpn, off, 2 + LRH_BYTES, VCRC_BYTES), src, 0)
+                            for off, seg, k in groups], b"", 0, now)
+        return True
+
     def receive_frames(self, frames, now: float) -> None:
         """Native IB packets the fabric delivered to this port."""
         datagrams = []
@@ -432,12 +497,14 @@ class IbPort(Port):
         msgs, ended = self.link.receive()
         for t, msg in msgs:
             if t == fl.MsgType.PACKETS:
+                self.pull_receives()
+                if self.tap is None and self.receive_message(msg, now):
+                    continue
                 try:
                     frames = list(fl.iter_packets(msg))
                 except WireError:
                     self.ib_cnt[RCV_ERRORS] += 1
                     continue
-                self.pull_receives()
                 self.receive_frames(frames, now)
             elif t == fl.MsgType.PORT_INFO:
                 try:
