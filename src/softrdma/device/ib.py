@@ -89,6 +89,14 @@ def pkey_accepts(table) -> frozenset:
     return frozenset(ok)
 
 
+def message_segments(msg, dqpn: int, groups) -> list:
+    """A PACKETS message that ``lrh.verify_packets`` passed, as one
+    ``Segments`` per run of equal-length entries (``groups``): each entry a
+    be16 length and the LRH before the BTH, the VCRC after the ICRC."""
+    view = memoryview(msg)
+    return [Segments(view, off + seg * k, seg, dqpn, off, 2 + LRH_BYTES, VCRC_BYTES) for off, seg, k in groups]
+
+
 class IbRoute:
     """Where an address vector's packets go: the LRH fields and, for a
     global AV, the GRH's (``sgid`` None: the source GID index is empty,
@@ -407,11 +415,9 @@ class IbPort(Port):
         b = PACKETS_ENTRY_LRH                # the first packet's LRH
         if (msg[b + LRH_BYTES + 2] << 8 | msg[b + LRH_BYTES + 3]) not in self.accepts_pkey:
             return False
-        view = memoryview(msg)
         dlid = msg[b + 2] << 8 | msg[b + 3]
         src = LinkSource(None, msg[b + 6] << 8 | msg[b + 7], msg[b + 1] >> 4, dlid & self.lmc_mask)
-        self.receive_batch([(Segments(view, off + seg * k, seg, dqpn, off, 2 + LRH_BYTES, VCRC_BYTES), src, 0)
-                            for off, seg, k in groups], b"", 0, now)
+        self.receive_batch([(segs, src, 0) for segs in message_segments(msg, dqpn, groups)], b"", 0, now)
         return True
 
     def receive_frames(self, frames, now: float) -> None:
@@ -585,4 +591,4 @@ class IbDevice(DeviceCore, IbPort):
                              src_path_bits=d.get("src_path_bits", 0), static_rate=d.get("static_rate", 0))
 
 
-__all__ = ["IbPort", "IbDevice", "IbRoute", "pkey_accepts", "LINK_LAYER_IB", "IB_COUNTERS"]
+__all__ = ["IbPort", "IbDevice", "IbRoute", "message_segments", "pkey_accepts", "LINK_LAYER_IB", "IB_COUNTERS"]
