@@ -14,14 +14,24 @@ Polling, until the fabric is back.
 
 Transmit: an address vector resolves to an ``IbRoute`` (DLID, SLID = base
 LID | source path bits within the LMC, SL, and a GRH when ``is_global``),
-cached per AV object; each packet is encapsulated (``wire.lrh.encap``:
-LRH, GRH, ICRC over the IB headers, VCRC) and the packets of one pass go to
-the fabric as PACKETS batches.  Nothing is delivered inside the daemon:
-two IB devices of one daemon talk through the fabric's switches as two
-hosts would.  A port that is not Active sends nothing: the packets are
-discarded and counted (PortXmitDiscards).
+cached per AV object; the packets of one pass leave as PACKETS messages
+of up to 64 KiB.  A QP's run of MIDDLE packets (a ``SegmentRun``: the
+port asks QPs for them, as a RoCE port with a socket does) is laid out as
+PACKETS entries in one call (``wire.lrh.build_run``: LRH, GRH, BTH,
+payload, ICRC, VCRC of each, compiled where built); any other packet is
+encapsulated on its own (``wire.lrh.encap``).  Nothing is delivered
+inside the daemon: two IB devices of one daemon talk through the
+fabric's switches as two hosts would.  A port that is not Active sends
+nothing: the packets are discarded and counted (PortXmitDiscards).
 
-Receive: each packet is checked (``wire.lrh.decap``: length, LNH, VCRC,
+Receive: a PACKETS message whose packets are all for one QP (other than
+QP0 and QP1), LRH-only, to this port's LID, with good CRCs and framing and
+one accepted P_Key -- a bulk transfer's messages -- is checked whole
+(``wire.lrh.verify_packets``) and handed to the port layer as one
+``fastpath.Segments`` per run of equal-length packets, so the QP places
+in-order MIDDLE runs in one call, as it does a RoCE GRO buffer
+(``transport.segments``).  Anything else takes the checked path packet by
+packet: each packet is checked (``wire.lrh.decap``: length, LNH, VCRC,
 ICRC; else PortRcvErrors), its DLID must be the port's (within the LMC) or
 a multicast LID, its BTH P_Key must match the port's table (IBA 10.9.3:
 the low 15 bits equal, one of the two a full member; else the packet is
@@ -68,10 +78,10 @@ _SPEED_EXT = {1: 16, 2: 32, 4: 64, 8: 128}
 _SPEED_NAME = {1: "SDR", 2: "DDR", 4: "QDR", 16: "FDR", 32: "EDR", 64: "HDR", 128: "NDR"}
 GID_TABLE_LEN = smp.GUIDS_PER_BLOCK  # the first GUIDInfo block: the GUIDs the fabric sends
 ROUTE_CACHE_MAX = 4096
-# the port's own counters (PortCounters names; ``ib_counters``)
-XMIT_DISCARDS, RCV_ERRORS, PKEY_VIOLATIONS, XMIT_PACKETS, XMIT_BYTES = range(5)
 _PLEN = struct.Struct(">H")                  # a PACKETS entry's length (wire.fabriclink)
 PACKETS_ENTRY_LRH = fl.HDR.size + 2          # where a PACKETS message's first LRH starts
+# the port's own counters (PortCounters names; ``ib_counters``)
+XMIT_DISCARDS, RCV_ERRORS, PKEY_VIOLATIONS, XMIT_PACKETS, XMIT_BYTES = range(5)
 IB_COUNTERS = ("port_xmit_discards", "port_rcv_errors", "pkey_violations", "xmit_packets", "xmit_bytes")
 
 

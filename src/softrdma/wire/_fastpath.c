@@ -16,7 +16,11 @@
  *   place_middles   -- the in-order MIDDLE packets of a RDMA WRITE or SEND
  *                      in such a buffer, copied to their place;
  *   icrc_v4         -- one packet's ICRC (its 4 bytes on the wire) for an
- *                      IPv4 flow and IP ID: the packets sent one by one.
+ *                      IPv4 flow and IP ID: the packets sent one by one;
+ *   vcrc            -- a native IB packet's VCRC;
+ *   ib_build_run    -- a SegmentRun's packets as native IB packets, laid out
+ *                      as the entries of a PACKETS message (wire/lrh.py);
+ *   ib_verify_packets -- a whole PACKETS message checked for one QP.
  *
  * No sockets, no state beyond the CRC-32 function and the opcode table set
  * once by the Python side.  The CRC-32 is zlib's unless set_crc32() is

@@ -16,7 +16,14 @@ with nothing to decide between them:
 * ``icrc_v4`` -- one packet's ICRC bytes for an IPv4 flow and IP ID (the
   packets a socket sends one by one or appends to a run);
 * ``vcrc`` -- the VCRC of a native InfiniBand packet (``wire.lrh``), whose
-  per-byte CRC-16 loop Python would run at a few MB/s.
+  per-byte CRC-16 loop Python would run at a few MB/s;
+* ``ib_build_run`` / ``ib_verify_packets`` -- an IB port's bulk loops (a
+  SegmentRun as PACKETS entries, a PACKETS message checked whole): their
+  references and the choice between them are ``wire.lrh``'s
+  (``build_run``, ``verify_packets``).
+
+``place_middles`` and ``Segments`` also take packets with bytes around
+each (an IB packet's PACKETS length and LRH before, its VCRC after).
 
 Each exists twice: the Python reference below, and the compiled
 ``_fastpath`` (built from ``_fastpath.c`` by ``pip install`` where a C
