@@ -331,7 +331,7 @@ static PyObject *py_icrc_v4(PyObject *self, PyObject *args)
 
 /* vcrc(data) -> int: the InfiniBand VCRC (CRC-16, polynomial 0x100B, seed
  * 0xFFFF, reflected, inverted) of a native IB packet's LRH .. ICRC. */
-static uint16_t vcrc_table[8][256];      /* slicing by 8 */
+static uint16_t vcrc_table[16][256];     /* slicing by 16 */
 
 static void vcrc_init(void)
 {
@@ -342,13 +342,23 @@ static void vcrc_init(void)
         vcrc_table[0][i] = c;
     }
     for (unsigned i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
+        for (int t = 1; t < 16; t++)
             vcrc_table[t][i] = (uint16_t)((vcrc_table[t - 1][i] >> 8) ^ vcrc_table[0][vcrc_table[t - 1][i] & 0xFF]);
 }
 
 static uint16_t vcrc_of(const uint8_t *d, Py_ssize_t n)
 {
     uint16_t c = 0xFFFF;
+    while (n >= 16) {
+        c = (uint16_t)(vcrc_table[15][(d[0] ^ c) & 0xFF] ^ vcrc_table[14][(d[1] ^ (c >> 8)) & 0xFF]
+                       ^ vcrc_table[13][d[2]] ^ vcrc_table[12][d[3]] ^ vcrc_table[11][d[4]]
+                       ^ vcrc_table[10][d[5]] ^ vcrc_table[9][d[6]] ^ vcrc_table[8][d[7]]
+                       ^ vcrc_table[7][d[8]] ^ vcrc_table[6][d[9]] ^ vcrc_table[5][d[10]]
+                       ^ vcrc_table[4][d[11]] ^ vcrc_table[3][d[12]] ^ vcrc_table[2][d[13]]
+                       ^ vcrc_table[1][d[14]] ^ vcrc_table[0][d[15]]);
+        d += 16;
+        n -= 16;
+    }
     while (n >= 8) {
         c = (uint16_t)(vcrc_table[7][(d[0] ^ c) & 0xFF] ^ vcrc_table[6][(d[1] ^ (c >> 8)) & 0xFF]
                        ^ vcrc_table[5][d[2]] ^ vcrc_table[4][d[3]] ^ vcrc_table[3][d[4]]
