@@ -152,6 +152,20 @@ static PyObject *py_crc32(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(c);
 }
 
+/* Packet i of a SegmentRun of count packets at p: its BTH (the first's /
+ * the last's template if given, else hdr; PSN psn0 + i; AckReq on the last
+ * if asked) and its payload, without the ICRC. */
+static void run_packet(unsigned char *p, Py_ssize_t i, Py_ssize_t count, const Py_buffer *hdr,
+                       const Py_buffer *first, const Py_buffer *last, unsigned long psn0, int ackreq_last,
+                       const unsigned char *pl, Py_ssize_t mtu)
+{
+    uint32_t psn = (uint32_t)(psn0 + (unsigned long)i) & 0xffffffu;
+    memcpy(p, (first->len && i == 0) ? first->buf : (last->len && i == count - 1) ? last->buf : hdr->buf, BTH_BYTES);
+    p[8] = (ackreq_last && i == count - 1) ? 0x80 : 0;
+    p[9] = (unsigned char)(psn >> 16); p[10] = (unsigned char)(psn >> 8); p[11] = (unsigned char)psn;
+    memcpy(p + BTH_BYTES, pl + i * mtu, (size_t)mtu);
+}
+
 /* build_middles(out, hdr, payload, mtu, count, psn0, ackreq_last, src, dst, sport, dport, last, first, id0)
  *   -> bytes written; last / first: b"" or the 12-byte BTH template of the
  *   final / the first packet (a LAST / a FIRST); id0: the IP ID of the first
@@ -193,12 +207,7 @@ static PyObject *build_middles(PyObject *self, PyObject *args)
         const unsigned char *pl = payload.buf;
         for (Py_ssize_t i = 0; i < count; i++) {
             unsigned char *p = o + i * stride;
-            uint32_t psn = (uint32_t)(psn0 + (unsigned long)i) & 0xffffffu;
-            memcpy(p, (first.len && i == 0) ? first.buf : (last.len && i == count - 1) ? last.buf : hdr.buf,
-                   BTH_BYTES);
-            p[8] = (ackreq_last && i == count - 1) ? 0x80 : 0;
-            p[9] = (unsigned char)(psn >> 16); p[10] = (unsigned char)(psn >> 8); p[11] = (unsigned char)psn;
-            memcpy(p + BTH_BYTES, pl + i * mtu, (size_t)mtu);
+            run_packet(p, i, count, &hdr, &first, &last, psn0, ackreq_last, pl, mtu);
             put_le32(p + BTH_BYTES + mtu,
                      icrc_v4(p, BTH_BYTES + mtu, id0 + (unsigned)i, src.buf, dst.buf, sport, dport));
         }
@@ -208,6 +217,22 @@ done:
     PyBuffer_Release(&out); PyBuffer_Release(&hdr); PyBuffer_Release(&payload);
     PyBuffer_Release(&src); PyBuffer_Release(&dst); PyBuffer_Release(&last); PyBuffer_Release(&first);
     return ret;
+}
+
+/* packet.rx_check's framing of BTH .. pad (len bytes): a known opcode,
+ * TVer 0, the headers there, payload and pad as the opcode allows. */
+static int framing_ok(const unsigned char *p, Py_ssize_t len)
+{
+    unsigned t = op_table[p[0]];
+    if (!t || (p[1] & 0x0f))
+        return 0;
+    Py_ssize_t plen = len - (t & 0x7f);
+    unsigned pad = (p[1] >> 4) & 3;
+    if (plen < 0)
+        return 0;
+    if (t & 0x80)
+        return (Py_ssize_t)pad <= plen && !(plen & 3);
+    return !plen && !pad;
 }
 
 /* verify_segments(buf, n, seg, src, dst, sport, dport) -> DestQP, or -1 */
@@ -237,19 +262,8 @@ static PyObject *verify_segments(PyObject *self, PyObject *args)
                 goto done;
             const unsigned char *p = base + off;
             Py_ssize_t len = m - ICRC_BYTES;
-            unsigned t = op_table[p[0]];
-            if (!t || (p[1] & 0x0f))
+            if (!framing_ok(p, len))
                 goto done;
-            Py_ssize_t plen = len - (t & 0x7f);
-            unsigned pad = (p[1] >> 4) & 3;
-            if (plen < 0)
-                goto done;
-            if (t & 0x80) {
-                if ((Py_ssize_t)pad > plen || (plen & 3))
-                    goto done;
-            } else if (plen || pad) {
-                goto done;
-            }
             long q = (long)p[5] << 16 | (long)p[6] << 8 | p[7];
             if (first < 0)
                 first = q;
@@ -463,12 +477,7 @@ static PyObject *ib_build_run(PyObject *self, PyObject *args)
             if (grh.len)
                 memcpy(f + LRH_BYTES, grh.buf, GRH_BYTES);
             unsigned char *p = f + head;
-            uint32_t psn = (uint32_t)(psn0 + (unsigned long)i) & 0xffffffu;
-            memcpy(p, (first.len && i == 0) ? first.buf : (last.len && i == run_count - 1) ? last.buf : hdr.buf,
-                   BTH_BYTES);
-            p[8] = (ackreq_last && i == run_count - 1) ? 0x80 : 0;
-            p[9] = (unsigned char)(psn >> 16); p[10] = (unsigned char)(psn >> 8); p[11] = (unsigned char)psn;
-            memcpy(p + BTH_BYTES, pl + i * mtu, (size_t)mtu);
+            run_packet(p, i, run_count, &hdr, &first, &last, psn0, ackreq_last, pl, mtu);
             put_le32(p + BTH_BYTES + mtu, ib_icrc(seed, p, BTH_BYTES + mtu));
             uint16_t v = vcrc_of(f, frame - VCRC_BYTES);
             f[frame - 2] = (unsigned char)v; f[frame - 1] = (unsigned char)(v >> 8);
@@ -545,19 +554,8 @@ static PyObject *ib_verify_packets(PyObject *self, PyObject *args)
                 goto done;                                  /* VL, SL, DLID, SLID */
             const unsigned char *p = f + LRH_BYTES;
             Py_ssize_t plen_b = len - LRH_BYTES - ICRC_BYTES - VCRC_BYTES;     /* BTH .. pad */
-            unsigned t = op_table[p[0]];
-            if (!t || (p[1] & 0x0f))
+            if (!framing_ok(p, plen_b))
                 goto done;
-            Py_ssize_t pay = plen_b - (t & 0x7f);
-            unsigned pad = (p[1] >> 4) & 3;
-            if (pay < 0)
-                goto done;
-            if (t & 0x80) {
-                if ((Py_ssize_t)pad > pay || (pay & 3))
-                    goto done;
-            } else if (pay || pad) {
-                goto done;
-            }
             long q = (long)p[5] << 16 | (long)p[6] << 8 | p[7];
             if (first < 0)
                 first = q;
