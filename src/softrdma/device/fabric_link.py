@@ -133,6 +133,20 @@ class FabricLink:
         self.flush()
         return dropped
 
+    def send_messages(self, msgs: list) -> int:
+        """Queue PACKETS messages built whole (``IbPort.route``) and send
+        what the socket takes; the number of packets dropped because the
+        outbox is full."""
+        dropped = 0
+        for msg in msgs:
+            if self.outbox_bytes + len(msg) > MAX_OUTBOX:
+                dropped += msg[2] << 8 | msg[3]
+                continue
+            self.outbox.append(msg)
+            self.outbox_bytes += len(msg)
+        self.flush()
+        return dropped
+
     def send_control(self, msg: bytes) -> None:
         """A message other than PACKETS (PORT_CAP), in order with them."""
         self.outbox.append(msg)

@@ -14,14 +14,24 @@ Polling, until the fabric is back.
 
 Transmit: an address vector resolves to an ``IbRoute`` (DLID, SLID = base
 LID | source path bits within the LMC, SL, and a GRH when ``is_global``),
-cached per AV object; each packet is encapsulated (``wire.lrh.encap``:
-LRH, GRH, ICRC over the IB headers, VCRC) and the packets of one pass go to
-the fabric as PACKETS batches.  Nothing is delivered inside the daemon:
-two IB devices of one daemon talk through the fabric's switches as two
-hosts would.  A port that is not Active sends nothing: the packets are
-discarded and counted (PortXmitDiscards).
+cached per AV object; the packets of one pass leave as PACKETS messages
+of up to 64 KiB.  A QP's run of MIDDLE packets (a ``SegmentRun``: the
+port asks QPs for them, as a RoCE port with a socket does) is laid out as
+PACKETS entries in one call (``wire.lrh.build_run``: LRH, GRH, BTH,
+payload, ICRC, VCRC of each, compiled where built); any other packet is
+encapsulated on its own (``wire.lrh.encap``).  Nothing is delivered
+inside the daemon: two IB devices of one daemon talk through the
+fabric's switches as two hosts would.  A port that is not Active sends
+nothing: the packets are discarded and counted (PortXmitDiscards).
 
-Receive: each packet is checked (``wire.lrh.decap``: length, LNH, VCRC,
+Receive: a PACKETS message whose packets are all for one QP (other than
+QP0 and QP1), LRH-only, to this port's LID, with good CRCs and framing and
+one accepted P_Key -- a bulk transfer's messages -- is checked whole
+(``wire.lrh.verify_packets``) and handed to the port layer as one
+``fastpath.Segments`` per run of equal-length packets, so the QP places
+in-order MIDDLE runs in one call, as it does a RoCE GRO buffer
+(``transport.segments``).  Anything else takes the checked path packet by
+packet: each packet is checked (``wire.lrh.decap``: length, LNH, VCRC,
 ICRC; else PortRcvErrors), its DLID must be the port's (within the LMC) or
 a multicast LID, its BTH P_Key must match the port's table (IBA 10.9.3:
 the low 15 bits equal, one of the two a full member; else the packet is
@@ -35,6 +45,7 @@ QPs take packets by QPN, as on a real HCA (no address check).
 from __future__ import annotations
 
 import errno
+import struct
 
 from ..enums import (IBV_EVENT_CLIENT_REREGISTER, IBV_EVENT_GID_CHANGE, IBV_EVENT_LID_CHANGE,
                      IBV_EVENT_PKEY_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR, IBV_EVENT_SM_CHANGE)
@@ -47,8 +58,9 @@ from ..uapi.shm import W_PRODUCER
 from ..wire import fabriclink as fl
 from ..wire import smp
 from ..wire.errors import WireError
-from ..wire.fastpath import SegmentRun
-from ..wire.lrh import MCAST_LID_BASE, PERMISSIVE_LID, VL15, decap, encap, pack_grh, ICRC_BYTES
+from ..wire.fastpath import BTH_BYTES, SegmentRun, Segments
+from ..wire.lrh import (GRH_BYTES, ICRC_BYTES, LRH_BYTES, MCAST_LID_BASE, PERMISSIVE_LID, VCRC_BYTES, VL15, build_run,
+                        decap, encap, pack_grh, run_lrh, verify_packets)
 from ..wire.opcodes import Opcode
 from ..wire.packet import build
 from .core import DeviceCore
@@ -66,6 +78,8 @@ _SPEED_EXT = {1: 16, 2: 32, 4: 64, 8: 128}
 _SPEED_NAME = {1: "SDR", 2: "DDR", 4: "QDR", 16: "FDR", 32: "EDR", 64: "HDR", 128: "NDR"}
 GID_TABLE_LEN = smp.GUIDS_PER_BLOCK  # the first GUIDInfo block: the GUIDs the fabric sends
 ROUTE_CACHE_MAX = 4096
+_PLEN = struct.Struct(">H")                  # a PACKETS entry's length (wire.fabriclink)
+PACKETS_ENTRY_LRH = fl.HDR.size + 2          # where a PACKETS message's first LRH starts
 # the port's own counters (PortCounters names; ``ib_counters``)
 XMIT_DISCARDS, RCV_ERRORS, PKEY_VIOLATIONS, XMIT_PACKETS, XMIT_BYTES = range(5)
 IB_COUNTERS = ("port_xmit_discards", "port_rcv_errors", "pkey_violations", "xmit_packets", "xmit_bytes")
@@ -83,6 +97,14 @@ def pkey_accepts(table) -> frozenset:
         if k & 0x8000:
             ok.add(k & 0x7FFF)                  # a limited member's: only a full entry
     return frozenset(ok)
+
+
+def message_segments(msg, dqpn: int, groups) -> list:
+    """A PACKETS message that ``lrh.verify_packets`` passed, as one
+    ``Segments`` per run of equal-length entries (``groups``): each entry a
+    be16 length and the LRH before the BTH, the VCRC after the ICRC."""
+    view = memoryview(msg)
+    return [Segments(view, off + seg * k, seg, dqpn, off, 2 + LRH_BYTES, VCRC_BYTES) for off, seg, k in groups]
 
 
 class IbRoute:
@@ -297,48 +319,81 @@ class IbPort(Port):
 
     # -- transmit (the port layer's ``route``, for a link with no same-daemon path)
     def route(self, peers, now: float) -> bool:
-        """Encapsulate what the QPs produced and send it to the fabric; False
-        if there was nothing."""
+        """Encapsulate what the QPs produced and send it to the fabric as
+        PACKETS messages; False if there was nothing.  A SegmentRun's
+        packets are laid out as PACKETS entries in one call
+        (``lrh.build_run``); other packets one by one (``encap``)."""
         tx = self.tx
         if not tx or self.routing:
             return False
         self.routing = True
         cache = self.route_cache
-        frames = []
-        nbytes = 0
+        msgs = []                                # PACKETS messages, whole
+        parts: list = []                         # the entries of the one being filled
+        npk = 0
+        size = fl.HDR.size
+        sent_pkts = nbytes = 0
         discards = dropped = 0
         active = self.state == ACTIVE and self.link.connected
+        runs = self.tap is None
         try:
             while tx:
                 items = tx[:]
                 tx.clear()
                 for qp, pkt, av in items:
-                    pkts = pkt.packets() if pkt.__class__ is SegmentRun else (pkt,)
+                    is_run = pkt.__class__ is SegmentRun
                     if not active:
-                        discards += len(pkts)
+                        discards += pkt.count if is_run else 1
                         continue
+                    if runs and qp.tx_runs is False:     # (QP1's sender: None, never asks)
+                        qp.enable_runs()
                     r = cache.get(id(av))
                     if r is None or r.av is not av:
                         if len(cache) >= ROUTE_CACHE_MAX:
                             cache.clear()
                         r = cache[id(av)] = self._ib_route(av)
-                    for p in pkts:
-                        if r.grh:
-                            if r.sgid is None:
-                                discards += 1
+                    if r.grh and r.sgid is None:
+                        discards += pkt.count if is_run else 1
+                        continue
+                    if is_run:
+                        mtu = pkt.mtu
+                        frame = LRH_BYTES + (GRH_BYTES if r.grh else 0) + BTH_BYTES + mtu + ICRC_BYTES + VCRC_BYTES
+                        lrh = run_lrh(dlid=r.dlid, slid=r.slid, sl=r.sl, mtu=mtu, grh=r.grh)
+                        grh = self._pack_grh(r, BTH_BYTES + mtu + ICRC_BYTES) if r.grh else b""
+                        ent = frame + 2
+                        i, total = 0, pkt.count
+                        while i < total:
+                            k = min(total - i, (fl.MAX_MESSAGE - size) // ent)
+                            if k <= 0:
+                                msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                                parts, npk, size = [], 0, fl.HDR.size
                                 continue
-                            grh = pack_grh(sgid=r.sgid, dgid=r.dgid, pay_len=len(p) + ICRC_BYTES,
-                                           tclass=r.tclass, flow_label=r.flow_label, hop_limit=r.hop_limit)
-                        else:
-                            grh = None
-                        f = encap(p, dlid=r.dlid, slid=r.slid, sl=r.sl, grh=grh)
-                        frames.append(f)
-                        nbytes += len(p) + ICRC_BYTES
-            dropped = self.link.send_packets(frames) if frames else 0
+                            parts.append(build_run(pkt.hdr, pkt.payload, mtu, total, i, k, pkt.psn0, pkt.ackreq_last,
+                                                   pkt.last_hdr, pkt.first_hdr, lrh, grh))
+                            npk += k
+                            size += k * ent
+                            i += k
+                        sent_pkts += total
+                        nbytes += total * (BTH_BYTES + mtu + ICRC_BYTES)
+                        continue
+                    grh = self._pack_grh(r, len(pkt) + ICRC_BYTES) if r.grh else None
+                    f = encap(pkt, dlid=r.dlid, slid=r.slid, sl=r.sl, grh=grh)
+                    if size + 2 + len(f) > fl.MAX_MESSAGE and npk:
+                        msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                        parts, npk, size = [], 0, fl.HDR.size
+                    parts.append(_PLEN.pack(len(f)))
+                    parts.append(f)
+                    npk += 1
+                    size += 2 + len(f)
+                    sent_pkts += 1
+                    nbytes += len(pkt) + ICRC_BYTES
+            if npk:
+                msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+            dropped = self.link.send_messages(msgs) if msgs else 0
         finally:
             self.routing = False
         c = self.cnt
-        sent = len(frames) - dropped
+        sent = sent_pkts - dropped
         discards += dropped
         c[TX_PACKETS] += sent
         c[TX_BYTES] += nbytes
@@ -348,7 +403,33 @@ class IbPort(Port):
         ic[XMIT_DISCARDS] += discards
         return True
 
+    @staticmethod
+    def _pack_grh(r: IbRoute, pay_len: int) -> bytes:
+        return pack_grh(sgid=r.sgid, dgid=r.dgid, pay_len=pay_len, tclass=r.tclass, flow_label=r.flow_label,
+                        hop_limit=r.hop_limit)
+
     # -- receive
+    def receive_message(self, msg, now: float) -> bool:
+        """A PACKETS message whose packets all go to one QP of this port,
+        checked whole (``lrh.verify_packets``: CRCs, DLID, framing, one
+        DestQP and P_Key), handed to the port layer as one ``Segments``
+        (the QP places in-order MIDDLE runs in one call).  False when it
+        is not such a message: the packet-by-packet path takes it (and
+        counts what is wrong)."""
+        got = verify_packets(msg, self.lid, self.lmc_mask)
+        if got is None:
+            return False
+        dqpn, groups = got
+        if dqpn <= 1:                        # QP0, QP1: the MAD agents take them one by one
+            return False
+        b = PACKETS_ENTRY_LRH                # the first packet's LRH
+        if (msg[b + LRH_BYTES + 2] << 8 | msg[b + LRH_BYTES + 3]) not in self.accepts_pkey:
+            return False
+        dlid = msg[b + 2] << 8 | msg[b + 3]
+        src = LinkSource(None, msg[b + 6] << 8 | msg[b + 7], msg[b + 1] >> 4, dlid & self.lmc_mask)
+        self.receive_batch([(segs, src, 0) for segs in message_segments(msg, dqpn, groups)], b"", 0, now)
+        return True
+
     def receive_frames(self, frames, now: float) -> None:
         """Native IB packets the fabric delivered to this port."""
         datagrams = []
@@ -432,12 +513,14 @@ class IbPort(Port):
         msgs, ended = self.link.receive()
         for t, msg in msgs:
             if t == fl.MsgType.PACKETS:
+                self.pull_receives()
+                if self.tap is None and self.receive_message(msg, now):
+                    continue
                 try:
                     frames = list(fl.iter_packets(msg))
                 except WireError:
                     self.ib_cnt[RCV_ERRORS] += 1
                     continue
-                self.pull_receives()
                 self.receive_frames(frames, now)
             elif t == fl.MsgType.PORT_INFO:
                 try:
@@ -518,4 +601,4 @@ class IbDevice(DeviceCore, IbPort):
                              src_path_bits=d.get("src_path_bits", 0), static_rate=d.get("static_rate", 0))
 
 
-__all__ = ["IbPort", "IbDevice", "IbRoute", "pkey_accepts", "LINK_LAYER_IB", "IB_COUNTERS"]
+__all__ = ["IbPort", "IbDevice", "IbRoute", "message_segments", "pkey_accepts", "LINK_LAYER_IB", "IB_COUNTERS"]

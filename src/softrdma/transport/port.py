@@ -196,7 +196,7 @@ class Port:
                     qp.cnt[BAD_ADDR] += pkt.count
                     continue
                 cnt[RX_PACKETS] += pkt.count
-                cnt[RX_BYTES] += pkt.n
+                cnt[RX_BYTES] += pkt.nbytes
                 if qp.qp_type == UD:
                     ps = pkt.packets()
                     batch.setdefault(dqpn, []).extend(ps)

@@ -1,7 +1,9 @@
 """A checked GRO buffer through an RC QP: the MIDDLE packets in runs.
 
-The device hands a QP a whole UDP GRO buffer (``wire.fastpath.Segments``)
-once its framing and every ICRC are checked.  Most of such a buffer is
+The device hands a QP a whole UDP GRO buffer, or a whole PACKETS message
+of native IB packets (``wire.fastpath.Segments``: packets at a fixed
+stride, with the IB framing around each), once its framing and every
+CRC are checked.  Most of such a buffer is
 usually MIDDLE packets of one message, each needing the same few checks
 and one copy; ``receive_segments`` gives runs of them to
 ``fastpath.place_middles`` (compiled where built), with the checks the
@@ -33,16 +35,18 @@ FRAME_BYTES = 16                           # a MIDDLE packet's BTH and ICRC arou
 def receive_segments(qp, segs, now: float) -> None:
     """The packets of ``segs`` for ``qp``, in order."""
     view, n, stride = segs.view, segs.n, segs.seg
+    hoff, tail = segs.hoff, segs.tail
+    extra = hoff + tail                    # bytes of each stride around BTH .. ICRC
     mtu = qp.mtu
-    fast = qp.qp_type == RC and stride == mtu + FRAME_BYTES
+    fast = qp.qp_type == RC and stride == mtu + FRAME_BYTES + extra
     read_middle = qp.opclass | OP_RDMA_READ_RESPONSE_MIDDLE
-    off = 0
+    off = segs.base + hoff                 # the BTH of the packet at hand
     while off < n:
         if fast and RTR <= qp.state < ERR:
             if qp.resp_opcode != responder.RESP_NONE:
-                k = _request_middles(qp, view, off, n, stride, mtu)
+                k = _request_middles(qp, view, off, n, stride, mtu, extra)
             elif view[off] == read_middle:
-                k = _read_middles(qp, view, off, n, stride, mtu, now)
+                k = _read_middles(qp, view, off, n, stride, mtu, now, extra)
             else:
                 k = 0
             if k:
@@ -50,11 +54,11 @@ def receive_segments(qp, segs, now: float) -> None:
                 qp.cnt[RCVD_PKTS] += k
                 off += k * stride
                 continue
-        qp.receive(view[off:min(off + stride, n) - 4], now)
+        qp.receive(view[off:min(off - hoff + stride, n) - 4 - tail], now)
         off += stride
 
 
-def _request_middles(qp, view, off: int, n: int, stride: int, mtu: int) -> int:
+def _request_middles(qp, view, off: int, n: int, stride: int, mtu: int, extra: int = 0) -> int:
     """The responder's side: MIDDLE packets of the WRITE or SEND in
     progress placed; how many (0: the first is not one, or fails a check)."""
     if qp.resp_opcode == responder.RESP_IN_SEND:
@@ -65,7 +69,7 @@ def _request_middles(qp, view, off: int, n: int, stride: int, mtu: int) -> int:
         pos = qp.resp_offset
         # _rc_send: n == mtu, off + n <= the receive WQE's length
         k, ack, nacks = place_middles(view, off, n, stride, qp.opclass | OP_SEND_MIDDLE, qp.resp_psn, qp.pkey, mtu,
-                                      views[0], pos, wqe.length - pos)
+                                      views[0], pos, wqe.length - pos, extra)
         if not k:
             return 0
     else:
@@ -75,7 +79,7 @@ def _request_middles(qp, view, off: int, n: int, stride: int, mtu: int) -> int:
         pos = qp.resp_offset
         # _rc_write: n == mtu < the bytes the RETH has still to come
         k, ack, nacks = place_middles(view, off, n, stride, qp.opclass | OP_RDMA_WRITE_MIDDLE, qp.resp_psn, qp.pkey,
-                                      mtu, dst, pos, qp.resp_remaining - 1)
+                                      mtu, dst, pos, qp.resp_remaining - 1, extra)
         if not k:
             return 0
         qp.resp_remaining -= k * mtu
@@ -92,7 +96,7 @@ def _request_middles(qp, view, off: int, n: int, stride: int, mtu: int) -> int:
     return k
 
 
-def _read_middles(qp, view, off: int, n: int, stride: int, mtu: int, now: float) -> int:
+def _read_middles(qp, view, off: int, n: int, stride: int, mtu: int, now: float, extra: int = 0) -> int:
     """The completer's side: READ RESPONSE MIDDLE packets of the READ in
     progress placed (COMPST_READ); how many."""
     if qp.state < RTS:
@@ -108,7 +112,7 @@ def _read_middles(qp, view, off: int, n: int, stride: int, mtu: int, now: float)
     # n == mtu < the bytes still to come, and no PSN at or beyond what was requested
     room = min(wqe.length - pos - 1, ((qp.sent_end - psn) & 0xFFFFFF) * mtu)
     k, _ack, _nacks = place_middles(view, off, n, stride, qp.opclass | OP_RDMA_READ_RESPONSE_MIDDLE, psn, qp.pkey,
-                                    mtu, views[0], pos, room)
+                                    mtu, views[0], pos, room, extra)
     if not k:
         return 0
     qp.cnt[RCVD_BYTES] += k * mtu

@@ -16,7 +16,11 @@
  *   place_middles   -- the in-order MIDDLE packets of a RDMA WRITE or SEND
  *                      in such a buffer, copied to their place;
  *   icrc_v4         -- one packet's ICRC (its 4 bytes on the wire) for an
- *                      IPv4 flow and IP ID: the packets sent one by one.
+ *                      IPv4 flow and IP ID: the packets sent one by one;
+ *   vcrc            -- a native IB packet's VCRC;
+ *   ib_build_run    -- a SegmentRun's packets as native IB packets, laid out
+ *                      as the entries of a PACKETS message (wire/lrh.py);
+ *   ib_verify_packets -- a whole PACKETS message checked for one QP.
  *
  * No sockets, no state beyond the CRC-32 function and the opcode table set
  * once by the Python side.  The CRC-32 is zlib's unless set_crc32() is
@@ -148,6 +152,20 @@ static PyObject *py_crc32(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(c);
 }
 
+/* Packet i of a SegmentRun of count packets at p: its BTH (the first's /
+ * the last's template if given, else hdr; PSN psn0 + i; AckReq on the last
+ * if asked) and its payload, without the ICRC. */
+static void run_packet(unsigned char *p, Py_ssize_t i, Py_ssize_t count, const Py_buffer *hdr,
+                       const Py_buffer *first, const Py_buffer *last, unsigned long psn0, int ackreq_last,
+                       const unsigned char *pl, Py_ssize_t mtu)
+{
+    uint32_t psn = (uint32_t)(psn0 + (unsigned long)i) & 0xffffffu;
+    memcpy(p, (first->len && i == 0) ? first->buf : (last->len && i == count - 1) ? last->buf : hdr->buf, BTH_BYTES);
+    p[8] = (ackreq_last && i == count - 1) ? 0x80 : 0;
+    p[9] = (unsigned char)(psn >> 16); p[10] = (unsigned char)(psn >> 8); p[11] = (unsigned char)psn;
+    memcpy(p + BTH_BYTES, pl + i * mtu, (size_t)mtu);
+}
+
 /* build_middles(out, hdr, payload, mtu, count, psn0, ackreq_last, src, dst, sport, dport, last, first, id0)
  *   -> bytes written; last / first: b"" or the 12-byte BTH template of the
  *   final / the first packet (a LAST / a FIRST); id0: the IP ID of the first
@@ -189,12 +207,7 @@ static PyObject *build_middles(PyObject *self, PyObject *args)
         const unsigned char *pl = payload.buf;
         for (Py_ssize_t i = 0; i < count; i++) {
             unsigned char *p = o + i * stride;
-            uint32_t psn = (uint32_t)(psn0 + (unsigned long)i) & 0xffffffu;
-            memcpy(p, (first.len && i == 0) ? first.buf : (last.len && i == count - 1) ? last.buf : hdr.buf,
-                   BTH_BYTES);
-            p[8] = (ackreq_last && i == count - 1) ? 0x80 : 0;
-            p[9] = (unsigned char)(psn >> 16); p[10] = (unsigned char)(psn >> 8); p[11] = (unsigned char)psn;
-            memcpy(p + BTH_BYTES, pl + i * mtu, (size_t)mtu);
+            run_packet(p, i, count, &hdr, &first, &last, psn0, ackreq_last, pl, mtu);
             put_le32(p + BTH_BYTES + mtu,
                      icrc_v4(p, BTH_BYTES + mtu, id0 + (unsigned)i, src.buf, dst.buf, sport, dport));
         }
@@ -204,6 +217,22 @@ done:
     PyBuffer_Release(&out); PyBuffer_Release(&hdr); PyBuffer_Release(&payload);
     PyBuffer_Release(&src); PyBuffer_Release(&dst); PyBuffer_Release(&last); PyBuffer_Release(&first);
     return ret;
+}
+
+/* packet.rx_check's framing of BTH .. pad (len bytes): a known opcode,
+ * TVer 0, the headers there, payload and pad as the opcode allows. */
+static int framing_ok(const unsigned char *p, Py_ssize_t len)
+{
+    unsigned t = op_table[p[0]];
+    if (!t || (p[1] & 0x0f))
+        return 0;
+    Py_ssize_t plen = len - (t & 0x7f);
+    unsigned pad = (p[1] >> 4) & 3;
+    if (plen < 0)
+        return 0;
+    if (t & 0x80)
+        return (Py_ssize_t)pad <= plen && !(plen & 3);
+    return !plen && !pad;
 }
 
 /* verify_segments(buf, n, seg, src, dst, sport, dport) -> DestQP, or -1 */
@@ -233,19 +262,8 @@ static PyObject *verify_segments(PyObject *self, PyObject *args)
                 goto done;
             const unsigned char *p = base + off;
             Py_ssize_t len = m - ICRC_BYTES;
-            unsigned t = op_table[p[0]];
-            if (!t || (p[1] & 0x0f))
+            if (!framing_ok(p, len))
                 goto done;
-            Py_ssize_t plen = len - (t & 0x7f);
-            unsigned pad = (p[1] >> 4) & 3;
-            if (plen < 0)
-                goto done;
-            if (t & 0x80) {
-                if ((Py_ssize_t)pad > plen || (plen & 3))
-                    goto done;
-            } else if (plen || pad) {
-                goto done;
-            }
             long q = (long)p[5] << 16 | (long)p[6] << 8 | p[7];
             if (first < 0)
                 first = q;
@@ -261,24 +279,27 @@ done:
     return PyLong_FromLong(dqpn);
 }
 
-/* place_middles(buf, off, end, stride, opcode, psn, pkey, mtu, dst, dst_off, room)
- *   -> (packets placed, PSN of the last with AckReq or -1, how many had AckReq) */
+/* place_middles(buf, off, end, stride, opcode, psn, pkey, mtu, dst, dst_off, room, extra=0)
+ *   -> (packets placed, PSN of the last with AckReq or -1, how many had AckReq)
+ *   extra: the bytes around each packet's BTH .. ICRC in the stride (an IB
+ *   packet's PACKETS length, LRH and VCRC; 0 for a GRO buffer) */
 static PyObject *place_middles(PyObject *self, PyObject *args)
 {
     Py_buffer b, d;
-    Py_ssize_t off, end, stride, mtu, dst_off, room;
+    Py_ssize_t off, end, stride, mtu, dst_off, room, extra = 0;
     unsigned int opcode, pkey;
     unsigned long psn;
-    if (!PyArg_ParseTuple(args, "y*nnnIkInw*nn", &b, &off, &end, &stride, &opcode, &psn, &pkey, &mtu,
-                          &d, &dst_off, &room))
+    if (!PyArg_ParseTuple(args, "y*nnnIkInw*nn|n", &b, &off, &end, &stride, &opcode, &psn, &pkey, &mtu,
+                          &d, &dst_off, &room, &extra))
         return NULL;
     Py_ssize_t count = 0, nacks = 0;
     long ack = -1;
-    if (stride == BTH_BYTES + mtu + ICRC_BYTES && mtu > 0 && off >= 0 && end <= b.len && dst_off >= 0) {
+    Py_ssize_t frame = BTH_BYTES + mtu + ICRC_BYTES;
+    if (extra >= 0 && stride == frame + extra && mtu > 0 && off >= 0 && end <= b.len && dst_off >= 0) {
         const unsigned char *base = b.buf;
         unsigned char *dp = d.buf;
         uint32_t want = (uint32_t)psn & 0xffffffu;
-        while (off + stride <= end && mtu <= room && dst_off + mtu <= d.len) {
+        while (off + frame <= end && mtu <= room && dst_off + mtu <= d.len) {
             const unsigned char *p = base + off;
             if (p[0] != opcode || (p[1] & 0x30) || (((unsigned)p[2] << 8 | p[3]) ^ pkey) & 0x7fff)
                 break;
@@ -324,7 +345,7 @@ static PyObject *py_icrc_v4(PyObject *self, PyObject *args)
 
 /* vcrc(data) -> int: the InfiniBand VCRC (CRC-16, polynomial 0x100B, seed
  * 0xFFFF, reflected, inverted) of a native IB packet's LRH .. ICRC. */
-static uint16_t vcrc_table[8][256];      /* slicing by 8 */
+static uint16_t vcrc_table[16][256];     /* slicing by 16 */
 
 static void vcrc_init(void)
 {
@@ -335,18 +356,23 @@ static void vcrc_init(void)
         vcrc_table[0][i] = c;
     }
     for (unsigned i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
+        for (int t = 1; t < 16; t++)
             vcrc_table[t][i] = (uint16_t)((vcrc_table[t - 1][i] >> 8) ^ vcrc_table[0][vcrc_table[t - 1][i] & 0xFF]);
 }
 
-static PyObject *py_vcrc(PyObject *self, PyObject *args)
+static uint16_t vcrc_of(const uint8_t *d, Py_ssize_t n)
 {
-    Py_buffer b;
-    if (!PyArg_ParseTuple(args, "y*", &b))
-        return NULL;
-    const uint8_t *d = b.buf;
-    Py_ssize_t n = b.len;
     uint16_t c = 0xFFFF;
+    while (n >= 16) {
+        c = (uint16_t)(vcrc_table[15][(d[0] ^ c) & 0xFF] ^ vcrc_table[14][(d[1] ^ (c >> 8)) & 0xFF]
+                       ^ vcrc_table[13][d[2]] ^ vcrc_table[12][d[3]] ^ vcrc_table[11][d[4]]
+                       ^ vcrc_table[10][d[5]] ^ vcrc_table[9][d[6]] ^ vcrc_table[8][d[7]]
+                       ^ vcrc_table[7][d[8]] ^ vcrc_table[6][d[9]] ^ vcrc_table[5][d[10]]
+                       ^ vcrc_table[4][d[11]] ^ vcrc_table[3][d[12]] ^ vcrc_table[2][d[13]]
+                       ^ vcrc_table[1][d[14]] ^ vcrc_table[0][d[15]]);
+        d += 16;
+        n -= 16;
+    }
     while (n >= 8) {
         c = (uint16_t)(vcrc_table[7][(d[0] ^ c) & 0xFF] ^ vcrc_table[6][(d[1] ^ (c >> 8)) & 0xFF]
                        ^ vcrc_table[5][d[2]] ^ vcrc_table[4][d[3]] ^ vcrc_table[3][d[4]]
@@ -356,8 +382,209 @@ static PyObject *py_vcrc(PyObject *self, PyObject *args)
     }
     while (n-- > 0)
         c = (uint16_t)((c >> 8) ^ vcrc_table[0][(c ^ *d++) & 0xFF]);
+    return (uint16_t)(c ^ 0xFFFF);
+}
+
+static PyObject *py_vcrc(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b))
+        return NULL;
+    uint16_t c = vcrc_of(b.buf, b.len);
     PyBuffer_Release(&b);
-    return PyLong_FromUnsignedLong((uint16_t)(c ^ 0xFFFF));
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* -- native InfiniBand packets (wire/lrh.py) ------------------------------- */
+
+#define LRH_BYTES 8
+#define GRH_BYTES 40
+#define VCRC_BYTES 2
+#define PLEN_BYTES 2                   /* a PACKETS entry's be16 length (wire/fabriclink.py) */
+#define PACKETS_HDR 4
+
+/* The CRC-32 of an IB packet's LRH (and GRH) with the variant fields as ones. */
+static uint32_t ib_head_crc(const unsigned char *lrh, const unsigned char *grh)
+{
+    unsigned char h[LRH_BYTES + GRH_BYTES];
+    memcpy(h, lrh, LRH_BYTES);
+    h[0] |= 0xF0;                                          /* VL */
+    Py_ssize_t n = LRH_BYTES;
+    if (grh) {
+        memcpy(h + n, grh, GRH_BYTES);
+        h[n] |= 0x0F; h[n + 1] = h[n + 2] = h[n + 3] = 0xFF;   /* TClass, FlowLabel */
+        h[n + 7] = 0xFF;                                   /* HopLmt */
+        n += GRH_BYTES;
+    }
+    return crc_fn(0, h, (uint64_t)n);
+}
+
+/* The ICRC of BTH .. pad (len bytes) after a head whose CRC is seed. */
+static uint32_t ib_icrc(uint32_t seed, const unsigned char *p, Py_ssize_t len)
+{
+    static const unsigned char ff = 0xFF;
+    uint32_t c = crc_fn(seed, p, 4);
+    c = crc_fn(c, &ff, 1);                                 /* resv8a (FECN, BECN) */
+    return crc_fn(c, p + 5, (uint64_t)(len - 5));
+}
+
+/* ib_build_run(hdr, payload, mtu, run_count, start, count, psn0, ackreq_last, last, first, lrh, grh)
+ *   -> bytes: packets start .. start+count-1 of a SegmentRun of run_count
+ *   packets as PACKETS entries (be16 length, LRH, GRH if not empty, BTH,
+ *   payload, ICRC, VCRC); lrh / grh: the templates every packet of the run
+ *   shares (PktLen and PayLen already set). */
+static PyObject *ib_build_run(PyObject *self, PyObject *args)
+{
+    Py_buffer hdr, payload, last, first, lrh, grh;
+    Py_ssize_t mtu, run_count, start, count;
+    unsigned long psn0;
+    int ackreq_last;
+    PyObject *ret = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*nnnnkpy*y*y*y*", &hdr, &payload, &mtu, &run_count, &start, &count, &psn0,
+                          &ackreq_last, &last, &first, &lrh, &grh))
+        return NULL;
+    if (hdr.len != BTH_BYTES || (last.len != 0 && last.len != BTH_BYTES)
+            || (first.len != 0 && first.len != BTH_BYTES) || lrh.len != LRH_BYTES
+            || (grh.len != 0 && grh.len != GRH_BYTES)) {
+        PyErr_SetString(PyExc_ValueError, "hdr (last, first) a 12-byte BTH, lrh 8 bytes, grh empty or 40 bytes");
+        goto done;
+    }
+    if (mtu <= 0 || (mtu & 3) || start < 0 || count < 1 || start + count > run_count
+            || payload.len < run_count * mtu) {
+        PyErr_SetString(PyExc_ValueError, "mtu a positive multiple of 4, start + count within the run and its payload");
+        goto done;
+    }
+    {
+        Py_ssize_t head = LRH_BYTES + grh.len;
+        Py_ssize_t frame = head + BTH_BYTES + mtu + ICRC_BYTES + VCRC_BYTES;
+        if (frame > 0xFFFF) {
+            PyErr_SetString(PyExc_ValueError, "a packet over 64 KiB");
+            goto done;
+        }
+        Py_ssize_t stride = PLEN_BYTES + frame;
+        ret = PyBytes_FromStringAndSize(NULL, count * stride);
+        if (!ret)
+            goto done;
+        unsigned char *o = (unsigned char *)PyBytes_AS_STRING(ret);
+        uint32_t seed = ib_head_crc(lrh.buf, grh.len ? grh.buf : NULL);
+        const unsigned char *pl = payload.buf;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            Py_ssize_t i = start + j;
+            unsigned char *e = o + j * stride;
+            e[0] = (unsigned char)(frame >> 8); e[1] = (unsigned char)frame;
+            unsigned char *f = e + PLEN_BYTES;
+            memcpy(f, lrh.buf, LRH_BYTES);
+            if (grh.len)
+                memcpy(f + LRH_BYTES, grh.buf, GRH_BYTES);
+            unsigned char *p = f + head;
+            run_packet(p, i, run_count, &hdr, &first, &last, psn0, ackreq_last, pl, mtu);
+            put_le32(p + BTH_BYTES + mtu, ib_icrc(seed, p, BTH_BYTES + mtu));
+            uint16_t v = vcrc_of(f, frame - VCRC_BYTES);
+            f[frame - 2] = (unsigned char)v; f[frame - 1] = (unsigned char)(v >> 8);
+        }
+    }
+done:
+    PyBuffer_Release(&hdr); PyBuffer_Release(&payload); PyBuffer_Release(&last); PyBuffer_Release(&first);
+    PyBuffer_Release(&lrh); PyBuffer_Release(&grh);
+    return ret;
+}
+
+/* ib_verify_packets(msg, lid, lmc_mask) -> (DestQP, ((offset, stride, count), ...)), or None
+ *   A whole PACKETS message checked for the QP's run path: every packet LRH
+ *   only (LNH IBA local), its PktLen its length, VCRC and ICRC good, to the
+ *   unicast DLID lid (within the LMC), well framed (rx_check), and all for
+ *   one DestQP, P_Key, DLID, SLID, SL, VL.  The groups: the runs of entries
+ *   of one length (offset of the first entry's be16 length, the entries'
+ *   stride, how many).  None when anything differs: the packet-by-packet
+ *   path takes it. */
+static PyObject *ib_verify_packets(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned int lid, lmc_mask;
+    PyObject *groups = NULL, *ret = NULL;
+    if (!PyArg_ParseTuple(args, "y*II", &b, &lid, &lmc_mask))
+        return NULL;
+    if (!have_table) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_RuntimeError, "set_opcode_table() was not called");
+        return NULL;
+    }
+    {
+        const unsigned char *m = b.buf;
+        Py_ssize_t end = b.len;
+        if (end < PACKETS_HDR)
+            goto done;
+        unsigned n = (unsigned)m[2] << 8 | m[3];
+        Py_ssize_t o = PACKETS_HDR, g_off = -1, g_len = -1, g_cnt = 0;
+        long first = -1;
+        const unsigned char *f0 = NULL;
+        if (n == 0)
+            goto done;
+        groups = PyList_New(0);
+        if (!groups)
+            goto done;
+        for (unsigned k = 0; k < n; k++) {
+            if (o + PLEN_BYTES > end)
+                goto done;
+            Py_ssize_t len = (Py_ssize_t)m[o] << 8 | m[o + 1];
+            if (o + PLEN_BYTES + len > end || len < LRH_BYTES + BTH_BYTES + ICRC_BYTES + VCRC_BYTES)
+                goto done;
+            if (len != g_len) {
+                if (g_cnt) {
+                    PyObject *g = Py_BuildValue("(nnn)", g_off, g_len + PLEN_BYTES, g_cnt);
+                    if (!g || PyList_Append(groups, g) < 0) {
+                        Py_XDECREF(g);
+                        goto done;
+                    }
+                    Py_DECREF(g);
+                }
+                g_off = o; g_len = len; g_cnt = 0;
+            }
+            g_cnt++;
+            const unsigned char *f = m + o + PLEN_BYTES;
+            o += PLEN_BYTES + len;
+            unsigned plen = ((unsigned)f[4] << 8 | f[5]) & 0x7FF;
+            unsigned dlid = (unsigned)f[2] << 8 | f[3];
+            if ((Py_ssize_t)(plen << 2) + VCRC_BYTES != len || (f[1] & 3) != 2 || dlid >= 0xC000
+                    || (dlid & ~lmc_mask & 0xFFFF) != lid)
+                goto done;
+            if (f0 == NULL)
+                f0 = f;
+            else if (f[0] != f0[0] || f[1] != f0[1] || memcmp(f + 2, f0 + 2, 2) || memcmp(f + 6, f0 + 6, 2))
+                goto done;                                  /* VL, SL, DLID, SLID */
+            const unsigned char *p = f + LRH_BYTES;
+            Py_ssize_t plen_b = len - LRH_BYTES - ICRC_BYTES - VCRC_BYTES;     /* BTH .. pad */
+            if (!framing_ok(p, plen_b))
+                goto done;
+            long q = (long)p[5] << 16 | (long)p[6] << 8 | p[7];
+            if (first < 0)
+                first = q;
+            else if (q != first || memcmp(p + 2, f0 + LRH_BYTES + 2, 2))
+                goto done;                                  /* DestQP, P_Key */
+            uint16_t v = vcrc_of(f, len - VCRC_BYTES);
+            if (f[len - 2] != (unsigned char)v || f[len - 1] != (unsigned char)(v >> 8))
+                goto done;
+            if (ib_icrc(ib_head_crc(f, NULL), p, plen_b) != get_le32(p + plen_b))
+                goto done;
+        }
+        if (o != end)
+            goto done;
+        PyObject *g = Py_BuildValue("(nnn)", g_off, g_len + PLEN_BYTES, g_cnt);
+        if (!g || PyList_Append(groups, g) < 0) {
+            Py_XDECREF(g);
+            goto done;
+        }
+        Py_DECREF(g);
+        PyObject *t = PyList_AsTuple(groups);
+        if (t)
+            ret = Py_BuildValue("(lN)", first, t);
+    }
+done:
+    PyBuffer_Release(&b);
+    Py_XDECREF(groups);
+    if (ret == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return ret;
 }
 
 static PyMethodDef methods[] = {
@@ -368,6 +595,8 @@ static PyMethodDef methods[] = {
     {"build_middles", build_middles, METH_VARARGS, "A run of MIDDLE packets as GSO segments."},
     {"verify_segments", verify_segments, METH_VARARGS, "Check a GRO buffer; its DestQP or -1."},
     {"place_middles", place_middles, METH_VARARGS, "Place in-order MIDDLE packets."},
+    {"ib_build_run", ib_build_run, METH_VARARGS, "A SegmentRun's packets as native IB PACKETS entries."},
+    {"ib_verify_packets", ib_verify_packets, METH_VARARGS, "Check a PACKETS message whole; (DestQP, groups) or None."},
     {"icrc_v4", py_icrc_v4, METH_VARARGS, "One packet's ICRC bytes for an IPv4 flow and IP ID."},
     {NULL, NULL, 0, NULL},
 };

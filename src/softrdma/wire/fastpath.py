@@ -16,7 +16,14 @@ with nothing to decide between them:
 * ``icrc_v4`` -- one packet's ICRC bytes for an IPv4 flow and IP ID (the
   packets a socket sends one by one or appends to a run);
 * ``vcrc`` -- the VCRC of a native InfiniBand packet (``wire.lrh``), whose
-  per-byte CRC-16 loop Python would run at a few MB/s.
+  per-byte CRC-16 loop Python would run at a few MB/s;
+* ``ib_build_run`` / ``ib_verify_packets`` -- an IB port's bulk loops (a
+  SegmentRun as PACKETS entries, a PACKETS message checked whole): their
+  references and the choice between them are ``wire.lrh``'s
+  (``build_run``, ``verify_packets``).
+
+``place_middles`` and ``Segments`` also take packets with bytes around
+each (an IB packet's PACKETS length and LRH before, its VCRC after).
 
 Each exists twice: the Python reference below, and the compiled
 ``_fastpath`` (built from ``_fastpath.c`` by ``pip install`` where a C
@@ -131,18 +138,21 @@ def py_verify_segments(buf, n: int, seg: int, src: bytes, dst: bytes, sport: int
 
 
 def py_place_middles(buf, off: int, end: int, stride: int, opcode: int, psn: int, pkey: int, mtu: int,
-                     dst, dst_off: int, room: int) -> tuple[int, int, int]:
+                     dst, dst_off: int, room: int, extra: int = 0) -> tuple[int, int, int]:
     """Copy the MIDDLE packets at ``buf[off:end]`` (one per ``stride``)
     into ``dst`` from ``dst_off``, while each has ``opcode``, no pad, the
     P_Key (15 bits), the next PSN from ``psn``, a full ``mtu`` payload,
-    and ``room`` (bytes it may still place) is at least ``mtu``.  Returns
-    (packets placed, the PSN of the last one asking for an ACK or -1, how
-    many asked)."""
+    and ``room`` (bytes it may still place) is at least ``mtu``.  ``extra``:
+    the bytes of the stride around each BTH .. ICRC (0 in a GRO buffer; a
+    native IB packet's PACKETS length, LRH and VCRC).  Returns (packets
+    placed, the PSN of the last one asking for an ACK or -1, how many
+    asked)."""
     count, ack, nacks = 0, -1, 0
-    if stride != BTH_BYTES + mtu + ICRC_BYTES or mtu <= 0 or off < 0 or end > len(buf) or dst_off < 0:
+    frame = BTH_BYTES + mtu + ICRC_BYTES
+    if extra < 0 or stride != frame + extra or mtu <= 0 or off < 0 or end > len(buf) or dst_off < 0:
         return 0, -1, 0
     want = psn & 0xFFFFFF
-    while off + stride <= end and mtu <= room and dst_off + mtu <= len(dst):
+    while off + frame <= end and mtu <= room and dst_off + mtu <= len(dst):
         if buf[off] != opcode or buf[off + 1] & 0x30 or ((buf[off + 2] << 8 | buf[off + 3]) ^ pkey) & 0x7FFF:
             break
         got = (buf[off + 9] << 16) | (buf[off + 10] << 8) | buf[off + 11]
@@ -280,21 +290,27 @@ class SegmentRun:
 
 
 class Segments:
-    """The datagrams of one UDP GRO buffer, checked by ``verify_segments``:
-    ``view[:n]`` cut every ``seg`` bytes (the last may be shorter), each a
-    packet and its ICRC, all for DestQP ``dqpn``.  Valid until the socket's
-    next read, as the packets of a read are."""
+    """Checked packets for one QP laid out at a fixed stride: the datagrams
+    of one UDP GRO buffer (``verify_segments``), or the native IB packets
+    of one PACKETS message (``lrh.verify_packets``).  ``view[base:n]`` cut
+    every ``seg`` bytes (the last may be shorter); each piece is ``hoff``
+    bytes before the BTH (an IB packet's PACKETS length and LRH), the packet
+    and its ICRC, then ``tail`` bytes (its VCRC); all for DestQP ``dqpn``.
+    ``nbytes``: BTH .. ICRC of them all, as the port counts.  Valid until
+    the socket's next read, as the packets of a read are."""
 
-    __slots__ = ("view", "n", "seg", "dqpn", "count")
+    __slots__ = ("view", "n", "seg", "dqpn", "count", "base", "hoff", "tail", "nbytes")
 
-    def __init__(self, view, n: int, seg: int, dqpn: int):
+    def __init__(self, view, n: int, seg: int, dqpn: int, base: int = 0, hoff: int = 0, tail: int = 0):
         self.view, self.n, self.seg, self.dqpn = view, n, seg, dqpn
-        self.count = -(-n // seg)
+        self.base, self.hoff, self.tail = base, hoff, tail
+        self.count = -(-(n - base) // seg)
+        self.nbytes = n - base - self.count * (hoff + tail)
 
     def packets(self) -> list:
         """Each packet without its ICRC, a memoryview slice."""
-        v, n, seg = self.view, self.n, self.seg
-        return [v[off:min(off + seg, n) - ICRC_BYTES] for off in range(0, n, seg)]
+        v, n, seg, hoff, cut = self.view, self.n, self.seg, self.hoff, ICRC_BYTES + self.tail
+        return [v[off + hoff:min(off + seg, n) - cut] for off in range(self.base, n, seg)]
 
 
 __all__ = ["IMPL", "describe", "SegmentRun", "Segments", "build_middles", "verify_segments", "place_middles", "icrc_v4",

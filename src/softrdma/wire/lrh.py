@@ -21,6 +21,15 @@ reflected as the ICRC's, result inverted: ``fastpath.vcrc``) over every
 byte from the LRH to the ICRC inclusive: a switch recomputes it when it
 changes the VL.
 
+Whole runs: ``build_run`` lays out packets of a ``fastpath.SegmentRun``
+as the entries of a PACKETS message (``wire.fabriclink``: be16 length,
+then the packet) in one call, and ``verify_packets`` checks a whole
+PACKETS message for the run path of a QP (every packet LRH-only, good
+CRCs, to the port's LID, one DestQP): the compiled ``_fastpath`` loops
+where built, else the references ``py_build_run`` / ``py_verify_packets``
+(``encap`` and ``decap`` packet by packet), which the tests compare byte
+for byte.
+
 Pure functions over bytes; no I/O.
 """
 
@@ -29,9 +38,11 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 from .errors import WireError
-from .fastpath import vcrc
+from . import fastpath
+from .fastpath import SegmentRun, vcrc
 from .headers import BTH_RESV8A_OFFSET
 from .icrc import crc32
+from .packet import rx_check
 
 LRH = struct.Struct(">BBHHH")      # VL<<4|LVer, SL<<4|LNH, DLID, PktLen, SLID
 LRH_BYTES = 8
@@ -175,3 +186,84 @@ def set_vl(frame: bytearray, vl: int) -> None:
     frame[0] = (vl & 0xF) << 4 | (frame[0] & 0xF)
     end = len(frame) - VCRC_BYTES
     _VCRC.pack_into(frame, end, vcrc(memoryview(frame)[:end]))
+
+
+# -- whole runs (the bulk path) -------------------------------------------------
+
+_PLEN = struct.Struct(">H")        # a PACKETS entry's length (wire.fabriclink)
+PACKETS_HDR_BYTES = 4              # wire.fabriclink.HDR
+
+
+def run_lrh(*, dlid: int, slid: int, sl: int, mtu: int, grh: bool) -> bytes:
+    """The LRH every packet of a run of ``mtu``-byte payloads shares."""
+    n = LRH_BYTES + (GRH_BYTES if grh else 0) + 12 + mtu + ICRC_BYTES
+    return pack_lrh(vl=0, sl=sl, lnh=LNH_IBA_GLOBAL if grh else LNH_IBA_LOCAL, dlid=dlid, slid=slid,
+                    pkt_len=n >> 2)
+
+
+def py_build_run(hdr, payload, mtu: int, run_count: int, start: int, count: int, psn0: int, ackreq_last: bool,
+                 last, first, lrh, grh) -> bytes:
+    """Packets ``start`` .. ``start + count - 1`` of the SegmentRun
+    (``hdr``, ``psn0``, ``run_count`` packets of ``mtu`` bytes of
+    ``payload``, ``ackreq_last``, ``last`` / ``first`` templates) as
+    PACKETS entries, each encapsulated under ``lrh`` (and ``grh``, if not
+    empty) by ``encap``."""
+    if not (0 <= start and 1 <= count and start + count <= run_count):
+        raise ValueError("start + count within the run")
+    lh = parse_lrh(lrh)
+    pkts = SegmentRun(bytes(hdr), psn0, run_count, mtu, memoryview(payload), ackreq_last, bytes(last),
+                      bytes(first)).packets()[start:start + count]
+    out = []
+    for p in pkts:
+        f = encap(p, dlid=lh.dlid, slid=lh.slid, sl=lh.sl, vl=lh.vl, grh=bytes(grh) if grh else None)
+        out.append(_PLEN.pack(len(f)) + f)
+    return b"".join(out)
+
+
+def py_verify_packets(msg, lid: int, lmc_mask: int):
+    """(DestQP, groups) for the PACKETS message ``msg`` if every packet
+    passes ``decap`` with no GRH, goes to the unicast DLID ``lid`` (within
+    ``lmc_mask``), passes ``rx_check``, and all share one VL, SL, DLID,
+    SLID, DestQP and P_Key; else None.  ``groups``: the runs of entries of
+    one length, as (offset of the first entry's be16 length, the stride:
+    2 + the length, how many)."""
+    m = memoryview(msg)
+    if len(m) < PACKETS_HDR_BYTES:
+        return None
+    n = m[2] << 8 | m[3]
+    o, first, key, groups = PACKETS_HDR_BYTES, -1, None, []
+    if n == 0:
+        return None
+    for _ in range(n):
+        if o + 2 > len(m):
+            return None
+        (ln,) = _PLEN.unpack_from(m, o)
+        if o + 2 + ln > len(m):
+            return None
+        if groups and groups[-1][1] == ln + 2:
+            groups[-1][2] += 1
+        else:
+            groups.append([o, ln + 2, 1])
+        f = m[o + 2:o + 2 + ln]
+        o += 2 + ln
+        try:
+            lrh, grh, body = decap(f)
+            dqpn = rx_check(body)
+        except WireError:
+            return None
+        if grh is not None or lrh.dlid >= MCAST_LID_BASE or (lrh.dlid & ~lmc_mask & 0xFFFF) != lid:
+            return None
+        this = (bytes(f[:4]), bytes(f[6:8]), bytes(body[2:4]), dqpn)     # VL, SL, DLID; SLID; P_Key; DestQP
+        if key is None:
+            key, first = this, dqpn
+        elif this != key:
+            return None
+    if o != len(m):
+        return None
+    return first, tuple(tuple(g) for g in groups)
+
+
+if fastpath._C is not None:
+    build_run, verify_packets = fastpath._C.ib_build_run, fastpath._C.ib_verify_packets
+else:
+    build_run, verify_packets = py_build_run, py_verify_packets
