@@ -536,7 +536,7 @@ def test_e2e_ud_multicast_through_the_mfts_after_a_join(live):
         qa, qx, qb, qc = (h.qp(IBV_QPT_UD) for h in (a, x, b, c))
         for h, q in ((b, qb), (c, qc)):
             q.attach_mcast(gid, mlid)
-            for i in range(4):
+            for i in range(64):             # (room for every resend wait_for may need)
                 q.post_recv(wr_m.RecvWR(i, 1, [wr_m.SGE(h.mr.buf + 4096 * i, 2048, h.mr.lkey)]))
         qx.post_recv(wr_m.RecvWR(0, 1, [wr_m.SGE(x.mr.buf, 2048, x.mr.lkey)]))
         ah = addr_m.AH(a.pd, attr=addr_m.AHAttr(gr=addr_m.GlobalRoute(dgid=gid, sgid_index=0), port_num=1,
@@ -544,12 +544,19 @@ def test_e2e_ud_multicast_through_the_mfts_after_a_join(live):
         msg = os.urandom(500)
         a.mr.write(msg, len(msg))
 
+        got = {}
+
         def got_both():
+            # a send until each member has had one (the SM programs the MFTs after the
+            # joins; on a busy host one member may see a send the other waits past)
             s = wr_m.SendWR(1, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, 500, a.mr.lkey)])
             s.set_wr_ud(ah, 0xFFFFFF, QKEY)
             qa.post_send(s)
             wait(a.cq, 1)
-            return wait(b.cq, 1, timeout=1) and wait(c.cq, 1, timeout=1)
+            for h in (b, c):
+                if h not in got and wait(h.cq, 1, timeout=1):
+                    got[h] = True
+            return len(got) == 2
         wait_for(got_both, 30, "the multicast through the MFTs")      # (the SM programs them after the joins)
         for h in (b, c):
             assert h.mr.read(500, 40) == msg
