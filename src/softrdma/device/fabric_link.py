@@ -122,16 +122,7 @@ class FabricLink:
     def send_packets(self, frames: list) -> int:
         """Queue ``frames`` (native IB packets) and send what the socket
         takes; the number of frames dropped because the outbox is full."""
-        dropped = 0
-        for msg in fl.batches(frames):
-            if self.outbox_bytes + len(msg) > MAX_OUTBOX:
-                _, _, n = fl.HDR.unpack_from(msg)
-                dropped += n
-                continue
-            self.outbox.append(msg)
-            self.outbox_bytes += len(msg)
-        self.flush()
-        return dropped
+        return self.send_messages(fl.batches(frames))
 
     def send_messages(self, msgs: list) -> int:
         """Queue PACKETS messages built whole (``IbPort.route``) and send
