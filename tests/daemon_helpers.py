@@ -117,16 +117,23 @@ def daemon_in_shm(tag: str, **kw):
 def default_daemon_in_shm(tag: str, **kw):
     """``daemon_in_shm`` that is also the process's SOFTRDMA_RUN while it
     runs (what a verbs Context in the test process opens)."""
-    with daemon_in_shm(tag, **kw) as d:
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = d.run_dir
-        try:
-            yield d
-        finally:
-            if old is None:
-                os.environ.pop("SOFTRDMA_RUN", None)
-            else:
-                os.environ["SOFTRDMA_RUN"] = old
+    with daemon_in_shm(tag, **kw) as d, softrdma_run(d.run_dir):
+        yield d
+
+
+@contextlib.contextmanager
+def softrdma_run(run_dir: str):
+    """SOFTRDMA_RUN is ``run_dir`` inside (what the test process's verbs,
+    diags and MAD ports open), and as it was after -- unset if it was."""
+    old = os.environ.get("SOFTRDMA_RUN")
+    os.environ["SOFTRDMA_RUN"] = run_dir
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SOFTRDMA_RUN", None)
+        else:
+            os.environ["SOFTRDMA_RUN"] = old
 
 
 @contextlib.contextmanager

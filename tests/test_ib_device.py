@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from daemon_helpers import softrdma_run
 from ib_helpers import FakeFabric, add_ib, control, daemon, fake, link  # noqa: F401 (fixtures)
 from softrdma.enums import (IBV_EVENT_LID_CHANGE, IBV_EVENT_PKEY_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR,
                             IBV_EVENT_SM_CHANGE, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ,
@@ -299,15 +300,8 @@ class Cluster(IbHosts):
     @contextlib.contextmanager
     def host(self, h):
         """``Host`` on h's mlx5_0 (its daemon's run directory for the context's connection)."""
-        old = os.environ.get("SOFTRDMA_RUN")
-        os.environ["SOFTRDMA_RUN"] = self.run_dir(h)
-        try:
+        with softrdma_run(self.run_dir(h)):
             x = Host("mlx5_0")
-        finally:
-            if old is None:
-                os.environ.pop("SOFTRDMA_RUN")
-            else:
-                os.environ["SOFTRDMA_RUN"] = old
         try:
             yield x
         finally:
@@ -508,13 +502,8 @@ def _join(cluster, h: str, mgid: int, tid: int) -> int:
                                  FlowLabel=0)
     mask = sum(MCR_COMP[k] for k in ("MGID", "PortGID", "QKey", "PKey", "JoinState", "SL", "TClass", "FlowLabel"))
     q = sa_get(SaAttr.MCMEMBER_RECORD, rec, mask, tid, method=madw.Method.SET)
-    old = os.environ.get("SOFTRDMA_RUN")
-    os.environ["SOFTRDMA_RUN"] = cluster.run_dir(h)
-    try:
-        with MadPort(device="mlx5_0") as mp:
-            (ans,) = mp.rpc_many([((d["port_attr"]["sm_lid"], 1, 1), q)])
-    finally:
-        os.environ["SOFTRDMA_RUN"] = old
+    with softrdma_run(cluster.run_dir(h)), MadPort(device="mlx5_0") as mp:
+        (ans,) = mp.rpc_many([((d["port_attr"]["sm_lid"], 1, 1), q)])
     assert ans is not None and int.from_bytes(ans[4:6], "big") == 0, h
     return MCMEMBER_RECORD.decode(ans[SA_DATA_OFFSET:SA_DATA_OFFSET + 52])["MLID"]
 

@@ -4,11 +4,11 @@ perftest by LID (no -g), ibping through the device's QP1."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 
+from daemon_helpers import softrdma_run
 from ib_helpers import add_ib, daemon, fake, link  # noqa: F401 (fixtures)
 from wait_helpers import free_port, stop, wait_for, wait_listening
 
@@ -285,12 +285,8 @@ def test_e2e_an_issm_file_holds_issm_and_takes_the_sms_smps(hosts):
     from softrdma.tools.ibdiag.devport import DevicePort
     from softrdma.wire.smp import CAP_IS_SM, SmpAttr
     d = hosts.daemons["h4"]
-    old = os.environ.get("SOFTRDMA_RUN")
-    os.environ["SOFTRDMA_RUN"] = d.run_dir
-    try:
+    with softrdma_run(d.run_dir):
         port = DevicePort("mlx5_0", 1, classes=(0x01, 0x81), issm=True)
-    finally:
-        os.environ["SOFTRDMA_RUN"] = old
     try:
         wait_for(lambda: link(d.run_dir, "mlx5_0")["port_attr"]["port_cap_flags"] & CAP_IS_SM, 30, "IsSM")
         rc, out, err = tool(hosts.daemons["h1"], "smpquery", "-C", "mlx5_0", "portinfo", str(hosts.lid["h4"]))
