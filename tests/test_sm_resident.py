@@ -67,17 +67,25 @@ def test_master_answers_sminfo_sa_and_traps(fab):
     fab.console('ReLink "leaf001"[17]')
     wait_log(sm, "SUBNET UP", count=3)
     # asked after the relink, so that both SMs answer about the same fabric
-    ours = [fab.diag(*q) for q in queries]
+    ours = [_same_path(fab.diag(*q)) for q in queries]
     sm.terminate()
     sm.wait(10)
     real = fab.real_sm("real", "host0001", "-s", "5")
     wait_log(real, "SUBNET UP")
     end = time.monotonic() + 60
-    while (theirs := [fab.diag(*q) for q in queries]) != ours and time.monotonic() < end:
+    while (theirs := [_same_path(fab.diag(*q)) for q in queries]) != ours and time.monotonic() < end:
         time.sleep(0.5)     # opensm may still be answering from an earlier sweep
     for q, a, b in zip(queries, theirs, ours):
         assert a == b, f"{q}: real opensm (-) vs ours (+)\n" + "".join(
             difflib.unified_diff(a.splitlines(True), b.splitlines(True)))
+
+
+def _same_path(text: str) -> str:
+    """A switch port's PortInfo LocalPort is the port the SM's directed-route
+    SMP came in by: which of two equal paths a parallel discovery found first
+    (after a link went down and up, opensm itself answers either).  Both SMs'
+    records say so; the value is left out of the comparison."""
+    return re.sub(r"(\tLocalPort:\.+)\d+", r"\1<entry port>", text)
 
 
 def test_lmc_sa_answers_as_opensm(fab):
