@@ -123,3 +123,13 @@ class TwoHosts:
             sh("ip", "netns", "del", ns, check=False)
         for r in self.run_dirs:
             shutil.rmtree(r, ignore_errors=True)
+
+
+@pytest.fixture
+def hosts():
+    """Two hosts (network namespaces over a veth pair), a daemon in each."""
+    need_root()
+    h = TwoHosts()
+    h.start_daemons()
+    yield h
+    h.close()

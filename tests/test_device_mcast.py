@@ -18,7 +18,7 @@ import time
 import pytest
 
 from daemon_helpers import default_daemon_in_shm, poll_wcs as wait
-from netns_helpers import TwoHosts, need_root
+from netns_helpers import hosts  # noqa: F401 (a fixture)
 from softrdma.enums import IBV_QPT_RC, IBV_QPT_UD, IBV_WC_GRH, IBV_WC_SUCCESS, IBV_WR_SEND
 from softrdma.verbs import addr, cq as cq_m, device, mr as mr_m, pd as pd_m, qp as qp_m, wr as wr_m
 from softrdma.verbs.errors import PyverbsRDMAError
@@ -169,15 +169,6 @@ def test_multicast_counters_in_sysfs(daemon):
 
 
 # ---------------------------------------------------------------- two hosts
-@pytest.fixture
-def hosts():
-    need_root()
-    h = TwoHosts()
-    h.start_daemons()
-    yield h
-    h.close()
-
-
 def test_multicast_across_two_daemons_on_a_veth(hosts):
     group = "239.77.0.9"
     rcv = hosts.popen(1, [sys.executable, PROG, "recv", group, "2"], stdout=subprocess.PIPE, text=True)

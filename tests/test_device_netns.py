@@ -14,20 +14,11 @@ import time
 
 import pytest
 
-from netns_helpers import TwoHosts, need_root
+from netns_helpers import TwoHosts, hosts  # noqa: F401 (hosts: a fixture)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 XFER = os.path.join(HERE, "programs", "rc_xfer.py")
 BUSY_HOGS = 4               # CPU-bound processes beside the daemons (two cores: oversubscribed)
-
-
-@pytest.fixture
-def hosts():
-    need_root()
-    h = TwoHosts()
-    h.start_daemons()
-    yield h
-    h.close()
 
 
 def _xfer(h: TwoHosts, mib: int, timeout: float = 600, qp_timeout: int = 14) -> dict:

@@ -9,18 +9,9 @@ import os
 
 import pytest
 
-from netns_helpers import TwoHosts, need_root
+from netns_helpers import hosts  # noqa: F401 (a fixture)
 from rsocket_helpers import popen_with, run_peers
 from wait_helpers import free_port
-
-
-@pytest.fixture
-def hosts():
-    need_root()
-    h = TwoHosts()
-    h.start_daemons()
-    yield h
-    h.close()
 
 
 def _env(hosts, i: int) -> dict:
