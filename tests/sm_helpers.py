@@ -65,6 +65,11 @@ def have_ibsim() -> bool:
         and os.path.exists(SIMSO)
 
 
+def missing_tools(tools) -> list[str]:
+    """Which of ``tools`` (commands) and umad2sim are not installed."""
+    return [t for t in tools if shutil.which(t) is None] + ([SIMSO] if not os.path.exists(SIMSO) else [])
+
+
 def need_ibsim():
     """pytest skip marker: skip only outside CI when the Debian packages are missing."""
     import pytest

@@ -19,10 +19,9 @@ import pytest
 
 from softrdma.wire import ibsim, smp
 from softrdma.wire.ibsim import SimCtlType
-from sm_helpers import ibnetdiscover_lids
+from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools
 from wait_helpers import wait_for
 
-SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 TOOLS = ("opensm", "ibnetdiscover", "ibstat", "smpquery", "ibroute", "perfquery", "ibtracert",
          "sminfo", "iblinkinfo", "ibportstate", "ibsim")
@@ -34,8 +33,7 @@ if os.environ.get("CI") != "true" and shutil.which("opensm") is None:
 
 @pytest.fixture(scope="module", autouse=True)
 def _tools():
-    missing = [t for t in TOOLS if shutil.which(t) is None] + \
-        ([SIMSO] if not os.path.exists(SIMSO) else [])
+    missing = missing_tools(TOOLS)
     if missing:
         pytest.fail(f"missing: {', '.join(missing)} (apt-get install opensm ibsim-utils "
                     f"infiniband-diags)")
