@@ -70,6 +70,15 @@ def missing_tools(tools) -> list[str]:
     return [t for t in tools if shutil.which(t) is None] + ([SIMSO] if not os.path.exists(SIMSO) else [])
 
 
+def skip_without_opensm() -> None:
+    """At a test module's top: outside CI, no opensm skips the module (under
+    CI=true the tools are installed, and ``missing_tools`` fails a test)."""
+    import pytest
+    if os.environ.get("CI") != "true" and shutil.which("opensm") is None:
+        pytest.skip("opensm not installed (apt-get install opensm ibsim-utils infiniband-diags)",
+                    allow_module_level=True)
+
+
 def need_ibsim():
     """pytest skip marker: skip only outside CI when the Debian packages are missing."""
     import pytest

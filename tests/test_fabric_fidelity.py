@@ -10,22 +10,19 @@ opensm is missing, except in CI (CI=true), where missing tools are a failure."""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools
+from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools, skip_without_opensm
 from wait_helpers import stop, wait_for
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 TOOLS = ("ibsim", "opensm", "iblinkinfo", "ibnetdiscover", "ibroute", "ibtracert", "smpquery",
          "perfquery", "saquery", "sminfo", "ibhosts", "ibswitches", "ibnodes")
 
-if os.environ.get("CI") != "true" and shutil.which("opensm") is None:
-    pytest.skip("opensm not installed (apt-get install opensm ibsim-utils infiniband-diags)",
-                allow_module_level=True)
+skip_without_opensm()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -8,7 +8,6 @@ missing, except in CI (CI=true), where missing tools are a failure."""
 import os
 import random
 import re
-import shutil
 import socket
 import struct
 import subprocess
@@ -19,16 +18,14 @@ import pytest
 
 from softrdma.wire import ibsim, smp
 from softrdma.wire.ibsim import SimCtlType
-from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools
+from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools, skip_without_opensm
 from wait_helpers import wait_for
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 TOOLS = ("opensm", "ibnetdiscover", "ibstat", "smpquery", "ibroute", "perfquery", "ibtracert",
          "sminfo", "iblinkinfo", "ibportstate", "ibsim")
 
-if os.environ.get("CI") != "true" and shutil.which("opensm") is None:
-    pytest.skip("opensm not installed (apt-get install opensm ibsim-utils infiniband-diags)",
-                allow_module_level=True)
+skip_without_opensm()
 
 
 @pytest.fixture(scope="module", autouse=True)
