@@ -33,7 +33,10 @@ NET = f"10.202.{TAG % 250}"
 
 
 class Host:
-    def __init__(self):
+    """A namespace with the PF's veth and a daemon serving ``mlx5_0`` on it
+    (``args``: more daemon options)."""
+
+    def __init__(self, args=()):
         need_root()
         sh("ip", "netns", "del", NS, check=False)
         sh("ip", "netns", "add", NS)
@@ -45,7 +48,8 @@ class Host:
         self.run_dir = f"/dev/shm/softrdma-sriov-{TAG}"
         shutil.rmtree(self.run_dir, ignore_errors=True)
         os.makedirs(self.run_dir)
-        self.daemon = RunningDaemon(self.run_dir, devices=(f"mlx5_0:{PF}",), prefix=("ip", "netns", "exec", NS))
+        self.daemon = RunningDaemon(self.run_dir, devices=(f"mlx5_0:{PF}",), prefix=("ip", "netns", "exec", NS),
+                                    args=args)
         self.env = {**os.environ, "SOFTRDMA_RUN": self.run_dir, "SOFTRDMA_AUTOSTART": "0"}
 
     def tool(self, *argv: str) -> subprocess.CompletedProcess:
