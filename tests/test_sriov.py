@@ -8,6 +8,7 @@ to 0 refused while a VF is in use."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -77,9 +78,10 @@ class Host:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def host():
-    h = Host()
+@contextlib.contextmanager
+def running_host(args=()):
+    """A ``Host`` whose daemon this process's contexts open, ended after."""
+    h = Host(args)
     try:
         with pytest.MonkeyPatch.context() as mp:      # this process's contexts open the namespace's daemon
             mp.setenv("SOFTRDMA_RUN", h.run_dir)
@@ -87,6 +89,12 @@ def host():
             yield h
     finally:
         h.close()
+
+
+@pytest.fixture(scope="module")
+def host():
+    with running_host() as h:
+        yield h
 
 
 NUMVFS = "/sys/class/infiniband/mlx5_0/device/sriov_numvfs"
