@@ -14,8 +14,7 @@ import os
 import pytest
 
 from netns_helpers import sh
-from rc_pair import RcPair
-from test_sriov import NS, NET, PF, _ctx, _exchange, host  # noqa: F401 -- host: the module's namespace and daemon
+from test_sriov import NS, NET, PF, exchanges, host  # noqa: F401 -- host: the module's namespace and daemon
 
 from softrdma.verbs.device import Context
 
@@ -113,17 +112,7 @@ def test_an_active_sf_is_a_device_of_its_own(host):
 
 
 def test_rc_between_the_sf_and_the_pf(host):
-    pf, sf = _ctx("mlx5_0"), _ctx("mlx5_1")
-    try:
-        for a, b in ((sf, pf), (pf, sf)):
-            pair = RcPair(a, peer_ctx=b)
-            try:
-                _exchange(pair)
-            finally:
-                pair.close()
-    finally:
-        sf.close()
-        pf.close()
+    exchanges((("mlx5_1", "mlx5_0"), ("mlx5_0", "mlx5_1")))
 
 
 def test_an_sf_in_use_cannot_go(host):

@@ -171,18 +171,27 @@ def _exchange(pair: RcPair, size: int = 3000) -> None:
     assert pair.mb.read(size, 0) == data
 
 
-def test_rc_between_two_vfs_and_between_a_vf_and_the_pf(host):
-    pf, v1, v2 = _ctx("mlx5_0"), _ctx("mlx5_1"), _ctx("mlx5_2")
+def exchanges(pairs) -> None:
+    """``_exchange`` between each (a, b) of devices named in ``pairs``."""
+    ctxs = {}
     try:
-        for a, b in ((v1, v2), (v2, v1), (v1, pf), (pf, v2)):
-            pair = RcPair(a, peer_ctx=b)
+        for names in pairs:
+            for n in names:
+                if n not in ctxs:
+                    ctxs[n] = _ctx(n)
+        for a, b in pairs:
+            pair = RcPair(ctxs[a], peer_ctx=ctxs[b])
             try:
                 _exchange(pair)
             finally:
                 pair.close()
     finally:
-        for c in (v1, v2, pf):
+        for c in ctxs.values():
             c.close()
+
+
+def test_rc_between_two_vfs_and_between_a_vf_and_the_pf(host):
+    exchanges((("mlx5_1", "mlx5_2"), ("mlx5_2", "mlx5_1"), ("mlx5_1", "mlx5_0"), ("mlx5_0", "mlx5_2")))
     stats = _vf_stats(host)
     assert stats[0]["tx_bytes"] >= 4 * 3000 and stats[1]["rx_bytes"] >= 4 * 3000
     assert stats[0]["tx_dropped"] == 0

@@ -31,6 +31,12 @@ def parse_mac(text: str) -> bytes:
         raise VerbsError(errno.EINVAL, f"bad MAC address {text!r}") from None
 
 
+def function_netdev_name(pf_netdev: str, suffix: str) -> str:
+    """A function's netdev: the PF's name and ``suffix`` (``v0``, ``s88``),
+    the PF's part cut to fit IFNAMSIZ."""
+    return pf_netdev[:15 - len(suffix)] + suffix
+
+
 def add_function_device(daemon, name: str, netdev: str, lower: str, mac: bytes):
     """A VF's or SF's RDMA device ``name`` on a netdev of its own: a macvlan
     (bridge mode) ``netdev`` on the PF's ``lower`` with the function's
@@ -116,5 +122,5 @@ def _del_netdev(name: str) -> None:
         log.warning("cannot remove the VF netdev %s: %s", name, os.strerror(e.code or errno.EIO))
 
 
-__all__ = ["add_function_device", "device_in_use", "mac_str", "parse_mac", "remove_function_device",
+__all__ = ["add_function_device", "device_in_use", "function_netdev_name", "mac_str", "parse_mac", "remove_function_device",
            "set_function_mac"]

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 from ..errors import VerbsError
 from .pci import FIRST_BUS, pf_bus
-from .fnnetdev import add_function_device, device_in_use, mac_str, parse_mac, remove_function_device, set_function_mac
+from .fnnetdev import (add_function_device, device_in_use, function_netdev_name, mac_str, parse_mac,
+                       remove_function_device, set_function_mac)
 
 SF_BASE = 0x8000                # the vport of a PF's first SF (mlx5's sf base id)
 UPLINK_VPORT = 0xFFFF
@@ -62,11 +63,6 @@ class Sf:
     aux_id: int | None = None   # mlx5_core.sf.<aux_id> while active
     name: str | None = None     # its RDMA device while active
     netdev: str | None = None   # its netdev while active
-
-
-def sf_netdev_name(pf_netdev: str, sfnum: int) -> str:
-    suffix = f"s{sfnum}"
-    return pf_netdev[:15 - len(suffix)] + suffix
 
 
 class SubFunctions:
@@ -244,7 +240,7 @@ class SubFunctions:
             r = os.urandom(6)
             mac = bytes([r[0] & 0xFE | 0x02]) + r[1:]
         name = self.functions.free_name()
-        netdev = sf_netdev_name(pfdev.netdev, sf.sfnum)
+        netdev = function_netdev_name(pfdev.netdev, f"s{sf.sfnum}")
         used = {s.aux_id for s in self.of_device.values()}
         aux = next(k for k in range(len(self.functions.pfs), 1 << 16) if k not in used)
         sf.name, sf.netdev, sf.aux_id = name, netdev, aux

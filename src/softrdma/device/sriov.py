@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from ..errors import VerbsError
 from ..transport.faults import FaultSettings
 from .firmware import Flash
-from .fnnetdev import (_del_netdev, add_function_device, device_in_use, mac_str, parse_mac, remove_function_device,
-                       set_function_mac)
+from .fnnetdev import (_del_netdev, add_function_device, device_in_use, function_netdev_name, mac_str, parse_mac,
+                       remove_function_device, set_function_mac)
 from .gid import eui64
 from .nvconfig import NvStore
 from .pci import (CONNECTX5, PREFIX, PciFunction, device_attrs, pf_function, presents_pci, verbs_attrs,
@@ -87,8 +87,7 @@ class Pf:
 
 
 def vf_netdev_name(pf_netdev: str, i: int) -> str:
-    suffix = f"v{i}"
-    return pf_netdev[:15 - len(suffix)] + suffix
+    return function_netdev_name(pf_netdev, f"v{i}")
 
 
 class Functions:
