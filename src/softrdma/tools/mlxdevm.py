@@ -32,7 +32,6 @@ STATES = ("inactive", "active")
 
 def _help(prog: str) -> str:
     return (f"Usage: {prog} [ OPTIONS ] OBJECT {{ COMMAND | help }}\n"
-            f"       {prog} [ -f[orce] ] -b[atch] filename -N[etns] netnsname\n"
             "where  OBJECT := { dev | port }\n"
             "       OPTIONS := { -V[ersion] | -n[o-nice-names] | -j[son] | -p[retty] | -v[erbose] }\n")
 
