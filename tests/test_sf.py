@@ -107,6 +107,8 @@ def test_an_active_sf_is_a_device_of_its_own(host):
     link = sh("ip", "-n", NS, "-o", "link", "show", netdev).stdout
     assert "link/ether 02:25:f2:8d:a2:4c" in link
     sh("ip", "-n", NS, "addr", "add", f"{NET}.31/24", "dev", netdev)
+    r = host.tool("rdma", "link", "delete", "mlx5_1")          # only through its port
+    assert r.returncode != 0 and os.path.isdir(host.path("mlx5_1")), (r.stdout, r.stderr)
     # the netdev by name is a port handle too
     assert host.ok("mlxdevm", "port", "show", netdev).startswith(f"{PORT}: type eth netdev {netdev}")
 

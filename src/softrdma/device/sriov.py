@@ -236,10 +236,12 @@ class Functions:
         self.pfs.pop(name, None)
 
     def check_delete(self, name: str) -> None:
-        """``rdma link delete``: a VF goes only through sriov_numvfs, a PF
-        only without VFs (EBUSY)."""
+        """``rdma link delete``: a VF goes only through sriov_numvfs, an SF
+        through its mlxdevm port, a PF only without VFs (EBUSY)."""
         if name in self.vf_of:
             raise VerbsError(errno.EBUSY, f"{name} is a virtual function: set its PF's sriov_numvfs to 0")
+        if name in self.sfs.of_device:
+            raise VerbsError(errno.EBUSY, f"{name} is a sub-function: deactivate or delete its mlxdevm port")
         pf = self.pfs.get(name)
         if pf is not None and pf.vfs:
             raise VerbsError(errno.EBUSY, f"{name} has {len(pf.vfs)} VFs enabled: set sriov_numvfs to 0 first")
