@@ -80,6 +80,8 @@ CASES: dict[str, list[list[str]]] = {
     "mlxconfig": [["-d", "mlx5_0", "-y", "set", "NUM_OF_VFS={}"]],
     "flint": [["--make-image", "OUT", "--fw-version", "{}"]],
     "mlxfwreset": [["-d", "mlx5_0", "-l", "{}", "reset"]],
+    "mlxdevm": [["port", "add", "pci/0000:5e:00.0", "flavour", "pcisf", "pfnum", "{}", "sfnum", "1"],
+                ["port", "del", "pci/0000:5e:00.0/{}"]],
     "ip": [["link", "set", "eth0", "vf", "{}", "trust", "on"]],
     "sysfs-write": [["/sys/class/infiniband/mlx5_0/device/sriov_numvfs", "{}"]],
 }

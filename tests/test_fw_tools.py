@@ -87,7 +87,8 @@ def test_mlxconfig_query_format(daemon, run_dir):
     assert f"\nDevice:         {MST}" in out
     assert re.search(r"^Configurations: +Next Boot$", out, re.M)
     assert config_rows(out) == {"NUM_OF_VFS": ["0"], "SRIOV_EN": ["False(0)"], "LINK_TYPE_P1": ["ETH(2)"],
-                                "LINK_TYPE_P2": ["ETH(2)"]}
+                                "LINK_TYPE_P2": ["ETH(2)"], "PF_TOTAL_SF": ["0"],
+                                "RDMA_RESOURCE_PROFILE": ["PF_HEAVY(0)"]}
     # one parameter, by its name; the bus address and the RDMA name open the same device
     assert config_rows(ok(run_dir, "mlxconfig", "-d", "5e:00.0", "q", "SRIOV_EN")) == {"SRIOV_EN": ["False(0)"]}
     assert "Device:         mlx5_0" in ok(run_dir, "mlxconfig", "-d", "mlx5_0", "query")

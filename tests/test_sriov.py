@@ -8,6 +8,7 @@ to 0 refused while a VF is in use."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -33,7 +34,10 @@ NET = f"10.202.{TAG % 250}"
 
 
 class Host:
-    def __init__(self):
+    """A namespace with the PF's veth and a daemon serving ``mlx5_0`` on it
+    (``args``: more daemon options)."""
+
+    def __init__(self, args=()):
         need_root()
         sh("ip", "netns", "del", NS, check=False)
         sh("ip", "netns", "add", NS)
@@ -45,7 +49,8 @@ class Host:
         self.run_dir = f"/dev/shm/softrdma-sriov-{TAG}"
         shutil.rmtree(self.run_dir, ignore_errors=True)
         os.makedirs(self.run_dir)
-        self.daemon = RunningDaemon(self.run_dir, devices=(f"mlx5_0:{PF}",), prefix=("ip", "netns", "exec", NS))
+        self.daemon = RunningDaemon(self.run_dir, devices=(f"mlx5_0:{PF}",), prefix=("ip", "netns", "exec", NS),
+                                    args=args)
         self.env = {**os.environ, "SOFTRDMA_RUN": self.run_dir, "SOFTRDMA_AUTOSTART": "0"}
 
     def tool(self, *argv: str) -> subprocess.CompletedProcess:
@@ -73,9 +78,10 @@ class Host:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def host():
-    h = Host()
+@contextlib.contextmanager
+def running_host(args=()):
+    """A ``Host`` whose daemon this process's contexts open, ended after."""
+    h = Host(args)
     try:
         with pytest.MonkeyPatch.context() as mp:      # this process's contexts open the namespace's daemon
             mp.setenv("SOFTRDMA_RUN", h.run_dir)
@@ -83,6 +89,12 @@ def host():
             yield h
     finally:
         h.close()
+
+
+@pytest.fixture(scope="module")
+def host():
+    with running_host() as h:
+        yield h
 
 
 NUMVFS = "/sys/class/infiniband/mlx5_0/device/sriov_numvfs"
@@ -159,18 +171,27 @@ def _exchange(pair: RcPair, size: int = 3000) -> None:
     assert pair.mb.read(size, 0) == data
 
 
-def test_rc_between_two_vfs_and_between_a_vf_and_the_pf(host):
-    pf, v1, v2 = _ctx("mlx5_0"), _ctx("mlx5_1"), _ctx("mlx5_2")
+def exchanges(pairs) -> None:
+    """``_exchange`` between each (a, b) of devices named in ``pairs``."""
+    ctxs = {}
     try:
-        for a, b in ((v1, v2), (v2, v1), (v1, pf), (pf, v2)):
-            pair = RcPair(a, peer_ctx=b)
+        for names in pairs:
+            for n in names:
+                if n not in ctxs:
+                    ctxs[n] = _ctx(n)
+        for a, b in pairs:
+            pair = RcPair(ctxs[a], peer_ctx=ctxs[b])
             try:
                 _exchange(pair)
             finally:
                 pair.close()
     finally:
-        for c in (v1, v2, pf):
+        for c in ctxs.values():
             c.close()
+
+
+def test_rc_between_two_vfs_and_between_a_vf_and_the_pf(host):
+    exchanges((("mlx5_1", "mlx5_2"), ("mlx5_2", "mlx5_1"), ("mlx5_1", "mlx5_0"), ("mlx5_0", "mlx5_2")))
     stats = _vf_stats(host)
     assert stats[0]["tx_bytes"] >= 4 * 3000 and stats[1]["rx_bytes"] >= 4 * 3000
     assert stats[0]["tx_dropped"] == 0

@@ -21,6 +21,11 @@ LINK_TYPE_P1    IB(1) / ETH(2) / VPI(3): port 1's protocol; only ETH(2)
                 can be applied (EOPNOTSUPP for the others): the port's
                 link layer stays Ethernet
 LINK_TYPE_P2    the same for port 2
+PF_TOTAL_SF     0 .. 255: the sub-functions the PF may have (``mlxdevm port
+                add ... flavour pcisf``); 0: SF ports are not supported
+RDMA_RESOURCE_PROFILE
+                PF_HEAVY(0) / EQUAL(1): how the card's RDMA objects are
+                divided among the PF, its VFs and SFs (``device.resprofile``)
 ==============  ==========================================================
 """
 
@@ -32,6 +37,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import VerbsError
+from .resprofile import PF_HEAVY, PROFILE_NAMES
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,8 @@ class Param:
 BOOL = ((0, "False"), (1, "True"))
 LINK_TYPES = ((1, "IB"), (2, "ETH"), (3, "VPI"))
 IB, ETH = 1, 2
+#: PF_TOTAL_SF's upper bound
+MAX_SFS = 255
 
 
 def params(max_vfs: int = 127) -> dict[str, Param]:
@@ -80,6 +88,8 @@ def params(max_vfs: int = 127) -> dict[str, Param]:
         Param("SRIOV_EN", 0, BOOL),
         Param("LINK_TYPE_P1", ETH, LINK_TYPES, 3, (ETH,)),
         Param("LINK_TYPE_P2", ETH, LINK_TYPES, 3, (ETH,)),
+        Param("PF_TOTAL_SF", 0, max=MAX_SFS),
+        Param("RDMA_RESOURCE_PROFILE", PF_HEAVY, PROFILE_NAMES),
     )}
 
 

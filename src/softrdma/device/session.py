@@ -23,6 +23,7 @@ import struct
 from ..errors import VerbsError
 from ..uapi.control import encode
 from .core import Device
+from .pci import presents_pci
 
 log = logging.getLogger("softrdmad")
 
@@ -249,13 +250,16 @@ class Client:
 def room_for(c: Client, kind: str) -> None:
     """EINVAL if the device holds its limit of ``kind`` already: rxe's
     pools (__rxe_add_to_pool: num_elem > max_elem -> -EINVAL); counted
-    over every client of the device."""
+    over every client of the device.  A ConnectX function's limit is its
+    share of the card (``device.resprofile``): ENOMEM past it, mlx5's
+    errno for the firmware's resource-limit status."""
     dev = c.device
     name = OBJECT_LIMITS[kind]
     limit = getattr(dev.caps, name)
     used = sum(cl.objects.count[kind] for cl in c.daemon.clients.values() if cl.device is dev)
     if used >= limit:
-        raise VerbsError(errno.EINVAL, f"{dev.name} has {used} {kind.upper()}s, its {name} ({limit})")
+        code = errno.ENOMEM if presents_pci(dev.name) else errno.EINVAL
+        raise VerbsError(code, f"{dev.name} has {used} {kind.upper()}s, its {name} ({limit})")
 
 
 def close_fds(fds) -> None:

@@ -44,10 +44,13 @@ from dataclasses import dataclass, field
 from ..errors import VerbsError
 from ..transport.faults import FaultSettings
 from .firmware import Flash
+from .fnnetdev import (_del_netdev, add_function_device, device_in_use, function_netdev_name, mac_str, parse_mac,
+                       remove_function_device, set_function_mac)
 from .gid import eui64
 from .nvconfig import NvStore
 from .pci import (CONNECTX5, PREFIX, PciFunction, device_attrs, pf_function, presents_pci, verbs_attrs,
                   write_device_dir)
+from .resprofile import apply as apply_share, pool_of, shares
 from .sysfs import guid_str
 
 log = logging.getLogger("softrdmad")
@@ -55,20 +58,6 @@ log = logging.getLogger("softrdmad")
 POLICIES = ("Down", "Up", "Follow")
 PORT_ACTIVE, PORT_DOWN = 4, 1
 ZERO_MAC = bytes(6)
-
-
-def mac_str(mac: bytes) -> str:
-    return ":".join(f"{b:02x}" for b in mac)
-
-
-def parse_mac(text: str) -> bytes:
-    parts = str(text).strip().split(":")
-    if len(parts) != 6 or not all(len(p) in (1, 2) for p in parts):
-        raise VerbsError(errno.EINVAL, f"bad MAC address {text!r}")
-    try:
-        return bytes(int(p, 16) for p in parts)
-    except ValueError:
-        raise VerbsError(errno.EINVAL, f"bad MAC address {text!r}") from None
 
 
 @dataclass
@@ -92,11 +81,13 @@ class Pf:
     nv: NvStore
     flash: Flash
     vfs: list = field(default_factory=list)     # Vf, by index
+    pool: dict | None = None                    # the card's RDMA objects (device.resprofile), from its first boot
+    pf_share: dict = field(default_factory=dict)    # the PF's share of them
+    fn_share: dict = field(default_factory=dict)    # each VF's and SF's
 
 
 def vf_netdev_name(pf_netdev: str, i: int) -> str:
-    suffix = f"v{i}"
-    return pf_netdev[:15 - len(suffix)] + suffix
+    return function_netdev_name(pf_netdev, f"v{i}")
 
 
 class Functions:
@@ -107,6 +98,8 @@ class Functions:
         self.pfs: dict[str, Pf] = {}
         self.vf_of: dict[str, tuple[Pf, Vf]] = {}       # VF device name -> (its PF, the VF)
         self.run_dir = daemon.run_dir
+        from .sf import SubFunctions
+        self.sfs = SubFunctions(self)
 
     # -- devices coming and going ------------------------------------------------
 
@@ -118,13 +111,20 @@ class Functions:
             fn = PciFunction(pf.fn.vf_bdf(vf.index), pf.fn.model, vf.index, pf.name,
                              pf.fn.fw_version, pf.fn.psid)
             return fn
+        pf = self.sfs.pf_of_device(name)
+        if pf is not None:          # an SF: an mlx5 function on its PF's PCI function
+            return PciFunction(pf.fn.bdf, pf.fn.model, None, pf.name, pf.fn.fw_version, pf.fn.psid)
         return None
 
     def device_attrs(self, dev) -> dict:
         """The PCI part of ``dev``'s sysfs attributes (empty for an rxe
         device); a new ``mlx5_*`` device boots as a PF here."""
-        if dev.name not in self.vf_of and presents_pci(dev.name) and dev.name not in self.pfs:
-            self._boot_pf(dev.name)
+        if (dev.name not in self.vf_of and dev.name not in self.sfs.of_device and presents_pci(dev.name)
+                and dev.name not in self.pfs):
+            pf = self._boot_pf(dev.name)
+            pf.pool = pool_of(dev.caps)
+            self._apply_profile(pf)
+        self._apply_share(dev)
         fn = self.function(dev.name)
         return device_attrs(fn) if fn is not None else {}
 
@@ -147,6 +147,21 @@ class Functions:
         pf.fn.psid = pf.flash.psid
         pf.fn.total_vfs = pf.nv.get_current("NUM_OF_VFS") if pf.nv.get_current("SRIOV_EN") else 0
 
+    def _apply_profile(self, pf: Pf) -> None:
+        """The resource profile booted with: the PF's and each VF's and
+        SF's share of the card's pool; the PF's device takes its own."""
+        others = pf.fn.total_vfs + pf.nv.get_current("PF_TOTAL_SF")
+        pf.pf_share, pf.fn_share = shares(pf.nv.get_current("RDMA_RESOURCE_PROFILE"), pf.pool, others)
+        dev = self.daemon.devices.get(pf.name)
+        if dev is not None:
+            apply_share(dev.caps, pf.pf_share)
+
+    def _apply_share(self, dev) -> None:
+        """A new VF's or SF's device: its limits are its share."""
+        pf = self.vf_of[dev.name][0] if dev.name in self.vf_of else self.sfs.pf_of_device(dev.name)
+        if pf is not None and pf.pool is not None:
+            apply_share(dev.caps, pf.fn_share)
+
     def verbs_attrs(self, name: str) -> dict:
         """What ibv_query_device reports beyond rxe's for this device."""
         fn = self.function(name)
@@ -157,7 +172,9 @@ class Functions:
         fn = self.function(dev.name)
         if fn is None:
             return
-        if fn.is_vf:
+        if dev.name in self.sfs.of_device:
+            self.sfs.device_added(dev)
+        elif fn.is_vf:
             write_device_dir(self.daemon.sysfs, dev.name, fn, 0)
         else:
             self.write_pf(self.pfs[dev.name])
@@ -219,10 +236,12 @@ class Functions:
         self.pfs.pop(name, None)
 
     def check_delete(self, name: str) -> None:
-        """``rdma link delete``: a VF goes only through sriov_numvfs, a PF
-        only without VFs (EBUSY)."""
+        """``rdma link delete``: a VF goes only through sriov_numvfs, an SF
+        through its mlxdevm port, a PF only without VFs (EBUSY)."""
         if name in self.vf_of:
             raise VerbsError(errno.EBUSY, f"{name} is a virtual function: set its PF's sriov_numvfs to 0")
+        if name in self.sfs.of_device:
+            raise VerbsError(errno.EBUSY, f"{name} is a sub-function: deactivate or delete its mlxdevm port")
         pf = self.pfs.get(name)
         if pf is not None and pf.vfs:
             raise VerbsError(errno.EBUSY, f"{name} has {len(pf.vfs)} VFs enabled: set sriov_numvfs to 0 first")
@@ -285,12 +304,15 @@ class Functions:
         pf = self.pf_of(name)
         if pf.vfs:
             raise VerbsError(errno.EBUSY, f"{name} has {len(pf.vfs)} VFs enabled: set sriov_numvfs to 0 first")
+        if self.sfs.pf_busy(name):
+            raise VerbsError(errno.EBUSY, f"{name} has {self.sfs.pf_busy(name)} SF ports: delete them first")
         dev = self.daemon.devices.get(name)
-        if dev is not None and any(cl.device is dev for cl in self.daemon.clients.values()):
+        if dev is not None and device_in_use(self.daemon, name):
             raise VerbsError(errno.EBUSY, f"{name} is in use (open contexts)")
         nv_changed = pf.nv.boot()
         fw_changed = pf.flash.boot()
         self._apply_boot(pf)
+        self._apply_profile(pf)
         if dev is not None:
             tree = self.daemon.sysfs
             for k, v in device_attrs(pf.fn).items():
@@ -327,22 +349,19 @@ class Functions:
         self._enable(pf, n)
 
     def _enable(self, pf: Pf, n: int) -> None:
-        from .commands.link import make_device
         daemon = self.daemon
         pfdev = daemon.devices[pf.name]
         made: list[Vf] = []
         try:
             for i in range(n):
-                name = self._free_name()
+                name = self.free_name()
                 netdev = vf_netdev_name(pfdev.netdev, i)
                 mac = bytes([0x02]) + pfdev.mac[2:6] + bytes([(i + 1) & 0xFF])
-                _add_macvlan(netdev, pfdev.netdev, mac)
                 vf = Vf(i, name, netdev, mac)
                 made.append(vf)
                 self.vf_of[name] = (pf, vf)
                 pf.vfs.append(vf)
-                dev = make_device(f"{name}:{netdev}", daemon.udp_port)
-                daemon.add_device(dev)
+                add_function_device(daemon, name, netdev, pfdev.netdev, mac)
                 self.apply_state(pf, vf)
         except BaseException:
             for vf in reversed(made):
@@ -352,13 +371,13 @@ class Functions:
         pf.fn.vfs = [v.name for v in pf.vfs]
         self.write_pf(pf)
 
-    def _free_name(self) -> str:
-        used = set(self.daemon.devices) | set(self.vf_of)
+    def free_name(self) -> str:
+        """The next free ``mlx5_<n>`` (mlx5 names every function's device so)."""
+        used = set(self.daemon.devices) | set(self.vf_of) | self.sfs.reserved()
         return next(f"{PREFIX}{k}" for k in range(1 << 16) if f"{PREFIX}{k}" not in used)
 
     def _disable(self, pf: Pf) -> None:
-        busy = [vf.name for vf in pf.vfs if any(cl.device is self.daemon.devices.get(vf.name)
-                                                 for cl in self.daemon.clients.values())]
+        busy = [vf.name for vf in pf.vfs if device_in_use(self.daemon, vf.name)]
         if busy:
             raise VerbsError(errno.EBUSY, f"{pf.fn.bdf}: VFs in use: {', '.join(busy)}")
         for vf in reversed(list(pf.vfs)):
@@ -367,14 +386,10 @@ class Functions:
         self.write_pf(pf)
 
     def _remove_vf(self, pf: Pf, vf: Vf) -> None:
-        from .commands.link import remove_device
-        dev = self.daemon.devices.get(vf.name)
-        if dev is not None:
-            remove_device(self.daemon, dev)
+        remove_function_device(self.daemon, vf.name, vf.netdev)
         self.vf_of.pop(vf.name, None)
         if vf in pf.vfs:
             pf.vfs.remove(vf)
-        _del_netdev(vf.netdev)
 
     #: the sriov/N/ files whose writes the daemon takes, and the setting each is
     TREE_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk",
@@ -414,6 +429,7 @@ class Functions:
         for pf in self.pfs.values():
             for vf in pf.vfs:
                 _del_netdev(vf.netdev)
+        self.sfs.shutdown()
 
     def vf(self, name: str, index: int) -> tuple[Pf, Vf]:
         pf = self.pf_of(name)
@@ -434,10 +450,7 @@ class Functions:
                 if mac[0] & 1:
                     raise VerbsError(errno.EINVAL, f"{mac_str(mac)} is a multicast address")
                 vf.mac = mac
-                _set_netdev_mac(vf.netdev, mac)
-                dev = self.daemon.devices.get(vf.name)
-                if dev is not None:
-                    self.daemon.refresh_netdev(dev)
+                set_function_mac(self.daemon, vf.name, vf.netdev, mac)
             elif key in ("trust", "spoofchk"):
                 setattr(vf, key, _on_off(value))
             elif key in ("policy", "state", "link_state"):
@@ -542,46 +555,5 @@ def _policy(v) -> str:
     return names[t]
 
 
-def _add_macvlan(name: str, lower: str, mac: bytes) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-    with IPRoute() as ipr:
-        idx = ipr.link_lookup(ifname=lower)
-        if not idx:
-            raise VerbsError(errno.ENODEV, f"no netdev {lower!r}")
-        if ipr.link_lookup(ifname=name):
-            raise VerbsError(errno.EEXIST, f"netdev {name} already exists")
-        try:
-            ipr.link("add", ifname=name, kind="macvlan", link=idx[0], macvlan_mode="bridge", address=mac_str(mac))
-            ipr.link("set", index=ipr.link_lookup(ifname=name)[0], state="up")
-        except NetlinkError as e:
-            raise VerbsError(e.code or errno.EIO, f"cannot make the VF netdev {name} on {lower}:"
-                                                  f" {os.strerror(e.code or errno.EIO)}") from None
-
-
-def _set_netdev_mac(name: str, mac: bytes) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-    with IPRoute() as ipr:
-        idx = ipr.link_lookup(ifname=name)
-        if not idx:
-            raise VerbsError(errno.ENODEV, f"no netdev {name!r}")
-        try:
-            ipr.link("set", index=idx[0], address=mac_str(mac))
-        except NetlinkError as e:
-            raise VerbsError(e.code or errno.EIO, f"cannot set {name}'s MAC: {os.strerror(e.code or errno.EIO)}") from None
-
-
-def _del_netdev(name: str) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-    try:
-        with IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=name)
-            if idx:
-                ipr.link("del", index=idx[0])
-    except NetlinkError as e:
-        log.warning("cannot remove the VF netdev %s: %s", name, os.strerror(e.code or errno.EIO))
-
-
-__all__ = ["Functions", "Pf", "Vf", "POLICIES", "mac_str", "parse_mac"]
+__all__ = ["Functions", "Pf", "Vf", "POLICIES", "add_function_device", "device_in_use", "mac_str", "parse_mac",
+           "remove_function_device", "set_function_mac"]

@@ -49,6 +49,7 @@ TOOLS = {
     "mlxconfig": "softrdma.tools.mft.mlxconfig",
     "flint": "softrdma.tools.mft.flint",
     "mlxfwreset": "softrdma.tools.mft.mlxfwreset",
+    "mlxdevm": "softrdma.tools.mlxdevm",
     "ip": "softrdma.tools.ip",
     "sysfs-write": "softrdma.tools.sysfs_write",
 }

@@ -227,6 +227,17 @@ _TABLE = (
             (_E.EPERM, _E.ENODEV, _E.ENOENT, _E.ERANGE, _E.EBUSY, _E.EEXIST), device=False, state_first=True),
     Command("vf_set", (string("name"), u32("vf"), obj("set")), (),
             (_E.EPERM, _E.ENODEV), device=False, state_first=True),
+    # sub-functions (mlxdevm/devlink ``dev show``, ``port show|add|function set|del``): ``dev`` is a
+    # devlink handle (``pci/<bdf>``), ``index`` a port index; errors carry mlx5_core's extack
+    Command("devm_show", (any_("dev"), any_("index")), ("devs", "ports"), (_E.ENODEV,), device=False,
+            state_first=True),
+    Command("devm_port_add", (string("dev"), string("flavour"), any_("pfnum"), any_("sfnum"), any_("controller"),
+                              any_("index")),
+            ("port",), (_E.EPERM, _E.ENODEV, _E.EEXIST, _E.ENOSPC), device=False, state_first=True),
+    Command("devm_port_set", (string("dev"), u32("index"), any_("hw_addr"), any_("state")), (),
+            (_E.EPERM, _E.ENODEV, _E.EBUSY), device=False, state_first=True),
+    Command("devm_port_del", (string("dev"), u32("index")), (), (_E.EPERM, _E.ENODEV, _E.EBUSY), device=False,
+            state_first=True),
     # -- ECN / DCQCN settings (mlx5's ecn/roce_np, ecn/roce_rp; softrdma ecn)
     Command("ecn", (string("name"), obj("set", {})), ("ecn",), (_E.EPERM, _E.ENODEV), device=False,
             state_first=True),

@@ -23,7 +23,7 @@ capture      capture_start, capture_stop
 link         links, link_add, link_set, link_delete (``rdma link``), ecn (``softrdma ecn``), umad_open
 restrack     resources (``rdma resource``)
 pci          pci_functions, nvconfig, fw_reset, fw_burn, sriov_numvfs, vf_set (mst, mlxconfig, flint,
-             mlxfwreset, SR-IOV VFs)
+             mlxfwreset, SR-IOV VFs), devm_* (mlxdevm: sub-functions)
 stat         stat_* (``rdma statistic``, ``softrdma top``)
 cm           cm_* (rdma_cm, ucma's ABI)
 xrcd         open_xrcd, close_xrcd, create_xrc_srq, create_xrc_qp (XRC)
@@ -151,6 +151,10 @@ HANDLERS: dict[str, Callable] = {
     "fw_burn": pci.cmd_fw_burn,
     "sriov_numvfs": pci.cmd_sriov_numvfs,
     "vf_set": pci.cmd_vf_set,
+    "devm_show": pci.cmd_devm_show,
+    "devm_port_add": pci.cmd_devm_port_add,
+    "devm_port_set": pci.cmd_devm_port_set,
+    "devm_port_del": pci.cmd_devm_port_del,
 }
 
 #: what destroying an object of each kind undoes beyond forgetting its

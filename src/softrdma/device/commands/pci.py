@@ -1,6 +1,7 @@
 """PCI functions of the ConnectX-like devices (``device.sriov``): what
 ``mst``, ``mlxconfig``, ``flint``, ``mlxfwreset``, ``ip link set <pf> vf
-N ...`` and a write to ``sriov_numvfs`` ask of the daemon.
+N ...`` and a write to ``sriov_numvfs`` ask of the daemon; and their
+sub-functions (``device.sf``): what ``mlxdevm`` asks.
 
 Every change carries the kernel's permission for it (writing sysfs and
 netlink's RTM_SETLINK, the firmware tools' access to the PCI
@@ -95,4 +96,57 @@ def cmd_vf_set(daemon, c, m, fds):
     changes = rq.obj(m, "set")
     _link_admin(c)
     daemon.pci.set_vf(name, vf, changes)
+    return {}, []
+
+
+def _uint(m, key: str, limit: int, required: bool = False):
+    """An optional devlink number (None when absent)."""
+    v = m.get(key)
+    if v is None:
+        if required:
+            raise VerbsError(errno.EINVAL, f"{key} is required")
+        return None
+    if type(v) is not int or not 0 <= v <= limit:
+        raise VerbsError(errno.EINVAL, f"{key} must be a number 0..{limit}")
+    return v
+
+
+def _opt_str(m, key: str):
+    v = m.get(key)
+    if v is not None and type(v) is not str:
+        raise VerbsError(errno.EINVAL, f"{key} must be a string")
+    return v
+
+
+def cmd_devm_show(daemon, c, m, fds):
+    """``dev show`` and ``port show [DEV/INDEX]`` (DEVLINK_CMD_GET, _PORT_GET)."""
+    dev = _opt_str(m, "dev")
+    index = _uint(m, "index", rq.U32)
+    return {"devs": daemon.pci.sfs.devs(), "ports": daemon.pci.sfs.ports(dev, index)}, []
+
+
+def cmd_devm_port_add(daemon, c, m, fds):
+    """``port add DEV flavour F pfnum N [sfnum M] [controller C]`` (DEVLINK_CMD_PORT_NEW)."""
+    _link_admin(c)
+    dev = rq.string(m, "dev")
+    flavour = rq.string(m, "flavour")
+    pfnum = _uint(m, "pfnum", rq.U16, required=True)
+    sfnum = _uint(m, "sfnum", rq.U32)
+    controller = _uint(m, "controller", rq.U32)
+    index = _uint(m, "index", rq.U32)
+    return {"port": daemon.pci.sfs.add(dev, flavour, pfnum, sfnum, controller, index)}, []
+
+
+def cmd_devm_port_set(daemon, c, m, fds):
+    """``port function set DEV/INDEX [hw_addr ADDR] [state active|inactive]`` (DEVLINK_CMD_PORT_SET)."""
+    _link_admin(c)
+    daemon.pci.sfs.set(rq.string(m, "dev"), rq.uint(m, "index", rq.U32), _opt_str(m, "hw_addr"),
+                       _opt_str(m, "state"))
+    return {}, []
+
+
+def cmd_devm_port_del(daemon, c, m, fds):
+    """``port del DEV/INDEX`` (DEVLINK_CMD_PORT_DEL)."""
+    _link_admin(c)
+    daemon.pci.sfs.delete(rq.string(m, "dev"), rq.uint(m, "index", rq.U32))
     return {}, []
