@@ -20,6 +20,8 @@ from pyverbs.addr import AH
 from pyverbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, UDParam
 from pyverbs.qp import QPCap, QPInitAttr
 
+from cm_common import next_event, ud_accept
+
 AF_IB = 27
 role, gid, port, mode = sys.argv[1:5]
 n = int(sys.argv[5]) if len(sys.argv) > 5 else 4
@@ -29,14 +31,6 @@ HINTS = ce.RAI_FAMILY | ce.RAI_NUMERICHOST
 
 def payload(i: int, back: bool) -> bytes:
     return random.Random(i * 2 + back).randbytes(SIZE)
-
-
-def event(ch, want):
-    ev = CMEvent(ch)
-    if ev.event_type != want:
-        print(f"unexpected {ev.event_str()} (status {ev.status})", flush=True)
-        sys.exit(1)
-    return ev
 
 
 def ps():
@@ -69,17 +63,12 @@ if role == "server":
                               family=AF_IB))
     listen.listen()
     print("listening", flush=True)
-    ev = event(ch, ce.RDMA_CM_EVENT_CONNECT_REQUEST)
+    ev = next_event(ch, ce.RDMA_CM_EVENT_CONNECT_REQUEST)
     print("request", ev.private_data[:5], flush=True)
     cmid = CMID(creator=ev, listen_id=listen)
     ev.ack_cm_event()
     if mode == "ud":
-        cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_UD, cap=QPCap(max_send_wr=n + 1, max_recv_wr=n + 1)))
-        mr = cmid.reg_msgs(SIZE + 40)
-        for _ in range(n):
-            cmid.post_recv(mr)
-        cmid.accept(ConnParam(qp_num=cmid.qpn))
-        print("accepted", flush=True)
+        mr = ud_accept(cmid, n, SIZE, send_wr=n + 1)
         for i in range(n):
             wc = cmid.get_recv_comp()
             assert wc.status == e.IBV_WC_SUCCESS and wc.byte_len == 40 + 1000, (wc.status, wc.byte_len)
@@ -92,10 +81,10 @@ if role == "server":
         sys.exit(0)
     cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, cap=QPCap(max_send_wr=n + 1, max_recv_wr=n + 1)))
     cmid.accept(ConnParam(private_data=b"welcome"))
-    event(ch, ce.RDMA_CM_EVENT_ESTABLISHED).ack_cm_event()
+    next_event(ch, ce.RDMA_CM_EVENT_ESTABLISHED).ack_cm_event()
     print("established", flush=True)
     rc(cmid, True)
-    event(ch, ce.RDMA_CM_EVENT_DISCONNECTED).ack_cm_event()
+    next_event(ch, ce.RDMA_CM_EVENT_DISCONNECTED).ack_cm_event()
     cmid.disconnect()
     print("disconnected", flush=True)
     cmid.close()
@@ -104,7 +93,7 @@ if role == "server":
 
 cmid = CMID(creator=ch, port_space=ps())
 cmid.resolve_addr(AddrInfo(dst=gid, dst_service=port, port_space=ps(), flags=HINTS, family=AF_IB))
-event(ch, ce.RDMA_CM_EVENT_ADDR_RESOLVED).ack_cm_event()
+next_event(ch, ce.RDMA_CM_EVENT_ADDR_RESOLVED).ack_cm_event()
 print("address resolved", flush=True)
 try:
     cmid.resolve_route(int(sys.argv[6]) if len(sys.argv) > 6 else 2000)
@@ -119,7 +108,7 @@ ev.ack_cm_event()
 if mode == "ud":
     cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_UD, cap=QPCap(max_send_wr=n + 1, max_recv_wr=n + 1)))
     cmid.connect(ConnParam(qp_num=cmid.qpn))
-    ev = event(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
+    ev = next_event(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
     ud = UDParam(ev)
     a = ud.ah_attr
     print("sidr qkey", hex(ud.qkey), "dlid", a.dlid, "global", a.is_global, flush=True)
@@ -137,13 +126,13 @@ if mode == "ud":
     sys.exit(0)
 cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, cap=QPCap(max_send_wr=n + 1, max_recv_wr=n + 1)))
 cmid.connect(ConnParam(private_data=b"hello"))
-ev = event(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
+ev = next_event(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
 print("established", ev.private_data[:7], flush=True)
 ev.ack_cm_event()
 attr, _ = cmid.query_qp(e.IBV_QP_AV | e.IBV_QP_PATH_MTU)
 print("qp dlid", attr.ah_attr.dlid, "global", attr.ah_attr.is_global, "mtu", attr.path_mtu, flush=True)
 rc(cmid, False)
 cmid.disconnect()
-event(ch, ce.RDMA_CM_EVENT_DISCONNECTED).ack_cm_event()
+next_event(ch, ce.RDMA_CM_EVENT_DISCONNECTED).ack_cm_event()
 print("disconnected", flush=True)
 cmid.close()

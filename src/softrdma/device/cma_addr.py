@@ -130,12 +130,14 @@ class CmaAddr:
                 raise VerbsError(errno.ENODEV, f"no RDMA device has {addr}")
         elif addr.is_loopback:
             dev = self._device_of(addr)
-        cid.family = addr.version
-        cid.src_ip = addr
-        cid.src_port = port
-        cid.dev = dev
+        self._bind(cid, addr.version, addr, port, dev, ip_gid(addr))
+
+    def _bind(self, cid: CmaId, family: int, addr, port: int, dev, sgid: bytes) -> None:
+        """What every bind ends with: the address, the device and its GID,
+        and the port (cma_get_port) -- or nothing, if the port is refused."""
+        cid.family, cid.src_ip, cid.src_port, cid.dev = family, addr, port, dev
         if dev is not None:
-            cid.sgid = ip_gid(addr)
+            cid.sgid = sgid
             cid.mtu = dev.caps.active_mtu
         try:
             self._get_port(cid)
@@ -153,16 +155,7 @@ class CmaAddr:
             dev = self._ib_device_of(addr.packed)
             if dev is None:
                 raise VerbsError(errno.ENODEV, f"no InfiniBand port has GID {addr}")
-        cid.family, cid.src_ip, cid.src_port, cid.dev = AF_IB, addr, port, dev
-        if dev is not None:
-            cid.sgid = addr.packed
-            cid.mtu = dev.caps.active_mtu
-        try:
-            self._get_port(cid)
-        except VerbsError:
-            cid.src_ip, cid.src_port, cid.dev = None, 0, None
-            raise
-        cid.state = ADDR_BOUND
+        self._bind(cid, AF_IB, addr, port, dev, addr.packed)
 
     def _resolve_ib_addr(self, cid: CmaId, src: str | None, dst: str, dst_port: int) -> None:
         """rdma_resolve_addr of a sockaddr_ib (cma_resolve_ib_addr): the
