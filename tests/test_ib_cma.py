@@ -77,9 +77,16 @@ def test_ud_by_gid_sidr_across_a_switch_hop(hosts):
     assert "accepted" in sout and f"data ok 4 from lid {hosts.lid['h4']}" in sout, sout
 
 
-def client(h, gid: str, *args, timeout_ms: int = 2000) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, PROG, "client", gid, "7802", "route", "1", str(timeout_ms), *args],
+def client(h, gid: str, mode: str = "route", timeout_ms: int = 2000) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, PROG, "client", gid, "7802", mode, "1", str(timeout_ms)],
                           env=pyverbs_env(h, "h4"), capture_output=True, text=True, timeout=120)
+
+
+def test_connect_to_no_listener_is_rejected_over_lids(hosts):
+    """The passive CM answers a REQ for no listener with a REJ to the REQ's
+    SLID (invalid service ID, 8): REJECTED with that reason."""
+    r = client(hosts, gid0(hosts, "h1"), "nolisten")
+    assert r.returncode == 0 and "RDMA_CM_EVENT_REJECTED 8" in r.stdout, r.stdout + r.stderr
 
 
 def test_route_errors_as_the_kernel_gives_them(hosts):

@@ -1,14 +1,15 @@
 """rdma_cm by GID (AF_IB) on InfiniBand, written against rdma-core's pyverbs API
 (AddrInfo with RAI_FAMILY | RAI_NUMERICHOST and the hints' family AF_IB).
 
-    cm_ib_pingpong.py server|client GID PORT rc|ud|route [N]
+    cm_ib_pingpong.py server|client GID PORT rc|ud|route|nolisten [N] [TIMEOUT_MS]
 
 rc: an RC connection (private data both ways), N messages of SIZE bytes
 each way checked byte for byte, then the client disconnects; ud: SIDR for
 a UD QP, N datagrams checked byte for byte, each answered through an
 address handle made from the completion; route: the client only resolves
-the address and the route, printing the event and its status.  Prints one
-line per step; exits 0 on success.
+the address and the route, printing the event and its status; nolisten:
+the client connects to a port nobody listens on and prints the event the
+REJ gives.  Prints one line per step; exits 0 on success.
 """
 
 import random
@@ -126,6 +127,10 @@ if mode == "ud":
     sys.exit(0)
 cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, cap=QPCap(max_send_wr=n + 1, max_recv_wr=n + 1)))
 cmid.connect(ConnParam(private_data=b"hello"))
+if mode == "nolisten":
+    ev = CMEvent(ch)
+    print(ev.event_str(), ev.status, flush=True)
+    sys.exit(0)
 ev = next_event(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
 print("established", ev.private_data[:7], flush=True)
 ev.ack_cm_event()
