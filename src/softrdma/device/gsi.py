@@ -66,6 +66,7 @@ class Gsi:
         self.rx_mads = self.tx_mads = self.unsupported = 0
         self.dropped = new_gsi_drops()               # by GsiDrop
         self.umad = None                             # an IB port's umad files (device.umad.Umad)
+        self.ib_clients: list = []                   # the daemon's own SA clients on an IB port (``deliver``)
 
     @property
     def rx_dropped(self) -> dict[str, int]:
@@ -152,6 +153,9 @@ class Gsi:
         umad = self.umad
         if umad is not None and umad.deliver(mad, src, sqp, now):
             return
+        for client in self.ib_clients:
+            if client.deliver(mad, now):
+                return
         if src.grh is not None:
             src_gid, dst_gid = bytes(src.grh[8:24]), bytes(src.grh[24:40])
             if self.mad_agent.deliver(mad, now, src_gid):

@@ -1,0 +1,200 @@
+"""IPoIB end to end: a 2-switch fabric, three IB hosts in three network
+namespaces (a daemon with ``--ipoib`` in each, its mlx5_0 on a CA), and
+softrdma's SM with a partitions.conf (the default partition, and 0x8001
+with h1 and h3 only).  ib0 gets its carrier once the broadcast group is
+joined; IPv4 and IPv6 ping between every pair; ARP entries carry IPoIB
+hardware addresses; a TCP transfer is byte-exact; a P_Key child reaches
+its partition only; an SM restart that moves every LID costs a bounded
+outage.  One fabric for the module."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from daemon_helpers import RunningDaemon
+from ib_helpers import IbFabric, control, link
+from ibfabric_helpers import NET_2SW
+from netns_helpers import need_root, sh
+from wait_helpers import stop, wait_for
+
+HOSTS = ("h1", "h2", "h3")
+PARTITIONS = "Default=0x7fff, ipoib : ALL=full;\nP1=0x8001, ipoib : h1=full, h3=full;\n"
+# (the SM's partitions.conf names ports by GUID: filled in from the fabric below)
+
+
+def _v4(i: int) -> str:
+    return f"10.77.0.{i + 1}"
+
+
+def _v6(i: int) -> str:
+    return f"fd77::{i + 1}"
+
+
+class IpoibHosts:
+    """The fabric, the SM and a daemon with ``--ipoib`` per host namespace."""
+
+    def __init__(self, tmp):
+        need_root()
+        tag = os.getpid() % 100000
+        self.tmp = tmp
+        self.ns = {h: f"ipoib-{h}-{tag}" for h in HOSTS}
+        self.daemons: dict[str, RunningDaemon] = {}
+        self.sm = None
+        for ns in self.ns.values():
+            sh("ip", "netns", "del", ns, check=False)
+            sh("ip", "netns", "add", ns)
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        self.fabric = IbFabric(tmp, NET_2SW)
+        try:
+            for h in HOSTS:
+                rd = f"/dev/shm/ipoib-{h}-{tag}"
+                os.makedirs(rd, exist_ok=True)
+                self.daemons[h] = RunningDaemon(rd, devices=(), args=("--ipoib",),
+                                                prefix=("ip", "netns", "exec", self.ns[h]))
+                self.fabric.attach(rd, h)
+            self.start_sm()
+            for h in HOSTS:
+                self.fabric.wait_active(self.run_dir(h))
+            for i, h in enumerate(HOSTS):
+                self.ip(h, "addr", "add", f"{_v4(i)}/24", "dev", "ib0")
+                self.ip(h, "addr", "add", f"{_v6(i)}/64", "dev", "ib0", "nodad")
+            for h in HOSTS:
+                wait_for(lambda h=h: self.ipoib(h)[0]["carrier"], 60, f"ib0 of {h} with its carrier")
+        except BaseException:
+            self.close()
+            raise
+
+    def run_dir(self, h: str) -> str:
+        return self.daemons[h].run_dir
+
+    def start_sm(self, *extra: str) -> None:
+        """softrdma's SM with the partitions.conf (``extra``: more options, -l 1)."""
+        from wait_helpers import wait_for as wf
+        guids = {h: link(self.run_dir(h), "mlx5_0")["ib"]["port_guid"].replace(":", "") for h in HOSTS}
+        conf = self.tmp / "partitions.conf"
+        conf.write_text(PARTITIONS.replace("h1=full", f"0x{guids['h1']}=full").replace(
+            "h3=full", f"0x{guids['h3']}=full"))
+        log = self.tmp / "osm.log"
+        if log.exists():
+            log.unlink()
+        self.sm = subprocess.Popen([sys.executable, "-m", "softrdma", "opensm", "-s", "0", "-P", str(conf),
+                                    "-f", str(log), *extra], cwd=self.tmp, env=self.fabric.env(),
+                                   stdout=open(self.tmp / "sm.out", "w"), stderr=subprocess.STDOUT)
+        wf(lambda: log.exists() and "SUBNET UP" in log.read_text(), 60, "SUBNET UP", proc=self.sm)
+
+    def stop_sm(self) -> None:
+        stop(self.sm)
+        self.sm = None
+
+    def ip(self, h: str, *args: str) -> str:
+        return sh("ip", "netns", "exec", self.ns[h], "ip", *args).stdout
+
+    def run(self, h: str, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+        env = {**os.environ, "SOFTRDMA_RUN": self.run_dir(h)}
+        r = subprocess.run(["ip", "netns", "exec", self.ns[h], *args], capture_output=True, text=True,
+                           timeout=timeout, env=env)
+        if check:
+            assert r.returncode == 0, (args, r.stdout, r.stderr)
+        return r
+
+    def ipoib(self, h: str, name: str = "") -> list[dict]:
+        r = control(self.run_dir(h), "ipoib", action="show", ifname=name)
+        assert r["errno"] == 0, r
+        return r["interfaces"]
+
+    def close(self) -> None:
+        for d in self.daemons.values():
+            d.stop()
+        if self.sm is not None:
+            stop(self.sm)
+        self.fabric.close()
+        for ns in self.ns.values():
+            sh("ip", "netns", "del", ns, check=False)
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    n = IpoibHosts(tmp_path_factory.mktemp("ipoib"))
+    yield n
+    n.close()
+
+
+PAIRS = [(a, b) for a in HOSTS for b in HOSTS if a != b]
+
+
+def ping(net, a: str, b: str, six: bool = False, count: int = 2) -> str:
+    i = HOSTS.index(b)
+    dst = _v6(i) if six else _v4(i)
+    r = net.run(a, "ping", *(["-6"] if six else []), "-c", str(count), "-i", "0.2", "-W", "5", dst, check=False)
+    assert r.returncode == 0, (a, b, r.stdout, r.stderr)
+    return r.stdout
+
+
+def test_ib0_mirrors_the_port(net):
+    for i, h in enumerate(HOSTS):
+        (ifc,) = net.ipoib(h)
+        d = link(net.run_dir(h), "mlx5_0")
+        gid = d["gids"][0]
+        assert ifc["ifname"] == "ib0" and ifc["mode"] == "datagram" and ifc["pkey"] == 0xFFFF
+        assert ifc["address"] == f"00:{ifc['qpn']:06x}"[:3] + ":".join(
+            re.findall("..", f"{ifc['qpn']:06x}")) + ":" + ":".join(re.findall("..", gid))
+        assert ifc["mtu"] == 2044 and ifc["qkey"] == 0x0B1B and ifc["carrier"]
+        out = net.ip(h, "link", "show", "ib0")
+        assert "mtu 2044" in out and "LOWER_UP" in out and "NO-CARRIER" not in out
+        sysfs = os.path.join(net.run_dir(h), "sys", "net", "ib0")
+        read = lambda f: open(os.path.join(sysfs, f)).read().strip()     # noqa: E731
+        assert read("address") == ifc["address"] and read("mode") == "datagram"
+        assert read("pkey") == "0xffff" and read("umcast") == "0" and read("type") == "32"
+
+
+@pytest.mark.parametrize("six", [False, True], ids=["ipv4", "ipv6"])
+def test_ping_between_every_pair(net, six):
+    for a, b in PAIRS:
+        out = ping(net, a, b, six)
+        assert " 0% packet loss" in out
+
+
+def test_arp_entries_have_ipoib_addresses(net):
+    ping(net, "h1", "h2", count=1)
+    h2 = net.ipoib("h2")[0]
+    out = net.run("h1", sys.executable, "-m", "softrdma", "ip", "neigh", "show", "dev", "ib0").stdout
+    assert re.search(rf"^{re.escape(_v4(1))} lladdr {re.escape(h2['address'])} REACHABLE$", out, re.M), out
+    assert len(h2["address"].split(":")) == 20
+
+
+def tcp_transfer(net, a: str, b: str, nbytes: int, timeout: float) -> None:
+    """``nbytes`` of random data from a to b over TCP on ib0 (Python sockets
+    in the namespaces): the receiver's SHA-256 is the sender's."""
+    from wait_helpers import free_port
+    port = free_port()
+    dst = _v4(HOSTS.index(b))
+    server = ("import socket,hashlib,sys\n"
+              f"s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('{dst}',{port}));"
+              " s.listen(1); print('listening', flush=True)\n"
+              "c,_=s.accept(); h=hashlib.sha256(); n=0\n"
+              "while True:\n b=c.recv(1<<20)\n if not b: break\n h.update(b); n+=len(b)\n"
+              "print(n, h.hexdigest(), flush=True)\n")
+    srv = subprocess.Popen(["ip", "netns", "exec", net.ns[b], sys.executable, "-c", server], stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert srv.stdout.readline().strip() == "listening"
+        client = ("import socket,hashlib,os\n"
+                  f"data=os.urandom({nbytes}); print(hashlib.sha256(data).hexdigest(), flush=True)\n"
+                  f"c=socket.create_connection(('{dst}',{port}), timeout=30); c.sendall(data); c.close()\n")
+        r = net.run(a, sys.executable, "-c", client, timeout=timeout)
+        got = srv.stdout.readline().split()
+        srv.wait(timeout)
+        assert got == [str(nbytes), r.stdout.strip()]
+    finally:
+        stop(srv)
+
+
+def test_tcp_transfer_is_byte_exact(net):
+    tcp_transfer(net, "h1", "h3", 8 << 20, 120)
