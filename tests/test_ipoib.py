@@ -198,3 +198,8 @@ def tcp_transfer(net, a: str, b: str, nbytes: int, timeout: float) -> None:
 
 def test_tcp_transfer_is_byte_exact(net):
     tcp_transfer(net, "h1", "h3", 8 << 20, 120)
+
+
+@pytest.mark.slow
+def test_tcp_transfer_of_100_mb_is_byte_exact(net):
+    tcp_transfer(net, "h2", "h3", 100 << 20, 600)

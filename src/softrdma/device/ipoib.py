@@ -41,6 +41,7 @@ from ..wire.errors import WireError
 from ..wire.lrh import MCAST_LID_BASE
 from ..wire.opcodes import Opcode
 from ..wire.packet import build
+from .ipoib_tun import ip_memberships
 from .ipoib_neigh import (FAILED, FAILED_HOLD_S, INCOMPLETE, REACHABLE, SOLICIT_INTERVAL_S, SOLICIT_TRIES, STALE,
                           NeighTable)
 
@@ -264,7 +265,6 @@ class IpoibIf:
         if self.bcast is None or self.bcast.record is None:
             return
         if proc_v4 is None:
-            from .ipoib_host import ip_memberships        # (the /proc reader)
             proc_v4, proc_v6 = ip_memberships(self.tun.name)
         want = self.wanted_groups(proc_v4, proc_v6)
         for mgid in want - self.memberships:

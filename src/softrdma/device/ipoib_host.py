@@ -5,10 +5,6 @@ request (``create_child`` / ``delete_child``), and what the daemon's loop
 gives them: the TUN device's readability, the port's events, rtnetlink's
 address changes on the interface, the timers, the sysfs files.
 
-``ip_memberships`` reads the interface's IP multicast groups from
-``/proc/net/igmp`` and ``/proc/net/igmp6``: a TUN device is never told
-(the kernel's ipoib has ndo_set_rx_mode), so the interface looks once a
-second (``IpoibIf.poll_memberships``).
 """
 
 from __future__ import annotations
@@ -23,38 +19,11 @@ from ..errors import VerbsError
 from ..wire import ipoib as w
 from .ipoib import IpoibIf
 from .ipoib_sa import SaClient
-from .ipoib_tun import Tun
+from .ipoib_tun import Tun, ip_memberships
 
 log = logging.getLogger("softrdmad")
 DEFAULT_PKEY = 0xFFFF
 IB_MTU_DEFAULT = 2048
-
-
-def ip_memberships(ifname: str) -> tuple[set[bytes], set[bytes]]:
-    """(IPv4 groups, IPv6 groups) the interface is a member of, as 4- and 16-byte addresses."""
-    v4: set[bytes] = set()
-    v6: set[bytes] = set()
-    try:
-        with open("/proc/net/igmp") as f:
-            cur = None
-            for line in f.readlines()[1:]:
-                if not line.startswith("\t"):
-                    parts = line.split()
-                    cur = parts[1] if len(parts) > 1 else None
-                elif cur == ifname:
-                    g = line.split()[0]
-                    v4.add(bytes.fromhex(g)[::-1])
-    except OSError:
-        pass
-    try:
-        with open("/proc/net/igmp6") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 3 and parts[1] == ifname:
-                    v6.add(bytes.fromhex(parts[2]))
-    except OSError:
-        pass
-    return v4, v6
 
 
 def interface_addresses(index: int) -> tuple[list, list]:

@@ -15,6 +15,11 @@ destination itself.
 the carrier (TUNSETCARRIER: the port's state), brings it up, and reads
 and writes datagrams without blocking.  The device lives as long as the
 file descriptor: a daemon that ends takes its interfaces with it.
+
+``ip_memberships`` reads the interface's IP multicast groups from
+``/proc/net/igmp`` and ``/proc/net/igmp6``: a TUN device is never told of
+them (the kernel's ipoib has ndo_set_rx_mode), so the interface looks
+once a second (``IpoibIf.poll_memberships``).
 """
 
 from __future__ import annotations
@@ -101,4 +106,31 @@ class Tun:
             self._ctl.close()
 
 
-__all__ = ["Tun"]
+def ip_memberships(ifname: str) -> tuple[set[bytes], set[bytes]]:
+    """(IPv4 groups, IPv6 groups) the interface is a member of, as 4- and 16-byte addresses."""
+    v4: set[bytes] = set()
+    v6: set[bytes] = set()
+    try:
+        with open("/proc/net/igmp") as f:
+            cur = None
+            for line in f.readlines()[1:]:
+                if not line.startswith("\t"):
+                    parts = line.split()
+                    cur = parts[1] if len(parts) > 1 else None
+                elif cur == ifname:
+                    g = line.split()[0]
+                    v4.add(bytes.fromhex(g)[::-1])
+    except OSError:
+        pass
+    try:
+        with open("/proc/net/igmp6") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[1] == ifname:
+                    v6.add(bytes.fromhex(parts[2]))
+    except OSError:
+        pass
+    return v4, v6
+
+
+__all__ = ["Tun", "ip_memberships"]
