@@ -203,3 +203,71 @@ def test_tcp_transfer_is_byte_exact(net):
 @pytest.mark.slow
 def test_tcp_transfer_of_100_mb_is_byte_exact(net):
     tcp_transfer(net, "h2", "h3", 100 << 20, 600)
+
+
+def test_link_show_has_the_infiniband_addresses(net):
+    (ifc,) = net.ipoib("h1", "ib0")
+    out = net.run("h1", sys.executable, "-m", "softrdma", "ip", "-s", "-d", "link", "show", "ib0").stdout
+    assert f"link/infiniband {ifc['address']} brd {ifc['broadcast']}" in out
+    assert ifc["broadcast"] == "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
+    assert "ipoib pkey  0xffff mode  datagram umcast  0000" in out
+    m = re.search(r"IPoIB ARP: arp_tx (\d+)  arp_rx (\d+)", out)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out
+    assert re.search(r"RX:.*\n\s+(\d+)\s+(\d+)", out)         # the kernel's own counters, as ever
+
+
+def test_a_child_interface_reaches_its_partition_only(net):
+    """P1 (0x8001) has h1 and h3: their ib0.8001 children ping; h2, outside
+    P1, gets a child whose carrier never comes (the SA refuses its join),
+    and nothing of P1 reaches it."""
+    for i, h in enumerate(HOSTS):
+        net.run(h, sys.executable, "-m", "softrdma", "ip", "link", "add", "link", "ib0", "name", "ib0.8001",
+                "type", "ipoib", "pkey", "0x8001")
+        net.ip(h, "addr", "add", f"10.78.0.{i + 1}/24", "dev", "ib0.8001")
+    for h in ("h1", "h3"):
+        wait_for(lambda h=h: net.ipoib(h, "ib0.8001")[0]["carrier"], 60, f"ib0.8001 of {h} with its carrier")
+    (c1,) = net.ipoib("h1", "ib0.8001")
+    assert c1["pkey"] == 0x8001 and c1["parent"] == "ib0" and c1["qpn"] != net.ipoib("h1", "ib0")[0]["qpn"]
+    assert c1["broadcast"].startswith("00:ff:ff:ff:ff:12:40:1b:80:01:")
+    r = net.run("h1", "ping", "-c", "2", "-i", "0.2", "-W", "5", "10.78.0.3", check=False)
+    assert r.returncode == 0, r.stdout
+    r = net.run("h1", "ping", "-c", "1", "-W", "2", "10.78.0.2", check=False)
+    assert r.returncode != 0                                   # h2 is not in P1
+    (c2,) = net.ipoib("h2", "ib0.8001")
+    assert not c2["carrier"] and c2["counters"]["rx_packets"] == 0
+    assert "NO-CARRIER" in net.ip("h2", "link", "show", "ib0.8001")
+    assert net.run("h2", sys.executable, "-m", "softrdma", "ip", "link", "add", "link", "ib0", "name", "ib0.x",
+                   "type", "ipoib", "pkey", "0x8001", check=False).stderr == "RTNETLINK answers: File exists\n"
+    for h in HOSTS:
+        net.run(h, sys.executable, "-m", "softrdma", "ip", "link", "del", "ib0.8001")
+        assert [i["ifname"] for i in net.ipoib(h)] == ["ib0"]
+    assert not os.path.exists(os.path.join(net.run_dir("h1"), "sys", "net", "ib0.8001"))
+
+
+def test_an_sm_restart_with_new_lids_costs_a_bounded_outage(net):
+    """The SM ends; a new one with LMC 1 moves the LIDs (an even one may stay).  The ports'
+    LID_CHANGE makes each interface join its groups again and ask the SA
+    for new paths: pings pass again within BOUND_S of the new SUBNET UP."""
+    bound_s = 30.0
+    before = {h: link(net.run_dir(h), "mlx5_0")["port_attr"]["lid"] for h in HOSTS}
+    net.stop_sm()
+    net.start_sm("-l", "1")
+    t0 = time.monotonic()
+    for h in HOSTS:
+        wait_for(lambda h=h: link(net.run_dir(h), "mlx5_0")["port_attr"]["lmc"] == 1, 60, f"{h}'s LMC 1 LIDs")
+    after = {h: link(net.run_dir(h), "mlx5_0")["port_attr"]["lid"] for h in HOSTS}
+    assert sum(after[h] != before[h] for h in HOSTS) >= 2, (before, after)       # (an aligned one may stay)
+
+    def all_ping():
+        for a, b in PAIRS:
+            r = net.run(a, "ping", "-c", "1", "-W", "1", _v4(HOSTS.index(b)), check=False)
+            if r.returncode:
+                return False
+        return True
+    wait_for(all_ping, bound_s, "IPv4 connectivity back after the SM restart")
+    assert time.monotonic() - t0 < bound_s
+    for a, b in PAIRS:
+        ping(net, a, b, six=True, count=1)
+    lids = {h: link(net.run_dir(h), "mlx5_0")["port_attr"]["lid"] for h in HOSTS}
+    paths = net.ipoib("h1")[0]["paths"]
+    assert sorted(p["dlid"] for p in paths.values()) == sorted(lids[h] for h in ("h2", "h3"))

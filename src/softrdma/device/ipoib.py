@@ -51,10 +51,12 @@ MCAST_QPN = 0xFFFFFF
 IB_MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
 JOIN_RETRY_S = 1.0
 MEMBERSHIP_POLL_S = 1.0
+SA_CHECK_S = 2.0                           # how often the SA is asked whether it still knows our membership
+PATH_RECHECK_S = 1.0                       # a path re-asked at most this often for a mismatched SLID
 COUNTERS = ("tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "tx_multicast", "rx_multicast", "arp_tx", "arp_rx",
             "nd_tx", "nd_rx", "path_queries", "path_failures", "mcast_joins", "mcast_join_failures",
             "rx_drop_qkey", "rx_drop_pkey", "rx_drop_other", "tx_drop_no_carrier", "tx_drop_unresolved",
-            "tx_drop_other")
+            "tx_drop_other", "sm_forgot", "path_stale")
 ALL_NODES = bytes.fromhex("ff020000000000000000000000000001")
 
 
@@ -101,6 +103,8 @@ class IpoibIf:
         self.addrs6: list[tuple[bytes, int]] = []
         self.bcast4: set[bytes] = {b"\xff\xff\xff\xff"}
         self.next_poll = 0.0
+        self.next_check = 0.0
+        self.check_tid: int | None = None
         self.memberships: set[bytes] = set()     # MGIDs of the interface's IP multicast groups
         self.up = False
 
@@ -167,7 +171,11 @@ class IpoibIf:
                 self.sa.cancel(g.tid)
             self._detach(g)
         self.groups.clear()
+        self.memberships = set()
         self.bcast = None
+        if self.check_tid is not None:
+            self.sa.cancel(self.check_tid)
+            self.check_tid = None
         for p in self.table.paths.values():
             if p.tid is not None:
                 self.sa.cancel(p.tid)
@@ -285,7 +293,7 @@ class IpoibIf:
     def deadline(self) -> float | None:
         if not self.dev.state == 4:
             return None
-        d = self.next_poll if self.up else None
+        d = min(self.next_poll, self.next_check) if self.up else None
         for g in self.groups.values():
             if not g.mlid and g.tid is None and (d is None or g.retry_at < d):
                 d = g.retry_at
@@ -318,6 +326,26 @@ class IpoibIf:
         if now >= self.next_poll:
             self.next_poll = now + MEMBERSHIP_POLL_S
             self.poll_memberships(now)
+        if now >= self.next_check:
+            self.next_check = now + SA_CHECK_S
+            self._check_membership()
+
+    def _check_membership(self) -> None:
+        """Ask the SA for our broadcast membership.  An SM that restarted
+        without a client reregistration has forgotten every join (and its
+        MFTs leave us out) and may have moved the LIDs our paths hold: if
+        the SA answers that we are no member, start over as on
+        CLIENT_REREGISTER."""
+        b = self.bcast
+        if b is None or b.record is None or self.check_tid is not None:
+            return
+
+        def done(status, rec, b=b):
+            self.check_tid = None
+            if status and self.bcast is b:
+                self.cnt["sm_forgot"] += 1
+                self.port_up(time.monotonic())
+        self.check_tid = self.sa.member(self.bcast_mgid, self.port_gid, done)
 
     # -- transmit
     def transmit(self, datagrams, now: float) -> None:
@@ -466,11 +494,30 @@ class IpoibIf:
             if len(d) >= 41 and d[6] == w.ICMPV6 and d[40] in (w.ND_NS, w.ND_NA):
                 self._nd(d, now)
             else:
+                if not mcast:
+                    self._check_path(d[8:24], src, now)
                 self.tun.write(d)
         elif etype == w.ETH_P_IP:
+            if not mcast and len(d) >= 20:
+                self._check_path(d[12:16], src, now)
             self.tun.write(d)
         else:
             c["rx_drop_other"] += 1
+
+    def _check_path(self, ip, src, now: float) -> None:
+        """A unicast datagram from a neighbour whose path we hold with
+        another DLID than the packet's SLID: the neighbour's LID moved (an
+        SM change we were not told of) -- ask the SA again."""
+        n = self.table.neighs.get(bytes(ip))
+        if n is None or n.hw is None:
+            return
+        p = self.table.paths.get(n.hw[4:])
+        if p is None or p.av is None or p.av.dlid == src.slid or now < p.recheck_at:
+            return
+        p.recheck_at = now + PATH_RECHECK_S
+        p.av = None
+        p.valid = False
+        self.cnt["path_stale"] += 1
 
     def _arp(self, d, now: float) -> None:
         try:

@@ -27,7 +27,7 @@ INCOMPLETE, REACHABLE, STALE, FAILED = "INCOMPLETE", "REACHABLE", "STALE", "FAIL
 
 
 class Path:
-    __slots__ = ("gid", "av", "tid", "record", "queue", "valid")
+    __slots__ = ("gid", "av", "tid", "record", "queue", "valid", "recheck_at")
 
     def __init__(self, gid: bytes):
         self.gid = gid
@@ -36,6 +36,7 @@ class Path:
         self.record: dict | None = None
         self.queue: list = []                 # (ethertype, datagram, dqpn) waiting for the path
         self.valid = False
+        self.recheck_at = 0.0                 # (a mismatched SLID re-asks the SA no sooner)
 
 
 class Neigh:
