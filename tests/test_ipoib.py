@@ -205,6 +205,45 @@ def test_tcp_transfer_of_100_mb_is_byte_exact(net):
     tcp_transfer(net, "h2", "h3", 100 << 20, 600)
 
 
+MC_RECV = """
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("239.1.2.3", int(sys.argv[1])))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton("239.1.2.3") + socket.inet_aton(sys.argv[2]))
+print("joined", flush=True); s.settimeout(float(sys.argv[3]))
+try:
+    print(s.recv(100).decode(), flush=True)
+except socket.timeout:
+    print("nothing", flush=True)
+"""
+
+
+def test_ip_multicast_goes_to_the_members_group(net):
+    """h3 joins 239.1.2.3 on ib0: its interface joins the IB group
+    ff12:401b:ffff::f01:203 within a second, and h1's datagrams to the IP
+    group reach it; h2, no member, is not in the IB group."""
+    from wait_helpers import free_port
+    port = str(free_port("udp"))
+    rx = {h: subprocess.Popen(["ip", "netns", "exec", net.ns[h], sys.executable, "-c", MC_RECV, port,
+                               _v4(HOSTS.index(h)), "20"], stdout=subprocess.PIPE, text=True)
+          for h in ("h3",)}
+    try:
+        for p in rx.values():
+            assert p.stdout.readline().strip() == "joined"
+        wait_for(lambda: "ff12:401b:ffff::f01:203" in net.ipoib("h3")[0]["groups"], 10, "h3's IB group join")
+        send = ("import socket, sys, time\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                f"s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton('{_v4(0)}'))\n"
+                f"for _ in range(20):\n s.sendto(b'hello group', ('239.1.2.3', {port})); time.sleep(0.1)\n")
+        net.run("h1", sys.executable, "-c", send)
+        assert rx["h3"].stdout.readline().strip() == "hello group"
+        assert net.ipoib("h3")[0]["counters"]["rx_multicast"] > 0
+        assert "ff12:401b:ffff::f01:203" not in net.ipoib("h2")[0]["groups"]
+    finally:
+        for p in rx.values():
+            stop(p)
+
+
 def test_link_show_has_the_infiniband_addresses(net):
     (ifc,) = net.ipoib("h1", "ib0")
     out = net.run("h1", sys.executable, "-m", "softrdma", "ip", "-s", "-d", "link", "show", "ib0").stdout
