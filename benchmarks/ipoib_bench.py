@@ -14,31 +14,19 @@ WRITE bandwidth.
 
 from __future__ import annotations
 
-import argparse
 import os
-import pathlib
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
-from perftest_bench import VETH_MTU, parse_table, run_pair  # noqa: E402
+from ib_bench import bench_args, runners, two_ib_hosts  # noqa: E402
+from perftest_bench import parse_table, run_pair  # noqa: E402
 
-NET = """
-Switch 4 "sw1"
-[1] "h1"[1]
-[2] "h2"[1]
-Ca 1 "h1"
-[1] "sw1"[1]
-Ca 1 "h2"
-[1] "sw1"[2]
-"""
 IB_IP = ("10.79.0.1", "10.79.0.2")
 
 RECEIVER = """
@@ -85,37 +73,17 @@ def tcp_round(hosts, mbytes: int) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--mbytes", type=int, default=200, help="MiB per TCP round")
-    ap.add_argument("--iters", type=int, default=5000, help="ib_write_bw iterations (perftest's default)")
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        ap.error("needs root (network namespaces)")
-    from ib_helpers import IbFabric, control
-    from netns_helpers import TwoHosts
+    a = bench_args(__doc__, lambda ap: ap.add_argument("--mbytes", type=int, default=200, help="MiB per TCP round"))
+    from ib_helpers import control
     from wait_helpers import wait_for
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ipoib_bench-"))
-    fab = IbFabric(tmp, NET)                  # before the daemons: they inherit its directory
-    hosts = None
-    try:
-        hosts = TwoHosts(mtu=VETH_MTU)
-        hosts.start_daemons(["--ipoib"])
-        fab.attach(hosts.run_dirs[0], "h1")
-        fab.attach(hosts.run_dirs[1], "h2")
-        fab.sweep("softrdma")
+    with two_ib_hosts("ipoib_bench-", ["--ipoib"]) as (fab, hosts, _):
         for i, rd in enumerate(hosts.run_dirs):
             fab.wait_active(rd)
             hosts.exec(hosts.ns[i], "ip", "addr", "add", f"{IB_IP[i]}/24", "dev", "ib0")
             wait_for(lambda rd=rd: control(rd, "ipoib", action="show")["interfaces"][0]["carrier"], 60, "carrier")
         mtu = control(hosts.run_dirs[0], "ipoib", action="show")["interfaces"][0]["mtu"]
         print(f"IPoIB: ib0 MTU {mtu} (datagram mode); ib_write_bw over the same mlx5_0 ports", flush=True)
-
-        def srv(cmd):
-            return hosts.popen(1, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-        def cli(cmd):
-            return hosts.popen(0, [*cmd, hosts.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        srv, cli = runners(hosts)
 
         got: dict[str, list] = {"tcp": [], "rdma": []}
         for r in range(a.rounds):
@@ -132,12 +100,7 @@ def main() -> int:
         print(f"TCP over ib0: median {med['tcp']:,.1f} MB/s of {', '.join(f'{v:,.1f}' for v in got['tcp'])}")
         print(f"ib_write_bw 64 KiB: median {med['rdma']:,.1f} MB/s of {', '.join(f'{v:,.1f}' for v in got['rdma'])}")
         print(f"TCP over IPoIB / RDMA WRITE: {med['tcp'] / med['rdma']:.0%}")
-        return 0
-    finally:
-        if hosts is not None:
-            hosts.close()
-        fab.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

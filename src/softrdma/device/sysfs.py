@@ -521,7 +521,9 @@ class SysfsTree:
         return out
 
     def remove_ecn(self, netdev: str) -> None:
-        base = self.ecn_path(netdev)
+        self._remove_tree(self.ecn_path(netdev))
+
+    def _remove_tree(self, base: Path) -> None:
         shutil.rmtree(base, ignore_errors=True)
         prefix = os.fspath(base) + os.sep
         for key in [k for k in self._written if k.startswith(prefix)]:
@@ -545,11 +547,7 @@ class SysfsTree:
             self._put(base / name, f"{v}\n" if v != "" else "", RW if writable else RO)
 
     def remove_net(self, ifname: str) -> None:
-        base = self.net_path(ifname)
-        shutil.rmtree(base, ignore_errors=True)
-        prefix = os.fspath(base) + os.sep
-        for key in [k for k in self._written if k.startswith(prefix)]:
-            del self._written[key]
+        self._remove_tree(self.net_path(ifname))
 
     # -- ports -----------------------------------------------------------------
 
