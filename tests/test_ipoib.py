@@ -281,6 +281,14 @@ def test_a_child_interface_reaches_its_partition_only(net):
         net.run(h, sys.executable, "-m", "softrdma", "ip", "link", "del", "ib0.8001")
         assert [i["ifname"] for i in net.ipoib(h)] == ["ib0"]
     assert not os.path.exists(os.path.join(net.run_dir("h1"), "sys", "net", "ib0.8001"))
+    # the sysfs way: echo 0x8001 > /sys/class/net/ib0/create_child, then delete_child
+    files = os.path.join(net.run_dir("h1"), "sys", "net", "ib0")
+    with open(os.path.join(files, "create_child"), "w") as f:
+        f.write("0x8001\n")
+    wait_for(lambda: [i["ifname"] for i in net.ipoib("h1")] == ["ib0", "ib0.8001"], 10, "ib0.8001 by create_child")
+    with open(os.path.join(files, "delete_child"), "w") as f:
+        f.write("0x8001\n")
+    wait_for(lambda: [i["ifname"] for i in net.ipoib("h1")] == ["ib0"], 10, "ib0.8001 gone by delete_child")
 
 
 def test_an_sm_restart_with_new_lids_costs_a_bounded_outage(net):

@@ -203,8 +203,30 @@ class IpoibHost:
             "create_child": "", "delete_child": ""})
 
     def refresh_sysfs(self) -> None:
+        """Each second: apply what was written into the interfaces' files
+        (``echo 0x8001 > .../ib0/create_child``, ``delete_child``, ``mode``,
+        ``umcast``; a value refused is logged), then rewrite them."""
+        t = self.daemon.sysfs
+        for ifc in list(self.ifs.values()):
+            for parts, text in t.writes_under(t.net_path(ifc.name)):
+                self._sysfs_write(ifc, parts[0], text.strip())
         for ifc in self.ifs.values():
             self.write_sysfs(ifc)
+
+    def _sysfs_write(self, ifc: IpoibIf, attr: str, value: str) -> None:
+        try:
+            if attr == "create_child":
+                self.create_child(ifc.name, int(value, 0))
+            elif attr == "delete_child":
+                pkey = int(value, 0) | 0x8000
+                child = next((i for i in self.ifs.values() if i.parent is ifc and i.pkey == pkey), None)
+                if child is None:
+                    raise VerbsError(errno.ENODEV, f"{ifc.name} has no child with P_Key {pkey:#06x}")
+                self._remove(child)
+            else:
+                self.set_attr(ifc.name, attr, value)
+        except (VerbsError, ValueError) as e:
+            log.warning("%s/%s: %s", ifc.name, attr, e)
 
     def show(self, name: str | None = None) -> list[dict]:
         return [i.info() | {"neighbours": i.neighbours()} for i in self.ifs.values()

@@ -63,6 +63,8 @@ def show(real_ip: str, argv: list[str], ifc: dict, stats: bool, details: bool, o
     if r.returncode:
         return r.returncode
     for line in r.stdout.splitlines(True):
+        if line.strip().startswith("tun type tun"):
+            continue                              # (-d: the TUN device's own details; ipoib's line is above)
         if line.strip().startswith("link/none"):
             out.write(f"    link/infiniband {ifc['address']} brd {ifc['broadcast']}\n")
             if details:
