@@ -9,9 +9,9 @@ outage.  One fabric for the module."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -42,6 +42,10 @@ class IpoibHosts:
 
     def __init__(self, tmp):
         need_root()
+        if not shutil.which("ping"):            # (iputils-ping: a test dependency, as nftables)
+            if os.environ.get("CI") == "true":
+                pytest.fail("CI installs iputils-ping: this test must run")
+            pytest.skip("needs ping (iputils-ping)")
         tag = os.getpid() % 100000
         self.tmp = tmp
         self.ns = {h: f"ipoib-{h}-{tag}" for h in HOSTS}
