@@ -311,3 +311,15 @@ class IbHosts:
         for d in self.daemons.values():
             d.stop()
         self.fabric.close()
+
+
+def two_hosts(tmp_path_factory, shm_path_module, sm: str, tag: str) -> IbHosts:
+    """``IbHosts`` on NET_2SW's h1 and h4 (a switch hop apart) for a module
+    fixture whose param ``sm`` ("softrdma" or "opensm") sweeps them; ``sm``
+    is kept as the hosts' ``sm``."""
+    import sm_helpers
+    if not sm_helpers.have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    h = IbHosts(tmp_path_factory.mktemp(tag), shm_path_module / sm, NET_2SW, ("h1", "h4"), sm)
+    h.sm = sm
+    return h

@@ -1,7 +1,9 @@
 """rdma_cm on a host whose RDMA devices are InfiniBand devices only: IP
 addresses need IPoIB, which IB devices do not have, so resolving one
 fails at once with librdmacm's address error, and neither binds to an IB
-device by way of the loopback (cma_bind_loopback) nor hangs."""
+device by way of the loopback (cma_bind_loopback) nor hangs.  GIDs (AF_IB)
+do reach the IB device: their errors without an SM are here, the rest with
+a live fabric and SMs in test_ib_cma.py."""
 
 from __future__ import annotations
 
@@ -64,3 +66,46 @@ def test_rping_by_ip_on_an_ib_only_host_reports_the_address_error(ib_only):
                        env={**ib_only.env, "SOFTRDMA_AUTOSTART": "0"}, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert f"cma event RDMA_CM_EVENT_ADDR_ERROR, error {-errno.ENODEV}\n" in r.stderr, r.stdout + r.stderr
+
+
+def test_af_ib_addresses_on_the_ib_device(ib_only, fake):
+    """AF_IB (GIDs) on the IB device, without an SM: a bind to a GID no port
+    has and a destination of another subnet fail ENODEV at once; the port's
+    own GID resolves; with the port not Active (no SM address) the route
+    query cannot go out: EAGAIN from rdma_resolve_route, as the kernel's
+    ib_sa_path_rec_get; multicast on an IB port is refused EOPNOTSUPP."""
+    import ipaddress
+
+    from ib_helpers import link
+    from softrdma.verbs.cm import AF_IB, CmId, EventChannel
+    from softrdma.verbs.errors import PyverbsRDMAError
+    from wait_helpers import wait_for
+
+    gid = str(ipaddress.IPv6Address(bytes.fromhex(link(ib_only.run_dir, "mlx5_0")["gids"][0])))
+    ch = EventChannel()
+    ids = [CmId(ch) for _ in range(3)]
+    try:
+        with pytest.raises(PyverbsRDMAError) as e:
+            ids[0].bind_addr("fe80::dead:beef", 0, AF_IB)
+        assert e.value.error_code == errno.ENODEV
+        with pytest.raises(PyverbsRDMAError) as e:
+            ids[1].resolve_addr(None, "fe90::1", 7703, family=AF_IB)
+        assert e.value.error_code == errno.ENODEV
+        ids[2].bind_addr(gid, 7704, AF_IB)
+        assert ids[2].info["src"] == {"family": AF_IB, "ip": gid, "port": 7704, "pkey": 0xFFFF,
+                                      "sid": 0x1060000 | 7704} and ids[2].info["device"] == "mlx5_0"
+        fake.set("h1", state=2)                       # Initialize: no SM address handle
+        wait_for(lambda: link(ib_only.run_dir, "mlx5_0")["port_attr"]["state"] == 2, 30, "the port in Init")
+        ids[2].resolve_addr(None, gid, 7705, family=AF_IB)
+        ev = ch.get_event(10)
+        assert ev.event_str == "RDMA_CM_EVENT_ADDR_RESOLVED", (ev.event_str, ev.status)
+        with pytest.raises(PyverbsRDMAError) as e:
+            ids[2].resolve_route()
+        assert e.value.error_code == errno.EAGAIN
+        with pytest.raises(PyverbsRDMAError) as e:
+            ids[2].join_multicast("239.1.2.3")
+        assert e.value.error_code == errno.EOPNOTSUPP
+    finally:
+        for i in ids:
+            i.destroy()
+        ch.close()

@@ -142,20 +142,14 @@ def test_ibping_through_the_device_qp1(daemon, fake):
 
 import pytest  # noqa: E402
 
-from ib_helpers import IbHosts  # noqa: E402
-from ibfabric_helpers import NET_2SW  # noqa: E402
-from sm_helpers import have_ibsim  # noqa: E402
+from ib_helpers import two_hosts  # noqa: E402
 
 
 
 
 @pytest.fixture(scope="module", params=["softrdma", "opensm"])
 def hosts(tmp_path_factory, shm_path_module, request):
-    if not have_ibsim():
-        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
-    h = IbHosts(tmp_path_factory.mktemp("ibtools"), shm_path_module / request.param, NET_2SW, ("h1", "h4"),
-                request.param)
-    h.sm = request.param
+    h = two_hosts(tmp_path_factory, shm_path_module, request.param, "ibtools")
     yield h
     h.close()
 

@@ -15,6 +15,7 @@ from pyverbs.qp import QPCap, QPInitAttr
 from pyverbs.addr import AH
 import pyverbs.enums as e
 import pyverbs.librdmacm_enums as ce
+from cm_common import ud_accept
 
 role, addr, port, mode = sys.argv[1:5]
 n = int(sys.argv[5]) if len(sys.argv) > 5 else 3
@@ -99,12 +100,7 @@ if role == "server" and mode != "mcast":
         listen.close()
         sys.exit(0)
     if mode == "ud":
-        cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_UD, cap=QPCap(max_send_wr=2, max_recv_wr=n + 1)))
-        mr = cmid.reg_msgs(SIZE + 40)
-        for _ in range(n):
-            cmid.post_recv(mr)
-        cmid.accept(ConnParam(qp_num=cmid.qpn))
-        print("accepted", flush=True)
+        mr = ud_accept(cmid, n, SIZE)
         for _ in range(n):
             wc = cmid.get_recv_comp()
             assert wc.status == e.IBV_WC_SUCCESS

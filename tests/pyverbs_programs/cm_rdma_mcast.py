@@ -16,19 +16,13 @@ import sys
 import pyverbs.enums as e
 import pyverbs.librdmacm_enums as ce
 from pyverbs.addr import AH
-from pyverbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, UDParam
+from pyverbs.cmid import CMID, AddrInfo, CMEventChannel, ConnParam, UDParam
 from pyverbs.mr import MR
 from pyverbs.qp import QPCap, QPInitAttr
 
+from cm_common import next_event
+
 what, role = sys.argv[1], sys.argv[2]
-
-
-def expect(ch, want):
-    ev = CMEvent(ch)
-    if ev.event_type != want:
-        print(f"unexpected {ev.event_str()} status {ev.status}", flush=True)
-        sys.exit(1)
-    return ev
 
 
 ch = CMEventChannel()
@@ -40,25 +34,25 @@ if what == "rdma":
         listen.bind_addr(AddrInfo(src=addr, src_service=port, flags=ce.RAI_PASSIVE))
         listen.listen()
         print("listening", flush=True)
-        ev = expect(ch, ce.RDMA_CM_EVENT_CONNECT_REQUEST)
+        ev = next_event(ch, ce.RDMA_CM_EVENT_CONNECT_REQUEST)
         cmid = CMID(creator=ev, listen_id=listen)
         cmid.create_qp(rc)
         mr = MR(cmid.pd, 64, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_WRITE)
         mr.write(b"server data".ljust(64, b"."), 64)
         cmid.accept(ConnParam(private_data=struct.pack(">QI", mr.buf, mr.rkey)))
-        expect(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
-        expect(ch, ce.RDMA_CM_EVENT_DISCONNECTED)
+        next_event(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
+        next_event(ch, ce.RDMA_CM_EVENT_DISCONNECTED)
         cmid.disconnect()
         print("buffer:", mr.read(12, 0), flush=True)
     else:
         cmid = CMID(creator=ch)
         cmid.resolve_addr(AddrInfo(dst=addr, dst_service=port))
-        expect(ch, ce.RDMA_CM_EVENT_ADDR_RESOLVED)
+        next_event(ch, ce.RDMA_CM_EVENT_ADDR_RESOLVED)
         cmid.resolve_route()
-        expect(ch, ce.RDMA_CM_EVENT_ROUTE_RESOLVED)
+        next_event(ch, ce.RDMA_CM_EVENT_ROUTE_RESOLVED)
         cmid.create_qp(rc)
         cmid.connect(ConnParam(resources=1, depth=1))
-        ev = expect(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
+        ev = next_event(ch, ce.RDMA_CM_EVENT_ESTABLISHED)
         raddr, rkey = struct.unpack_from(">QI", ev.private_data)
         mr = cmid.reg_write(64)
         cmid.post_read(mr, 11, raddr, rkey, e.IBV_SEND_SIGNALED)
@@ -68,7 +62,7 @@ if what == "rdma":
         cmid.post_write(mr, 12, raddr, rkey, e.IBV_SEND_SIGNALED)
         assert cmid.get_send_comp().status == e.IBV_WC_SUCCESS
         cmid.disconnect()
-        expect(ch, ce.RDMA_CM_EVENT_DISCONNECTED)
+        next_event(ch, ce.RDMA_CM_EVENT_DISCONNECTED)
     sys.exit(0)
 
 group, local = sys.argv[3], sys.argv[4]
@@ -76,7 +70,7 @@ cmid = CMID(creator=ch, port_space=ce.RDMA_PS_UDP)
 cmid.bind_addr(AddrInfo(src=local, src_service="0", port_space=ce.RDMA_PS_UDP, flags=ce.RAI_PASSIVE))
 cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_UD, cap=QPCap(max_send_wr=2, max_recv_wr=2)))
 cmid.join_multicast(addr=AddrInfo(src=group))
-ud = UDParam(expect(ch, ce.RDMA_CM_EVENT_MULTICAST_JOIN))
+ud = UDParam(next_event(ch, ce.RDMA_CM_EVENT_MULTICAST_JOIN))
 mr = cmid.reg_msgs(40 + 64)
 if role == "receiver":
     cmid.post_recv(mr)

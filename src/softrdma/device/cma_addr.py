@@ -8,10 +8,14 @@ As cma.c for RoCE:
   EACCES as cma_check_port and cma_use_port;
 * ``resolve_addr``: the source address and device of a destination found
   by the host's routing (the device whose GID table holds the source
-  address; an InfiniBand device has no IP address without IPoIB, so an IP
-  destination never resolves onto one: ADDR_ERROR -ENODEV when no RoCE
-  device has the source); ``resolve_route``: a RoCE route built locally
-  (cma_resolve_iboe_route: GIDs from the addresses);
+  address; an InfiniBand device has no IP address until IPoIB's neighbour
+  resolution gives one -- ``cma_route._ipoib_neigh``, the hook -- so an IP
+  destination resolves onto one only through it: ADDR_ERROR -ENODEV when
+  no device has the source); an AF_IB destination (a GID) on the IB
+  port that holds the GID or shares its subnet prefix and P_Key, ENODEV
+  at once when none does (cma_resolve_ib_addr); ``resolve_route``: a RoCE
+  route built locally (cma_resolve_iboe_route: GIDs from the addresses),
+  an IB route from the SA (``cma_route``);
 * ``listen`` on the bound device, or on every device (cma_listen_on_all),
   as one IB CM listen per (device, service ID) shared by the IDs;
 * multicast joins on RoCE (cma_iboe_join_multicast): the MGID of an IPv4
@@ -30,7 +34,9 @@ from ..enums import rdma_cm_event_type as EV
 from ..errors import VerbsError
 from ..wire.cma import PortSpace, service_id
 from ..wire.gid import gid_ip, ip_gid
+from .cma_route import gid_addr, is_ib
 from .cma_id import (
+    AF_IB,
     ADDR_BOUND,
     ADDR_QUERY,
     ADDR_RESOLVED,
@@ -110,6 +116,9 @@ class CmaAddr:
         """rdma_bind_addr."""
         if cid.state != IDLE:
             raise VerbsError(errno.EINVAL, f"bind in state {STATE_NAMES[cid.state]}")
+        if family == AF_IB:
+            self._bind_ib(cid, ip, port)
+            return
         addr = ipaddress.ip_address(ip) if ip else (ipaddress.ip_address("0.0.0.0") if family == 4
                                                      else ipaddress.ip_address("::"))
         dev = None
@@ -121,12 +130,14 @@ class CmaAddr:
                 raise VerbsError(errno.ENODEV, f"no RDMA device has {addr}")
         elif addr.is_loopback:
             dev = self._device_of(addr)
-        cid.family = addr.version
-        cid.src_ip = addr
-        cid.src_port = port
-        cid.dev = dev
+        self._bind(cid, addr.version, addr, port, dev, ip_gid(addr))
+
+    def _bind(self, cid: CmaId, family: int, addr, port: int, dev, sgid: bytes) -> None:
+        """What every bind ends with: the address, the device and its GID,
+        and the port (cma_get_port) -- or nothing, if the port is refused."""
+        cid.family, cid.src_ip, cid.src_port, cid.dev = family, addr, port, dev
         if dev is not None:
-            cid.sgid = ip_gid(addr)
+            cid.sgid = sgid
             cid.mtu = dev.caps.active_mtu
         try:
             self._get_port(cid)
@@ -135,8 +146,55 @@ class CmaAddr:
             raise
         cid.state = ADDR_BOUND
 
-    def resolve_addr(self, cid: CmaId, src: str | None, dst: str, dst_port: int) -> None:
+    def _bind_ib(self, cid: CmaId, gid: str | None, port: int) -> None:
+        """rdma_bind_addr of a sockaddr_ib: a GID of one of this host's IB
+        ports (ENODEV for any other), or the zero GID (any port)."""
+        addr = ipaddress.IPv6Address(gid) if gid else ipaddress.IPv6Address("::")
+        dev = None
+        if not cma_any_addr(addr):
+            dev = self._ib_device_of(addr.packed)
+            if dev is None:
+                raise VerbsError(errno.ENODEV, f"no InfiniBand port has GID {addr}")
+        self._bind(cid, AF_IB, addr, port, dev, addr.packed)
+
+    def _resolve_ib_addr(self, cid: CmaId, src: str | None, dst: str, dst_port: int) -> None:
+        """rdma_resolve_addr of a sockaddr_ib (cma_resolve_ib_addr): the
+        device now (ENODEV when no IB port can reach the GID), the event after
+        the reply.  Where the GID's port is, the SA says at route resolution."""
+        d = ipaddress.IPv6Address(dst)
+        if cid.state == IDLE:
+            self.bind_addr(cid, src, 0, AF_IB)
+        if cid.family != AF_IB:
+            raise VerbsError(errno.EINVAL, "destination family differs from the bound address's")
+        if cid.state != ADDR_BOUND:
+            raise VerbsError(errno.EINVAL, f"resolve_addr in state {STATE_NAMES[cid.state]}")
+        dev, sgid = cid.dev, cid.sgid
+        if cma_any_addr(d):
+            found = self._ib_loopback() if dev is None else (dev, sgid)
+            if found is None:
+                raise VerbsError(errno.ENODEV, "no Active InfiniBand port")
+            dev, sgid = found
+            dgid = sgid
+        else:
+            dgid = d.packed
+            if dev is None:
+                found = self._resolve_ib_dev(dgid, cid.pkey)
+                if found is None:
+                    raise VerbsError(errno.ENODEV, f"no InfiniBand port reaches GID {d}")
+                dev, sgid = found
+        cid.dst_ip, cid.dst_port = d, dst_port
+        cid.dev, cid.sgid, cid.dgid = dev, sgid, dgid
+        if cma_any_addr(cid.src_ip):
+            cid.src_ip = gid_addr(sgid)
+        cid.mtu = dev.caps.active_mtu
+        cid.state = ADDR_RESOLVED
+        self._emit(cid, EV.RDMA_CM_EVENT_ADDR_RESOLVED, info=cid.info())
+
+    def resolve_addr(self, cid: CmaId, src: str | None, dst: str, dst_port: int, family: int = 0) -> None:
         """rdma_resolve_addr: the reply now, ADDR_RESOLVED or ADDR_ERROR after it."""
+        if family == AF_IB:
+            self._resolve_ib_addr(cid, src, dst, dst_port)
+            return
         d = ipaddress.ip_address(dst)
         if cid.state == IDLE:
             s = ipaddress.ip_address(src) if src else None
@@ -152,7 +210,10 @@ class CmaAddr:
         status = 0
         dev = cid.dev
         src_ip = cid.src_ip
-        if dev is None or cma_any_addr(src_ip):
+        neigh = self._ipoib_neigh(None if cma_any_addr(src_ip) else src_ip, d)
+        if neigh is not None:                       # an IPoIB neighbour: an IB device and the peer's GID
+            dev, src_ip, dgid = neigh
+        elif dev is None or cma_any_addr(src_ip):
             try:
                 src_ip = ipaddress.ip_address(_route_source(d))
             except OSError as e:
@@ -173,15 +234,22 @@ class CmaAddr:
             self._emit(cid, EV.RDMA_CM_EVENT_ADDR_ERROR, status)
             return
         cid.src_ip, cid.dev = src_ip, dev
-        cid.sgid, cid.dgid = ip_gid(src_ip), ip_gid(d)
+        if neigh is not None:
+            cid.sgid, cid.dgid = dev.gid(0), bytes(dgid)
+        else:
+            cid.sgid, cid.dgid = ip_gid(src_ip), ip_gid(d)
         cid.mtu = dev.caps.active_mtu
         cid.state = ADDR_RESOLVED
         self._emit(cid, EV.RDMA_CM_EVENT_ADDR_RESOLVED, info=cid.info())
 
-    def resolve_route(self, cid: CmaId) -> None:
-        """rdma_resolve_route for RoCE: the path is made locally."""
+    def resolve_route(self, cid: CmaId, timeout_ms: int = 2000) -> None:
+        """rdma_resolve_route: for RoCE the path is made locally; on an
+        InfiniBand port the SA is asked (``cma_route``)."""
         if cid.state != ADDR_RESOLVED:
             raise VerbsError(errno.EINVAL, f"resolve_route in state {STATE_NAMES[cid.state]}")
+        if is_ib(cid.dev):
+            self._ib_route(cid, timeout_ms)
+            return
         cid.state = ROUTE_RESOLVED
         self._emit(cid, EV.RDMA_CM_EVENT_ROUTE_RESOLVED, info=cid.info())
 
@@ -245,6 +313,9 @@ class CmaAddr:
     def join_multicast(self, cid: CmaId, addr: str) -> None:
         if cid.state not in (ADDR_BOUND, ADDR_RESOLVED) or cid.dev is None:
             raise VerbsError(errno.EINVAL, f"join in state {STATE_NAMES[cid.state]}")
+        if is_ib(cid.dev):
+            raise VerbsError(errno.EOPNOTSUPP, "rdma_cm multicast on an InfiniBand port (an SA MCMemberRecord "
+                                               "join) is not supported")
         a = ipaddress.ip_address(addr)
         if a.is_unspecified:
             raise VerbsError(errno.EINVAL, "zero multicast address")

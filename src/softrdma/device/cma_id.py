@@ -3,7 +3,11 @@ states (enum rdma_cm_state) and cma.c's constants.
 
 A ``CmaId`` belongs to the client connection that made it (librdmacm's
 event channel); ``ib`` is its IB CM ID (``mgmt.cm.ids.CmId``) while a
-connection or SIDR exchange is under way.
+connection or SIDR exchange is under way.  Its family is 4, 6 or AF_IB
+(27: struct sockaddr_ib, whose address -- held in ``src_ip``/``dst_ip``
+as an IPv6 address, the way a GID is written -- is a GID, with a P_Key
+and a flow label); on an InfiniBand port ``path`` is the route the SA
+gave (``cma_route.CmaPath``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ CMA_CM_MRA_SERVICE_TIMEOUT = 24        # CMA_CM_MRA_SETTING without IB_CM_MRA_FL
 MAX_BACKLOG = 1024                     # ucma's max_backlog
 LOCAL_PORT_RANGE = (32768, 60999)      # net.ipv4.ip_local_port_range's default
 QP_TYPES = {"RC": QP_TYPE_RC, "UC": QP_TYPE_UC, "UD": QP_TYPE_UD}
+AF_IB = 27                             # struct sockaddr_ib's family: the address is a GID
 
 
 def cma_any_addr(ip) -> bool:
@@ -65,13 +70,21 @@ class CmaId:
         self.mtu = 3
         self.mcast: dict[bytes, dict] = {}
         self.destroyed = False
+        self.pkey = 0xFFFF                # sib_pkey (AF_IB), the path's P_Key
+        self.flowinfo = 0                 # sib_flowinfo: the traffic class asked of the SA (bits 20..27)
+        self.path = None                  # cma_route.CmaPath (InfiniBand)
+        self.route_tid: int | None = None  # the SA query under way
 
     def addr(self, ip, port) -> dict:
-        return {"family": self.family, "ip": str(ip) if ip is not None else None, "port": port}
+        a = {"family": self.family, "ip": str(ip) if ip is not None else None, "port": port}
+        if self.family == AF_IB:                      # sockaddr_ib: the GID, P_Key, service ID
+            a.update(pkey=self.pkey, sid=(self.ps << 16) | port)
+        return a
 
     def info(self) -> dict:
         return {"id": self.handle, "state": STATE_NAMES[self.state], "ps": self.ps, "qp_type": self.qp_type,
                 "src": self.addr(self.src_ip, self.src_port), "dst": self.addr(self.dst_ip, self.dst_port),
                 "device": self.dev.name if self.dev is not None else None, "port_num": 1,
-                "sgid": self.sgid.hex(), "dgid": self.dgid.hex(), "pkey": 0xFFFF, "qkey": self.qkey,
-                "mtu": self.mtu}
+                "sgid": self.sgid.hex(), "dgid": self.dgid.hex(), "pkey": self.pkey, "qkey": self.qkey,
+                "mtu": self.mtu, "dlid": self.path.dlid if self.path is not None else 0,
+                "sl": self.path.sl if self.path is not None else 0}

@@ -23,7 +23,9 @@ general services interface, for one RoCE port:
 Addresses are GIDs (RoCEv2: the IPv4-mapped or IPv6 address).  On an
 InfiniBand port a MAD comes with the port's ``LinkSource`` (SLID, SL, the
 GRH if any) and leaves LID-routed (``send_lid``); the port's umad files
-(``device.umad``: the diags' MADs) see it first.  No clocks:
+(``device.umad``: the diags' MADs) see it first, then the answers to the
+daemon's own requests (``request_lid``: rdma_cm's SA PathRecord queries),
+then the class's agent (the CM, told the SLID and SL to answer to).  No clocks:
 ``tick(now)`` fires retries, ``deadline`` says when.
 """
 
@@ -158,12 +160,14 @@ class Gsi:
                 return
         if src.grh is not None:
             src_gid, dst_gid = bytes(src.grh[8:24]), bytes(src.grh[24:40])
-            if self.mad_agent.deliver(mad, now, src_gid):
-                return
-            agent = self.agents.get(hdr.mgmt_class)
-            if agent is not None:
-                agent.receive(mad, src_gid, now, dst_gid)
-                return
+        else:                                  # LID-routed: the sender is its SLID
+            src_gid, dst_gid = b"", b""
+        if self.mad_agent.deliver(mad, now, ("lid", src.slid, src.sl)):
+            return                             # the answer to one of our requests (an SA query)
+        agent = self.agents.get(hdr.mgmt_class)
+        if agent is not None:
+            agent.receive(mad, src_gid, now, dst_gid, src_lid=src.slid, sl=src.sl)
+            return
         if hdr.method in (_GET, _SET):
             self.unsupported += 1
             resp = bytearray(mad)
@@ -211,9 +215,20 @@ class Gsi:
                                  timeout=timeout_ms / 1000.0, retries=retries)
         self._flush(now)
 
+    def request_lid(self, mad: bytes, dlid: int, done, *, now: float, sl: int = 0, timeout_ms: int = 1000,
+                    retries: int = 3) -> None:
+        """``request`` on an InfiniBand port: to QP1 of LID ``dlid`` (the
+        SM's, for an SA query), LID-routed with SL ``sl``."""
+        self.mad_agent.post_send(mad, done, dest=("lid", int(dlid), int(sl)), own_tid=True,
+                                 timeout=timeout_ms / 1000.0, retries=retries)
+        self._flush(now)
+
     def _flush(self, now: float) -> None:
-        for (dest, src), mad in self.mad_agent.take(now):
-            self.send(mad, dest, src)
+        for dest, mad in self.mad_agent.take(now):
+            if dest[0] == "lid":
+                self.send_lid(mad, dest[1], sl=dest[2])
+            else:
+                self.send(mad, dest[0], dest[1])
 
     def cancel(self, tid: int) -> None:
         self.mad_agent.cancel(tid)

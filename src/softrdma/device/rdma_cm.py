@@ -1,4 +1,5 @@
-"""rdma_cm in the daemon: what the kernel's cma.c and ucma.c do for RoCE.
+"""rdma_cm in the daemon: what the kernel's cma.c and ucma.c do for RoCE
+and InfiniBand ports.
 
 An rdma_cm ID (``cma_id.CmaId``) belongs to the client connection that
 made it (librdmacm's event channel: a control connection with no device),
@@ -13,6 +14,9 @@ loop glue and the connection calls:
   ``cma_hdr`` before the application's private data, the ID's random
   24-bit ``seq_num`` as starting PSN, CM response timeouts 20 and 15 CM
   retries; RoCE path: P_Key 0xFFFF, packet life time 18, MTU of the port;
+  InfiniBand path: the SA's PathRecord (``cma_route``), its LIDs, SL,
+  rate, MTU and life time in the REQ and the CM's MADs LID-routed to it;
+  an AF_IB ID sends no ``cma_hdr`` (cma_user_data_offset: 0);
 * ``accept`` sends the REP (SIDR_REP for UD); on the active side,
   ``establish`` (librdmacm's accept without parameters) sends the RTU;
   ``reject`` a REJ (consumer defined) or SIDR_REP(REJECT); ``disconnect``
@@ -39,6 +43,7 @@ from ..wire.mad import MgmtClass
 from .cma_addr import CmaAddr
 from .cma_ib import CmaIbHandler
 from .cma_id import (
+    AF_IB,
     CMA_CM_RESPONSE_TIMEOUT,
     CMA_IBOE_PACKET_LIFETIME,
     CMA_MAX_CM_RETRIES,
@@ -50,6 +55,7 @@ from .cma_id import (
     STATE_NAMES,
     CmaId,
 )
+from .cma_route import CmaRoute, is_ib
 
 
 def _conn_param(p: dict) -> dict:
@@ -58,7 +64,7 @@ def _conn_param(p: dict) -> dict:
                                         ("qp_num", 0), ("qkey", 0))}
 
 
-class RdmaCm(CmaAddr, CmaIbHandler):
+class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute):
     """Every rdma_cm ID of the daemon and the CM agent of each device."""
 
     def __init__(self, daemon, rng: random.Random | None = None):
@@ -80,6 +86,14 @@ class RdmaCm(CmaAddr, CmaIbHandler):
         dev.cm = agent
         dev.gsi.register(MgmtClass.CM, agent)
 
+    @staticmethod
+    def _sync_ib_agent(dev) -> None:
+        """An IB port learns its GUIDs and GIDs from the fabric after it is
+        added: the CM agent takes the current ones (CA GUID, GID 0)."""
+        cm = dev.cm
+        cm.ca_guid = int.from_bytes(dev.node_guid, "big")
+        cm.gid = dev.gid(0) or bytes(16)
+
     # -- the loop ------------------------------------------------------------------------------
     def poll(self, devices, now: float) -> None:
         """Fire CM timers (at most every millisecond), move the agents' MADs
@@ -92,6 +106,8 @@ class RdmaCm(CmaAddr, CmaIbHandler):
             if cm is None:
                 continue
             if tick:
+                if dev.link_layer == 1:                 # InfiniBand: GUID and GID 0 may have changed
+                    self._sync_ib_agent(dev)
                 cm.tick(now)
                 if dev.gsi.requests:
                     dev.gsi.tick(now)
@@ -104,7 +120,10 @@ class RdmaCm(CmaAddr, CmaIbHandler):
                 mads = cm.mads[:]
                 cm.mads.clear()
                 for om in mads:
-                    dev.gsi.send(om.data, om.dest_gid, om.src_gid)
+                    if om.dlid is not None:             # InfiniBand: LID-routed to the peer's port
+                        dev.gsi.send_lid(om.data, om.dlid, sl=om.sl)
+                    else:
+                        dev.gsi.send(om.data, om.dest_gid, om.src_gid)
 
     def flush(self) -> None:
         q, self.outq = self.outq, []
@@ -134,6 +153,7 @@ class RdmaCm(CmaAddr, CmaIbHandler):
             return
         state = cid.state
         cid.state = DESTROYING
+        self._cancel_route(cid)
         if cid.ib is not None and cid.dev is not None and getattr(cid.dev, "cm", None) is not None:
             cid.dev.cm.destroy(cid.ib)
             cid.ib = None
@@ -160,20 +180,33 @@ class RdmaCm(CmaAddr, CmaIbHandler):
         """rdma_connect: REQ, or SIDR_REQ for a UD ID."""
         if cid.state != ROUTE_RESOLVED:
             raise VerbsError(errno.EINVAL, f"connect in state {STATE_NAMES[cid.state]}")
+        af_ib = cid.family == AF_IB                     # no cma_hdr: the private data is the user's alone
         room = (PRIVATE_DATA_SIZE["SIDR_REQ"] if cid.qp_type == QP_TYPE_UD else PRIVATE_DATA_SIZE["REQ"]) \
-            - CMA_HDR_SIZE
+            - (0 if af_ib else CMA_HDR_SIZE)
         if len(private_data) > room:
             raise VerbsError(errno.EINVAL, f"{len(private_data)} bytes of private data > {room}")
         p = _conn_param(p)
-        hdr = pack_cma_hdr(cid.src_ip, cid.dst_ip, cid.src_port) + private_data
+        hdr = private_data if af_ib else pack_cma_hdr(cid.src_ip, cid.dst_ip, cid.src_port) + private_data
         sid = service_id(cid.ps, cid.dst_port)
         cm = cid.dev.cm
+        path = cid.path if is_ib(cid.dev) else None
+        if path is not None:
+            self._sync_ib_agent(cid.dev)
         cid.state = CONNECT
         if cid.qp_type == QP_TYPE_UD:
             cid.ib = cm.sidr_request(sid, cid.dgid, local_gid=cid.sgid, private_data=hdr,
                                      timeout_ms=1 << (CMA_CM_RESPONSE_TIMEOUT - 8),
-                                     max_cm_retries=CMA_MAX_CM_RETRIES, context=cid)
+                                     max_cm_retries=CMA_MAX_CM_RETRIES, context=cid,
+                                     pkey=path.pkey if path else 0xFFFF,
+                                     dlid=path.dlid if path else None, sl=path.sl if path else 0)
             return
+        if path is not None:                           # the SA's path (cma_connect_ib's primary_path)
+            route = dict(pkey=path.pkey, packet_life_time=path.packet_life_time, traffic_class=path.traffic_class,
+                         hop_limit=path.hop_limit, flow_label=path.flow_label, sl=path.sl, dlid=path.dlid,
+                         slid=path.slid, packet_rate=path.rate, subnet_local=int(path.hop_limit <= 1))
+        else:
+            route = dict(packet_life_time=CMA_IBOE_PACKET_LIFETIME, traffic_class=cid.tos, hop_limit=64,
+                         flow_label=_roce_udp_flow_label(cid))
         cid.ib = cm.connect(ConnectParams(
             service_id=sid, dest_gid=cid.dgid, local_gid=cid.sgid, qp_num=p["qp_num"],
             starting_psn=cid.seq_num, qp_type=cid.qp_type, private_data=hdr,
@@ -182,8 +215,7 @@ class RdmaCm(CmaAddr, CmaIbHandler):
             local_cm_response_timeout=CMA_CM_RESPONSE_TIMEOUT,
             retry_count=min(7, p["retry_count"]), rnr_retry_count=min(7, p["rnr_retry_count"]),
             max_cm_retries=CMA_MAX_CM_RETRIES, srq=bool(p["srq"]), path_mtu=cid.mtu,
-            packet_life_time=CMA_IBOE_PACKET_LIFETIME, traffic_class=cid.tos, hop_limit=64,
-            flow_label=_roce_udp_flow_label(cid), flow_control=p["flow_control"]),
+            flow_control=p["flow_control"], **route),
             now=self.daemon_now(), context=cid)
 
     def daemon_now(self) -> float:
@@ -197,6 +229,8 @@ class RdmaCm(CmaAddr, CmaIbHandler):
             raise VerbsError(errno.EINVAL, f"accept in state {STATE_NAMES[cid.state]}")
         cm = cid.dev.cm
         now = self.daemon_now()
+        if is_ib(cid.dev):
+            self._sync_ib_agent(cid.dev)
         try:
             if cid.qp_type == QP_TYPE_UD:
                 p = _conn_param(p or {})

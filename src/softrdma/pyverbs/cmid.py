@@ -31,6 +31,8 @@ from ..verbs.mr import MR
 from ..verbs.qp import ECE, QPAttr, QPInitAttr
 from ..verbs.wr import SGE, RecvWR, SendWR
 from .librdmacm_enums import (
+    RAI_FAMILY,
+    RAI_NUMERICHOST,
     RAI_PASSIVE,
     RDMA_CM_JOIN_MC_ATTR_ADDRESS,
     RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
@@ -114,6 +116,21 @@ def _resolve(node, service, passive: bool):
     return infos[0][4][0], port
 
 
+def _resolve_gid(node, service, passive: bool):
+    """rdma_getaddrinfo with RAI_FAMILY|RAI_NUMERICHOST and AF_IB (ucma_convert_in6):
+    the node is a GID written as an IPv6 address; (GID text, port)."""
+    if isinstance(node, bytes):
+        node = node.decode()
+    _, port = _resolve(None, service, passive)
+    if node is None:
+        return ("::" if passive else None), port
+    try:
+        gid = ipaddress.IPv6Address(node)
+    except ValueError:
+        raise PyverbsRDMAError("Failed to get Address Info", errno.EINVAL) from None
+    return str(gid), port
+
+
 def _group(addr) -> str:
     """The multicast group an AddrInfo names: its source address (pyverbs
     passes ``ai_src_addr``), or a group given as text."""
@@ -138,33 +155,44 @@ class AddrInfo:
     """
 
     def __init__(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0,
-                 service=None):
+                 service=None, *, family=0):
         # rdma-core 64: AddrInfo() is empty until get_addrinfo fills it
-        self.get_addrinfo(src, dst, src_service, dst_service, port_space, flags, service)
+        self.get_addrinfo(src, dst, src_service, dst_service, port_space, flags, service, family=family)
 
     def get_addrinfo(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0,
-                     service=None) -> None:
-        """rdma_getaddrinfo, as pyverbs 64's AddrInfo.get_addrinfo."""
+                     service=None, *, family=0) -> None:
+        """rdma_getaddrinfo, as pyverbs 64's AddrInfo.get_addrinfo.  ``family``
+        is the hints' ai_family: with RAI_FAMILY and RAI_NUMERICHOST, AF_IB
+        (27) makes the addresses GIDs (struct sockaddr_ib), as librdmacm does
+        for ``-f gid``; ``self.family`` is then AF_IB."""
         self.port_space = port_space or RDMA_PS_TCP
         self.flags = flags
         self.qp_type = _cm._PS_QPT.get(self.port_space, 2)
+        af_ib = family == _cm.AF_IB and flags & RAI_FAMILY and flags & RAI_NUMERICHOST
+        self.family = _cm.AF_IB if af_ib else 0
+        resolve = _resolve_gid if af_ib else _resolve
         if flags & RAI_PASSIVE:
             srv = src_service if src_service is not None else service
             if src is None and srv is None:
                 self.src_addr = (None, 0)          # only the hints: no address
             else:
-                self.src_addr = _resolve(src, srv, True)
+                self.src_addr = resolve(src, srv, True)
             self.dst_addr = (None, 0)
         else:
-            self.src_addr = _resolve(src, src_service, True) if src else (None, 0)
+            self.src_addr = resolve(src, src_service, True) if src else (None, 0)
             srv = dst_service if dst_service is not None else service
             if dst is None and srv is None:
                 self.dst_addr = (None, 0)
             else:
-                self.dst_addr = _resolve(dst, srv, False)
+                self.dst_addr = resolve(dst, srv, False)
 
     def close(self):
         pass
+
+
+def _bind_family(ai: AddrInfo) -> tuple:
+    """The family argument of a bind: AF_IB for a sockaddr_ib, else the address's own."""
+    return (_cm.AF_IB,) if getattr(ai, "family", 0) == _cm.AF_IB else ()
 
 
 class CMEventChannel:
@@ -274,13 +302,13 @@ class CMID:
         cid = self.id
         if ai.flags & RAI_PASSIVE:
             ip, port = ai.src_addr
-            cid.bind_addr(ip, port)
+            cid.bind_addr(ip, port, *_bind_family(ai))
             cid.qp_init_attr = qp_init_attr
             cid.pd = pd
             return
         src = ai.src_addr[0]
         ip, port = ai.dst_addr
-        cid.resolve_addr(src, ip, port)
+        cid.resolve_addr(src, ip, port, family=getattr(ai, "family", 0))
         cid.resolve_route()
         if pd is not None:
             cid.pd = pd
@@ -326,7 +354,7 @@ class CMID:
 
     def bind_addr(self, lai: AddrInfo):
         ip, port = lai.src_addr
-        self._need().bind_addr(ip, port)
+        self._need().bind_addr(ip, port, *_bind_family(lai))
         self.ctx = self.id.verbs
 
     def resolve_addrinfo(self, node=None, service=None, port_space=0, flags=0, hints=None):
@@ -352,7 +380,7 @@ class CMID:
 
     def resolve_addr(self, rai: AddrInfo, timeout_ms=2000):
         ip, port = rai.dst_addr
-        self._need().resolve_addr(rai.src_addr[0], ip, port, timeout_ms)
+        self._need().resolve_addr(rai.src_addr[0], ip, port, timeout_ms, family=getattr(rai, "family", 0))
 
     def resolve_route(self, timeout_ms=2000):
         self._need().resolve_route(timeout_ms)

@@ -31,10 +31,12 @@ from ..pyverbs import librdmacm_enums as E
 from ..pyverbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel
 from ..pyverbs.device import get_device_list
 from ..pyverbs.enums import IBV_ACCESS_LOCAL_WRITE
-from ..pyverbs.librdmacm_enums import RAI_PASSIVE, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, RDMA_OPTION_ID_TOS
+from ..pyverbs.librdmacm_enums import (RAI_FAMILY, RAI_NUMERICHOST, RAI_PASSIVE, RDMA_OPTION_ID,
+                                      RDMA_OPTION_ID_ACK_TIMEOUT, RDMA_OPTION_ID_TOS)
 from ..pyverbs.mr import MR
 from ..pyverbs.pyverbs_error import PyverbsError
 from ..pyverbs.wr import SGE, RecvWR
+from ..verbs.cm import AF_IB
 from .libc import GetoptLong, c_int, strtol, strtoul
 
 
@@ -97,20 +99,27 @@ class GaiError(Exception):
 def getaddrinfo(node: str | None, service: str | None, o: Options, passive: bool) -> tuple[str, int]:
     """get_rdma_addr / rdma_getaddrinfo's address: (numeric address, port);
     GaiError as getaddrinfo's (negative EAI code, gai_strerror text)."""
-    if o.af_ib:
-        # AF_IB (struct sockaddr_ib) does not exist in softrdma's rdma_cm
-        raise GaiError(socket.EAI_FAMILY, "ai_family not supported")
     flags = (socket.AI_PASSIVE if passive else 0) | (socket.AI_NUMERICHOST if o.numeric else 0)
     try:
+        # -f gid (AF_IB): getaddrinfo with no family, then ucma_convert_in6 makes the
+        # IPv6 address a GID; the address is kept as text, the family goes in ``ai_hints``
         res = socket.getaddrinfo(node, service, 0, o.socktype, 0, flags)
     except socket.gaierror as e:
         raise GaiError(e.errno, e.strerror) from None
     except UnicodeError:
         raise GaiError(socket.EAI_NONAME, "Name or service not known") from None
     for family, _, _, _, sa in res:
-        if family in (socket.AF_INET, socket.AF_INET6):
+        if family == socket.AF_INET6 or (family == socket.AF_INET and not o.af_ib):
             return sa[0], sa[1]
     raise GaiError(socket.EAI_FAMILY, "ai_family not supported")
+
+
+def ai_hints(o: "Options", flags: int = 0) -> dict:
+    """The rdma_addrinfo hints' flags and family of ``-f``: RAI_NUMERICHOST
+    for ``ip``, RAI_NUMERICHOST | RAI_FAMILY with AF_IB for ``gid``."""
+    if o.af_ib:
+        return {"flags": flags | RAI_NUMERICHOST | RAI_FAMILY, "family": AF_IB}
+    return {"flags": flags | (RAI_NUMERICHOST if o.numeric else 0)}
 
 
 def create_first_event_channel():
@@ -532,8 +541,8 @@ class CmaTest:
                 _out(f"{self.name}: getrdmaaddr error: {e.text}\n")
                 return e.code
             try:
-                listen_id.bind_addr(AddrInfo(src=self.src[0], src_service=str(self.src[1]), flags=RAI_PASSIVE,
-                                             port_space=o.port_space))
+                listen_id.bind_addr(AddrInfo(src=self.src[0], src_service=str(self.src[1]), port_space=o.port_space,
+                                             **ai_hints(o, RAI_PASSIVE)))
             except Exception as e:
                 perror(f"{self.name}: bind address failed", e)
                 return -1
@@ -564,7 +573,8 @@ class CmaTest:
         for node in self.nodes:
             try:
                 node.cma_id.resolve_addr(AddrInfo(src=self.src[0] if self.src else None, dst=self.dst[0],
-                                                  dst_service=str(self.dst[1]), port_space=o.port_space), 2000)
+                                                  dst_service=str(self.dst[1]), port_space=o.port_space,
+                                                  **ai_hints(o)), 2000)
             except Exception as e:
                 perror(f"{self.name}: failure getting addr", e)
                 self.connect_error()

@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None, prog: str = "rstream") -> int:
                 if val.lower().startswith("ip"):
                     t.numeric = True
                 elif val.lower().startswith("gid"):
-                    print(f"{prog}: -f gid: AF_IB addresses are not supported on RoCE", file=sys.stderr)
+                    print(f"{prog}: -f gid: rsockets over AF_IB (GID) addresses are not supported", file=sys.stderr)
                     return 1
                 else:
                     print("Warning: unknown address format", file=sys.stderr)

@@ -28,9 +28,10 @@ import socket
 from ..pyverbs.addr import AH, GID, AHAttr, GlobalRoute
 from ..pyverbs.cmid import ConnParam, UDParam
 from ..pyverbs.cq import CQ
-from ..pyverbs.enums import IBV_QP_QKEY, IBV_QPT_UD, IBV_SEND_SIGNALED, IBV_WR_SEND_WITH_IMM
+from ..pyverbs.enums import IBV_LINK_LAYER_INFINIBAND, IBV_QP_QKEY, IBV_QPT_UD, IBV_SEND_SIGNALED, IBV_WR_SEND_WITH_IMM
 from ..pyverbs.qp import QPCap, QPInitAttr
 from ..pyverbs.wr import SGE, SendWR
+from ..verbs.addr import ah_attr_from_wc
 from . import cma_common
 from .cma_common import (
     CmaNode, CmaTest, Getopt, Options, _close, _errno_of, _out, common_option, port_space_option,
@@ -183,7 +184,12 @@ class UdAddy(CmaTest):
     # ------------------------------------------------------------------ completions
     def create_reply_ah(self, node: Node, wc) -> None:
         try:
-            attr = ah_attr_from_grh(node.cma_id.context, 1, node.mr.read(GRH, 0))
+            ctx = node.cma_id.context
+            if ctx.query_port(1).link_layer == IBV_LINK_LAYER_INFINIBAND:
+                # LID-routed: the completion's SLID and SL (a GRH only if the packet had one)
+                attr = ah_attr_from_wc(ctx, 1, wc, node.mr.read(GRH, 0))
+            else:
+                attr = ah_attr_from_grh(ctx, 1, node.mr.read(GRH, 0))
             node.ah = AH(node.pd, attr=attr)
         except Exception:
             node.ah = None                              # ibv_create_ah_from_wc's NULL, unchecked

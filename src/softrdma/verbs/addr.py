@@ -81,8 +81,10 @@ class AHAttr:
     def from_wire(cls, d: dict) -> "AHAttr":
         gr = GlobalRoute(GID(bytes.fromhex(d["dgid"])), d["flow_label"], d["sgid_index"], d["hop_limit"],
                          d["traffic_class"])
-        return cls(gr, int(d["is_global"]), d["port_num"], d["dlid"], d["sl"], d.get("src_path_bits", 0),
-                   d.get("static_rate", 0))
+        a = cls(gr, int(d["is_global"]), d["port_num"], d["dlid"], d["sl"], d.get("src_path_bits", 0),
+                d.get("static_rate", 0))
+        a.is_global = int(d["is_global"])     # a LID-routed address (InfiniBand: no GRH) keeps its fields
+        return a
 
 
 def ah_attr_from_wc(ctx, port_num: int, wc, grh: bytes) -> AHAttr:

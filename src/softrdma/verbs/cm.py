@@ -57,6 +57,7 @@ RDMA_PS_IPOIB = int(PortSpace.IPOIB)
 RDMA_PS_IB = int(PortSpace.IB)
 RDMA_PS_TCP = int(PortSpace.TCP)
 RDMA_PS_UDP = int(PortSpace.UDP)
+AF_IB = 27                       # struct sockaddr_ib (<infiniband/ib.h>)
 RDMA_MAX_RESP_RES = 0xFF
 RDMA_MAX_INIT_DEPTH = 0xFF
 _QPT_NAME = {IBV_QPT_RC: "RC", IBV_QPT_UC: "UC", IBV_QPT_UD: "UD"}
@@ -273,14 +274,17 @@ class CmId:
 
     # -- addresses ---------------------------------------------------------------------------
     def bind_addr(self, ip: str | None, port: int = 0, family: int = 4) -> None:
+        """``family`` 4, 6 or AF_IB (27: ``ip`` is a GID, struct sockaddr_ib)."""
         r = self._call("Failed to Bind ID", CMD.cm_bind_addr, ip=ip, port=int(port), family=family)
         self.info = r.get("info") or {}
         if self.info.get("device"):
             self._attach(self.info["device"])
 
-    def resolve_addr(self, src: str | None, dst: str, port: int = 0, timeout_ms: int = 2000) -> None:
+    def resolve_addr(self, src: str | None, dst: str, port: int = 0, timeout_ms: int = 2000,
+                     family: int = 0) -> None:
+        """``family`` AF_IB (27): ``src``/``dst`` are GIDs (struct sockaddr_ib)."""
         self._call("Failed to Resolve Address", CMD.cm_resolve_addr, src=src, dst=dst, port=int(port),
-                   timeout_ms=int(timeout_ms))
+                   timeout_ms=int(timeout_ms), family=int(family))
         if self.sync:
             self._wait(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
 
@@ -531,5 +535,5 @@ def ah_attr_from(ud: dict) -> AHAttr:
     return AHAttr.from_wire(ud["ah_attr"])
 
 
-__all__ = ["EventChannel", "CmId", "CmEvent", "ah_attr_from", "RDMA_PS_TCP", "RDMA_PS_UDP", "RDMA_PS_IB",
+__all__ = ["EventChannel", "CmId", "CmEvent", "ah_attr_from", "AF_IB", "RDMA_PS_TCP", "RDMA_PS_UDP", "RDMA_PS_IB",
            "RDMA_PS_IPOIB"]

@@ -13,7 +13,7 @@ import secrets
 
 from ...errors import VerbsError
 from ...uapi import request as rq
-from ..cma_id import IDLE
+from ..cma_id import AF_IB, IDLE
 
 _MAX_PD = 256          # more than any CM message's private data
 
@@ -91,24 +91,38 @@ def cmd_cm_set_option(daemon, c, m, fds):
     return {}, []
 
 
+def _family(m: dict, default: int) -> int:
+    """4, 6 or AF_IB (27: the addresses are GIDs, written as IPv6 addresses)."""
+    f = rq.uint(m, "family", AF_IB, default)
+    return f if f in (4, 6, AF_IB) else 4
+
+
+def _addr(m: dict, key: str, family: int, optional: bool = False) -> str | None:
+    a = _ip(m, key, optional)
+    if a is not None and family == AF_IB and ipaddress.ip_address(a).version != 6:
+        raise VerbsError(errno.EINVAL, f"{key}: {a!r} is not a GID")
+    return a
+
+
 def cmd_cm_bind_addr(daemon, c, m, fds):
     cid = _cm_id(c, m)
-    family = rq.uint(m, "family", 6, 4)
-    daemon.rdma_cm.bind_addr(cid, _ip(m, "ip", True), rq.uint(m, "port", rq.U16, 0), 6 if family == 6 else 4)
+    family = _family(m, 4)
+    daemon.rdma_cm.bind_addr(cid, _addr(m, "ip", family, True), rq.uint(m, "port", rq.U16, 0), family)
     return {"info": cid.info()}, []
 
 
 def cmd_cm_resolve_addr(daemon, c, m, fds):
     cid = _cm_id(c, m)
     rq.uint(m, "timeout_ms", rq.U32, 2000)
-    daemon.rdma_cm.resolve_addr(cid, _ip(m, "src", True), _ip(m, "dst"), rq.uint(m, "port", rq.U16, 0))
+    family = _family(m, 0)
+    daemon.rdma_cm.resolve_addr(cid, _addr(m, "src", family, True), _addr(m, "dst", family),
+                                rq.uint(m, "port", rq.U16, 0), family)
     return {}, []
 
 
 def cmd_cm_resolve_route(daemon, c, m, fds):
     cid = _cm_id(c, m)
-    rq.uint(m, "timeout_ms", rq.U32, 2000)
-    daemon.rdma_cm.resolve_route(cid)
+    daemon.rdma_cm.resolve_route(cid, rq.uint(m, "timeout_ms", rq.U32, 2000))
     return {}, []
 
 

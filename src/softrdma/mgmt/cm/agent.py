@@ -59,6 +59,8 @@ class CmAgent(CmRequest, CmReject, CmDisconnect, CmSidr, CmTimers, CmInitQpAttr,
         self.mads: list[OutMad] = []
         self.events: list[CmEvent] = []
         self._rx_dst = self.gid
+        self._rx_lid: int | None = None           # the SLID and SL of the MAD being received (IB)
+        self._rx_sl = 0
 
     # --- ids ---------------------------------------------------------------------------
     def create_id(self, context=None) -> CmId:
@@ -116,14 +118,19 @@ class CmAgent(CmRequest, CmReject, CmDisconnect, CmSidr, CmTimers, CmInitQpAttr,
     def _mad(self, attr: str, tid: int, fields: dict) -> bytes:
         return bytes(encode_mad(attr, tid=tid, **fields))
 
-    def _emit(self, dest: bytes, attr: str, mad: bytes, src: bytes = b"") -> None:
-        self.mads.append(OutMad(dest, mad, attr, src or self.gid))
+    def _emit(self, dest: bytes, attr: str, mad: bytes, src: bytes = b"", dlid: int | None = None,
+              sl: int = 0) -> None:
+        self.mads.append(OutMad(dest, mad, attr, src or self.gid, dlid, sl))
+
+    def _emit_to(self, cm_id: CmId, attr: str, mad: bytes) -> None:
+        """A MAD to the connection's peer: its GID, and on InfiniBand its LID and SL."""
+        self._emit(cm_id.remote_gid, attr, mad, cm_id.local_gid, cm_id.remote_lid, cm_id.mad_sl)
 
     def _out(self, cm_id: CmId, attr: str, fields: dict) -> bytes:
         """Send an unretried message (a response)."""
         mad = self._mad(attr, cm_id.tid, fields)
         self.cm_tx_msgs[COUNTER_INDEX[attr]] += 1
-        self._emit(cm_id.remote_gid, attr, mad, cm_id.local_gid)
+        self._emit_to(cm_id, attr, mad)
         return mad
 
     def _event(self, etype: CmEventType, cm_id: CmId, msg: dict | None = None, **kw) -> None:
@@ -132,7 +139,7 @@ class CmAgent(CmRequest, CmReject, CmDisconnect, CmSidr, CmTimers, CmInitQpAttr,
     def _issue(self, dest: bytes, attr: str, tid: int, fields: dict) -> None:
         """A response for no cm_id (cm_issue_rej, cm_issue_drep)."""
         self.cm_tx_msgs[COUNTER_INDEX[attr]] += 1
-        self._emit(dest, attr, self._mad(attr, tid, fields), self._rx_dst)
+        self._emit(dest, attr, self._mad(attr, tid, fields), self._rx_dst, self._rx_lid, self._rx_sl)
 
     # --- consumer calls --------------------------------------------------------------------
     def listen(self, service_id: int, mask: int = 0xFFFFFFFFFFFFFFFF, context=None) -> CmId:
@@ -149,11 +156,15 @@ class CmAgent(CmRequest, CmReject, CmDisconnect, CmSidr, CmTimers, CmInitQpAttr,
         return cm_id
 
     # --- receive -------------------------------------------------------------------------------
-    def receive(self, mad: bytes, src_gid: bytes, now: float, dst_gid: bytes = b"") -> None:
-        """A CM MAD from ``src_gid`` (to our ``dst_gid``); anything ``decode``
-        refuses is counted and dropped."""
+    def receive(self, mad: bytes, src_gid: bytes, now: float, dst_gid: bytes = b"", *,
+                src_lid: int | None = None, sl: int = 0) -> None:
+        """A CM MAD from ``src_gid`` (to our ``dst_gid``); on an InfiniBand
+        port from LID ``src_lid`` with SL ``sl`` (a LID-routed MAD has no
+        GID: ``src_gid`` empty -- a REQ names its sender's GID itself);
+        anything ``decode`` refuses is counted and dropped."""
         self.now = now
         self._rx_dst = bytes(dst_gid) or self.gid
+        self._rx_lid, self._rx_sl = src_lid, sl
         try:
             m = decode(mad)
         except WireError:

@@ -70,6 +70,9 @@ class OutMad:
     attr: str
     #: the local GID it leaves from (the connection's; the agent's by default)
     src_gid: bytes = b""
+    #: on an InfiniBand port, the LID it goes to (None: GID-routed, RoCE) and its SL
+    dlid: int | None = None
+    sl: int = 0
 
 
 @dataclass
@@ -98,6 +101,15 @@ class CmId:
         self.service_mask = 0
         self.remote_gid = bytes(16)
         self.local_gid = bytes(16)
+        # InfiniBand: where the CM's MADs go (cm_id_priv->av: the path's DLID and SL for
+        # the active side, the REQ's SLID and SL for the passive side; None on RoCE)
+        self.remote_lid: int | None = None
+        self.mad_sl = 0
+        # the primary path's LIDs (the QP's address vector; 0xFFFF: RoCE, GID-routed)
+        self.path_dlid = 0xFFFF
+        self.path_slid = 0xFFFF
+        self.path_rate = 0
+        self.subnet_local = 0
         self.remote_ca_guid = 0
         self.tid = 0
         self.qp_type = QP_TYPE_RC

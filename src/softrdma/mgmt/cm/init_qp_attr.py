@@ -37,11 +37,15 @@ class CmInitQpAttr:
         if qp_state == "RTR":
             if cm_id.state in (CmState.REQ_SENT, CmState.MRA_REQ_RCVD):
                 raise ValueError("RTR attributes before the REP (EINVAL)")
-            a = {"qp_state": int(QPS.IBV_QPS_RTR),
-                 "ah_attr": {"dgid": cm_id.remote_gid, "sgid_index": 0,
-                             "flow_label": cm_id.flow_label, "hop_limit": cm_id.hop_limit,
-                             "traffic_class": cm_id.traffic_class, "sl": cm_id.sl,
-                             "is_global": True, "port_num": 1},
+            ah = {"dgid": cm_id.remote_gid, "sgid_index": 0, "flow_label": cm_id.flow_label,
+                  "hop_limit": cm_id.hop_limit, "traffic_class": cm_id.traffic_class, "sl": cm_id.sl,
+                  "is_global": True, "port_num": 1}
+            if cm_id.path_dlid != 0xFFFF:
+                # InfiniBand (ib_init_ah_attr_from_path): LID-routed, a GRH only
+                # when the path has a hop limit (it leaves the subnet)
+                ah.update(dlid=cm_id.path_dlid, is_global=cm_id.hop_limit > 0, static_rate=cm_id.path_rate,
+                          src_path_bits=0)
+            a = {"qp_state": int(QPS.IBV_QPS_RTR), "ah_attr": ah,
                  "path_mtu": cm_id.path_mtu, "dest_qp_num": cm_id.remote_qpn,
                  "rq_psn": cm_id.rq_psn}
             if rc:

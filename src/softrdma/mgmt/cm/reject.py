@@ -103,7 +103,7 @@ class CmReject:
 
     def _resend_mra(self, cm_id: CmId) -> None:
         self.cm_tx_msgs[COUNTER_INDEX["MRA"]] += 1
-        self._emit(cm_id.remote_gid, "MRA", cm_id.mra_msg, cm_id.local_gid)
+        self._emit_to(cm_id, "MRA", cm_id.mra_msg)
 
     def _rx_mra(self, m: dict, src: bytes) -> None:
         mraed = m["message_mraed"]

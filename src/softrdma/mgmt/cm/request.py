@@ -62,6 +62,12 @@ class ConnectParams:
     qkey: int = 0
     #: the local GID the connection uses (the agent's when empty)
     local_gid: bytes = b""
+    #: InfiniBand: the path's DLID (None: RoCE, the LIDs are 0xFFFF), SLID,
+    #: static rate and whether it stays in the subnet; the REQ's MADs go to the DLID
+    dlid: int | None = None
+    slid: int = 0xFFFF
+    packet_rate: int = 0
+    subnet_local: int = 0
 
 
 @dataclass
@@ -110,6 +116,10 @@ class CmRequest:
         cm_id.ack_timeout = cm_ack_timeout(self.ca_ack_delay, p.packet_life_time)   # cm_format_req
         cm_id.flow_label, cm_id.traffic_class = p.flow_label, p.traffic_class
         cm_id.hop_limit, cm_id.sl, cm_id.pkey = p.hop_limit, p.sl, p.pkey
+        if p.dlid is not None:                        # cm_init_av_by_path: the CM's MADs take the path
+            cm_id.remote_lid, cm_id.mad_sl = p.dlid, p.sl
+            cm_id.path_dlid, cm_id.path_slid = p.dlid, p.slid
+            cm_id.path_rate, cm_id.subnet_local = p.packet_rate, p.subnet_local
         cm_id.timeout_ms = (cm_convert_to_ms(p.packet_life_time) * 2
                             + cm_convert_to_ms(p.remote_cm_response_timeout))
         cm_id.max_cm_retries = p.max_cm_retries
@@ -125,11 +135,11 @@ class CmRequest:
             "retry_count": p.retry_count, "partition_key": p.pkey,
             "path_packet_payload_mtu": p.path_mtu, "rnr_retry_count": p.rnr_retry_count,
             "max_cm_retries": p.max_cm_retries, "srq": int(p.srq),
-            "primary_local_port_lid": 0xFFFF, "primary_remote_port_lid": 0xFFFF,
+            "primary_local_port_lid": cm_id.path_slid, "primary_remote_port_lid": cm_id.path_dlid,
             "primary_local_port_gid": cm_id.local_gid, "primary_remote_port_gid": cm_id.remote_gid,
-            "primary_flow_label": p.flow_label, "primary_packet_rate": 0,
+            "primary_flow_label": p.flow_label, "primary_packet_rate": cm_id.path_rate,
             "primary_traffic_class": p.traffic_class, "primary_hop_limit": p.hop_limit,
-            "primary_sl": p.sl, "primary_subnet_local": 0,
+            "primary_sl": p.sl, "primary_subnet_local": cm_id.subnet_local,
             "primary_local_ack_timeout": cm_id.ack_timeout, "private_data": pd,
         }
         cm_id.state = CmState.REQ_SENT
@@ -220,6 +230,13 @@ class CmRequest:
         cm_id = self.create_id(listener.context)
         cm_id.remote_id = m["local_comm_id"]
         cm_id.remote_ca_guid = m["local_ca_guid"]
+        if self._rx_lid is not None:
+            # InfiniBand: answers go back to the REQ's SLID (cm_init_av_for_response); the
+            # QP's path is the REQ's primary path seen from this side (cm_format_paths_from_req)
+            cm_id.remote_lid, cm_id.mad_sl = self._rx_lid, self._rx_sl
+            cm_id.path_dlid, cm_id.path_slid = m["primary_local_port_lid"], m["primary_remote_port_lid"]
+            cm_id.path_rate, cm_id.subnet_local = m["primary_packet_rate"], m["primary_subnet_local"]
+            src = src or bytes(m["primary_local_port_gid"])
         cm_id.remote_gid = src
         cm_id.local_gid = self._rx_dst
         cm_id.tid = m["tid"]

@@ -20,8 +20,9 @@ class CmSidr:
 
     def sidr_request(self, service_id: int, dest_gid: bytes, *, pkey: int = 0xFFFF, local_gid: bytes = b"",
                      private_data: bytes = b"", timeout_ms: int = 1000, max_cm_retries: int = 3,
-                     now: float | None = None, context=None) -> CmId:
-        """ib_send_cm_sidr_req: which UD QP (and Q_Key) serves ``service_id``?"""
+                     now: float | None = None, context=None, dlid: int | None = None, sl: int = 0) -> CmId:
+        """ib_send_cm_sidr_req: which UD QP (and Q_Key) serves ``service_id``?
+        (InfiniBand: to LID ``dlid`` with SL ``sl``, the path's.)"""
         if now is not None:
             self.now = now
         pd = cm_private_data(private_data, "SIDR_REQ")
@@ -31,6 +32,7 @@ class CmSidr:
         cm_id.remote_gid = bytes(dest_gid)
         cm_id.local_gid = bytes(local_gid) if local_gid else self.gid
         cm_id.pkey = pkey
+        cm_id.remote_lid, cm_id.mad_sl = dlid, sl
         cm_id.timeout_ms = timeout_ms
         cm_id.max_cm_retries = max_cm_retries
         cm_id.tid = (self.hi_tid << 32) | cm_id.local_id
@@ -57,7 +59,8 @@ class CmSidr:
 
     def _rx_sidr_req(self, m: dict, src: bytes) -> None:
         """cm_sidr_req_handler."""
-        key = (m["requestid"], src)
+        # the sender: its GID, or on InfiniBand without a GRH its LID
+        key = (m["requestid"], src or (self._rx_lid or 0).to_bytes(2, "big"))
         if key in self.remote_sidr:                    # cm_insert_remote_sidr
             self.cm_rx_duplicates[COUNTER_INDEX["SIDR_REQ"]] += 1
             return
@@ -70,6 +73,7 @@ class CmSidr:
         cm_id = self.create_id(listener.context)
         cm_id.remote_id = m["requestid"]
         cm_id.remote_gid = src
+        cm_id.remote_lid, cm_id.mad_sl = self._rx_lid, self._rx_sl
         cm_id.local_gid = self._rx_dst
         cm_id.tid = m["tid"]
         cm_id.service_id = m["serviceid"]

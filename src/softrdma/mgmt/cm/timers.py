@@ -50,7 +50,7 @@ class CmTimers:
         cm_id.msg_timeout_s = cm_id.timeout_ms / 1000.0
         cm_id.msg_deadline = self.now + cm_id.msg_timeout_s
         self.cm_tx_msgs[COUNTER_INDEX[attr]] += 1
-        self._emit(cm_id.remote_gid, attr, mad, cm_id.local_gid)
+        self._emit_to(cm_id, attr, mad)
 
     def _cancel(self, cm_id: CmId) -> None:
         cm_id.msg = None
@@ -85,7 +85,7 @@ class CmTimers:
             cm_id.msg_retries += 1
             cm_id.msg_deadline = self.now + cm_id.msg_timeout_s
             self.cm_tx_retries[COUNTER_INDEX[cm_id.msg_attr]] += 1
-            self._emit(cm_id.remote_gid, cm_id.msg_attr, cm_id.msg, cm_id.local_gid)
+            self._emit_to(cm_id, cm_id.msg_attr, cm_id.msg)
             return
         state = cm_id.msg_state           # cm_process_send_error
         self._cancel(cm_id)
