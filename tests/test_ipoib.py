@@ -322,3 +322,44 @@ def test_an_sm_restart_with_new_lids_costs_a_bounded_outage(net):
     lids = {h: link(net.run_dir(h), "mlx5_0")["port_attr"]["lid"] for h in HOSTS}
     paths = net.ipoib("h1")[0]["paths"]
     assert sorted(p["dlid"] for p in paths.values()) == sorted(lids[h] for h in ("h2", "h3"))
+
+
+def test_rdma_cm_tools_by_ipoib_address(net):
+    """rdma_cm on IB devices by IP: rdma_bind_addr on h3's ib0 address
+    binds its IB port; rdma_resolve_addr from h2 asks the IPoIB neighbour
+    (a cold cache: ARP first) and resolves onto h2's IB port with h3's GID;
+    the route is the SA's; the IB CM connects.  rping (its data checked),
+    ucmatose and ib_write_bw -R run between the two hosts by that address."""
+    from daemon_helpers import wait_cm_listening
+    from test_tool_perftest_rdma_cm import check, pair
+    from wait_helpers import free_port
+    dst = "10.77.0.33"                               # an address of h3's nobody has asked for yet
+    net.ip("h3", "addr", "add", f"{dst}/24", "dev", "ib0")
+    wait_for(lambda: net.ipoib("h3")[0] and dst in net.ip("h3", "addr", "show", "ib0"), 5, "h3's address")
+    assert all(n["dst"] != dst for n in net.ipoib("h2")[0]["neighbours"])
+    env = {h: {**os.environ, "SOFTRDMA_RUN": net.run_dir(h), "SOFTRDMA_AUTOSTART": "0"} for h in HOSTS}
+
+    def popen(i, cmd, **kw):                          # 0: the server, on h3; 1: the client, on h2
+        h = ("h3", "h2")[i]
+        return subprocess.Popen(["ip", "netns", "exec", net.ns[h], *cmd], env=env[h], **kw)
+
+    for tool, sargs, cargs in (("rping", ["-s", "-a", dst, "-C", "3", "-v"], ["-c", "-a", dst, "-C", "3", "-v"]),
+                               ("ucmatose", ["-b", dst, "-C", "2"], ["-s", dst, "-C", "2"])):
+        port = str(free_port())
+        srv = popen(0, [sys.executable, "-m", "softrdma", tool, *sargs, "-p", port], stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_cm_listening(net.run_dir("h3"), int(port), srv)
+            cli = popen(1, [sys.executable, "-m", "softrdma", tool, *cargs, "-p", port], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
+            cout, cerr = cli.communicate(timeout=120)
+            sout, _ = srv.communicate(timeout=60)
+        finally:
+            stop(srv)
+        assert cli.returncode == 0 and srv.returncode == 0, (tool, cout, cerr, sout)
+        if tool == "rping":
+            assert cout.count("ping data: rdma-ping-") == 3, cout
+        else:
+            assert "data transfers complete" in cout, cout
+    assert any(n["dst"] == dst for n in net.ipoib("h2")[0]["neighbours"])      # rdma_cm's ARP
+    check("ib_write_bw", pair(popen, "ib_write_bw", ["-R", "-d", "mlx5_0", "-n", "200"], dst, net.run_dir("h3")))

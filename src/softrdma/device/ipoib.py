@@ -106,6 +106,7 @@ class IpoibIf:
         self.next_check = 0.0
         self.check_tid: int | None = None
         self.memberships: set[bytes] = set()     # MGIDs of the interface's IP multicast groups
+        self.waiters: dict[bytes, list] = {}     # IP -> rdma_cm's address resolutions waiting for it
         self.up = False
 
     # -- identity
@@ -136,6 +137,34 @@ class IpoibIf:
                 net = ipaddress.IPv4Network((a, plen), strict=False)
                 b.add(net.broadcast_address.packed)
         self.bcast4 = b
+
+    def source_for(self, dst: bytes, src: bytes | None) -> bytes | None:
+        """Our address to reach on-link ``dst`` from (``src`` if it is ours
+        and on the same subnet), or None when ``dst`` is not on-link here."""
+        addrs = self.addrs4 if len(dst) == 4 else self.addrs6
+        net = ipaddress.IPv4Network if len(dst) == 4 else ipaddress.IPv6Network
+        d = ipaddress.ip_address(dst)
+        for a, plen in addrs:
+            if (src is None or a == src) and d in net((a, plen), strict=False):
+                return a
+        return None
+
+    def solicit_for(self, ip: bytes, waiter, now: float) -> None:
+        """Resolve ``ip`` with nothing to send yet (rdma_cm's address
+        resolution): ``waiter(hardware address or None)`` when answered or given up."""
+        n = self.table.neigh(ip)
+        if n.hw is not None and n.state in (REACHABLE, STALE):
+            waiter(n.hw)
+            return
+        self.waiters.setdefault(ip, []).append(waiter)
+        if n.state == FAILED:
+            n.state, n.tries = INCOMPLETE, 0
+        if n.tries == 0 or now >= n.next_try:
+            self._solicit(n, now)
+
+    def _answer_waiters(self, ip: bytes, hw: bytes | None) -> None:
+        for w_ in self.waiters.pop(ip, ()):
+            w_(hw)
 
     def _src4(self, dst: bytes) -> bytes | None:
         for a, plen in self.addrs4:
@@ -172,6 +201,8 @@ class IpoibIf:
             self._detach(g)
         self.groups.clear()
         self.memberships = set()
+        for ip in list(self.waiters):
+            self._answer_waiters(ip, None)
         self.bcast = None
         if self.check_tid is not None:
             self.sa.cancel(self.check_tid)
@@ -298,7 +329,7 @@ class IpoibIf:
             if not g.mlid and g.tid is None and (d is None or g.retry_at < d):
                 d = g.retry_at
         for n in self.table.neighs.values():
-            if n.state == INCOMPLETE and n.queue and (d is None or n.next_try < d):
+            if n.state == INCOMPLETE and (n.queue or n.ip in self.waiters) and (d is None or n.next_try < d):
                 d = n.next_try
         return d
 
@@ -313,9 +344,10 @@ class IpoibIf:
                     del self.groups[g.mgid]
         for n in list(self.table.neighs.values()):
             if n.state == INCOMPLETE and now >= n.next_try:
-                if not n.queue:
+                if not n.queue and n.ip not in self.waiters:
                     continue
                 if n.tries >= SOLICIT_TRIES:
+                    self._answer_waiters(n.ip, None)
                     n.state = FAILED
                     n.next_try = now + FAILED_HOLD_S
                     self.table.dropped += len(n.queue)
@@ -551,6 +583,8 @@ class IpoibIf:
             self._learnt(self.table.learn(target, ll), now)
 
     def _learnt(self, n, now: float) -> None:
+        if n.ip in self.waiters:
+            self._answer_waiters(n.ip, n.hw)
         q, n.queue = n.queue, []
         for etype, d in q:
             self._path_send(n.hw, etype, d, now)

@@ -19,9 +19,10 @@ from ..errors import VerbsError
 from ..wire import ipoib as w
 from .ipoib import IpoibIf
 from .ipoib_sa import SaClient
-from .ipoib_tun import Tun, ip_memberships
+from .ipoib_tun import Tun
 
 log = logging.getLogger("softrdmad")
+PENDING = "pending"                       # ``resolve``: IPoIB is asking the neighbour
 DEFAULT_PKEY = 0xFFFF
 IB_MTU_DEFAULT = 2048
 
@@ -140,6 +141,38 @@ class IpoibHost:
             return
         raise VerbsError(errno.EINVAL, f"{attr} is not writable")
 
+    # -- rdma_cm's address resolution (``device.cma_route._ipoib_neigh``)
+    def resolve(self, src_ip, dst_ip, waiter=None):
+        """The IPoIB neighbour of ``dst_ip`` (an ipaddress) from ``src_ip``
+        (or any address): (device, source address, the neighbour's GID) when
+        known; PENDING when an interface has it on-link and is asking it
+        (ARP, neighbour discovery: ``waiter(answer or None)`` follows, as
+        rdma_resolve_addr waits for the kernel's neighbour); None when no
+        IPoIB interface reaches it."""
+        for ifc in self.ifs.values():
+            if not ifc.up:
+                continue
+            src = ifc.source_for(dst_ip.packed, src_ip.packed if src_ip is not None else None)
+            if src is None:
+                continue
+            n = ifc.table.neighs.get(dst_ip.packed)
+            if n is not None and n.hw is not None:
+                return ifc.dev, ipaddress.ip_address(src), n.hw[4:]
+            if waiter is None:
+                return None
+            ifc.solicit_for(dst_ip.packed, lambda hw, ifc=ifc, src=src: waiter(
+                None if hw is None else (ifc.dev, ipaddress.ip_address(src), hw[4:])), time.monotonic())
+            return PENDING
+        return None
+
+    def device_of(self, ip):
+        """The IB device whose IPoIB interface has address ``ip``, or None."""
+        p = ip.packed
+        for ifc in self.ifs.values():
+            if any(a == p for a, _ in (ifc.addrs4 if len(p) == 4 else ifc.addrs6)):
+                return ifc.dev
+        return None
+
     # -- the loop's inputs
     def readable(self, ifc: IpoibIf) -> None:
         ifc.transmit(ifc.tun.read_all(), time.monotonic())
@@ -237,4 +270,4 @@ class IpoibHost:
             self._remove(ifc)
 
 
-__all__ = ["IpoibHost", "ip_memberships", "interface_addresses"]
+__all__ = ["IpoibHost", "interface_addresses", "PENDING"]
