@@ -38,9 +38,11 @@ def _v6(i: int) -> str:
 
 
 class IpoibHosts:
-    """The fabric, the SM and a daemon with ``--ipoib`` per host namespace."""
+    """The fabric, the SM (softrdma's with the partitions.conf, or the real
+    opensm with its default partition) and a daemon with ``--ipoib`` per
+    host namespace of ``hosts``."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, hosts=HOSTS, sm: str = "softrdma"):
         need_root()
         if not shutil.which("ping"):            # (iputils-ping: a test dependency, as nftables)
             if os.environ.get("CI") == "true":
@@ -48,7 +50,8 @@ class IpoibHosts:
             pytest.skip("needs ping (iputils-ping)")
         tag = os.getpid() % 100000
         self.tmp = tmp
-        self.ns = {h: f"ipoib-{h}-{tag}" for h in HOSTS}
+        self.hosts = hosts
+        self.ns = {h: f"ipoib-{h}-{tag}" for h in hosts}
         self.daemons: dict[str, RunningDaemon] = {}
         self.sm = None
         for ns in self.ns.values():
@@ -57,19 +60,25 @@ class IpoibHosts:
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
         self.fabric = IbFabric(tmp, NET_2SW)
         try:
-            for h in HOSTS:
+            for h in hosts:
                 rd = f"/dev/shm/ipoib-{h}-{tag}"
                 os.makedirs(rd, exist_ok=True)
                 self.daemons[h] = RunningDaemon(rd, devices=(), args=("--ipoib",),
                                                 prefix=("ip", "netns", "exec", self.ns[h]))
                 self.fabric.attach(rd, h)
-            self.start_sm()
-            for h in HOSTS:
+            if sm == "softrdma":
+                self.start_sm()
+            else:
+                self.fabric.sweep(sm)
+                self.fabric.procs.remove(self.fabric.sm)           # (ended by the fabric's close)
+                self.sm = self.fabric.sm
+            for h in hosts:
                 self.fabric.wait_active(self.run_dir(h))
-            for i, h in enumerate(HOSTS):
+            for h in hosts:
+                i = HOSTS.index(h)
                 self.ip(h, "addr", "add", f"{_v4(i)}/24", "dev", "ib0")
                 self.ip(h, "addr", "add", f"{_v6(i)}/64", "dev", "ib0", "nodad")
-            for h in HOSTS:
+            for h in hosts:
                 wait_for(lambda h=h: self.ipoib(h)[0]["carrier"], 60, f"ib0 of {h} with its carrier")
         except BaseException:
             self.close()
@@ -81,7 +90,7 @@ class IpoibHosts:
     def start_sm(self, *extra: str) -> None:
         """softrdma's SM with the partitions.conf (``extra``: more options, -l 1)."""
         from wait_helpers import wait_for as wf
-        guids = {h: link(self.run_dir(h), "mlx5_0")["ib"]["port_guid"].replace(":", "") for h in HOSTS}
+        guids = {h: link(self.run_dir(h), "mlx5_0")["ib"]["port_guid"].replace(":", "") for h in self.hosts}
         conf = self.tmp / "partitions.conf"
         conf.write_text(PARTITIONS.replace("h1=full", f"0x{guids['h1']}=full").replace(
             "h3=full", f"0x{guids['h3']}=full"))
@@ -254,6 +263,7 @@ def test_link_show_has_the_infiniband_addresses(net):
     assert f"link/infiniband {ifc['address']} brd {ifc['broadcast']}" in out
     assert ifc["broadcast"] == "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
     assert "ipoib pkey  0xffff mode  datagram umcast  0000" in out
+    assert ifc["counters"]["sm_forgot"] == 0 and ifc["counters"]["rx_drop_qkey"] == 0
     m = re.search(r"IPoIB ARP: arp_tx (\d+)  arp_rx (\d+)", out)
     assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out
     assert re.search(r"RX:.*\n\s+(\d+)\s+(\d+)", out)         # the kernel's own counters, as ever
@@ -363,3 +373,23 @@ def test_rdma_cm_tools_by_ipoib_address(net):
             assert "data transfers complete" in cout, cout
     assert any(n["dst"] == dst for n in net.ipoib("h2")[0]["neighbours"])      # rdma_cm's ARP
     check("ib_write_bw", pair(popen, "ib_write_bw", ["-R", "-d", "mlx5_0", "-n", "200"], dst, net.run_dir("h3")))
+
+
+def test_with_the_real_opensm(tmp_path):
+    """The real opensm (through libumad2sim) serves the joins and the path
+    records as well: its default partition's broadcast group, a ping each way."""
+    import sm_helpers
+    if sm_helpers.missing_tools(["opensm"]):
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI installs opensm and ibsim-utils: this test must run")
+        pytest.skip("needs opensm and libumad2sim")
+    n = IpoibHosts(tmp_path, ("h1", "h3"), sm="opensm")
+    try:
+        assert n.ipoib("h1")[0]["qkey"] == 0x0B1B and n.ipoib("h1")[0]["mtu"] == 2044
+        for a, b in (("h1", "h3"), ("h3", "h1")):
+            ping(n, a, b, count=1)
+            ping(n, a, b, six=True, count=1)
+        wait_for(lambda: n.ipoib("h1")[0]["counters"]["membership_checks"] >= 1, 10, "a membership check")
+        assert n.ipoib("h1")[0]["counters"]["sm_forgot"] == 0          # opensm answers the Get of our record
+    finally:
+        n.close()

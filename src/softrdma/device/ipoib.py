@@ -56,7 +56,7 @@ PATH_RECHECK_S = 1.0                       # a path re-asked at most this often 
 COUNTERS = ("tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "tx_multicast", "rx_multicast", "arp_tx", "arp_rx",
             "nd_tx", "nd_rx", "path_queries", "path_failures", "mcast_joins", "mcast_join_failures",
             "rx_drop_qkey", "rx_drop_pkey", "rx_drop_other", "tx_drop_no_carrier", "tx_drop_unresolved",
-            "tx_drop_other", "sm_forgot", "path_stale")
+            "tx_drop_other", "membership_checks", "sm_forgot", "path_stale")
 ALL_NODES = bytes.fromhex("ff020000000000000000000000000001")
 
 
@@ -374,6 +374,7 @@ class IpoibIf:
 
         def done(status, rec, b=b):
             self.check_tid = None
+            self.cnt["membership_checks"] += status is not None
             if status and self.bcast is b:
                 self.cnt["sm_forgot"] += 1
                 self.port_up(time.monotonic())
