@@ -66,6 +66,8 @@ class IpoibHosts:
                 self.daemons[h] = RunningDaemon(rd, devices=(), args=("--ipoib",),
                                                 prefix=("ip", "netns", "exec", self.ns[h]))
                 self.fabric.attach(rd, h)
+            # before any SM: the interface is there, without carrier (the port is not Active)
+            self.carrier_before_sm = {h: [(i["ifname"], i["carrier"]) for i in self.ipoib(h)] for h in hosts}
             if sm == "softrdma":
                 self.start_sm()
             else:
@@ -151,6 +153,7 @@ def ping(net, a: str, b: str, six: bool = False, count: int = 2) -> str:
 
 
 def test_ib0_mirrors_the_port(net):
+    assert net.carrier_before_sm == {h: [("ib0", False)] for h in HOSTS}
     for i, h in enumerate(HOSTS):
         (ifc,) = net.ipoib(h)
         d = link(net.run_dir(h), "mlx5_0")
@@ -303,6 +306,23 @@ def test_a_child_interface_reaches_its_partition_only(net):
     with open(os.path.join(files, "delete_child"), "w") as f:
         f.write("0x8001\n")
     wait_for(lambda: [i["ifname"] for i in net.ipoib("h1")] == ["ib0"], 10, "ib0.8001 gone by delete_child")
+
+
+def test_the_carrier_follows_the_port(net):
+    """h2's link down: its port leaves Active, ib0 loses its carrier; up
+    again (the SM's sweep makes the port Active), the carrier and the
+    connectivity come back."""
+    r = net.fabric.fabric("link", "down", "sw1", "2")
+    assert r.returncode == 0, r.stderr
+    try:
+        wait_for(lambda: not net.ipoib("h2")[0]["carrier"], 30, "h2's ib0 without carrier")
+        assert "NO-CARRIER" in net.ip("h2", "link", "show", "ib0")
+    finally:
+        r = net.fabric.fabric("link", "up", "sw1", "2")
+        assert r.returncode == 0, r.stderr
+    wait_for(lambda: net.ipoib("h2")[0]["carrier"], 60, "h2's ib0 with its carrier again")
+    wait_for(lambda: net.run("h1", "ping", "-c", "1", "-W", "1", _v4(1), check=False).returncode == 0, 30,
+             "h1 -> h2 again")
 
 
 def test_an_sm_restart_with_new_lids_costs_a_bounded_outage(net):
