@@ -9,6 +9,7 @@ outage.  One fabric for the module."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from netns_helpers import need_root, sh
 from wait_helpers import stop, wait_for
 
 HOSTS = ("h1", "h2", "h3")
+_INSTANCES = itertools.count()
 PARTITIONS = "Default=0x7fff, ipoib : ALL=full;\nP1=0x8001, ipoib : h1=full, h3=full;\n"
 # (the SM's partitions.conf names ports by GUID: filled in from the fabric below)
 
@@ -48,7 +50,7 @@ class IpoibHosts:
             if os.environ.get("CI") == "true":
                 pytest.fail("CI installs iputils-ping: this test must run")
             pytest.skip("needs ping (iputils-ping)")
-        tag = os.getpid() % 100000
+        tag = f"{os.getpid() % 100000}{next(_INSTANCES)}"     # (two sets at once: the module's and another)
         self.tmp = tmp
         self.hosts = hosts
         self.ns = {h: f"ipoib-{h}-{tag}" for h in hosts}

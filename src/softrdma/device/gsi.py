@@ -68,7 +68,6 @@ class Gsi:
         self.rx_mads = self.tx_mads = self.unsupported = 0
         self.dropped = new_gsi_drops()               # by GsiDrop
         self.umad = None                             # an IB port's umad files (device.umad.Umad)
-        self.ib_clients: list = []                   # the daemon's own SA clients on an IB port (``deliver``)
 
     @property
     def rx_dropped(self) -> dict[str, int]:
@@ -155,9 +154,6 @@ class Gsi:
         umad = self.umad
         if umad is not None and umad.deliver(mad, src, sqp, now):
             return
-        for client in self.ib_clients:
-            if client.deliver(mad, now):
-                return
         if src.grh is not None:
             src_gid, dst_gid = bytes(src.grh[8:24]), bytes(src.grh[24:40])
         else:                                  # LID-routed: the sender is its SLID

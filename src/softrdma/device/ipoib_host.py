@@ -55,8 +55,7 @@ class IpoibHost:
         or the daemon may not make TUN devices: logged)."""
         if not self.enabled:
             return
-        sa = self.sa[dev] = SaClient(dev)
-        dev.gsi.ib_clients.append(sa)
+        self.sa[dev] = SaClient(dev)
         try:
             self._make(dev, "ib%d", DEFAULT_PKEY, None)
         except OSError as e:
@@ -117,9 +116,7 @@ class IpoibHost:
     def remove_device(self, dev) -> None:
         for ifc in [i for i in self.ifs.values() if i.dev is dev]:
             self._remove(ifc)
-        sa = self.sa.pop(dev, None)
-        if sa is not None and sa in dev.gsi.ib_clients:
-            dev.gsi.ib_clients.remove(sa)
+        self.sa.pop(dev, None)
 
     def set_attr(self, name: str, attr: str, value: str) -> None:
         """``echo VALUE > /sys/class/net/NAME/ATTR`` for ``mode`` and ``umcast``."""
@@ -206,11 +203,8 @@ class IpoibHost:
 
     @property
     def deadline(self) -> float | None:
+        """The interfaces' next timer (their SA requests' are the GSI's)."""
         d = None
-        for sa in self.sa.values():
-            x = sa.deadline
-            if x is not None and (d is None or x < d):
-                d = x
         for ifc in self.ifs.values():
             x = ifc.deadline
             if x is not None and (d is None or x < d):
@@ -218,9 +212,6 @@ class IpoibHost:
         return d
 
     def tick(self, now: float) -> None:
-        for sa in self.sa.values():
-            if sa.deadline is not None and now >= sa.deadline:
-                sa.tick(now)
         for ifc in self.ifs.values():
             d = ifc.deadline
             if d is not None and now >= d:

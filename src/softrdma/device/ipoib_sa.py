@@ -3,20 +3,18 @@ client as ipoib uses it): PathRecord Get per destination GID, and
 MCMemberRecord Set (join) / Delete (leave), LID-routed from the port's
 QP1 to the SM LID.
 
-``SaClient`` keeps its own ``mgmt.agent.MadAgent`` (TIDs with an upper
-half below ``device.umad.FIRST_HI_TID``: the daemon's own, never a umad
-file's), sends through ``Gsi.send_lid`` and takes the answers the GSI
-offers it (``deliver``: a response whose TID is one of ours).  No clocks:
-``tick(now)`` resends and gives up; each request's ``done(status, record)``
-runs once, with (0, the decoded record), (SA status, None) or (None, None)
-after the retries.
+``SaClient`` sends through the GSI's own requests to a LID
+(``Gsi.request_lid``: its MAD agent resends and gives up), with TIDs whose
+upper half is ``HI_TID`` (below ``device.umad.FIRST_HI_TID``: the daemon's
+own, never a umad file's, and apart from rdma_cm's).  Each request's
+``done(status, record)`` runs once, with (0, the decoded record), (SA
+status, None) or (None, None) after the retries.
 """
 
 from __future__ import annotations
 
 import time
 
-from ..mgmt.agent import MadAgent
 from ..wire import mad as madw
 from ..wire.sa import (MCMEMBER_RECORD, MCR_COMP, PATH_RECORD, PR_COMP_DGID, PR_COMP_NUMBPATH, PR_COMP_SGID,
                        SA_CLASS_VERSION, SA_DATA_OFFSET, SA_HDR, SA_HDR_OFFSET, SaAttr, SaMethod)
@@ -24,7 +22,7 @@ from ..wire.sa import (MCMEMBER_RECORD, MCR_COMP, PATH_RECORD, PR_COMP_DGID, PR_
 HI_TID = 0x49                      # 'I': the upper TID bits of IPoIB's SA requests (< FIRST_HI_TID)
 PR_COMP_PKEY = 1 << 13
 PR_COMP_REVERSIBLE = 1 << 11       # (IBA 15.2.5.16's component order: ServiceID is two bits)
-TIMEOUT_S, RETRIES = 0.5, 5
+TIMEOUT_MS, RETRIES = 500, 5
 JOIN_FULL = 1
 
 
@@ -40,12 +38,12 @@ class SaClient:
 
     def __init__(self, dev):
         self.dev = dev
-        self.agent = MadAgent(tid_mask=(1 << 64) - 1, first_tid=HI_TID << 32 | 1, timeout=TIMEOUT_S,
-                              retries=RETRIES)
+        self._seq = 0
         self.queries = self.answers = self.failures = 0
 
     def _post(self, mad: bytearray, done, decode) -> int:
-        tid = (HI_TID << 32) | (self.agent.alloc_tid() & 0xFFFFFFFF)
+        self._seq = (self._seq + 1) & 0xFFFFFFFF or 1
+        tid = (HI_TID << 32) | self._seq
         mad[8:16] = tid.to_bytes(8, "big")
 
         def finish(resp):
@@ -59,9 +57,10 @@ class SaClient:
                 done(status, None)
             else:
                 done(0, decode(resp[SA_DATA_OFFSET:]))
-        self.agent.post_send(mad, finish, own_tid=True)
+        dev = self.dev
+        dev.gsi.request_lid(bytes(mad), dev.sm_lid, finish, now=time.monotonic(), sl=dev.sm_sl,
+                            timeout_ms=TIMEOUT_MS, retries=RETRIES)
         self.queries += 1
-        self._flush(None)
         return tid
 
     def path_record(self, sgid: bytes, dgid: bytes, pkey: int, done) -> int:
@@ -103,33 +102,7 @@ class SaClient:
         return self._post(_mad(SaMethod.DELETE, SaAttr.MCMEMBER_RECORD, rec, mask), _ignore, MCMEMBER_RECORD.decode)
 
     def cancel(self, tid: int) -> None:
-        self.agent.cancel(tid)
-
-    def cancel_all(self) -> None:
-        for tid in list(self.agent.sends):
-            self.agent.cancel(tid)
-
-    def deliver(self, mad: bytes, now: float) -> bool:
-        """A response QP1 received: True if it answers one of our requests."""
-        if not mad[3] & 0x80 or int.from_bytes(mad[8:12], "big") != HI_TID:
-            return False
-        return self.agent.deliver(mad, now)
-
-    @property
-    def deadline(self) -> float | None:
-        return self.agent.deadline
-
-    def tick(self, now: float) -> None:
-        self.agent.tick(now)
-        self._flush(now)
-
-    def _flush(self, now: float | None) -> None:
-        dev = self.dev
-        if now is None:
-            now = time.monotonic()
-        for _dest, mad in self.agent.take(now):
-            if dev.sm_lid:
-                dev.gsi.send_lid(mad, dev.sm_lid, sl=dev.sm_sl)
+        self.dev.gsi.cancel(tid)
 
 
 def _ignore(status, record) -> None:
