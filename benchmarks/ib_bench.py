@@ -19,6 +19,7 @@ has one UDP datagram.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
 import shutil
@@ -45,36 +46,62 @@ Ca 1 "h2"
 """
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=5000, help="ib_write_bw iterations (perftest's default)")
-    ap.add_argument("--lat-iters", type=int, default=1000, help="ib_write_lat iterations (perftest's default)")
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        ap.error("needs root (network namespaces)")
-    from ib_helpers import IbFabric, link
+@contextlib.contextmanager
+def two_ib_hosts(prefix: str, daemon_args=()):
+    """A fabric on NET, two hosts (network namespaces over a veth, a daemon
+    each with ``daemon_args``) with their mlx5_0 on h1 and h2, the SM's
+    sweep done: (fabric, hosts, the two LIDs); all ended on leaving."""
+    from ib_helpers import IbFabric
     from netns_helpers import TwoHosts
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ib_bench-"))
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
     fab = IbFabric(tmp, NET)                  # before the daemons: they inherit its directory
     hosts = None
     try:
         hosts = TwoHosts(mtu=VETH_MTU)
-        hosts.start_daemons()
+        hosts.start_daemons(list(daemon_args))
         fab.attach(hosts.run_dirs[0], "h1")
         fab.attach(hosts.run_dirs[1], "h2")
         fab.sweep("softrdma")
-        lids = [fab.wait_active(rd) for rd in hosts.run_dirs]
+        yield fab, hosts, [fab.wait_active(rd) for rd in hosts.run_dirs]
+    finally:
+        if hosts is not None:
+            hosts.close()
+        fab.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_args(doc: str, add=None):
+    """--rounds and --iters (and what ``add(parser)`` adds), parsed; root required."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=5000, help="ib_write_bw iterations (perftest's default)")
+    if add is not None:
+        add(ap)
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        ap.error("needs root (network namespaces)")
+    return a
+
+
+def runners(hosts):
+    """(server, client): a tool's command in host 1, and in host 0 towards host 1's address."""
+    def srv(cmd):
+        return hosts.popen(1, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def cli(cmd):
+        return hosts.popen(0, [*cmd, hosts.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return srv, cli
+
+
+def main() -> int:
+    a = bench_args(__doc__, lambda ap: ap.add_argument("--lat-iters", type=int, default=1000,
+                                                       help="ib_write_lat iterations (perftest's default)"))
+    from ib_helpers import link
+    with two_ib_hosts("ib_bench-") as (fab, hosts, lids):
         mtu = link(hosts.run_dirs[0], "mlx5_0")["port_attr"]["active_mtu"]
         print(f"IB: LIDs {lids[0]} and {lids[1]}, one switch apart, active MTU {128 << mtu}; "
               f"RoCE: rxe0 on the veth (MTU {VETH_MTU}) between the namespaces", flush=True)
-
-        def srv(cmd):
-            return hosts.popen(1, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-        def cli(cmd):
-            return hosts.popen(0, [*cmd, hosts.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
+        srv, cli = runners(hosts)
         points = (("ib_write_bw", ["-s", "65536", "-n", str(a.iters)], "bw_avg_MiBps", "MB/s"),
                   ("ib_write_lat", ["-s", "2", "-n", str(a.lat_iters)], "t_typical", "us"))
         devs = (("RoCE", ["-d", "rxe0"]), ("IB", ["-d", "mlx5_0"]))
@@ -96,12 +123,7 @@ def main() -> int:
                 print(f"  IB / RoCE: {med['IB'] / med['RoCE']:.0%} (target >= 50 %)")
             else:
                 print(f"  IB / RoCE: {med['IB'] / med['RoCE']:.2f}x (target <= 2x)")
-        return 0
-    finally:
-        if hosts is not None:
-            hosts.close()
-        fab.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from softrdma.device.daemon import Daemon
 NO_DEVICE = {"devices", "open", "links", "link_add", "link_set", "link_delete", "umad_open", "resources",
              "stat_get", "stat_dump", "stat_set", "stat_del", "stat_get_status", "stat_snapshot", "ecn",
              "pci_functions", "nvconfig", "fw_reset", "fw_burn", "sriov_numvfs", "vf_set",
-             "devm_show", "devm_port_add", "devm_port_set", "devm_port_del"}
+             "devm_show", "devm_port_add", "devm_port_set", "devm_port_del", "ipoib"}
 
 
 def test_every_handler_is_named_after_its_op():
@@ -33,9 +33,9 @@ def test_a_handler_for_every_command_of_the_table():
 def test_which_commands_need_an_open_device():
     nodev = {op for op, cmd in COMMANDS.items() if not cmd.device}
     assert nodev == NO_DEVICE | {op for op in COMMANDS if op.startswith("cm_")}
-    assert len(COMMANDS) == 96         # (64 + reg_user_mr, advise_mr + 8 raw packet/WQ/flow commands + query_pd/mr/dm
+    assert len(COMMANDS) == 97         # (64 + reg_user_mr, advise_mr + 8 raw packet/WQ/flow commands + query_pd/mr/dm
                                        #  + create_tm_srq, post_srq_ops + 4 XRC commands + ecn + query_pkey, umad_open
-                                       #  + 6 PCI function commands + 4 sub-function commands)
+                                       #  + 6 PCI function commands + 4 sub-function commands + ipoib)
 
 
 def test_freeing_covers_every_kind_that_holds_something():

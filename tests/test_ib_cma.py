@@ -232,7 +232,7 @@ def test_ipoib_hook_resolves_an_ip_onto_an_ib_device():
     asked = []
 
     class Ipoib:
-        def resolve(self, src, dst):
+        def resolve(self, src, dst, waiter=None):
             asked.append((src, dst))
             return dev, ipaddress.ip_address("10.9.0.1"), gid_peer
 

@@ -35,6 +35,7 @@ from ..errors import VerbsError
 from ..wire.cma import PortSpace, service_id
 from ..wire.gid import gid_ip, ip_gid
 from .cma_route import gid_addr, is_ib
+from .ipoib_host import PENDING
 from .cma_id import (
     AF_IB,
     ADDR_BOUND,
@@ -122,15 +123,21 @@ class CmaAddr:
         addr = ipaddress.ip_address(ip) if ip else (ipaddress.ip_address("0.0.0.0") if family == 4
                                                      else ipaddress.ip_address("::"))
         dev = None
+        sgid = ip_gid(addr)
         if not cma_any_addr(addr):
             dev = self._device_of(addr)
+            if dev is None:                     # an IPoIB interface's address: its IB port (rdma_translate_ip)
+                ipoib = getattr(self.daemon, "ipoib", None)
+                dev = ipoib.device_of(addr) if ipoib is not None else None
+                if dev is not None:
+                    sgid = dev.gid(0)
             if dev is None:
                 if not _is_local(addr):
                     raise VerbsError(errno.EADDRNOTAVAIL, f"{addr} is not an address of this host")
                 raise VerbsError(errno.ENODEV, f"no RDMA device has {addr}")
         elif addr.is_loopback:
             dev = self._device_of(addr)
-        self._bind(cid, addr.version, addr, port, dev, ip_gid(addr))
+        self._bind(cid, addr.version, addr, port, dev, sgid)
 
     def _bind(self, cid: CmaId, family: int, addr, port: int, dev, sgid: bytes) -> None:
         """What every bind ends with: the address, the device and its GID,
@@ -210,7 +217,10 @@ class CmaAddr:
         status = 0
         dev = cid.dev
         src_ip = cid.src_ip
-        neigh = self._ipoib_neigh(None if cma_any_addr(src_ip) else src_ip, d)
+        neigh = self._ipoib_neigh(None if cma_any_addr(src_ip) else src_ip, d,
+                                  lambda got, cid=cid: self._ipoib_answer(cid, got))
+        if neigh is PENDING:                        # IPoIB asks the neighbour: ``_ipoib_answer`` follows
+            return
         if neigh is not None:                       # an IPoIB neighbour: an IB device and the peer's GID
             dev, src_ip, dgid = neigh
         elif dev is None or cma_any_addr(src_ip):
@@ -233,14 +243,32 @@ class CmaAddr:
             cid.state = ADDR_BOUND
             self._emit(cid, EV.RDMA_CM_EVENT_ADDR_ERROR, status)
             return
+        self._addr_resolved(cid, dev, src_ip, bytes(dgid) if neigh is not None else None)
+
+    def _addr_resolved(self, cid: CmaId, dev, src_ip, dgid: bytes | None) -> None:
+        """The address is resolved: onto ``dev`` from ``src_ip``, to the IPoIB
+        neighbour's GID ``dgid`` (None: a RoCE destination, its address's GID)."""
         cid.src_ip, cid.dev = src_ip, dev
-        if neigh is not None:
-            cid.sgid, cid.dgid = dev.gid(0), bytes(dgid)
+        if dgid is not None:
+            cid.sgid, cid.dgid = dev.gid(0), dgid
         else:
-            cid.sgid, cid.dgid = ip_gid(src_ip), ip_gid(d)
+            cid.sgid, cid.dgid = ip_gid(src_ip), ip_gid(cid.dst_ip)
         cid.mtu = dev.caps.active_mtu
         cid.state = ADDR_RESOLVED
         self._emit(cid, EV.RDMA_CM_EVENT_ADDR_RESOLVED, info=cid.info())
+
+    def _ipoib_answer(self, cid: CmaId, got) -> None:
+        """IPoIB's answer for an address resolution it had pending: the
+        neighbour (device, source address, GID), or None (no answer to ARP or
+        neighbour discovery: ADDR_ERROR -EHOSTUNREACH, as an unanswered ARP)."""
+        if cid.destroyed or cid.state != ADDR_QUERY:
+            return
+        if got is None:
+            cid.state = ADDR_BOUND
+            self._emit(cid, EV.RDMA_CM_EVENT_ADDR_ERROR, -errno.EHOSTUNREACH)
+            return
+        dev, src_ip, dgid = got
+        self._addr_resolved(cid, dev, src_ip, bytes(dgid))
 
     def resolve_route(self, cid: CmaId, timeout_ms: int = 2000) -> None:
         """rdma_resolve_route: for RoCE the path is made locally; on an

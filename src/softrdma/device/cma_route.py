@@ -121,13 +121,15 @@ class CmaRoute:
                 return d, d.gid(0)
         return None
 
-    def _ipoib_neigh(self, src_ip, dst_ip):
+    def _ipoib_neigh(self, src_ip, dst_ip, waiter=None):
         """The IPoIB hook (see the module): (device, source address, destination
-        GID) for an IP destination reached over an IB device, or None."""
+        GID) for an IP destination reached over an IB device, or None; PENDING
+        while IPoIB asks the neighbour (ARP, neighbour discovery): ``waiter``
+        gets the answer (or None) later."""
         ipoib = getattr(self.daemon, "ipoib", None)
         if ipoib is None:
             return None
-        return ipoib.resolve(src_ip, dst_ip)
+        return ipoib.resolve(src_ip, dst_ip, waiter)
 
     # -- routes ------------------------------------------------------------------------------------
     def _ib_route(self, cid: CmaId, timeout_ms: int) -> None:

@@ -207,7 +207,9 @@ class DeviceCore:
 
     # -- objects
     def alloc_qpn(self) -> int:
-        while self._next_qpn in self.qps or (self.raw is not None and self._next_qpn in self.raw.numbers):
+        taken = getattr(self, "ulp_qps", ())           # an IB port's in-daemon UD users (IPoIB)
+        while self._next_qpn in self.qps or self._next_qpn in taken or \
+                (self.raw is not None and self._next_qpn in self.raw.numbers):
             self._next_qpn = (self._next_qpn + 1) & 0xFFFFFF or 0x11
         qpn = self._next_qpn
         self._next_qpn = (qpn + 1) & 0xFFFFFF or 0x11

@@ -46,6 +46,7 @@ from .commands import HANDLERS, FREE
 from .commands.restrack import Restrack
 from .core import Device
 from .ib import LINK_LAYER_IB
+from .ipoib_host import IpoibHost
 from .net import gid_to_ip
 from .netdev import netdev_info
 from .placement import should_yield
@@ -66,8 +67,9 @@ class Daemon:
     run directory."""
 
     def __init__(self, run_dir: str, devices: list[Device], limits: dict[str, int] | None = None,
-                 spin_budget_s: float = 0.0):
+                 spin_budget_s: float = 0.0, ipoib: bool = False):
         self.run_dir = run_dir
+        self.ipoib_on = ipoib                   # an IPoIB interface per IB port (``device.ipoib_host``)
         # how long an empty pass keeps the core after the last work (0 but
         # for a daemon pinned to CPUs of its own: placement.spin_budget_s)
         self.spin_budget_s = spin_budget_s
@@ -129,6 +131,7 @@ class Daemon:
         self._next_ifindex = 0
         self.rdma_cm = RdmaCm(self)
         self.sysfs = SysfsTree(os.path.join(self.run_dir, "sys"))
+        self.ipoib = IpoibHost(self, self.ipoib_on)
         self.pci = Functions(self)              # ConnectX-like devices: PCI identity, firmware, SR-IOV
         self.port_counters: dict = {}           # device -> its rdma_port_counter (commands.stat)
         self.restrack = Restrack()
@@ -190,6 +193,9 @@ class Daemon:
                     timeout = min(timeout, max(0.001, d - now))
                 if dev.link_layer == LINK_LAYER_IB and dev.link.retry_at is not None:
                     timeout = min(timeout, max(0.001, dev.link.retry_at - now))
+            d = self.ipoib.deadline if self.ipoib.ifs else None
+            if d is not None:
+                timeout = min(timeout, max(0.001, d - now))
         events = self.sel.select(timeout)
         if not events and timeout == 0.0 and should_yield(now, self.last_busy, self.spin_budget_s):
             # spinning with nothing to do: give the core to the applications
@@ -220,6 +226,9 @@ class Daemon:
                 self._busy()
             elif kind == "fabric":
                 self.fabric_readable(data)
+                self._busy()
+            elif kind == "ipoib":
+                self.ipoib.readable(data)
                 self._busy()
             elif kind == "mcast":
                 dev, s = data
@@ -266,6 +275,8 @@ class Daemon:
         # are read while awake, and when a sleep ends without input (a timer,
         # or max_wait, which also covers a lost doorbell)
         poll = not self.sleeping or not events
+        if self.ipoib.ifs:
+            self.ipoib.tick(now)
         for dev in self.devices.values():
             if dev.link_layer == LINK_LAYER_IB:
                 self.fabric_service(dev, now)
@@ -312,6 +323,8 @@ class Daemon:
     def _netlink_readable(self) -> None:
         """Address or link changes: refresh the devices on that netdev."""
         touched = self.netlink.changed()
+        if self.ipoib.ifs:
+            self.ipoib.netlink_changed(touched)
         for dev in list(self.devices.values()):
             if dev.netdev_index in touched or -1 in touched:
                 self.refresh_netdev(dev)
@@ -398,6 +411,7 @@ class Daemon:
         self._ib_sysfs_port(dev)
         for ev in evs:
             self._event_clients(dev, ev)
+        self.ipoib.port_events(dev)
 
     def _ib_sysfs_port(self, dev) -> None:
         t = self.sysfs
@@ -597,6 +611,7 @@ class Daemon:
             self._ib_sysfs_port(dev)
             dev.port_events.clear()                 # (the device is new: nobody to tell)
             self._write_counters(dev)
+            self.ipoib.add_device(dev)
             return
         t.add_device(dev.name, **{**softrdma_device_attrs(dev.mac, dev.netdev), **self.pci.device_attrs(dev)})
         self.pci.device_added(dev)
@@ -631,6 +646,7 @@ class Daemon:
             if dev.link_layer != LINK_LAYER_IB:
                 self._ecn_writes(dev)
         self.pci.refresh()
+        self.ipoib.refresh_sysfs()
 
     def _ecn_writes(self, dev: Device) -> None:
         """Apply what someone wrote into ``dev``'s ECN files (``echo 0 >
@@ -658,6 +674,7 @@ class Daemon:
         for client in list(self.clients.values()):
             self.drop(client)
         self.pci.shutdown()
+        self.ipoib.close()
         for dev in self.devices.values():
             dev.close()
             try:

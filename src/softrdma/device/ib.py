@@ -166,6 +166,7 @@ class IbPort(Port):
         self.cap_held = 0                         # CapabilityMask bits this port set (``set_port_cap``)
         self.port_events: list[int] = []          # ibv_event_type, for the daemon to send the clients
         self.seen_info = False
+        self.ulp_qps: dict = {}                   # QPN -> an in-daemon UD user (IPoIB: ``device.ipoib``)
         # what a RoCE port has and an IB port has not (the daemon reads them from every device)
         self.netdev = ""
         self.netdev_index = 0
@@ -468,11 +469,16 @@ class IbPort(Port):
 
     def _no_qp(self, dqpn: int, pkt, src, dst, now: float) -> None:
         """QP0's packets (SMPs answering a tool's umad file) to the GSI's
-        umad files; QP1's and the rest as the port layer has them."""
+        umad files; an in-daemon UD user's (``ulp_qps``) to it; QP1's and
+        the rest as the port layer has them."""
         if dqpn == 0 and self.gsi is not None:
             self.cnt[RX_PACKETS] += 1
             self.cnt[RX_BYTES] += len(pkt) + ICRC_BYTES
             self.gsi.receive_smp(pkt, src, now)
+        elif dqpn in self.ulp_qps:
+            self.cnt[RX_PACKETS] += 1
+            self.cnt[RX_BYTES] += len(pkt) + ICRC_BYTES
+            self.ulp_qps[dqpn].receive(pkt, now, src)
         else:
             Port._no_qp(self, dqpn, pkt, src, dst, now)
 

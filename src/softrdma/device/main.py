@@ -84,6 +84,9 @@ def build_parser(prog: str = "softrdmad") -> Parser:
     p.add_argument("--spin-us", type=int_range(0, 1_000_000), default=None, metavar="N",
                    help=f"with --cpu: poll N us after the last work before yielding the core (default "
                    f"{DEFAULT_SPIN_US}; 0: yield at once); applies only when the CPUs are not all of them")
+    p.add_argument("--ipoib", action="store_true",
+                   help="an IPoIB network interface (ib0, ib1, ...) for each InfiniBand port, as the kernel's "
+                   "ib_ipoib module makes (needs CAP_NET_ADMIN: TUN devices)")
     return p
 
 
@@ -186,7 +189,7 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
         print(msg.replace("softrdmad:", f"{prog}:", 1), file=sys.stderr)
         return 1
     if args.foreground:
-        return _serve(run_dir, devices, args.port, None, dict(args.limit), args.nice, spin_s)
+        return _serve(run_dir, devices, args.port, None, dict(args.limit), args.nice, spin_s, args.ipoib)
     r, w = os.pipe()
     child = os.fork()
     if child:
@@ -214,11 +217,11 @@ def main(argv: list[str] | None = None, prog: str = "softrdmad") -> int:
     os.dup2(fd, 2)
     os.close(null)
     os.close(fd)
-    return _serve(run_dir, devices, args.port, w, dict(args.limit), args.nice, spin_s)
+    return _serve(run_dir, devices, args.port, w, dict(args.limit), args.nice, spin_s, args.ipoib)
 
 
 def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
-           limits: dict[str, int], nice: int = DEFAULT_NICE, spin_s: float = 0.0) -> int:
+           limits: dict[str, int], nice: int = DEFAULT_NICE, spin_s: float = 0.0, ipoib: bool = False) -> int:
     """Run the daemon until stopped.  ``ready_fd`` (background mode) gets
     "ok" once the pid file exists, or the reason the start failed."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s softrdmad[%(process)d] %(message)s")
@@ -243,7 +246,7 @@ def _serve(run_dir: str, devices: list[Device], port: int, ready_fd: int | None,
     signal.signal(signal.SIGTERM, stop_request)
     signal.signal(signal.SIGINT, stop_request)
     try:
-        daemon = Daemon(run_dir, devices, limits=limits, spin_budget_s=spin_s)
+        daemon = Daemon(run_dir, devices, limits=limits, spin_budget_s=spin_s, ipoib=ipoib)
     except SystemExit as e:                 # e.g. another daemon holds the run directory's lock
         tell(str(e))
         if foreground:

@@ -521,11 +521,33 @@ class SysfsTree:
         return out
 
     def remove_ecn(self, netdev: str) -> None:
-        base = self.ecn_path(netdev)
+        self._remove_tree(self.ecn_path(netdev))
+
+    def _remove_tree(self, base: Path) -> None:
         shutil.rmtree(base, ignore_errors=True)
         prefix = os.fspath(base) + os.sep
         for key in [k for k in self._written if k.startswith(prefix)]:
             del self._written[key]
+
+    # -- IPoIB interfaces ------------------------------------------------------
+    def net_path(self, ifname: str) -> Path:
+        """An IPoIB interface's ``/sys/class/net/<ifname>`` files (ipoib's
+        ``address``, ``broadcast``, ``mode``, ``pkey``, ``umcast``, ...),
+        here ``root/net/<ifname>``: beside ``class/`` as ``ecn/`` is, so
+        the interface's own sysfs directory stays visible."""
+        return self.root / "net" / _check_name("netdev", ifname)
+
+    def set_net(self, ifname: str, attrs: Mapping[str, str]) -> None:
+        """Write each attribute (``mode``, ``umcast``, ``create_child``,
+        ``delete_child``: 0644, the rest read-only)."""
+        base = self.net_path(ifname)
+        base.mkdir(parents=True, exist_ok=True)
+        for name, v in attrs.items():
+            writable = name in ("mode", "umcast", "create_child", "delete_child")
+            self._put(base / name, f"{v}\n" if v != "" else "", RW if writable else RO)
+
+    def remove_net(self, ifname: str) -> None:
+        self._remove_tree(self.net_path(ifname))
 
     # -- ports -----------------------------------------------------------------
 

@@ -11,6 +11,10 @@ print_vfinfo) and, with ``-s``, each VF's counters as the PF sees them
 on|off``, ``trust on|off``, ``state auto|enable|disable``, ``rate``/``max_tx_rate`` Mbit/s in any
 number; ``vlan``, ``qos``, ``min_tx_rate`` are refused (EOPNOTSUPP), as a
 device without them answers.
+
+The daemon's IPoIB interfaces (``ib0``, its P_Key children) are
+``tools.ip_ipoib``'s: ``link show`` with their InfiniBand addresses,
+``link add ... type ipoib pkey P``, ``link del``, ``neigh show``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 
 from ..verbs.device import management
 from ..verbs.errors import PyverbsError
+from . import ip_ipoib
 
 STATE_NAMES = {"Follow": "auto", "Up": "enable", "Down": "disable"}
 VF_KEYS = {"mac": "mac", "spoofchk": "spoofchk", "trust": "trust", "state": "state", "vlan": "vlan",
@@ -135,11 +140,21 @@ def set_vf(netdev: str, words: list[str], conn, pf: dict) -> int:
 
 
 def main(argv: list[str], prog: str = "ip") -> int:
-    stats = False
+    stats = details = False
     args = list(argv)
-    while args and args[0] in ("-s", "-stats", "-statistics"):
-        stats = True
+    while args and args[0] in ("-s", "-stats", "-statistics", "-d", "-details"):
+        if args[0].startswith("-s"):
+            stats = True
+        else:
+            details = True
         args.pop(0)
+    try:
+        done = ip_ipoib.main(args, argv, stats, details, real_ip())
+        if done is not None:
+            return done
+    except ip_ipoib.IpoibError as e:
+        sys.stderr.write(f"{e}\n")
+        return e.status
     try:
         if len(args) >= 3 and args[0] == "link" and args[1] in ("show", "list", "sh", "ls", "set"):
             rest = args[2:]

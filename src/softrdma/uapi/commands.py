@@ -241,6 +241,10 @@ _TABLE = (
     # -- ECN / DCQCN settings (mlx5's ecn/roce_np, ecn/roce_rp; softrdma ecn)
     Command("ecn", (string("name"), obj("set", {})), ("ecn",), (_E.EPERM, _E.ENODEV), device=False,
             state_first=True),
+    # -- IPoIB interfaces (ip link/neigh on ib0, its sysfs files: create_child, delete_child, mode, umcast)
+    Command("ipoib", (string("action", 16, "show"), string("ifname", 15, ""), string("parent", 15, ""),
+                      u32("pkey", 0), string("attr", 16, ""), string("value", 16, "")), ("interfaces",),
+            (_E.EPERM, _E.ENODEV, _E.EEXIST), device=False, state_first=True),
     Command("resources", (), ("resources", "contexts"), device=False),
     # -- rdma statistic (RDMA_NLDEV_CMD_STAT_*) and softrdma top: netlink's own checks, device first
     Command("stat_get", (any_("dev"), any_("port"), any_("res"), any_("cntn"), any_("mode"), any_("quiet")),

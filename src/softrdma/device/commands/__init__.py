@@ -21,6 +21,7 @@ ah           create_ah, destroy_ah
 mcast        attach_mcast, detach_mcast
 capture      capture_start, capture_stop
 link         links, link_add, link_set, link_delete (``rdma link``), ecn (``softrdma ecn``), umad_open
+ipoib        ipoib: IPoIB interfaces (``softrdma ip`` on ib0: link add/del type ipoib, neigh, -d/-s link show)
 restrack     resources (``rdma resource``)
 pci          pci_functions, nvconfig, fw_reset, fw_burn, sriov_numvfs, vf_set (mst, mlxconfig, flint,
              mlxfwreset, SR-IOV VFs), devm_* (mlxdevm: sub-functions)
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import ah, capture, cm, context, cq, dm, flow, link, mcast, mr, odp, pci, pd, qp, raw_qp, restrack, srq, stat, wq, xrcd
+from . import ah, capture, cm, context, cq, dm, flow, ipoib, link, mcast, mr, odp, pci, pd, qp, raw_qp, restrack, srq, stat, wq, xrcd
 
 
 #: the handler of every control command, by its op string (what each
@@ -99,6 +100,7 @@ HANDLERS: dict[str, Callable] = {
     "link_delete": link.cmd_link_delete,
     "umad_open": link.cmd_umad_open,
     "ecn": link.cmd_ecn,
+    "ipoib": ipoib.cmd_ipoib,
 
     "resources": restrack.cmd_resources,
 

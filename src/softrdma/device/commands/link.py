@@ -300,6 +300,7 @@ def remove_device(daemon, dev, c=None) -> None:
                     daemon.sel.unregister(s)
                 except (KeyError, ValueError):
                     pass
+    daemon.ipoib.remove_device(dev)
     dev.close()
     del daemon.devices[dev.name]
     daemon.rdma_cm.device_removed(dev)
