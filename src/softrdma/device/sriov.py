@@ -49,6 +49,7 @@ from .nvconfig import NvStore
 from .pci import (CONNECTX5, PREFIX, PciFunction, device_attrs, pf_function, presents_pci, verbs_attrs,
                   write_device_dir)
 from .sysfs import guid_str
+from . import vpi
 
 log = logging.getLogger("softrdmad")
 
@@ -153,22 +154,52 @@ class Functions:
         return verbs_attrs(fn) if fn is not None else {}
 
     def device_added(self, dev) -> None:
-        """Write ``dev``'s device/ files (after the tree has its directory)."""
+        """Write ``dev``'s device/ files (after the tree has its directory).
+        A PF's port is what it was attached as: its LINK_TYPE says so
+        (``rdma link add`` is the card configured that way), and its cable
+        of that kind is recorded (``device.vpi``)."""
         fn = self.function(dev.name)
         if fn is None:
             return
         if fn.is_vf:
-            write_device_dir(self.daemon.sysfs, dev.name, fn, 0)
-        else:
-            self.write_pf(self.pfs[dev.name])
+            write_device_dir(self.daemon.sysfs, dev.name, fn, 0, link_layer=_link_layer(dev))
+            return
+        pf = self.pfs[dev.name]
+        param = vpi.link_type_param(1)
+        if pf.nv.get_current(param) != vpi.kind_of(dev):
+            pf.nv.force(param, vpi.kind_of(dev))
+        pf.nv.set_cable(1, *vpi.cable_of(dev))
+        self.write_pf(pf)
+
+    def boot_device(self, dev):
+        """The daemon starting with ``dev``: a PF's firmware boots, and its
+        port comes up as LINK_TYPE_P1 says -- ``dev`` itself, or the same
+        device built as the other kind on the port's cable of that kind (no
+        such cable: ``dev``, and a warning)."""
+        if not presents_pci(dev.name) or dev.name in self.vf_of:
+            return dev
+        pf = self.pfs.get(dev.name) or self._boot_pf(dev.name)
+        want = pf.nv.get_current(vpi.link_type_param(1))
+        if want == vpi.kind_of(dev):
+            return dev
+        try:
+            new = vpi.build(dev.name, want, pf.nv.cable(1, vpi.KINDS[want]), self.daemon.udp_port)
+        except VerbsError as e:
+            log.warning("%s: LINK_TYPE_P1 is %s but the port stays %s: %s", dev.name, vpi.KINDS[want].upper(),
+                        vpi.KINDS[vpi.kind_of(dev)].upper(), e.strerror)
+            pf.nv.force(vpi.link_type_param(1), vpi.kind_of(dev), next_too=False)
+            return dev
+        dev.close()
+        return new
 
     def write_pf(self, pf: Pf) -> None:
         tree = self.daemon.sysfs
         d = tree.device_path(pf.name) / "device"
+        ll = _link_layer(self.daemon.devices.get(pf.name))
         if not pf.fn.total_vfs and not pf.nv.get_current("SRIOV_EN"):
-            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs), sriov=False)
+            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs), sriov=False, link_layer=ll)
         else:
-            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs))
+            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs), link_layer=ll)
         s = d / "sriov"
         if s.is_dir():                  # VFs gone: their directories (the others are rewritten in place)
             for entry in s.iterdir():
@@ -250,14 +281,16 @@ class Functions:
 
     def _row(self, name, fn: PciFunction, dev, pf: Pf, vf: Vf | None = None) -> dict:
         mac = dev.mac if dev is not None else ZERO_MAC
+        node_guid = dev.node_guid if dev is not None else eui64(mac)
         row = {"name": name, "bdf": str(fn.bdf), "short": fn.bdf.short, "vf": fn.vf_index, "pf": pf.name,
                "model": fn.model.name, "part_id": fn.part_id, "part_name": fn.model.part_name,
                "description": fn.model.description, "device_id": fn.device_id,
                "netdev": dev.netdev if dev is not None else None,
-               "node_guid": guid_str(eui64(mac)), "mac": mac_str(mac),
+               "node_guid": guid_str(node_guid), "mac": mac_str(mac),
                "fw_version": pf.flash.version, "fw_running": pf.flash.running, "fw_date": pf.flash.date,
                "psid": pf.flash.psid, "numvfs": len(pf.vfs), "totalvfs": pf.fn.total_vfs,
-               "link_layer": "Ethernet"}
+               "link_layer": _link_layer(dev), "link_types": {p: pf.nv.get_current(vpi.link_type_param(p))
+                                                              for p in (1, 2)}}
         if vf is not None:
             row.update(vf_mac=mac_str(vf.mac), trust=vf.trust, spoofchk=vf.spoofchk, policy=vf.policy,
                        stats=self.vf_stats(vf), state=dev.state if dev is not None else PORT_DOWN)
@@ -288,16 +321,25 @@ class Functions:
         dev = self.daemon.devices.get(name)
         if dev is not None and any(cl.device is dev for cl in self.daemon.clients.values()):
             raise VerbsError(errno.EBUSY, f"{name} is in use (open contexts)")
+        new = None
+        want = pf.nv.get_next(vpi.link_type_param(1))
+        if dev is not None and want != vpi.kind_of(dev):            # checked before anything boots
+            new = vpi.build(name, want, pf.nv.cable(1, vpi.KINDS[want]), self.daemon.udp_port)
         nv_changed = pf.nv.boot()
         fw_changed = pf.flash.boot()
         self._apply_boot(pf)
-        if dev is not None:
+        if new is not None:                 # the port comes up as the other kind: the same PF, rebuilt
+            from .commands.link import remove_device
+            remove_device(self.daemon, dev)
+            self.pfs[name] = pf
+            self.daemon.add_device(new)
+        elif dev is not None:
             tree = self.daemon.sysfs
             for k, v in device_attrs(pf.fn).items():
                 tree.put(tree.device_path(name) / k, f"{v}\n")
         self.write_pf(pf)
         return {"nv_changed": nv_changed, "fw_changed": fw_changed, "totalvfs": pf.fn.total_vfs,
-                "fw_running": pf.flash.running}
+                "fw_running": pf.flash.running, "link_layer": _link_layer(self.daemon.devices.get(name))}
 
     # -- SR-IOV ------------------------------------------------------------------
 
@@ -523,6 +565,10 @@ class Functions:
                 vdev = self.daemon.devices.get(vf.name)
                 if vdev is not None:
                     self.daemon.refresh_netdev(vdev)
+
+
+def _link_layer(dev) -> str:
+    return "InfiniBand" if dev is not None and dev.link_layer == vpi.LINK_LAYER_IB else "Ethernet"
 
 
 def _on_off(v) -> bool:
