@@ -50,6 +50,7 @@ from .pci import (CONNECTX5, PREFIX, PciFunction, device_attrs, pf_function, pre
                   write_device_dir)
 from .sysfs import guid_str
 from . import vpi
+from .ib_vf import IbVf, Vports, guid_colons, parse_guid
 
 log = logging.getLogger("softrdmad")
 
@@ -84,6 +85,8 @@ class Vf:
     policy: str = "Follow"
     max_tx_rate: int = 0            # Mbit/s, 0: no limit
     spoof_drops: int = 0            # packets dropped by the spoof check (and policy Down), VF lifetime
+    node_guid: int = 0              # an IB VF's sriov/N/node and port (0 until written)
+    port_guid: int = 0
 
 
 @dataclass
@@ -219,8 +222,12 @@ class Functions:
         guid = guid_str(eui64(mac)).replace(":", "")
         colon = ":".join(guid[i:i + 2] for i in range(0, 16, 2))
         put = tree.put
-        put(d / "node", f"{colon}\n", 0o644)
-        put(d / "port", f"{colon}\n", 0o644)
+        if not vf.netdev:                       # an IB VF: the GUIDs written to it (0 until then)
+            put(d / "node", f"{guid_colons(vf.node_guid)}\n", 0o644)
+            put(d / "port", f"{guid_colons(vf.port_guid)}\n", 0o644)
+        else:
+            put(d / "node", f"{colon}\n", 0o644)
+            put(d / "port", f"{colon}\n", 0o644)
         put(d / "policy", f"{vf.policy}\n", 0o644)
         put(d / "mac", "usage: write <LLADDR|Random> to set VF Mac Address\n", 0o644)
         put(d / "vlan", "usage: write <Vlan:Qos[:Proto]> to set VF Vlan, Qos, and optionally Vlan Protocol"
@@ -376,6 +383,17 @@ class Functions:
         try:
             for i in range(n):
                 name = self._free_name()
+                if pfdev.link_layer == vpi.LINK_LAYER_IB:       # a VF on the PF's IB port (device.ib_vf)
+                    vf = Vf(i, name, "", ZERO_MAC)
+                    made.append(vf)
+                    self.vf_of[name] = (pf, vf)
+                    pf.vfs.append(vf)
+                    if pfdev.vports is None:
+                        pfdev.vports = Vports(pfdev)
+                    dev = IbVf(name, pfdev, vf)
+                    daemon.add_device(dev)
+                    pfdev.vports.add(dev)
+                    continue
                 netdev = vf_netdev_name(pfdev.netdev, i)
                 mac = bytes([0x02]) + pfdev.mac[2:6] + bytes([(i + 1) & 0xFF])
                 _add_macvlan(netdev, pfdev.netdev, mac)
@@ -416,11 +434,15 @@ class Functions:
         self.vf_of.pop(vf.name, None)
         if vf in pf.vfs:
             pf.vfs.remove(vf)
-        _del_netdev(vf.netdev)
+        pfdev = self.daemon.devices.get(pf.name)
+        if dev is not None and getattr(pfdev, "vports", None) is not None:
+            pfdev.vports.remove(dev)
+        if vf.netdev:
+            _del_netdev(vf.netdev)
 
     #: the sriov/N/ files whose writes the daemon takes, and the setting each is
     TREE_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk",
-                  "mac": "mac", "max_tx_rate": "max_tx_rate"}
+                  "mac": "mac", "max_tx_rate": "max_tx_rate", "node": "node", "port": "port"}
 
     def refresh(self) -> None:
         """Once a second: the VFs' stats files, and what was written into a
@@ -435,7 +457,7 @@ class Functions:
             writes = tree.writes_under(d)
             for parts, text in writes:
                 try:
-                    if parts == ["sriov_numvfs"]:
+                    if parts in (["sriov_numvfs"], ["mlx5_num_vfs"]):      # (mlx5's older name)
                         self.set_numvfs(pf.name, text)
                     elif len(parts) == 3 and parts[0] == "sriov" and parts[2] in self.TREE_FILES:
                         value = text.strip()
@@ -449,6 +471,9 @@ class Functions:
                                 e.strerror, errno.errorcode.get(e.errno, e.errno))
             if writes and pf.name in self.pfs:
                 self.write_pf(pf)
+            vports = getattr(self.daemon.devices.get(pf.name), "vports", None)
+            if vports is not None:
+                vports.changed()                # (a lost fabric link: the VFs follow)
 
     def shutdown(self) -> None:
         """The daemon is stopping: the VFs' macvlans go with it (their
@@ -492,6 +517,10 @@ class Functions:
                 except ValueError:
                     raise VerbsError(errno.EINVAL, f"bad rate {value!r} (Mbit/s)") from None
                 self._apply_rate(vf)
+            elif key in ("node", "port"):
+                if vf.netdev:
+                    raise VerbsError(errno.EOPNOTSUPP, f"VF {key} GUIDs are an InfiniBand VF's")
+                setattr(vf, f"{key}_guid", parse_guid(value))
             elif key in ("vlan", "qos", "min_tx_rate"):
                 raise VerbsError(errno.EOPNOTSUPP, f"VF {key} is not supported by softrdma's VFs")
             else:
@@ -522,6 +551,10 @@ class Functions:
         ``port_state``)."""
         dev = self.daemon.devices.get(vf.name)
         if dev is None:
+            return
+        if not vf.netdev:                       # an IB VF follows the PF's port (device.ib_vf)
+            if dev.pf_dev.vports is not None:
+                dev.pf_dev.vports.changed()
             return
         self._update_blocked(vf, dev)
         self.daemon.refresh_netdev(dev)

@@ -1,0 +1,159 @@
+"""SR-IOV VFs of an InfiniBand PF without virtualization, end to end on a
+live fabric with softrdma's SM, as the IB virtualization procedure goes:
+SRIOV_EN / NUM_OF_VFS with mlxconfig and a firmware reset, VFs through
+``mlx5_num_vfs``, ``policy`` Follow, the VFs' port and node GUIDs written
+to ``sriov/N/port`` and ``node`` (00:...:00 until then).  Each VF is an
+IB device on the PF's port: the PF's LID, its own GID; its port GUID is an
+alias GUID of the PF's port at the SA (GUIDInfoRecord), a PathRecord to
+its GID gives the PF's LID; RC traffic with a host one switch away goes
+with a GRH to the VF's GID; policy Down takes the VF's port down."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+
+import pytest
+
+from daemon_helpers import RunningDaemon, softrdma_run
+from ib_helpers import IbFabric, link
+from ibfabric_helpers import NET_2SW
+from sm_helpers import have_ibsim
+from test_fw_tools import ok, tool
+from test_ib_device import ACC, Host, wait
+from wait_helpers import wait_for
+
+from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC, IBV_WC_SUCCESS, IBV_WR_SEND
+from softrdma.verbs import addr as addr_m, qp as qp_m, wr as wr_m
+
+PREFIX = "fe80000000000000"
+VF_PORT = ("11:11:11:11:11:11:01:00", "11:11:11:11:11:11:01:10")
+VF_NODE = ("11:11:11:11:11:11:01:01", "11:11:11:11:11:11:01:11")
+
+
+class Hosts:
+    def __init__(self, tmp, shm):
+        self.fabric = IbFabric(tmp, NET_2SW)
+        self.daemons = {}
+        try:
+            for h in ("h1", "h3"):
+                (shm / h).mkdir(parents=True)
+                self.daemons[h] = RunningDaemon(str(shm / h))
+                self.fabric.attach(self.daemons[h].run_dir, h)
+            self.fabric.sweep("softrdma")
+            self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.daemons.items()}
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        for d in self.daemons.values():
+            d.stop()
+        self.fabric.close()
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory, shm_path_module):
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    h = Hosts(tmp_path_factory.mktemp("ibvirt"), shm_path_module)
+    yield h
+    h.close()
+
+
+def sysdev(rd: str, *parts: str) -> str:
+    return os.path.join(rd, "sys", "class", "infiniband", "mlx5_0", "device", *parts)
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def rc_with_grh(a: Host, b: Host, a_gid: bytes, b_gid: bytes) -> None:
+    """RC SEND a -> b, byte-exact, each side's AH with a GRH to the other's GID."""
+    def rts(q, peer_qpn, dlid, dgid):
+        at = qp_m.QPAttr()
+        at.qp_access_flags = ACC
+        at.path_mtu = IBV_MTU_1024
+        at.dest_qp_num = peer_qpn
+        at.max_dest_rd_atomic = at.max_rd_atomic = 4
+        at.min_rnr_timer, at.timeout, at.retry_cnt, at.rnr_retry = 12, 14, 7, 7
+        at.ah_attr = addr_m.AHAttr(gr=addr_m.GlobalRoute(dgid=addr_m.GID(dgid), sgid_index=0, hop_limit=64),
+                                   port_num=1, dlid=dlid)
+        q.to_rts(at)
+    qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
+    rts(qa, qb.qp_num, b.lid, b_gid)
+    rts(qb, qa.qp_num, a.lid, a_gid)
+    data = os.urandom(50_000)
+    a.mr.write(data, len(data))
+    qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, len(data), b.mr.lkey)]))
+    qa.post_send(wr_m.SendWR(2, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, len(data), a.mr.lkey)]))
+    assert [(w.status, w.byte_len) for w in wait(b.cq, 1)] == [(IBV_WC_SUCCESS, len(data))]
+    assert [w.status for w in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
+    assert b.mr.read(len(data)) == data
+
+
+def test_ib_vfs_alias_guids_path_records_and_traffic(hosts):
+    rd, peer = hosts.daemons["h1"].run_dir, hosts.daemons["h3"].run_dir
+    pf_lid = hosts.lid["h1"]
+    # the firmware first: SR-IOV with 2 VFs, applied at the reset
+    ok(rd, "mlxconfig", "-d", "mlx5_0", "-y", "set", "SRIOV_EN=1", "NUM_OF_VFS=2")
+    ok(rd, "mlxfwreset", "-d", "mlx5_0", "-y", "reset")
+    assert read(sysdev(rd, "sriov_totalvfs")) == "2\n"
+    ok(rd, "sysfs-write", "/sys/class/infiniband/mlx5_0/device/mlx5_num_vfs", "2")
+    assert read(sysdev(rd, "sriov_numvfs")) == "2\n"
+    for i in (0, 1):                                  # no GUIDs until written
+        assert read(sysdev(rd, "sriov", str(i), "node")) == "00:00:00:00:00:00:00:00\n"
+        assert read(sysdev(rd, "sriov", str(i), "port")) == "00:00:00:00:00:00:00:00\n"
+    vf = link(rd, "mlx5_1")
+    assert vf["port_attr"]["link_layer"] == 1 and vf["gids"] == []
+    # the seed's procedure: policy, then the port and node GUIDs of each VF
+    base = "/sys/class/infiniband/mlx5_0/device/sriov"
+    for i in (0, 1):
+        ok(rd, "sysfs-write", f"{base}/{i}/policy", "Follow")
+        ok(rd, "sysfs-write", f"{base}/{i}/port", VF_PORT[i])
+        ok(rd, "sysfs-write", f"{base}/{i}/node", VF_NODE[i])
+    r = tool(rd, "sysfs-write", f"{base}/0/port", "11:22:zz")
+    assert r.returncode == 1 and "Invalid argument" in r.stderr
+    assert read(sysdev(rd, "sriov", "0", "port")) == VF_PORT[0] + "\n"
+    assert read(sysdev(rd, "sriov", "1", "policy")) == "Follow\n"
+    gid = {i: PREFIX + VF_PORT[i].replace(":", "") for i in (0, 1)}
+    for i, name in ((0, "mlx5_1"), (1, "mlx5_2")):
+        d = link(rd, name)
+        pa = d["port_attr"]
+        assert (pa["state"], pa["lid"], pa["sm_lid"], d["gids"]) == (4, pf_lid, link(rd, "mlx5_0")["port_attr"]["sm_lid"],
+                                                                      [gid[i]])
+        assert d["node_guid"] == VF_NODE[i].replace(":", "")[:4] + ":" + ":".join(
+            VF_NODE[i].replace(":", "")[k:k + 4] for k in (4, 8, 12))
+    # the SA knows the VFs' GUIDs as the PF port's alias GUIDs; a PathRecord to a VF's GID: the PF's LID
+    def gir():
+        rc, out = (lambda r: (r.returncode, r.stdout))(tool(peer, "saquery", "-C", "mlx5_0", "GIR", str(pf_lid)))
+        return out if rc == 0 and VF_PORT[1].replace(":", "") in out else None
+    out = wait_for(gir, 20, "the VFs' alias GUIDs at the SA")
+    assert re.search(rf"GUID 1\.+0x{VF_PORT[0].replace(':', '')}", out) and \
+        re.search(rf"GUID 2\.+0x{VF_PORT[1].replace(':', '')}", out), out
+    peer_gid = link(peer, "mlx5_0")["gids"][0]
+    colon = lambda g: ":".join(g[k:k + 4] for k in range(0, 32, 4))      # noqa: E731
+    r = tool(peer, "saquery", "-C", "mlx5_0", "--sgid-to-dgid", f"{colon(peer_gid)}-{colon(gid[0])}")
+    assert r.returncode == 0, r.stderr
+    assert re.search(rf"^\s+dlid\.+{pf_lid}$", r.stdout, re.M), r.stdout
+    assert re.search(rf"^\s+dgid\.+{ipaddress.IPv6Address(bytes.fromhex(gid[0]))}$", r.stdout, re.M), r.stdout
+    # RC between VF 0 and the host one switch away: the PF's LID, the VF's GID
+    with softrdma_run(rd):
+        a = Host("mlx5_1")
+    with softrdma_run(peer):
+        b = Host("mlx5_0")
+    try:
+        assert a.lid == pf_lid
+        rc_with_grh(a, b, bytes.fromhex(gid[0]), bytes.fromhex(peer_gid))
+    finally:
+        a.close()
+        b.close()
+    # policy Down: the VF's port goes down, the other VF's stays
+    ok(rd, "sysfs-write", f"{base}/0/policy", "Down")
+    assert link(rd, "mlx5_1")["port_attr"]["state"] == 1 and link(rd, "mlx5_2")["port_attr"]["state"] == 4
+    # the VFs go with numvfs 0
+    ok(rd, "sysfs-write", "/sys/class/infiniband/mlx5_0/device/sriov_numvfs", "0")
+    assert [d["ifname"] for d in __import__("ib_helpers").control(rd, "links")["links"]] == ["rxe0", "mlx5_0"]
