@@ -6,13 +6,18 @@ to ``sriov/N/port`` and ``node`` (00:...:00 until then).  Each VF is an
 IB device on the PF's port: the PF's LID, its own GID; its port GUID is an
 alias GUID of the PF's port at the SA (GUIDInfoRecord), a PathRecord to
 its GID gives the PF's LID; RC traffic with a host one switch away goes
-with a GRH to the VF's GID; policy Down takes the VF's port down."""
+with a GRH to the VF's GID; policy Down takes the VF's port down.  Then
+the SM again with ``virt_enabled 2``: the VFs become virtual ports with
+LIDs of their own.  (ibsim and the distributions' opensm have no
+virtualization: only softrdma's SM is run here.)"""
 
 from __future__ import annotations
 
 import ipaddress
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -21,8 +26,8 @@ from ib_helpers import IbFabric, link
 from ibfabric_helpers import NET_2SW
 from sm_helpers import have_ibsim
 from test_fw_tools import ok, tool
-from test_ib_device import ACC, Host, wait
-from wait_helpers import wait_for
+from test_ib_device import ACC, Host, connect, wait
+from wait_helpers import stop, wait_for
 
 from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC, IBV_WC_SUCCESS, IBV_WR_SEND
 from softrdma.verbs import addr as addr_m, qp as qp_m, wr as wr_m
@@ -157,3 +162,57 @@ def test_ib_vfs_alias_guids_path_records_and_traffic(hosts):
     # the VFs go with numvfs 0
     ok(rd, "sysfs-write", "/sys/class/infiniband/mlx5_0/device/sriov_numvfs", "0")
     assert [d["ifname"] for d in __import__("ib_helpers").control(rd, "links")["links"]] == ["rxe0", "mlx5_0"]
+
+
+def test_virt_enabled_2_gives_the_vfs_lids_of_their_own(hosts, tmp_path):
+    """The SM again with ``virt_enabled 2``: the PF's port announces its
+    vports (VirtualizationInfo, VPortInfo); the SM enables virtualization,
+    gives each VF's vport a LID and makes it Active; the switches forward
+    it, a PathRecord to the VF's GID gives that LID, and LID-routed RC
+    traffic (no GRH) reaches the VF."""
+    rd, peer = hosts.daemons["h1"].run_dir, hosts.daemons["h3"].run_dir
+    base = "/sys/class/infiniband/mlx5_0/device/sriov"
+    ok(rd, "sysfs-write", "/sys/class/infiniband/mlx5_0/device/sriov_numvfs", "2")
+    for i in (0, 1):
+        ok(rd, "sysfs-write", f"{base}/{i}/port", VF_PORT[i])
+        ok(rd, "sysfs-write", f"{base}/{i}/node", VF_NODE[i])
+    fab = hosts.fabric
+    stop(fab.sm)
+    fab.procs.remove(fab.sm)
+    conf = tmp_path / "opensm.conf"
+    conf.write_text("virt_enabled 2\n")
+    log = tmp_path / "virt-osm.log"
+    fab.sm = subprocess.Popen([sys.executable, "-m", "softrdma", "opensm", "-s", "1", "-F", str(conf), "-f", str(log)],
+                              cwd=fab.tmp, env=fab.env(), stdout=open(tmp_path / "sm.out", "w"),
+                              stderr=subprocess.STDOUT)
+    fab.procs.append(fab.sm)
+    wait_for(lambda: log.exists() and "SUBNET UP" in log.read_text(), 60, "SUBNET UP", proc=fab.sm)
+    pf_lid = fab.wait_active(rd)
+    vlid = wait_for(lambda: (lambda pa: pa["lid"] if pa["state"] == 4 and pa["lid"] not in (0, pf_lid) else None)(
+        link(rd, "mlx5_1")["port_attr"]), 30, "VF 0's own LID")
+    assert link(rd, "mlx5_2")["port_attr"]["lid"] not in (0, pf_lid, vlid)
+    peer_gid = link(peer, "mlx5_0")["gids"][0]
+    colon = lambda g: ":".join(g[k:k + 4] for k in range(0, 32, 4))      # noqa: E731
+    vgid = PREFIX + VF_PORT[0].replace(":", "")
+    r = tool(peer, "saquery", "-C", "mlx5_0", "--sgid-to-dgid", f"{colon(peer_gid)}-{colon(vgid)}")
+    assert r.returncode == 0 and re.search(rf"^\s+dlid\.+{vlid}$", r.stdout, re.M), r.stdout + r.stderr
+    # LID-routed RC between the VF (its own LID) and the host one switch away
+    with softrdma_run(rd):
+        a = Host("mlx5_1")
+    with softrdma_run(peer):
+        b = Host("mlx5_0")
+    try:
+        assert a.lid == vlid
+        qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
+        connect(qp_m, addr_m, qa, qb.qp_num, b.lid)
+        connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
+        data = os.urandom(30_000)
+        a.mr.write(data, len(data))
+        qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, len(data), b.mr.lkey)]))
+        qa.post_send(wr_m.SendWR(2, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, len(data), a.mr.lkey)]))
+        assert [(w.status, w.byte_len) for w in wait(b.cq, 1)] == [(IBV_WC_SUCCESS, len(data))]
+        assert [w.status for w in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
+        assert b.mr.read(len(data)) == data
+    finally:
+        a.close()
+        b.close()

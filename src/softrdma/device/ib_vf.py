@@ -28,12 +28,18 @@ import itertools
 from ..errors import VerbsError
 from ..wire import fabriclink as fl
 from ..wire import smp
-from ..wire.lrh import GRH_BYTES, LRH_BYTES
+from ..wire.lrh import GRH_BYTES, LRH_BYTES, PERMISSIVE_LID
 from ..wire.mad import MgmtClass, build_mad
 from ..wire.sa import SA_CLASS_VERSION, SA_HDR, SaAttr
+from ..wire.smp import build_dr_smp
+from ..wire.smp_virt import (VIRTUALIZATION_INFO, VIRTUALIZATION_INFO_ATTR, VPORT_INFO, VPORT_INFO_ATTR)
 from .ib import ACTIVE, DOWN, IbDevice
 
 LNH_GRH = 3                       # LRH.LNH: IBA global (a GRH follows the LRH)
+VL15 = 15
+SMP_GET, SMP_SET, SMP_GET_RESP = 0x01, 0x02, 0x81
+SMP_AT = LRH_BYTES + 12 + 8       # a QP0 packet's MAD: after the LRH, BTH and DETH
+_smp_tids = itertools.count(0x5F1E000000)
 DISABLED = 3                      # PortPhysicalState: Disabled (a VF held Down)
 METHOD_SET = 0x02
 #: GUIDInfoRecord: LID, BlockNum, reserved, reserved, GUIDInfo (IBA 15.2.5.18)
@@ -114,6 +120,7 @@ class IbVf(IbDevice):
         self.link = VfLink(pf.link)
         self.pf_dev = pf
         self.vf = vf                    # device.sriov.Vf: GUIDs and policy
+        self.vport = None               # its VPortInfo as the port's SMA last answered (virtualization)
         self.follow()
 
     def follow(self) -> None:
@@ -124,6 +131,9 @@ class IbVf(IbDevice):
         ni = smp.NODE_INFO.decode(raw.node_info)
         ni.update(Guid=self.vf.node_guid, PortGuid=self.vf.port_guid)
         pi = smp.PORT_INFO.decode(raw.port_info)
+        vp = self.vport
+        if vp is not None and vp["Lid"]:        # a virtual port with a LID of its own (the SM's)
+            pi.update(Lid=vp["Lid"], LMC=0, LinkState=vp["VPortState"] or DOWN)
         if self.vf.policy == "Down":
             pi.update(LinkState=DOWN, PhysLinkState=DISABLED)
         gi = smp.encode_guid_info([self.vf.port_guid] + [0] * (smp.GUIDS_PER_BLOCK - 1))
@@ -144,7 +154,11 @@ class Vports:
         self.pf = pf
         self.vfs: list[IbVf] = []
         self.by_gid: dict[bytes, IbVf] = {}
+        self.by_lid: dict[int, IbVf] = {}
         self.sent = None                # what the SA was last told
+        self.vinfo = None               # VirtualizationInfo as the port's SMA last answered
+        self.configured = None          # what the SMA was last told of the vports
+        self.tids: set[int] = set()
 
     def add(self, dev: IbVf) -> None:
         self.vfs.append(dev)
@@ -160,7 +174,10 @@ class Vports:
         for d in self.vfs:
             d.follow()
         self.by_gid = {d.gid(0): d for d in self.vfs if d.vf.port_guid and d.gid(0) is not None}
+        self.by_lid = {d.lid: d for d in self.vfs if d.vport is not None and d.vport["Lid"] and
+                       d.lid != self.pf.lid}
         self.register()
+        self.configure()
 
     def port_changed(self) -> None:
         """The PF's PortInfo changed: the VFs' too."""
@@ -178,11 +195,73 @@ class Vports:
         self.sent = key
         pf.gsi.send_lid(guidinfo_set(pf.lid, guids), pf.sm_lid, sl=pf.sm_sl)
 
+    # -- the port's vports (virtualization): the firmware's side, through the port's own SMA
+    def _smp(self, method: int, attr: int, mod: int, data: bytes = b"") -> None:
+        tid = next(_smp_tids)
+        self.tids.add(tid)
+        if len(self.tids) > 4096:
+            self.tids.clear()
+        self.pf.send_smp(bytes(build_dr_smp(method, attr, [], mod, data, tid=tid)), PERMISSIVE_LID)
+
+    def configure(self) -> None:
+        """Tell the port's SMA the vports (VirtualizationInfo: how many;
+        VPortInfo: each VF's GUID, a LID required), keeping what the SM set
+        there (virtualization enabled, the LIDs)."""
+        pf = self.pf
+        want = (len(self.vfs), tuple((d.vf.index, d.vf.port_guid) for d in self.vfs))
+        if not pf.link.connected or want == self.configured:
+            return
+        self.configured = want
+        vi = dict(self.vinfo or {"VPortCap": 127, "VirtualizationEnable": 0})
+        vi.update(VPortIndexTop=len(self.vfs))
+        self._smp(SMP_SET, VIRTUALIZATION_INFO_ATTR, 0, bytes(VIRTUALIZATION_INFO.encode(
+            {k: v for k, v in vi.items() if k in ("VPortCap", "VPortIndexTop", "VirtualizationEnable")})))
+        for d in self.vfs:
+            vp = dict(d.vport or {})
+            vp.update(PortGuid=d.vf.port_guid, LidRequired=1, LidByVPortIndex=0)
+            self._smp(SMP_SET, VPORT_INFO_ATTR, d.vf.index + 1, bytes(VPORT_INFO.encode(
+                {k: vp.get(k, 0) for k in ("PortGuid", "Lid", "LidByVPortIndex", "LidRequired")})))
+
+    def poll(self) -> None:
+        """Ask the port's SMA how the SM left the vports (each second)."""
+        if self.vfs and self.pf.link.connected:
+            if self.configured is None:
+                self.configure()
+            self._smp(SMP_GET, VIRTUALIZATION_INFO_ATTR, 0)
+            for d in self.vfs:
+                self._smp(SMP_GET, VPORT_INFO_ATTR, d.vf.index + 1)
+
+    def _answer(self, mad) -> bool:
+        """An answer of the port's SMA to one of our SMPs: taken in."""
+        if len(mad) < 256 or mad[1] != MgmtClass.SUBN_DIRECTED_ROUTE or mad[3] != SMP_GET_RESP:
+            return False
+        tid = int.from_bytes(mad[8:16], "big")
+        if tid not in self.tids:
+            return False
+        self.tids.discard(tid)
+        if int.from_bytes(mad[4:6], "big") & 0x7FFF:    # a status (bit 15: the D bit of a DR answer)
+            return True
+        attr, mod = int.from_bytes(mad[16:18], "big"), int.from_bytes(mad[20:24], "big")
+        data = bytes(mad[64:128])
+        if attr == VIRTUALIZATION_INFO_ATTR:
+            self.vinfo = VIRTUALIZATION_INFO.decode(data)
+        elif attr == VPORT_INFO_ATTR:
+            vp = VPORT_INFO.decode(data)
+            for d in self.vfs:
+                if d.vf.index + 1 == mod:
+                    on = self.vinfo is not None and self.vinfo["VirtualizationEnable"]
+                    new = vp if on else None
+                    if new != d.vport:
+                        d.vport = new
+                        self.changed()
+        return True
+
     def receive(self, msg, now: float) -> bool:
         """Hand a VF its packets from a PACKETS message (False: none was a
-        VF's, the PF takes the message as it is)."""
-        by_gid = self.by_gid
-        if not by_gid:
+        VF's, the PF takes the message as it is); take the SMA's answers
+        to our SMPs."""
+        by_gid, by_lid = self.by_gid, self.by_lid
+        if not self.vfs:
             return False
         try:
             frames = list(fl.iter_packets(msg))
@@ -190,15 +269,22 @@ class Vports:
             return False
         mine: dict = {}
         rest = []
+        taken = False
         for f in frames:
             dev = None
-            if len(f) >= LRH_BYTES + GRH_BYTES and f[1] & 3 == LNH_GRH:
+            if f[0] >> 4 == VL15:
+                if len(f) >= SMP_AT + 256 and self._answer(f[SMP_AT:SMP_AT + 256]):
+                    taken = True
+                    continue
+            elif by_lid:
+                dev = by_lid.get(f[2] << 8 | f[3])
+            if dev is None and len(f) >= LRH_BYTES + GRH_BYTES and f[1] & 3 == LNH_GRH:
                 dev = by_gid.get(bytes(f[LRH_BYTES + 24:LRH_BYTES + 40]))
             if dev is None:
                 rest.append(f)
             else:
                 mine.setdefault(dev, []).append(f)
-        if not mine:
+        if not mine and not taken:
             return False
         for dev, fs in mine.items():
             dev.pull_receives()

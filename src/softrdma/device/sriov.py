@@ -474,6 +474,7 @@ class Functions:
             vports = getattr(self.daemon.devices.get(pf.name), "vports", None)
             if vports is not None:
                 vports.changed()                # (a lost fabric link: the VFs follow)
+                vports.poll()                   # (what the SM made of the vports)
 
     def shutdown(self) -> None:
         """The daemon is stopping: the VFs' macvlans go with it (their

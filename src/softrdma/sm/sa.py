@@ -210,6 +210,8 @@ class SubnetAdmin:
         p = self.subnet.ports.get(guid)
         if p is None and (base := self.guidinfo.port_guid_of(guid)) is not None:
             p = self.subnet.ports.get(base)
+        if p is None and guid in getattr(self.subnet, "vports", {}):    # a vport (sm.virt): its port
+            p = self.subnet.ports.get(self.subnet.vports[guid][0])
         return p
 
     @staticmethod
@@ -275,6 +277,9 @@ class SubnetAdmin:
             # a LID asked for (SLID/DLID in the mask) may be any LID of the port's range
             slid_ = f["SLID"] if mask & PR_COMP_SLID and not mask & PR_COMP_SGID else None
             dlid_ = f["DLID"] if mask & PR_COMP_DLID and not mask & PR_COMP_DGID else None
+            vport = getattr(self.subnet, "vports", {}).get(f["DGID"] & (1 << 64) - 1) if mask & PR_COMP_DGID else None
+            if vport is not None:
+                dlid_ = vport[1]                 # a vport's GID: its own LID
             # SubnAdmGet: one path per port pair (IBA 1.2 erratum); else NumbPath, or all
             iterations = 1 if get else f["NumbPath"] if mask & PR_COMP_NUMBPATH else None
             req = self.by_lid.get(slid)
