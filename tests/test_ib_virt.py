@@ -38,7 +38,7 @@ VF_NODE = ("11:11:11:11:11:11:01:01", "11:11:11:11:11:11:01:11")
 
 
 class Hosts:
-    def __init__(self, tmp, shm):
+    def __init__(self, tmp, shm, sm: str = "softrdma"):
         self.fabric = IbFabric(tmp, NET_2SW)
         self.daemons = {}
         try:
@@ -46,7 +46,7 @@ class Hosts:
                 (shm / h).mkdir(parents=True)
                 self.daemons[h] = RunningDaemon(str(shm / h))
                 self.fabric.attach(self.daemons[h].run_dir, h)
-            self.fabric.sweep("softrdma")
+            self.fabric.sweep(sm)
             self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.daemons.items()}
         except BaseException:
             self.close()
@@ -216,3 +216,36 @@ def test_virt_enabled_2_gives_the_vfs_lids_of_their_own(hosts, tmp_path):
     finally:
         a.close()
         b.close()
+
+
+@pytest.fixture(scope="module")
+def opensm_hosts(tmp_path_factory, shm_path_module):
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    h = Hosts(tmp_path_factory.mktemp("ibvirt-osm"), shm_path_module / "osm", "opensm")
+    yield h
+    h.close()
+
+
+def test_the_real_opensm_takes_the_alias_guids(opensm_hosts):
+    """The real opensm (through libumad2sim) as the SA: the VF's port GUID
+    registered as an alias GUID of the PF's port, and a PathRecord to the
+    VF's GID giving the PF's LID -- the same answers as softrdma's SA."""
+    hosts = opensm_hosts
+    rd, peer = hosts.daemons["h1"].run_dir, hosts.daemons["h3"].run_dir
+    pf_lid = hosts.lid["h1"]
+    ok(rd, "mlxconfig", "-d", "mlx5_0", "-y", "set", "SRIOV_EN=1", "NUM_OF_VFS=1")
+    ok(rd, "mlxfwreset", "-d", "mlx5_0", "-y", "reset")
+    ok(rd, "sysfs-write", "/sys/class/infiniband/mlx5_0/device/sriov_numvfs", "1")
+    ok(rd, "sysfs-write", "/sys/class/infiniband/mlx5_0/device/sriov/0/port", VF_PORT[0])
+
+    def gir():
+        r = tool(peer, "saquery", "-C", "mlx5_0", "GIR", str(pf_lid))
+        return r.stdout if r.returncode == 0 and VF_PORT[0].replace(":", "") in r.stdout else None
+    out = wait_for(gir, 20, "the VF's alias GUID at opensm's SA")
+    assert re.search(rf"GUID 1\.+0x{VF_PORT[0].replace(':', '')}", out), out
+    peer_gid = link(peer, "mlx5_0")["gids"][0]
+    colon = lambda g: ":".join(g[k:k + 4] for k in range(0, 32, 4))      # noqa: E731
+    vgid = PREFIX + VF_PORT[0].replace(":", "")
+    r = tool(peer, "saquery", "-C", "mlx5_0", "--sgid-to-dgid", f"{colon(peer_gid)}-{colon(vgid)}")
+    assert r.returncode == 0 and re.search(rf"^\s+dlid\.+{pf_lid}$", r.stdout, re.M), r.stdout + r.stderr
