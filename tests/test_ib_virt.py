@@ -21,48 +21,32 @@ import sys
 
 import pytest
 
-from daemon_helpers import RunningDaemon, softrdma_run
-from ib_helpers import IbFabric, link
+from ib_helpers import IbHosts, link
 from ibfabric_helpers import NET_2SW
 from sm_helpers import have_ibsim
 from test_fw_tools import ok, tool
-from test_ib_device import ACC, Host, connect, wait
+from test_ib_device import ACC, Host
+from test_vpi import rc_lid_routed, rc_send, two_hosts
 from wait_helpers import stop, wait_for
 
-from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC, IBV_WC_SUCCESS, IBV_WR_SEND
-from softrdma.verbs import addr as addr_m, qp as qp_m, wr as wr_m
+from softrdma.enums import IBV_MTU_1024, IBV_QPT_RC
+from softrdma.verbs import addr as addr_m, qp as qp_m
 
 PREFIX = "fe80000000000000"
 VF_PORT = ("11:11:11:11:11:11:01:00", "11:11:11:11:11:11:01:10")
 VF_NODE = ("11:11:11:11:11:11:01:01", "11:11:11:11:11:11:01:11")
 
 
-class Hosts:
-    def __init__(self, tmp, shm, sm: str = "softrdma"):
-        self.fabric = IbFabric(tmp, NET_2SW)
-        self.daemons = {}
-        try:
-            for h in ("h1", "h3"):
-                (shm / h).mkdir(parents=True)
-                self.daemons[h] = RunningDaemon(str(shm / h))
-                self.fabric.attach(self.daemons[h].run_dir, h)
-            self.fabric.sweep(sm)
-            self.lid = {h: self.fabric.wait_active(d.run_dir) for h, d in self.daemons.items()}
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self):
-        for d in self.daemons.values():
-            d.stop()
-        self.fabric.close()
+def _hosts(factory, shm, sm: str) -> IbHosts:
+    """The fabric, ``sm``'s sweep, daemons on h1 (the PF) and h3 (one switch away)."""
+    if not have_ibsim():
+        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    return IbHosts(factory.mktemp(f"ibvirt-{sm}"), shm / sm, NET_2SW, ("h1", "h3"), sm)
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory, shm_path_module):
-    if not have_ibsim():
-        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
-    h = Hosts(tmp_path_factory.mktemp("ibvirt"), shm_path_module)
+    h = _hosts(tmp_path_factory, shm_path_module, "softrdma")
     yield h
     h.close()
 
@@ -91,13 +75,7 @@ def rc_with_grh(a: Host, b: Host, a_gid: bytes, b_gid: bytes) -> None:
     qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
     rts(qa, qb.qp_num, b.lid, b_gid)
     rts(qb, qa.qp_num, a.lid, a_gid)
-    data = os.urandom(50_000)
-    a.mr.write(data, len(data))
-    qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, len(data), b.mr.lkey)]))
-    qa.post_send(wr_m.SendWR(2, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, len(data), a.mr.lkey)]))
-    assert [(w.status, w.byte_len) for w in wait(b.cq, 1)] == [(IBV_WC_SUCCESS, len(data))]
-    assert [w.status for w in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
-    assert b.mr.read(len(data)) == data
+    rc_send(a, b, qa, qb, 50_000)
 
 
 def test_ib_vfs_alias_guids_path_records_and_traffic(hosts):
@@ -146,16 +124,9 @@ def test_ib_vfs_alias_guids_path_records_and_traffic(hosts):
     assert re.search(rf"^\s+dlid\.+{pf_lid}$", r.stdout, re.M), r.stdout
     assert re.search(rf"^\s+dgid\.+{ipaddress.IPv6Address(bytes.fromhex(gid[0]))}$", r.stdout, re.M), r.stdout
     # RC between VF 0 and the host one switch away: the PF's LID, the VF's GID
-    with softrdma_run(rd):
-        a = Host("mlx5_1")
-    with softrdma_run(peer):
-        b = Host("mlx5_0")
-    try:
+    with two_hosts(rd, "mlx5_1", peer, "mlx5_0") as (a, b):
         assert a.lid == pf_lid
         rc_with_grh(a, b, bytes.fromhex(gid[0]), bytes.fromhex(peer_gid))
-    finally:
-        a.close()
-        b.close()
     # policy Down: the VF's port goes down, the other VF's stays
     ok(rd, "sysfs-write", f"{base}/0/policy", "Down")
     assert link(rd, "mlx5_1")["port_attr"]["state"] == 1 and link(rd, "mlx5_2")["port_attr"]["state"] == 4
@@ -197,32 +168,14 @@ def test_virt_enabled_2_gives_the_vfs_lids_of_their_own(hosts, tmp_path):
     r = tool(peer, "saquery", "-C", "mlx5_0", "--sgid-to-dgid", f"{colon(peer_gid)}-{colon(vgid)}")
     assert r.returncode == 0 and re.search(rf"^\s+dlid\.+{vlid}$", r.stdout, re.M), r.stdout + r.stderr
     # LID-routed RC between the VF (its own LID) and the host one switch away
-    with softrdma_run(rd):
-        a = Host("mlx5_1")
-    with softrdma_run(peer):
-        b = Host("mlx5_0")
-    try:
+    with two_hosts(rd, "mlx5_1", peer, "mlx5_0") as (a, b):
         assert a.lid == vlid
-        qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
-        connect(qp_m, addr_m, qa, qb.qp_num, b.lid)
-        connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
-        data = os.urandom(30_000)
-        a.mr.write(data, len(data))
-        qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, len(data), b.mr.lkey)]))
-        qa.post_send(wr_m.SendWR(2, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, len(data), a.mr.lkey)]))
-        assert [(w.status, w.byte_len) for w in wait(b.cq, 1)] == [(IBV_WC_SUCCESS, len(data))]
-        assert [w.status for w in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
-        assert b.mr.read(len(data)) == data
-    finally:
-        a.close()
-        b.close()
+        rc_lid_routed(a, b, 30_000)
 
 
 @pytest.fixture(scope="module")
 def opensm_hosts(tmp_path_factory, shm_path_module):
-    if not have_ibsim():
-        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
-    h = Hosts(tmp_path_factory.mktemp("ibvirt-osm"), shm_path_module / "osm", "opensm")
+    h = _hosts(tmp_path_factory, shm_path_module, "opensm")
     yield h
     h.close()
 

@@ -11,13 +11,14 @@ RC traffic; ibv_devinfo, ibstat and rdma link show follow each switch."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
 import pytest
 
 from daemon_helpers import RunningDaemon, softrdma_run
-from ib_helpers import IbFabric, control, link
+from ib_helpers import IbHosts, control, link
 from ibfabric_helpers import NET_2SW
 from rc_pair import RcPair
 from sm_helpers import have_ibsim
@@ -31,42 +32,36 @@ from softrdma.verbs.device import Context
 
 
 class Vpi:
+    """A fabric with the SM's sweep done and a peer daemon's IB device on
+    h1 (``IbHosts``); the daemon under test with its PF mlx5_0 on lo."""
+
     def __init__(self, tmp, shm):
-        self.fabric = IbFabric(tmp, NET_2SW)
-        self.daemons = []
+        self.ib = IbHosts(tmp, shm, NET_2SW, ("h1",))
+        self.fabric, self.peer, self.peer_lid = self.ib.fabric, self.ib.daemons["h1"], self.ib.lid["h1"]
+        self.run_dir = str(shm / "vpi")
+        os.makedirs(self.run_dir)
+        self.daemon = None
         try:
-            (shm / "peer").mkdir(parents=True)
-            (shm / "vpi").mkdir(parents=True)
-            self.peer = RunningDaemon(str(shm / "peer"))
-            self.daemons.append(self.peer)
-            self.fabric.attach(self.peer.run_dir, "h1")
-            self.run_dir = str(shm / "vpi")
             self.start()
-            self.fabric.sweep("softrdma")
-            self.peer_lid = self.fabric.wait_active(self.peer.run_dir)
         except BaseException:
-            self.close()
+            self.ib.close()
             raise
 
     def start(self):
         self.daemon = RunningDaemon(self.run_dir, devices=("mlx5_0:lo",))
-        self.daemons.append(self.daemon)
 
     def restart(self):
         self.daemon.stop()
-        self.daemons.remove(self.daemon)
         self.start()
 
     def close(self):
-        for d in self.daemons:
-            d.stop()
-        self.fabric.close()
+        self.daemon.stop()
+        self.ib.close()
 
 
 @pytest.fixture(scope="module")
 def vpi(tmp_path_factory, shm_path_module):
-    if not have_ibsim():
-        pytest.fail("opensm/ibsim-utils/infiniband-diags missing")
+    assert have_ibsim(), "opensm/ibsim-utils/infiniband-diags missing"
     v = Vpi(tmp_path_factory.mktemp("vpi"), shm_path_module)
     yield v
     v.close()
@@ -87,26 +82,48 @@ def shows(run_dir: str, layer: str) -> None:
     assert ("netdev lo" in out) == (layer == "Ethernet"), out
 
 
-def rc_over_ib(v: Vpi) -> None:
-    """RC SEND, byte-exact, from the PF (IB) to the peer's device on h1."""
-    with softrdma_run(v.peer.run_dir):
-        b = Host("mlx5_0")
-    with softrdma_run(v.run_dir):
-        a = Host("mlx5_0")
+def rc_send(a: Host, b: Host, qa, qb, size: int) -> None:
+    """SEND ``size`` random bytes from ``a`` to ``b`` on their connected RC
+    QPs: both complete, the bytes arrive as sent."""
+    data = os.urandom(size)
+    a.mr.write(data, size)
+    qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, size, b.mr.lkey)]))
+    qa.post_send(wr_m.SendWR(2, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, size, a.mr.lkey)]))
+    assert [(w.status, w.byte_len) for w in wait(b.cq, 1)] == [(IBV_WC_SUCCESS, size)]
+    assert [w.status for w in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
+    assert b.mr.read(size) == data
+
+
+@contextlib.contextmanager
+def two_hosts(a_run: str, a_name: str, b_run: str, b_name: str):
+    """``Host`` on device ``a_name`` of the daemon in ``a_run``, and on ``b_name`` of ``b_run``."""
+    with softrdma_run(a_run):
+        a = Host(a_name)
     try:
-        qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
-        connect(qp_m, addr_m, qa, qb.qp_num, b.lid)
-        connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
-        data = os.urandom(100_000)
-        a.mr.write(data, len(data))
-        qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, len(data), b.mr.lkey)]))
-        qa.post_send(wr_m.SendWR(2, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, len(data), a.mr.lkey)]))
-        assert [(w.status, w.byte_len) for w in wait(b.cq, 1)] == [(IBV_WC_SUCCESS, len(data))]
-        assert [w.status for w in wait(a.cq, 1)] == [IBV_WC_SUCCESS]
-        assert b.mr.read(len(data)) == data
+        with softrdma_run(b_run):
+            b = Host(b_name)
+    except BaseException:
+        a.close()
+        raise
+    try:
+        yield a, b
     finally:
         a.close()
         b.close()
+
+
+def rc_lid_routed(a: Host, b: Host, size: int) -> None:
+    """RC QPs connected LID to LID (no GRH), then ``rc_send``."""
+    qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
+    connect(qp_m, addr_m, qa, qb.qp_num, b.lid)
+    connect(qp_m, addr_m, qb, qa.qp_num, a.lid)
+    rc_send(a, b, qa, qb, size)
+
+
+def rc_over_ib(v: Vpi) -> None:
+    """RC SEND, byte-exact, from the PF (IB) to the peer's device on h1."""
+    with two_hosts(v.run_dir, "mlx5_0", v.peer.run_dir, "mlx5_0") as (a, b):
+        rc_lid_routed(a, b, 100_000)
 
 
 def rc_over_roce(v: Vpi) -> None:

@@ -35,16 +35,11 @@ VPORT_STATE_ATTR = 0xFFB3
 CAP2_IS_VIRT_SUPPORTED = 0x0004
 VPORTS_PER_STATE_BLOCK = 128
 
-VIRTUALIZATION_INFO = Layout("VirtualizationInfo", 64, [
-    ("VPortCap", 0, 16), ("VPortIndexTop", 16, 16), ("VirtualizationEnable", 32, 1),
-    ("VClientReregister", 33, 1), ("VPortStateChange", 34, 1), ("VirtualizationRevision", 48, 8),
-    ("CapabilityMask", 56, 8),
-])
-
-VPORT_INFO = Layout("VPortInfo", 64, [
-    ("PortGuid", 64, 64), ("Lid", 128, 16), ("LidByVPortIndex", 144, 16), ("LidRequired", 160, 1),
-    ("ClientReregister", 161, 1), ("VPortState", 164, 4),
-])
+VIRTUALIZATION_INFO = Layout("VirtualizationInfo", 64, [("VPortCap", 0, 16), ("VPortIndexTop", 16, 16),
+                             ("VirtualizationEnable", 32, 1), ("VClientReregister", 33, 1), ("VPortStateChange", 34, 1),
+                             ("VirtualizationRevision", 48, 8), ("CapabilityMask", 56, 8)])
+VPORT_INFO = Layout("VPortInfo", 64, [("PortGuid", 64, 64), ("Lid", 128, 16), ("LidByVPortIndex", 144, 16),
+                                      ("LidRequired", 160, 1), ("ClientReregister", 161, 1), ("VPortState", 164, 4)])
 
 
 def decode_vport_states(data) -> list[int]:
