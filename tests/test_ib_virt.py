@@ -106,8 +106,8 @@ def test_ib_vfs_alias_guids_path_records_and_traffic(hosts):
     for i, name in ((0, "mlx5_1"), (1, "mlx5_2")):
         d = link(rd, name)
         pa = d["port_attr"]
-        assert (pa["state"], pa["lid"], pa["sm_lid"], d["gids"]) == (4, pf_lid, link(rd, "mlx5_0")["port_attr"]["sm_lid"],
-                                                                      [gid[i]])
+        sm_lid = link(rd, "mlx5_0")["port_attr"]["sm_lid"]
+        assert (pa["state"], pa["lid"], pa["sm_lid"], d["gids"]) == (4, pf_lid, sm_lid, [gid[i]])
         assert d["node_guid"] == VF_NODE[i].replace(":", "")[:4] + ":" + ":".join(
             VF_NODE[i].replace(":", "")[k:k + 4] for k in (4, 8, 12))
     # the SA knows the VFs' GUIDs as the PF port's alias GUIDs; a PathRecord to a VF's GID: the PF's LID

@@ -1,7 +1,8 @@
 """SR-IOV virtual functions of an InfiniBand PF: devices that share the
-PF's port on the fabric, without virtualization (the SM's ``virt_enabled
-0``, opensm's only mode): each VF's port GUID is an *alias GUID* of the
-PF's port.
+PF's port on the fabric.  Without virtualization in the SM (the opensm of
+the distributions has none) each VF's port GUID is an *alias GUID* of the
+PF's port; with it (``virt_enabled 2``, ``sm.virt``) each VF is a virtual
+port with a LID of its own.
 
 * ``IbVf`` is a VF's device.  Its port is the PF's, seen through the VF's
   own GUIDs (``sriov/N/node``, ``sriov/N/port``; 0 until set, as mlx5's):
@@ -18,6 +19,12 @@ PF's port.
   driver's alias GUID service does -- so PathRecords to a VF's GID
   resolve to the PF's LID; sent again whenever the PF's LID, its SM or
   the GUIDs change.
+* Virtual ports: the PF tells its port's SMA (local SMPs, hop count 0,
+  as an HCA's firmware does) how many vports it has
+  (VirtualizationInfo.VPortIndexTop) and each VF's GUID with LIDRequired
+  (VPortInfo), and reads them back each second.  Once the SM enabled
+  virtualization and gave a vport a LID and a state, the VF's port has
+  that LID and state; packets to that LID go to the VF.
 """
 
 from __future__ import annotations

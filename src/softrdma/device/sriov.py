@@ -17,7 +17,9 @@ current count does nothing) creates N VFs.  Each VF is a device of its own
 (the next free ``mlx5_<n>``) at the VF's bus address, on a netdev of its
 own: a macvlan (bridge mode) on the PF's netdev with the VF's MAC, named
 ``<pf netdev>v<i>`` -- so it has its own MAC, addresses, GID table and
-node GUID.  Back to 0 destroys them and their macvlans; refused with EBUSY
+node GUID.  On an InfiniBand PF a VF shares the PF's port instead
+(``device.ib_vf``): its GUIDs are what ``sriov/N/node`` and ``port`` were
+given (0 until then), its LID the PF's (or its vport's).  Back to 0 destroys them and their macvlans; refused with EBUSY
 while any VF has an open context (a VF assigned to a user cannot be pulled
 away).
 

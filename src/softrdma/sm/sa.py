@@ -14,8 +14,10 @@ preference -- base+i to base+i first, preference 0, then the other pairs,
 preference 2 -- NumbPath of them if asked, a Get one); SwitchInfoRecord;
 SMInfoRecord; LinkRecord; LFTRecord; MFTRecord; MCMemberRecord (Set joins,
 Delete leaves, queries as opensm's mcmr_query_mgrp); ServiceRecord (Set,
-Delete, leases); GUIDInfoRecord (alias GUIDs: ``sm.sa_guidinfo``).  Get answers one record (ERR_NO_RECORDS, or REQ_INVALID
-for more than one); GetTable answers by RMPP (a ``mgmt.agent.MadAgent``): segment 1
+Delete, leases); GUIDInfoRecord (alias GUIDs: ``sm.sa_guidinfo``); a
+PathRecord to an alias GID or a vport's GID (``sm.virt``) is a path to its
+port (a vport's: to its own LID).  Get answers one record (ERR_NO_RECORDS,
+or REQ_INVALID for more than one); GetTable answers by RMPP (a ``mgmt.agent.MadAgent``): segment 1
 goes with the length of its whole records within what umad2sim copies,
 the rest follow the requester's ACKs, and ``tick(now)`` resends or gives
 up.  Other attributes and methods: "method/attribute unsupported".
