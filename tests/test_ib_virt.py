@@ -202,3 +202,37 @@ def test_the_real_opensm_takes_the_alias_guids(opensm_hosts):
     vgid = PREFIX + VF_PORT[0].replace(":", "")
     r = tool(peer, "saquery", "-C", "mlx5_0", "--sgid-to-dgid", f"{colon(peer_gid)}-{colon(vgid)}")
     assert r.returncode == 0 and re.search(rf"^\s+dlid\.+{pf_lid}$", r.stdout, re.M), r.stdout + r.stderr
+
+
+def test_guidinfo_record_set_rules_and_vport_state_codec():
+    """The SA's GUIDInfoRecord Set as opensm's: LID and BlockNum required,
+    GUID 0 of block 0 read-only, an alias another port holds refused at
+    that index (0 in the answer), Delete frees it; VPortState nibbles."""
+    from types import SimpleNamespace
+
+    from softrdma.sm.sa_guidinfo import GIR_COMP_BLOCKNUM, GIR_COMP_GID0, GIR_COMP_LID, GuidInfo
+    from softrdma.wire.sa import SA_STATUS_INSUFFICIENT_COMPONENTS, SA_STATUS_REQ_INVALID, SaMethod
+    from softrdma.wire.smp import PORT_INFO, decode_guid_info, encode_guid_info
+    from softrdma.wire.smp_virt import decode_vport_states, encode_vport_states
+
+    pi = bytes(PORT_INFO.encode(GuidCap=32))
+    a = SimpleNamespace(guid=0xA, lid=2, port_info=pi)
+    b = SimpleNamespace(guid=0xB, lid=3, port_info=pi)
+    by_lid = {2: a, 3: b}
+
+    def rec(lid, guids):
+        return lid.to_bytes(2, "big") + bytes(6) + encode_guid_info(guids)
+    t = GuidInfo()
+    key = GIR_COMP_LID | GIR_COMP_BLOCKNUM
+    assert t.set_or_delete(0x02, GIR_COMP_LID, rec(2, [0] * 8), by_lid)[0] == SA_STATUS_INSUFFICIENT_COMPONENTS
+    assert t.set_or_delete(0x02, key | GIR_COMP_GID0, rec(2, [7] + [0] * 7), by_lid)[0] == SA_STATUS_REQ_INVALID
+    st, out = t.set_or_delete(0x02, key | GIR_COMP_GID0 << 1, rec(2, [0, 0x1111] + [0] * 6), by_lid)
+    assert st == 0 and decode_guid_info(out[8:])[:2] == (0xA, 0x1111) and t.port_guid_of(0x1111) == 0xA
+    st, out = t.set_or_delete(0x02, key | GIR_COMP_GID0 << 1, rec(3, [0, 0x1111] + [0] * 6), by_lid)
+    assert st == 0 and decode_guid_info(out[8:])[1] == 0                # held by the other port
+    assert [r[:3] for r in t.records(key, rec(2, [0] * 8), by_lid, [2, 3])] == [b"\x00\x02\x00"]
+    t.set_or_delete(SaMethod.DELETE, key | GIR_COMP_GID0 << 1, rec(2, [0] * 8), by_lid)
+    assert t.port_guid_of(0x1111) is None
+    states = [4, 1] + [0] * 125 + [2]
+    assert decode_vport_states(encode_vport_states(states)) == states
+    assert encode_vport_states([0, 4])[:1] == b"\x04"
