@@ -345,7 +345,8 @@ class Functions:
         elif dev is not None:
             tree = self.daemon.sysfs
             for k, v in device_attrs(pf.fn).items():
-                tree.put(tree.device_path(name) / k, f"{v}\n")
+                if v is not None:               # (None: a file mlx5 does not have, e.g. rxe's parent)
+                    tree.put(tree.device_path(name) / k, f"{v}\n")
         self.write_pf(pf)
         return {"nv_changed": nv_changed, "fw_changed": fw_changed, "totalvfs": pf.fn.total_vfs,
                 "fw_running": pf.flash.running, "link_layer": _link_layer(self.daemon.devices.get(name))}
