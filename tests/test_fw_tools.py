@@ -127,8 +127,8 @@ def test_set_waits_for_the_next_boot(daemon, run_dir):
 def test_bad_values_and_link_type(daemon, run_dir):
     r = tool(run_dir, "mlxconfig", "-d", MST, "-y", "set", "NUM_OF_VFS=500")
     assert r.returncode == 1 and "out of range" in r.stderr
-    r = tool(run_dir, "mlxconfig", "-d", MST, "-y", "set", "LINK_TYPE_P1=IB")
-    assert r.returncode == 1 and "LINK_TYPE_P1=IB(1) is not supported" in r.stderr
+    r = tool(run_dir, "mlxconfig", "-d", MST, "-y", "set", "LINK_TYPE_P1=VPI")
+    assert r.returncode == 1 and "LINK_TYPE_P1=VPI(3) is not supported" in r.stderr
     assert config_rows(ok(run_dir, "mlxconfig", "-d", MST, "q"))["LINK_TYPE_P1"] == ["ETH(2)"]
     # names and numbers both
     ok(run_dir, "mlxconfig", "-d", MST, "-y", "set", "LINK_TYPE_P2=ETH")

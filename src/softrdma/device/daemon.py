@@ -138,7 +138,7 @@ class Daemon:
         self.counters_at = 0.0
         self.udp_port = devices[0].udp_port if devices else 4791
         for dev in devices:
-            self.add_device(dev)
+            self.add_device(self.pci.boot_device(dev))      # (its firmware boots: VPI's link type)
 
     @property
     def by_ip(self) -> dict:
@@ -607,7 +607,9 @@ class Daemon:
         if dev.link_layer == LINK_LAYER_IB:
             if dev.link.sock is not None:
                 self.sel.register(dev.link.sock, selectors.EVENT_READ, ("fabric", dev))
-            t.add_device(dev.name, dev.node_guid, dev.sys_image_guid, node_desc=f"{dev.name} softrdma")
+            t.add_device(dev.name, dev.node_guid, dev.sys_image_guid, node_desc=f"{dev.name} softrdma",
+                         **{k: v for k, v in self.pci.device_attrs(dev).items() if k != "parent"})
+            self.pci.device_added(dev)
             self._ib_sysfs_port(dev)
             dev.port_events.clear()                 # (the device is new: nobody to tell)
             self._write_counters(dev)

@@ -62,7 +62,8 @@ def remove_function_device(daemon, name: str | None, netdev: str) -> None:
     dev = daemon.devices.get(name) if name is not None else None
     if dev is not None:
         remove_device(daemon, dev)
-    _del_netdev(netdev)
+    if netdev:
+        _del_netdev(netdev)
 
 
 def set_function_mac(daemon, name: str | None, netdev: str, mac: bytes) -> None:

@@ -147,6 +147,8 @@ class IbPort(Port):
     """The port layer over a fabric link (see the module docstring)."""
 
     rx_port = 0
+    #: a PF's virtual functions sharing this port (``device.ib_vf.Vports``): their packets, their PortInfo
+    vports = None
 
     def __init__(self, base: str, node: str, port_num: int, name: str, directory: str | None = None):
         super().__init__()
@@ -519,6 +521,8 @@ class IbPort(Port):
         msgs, ended = self.link.receive()
         for t, msg in msgs:
             if t == fl.MsgType.PACKETS:
+                if self.vports is not None and self.vports.receive(msg, now):
+                    continue
                 self.pull_receives()
                 if self.tap is None and self.receive_message(msg, now):
                     continue
@@ -533,6 +537,8 @@ class IbPort(Port):
                     self.apply(fl.parse_port_info(msg))
                 except WireError:
                     continue
+                if self.vports is not None:
+                    self.vports.port_changed()
         return not ended
 
     def pull_receives(self) -> None:

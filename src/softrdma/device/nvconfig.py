@@ -8,8 +8,8 @@ the daemon starting again: its devices boot) makes it current.  ``reset``
 puts every next-boot value back to its default.
 
 The store is one JSON file per device, ``RUN/nvconfig/<dev>.json``
-(``{"next": {NAME: int}, "current": {NAME: int}}``, only values that
-differ from the default are kept), written through a temporary file and a
+(``{"next": {NAME: int}, "current": {NAME: int}, "cables": {PORT:
+{...}}}``, only values that differ from the default are kept), written through a temporary file and a
 rename so a crash leaves the old or the new one.
 
 Parameters (mlxconfig's names, value names and ranges):
@@ -17,16 +17,25 @@ Parameters (mlxconfig's names, value names and ranges):
 ==============  ==========================================================
 SRIOV_EN        False(0) / True(1): the SR-IOV capability is exposed
 NUM_OF_VFS      0 .. the card's maximum (127 on a ConnectX-5): sriov_totalvfs
-LINK_TYPE_P1    IB(1) / ETH(2) / VPI(3): port 1's protocol; only ETH(2)
-                can be applied (EOPNOTSUPP for the others): the port's
-                link layer stays Ethernet
-LINK_TYPE_P2    the same for port 2
+LINK_TYPE_P1    IB(1) / ETH(2) / VPI(3): port 1's protocol.  IB and ETH
+                can be applied (at the next boot the port becomes an
+                InfiniBand port on its fabric, or a RoCE port on its
+                netdev: ``device.vpi``); VPI (auto-sensing) is refused
+                with EOPNOTSUPP
+LINK_TYPE_P2    the same for port 2 (a 2-port device; the mapping is per
+                port)
 PF_TOTAL_SF     0 .. 255: the sub-functions the PF may have (``mlxdevm port
                 add ... flavour pcisf``); 0: SF ports are not supported
 RDMA_RESOURCE_PROFILE
                 PF_HEAVY(0) / EQUAL(1): how the card's RDMA objects are
                 divided among the PF, its VFs and SFs (``device.resprofile``)
 ==============  ==========================================================
+
+Beside the parameters the store keeps each port's *cables*: where the
+port is plugged in for each protocol -- ``{"eth": {"netdev": NAME}}``,
+``{"ib": {"fabric": BASE, "node": CA, "ca_port": N}}`` -- recorded each
+time the port comes up on one (and set with ``mlxconfig cable``), so a
+link-type switch knows where the port's other protocol goes.
 """
 
 from __future__ import annotations
@@ -86,8 +95,8 @@ def params(max_vfs: int = 127) -> dict[str, Param]:
     return {p.name: p for p in (
         Param("NUM_OF_VFS", 0, max=max_vfs),
         Param("SRIOV_EN", 0, BOOL),
-        Param("LINK_TYPE_P1", ETH, LINK_TYPES, 3, (ETH,)),
-        Param("LINK_TYPE_P2", ETH, LINK_TYPES, 3, (ETH,)),
+        Param("LINK_TYPE_P1", ETH, LINK_TYPES, 3, (IB, ETH)),
+        Param("LINK_TYPE_P2", ETH, LINK_TYPES, 3, (IB, ETH)),
         Param("PF_TOTAL_SF", 0, max=MAX_SFS),
         Param("RDMA_RESOURCE_PROFILE", PF_HEAVY, PROFILE_NAMES),
     )}
@@ -101,11 +110,13 @@ class NvStore:
         self.params = params(max_vfs)
         self.next: dict[str, int] = {}
         self.current: dict[str, int] = {}
+        self.cables: dict[str, dict] = {}       # port number (str) -> {"eth": {...}, "ib": {...}}
         try:
             with open(path) as f:
                 data = json.load(f)
             self.next = {k: int(v) for k, v in data.get("next", {}).items() if k in self.params}
             self.current = {k: int(v) for k, v in data.get("current", {}).items() if k in self.params}
+            self.cables = {str(k): dict(v) for k, v in data.get("cables", {}).items()}
         except FileNotFoundError:
             pass
         except (OSError, ValueError, TypeError, AttributeError) as e:
@@ -143,8 +154,8 @@ class NvStore:
             except ValueError as e:
                 raise VerbsError(errno.EINVAL, str(e)) from None
             if p.supported and out[name] not in p.supported:
-                raise VerbsError(errno.EOPNOTSUPP, f"{name}={p.show(out[name])} is not supported: softrdma's"
-                                                   f" ConnectX ports are Ethernet (RoCE) ports")
+                raise VerbsError(errno.EOPNOTSUPP, f"{name}={p.show(out[name])} is not supported: a softrdma"
+                                                   f" port is IB(1) or ETH(2), it does not sense its link")
         return out
 
     def set(self, values: dict[str, int]) -> None:
@@ -167,13 +178,34 @@ class NvStore:
         self._save()
         return changed
 
+    def force(self, name: str, value: int, next_too: bool = True) -> None:
+        """The port came up as ``value`` by an explicit attach (``rdma link
+        add``): current and next-boot values both say so (``next_too``
+        False: only the current one -- a boot that could not apply it)."""
+        self.current[name] = value
+        if next_too:
+            self.next[name] = value
+        self._save()
+
+    def cable(self, port: int, kind: str) -> dict | None:
+        """Where ``port`` is plugged in for ``kind`` ("eth" or "ib")."""
+        c = self.cables.get(str(port), {}).get(kind)
+        return dict(c) if c else None
+
+    def set_cable(self, port: int, kind: str, where: dict) -> None:
+        if self.cables.get(str(port), {}).get(kind) == where:
+            return
+        self.cables.setdefault(str(port), {})[kind] = dict(where)
+        self._save()
+
     def _save(self) -> None:
         def keep(values):
             return {n: v for n, v in values.items() if v != self.default(n)}
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
-            json.dump({"next": keep(self.next), "current": keep(self.current)}, f, sort_keys=True)
+            json.dump({"next": keep(self.next), "current": keep(self.current), "cables": self.cables}, f,
+                      sort_keys=True)
         os.replace(tmp, self.path)
 
 

@@ -3,7 +3,10 @@ directory in the sysfs tree as the kernel lays it out for mlx5.
 
 A device whose name starts with ``mlx5_`` is presented as a function of a
 ConnectX-5 (the kernel's mlx5 driver names its devices so; ``rxe*`` and
-every other name stay rxe, with no PCI identity).  Such a device has:
+every other name stay rxe, with no PCI identity) -- a RoCE device or an
+InfiniBand one alike: the card is a VPI adapter, its port's link type is
+the NV configuration's (``device.vpi``); an IB port's PCI class is
+InfiniBand (0x0207).  Such a device has:
 
 * a bus address (``DDDD:BB:DD.F``): a physical function (PF) sits alone on
   its bus, ``0000:5e:00.0`` for ``mlx5_0``, the next bus for each next PF
@@ -16,7 +19,8 @@ every other name stay rxe, with no PCI identity).  Such a device has:
 * in the sysfs tree, ``class/infiniband/<dev>/device/`` holding what
   ``/sys/bus/pci/devices/<bdf>/`` holds for it: ``vendor``, ``device``,
   ``subsystem_vendor``, ``subsystem_device``, ``class``, ``revision``,
-  ``numa_node``, ``uevent`` (``PCI_SLOT_NAME``: the bus address), ``sriov_totalvfs``, ``sriov_numvfs`` (mode 0644),
+  ``numa_node``, ``uevent`` (``PCI_SLOT_NAME``: the bus address), ``sriov_totalvfs``, ``sriov_numvfs`` (mode 0644;
+  mlx5_core's ``mlx5_num_vfs`` too),
   ``sriov_offset``, ``sriov_stride``, ``sriov_vf_device``,
   ``sriov_drivers_autoprobe``, ``virtfnN`` links to the VFs, a VF's
   ``physfn`` link, ``net/<netdev>``, ``infiniband/<dev>`` and mlx5's
@@ -175,7 +179,7 @@ def verbs_attrs(fn: PciFunction) -> dict:
 
 
 SRIOV_FILES = ("sriov_totalvfs", "sriov_numvfs", "sriov_offset", "sriov_stride", "sriov_vf_device",
-               "sriov_drivers_autoprobe")
+               "sriov_drivers_autoprobe", "mlx5_num_vfs")
 
 
 def write_device_dir(tree, dev: str, fn: PciFunction, numvfs: int, link_layer: str = "Ethernet",
@@ -215,6 +219,7 @@ def write_device_dir(tree, dev: str, fn: PciFunction, numvfs: int, link_layer: s
         return d
     put(d / "sriov_totalvfs", f"{fn.total_vfs}\n")
     put(d / "sriov_numvfs", f"{numvfs}\n", 0o644)
+    put(d / "mlx5_num_vfs", f"{numvfs}\n", 0o644)      # mlx5_core's own name for it (older scripts)
     put(d / "sriov_offset", f"{VF_OFFSET}\n")
     put(d / "sriov_stride", f"{VF_STRIDE}\n")
     put(d / "sriov_vf_device", f"{fn.model.vf_device_id:x}\n")

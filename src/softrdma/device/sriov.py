@@ -17,7 +17,9 @@ current count does nothing) creates N VFs.  Each VF is a device of its own
 (the next free ``mlx5_<n>``) at the VF's bus address, on a netdev of its
 own: a macvlan (bridge mode) on the PF's netdev with the VF's MAC, named
 ``<pf netdev>v<i>`` -- so it has its own MAC, addresses, GID table and
-node GUID.  Back to 0 destroys them and their macvlans; refused with EBUSY
+node GUID.  On an InfiniBand PF a VF shares the PF's port instead
+(``device.ib_vf``): its GUIDs are what ``sriov/N/node`` and ``port`` were
+given (0 until then), its LID the PF's (or its vport's).  Back to 0 destroys them and their macvlans; refused with EBUSY
 while any VF has an open context (a VF assigned to a user cannot be pulled
 away).
 
@@ -52,6 +54,8 @@ from .pci import (CONNECTX5, PREFIX, PciFunction, device_attrs, pf_function, pre
                   write_device_dir)
 from .resprofile import apply as apply_share, pool_of, shares
 from .sysfs import guid_str
+from . import vpi
+from .ib_vf import IbVf, Vports, guid_colons, parse_guid
 
 log = logging.getLogger("softrdmad")
 
@@ -72,6 +76,8 @@ class Vf:
     policy: str = "Follow"
     max_tx_rate: int = 0            # Mbit/s, 0: no limit
     spoof_drops: int = 0            # packets dropped by the spoof check (and policy Down), VF lifetime
+    node_guid: int = 0              # an IB VF's sriov/N/node and port (0 until written)
+    port_guid: int = 0
 
 
 @dataclass
@@ -119,11 +125,11 @@ class Functions:
     def device_attrs(self, dev) -> dict:
         """The PCI part of ``dev``'s sysfs attributes (empty for an rxe
         device); a new ``mlx5_*`` device boots as a PF here."""
-        if (dev.name not in self.vf_of and dev.name not in self.sfs.of_device and presents_pci(dev.name)
-                and dev.name not in self.pfs):
-            pf = self._boot_pf(dev.name)
-            pf.pool = pool_of(dev.caps)
-            self._apply_profile(pf)
+        if dev.name not in self.vf_of and dev.name not in self.sfs.of_device and presents_pci(dev.name):
+            pf = self.pfs.get(dev.name) or self._boot_pf(dev.name)
+            if pf.pool is None:         # (a PF booted by boot_device has no pool until its device is added)
+                pf.pool = pool_of(dev.caps)
+                self._apply_profile(pf)
         self._apply_share(dev)
         fn = self.function(dev.name)
         return device_attrs(fn) if fn is not None else {}
@@ -168,24 +174,55 @@ class Functions:
         return verbs_attrs(fn) if fn is not None else {}
 
     def device_added(self, dev) -> None:
-        """Write ``dev``'s device/ files (after the tree has its directory)."""
+        """Write ``dev``'s device/ files (after the tree has its directory).
+        A PF's port is what it was attached as: its LINK_TYPE says so
+        (``rdma link add`` is the card configured that way), and its cable
+        of that kind is recorded (``device.vpi``)."""
         fn = self.function(dev.name)
         if fn is None:
             return
         if dev.name in self.sfs.of_device:
             self.sfs.device_added(dev)
-        elif fn.is_vf:
-            write_device_dir(self.daemon.sysfs, dev.name, fn, 0)
-        else:
-            self.write_pf(self.pfs[dev.name])
+            return
+        if fn.is_vf:
+            write_device_dir(self.daemon.sysfs, dev.name, fn, 0, link_layer=_link_layer(dev))
+            return
+        pf = self.pfs[dev.name]
+        param = vpi.link_type_param(1)
+        if pf.nv.get_current(param) != vpi.kind_of(dev):
+            pf.nv.force(param, vpi.kind_of(dev))
+        pf.nv.set_cable(1, *vpi.cable_of(dev))
+        self.write_pf(pf)
+
+    def boot_device(self, dev):
+        """The daemon starting with ``dev``: a PF's firmware boots, and its
+        port comes up as LINK_TYPE_P1 says -- ``dev`` itself, or the same
+        device built as the other kind on the port's cable of that kind (no
+        such cable: ``dev``, and a warning)."""
+        if not presents_pci(dev.name) or dev.name in self.vf_of:
+            return dev
+        pf = self.pfs.get(dev.name) or self._boot_pf(dev.name)
+        want = pf.nv.get_current(vpi.link_type_param(1))
+        if want == vpi.kind_of(dev):
+            return dev
+        try:
+            new = vpi.build(dev.name, want, pf.nv.cable(1, vpi.KINDS[want]), self.daemon.udp_port)
+        except VerbsError as e:
+            log.warning("%s: LINK_TYPE_P1 is %s but the port stays %s: %s", dev.name, vpi.KINDS[want].upper(),
+                        vpi.KINDS[vpi.kind_of(dev)].upper(), e.strerror)
+            pf.nv.force(vpi.link_type_param(1), vpi.kind_of(dev), next_too=False)
+            return dev
+        dev.close()
+        return new
 
     def write_pf(self, pf: Pf) -> None:
         tree = self.daemon.sysfs
         d = tree.device_path(pf.name) / "device"
+        ll = _link_layer(self.daemon.devices.get(pf.name))
         if not pf.fn.total_vfs and not pf.nv.get_current("SRIOV_EN"):
-            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs), sriov=False)
+            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs), sriov=False, link_layer=ll)
         else:
-            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs))
+            write_device_dir(tree, pf.name, pf.fn, len(pf.vfs), link_layer=ll)
         s = d / "sriov"
         if s.is_dir():                  # VFs gone: their directories (the others are rewritten in place)
             for entry in s.iterdir():
@@ -205,8 +242,12 @@ class Functions:
         guid = guid_str(eui64(mac)).replace(":", "")
         colon = ":".join(guid[i:i + 2] for i in range(0, 16, 2))
         put = tree.put
-        put(d / "node", f"{colon}\n", 0o644)
-        put(d / "port", f"{colon}\n", 0o644)
+        if not vf.netdev:                       # an IB VF: the GUIDs written to it (0 until then)
+            put(d / "node", f"{guid_colons(vf.node_guid)}\n", 0o644)
+            put(d / "port", f"{guid_colons(vf.port_guid)}\n", 0o644)
+        else:
+            put(d / "node", f"{colon}\n", 0o644)
+            put(d / "port", f"{colon}\n", 0o644)
         put(d / "policy", f"{vf.policy}\n", 0o644)
         put(d / "mac", "usage: write <LLADDR|Random> to set VF Mac Address\n", 0o644)
         put(d / "vlan", "usage: write <Vlan:Qos[:Proto]> to set VF Vlan, Qos, and optionally Vlan Protocol"
@@ -269,14 +310,16 @@ class Functions:
 
     def _row(self, name, fn: PciFunction, dev, pf: Pf, vf: Vf | None = None) -> dict:
         mac = dev.mac if dev is not None else ZERO_MAC
+        node_guid = dev.node_guid if dev is not None else eui64(mac)
         row = {"name": name, "bdf": str(fn.bdf), "short": fn.bdf.short, "vf": fn.vf_index, "pf": pf.name,
                "model": fn.model.name, "part_id": fn.part_id, "part_name": fn.model.part_name,
                "description": fn.model.description, "device_id": fn.device_id,
                "netdev": dev.netdev if dev is not None else None,
-               "node_guid": guid_str(eui64(mac)), "mac": mac_str(mac),
+               "node_guid": guid_str(node_guid), "mac": mac_str(mac),
                "fw_version": pf.flash.version, "fw_running": pf.flash.running, "fw_date": pf.flash.date,
                "psid": pf.flash.psid, "numvfs": len(pf.vfs), "totalvfs": pf.fn.total_vfs,
-               "link_layer": "Ethernet"}
+               "link_layer": _link_layer(dev), "link_types": {p: pf.nv.get_current(vpi.link_type_param(p))
+                                                              for p in (1, 2)}}
         if vf is not None:
             row.update(vf_mac=mac_str(vf.mac), trust=vf.trust, spoofchk=vf.spoofchk, policy=vf.policy,
                        stats=self.vf_stats(vf), state=dev.state if dev is not None else PORT_DOWN)
@@ -309,17 +352,27 @@ class Functions:
         dev = self.daemon.devices.get(name)
         if dev is not None and device_in_use(self.daemon, name):
             raise VerbsError(errno.EBUSY, f"{name} is in use (open contexts)")
+        new = None
+        want = pf.nv.get_next(vpi.link_type_param(1))
+        if dev is not None and want != vpi.kind_of(dev):            # checked before anything boots
+            new = vpi.build(name, want, pf.nv.cable(1, vpi.KINDS[want]), self.daemon.udp_port)
         nv_changed = pf.nv.boot()
         fw_changed = pf.flash.boot()
         self._apply_boot(pf)
-        self._apply_profile(pf)
-        if dev is not None:
+        if new is not None:                 # the port comes up as the other kind: the same PF, rebuilt
+            from .commands.link import remove_device
+            remove_device(self.daemon, dev)
+            self.pfs[name] = pf
+            self.daemon.add_device(new)
+        elif dev is not None:
             tree = self.daemon.sysfs
             for k, v in device_attrs(pf.fn).items():
-                tree.put(tree.device_path(name) / k, f"{v}\n")
+                if v is not None:               # (None: a file mlx5 does not have, e.g. rxe's parent)
+                    tree.put(tree.device_path(name) / k, f"{v}\n")
+        self._apply_profile(pf)             # (after a rebuild: the new device takes the PF's share)
         self.write_pf(pf)
         return {"nv_changed": nv_changed, "fw_changed": fw_changed, "totalvfs": pf.fn.total_vfs,
-                "fw_running": pf.flash.running}
+                "fw_running": pf.flash.running, "link_layer": _link_layer(self.daemon.devices.get(name))}
 
     # -- SR-IOV ------------------------------------------------------------------
 
@@ -355,6 +408,17 @@ class Functions:
         try:
             for i in range(n):
                 name = self.free_name()
+                if pfdev.link_layer == vpi.LINK_LAYER_IB:       # a VF on the PF's IB port (device.ib_vf)
+                    vf = Vf(i, name, "", ZERO_MAC)
+                    made.append(vf)
+                    self.vf_of[name] = (pf, vf)
+                    pf.vfs.append(vf)
+                    if pfdev.vports is None:
+                        pfdev.vports = Vports(pfdev)
+                    dev = IbVf(name, pfdev, vf)
+                    daemon.add_device(dev)
+                    pfdev.vports.add(dev)
+                    continue
                 netdev = vf_netdev_name(pfdev.netdev, i)
                 mac = bytes([0x02]) + pfdev.mac[2:6] + bytes([(i + 1) & 0xFF])
                 vf = Vf(i, name, netdev, mac)
@@ -386,14 +450,18 @@ class Functions:
         self.write_pf(pf)
 
     def _remove_vf(self, pf: Pf, vf: Vf) -> None:
-        remove_function_device(self.daemon, vf.name, vf.netdev)
+        dev = self.daemon.devices.get(vf.name)
+        remove_function_device(self.daemon, vf.name, vf.netdev)     # (an IB VF has no netdev)
         self.vf_of.pop(vf.name, None)
         if vf in pf.vfs:
             pf.vfs.remove(vf)
+        pfdev = self.daemon.devices.get(pf.name)
+        if dev is not None and getattr(pfdev, "vports", None) is not None:
+            pfdev.vports.remove(dev)
 
     #: the sriov/N/ files whose writes the daemon takes, and the setting each is
     TREE_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk",
-                  "mac": "mac", "max_tx_rate": "max_tx_rate"}
+                  "mac": "mac", "max_tx_rate": "max_tx_rate", "node": "node", "port": "port"}
 
     def refresh(self) -> None:
         """Once a second: the VFs' stats files, and what was written into a
@@ -408,7 +476,7 @@ class Functions:
             writes = tree.writes_under(d)
             for parts, text in writes:
                 try:
-                    if parts == ["sriov_numvfs"]:
+                    if parts in (["sriov_numvfs"], ["mlx5_num_vfs"]):      # (mlx5's older name)
                         self.set_numvfs(pf.name, text)
                     elif len(parts) == 3 and parts[0] == "sriov" and parts[2] in self.TREE_FILES:
                         value = text.strip()
@@ -422,6 +490,10 @@ class Functions:
                                 e.strerror, errno.errorcode.get(e.errno, e.errno))
             if writes and pf.name in self.pfs:
                 self.write_pf(pf)
+            vports = getattr(self.daemon.devices.get(pf.name), "vports", None)
+            if vports is not None:
+                vports.changed()                # (a lost fabric link: the VFs follow)
+                vports.poll()                   # (what the SM made of the vports)
 
     def shutdown(self) -> None:
         """The daemon is stopping: the VFs' macvlans go with it (their
@@ -463,6 +535,10 @@ class Functions:
                 except ValueError:
                     raise VerbsError(errno.EINVAL, f"bad rate {value!r} (Mbit/s)") from None
                 self._apply_rate(vf)
+            elif key in ("node", "port"):
+                if vf.netdev:
+                    raise VerbsError(errno.EOPNOTSUPP, f"VF {key} GUIDs are an InfiniBand VF's")
+                setattr(vf, f"{key}_guid", parse_guid(value))
             elif key in ("vlan", "qos", "min_tx_rate"):
                 raise VerbsError(errno.EOPNOTSUPP, f"VF {key} is not supported by softrdma's VFs")
             else:
@@ -493,6 +569,10 @@ class Functions:
         ``port_state``)."""
         dev = self.daemon.devices.get(vf.name)
         if dev is None:
+            return
+        if not vf.netdev:                       # an IB VF follows the PF's port (device.ib_vf)
+            if dev.pf_dev.vports is not None:
+                dev.pf_dev.vports.changed()
             return
         self._update_blocked(vf, dev)
         self.daemon.refresh_netdev(dev)
@@ -536,6 +616,10 @@ class Functions:
                 vdev = self.daemon.devices.get(vf.name)
                 if vdev is not None:
                     self.daemon.refresh_netdev(vdev)
+
+
+def _link_layer(dev) -> str:
+    return "InfiniBand" if dev is not None and dev.link_layer == vpi.LINK_LAYER_IB else "Ethernet"
 
 
 def _on_off(v) -> bool:

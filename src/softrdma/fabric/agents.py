@@ -22,9 +22,11 @@ from ..wire.mad import Method
 from ..wire.smp import PerfAttr, PhysState, PortState, SmpAttr, SmpStatus
 from . import model
 from .model import Node, Port
+from .vports import HANDLERS as VPORT_HANDLERS
+from ..wire.smp_virt import CAP2_IS_VIRT_SUPPORTED
 
 _GET, _SET = Method.GET, Method.SET
-_PORT_ATTRS = frozenset((SmpAttr.PORT_INFO, SmpAttr.PKEY_TABLE, SmpAttr.GUID_INFO))
+_PORT_ATTRS = frozenset((SmpAttr.PORT_INFO, SmpAttr.PKEY_TABLE, SmpAttr.GUID_INFO, *VPORT_HANDLERS))
 _NO_DATA = bytes(smp.SMP_DATA_SIZE)
 
 
@@ -85,6 +87,8 @@ def port_info(node: Node, p: Port, arrival: int) -> bytes:
         LinkSpeedExtSupported=(model.SPEED_EXT_SUPPORTED | (p.speed_ext_en & 8)) if ext else 0)
     if p.has_sm:
         f["CapMask"] = f["CapMask"] | smp.CAP_IS_SM
+    if p.vports is not None:
+        f["CapabilityMask2"] = f["CapabilityMask2"] | CAP2_IS_VIRT_SUPPORTED
     return bytes(smp.PORT_INFO.encode(**f))
 
 
@@ -111,6 +115,7 @@ class Sma:
             SmpAttr.PKEY_TABLE: self._pkey_table, SmpAttr.SL_TO_VL_TABLE: self._sl2vl,
             SmpAttr.VL_ARB_TABLE: self._vlarb, SmpAttr.GUID_INFO: self._guid_info,
             SmpAttr.LINEAR_FWD_TABLE: self._lft, SmpAttr.MCAST_FWD_TABLE: self._mft,
+            **VPORT_HANDLERS,                   # a CA port's virtual ports (fabric.vports)
         }
 
     def handles(self, method: int, attr: int) -> bool:

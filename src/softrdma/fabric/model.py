@@ -90,7 +90,7 @@ class Port:
                  "vl_stall", "subnet_timeout", "resp_time", "mkey", "mkey_lease", "protect",
                  "gid_prefix", "capmask", "client_rereg", "pkeys", "vlarb", "guids", "pc",
                  "err_rate", "err_attr", "has_sm", "width_act", "speed_act", "speed_ext_act",
-                 "part_enforce")
+                 "part_enforce", "vports")
 
     def __init__(self, node: "Node", num: int, guid: int):
         self.node = node
@@ -130,6 +130,7 @@ class Port:
         self.err_attr = 0
         self.has_sm = False
         self.part_enforce = 0      # PART_ENFORCE_* (switch external ports check BTH P_Keys)
+        self.vports = None         # a CA port's virtual ports (agents.VPortTable), once its HCA has some
 
     def set_width_speed(self, width: int, speed: str) -> None:
         try:
@@ -173,7 +174,10 @@ class Port:
 
     def has_lid(self, lid: int) -> bool:
         base = self.lid
-        return base != 0 and base <= lid < base + (1 << self.lmc)
+        if base != 0 and base <= lid < base + (1 << self.lmc):
+            return True
+        v = self.vports                 # a vport's own LID (virtualization enabled) is the port's too
+        return v is not None and lid in v.lids
 
     @property
     def name(self) -> str:

@@ -51,6 +51,7 @@ CONF_KEYS = {
     "keep_pkey_indexes": "TRUE",
     "qos": "FALSE",
     "qos_policy_file": "/etc/opensm/qos-policy.conf",
+    "virt_enabled": "0",                # NVIDIA opensm's: 0 ignore, 1 disable, 2 enable (sm.virt)
     **{f"qos{p}_{k}": v for p in ("", "_ca", "_sw0", "_swe", "_rtr")
        for k, v in (("max_vls", "0"), ("high_limit", "-1"), ("vlarb_high", "(null)"), ("vlarb_low", "(null)"),
                     ("sl2vl", "(null)"))},
@@ -167,6 +168,7 @@ def settings(a: argparse.Namespace) -> dict:
         "partition_config_file": a.Pconfig or conf["partition_config_file"],
         "allow_both_pkeys": a.allow_both_pkeys or _bool(conf["allow_both_pkeys"], "allow_both_pkeys"),
         "part_enforce": conf["part_enforce"],
+        "virt_enabled": _int(conf["virt_enabled"]),
     }
     if a.part_enforce is not None:
         if a.part_enforce in ("both", "in", "out", "off"):

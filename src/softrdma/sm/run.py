@@ -30,6 +30,7 @@ from .log import ROUTING, Log
 from .sminfo import HANDOVER, RemoteSm, SmInfoState
 from .pkey_setup import PkeySetup
 from .qos import QosSetup
+from .virt import VirtSetup
 from .prtn_config import PrtnOptions
 from .sweep import HeavySweep
 from .mcast import mft, mft_smps
@@ -63,6 +64,7 @@ class SmLoop:
                                            qos=s.get("qos", False)),
                                s.get("part_enforce", "both"))
         self.qos = QosSetup(s.get("qos", False), s.get("qos_options"), s.get("qos_policy_file"))
+        self.virt = VirtSetup(s.get("virt_enabled", 0), log)       # (sm.virt: vports' LIDs)
 
     # -- plumbing --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -194,7 +196,7 @@ class SmLoop:
         q = self._mads()
         sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
                            self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False),
-                           setups=(self.pkeys, self.qos))
+                           setups=(self.pkeys, self.qos, self.virt))
         t0 = time.monotonic()
         self._drive(q, sweep)
         self.subnet = sweep.subnet

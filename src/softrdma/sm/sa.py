@@ -14,8 +14,10 @@ preference -- base+i to base+i first, preference 0, then the other pairs,
 preference 2 -- NumbPath of them if asked, a Get one); SwitchInfoRecord;
 SMInfoRecord; LinkRecord; LFTRecord; MFTRecord; MCMemberRecord (Set joins,
 Delete leaves, queries as opensm's mcmr_query_mgrp); ServiceRecord (Set,
-Delete, leases).  Get answers one record (ERR_NO_RECORDS, or REQ_INVALID
-for more than one); GetTable answers by RMPP (a ``mgmt.agent.MadAgent``): segment 1
+Delete, leases); GUIDInfoRecord (alias GUIDs: ``sm.sa_guidinfo``); a
+PathRecord to an alias GID or a vport's GID (``sm.virt``) is a path to its
+port (a vport's: to its own LID).  Get answers one record (ERR_NO_RECORDS,
+or REQ_INVALID for more than one); GetTable answers by RMPP (a ``mgmt.agent.MadAgent``): segment 1
 goes with the length of its whole records within what umad2sim copies,
 the rest follow the requester's ACKs, and ``tick(now)`` resends or gives
 up.  Other attributes and methods: "method/attribute unsupported".
@@ -40,6 +42,7 @@ from ..wire.errors import WireError
 from ..wire.rmpp import RMPP_FLAG_ACTIVE, RMPP_TYPE_DATA
 from ..wire.smp import LINK_WIDTH, NODE_INFO, PORT_INFO, SWITCH_INFO, encode_node_desc
 from .mcast import Groups, McastError, port_gid
+from .sa_guidinfo import GUIDINFO_RECORD_SIZE, GuidInfo
 from .sa_qos import SLVL_RECORD_SIZE, VLARB_RECORD_SIZE, sl2vl_records, vlarb_records
 from .sa_pkey import (PKEY_TABLE_RECORD_SIZE, PKTR_COMP_LID, has_pkey_of, path_pkey_sl, pkey_table_records,
                       requester_shares)
@@ -78,6 +81,7 @@ class SubnetAdmin:
         self.groups = Groups()
         self.services: list[list] = []          # [record bytes, expiry time or None]
         self.mfts: dict[int, dict[int, int]] = {}   # switch GUID -> {mlid: mask} as programmed
+        self.guidinfo = GuidInfo()              # alias GUIDs (GUIDInfoRecord Set): SR-IOV VFs
         self.set_subnet(subnet)
         # the RMPP transfers of table answers, to (SLID, source QP), told apart by (SLID, TID);
         # generous timeout: a resend after the reader is gone would reach the next client in its slot
@@ -203,7 +207,14 @@ class SubnetAdmin:
 
     # -- queries ---------------------------------------------------------------------------
     def _port_by_gid(self, gid: int) -> Physp | None:
-        return self.subnet.ports.get(gid & 0xFFFFFFFFFFFFFFFF)
+        """The port of a GID: its port GUID, or an alias GUID of it (GUIDInfoRecord)."""
+        guid = gid & 0xFFFFFFFFFFFFFFFF
+        p = self.subnet.ports.get(guid)
+        if p is None and (base := self.guidinfo.port_guid_of(guid)) is not None:
+            p = self.subnet.ports.get(base)
+        if p is None and guid in getattr(self.subnet, "vports", {}):    # a vport (sm.virt): its port
+            p = self.subnet.ports.get(self.subnet.vports[guid][0])
+        return p
 
     @staticmethod
     def _cap_match(ph: Physp, cap: int | None, mod: int) -> bool:
@@ -268,11 +279,18 @@ class SubnetAdmin:
             # a LID asked for (SLID/DLID in the mask) may be any LID of the port's range
             slid_ = f["SLID"] if mask & PR_COMP_SLID and not mask & PR_COMP_SGID else None
             dlid_ = f["DLID"] if mask & PR_COMP_DLID and not mask & PR_COMP_DGID else None
+            vport = getattr(self.subnet, "vports", {}).get(f["DGID"] & (1 << 64) - 1) if mask & PR_COMP_DGID else None
+            if vport is not None:
+                dlid_ = vport[1]                 # a vport's GID: its own LID
             # SubnAdmGet: one path per port pair (IBA 1.2 erratum); else NumbPath, or all
             iterations = 1 if get else f["NumbPath"] if mask & PR_COMP_NUMBPATH else None
             req = self.by_lid.get(slid)
             out = [r for d in dsts if d is not None and requester_shares(self.subnet, req, src, d)
                    for r in self.pair_paths(src, d, slid_, dlid_, iterations, mask, f)]
+            if mask & (PR_COMP_DGID | PR_COMP_SGID):     # an alias GID asked for is the path's GID
+                dgid = f["DGID"].to_bytes(16, "big") if mask & PR_COMP_DGID else None
+                sgid = f["SGID"].to_bytes(16, "big") if mask & PR_COMP_SGID else None
+                out = [r[:8] + (dgid or r[8:24]) + (sgid or r[24:40]) + r[40:] for r in out]
             return out, 64
         return None
 
@@ -297,6 +315,8 @@ class SubnetAdmin:
             return [me.lid.to_bytes(2, "big") + bytes(2) + bytes(si)], SM_INFO_RECORD_SIZE
         if attr == SaAttr.LINK_RECORD:
             return self._links(mask, rec), LINK_RECORD_SIZE
+        if attr == SaAttr.GUIDINFO_RECORD:
+            return self.guidinfo.records(mask, rec, self.by_lid, self.base_lids), GUIDINFO_RECORD_SIZE
 
         if attr == SaAttr.LFT_RECORD:
             out = []
@@ -404,7 +424,10 @@ class SubnetAdmin:
         return mtu, _RATE_CODE.get(min(_gbps(pi) for pi in pis), 3)
 
     def _set_or_delete(self, method: int, attr: int, mask: int, rec, slid: int, now: float):
-        """(status, record) of an MCMemberRecord join/leave or a ServiceRecord register/remove."""
+        """(status, record) of an MCMemberRecord join/leave, a ServiceRecord register/remove or
+        a GUIDInfoRecord's alias GUIDs set/removed."""
+        if attr == SaAttr.GUIDINFO_RECORD:
+            return self.guidinfo.set_or_delete(method, mask, rec, self.by_lid, self.log)
         if attr == SaAttr.MCMEMBER_RECORD:
             f = MCMEMBER_RECORD.decode(rec)
             requester = self.by_lid.get(slid)
@@ -479,6 +502,7 @@ class SubnetAdmin:
             # (a partition left without members went, with its groups)
             self.groups.partition_groups([g for g in prtns.mgroups if (g.pkey & 0x7FFF) in prtns.by_pkey])
         self.by_lid = subnet.port_by_lid()
+        self.guidinfo.keep_ports(set(subnet.ports))
         # an LMC range answers to each of its LIDs, but a table lists a port once (base LID)
         self.base_lids = sorted(lid for lid, p in self.by_lid.items() if lid == p.lid)
 
@@ -505,7 +529,8 @@ class SubnetAdmin:
             done = self._set_or_delete(method, attr, hdr.comp_mask, rec, slid, now)
             if done is not None:
                 status, record = done
-                size = MCMEMBER_RECORD_SIZE if attr == SaAttr.MCMEMBER_RECORD else SERVICE_RECORD_SIZE
+                size = {SaAttr.MCMEMBER_RECORD: MCMEMBER_RECORD_SIZE, SaAttr.GUIDINFO_RECORD: GUIDINFO_RECORD_SIZE}.get(
+                    attr, SERVICE_RECORD_SIZE)
                 set_sa_response(mad, Method.GET_RESP if method == Method.SET else SaMethod.DELETE_RESP,
                                 [record] if not status else [], size, status)
                 mad[SA_DATA_OFFSET:SA_DATA_OFFSET + len(record)] = record    # an error echoes the request

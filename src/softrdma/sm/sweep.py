@@ -26,6 +26,7 @@ from .guid2lid import Guid2Lid
 from .lid_mgr import assign_lids
 from .routing import compute
 from .subnet import NO_PATH, Node, Physp, Subnet
+from .virt import route_vports
 
 PORT_INIT, PORT_ARMED, PORT_ACTIVE = 2, 3, 4
 PACKET_LIFE_TIME = 0x12          # opensm's default packet_life_time
@@ -126,12 +127,13 @@ class HeavySweep:
         why: list[str] = []
         self.engine_used, self.lfts = compute(sub, self.engine, self.roots, existing or None, why)
         sub.lfts = self.lfts
+        vport_top = route_vports(sub, self.lfts)        # (sm.virt: a vport's LID goes as its port's)
         if self.engine_used != self.engine:
             self.log.info(f"{self.engine}: cannot route this subnet"
                           f"{' (' + why[0] + ')' if why else ''}, falling back to minhop")
         self.log.info(f"{self.engine_used} tables configured on all switches")
         self.times["routed"] = time.monotonic()
-        max_lid = sub.max_lid()
+        max_lid = max(sub.max_lid(), vport_top)
         for sw in sub.switches():
             si = bytearray(sw.switch_info or bytes(SWITCH_INFO.size))
             cur = SWITCH_INFO.decode(si)

@@ -20,9 +20,10 @@ import sys
 from ..verbs.device import management
 from ..verbs.errors import PyverbsError
 
-PATH_RE = re.compile(r"(?:^|/)class/(infiniband|net)/([^/]+)/device/(sriov_numvfs|sriov/(\d+)/([a-z_]+))/?$")
+PATH_RE = re.compile(r"(?:^|/)class/(infiniband|net)/([^/]+)/device/"
+                     r"(sriov_numvfs|mlx5_num_vfs|sriov/(\d+)/([a-z_]+))/?$")
 VF_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk", "mac": "mac",
-            "max_tx_rate": "max_tx_rate"}
+            "max_tx_rate": "max_tx_rate", "node": "node", "port": "port"}
 
 
 def main(argv: list[str], prog: str = "sysfs-write") -> int:

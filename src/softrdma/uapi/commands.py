@@ -217,9 +217,9 @@ _TABLE = (
     # -- PCI functions of ConnectX-like devices: identity (mst, flint q), NV configuration
     #    (mlxconfig), firmware (flint burn, mlxfwreset), SR-IOV (sriov_numvfs, ip link set PF vf N)
     Command("pci_functions", (), ("functions",), device=False),
-    Command("nvconfig", (string("name"), obj("set", {}), any_("reset")), ("rows",),
+    Command("nvconfig", (string("name"), obj("set", {}), any_("reset"), obj("cable", {})), ("rows", "cables"),
             (_E.EPERM, _E.ENODEV), device=False, state_first=True),
-    Command("fw_reset", (string("name"),), ("nv_changed", "fw_changed", "totalvfs", "fw_running"),
+    Command("fw_reset", (string("name"),), ("nv_changed", "fw_changed", "totalvfs", "fw_running", "link_layer"),
             (_E.EPERM, _E.ENODEV, _E.EBUSY), device=False, state_first=True),
     Command("fw_burn", (string("name"), fds(1, "fw_burn needs the image fd"), any_("allow_psid_change")),
             ("version", "previous"), (_E.EPERM, _E.ENODEV, _E.EFBIG), device=False, state_first=True),

@@ -16,6 +16,7 @@ import os
 from ...errors import VerbsError
 from ...uapi import request as rq
 from ..firmware import ImageError, parse_image
+from ..vpi import check_cable
 from .link import _link_admin
 
 #: the largest image a burn reads
@@ -27,22 +28,31 @@ def cmd_pci_functions(daemon, c, m, fds):
 
 
 def cmd_nvconfig(daemon, c, m, fds):
-    """The NV configuration (``rows``); ``set`` {NAME: value} stores
-    next-boot values (all or none), ``reset`` every default."""
+    """The NV configuration (``rows``, ``cables``); ``set`` {NAME: value}
+    stores next-boot values (all or none), ``reset`` every default,
+    ``cable`` {port, kind: "ib"|"eth", fabric, node, ca_port | netdev}
+    where a port goes for that protocol."""
     name = rq.string(m, "name")
     changes = rq.obj(m, "set", {})
     reset = m.get("reset", False)
     if type(reset) is not bool:
         raise VerbsError(errno.EINVAL, "reset is true or false")
+    cable = rq.obj(m, "cable", {})
     pf = daemon.pci.pf_of(name)
-    if changes or reset:
+    if changes or reset or cable:
         _link_admin(c)
     if changes:
         values = pf.nv.check(changes)
         pf.nv.set(values)
     elif reset:
         pf.nv.reset()
-    return {"rows": pf.nv.rows()}, []
+    elif cable:                 # where a port is plugged in for a protocol (``device.vpi``)
+        port = cable.get("port", 1)
+        if type(port) is not int or not 1 <= port <= 2:
+            raise VerbsError(errno.EINVAL, f"port {port!r}: 1 or 2")
+        kind = str(cable.get("kind", ""))
+        pf.nv.set_cable(port, kind, check_cable(kind, cable))
+    return {"rows": pf.nv.rows(), "cables": pf.nv.cables}, []
 
 
 def cmd_fw_reset(daemon, c, m, fds):

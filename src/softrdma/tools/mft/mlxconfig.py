@@ -9,6 +9,11 @@ value is not its default); ``set`` shows "Next Boot" and "New" and asks
 asks ``Reset configuration for device DEV? (y/n) [n] :``.  Changes apply
 at the next firmware reset (``mlxfwreset``) or daemon restart.  Without
 ``-d`` every device is queried.  Output: docs/formats/mlxconfig.md.
+
+softrdma's own command ``cable`` shows or sets where each port is plugged
+in for each protocol, what a LINK_TYPE switch needs (``device.vpi``):
+``cable`` lists them, ``cable P1 ib fabric BASE node CA [port N]`` and
+``cable P1 eth NETDEV`` set one.
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ USAGE = """
         q[uery]               : Query supported configurations.
         s[et]                 : Set configurations to a specific device.
         r[eset]               : Reset all configurations to their default value.
+        cable                 : (softrdma) Show where each port is plugged in for IB and for ETH.
+        cable P<n> ib fabric <fabric> node <CA> [port <n>]
+                              : (softrdma) Port n's InfiniBand cable: a CA port of a fabric.
+        cable P<n> eth <netdev>
+                              : (softrdma) Port n's Ethernet cable: a netdev.
 """
 
 NAME_W, VAL_W = 36, 16
@@ -100,6 +110,47 @@ def reset(conn, fn: dict, shown: str, yes: bool, out) -> int:
                  lambda: conn.call("nvconfig", name=fn["name"], reset=True), "Failed to reset configuration")
 
 
+def parse_cable(args: list[str]) -> dict:
+    """``P1 ib fabric F node N [port K]`` / ``P1 eth NETDEV`` as the
+    daemon's ``cable`` request; ToolError (status 3) otherwise."""
+    bad = ToolError("Bad cable: expected P<n> ib fabric <fabric> node <CA> [port <n>] or P<n> eth <netdev>", 3)
+    if len(args) < 3 or args[0] not in ("P1", "P2") or args[1] not in ("ib", "eth"):
+        raise bad
+    port = int(args[0][1])
+    if args[1] == "eth":
+        if len(args) != 3:
+            raise bad
+        return {"port": port, "kind": "eth", "netdev": args[2]}
+    words = args[2:]
+    if len(words) % 2:
+        raise bad
+    kv = dict(zip(words[::2], words[1::2]))
+    if set(kv) - {"fabric", "node", "port"} or not {"fabric", "node"} <= set(kv):
+        raise bad
+    try:
+        ca_port = int(kv.get("port", "1"), 10)
+    except ValueError:
+        raise bad from None
+    return {"port": port, "kind": "ib", "fabric": kv["fabric"], "node": kv["node"], "ca_port": ca_port}
+
+
+def cables(conn, fn: dict, shown: str, cable: dict | None, out) -> int:
+    """``cable``: set one (when given), then show every port's."""
+    reply = conn.call("nvconfig", name=fn["name"], **({"cable": cable} if cable else {}))[0]
+    out.write(f"\nDevice:         {shown}\n\n{'Port':<8}{'Protocol':<12}Cable\n")
+    for port in ("1", "2"):
+        for kind in ("ib", "eth"):
+            c = reply["cables"].get(port, {}).get(kind)
+            if c is None:
+                text = "-"
+            elif kind == "ib":
+                text = f"fabric {c['fabric']} node {c['node']} port {c['ca_port']}"
+            else:
+                text = c["netdev"]
+            out.write(f"{'P' + port:<8}{kind.upper():<12}{text}\n")
+    return 0
+
+
 def parse(argv: list[str]):
     try:
         opts, rest = parse_flags(argv, {"-d": "dev", "--dev": "dev"},
@@ -113,12 +164,14 @@ def parse(argv: list[str]):
         raise ToolError("No command found. For more information please read the help message:", 3)
     cmd, args = rest[0], rest[1:]
     cmd = {"q": "query", "s": "set", "r": "reset"}.get(cmd, cmd)
-    if cmd not in ("query", "set", "reset"):
+    if cmd not in ("query", "set", "reset", "cable"):
         raise ToolError(f"Unknown command \"{rest[0]}\"", 3)
     if cmd == "set" and not args:
         raise ToolError("missing configuration parameters to set", 3)
     if cmd == "reset" and args:
         raise ToolError(f"Unexpected argument \"{args[0]}\" for reset", 3)
+    if cmd == "cable" and args:
+        args = [parse_cable(args)]
     if cmd != "query" and dev is None:
         raise ToolError("Device must be specified using -d flag", 3)
     return dev, yes, extended, cmd, args
@@ -159,4 +212,6 @@ def _run(dev, yes, extended, cmd, args, out) -> int:
         return 0
     if cmd == "set":
         return set_(conn, fn, shown, args, yes, out)
+    if cmd == "cable":
+        return cables(conn, fn, shown, args[0] if args else None, out)
     return reset(conn, fn, shown, yes, out)
