@@ -203,3 +203,31 @@ def test_traffic_on_each_port_to_a_host_of_its_subnet(two, prog):
     # the traffic went out of the port it was meant for: each port counted its own
     c1, c2 = (port_of(d1, n)["ib"]["counters"]["xmit_packets"] for n in (1, 2))
     assert c1 >= 100 and c2 >= 100, (c1, c2)
+
+
+def test_ports_on_two_fabrics(two):
+    """Port 1 on one fabric, port 2 on another (stand-in fabrics): each
+    port mirrors its own fabric's CA port; deleting the device detaches
+    both."""
+    from ib_helpers import FakeFabric, control
+    d2 = two.daemons["h2"]
+    fa = FakeFabric(two.fabric.fdir, "ibp2fa", {"x1": 7})
+    fb = FakeFabric(two.fabric.fdir, "ibp2fb", {"y1": 9})
+    try:
+        assert add_ib(d2.run_dir, "mlx5_1", "ibp2fa", "x1")["errno"] == 0
+        assert add_ib(d2.run_dir, "mlx5_1/2", "ibp2fb", "y1")["errno"] == 0
+        assert add_ib(d2.run_dir, "mlx5_1/2", "ibp2fb", "y1")["errno"] != 0      # (already there)
+        ports = link(d2.run_dir, "mlx5_1")["ports"]
+        assert [(p["port"], p["ib"]["fabric"], p["ib"]["node"], p["port_attr"]["lid"]) for p in ports] == \
+            [(1, "ibp2fa", "x1", 7), (2, "ibp2fb", "y1", 9)]
+        assert int(ports[1]["ib"]["port_guid"].replace(":", ""), 16) == fb.guid("y1")
+        fb.set("y1", lid=11)                                     # port 2's change, port 1 untouched
+        wait_for(lambda: link(d2.run_dir, "mlx5_1")["ports"][1]["port_attr"]["lid"] == 11, 30, "port 2's new LID")
+        assert link(d2.run_dir, "mlx5_1")["ports"][0]["port_attr"]["lid"] == 7
+        sysfs = os.path.join(d2.run_dir, "sys/class/infiniband/mlx5_1/ports/2/lid")
+        wait_for(lambda: open(sysfs).read() == "0xb\n", 30, "ports/2/lid")
+        assert control(d2.run_dir, "link_delete", name="mlx5_1")["errno"] == 0
+        wait_for(lambda: not fa.conns and not fb.conns, 30, "both ports detached")
+    finally:
+        fa.close()
+        fb.close()
