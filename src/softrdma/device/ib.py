@@ -15,7 +15,8 @@ Polling, until the fabric is back.
 Transmit: an address vector resolves to an ``IbRoute`` (DLID, SLID = base
 LID | source path bits within the LMC, SL, and a GRH when ``is_global``),
 cached per AV object; the packets of one pass leave as PACKETS messages
-of up to 64 KiB.  A QP's run of MIDDLE packets (a ``SegmentRun``: the
+of up to 64 KiB, each sent as the list of its pieces (one ``sendmsg``:
+the entries are never joined into one buffer).  A QP's run of MIDDLE packets (a ``SegmentRun``: the
 port asks QPs for them, as a RoCE port with a socket does) is laid out as
 PACKETS entries in one call (``wire.lrh.build_run``: LRH, GRH, BTH,
 payload, ICRC, VCRC of each, compiled where built); any other packet is
@@ -384,7 +385,7 @@ class IbPort(Port):
                         while i < total:
                             k = min(total - i, (fl.MAX_MESSAGE - size) // ent)
                             if k <= 0:
-                                msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                                msgs.append([fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk), *parts])
                                 parts, npk, size = [], 0, fl.HDR.size
                                 continue
                             parts.append(build_run(pkt.hdr, pkt.payload, mtu, total, i, k, pkt.psn0, pkt.ackreq_last,
@@ -398,7 +399,7 @@ class IbPort(Port):
                     grh = self._pack_grh(r, len(pkt) + ICRC_BYTES) if r.grh else None
                     f = encap(pkt, dlid=r.dlid, slid=r.slid, sl=r.sl, grh=grh)
                     if size + 2 + len(f) > fl.MAX_MESSAGE and npk:
-                        msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                        msgs.append([fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk), *parts])
                         parts, npk, size = [], 0, fl.HDR.size
                     parts.append(_PLEN.pack(len(f)))
                     parts.append(f)
@@ -407,7 +408,7 @@ class IbPort(Port):
                     sent_pkts += 1
                     nbytes += len(pkt) + ICRC_BYTES
             if npk:
-                msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                msgs.append([fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk), *parts])
             dropped = self.link.send_messages(msgs) if msgs else 0
         finally:
             self.routing = False
