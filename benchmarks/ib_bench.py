@@ -10,6 +10,15 @@ topology, one switch apart, LIDs from ``softrdma opensm``), alternating.
 
 Prints every figure and the medians, and IB as a share of RoCE (the
 bandwidth target: IB >= 50 % of RoCE; the latency target: IB <= 2x RoCE).
+
+Before/after in one run, as ``ab_env.py``: ``--b NAME=VALUE`` (and
+``--a``) set the environment of each side's fabric server, daemons and
+tools -- e.g. ``--a PYTHONPATH=/tmp/before/src`` for a copy of the code
+before a change.  Each round then sets up hosts and fabric afresh for A,
+then for B (alternating, so that both see the same drift of a shared
+machine) and measures RoCE and IB on each.
+
+    sudo python3 benchmarks/ib_bench.py --rounds 3 --a PYTHONPATH=/tmp/before/src --only-bw
 The IB packets take one more hop than RoCE's: from the sending daemon to
 the fabric server's process (its data socket), through the switch's LFT,
 and to the receiving daemon -- two SEQPACKET messages per batch where RoCE
@@ -93,36 +102,76 @@ def runners(hosts):
     return srv, cli
 
 
-def main() -> int:
-    a = bench_args(__doc__, lambda ap: ap.add_argument("--lat-iters", type=int, default=1000,
-                                                       help="ib_write_lat iterations (perftest's default)"))
+def _env(pairs) -> dict:
+    out = {}
+    for kv in pairs:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"ib_bench: {kv!r} is not NAME=VALUE")
+        out[k] = v
+    return out
+
+
+@contextlib.contextmanager
+def environment(env: dict):
+    """``os.environ`` with ``env`` set (the fabric, daemons and tools start with it), put back on leaving."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def one_setup(env: dict, points, devs, got: dict, tag: str, r: int) -> None:
+    """Fabric, hosts, SM and the points on both devices, with ``env`` set."""
     from ib_helpers import link
-    with two_ib_hosts("ib_bench-") as (fab, hosts, lids):
+    with environment(env), two_ib_hosts("ib_bench-") as (fab, hosts, lids):
         mtu = link(hosts.run_dirs[0], "mlx5_0")["port_attr"]["active_mtu"]
-        print(f"IB: LIDs {lids[0]} and {lids[1]}, one switch apart, active MTU {128 << mtu}; "
-              f"RoCE: rxe0 on the veth (MTU {VETH_MTU}) between the namespaces", flush=True)
+        if r == 0:
+            print(f"{tag}IB: LIDs {lids[0]} and {lids[1]}, one switch apart, active MTU {128 << mtu}; "
+                  f"RoCE: rxe0 on the veth (MTU {VETH_MTU}) between the namespaces", flush=True)
         srv, cli = runners(hosts)
-        points = (("ib_write_bw", ["-s", "65536", "-n", str(a.iters)], "bw_avg_MiBps", "MB/s"),
-                  ("ib_write_lat", ["-s", "2", "-n", str(a.lat_iters)], "t_typical", "us"))
-        devs = (("RoCE", ["-d", "rxe0"]), ("IB", ["-d", "mlx5_0"]))
-        got = {(t, d): [] for t, *_ in points for d, _ in devs}
-        for r in range(a.rounds):
-            for tool, args, key, unit in points:
-                for dev, dargs in devs:
-                    row = parse_table(run_pair(tool, [*dargs, "-F", *args], srv, cli), tool == "ib_write_lat")[-1]
-                    v = row[key] * (1 << 20) / 1e6 if unit == "MB/s" else row[key]
-                    got[(tool, dev)].append(v)
-                    print(f"round {r + 1} {tool} {dev}: {v:,.1f} {unit}", flush=True)
-        print()
         for tool, args, key, unit in points:
-            med = {d: statistics.median(got[(tool, d)]) for d, _ in devs}
+            for dev, dargs in devs:
+                row = parse_table(run_pair(tool, [*dargs, "-F", *args], srv, cli), tool == "ib_write_lat")[-1]
+                v = row[key] * (1 << 20) / 1e6 if unit == "MB/s" else row[key]
+                got[(tag, tool, dev)].append(v)
+                print(f"round {r + 1} {tag}{tool} {dev}: {v:,.1f} {unit}", flush=True)
+
+
+def _options(ap) -> None:
+    ap.add_argument("--lat-iters", type=int, default=1000, help="ib_write_lat iterations (perftest's default)")
+    ap.add_argument("--a", action="append", default=[], metavar="NAME=VALUE", help="side A's environment")
+    ap.add_argument("--b", action="append", default=[], metavar="NAME=VALUE",
+                    help="side B's environment (--a or --b given: A and B alternate, each with its own setup)")
+    ap.add_argument("--only-bw", action="store_true", help="ib_write_bw only")
+
+
+def main() -> int:
+    a = bench_args(__doc__, _options)
+    points = [("ib_write_bw", ["-s", "65536", "-n", str(a.iters)], "bw_avg_MiBps", "MB/s"),
+              ("ib_write_lat", ["-s", "2", "-n", str(a.lat_iters)], "t_typical", "us")]
+    if a.only_bw:
+        points = points[:1]
+    devs = (("RoCE", ["-d", "rxe0"]), ("IB", ["-d", "mlx5_0"]))
+    sides = [("", {})] if not (a.a or a.b) else [("A ", _env(a.a)), ("B ", _env(a.b))]
+    got = {(tag, t, d): [] for tag, _ in sides for t, *_ in points for d, _ in devs}
+    for r in range(a.rounds):
+        for tag, env in sides:
+            one_setup(env, points, devs, got, tag, r)
+    print()
+    for tag, _ in sides:
+        for tool, args, key, unit in points:
+            med = {d: statistics.median(got[(tag, tool, d)]) for d, _ in devs}
             for d, _ in devs:
-                print(f"{tool} {' '.join(args[:2])} {d}: median {med[d]:,.1f} {unit} of "
-                      f"{', '.join(f'{v:,.1f}' for v in got[(tool, d)])}")
+                print(f"{tag}{tool} {' '.join(args[:2])} {d}: median {med[d]:,.1f} {unit} of "
+                      f"{', '.join(f'{v:,.1f}' for v in got[(tag, tool, d)])}")
             if unit == "MB/s":
-                print(f"  IB / RoCE: {med['IB'] / med['RoCE']:.0%} (target >= 50 %)")
+                print(f"  {tag}IB / RoCE: {med['IB'] / med['RoCE']:.0%} (target >= 50 %)")
             else:
-                print(f"  IB / RoCE: {med['IB'] / med['RoCE']:.2f}x (target <= 2x)")
+                print(f"  {tag}IB / RoCE: {med['IB'] / med['RoCE']:.2f}x (target <= 2x)")
     return 0
 
 

@@ -162,6 +162,11 @@ class FakeSock:
         self.sent.append(bytes(msg))
         return len(msg)
 
+    def sendmsg(self, buffers):
+        msg = b"".join(buffers)
+        self.sent.append(msg)
+        return len(msg)
+
     def close(self):
         pass
 
@@ -243,3 +248,30 @@ def test_route_counts_a_run_as_its_packets():
     assert len(pkts) == 64 and all(len(m) <= fl.MAX_MESSAGE for m in port.link.sock.sent)
     assert port.ib_counters["xmit_packets"] == 64
     assert port.ib_counters["xmit_bytes"] == sum(len(f) - 8 - 2 for f in pkts)
+
+
+def test_a_message_of_pieces_leaves_whole_and_a_full_outbox_drops_by_packets():
+    """``route``'s messages are lists of pieces: sent as one message
+    (``sendmsg``), queued while the socket is full, and past the outbox's
+    bound dropped and counted by the packets in their header."""
+    from softrdma.device import fabric_link
+
+    class FullSock(FakeSock):
+        full = True
+
+        def sendmsg(self, buffers):
+            if self.full:
+                raise BlockingIOError
+            return FakeSock.sendmsg(self, buffers)
+
+    port = ib_port(2)
+    port.link.sock = FullSock()
+    pkts = [lrh.encap(bytes(40), dlid=3, slid=2) for _ in range(3)]
+    msg = fl.pack_packets(pkts)
+    pieces = [msg[:4], msg[4:30], msg[30:]]
+    n = fabric_link.MAX_OUTBOX // len(msg)
+    assert port.link.send_messages([list(pieces)] * (n + 2)) == 2 * 3
+    assert port.link.outbox_bytes == n * len(msg)
+    port.link.sock.full = False
+    assert port.link.flush() and port.link.outbox_bytes == 0
+    assert port.link.sock.sent == [msg] * n

@@ -39,6 +39,7 @@ import traceback
 from ..enums import IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR
 from ..errors import VerbsError
 from ..mgmt.cm.counters import COUNTER_NAMES as CM_COUNTER_NAMES
+from ..transport.counters import TRAFFIC, as_dict
 from ..uapi.commands import check_request
 from ..uapi.control import MAX_MSG, ControlError, recv_msg, valid_seq
 from ..uapi.rundir import SOCKET_NAME
@@ -191,8 +192,10 @@ class Daemon:
                 d = self.rdma_cm_deadline(dev)
                 if d is not None:
                     timeout = min(timeout, max(0.001, d - now))
-                if dev.link_layer == LINK_LAYER_IB and dev.link.retry_at is not None:
-                    timeout = min(timeout, max(0.001, dev.link.retry_at - now))
+                if dev.link_layer == LINK_LAYER_IB:
+                    for p in dev.ib_ports:
+                        if p.link.retry_at is not None:
+                            timeout = min(timeout, max(0.001, p.link.retry_at - now))
             d = self.ipoib.deadline if self.ipoib.ifs else None
             if d is not None:
                 timeout = min(timeout, max(0.001, d - now))
@@ -362,32 +365,43 @@ class Daemon:
             self._event_clients(dev, IBV_EVENT_PORT_ACTIVE if new_state == 4 else IBV_EVENT_PORT_ERR)
 
     # ------------------------------------------------------------ InfiniBand ports
-    def fabric_readable(self, dev) -> None:
-        """An IB device's fabric connection has input: PORT_INFO, PACKETS;
+    def fabric_readable(self, port) -> None:
+        """An IB port's fabric connection has input: PORT_INFO, PACKETS;
         its end takes the port Down and schedules a reconnect."""
         now = time.monotonic()
-        if not dev.service(now):
-            self.fabric_lost(dev, now)
-        self._ib_port_events(dev)
+        if not port.service(now):
+            self.fabric_lost(port, now)
+        self._ib_port_events(port)
 
     def fabric_service(self, dev, now: float) -> None:
-        """Each pass: send what waits for the fabric's socket; reconnect a
-        lost fabric when its back-off is over."""
-        link = dev.link
-        if link.outbox:
-            link.flush()
-            self._busy()
-        if link.sock is None and link.retry_at is not None and now >= link.retry_at:
-            if link.connect():
-                log.info("%s: attached to fabric %s, node %s", dev.name, link.base, link.node)
-                self.sel.register(link.sock, selectors.EVENT_READ, ("fabric", dev))
-                dev.attached()
-            else:
-                link.close(now)
-        if dev.port_events:
-            self._ib_port_events(dev)
+        """Each pass, for each port of the IB device: send what waits for
+        the fabric's socket; reconnect a lost fabric when its back-off is
+        over."""
+        for port in dev.ib_ports:
+            link = port.link
+            if link.outbox:
+                link.flush()
+                self._busy()
+            if link.sock is None and link.retry_at is not None and now >= link.retry_at:
+                if link.connect():
+                    log.info("%s/%d: attached to fabric %s, node %s", dev.name, port.num, link.base, link.node)
+                    self.sel.register(link.sock, selectors.EVENT_READ, ("fabric", port))
+                    port.attached()
+                else:
+                    link.close(now)
+            if port.port_events:
+                self._ib_port_events(port)
+
+    def ib_port_added(self, dev, port) -> None:
+        """``rdma link add NAME/N``: port N of an IB device is attached."""
+        self.sel.register(port.link.sock, selectors.EVENT_READ, ("fabric", port))
+        self._ib_sysfs_port(port)
+        self.sysfs.add_umad(dev.name, port.num)
+        port.port_events.clear()
+        self.topology_changed()
 
     def fabric_lost(self, dev, now: float) -> None:
+        """(``dev``: the IB port whose connection ended.)"""
         link = dev.link
         if link.sock is not None:
             try:
@@ -395,7 +409,7 @@ class Daemon:
             except (KeyError, ValueError):
                 pass
         if link.error:
-            log.warning("%s: fabric link lost: %s", dev.name, link.error[1])
+            log.warning("%s/%d: fabric link lost: %s", dev.name, dev.num, link.error[1])
         link.close(now)
         dev.link_lost()
         self._ib_port_events(dev)
@@ -410,21 +424,24 @@ class Daemon:
         self.topology_changed()
         self._ib_sysfs_port(dev)
         for ev in evs:
-            self._event_clients(dev, ev)
-        self.ipoib.port_events(dev)
+            self._event_clients(dev.hca, ev, dev.num)
+        if dev.num == 1:                    # (IPoIB: ib0 on a device's first port)
+            self.ipoib.port_events(dev)
 
     def _ib_sysfs_port(self, dev) -> None:
+        """(``dev``: an IB port: the device itself for port 1.)"""
         t = self.sysfs
-        t.set_port(dev.name, 1, state=dev.state, phys_state=dev.phys_state, rate=dev.rate, lid=dev.lid,
+        n = dev.num
+        t.set_port(dev.name, n, state=dev.state, phys_state=dev.phys_state, rate=dev.rate, lid=dev.lid,
                    sm_lid=dev.sm_lid, lid_mask_count=dev.lmc, cap_mask=dev.cap_mask, link_layer="InfiniBand",
                    sm_sl=dev.sm_sl)
-        t.set_gids(dev.name, 1, dev.gid_table)
-        t.set_pkeys(dev.name, 1, dev.pkeys)
+        t.set_gids(dev.name, n, dev.gid_table)
+        t.set_pkeys(dev.name, n, dev.pkeys)
 
-    def _event_clients(self, dev: Device, ev: int) -> None:
+    def _event_clients(self, dev: Device, ev: int, port: int = 1) -> None:
         for cl in self.clients.values():
             if cl.device is dev:
-                cl.event(ev, port=1)
+                cl.event(ev, port=port)
 
     def _busy(self) -> None:
         self.last_busy = time.monotonic()
@@ -611,6 +628,7 @@ class Daemon:
                          **{k: v for k, v in self.pci.device_attrs(dev).items() if k != "parent"})
             self.pci.device_added(dev)
             self._ib_sysfs_port(dev)
+            t.add_umad(dev.name, 1)
             dev.port_events.clear()                 # (the device is new: nobody to tell)
             self._write_counters(dev)
             self.ipoib.add_device(dev)
@@ -632,6 +650,11 @@ class Daemon:
         if dev.link_layer == LINK_LAYER_IB:
             ib = dev.ib_counters
             pma.update(port_xmit_discards=ib["port_xmit_discards"], port_rcv_errors=ib["port_rcv_errors"])
+            for p in dev.ib_ports[1:]:               # port 2 ...: its own traffic and drops
+                tr, ib = as_dict(p.cnt, TRAFFIC), p.ib_counters
+                pp = rxe_pma_counters(tr["tx_bytes"], tr["rx_bytes"], tr["tx_packets"], tr["rx_packets"])
+                pp.update(port_xmit_discards=ib["port_xmit_discards"], port_rcv_errors=ib["port_rcv_errors"])
+                self.sysfs.update_counters(dev.name, p.num, pp, None)
         self.sysfs.update_counters(dev.name, 1, pma, hw)
         cm = getattr(dev, "cm", None)
         if cm is not None:

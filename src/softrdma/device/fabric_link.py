@@ -6,7 +6,7 @@
 namespace reaches it), sends ATTACH (the CA port by node description,
 topology name or ``0x<node GUID>``), and then reads messages -- PORT_INFO,
 PACKETS, ERROR -- without blocking.  Outgoing PACKETS batches that the
-socket does not take at once wait in ``outbox`` (bounded: past
+socket does not take at once wait in ``outbox`` (as (message, length); bounded: past
 ``MAX_OUTBOX`` bytes a batch is dropped, as a congested link discards, and
 counted by the caller).  A closed or refused connection is retried with a
 back-off (``retry_at``): a fabric server that restarts gets its devices
@@ -125,22 +125,26 @@ class FabricLink:
         return self.send_messages(fl.batches(frames))
 
     def send_messages(self, msgs: list) -> int:
-        """Queue PACKETS messages built whole (``IbPort.route``) and send
-        what the socket takes; the number of packets dropped because the
-        outbox is full."""
+        """Queue PACKETS messages built whole (``IbPort.route``: each a
+        buffer, or a list of the buffers it is made of, header first, sent
+        as one message by one ``sendmsg``) and send what the socket takes;
+        the number of packets dropped because the outbox is full."""
         dropped = 0
+        box = self.outbox
         for msg in msgs:
-            if self.outbox_bytes + len(msg) > MAX_OUTBOX:
-                dropped += msg[2] << 8 | msg[3]
+            n = sum(map(len, msg)) if msg.__class__ is list else len(msg)
+            if self.outbox_bytes + n > MAX_OUTBOX:
+                h = msg[0] if msg.__class__ is list else msg
+                dropped += h[2] << 8 | h[3]
                 continue
-            self.outbox.append(msg)
-            self.outbox_bytes += len(msg)
+            box.append((msg, n))
+            self.outbox_bytes += n
         self.flush()
         return dropped
 
     def send_control(self, msg: bytes) -> None:
         """A message other than PACKETS (PORT_CAP), in order with them."""
-        self.outbox.append(msg)
+        self.outbox.append((msg, len(msg)))
         self.outbox_bytes += len(msg)
         self.flush()
 
@@ -151,9 +155,12 @@ class FabricLink:
         if s is None:
             return True
         while box:
-            msg = box[0]
+            msg, n = box[0]
             try:
-                s.send(msg)
+                if msg.__class__ is list:
+                    s.sendmsg(msg)
+                else:
+                    s.send(msg)
             except (BlockingIOError, InterruptedError):
                 return False
             except OSError:                  # the reader sees the end and closes (``receive``)
@@ -161,7 +168,7 @@ class FabricLink:
                 self.outbox_bytes = 0
                 return True
             box.popleft()
-            self.outbox_bytes -= len(msg)
+            self.outbox_bytes -= n
         return True
 
 

@@ -15,7 +15,8 @@ Polling, until the fabric is back.
 Transmit: an address vector resolves to an ``IbRoute`` (DLID, SLID = base
 LID | source path bits within the LMC, SL, and a GRH when ``is_global``),
 cached per AV object; the packets of one pass leave as PACKETS messages
-of up to 64 KiB.  A QP's run of MIDDLE packets (a ``SegmentRun``: the
+of up to 64 KiB, each sent as the list of its pieces (one ``sendmsg``:
+the entries are never joined into one buffer).  A QP's run of MIDDLE packets (a ``SegmentRun``: the
 port asks QPs for them, as a RoCE port with a socket does) is laid out as
 PACKETS entries in one call (``wire.lrh.build_run``: LRH, GRH, BTH,
 payload, ICRC, VCRC of each, compiled where built); any other packet is
@@ -66,6 +67,7 @@ from ..wire.packet import build
 from .core import DeviceCore
 from .fabric_link import FabricLink
 from .gid import ROCE_V1, GidTable
+from .gsi import Gsi
 from .umad import Umad
 
 LINK_LAYER_IB = 1                    # IBV_LINK_LAYER_INFINIBAND
@@ -150,12 +152,17 @@ class IbPort(Port):
     #: a PF's virtual functions sharing this port (``device.ib_vf.Vports``): their packets, their PortInfo
     vports = None
 
-    def __init__(self, base: str, node: str, port_num: int, name: str, directory: str | None = None):
+    def __init__(self, base: str, node: str, port_num: int, name: str, directory: str | None = None, *,
+                 num: int = 1):
         super().__init__()
         self.link = FabricLink(base, node, port_num, name, directory)
         self.fabric = base
         self.node_sel = node
-        self.port_num = port_num
+        self.port_num = port_num                  # the CA port of the fabric this port is attached to
+        self.num = num                            # the device's port number (ports/N, ibv_query_port)
+        self.hca = self                           # the device (``IbDevice``) this port is a port of
+        self.max_mtu = self.active_mtu = 5        # IBV_MTU_4096 until the fabric says
+        self.pkey_table: tuple = (0xFFFF,)        # PartitionCap entries, those the SM left unset 0
         self.info = PortInfo()
         self.raw_info: fl.PortInfoMsg | None = None     # as the fabric sent it (a umad file's tool reads it)
         self.gid_table = GidTable("", GID_TABLE_LEN, ROCE_V1)
@@ -229,6 +236,19 @@ class IbPort(Port):
     def ib_counters(self) -> dict[str, int]:
         return dict(zip(IB_COUNTERS, self.ib_cnt))
 
+    def port_attrs(self) -> dict:
+        pi = self.info.pi
+        return {"state": self.state, "max_mtu": self.max_mtu, "active_mtu": self.active_mtu,
+                "gid_tbl_len": self.gid_table.capacity, "port_cap_flags": self.cap_mask,
+                "max_msg_sz": self.hca.caps.max_msg_sz, "pkey_tbl_len": len(self.pkey_table),
+                "lid": self.lid, "sm_lid": self.sm_lid, "lmc": self.lmc,
+                "max_vl_num": {1: 1, 2: 2, 3: 3, 4: 4, 5: 5}.get(pi.get("VLCap", 1), 1),
+                "sm_sl": self.sm_sl, "subnet_timeout": pi.get("SubnetTimeout", 0),
+                "init_type_reply": pi.get("InitReply", 0), "active_width": self.active_width,
+                "active_speed": self.active_speed, "phys_state": self.phys_state,
+                "link_layer": LINK_LAYER_IB, "bad_pkey_cntr": self.ib_cnt[PKEY_VIOLATIONS] & 0xFFFF,
+                "qkey_viol_cntr": pi.get("QkeyViolations", 0)}
+
     # -- the fabric's word
     def apply(self, msg: fl.PortInfoMsg) -> list[int]:
         """Mirror a PORT_INFO; the port events it means (also appended to
@@ -272,15 +292,15 @@ class IbPort(Port):
         return evs
 
     def _set_mtu(self, pi: dict) -> None:
-        caps = getattr(self, "caps", None)
-        if caps is None:
-            return
         cap = pi.get("MtuCap") or 5
-        caps.max_mtu = cap
-        caps.active_mtu = min(pi.get("NeighborMTU") or cap, cap)
+        self.max_mtu = cap
+        self.active_mtu = min(pi.get("NeighborMTU") or cap, cap)
         # the table has PartitionCap entries (NodeInfo); those the SM left unset are 0
         n = max(self.info.node.get("PartCap", 0), len(self.pkeys))
-        caps.pkey_table = tuple(self.pkeys) + (0,) * (n - len(self.pkeys))
+        self.pkey_table = tuple(self.pkeys) + (0,) * (n - len(self.pkeys))
+        caps = getattr(self, "caps", None)
+        if caps is not None and self.num == 1:    # the device's caps: its first port's
+            caps.max_mtu, caps.active_mtu, caps.pkey_table = self.max_mtu, self.active_mtu, self.pkey_table
 
     def link_lost(self) -> list[int]:
         """The fabric connection ended: the port is Down (Polling: a port
@@ -368,7 +388,7 @@ class IbPort(Port):
                         while i < total:
                             k = min(total - i, (fl.MAX_MESSAGE - size) // ent)
                             if k <= 0:
-                                msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                                msgs.append([fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk), *parts])
                                 parts, npk, size = [], 0, fl.HDR.size
                                 continue
                             parts.append(build_run(pkt.hdr, pkt.payload, mtu, total, i, k, pkt.psn0, pkt.ackreq_last,
@@ -382,7 +402,7 @@ class IbPort(Port):
                     grh = self._pack_grh(r, len(pkt) + ICRC_BYTES) if r.grh else None
                     f = encap(pkt, dlid=r.dlid, slid=r.slid, sl=r.sl, grh=grh)
                     if size + 2 + len(f) > fl.MAX_MESSAGE and npk:
-                        msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                        msgs.append([fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk), *parts])
                         parts, npk, size = [], 0, fl.HDR.size
                     parts.append(_PLEN.pack(len(f)))
                     parts.append(f)
@@ -391,7 +411,7 @@ class IbPort(Port):
                     sent_pkts += 1
                     nbytes += len(pkt) + ICRC_BYTES
             if npk:
-                msgs.append(fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk) + b"".join(parts))
+                msgs.append([fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk), *parts])
             dropped = self.link.send_messages(msgs) if msgs else 0
         finally:
             self.routing = False
@@ -552,9 +572,39 @@ class IbPort(Port):
         pass
 
 
+class IbSubPort(IbPort):
+    """Port 2 (3, ...) of an ``IbDevice``: a port of its own -- its fabric
+    link, PortInfo, LID, GID and P_Key tables, counters, QP0/QP1 (its own
+    ``Gsi``) and umad files -- over the device's QPs (``qps``, shared: a
+    QP is the device's, the port it sends from is its INIT ``port_num``).
+    Port 1 is the device itself (``IbDevice`` is an ``IbPort``)."""
+
+    def __init__(self, dev: "IbDevice", num: int, fabric: str, node: str, ca_port: int,
+                 directory: str | None = None):
+        IbPort.__init__(self, fabric, node, ca_port, dev.name, directory, num=num)
+        self.hca = dev
+        self.name = dev.name
+        self.qps = dev.qps                           # the device's QPs: a packet to a QPN finds it on any port
+        self.mcast_qps = dev.mcast_qps
+        self.failures = dev.failures
+        self.cc = dev.cc
+        self.gsi = Gsi(self)                         # QP1 of this port: its MADs leave from it
+        self.gsi.umad = Umad(self)
+
+    def pull_receives(self) -> None:
+        self.hca.pull_receives()
+
+    def close(self) -> None:
+        self.link.close()
+        self.gsi.umad.close_all()
+
+
 class IbDevice(DeviceCore, IbPort):
-    """A device whose port is a CA port of a fabric (``rdma link add NAME
-    type ib fabric BASE node NODE``)."""
+    """A device whose ports are CA ports of fabrics (``rdma link add NAME
+    type ib fabric BASE node NODE``; ``NAME/2 ...`` adds port 2): port 1 is
+    the device itself, further ports are ``IbSubPort``s (``ib_ports``).
+    A QP's packets leave from the port its INIT ``port_num`` names (the
+    kernel's ``qp->port``); each port receives into the device's QPs."""
 
     link_layer = LINK_LAYER_IB
 
@@ -565,6 +615,58 @@ class IbDevice(DeviceCore, IbPort):
         self.caps.link_layer = LINK_LAYER_IB
         self.mac = bytes(6)
         self.gsi.umad = Umad(self)                   # the diags' MADs through QP1 (``-C NAME``)
+        self.ib_ports: list[IbPort] = [self]         # by port number - 1
+        self.directory = directory
+
+    def port(self, num: int) -> IbPort:
+        """Port ``num`` (1-based); EINVAL when the device has no such port."""
+        if type(num) is not int or not 1 <= num <= len(self.ib_ports):
+            raise VerbsError(errno.EINVAL, f"{self.name} has no port {num}")
+        return self.ib_ports[num - 1]
+
+    def add_port(self, fabric: str, node: str, ca_port: int) -> IbSubPort:
+        """The next port (``phys_port_cnt`` + 1), not yet connected."""
+        p = IbSubPort(self, len(self.ib_ports) + 1, fabric, node, ca_port, self.directory)
+        self.ib_ports.append(p)
+        self.caps.phys_port_cnt = len(self.ib_ports)
+        return p
+
+    def remove_port(self, p: IbSubPort) -> None:
+        """Take the last port away (``rdma link delete NAME/N``)."""
+        assert p is self.ib_ports[-1] and p is not self
+        self.ib_ports.pop()
+        self.caps.phys_port_cnt = len(self.ib_ports)
+        p.close()
+
+    def route(self, peers, now: float) -> bool:
+        """Each port sends what its QPs emitted: a QP's packets move to the
+        port of its ``port_num`` first (one port: nothing to sort)."""
+        ports = self.ib_ports
+        if len(ports) == 1:
+            return IbPort.route(self, peers, now)
+        tx = self.tx
+        if tx and not self.routing:
+            keep = []
+            for item in tx:
+                n = getattr(item[0], "attr", None)
+                n = n.port_num if n is not None else 1
+                if n == 1 or n > len(ports):
+                    keep.append(item)
+                else:
+                    ports[n - 1].tx.append(item)
+            tx[:] = keep
+        sent = IbPort.route(self, peers, now)
+        for p in ports[1:]:
+            sent = p.route(peers, now) or sent
+        return sent
+
+    def drain(self, now: float, devices_by_ip: dict | None = None) -> None:
+        for p in self.ib_ports:
+            p.service(now)
+
+    def check_av(self, av, peers) -> None:
+        """The AV's port (``port_num``: EINVAL when the device has none such) checks it."""
+        IbPort.check_av(self.port(av.port_num) if av.port_num != 1 else self, av, peers)
 
     def add_qp(self, dqp) -> None:
         DeviceCore.add_qp(self, dqp)
@@ -591,19 +693,14 @@ class IbDevice(DeviceCore, IbPort):
         self.link.close()
         self.mcast.close()
         self.gsi.umad.close_all()
+        for p in self.ib_ports[1:]:
+            p.close()
 
-    def port_attrs(self) -> dict:
-        pi = self.info.pi
-        return {"state": self.state, "max_mtu": self.caps.max_mtu, "active_mtu": self.caps.active_mtu,
-                "gid_tbl_len": self.gid_table.capacity, "port_cap_flags": self.cap_mask,
-                "max_msg_sz": self.caps.max_msg_sz, "pkey_tbl_len": len(self.caps.pkey_table),
-                "lid": self.lid, "sm_lid": self.sm_lid, "lmc": self.lmc,
-                "max_vl_num": {1: 1, 2: 2, 3: 3, 4: 4, 5: 5}.get(pi.get("VLCap", 1), 1),
-                "sm_sl": self.sm_sl, "subnet_timeout": pi.get("SubnetTimeout", 0),
-                "init_type_reply": pi.get("InitReply", 0), "active_width": self.active_width,
-                "active_speed": self.active_speed, "phys_state": self.phys_state,
-                "link_layer": LINK_LAYER_IB, "bad_pkey_cntr": self.ib_cnt[PKEY_VIOLATIONS] & 0xFFFF,
-                "qkey_viol_cntr": pi.get("QkeyViolations", 0)}
+    def remove_qp(self, dqp) -> None:
+        DeviceCore.remove_qp(self, dqp)
+        qp = dqp.qp
+        for p in self.ib_ports[1:]:
+            p.tx[:] = [t for t in p.tx if t[0] is not qp]
 
     def av_from(self, d: dict) -> AddressVector:
         return AddressVector(dgid=bytes.fromhex(d.get("dgid", "00" * 16)), sgid_index=d.get("sgid_index", 0),
@@ -613,4 +710,4 @@ class IbDevice(DeviceCore, IbPort):
                              src_path_bits=d.get("src_path_bits", 0), static_rate=d.get("static_rate", 0))
 
 
-__all__ = ["IbPort", "IbDevice", "IbRoute", "message_segments", "pkey_accepts", "LINK_LAYER_IB", "IB_COUNTERS"]
+__all__ = ["IbPort", "IbSubPort", "IbDevice", "IbRoute", "message_segments", "pkey_accepts", "LINK_LAYER_IB", "IB_COUNTERS"]

@@ -304,12 +304,14 @@ class SysfsTree:
         self.ib_class = self.root / "class" / "infiniband"
         self.verbs_class = self.root / "class" / "infiniband_verbs"
         self.cm_class = self.root / "class" / "infiniband_cm"
+        self.mad_class = self.root / "class" / "infiniband_mad"
         self.lifespan_ms = lifespan_ms
         self._staging = self.root / ".staging"
         self._tag = f"{os.getpid()}-{id(self):x}"
         self._seq = count()
         self._written: dict[str, str] = {}
         self._uverbs: dict[str, int] = {}
+        self._umad: dict[tuple[str, int], int] = {}      # (device, port) -> N of umadN / issmN
         self._gid_capacity: dict[tuple[str, int], int] = {}
         #: files actually written (not skipped as unchanged), for measurement
         self.writes = 0
@@ -457,11 +459,38 @@ class SysfsTree:
             for name, v in values.items():
                 self._put(g / _check_name("counter", name), f"{_u64(name, v)}\n")
 
+    def add_umad(self, dev: str, port: int) -> int:
+        """ib_umad's entries of an InfiniBand port: class/infiniband_mad/umadN
+        and issmN, each with ``ibdev`` and ``port``; N is the lowest free
+        number (ib_umad's IDA: mlx5_0's ports 1 and 2 are umad0 and umad1
+        when added in that order).  Returns N."""
+        self._require(dev)
+        if (dev, int(port)) in self._umad:
+            return self._umad[(dev, int(port))]
+        used = set(self._umad.values())
+        n = next(i for i in count() if i not in used)
+        self._umad[(dev, int(port))] = n
+        self.mad_class.mkdir(parents=True, exist_ok=True)
+        self._put(self.mad_class / "abi_version", "5\n")           # IB_USER_MAD_ABI_VERSION
+        for kind in ("umad", "issm"):
+            d = self.mad_class / f"{kind}{n}"
+            d.mkdir(parents=True, exist_ok=True)
+            self._put(d / "ibdev", f"{dev}\n")
+            self._put(d / "port", f"{int(port)}\n")
+        return n
+
+    def umad_entries(self, dev: str) -> list[Path]:
+        return [self.mad_class / f"{kind}{n}" for (d, _), n in self._umad.items() if d == dev
+                for kind in ("umad", "issm")]
+
     def remove_device(self, name: str) -> None:
-        """Remove the device's directory and its uverbs entry."""
+        """Remove the device's directory and its uverbs and umad entries."""
         d = self._require(name)
         n = self._uverbs.pop(name)
-        for path in (d, self.verbs_class / f"uverbs{n}", self.cm_class / name):
+        umads = self.umad_entries(name)
+        for key in [k for k in self._umad if k[0] == name]:
+            del self._umad[key]
+        for path in (d, self.verbs_class / f"uverbs{n}", self.cm_class / name, *umads):
             shutil.rmtree(path, ignore_errors=True)
             prefix = os.fspath(path) + os.sep
             for key in [k for k in self._written if k.startswith(prefix)]:

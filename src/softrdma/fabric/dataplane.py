@@ -33,7 +33,14 @@ Routes are cached per (ingress port, DLID) and thrown away whenever the
 fabric's ``generation`` moves (an SM Set, a link event: model.Fabric.touch),
 so the per-packet work is a header check, a dict lookup and an append;
 the counters of a unicast route are added once per batch, and a message
-whose packets all go to one device is passed on as it came.  No I/O.
+whose packets all go to one device is passed on as it came.  A bulk
+transfer's message -- every packet LRH-only, to one unicast DLID and one
+data QP, with one P_Key, good framing and CRCs -- is checked whole in one
+compiled call (``lrh.verify_packets``, the receiving port's own check)
+and routed once (``_whole``); anything else, or a message whose route
+drops, takes the walk packet by packet, which counts what it drops.  A
+route that enforces partitions remembers the P_Keys it passed
+(``Route.pkeys_ok``).  No I/O.
 """
 
 from __future__ import annotations
@@ -84,7 +91,7 @@ class Route:
     branches of the tree that end in a drop); ``reason`` for the log.
     ``pkts``/``words`` collect a batch's counts for ``DataPlane._settle``."""
 
-    __slots__ = ("hops", "dests", "drop", "reason", "mcast", "pkts", "words", "pkey_ports")
+    __slots__ = ("hops", "dests", "drop", "reason", "mcast", "pkts", "words", "pkey_ports", "pkeys_ok")
 
     def __init__(self, hops=(), dests=(), drop=None, reason="", mcast=False, pkey_ports=()):
         self.hops = tuple(hops)
@@ -93,6 +100,7 @@ class Route:
         self.reason = reason
         self.mcast = mcast
         self.pkey_ports = tuple(pkey_ports)   # (port, inbound?) enforcing partitions on the way
+        self.pkeys_ok: set = set()            # BTH P_Keys every port of ``pkey_ports`` takes
         self.pkts = 0
         self.words = 0
 
@@ -134,6 +142,9 @@ class DataPlane:
         if end < 4:
             raise WireError(f"PACKETS of {end} bytes")
         count = m[2] << 8 | m[3]
+        whole = self._whole(ingress, m, count, attached)
+        if whole is not None:
+            return whole, {}, []
         out: dict[Port, list] = {}
         mads: list[MadIn] = []
         touched: list[Route] = []
@@ -238,6 +249,32 @@ class DataPlane:
                 return whole, {}, mads
             self._split(m, whole, pos, out)
         return None, out, mads
+
+    def _whole(self, ingress: Port, m, count: int, attached):
+        """The CA port a bulk message goes to whole, its counts added; None
+        when it is not such a message (see the module docstring) or its
+        route does not deliver it: the packet-by-packet walk decides."""
+        if len(m) < 6 + _MIN_BYTES:
+            return None
+        b0, _, dlid, _, _, _ = _LOCAL_HDRS.unpack_from(m, 6)
+        if dlid >= _MCAST_BASE or not dlid:
+            return None
+        got = lrh.verify_packets(m, dlid, 0)
+        if got is None or got[0] <= 1:
+            return None
+        vl15 = (b0 >> 4) == lrh.VL15
+        key = id(ingress) << 17 | vl15 << 16 | dlid
+        r = self._cache.get(key)
+        if r is None:
+            r = self._cache[key] = self._route(ingress, dlid, vl15)
+        if r.mcast or r.drop is not None or r.dests[0] not in attached:
+            return None
+        if r.pkey_ports and (m[6 + 10] << 8 | m[6 + 11]) not in r.pkeys_ok:
+            return None
+        # every entry: be16 length, then PktLen words and the VCRC
+        self._add(r.hops, count, sum(((seg - 4) >> 2) * k for _, seg, k in got[1]))
+        self.stats["forwarded"] += count
+        return r.dests[0]
 
     @staticmethod
     def _split(m, whole, pos, out) -> bool:
@@ -418,6 +455,8 @@ class DataPlane:
         enforces partitions (IBA 10.9.3: a full member matches either
         membership, a limited one only a full member)."""
         pkey = _BTH_PKEY.unpack_from(frame, bth + 2)[0]
+        if pkey in r.pkeys_ok:
+            return True
         base = pkey & 0x7FFF
         for p, inbound in r.pkey_ports:
             table = p.pkeys if p.pkeys is not None else [model.DEFAULT_PKEY]
@@ -428,6 +467,7 @@ class DataPlane:
                 if self.log:
                     self.log(f"drop at {p.name}: P_Key {pkey:#06x} not in its table")
                 return False
+        r.pkeys_ok.add(pkey)
         return True
 
     # --- MADs -----------------------------------------------------------------------------------

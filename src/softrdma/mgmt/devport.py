@@ -80,8 +80,9 @@ def ib_links() -> list[dict]:
 def port_by_guid(guid: int) -> tuple[str, int] | None:
     """The device and port whose port GUID is ``guid`` (``ibstat -p``), or None."""
     for d in ib_links():
-        if int(d["ib"]["port_guid"].replace(":", ""), 16) == guid:
-            return d["ifname"], d["port"]
+        for p in d.get("ports") or [d]:
+            if int(p["ib"]["port_guid"].replace(":", ""), 16) == guid:
+                return d["ifname"], p["port"]
     return None
 
 

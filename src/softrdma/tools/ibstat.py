@@ -148,7 +148,8 @@ def ca_list() -> list[dict]:
         if ca is None:
             ca = cas[link["ifname"]] = {**RXE, "ca_name": link["ifname"], "node_guid": _guid(link["node_guid"]),
                                         "system_guid": _guid(link.get("sys_image_guid")), "ports": {}}
-        ca["ports"][link["port"]] = _port(link)
+        for port in link.get("ports") or [link]:          # an IB device's ports, each its own entry
+            ca["ports"][port["port"]] = _port(port)
     for ca in cas.values():
         ca["numports"] = max(ca["ports"], default=0)
     return [cas[n] for n in sorted(cas)]

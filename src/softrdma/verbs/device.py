@@ -428,7 +428,7 @@ class Context(VerbsObject):
             "max_ah": a.get("max_ah", 1 << 15), "max_fmr": 0, "max_map_per_fmr": 0,
             "max_srq": a.get("max_srq", 1 << 16),
             "max_srq_wr": a["max_qp_wr"], "max_srq_sge": a["max_sge"], "max_pkeys": 1, "local_ca_ack_delay": 15,
-            "phys_port_cnt": 1, "guid": guid})
+            "phys_port_cnt": a.get("phys_port_cnt", 1), "guid": guid})
 
     def query_device_ex(self) -> DeviceAttrEx:
         """rxe's values but ODP (the daemon's, for this process: see
@@ -462,7 +462,7 @@ class Context(VerbsObject):
             "phys_port_cnt_ex": orig.phys_port_cnt})
 
     def query_port(self, port_num: int = 1) -> PortAttr:
-        if port_num != 1:
+        if not 1 <= port_num <= self._attr.get("phys_port_cnt", 1):
             raise PyverbsRDMAError(f"Failed to query port {port_num}", errno.EINVAL)
         # active_speed_ex (rdma-core 64): 0, as rxe's (its speed fits active_speed)
         return PortAttr({"active_speed_ex": 0, **self.conn.call(CMD.query_port, port=port_num)[0]["attr"]})
@@ -539,7 +539,7 @@ class Context(VerbsObject):
         EINVAL for another port, an index past the table or flags, ENODATA
         for an empty index (ib_uverbs' QUERY_GID_ENTRY)."""
         msg = f"Failed to query gid table of port {port_num} in index {gid_index}"
-        if flags or port_num != 1:
+        if flags or not 1 <= port_num <= self._attr.get("phys_port_cnt", 1):
             raise PyverbsRDMAError(msg, errno.EINVAL)
         if type(gid_index) is not int or not 0 <= gid_index < self.query_port(port_num).gid_tbl_len:
             raise PyverbsRDMAError(msg, errno.EINVAL)
@@ -548,7 +548,7 @@ class Context(VerbsObject):
         except PyverbsRDMAError as e:
             raise PyverbsRDMAError(msg, abs(e.error_code)) from None
         for e in reply["entries"]:
-            if e["gid_index"] == gid_index:
+            if e["gid_index"] == gid_index and e["port_num"] == port_num:
                 return _gid_entry(e)
         raise PyverbsRDMAError(msg, errno.ENODATA)
 

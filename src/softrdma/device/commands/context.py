@@ -54,7 +54,7 @@ def cmd_open(daemon, c, m, fds):
         "max_qp_rd_atom": caps.max_qp_rd_atom, "max_qp_init_rd_atom": caps.max_qp_init_rd_atom,
         "max_inline_data": caps.max_inline_data, "max_mtu": caps.max_mtu,
         "active_mtu": caps.active_mtu, "max_msg_sz": caps.max_msg_sz, "max_cqe": caps.max_cqe,
-        "max_mr_size": caps.max_mr_size, "odp_caps": odp_caps(c.pages is not None),
+        "max_mr_size": caps.max_mr_size, "phys_port_cnt": caps.phys_port_cnt, "odp_caps": odp_caps(c.pages is not None),
         **{a: getattr(caps, a) for a in OBJECT_LIMITS.values()}, **daemon.pci.verbs_attrs(dev.name)}}, []
 
 
@@ -78,17 +78,28 @@ def odp_caps(reachable: bool) -> dict:
                              | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV)}
 
 
-def cmd_query_port(daemon, c, m, fds):
-    if m.get("port", 1) != 1:
+def _port(c, m):
+    """The port ``m["port"]`` names: an IB device's port N, a RoCE
+    device's one port (EINVAL for any other number)."""
+    n = m.get("port", 1)
+    dev = c.device
+    if dev.link_layer == LINK_LAYER_IB:
+        return dev.port(n)
+    if n != 1:
         raise VerbsError(errno.EINVAL, "port must be 1")
-    return {"attr": c.device.port_attrs()}, []
+    return dev
+
+
+def cmd_query_port(daemon, c, m, fds):
+    return {"attr": _port(c, m).port_attrs()}, []
 
 
 def cmd_query_gid(daemon, c, m, fds):
     idx = m.get("index", 0)
-    if type(idx) is not int or not 0 <= idx < c.device.gid_table.capacity:
+    p = _port(c, m)
+    if type(idx) is not int or not 0 <= idx < p.gid_table.capacity:
         raise VerbsError(errno.EINVAL, "GID index out of range")
-    gid = c.device.gid(idx)
+    gid = p.gid(idx)
     kind = "IB" if c.device.link_layer == LINK_LAYER_IB else "RoCE v2"
     return {"gid": (gid or bytes(16)).hex(), "type": kind if gid is not None else None}, []
 
@@ -97,10 +108,9 @@ def cmd_query_pkey(daemon, c, m, fds):
     """ibv_query_pkey: entry ``index`` of the port's P_Key table (an IB
     port's as its SM programmed it; a RoCE port's one default entry);
     EINVAL past the table, as ib_query_pkey."""
-    if m.get("port", 1) != 1:
-        raise VerbsError(errno.EINVAL, "port must be 1")
+    p = _port(c, m)
     idx = rq.uint(m, "index", rq.U16)
-    table = c.device.caps.pkey_table
+    table = p.pkey_table if c.device.link_layer == LINK_LAYER_IB else c.device.caps.pkey_table
     if idx >= len(table):
         raise VerbsError(errno.EINVAL, f"P_Key index {idx} past the table ({len(table)} entries)")
     return {"pkey": table[idx]}, []
@@ -118,11 +128,12 @@ def cmd_query_gid_table(daemon, c, m, fds):
         ifindex = 0
     entries = []
     gid_type = IBV_GID_TYPE_IB if dev.link_layer == LINK_LAYER_IB else IBV_GID_TYPE_ROCE_V2
-    for idx in range(dev.gid_table.capacity):
-        gid = dev.gid(idx)
-        if gid is not None:
-            entries.append({"gid": gid.hex(), "gid_index": idx, "port_num": 1, "gid_type": gid_type,
-                            "ndev_ifindex": ifindex})
+    for p in getattr(dev, "ib_ports", (dev,)):
+        for idx in range(p.gid_table.capacity):
+            gid = p.gid(idx)
+            if gid is not None:
+                entries.append({"gid": gid.hex(), "gid_index": idx, "port_num": getattr(p, "num", 1),
+                                "gid_type": gid_type, "ndev_ifindex": ifindex})
     if len(entries) > max_entries:
         raise VerbsError(errno.EINVAL, f"{len(entries)} GID entries, room for {max_entries}")
     return {"entries": entries}, []

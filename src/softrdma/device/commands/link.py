@@ -79,13 +79,20 @@ def cmd_links(daemon, c, m, fds):
         out[-1].update(node_type=1, fw=daemon.pci.verbs_attrs(d.name).get("fw_ver", ""), caps=0x01A23C76,
                        dim=False, num_ports=1)      # (a ConnectX-like device: its running firmware)
         if d.link_layer == LINK_LAYER_IB:
-            speed, lanes = d.rate
-            out[-1]["ib"] = {"fabric": d.fabric, "node": d.node_sel, "ca_port": d.link.port_num,
-                             "attached": d.link.connected, "port_guid": guid_str(d.port_guid),
-                             "subnet_prefix": d.subnet_prefix.hex(), "pkeys": list(d.pkeys),
-                             "rate": rate_str(speed, lanes), "counters": d.ib_counters,
-                             "node_desc": f"{d.name} softrdma", "umad_files": len(d.gsi.umad.files)}
+            ports = [_ib_port_entry(p) for p in d.ib_ports]
+            out[-1].update(ib=ports[0]["ib"], ports=ports, num_ports=len(ports))
     return {"links": out}, []
+
+
+def _ib_port_entry(p) -> dict:
+    """One port of an IB device as ``links`` lists it (``ports``)."""
+    speed, lanes = p.rate
+    return {"port": p.num, "port_attr": p.port_attrs(), "gids": [g.hex() for g in p.gids],
+            "ib": {"fabric": p.fabric, "node": p.node_sel, "ca_port": p.link.port_num,
+                   "attached": p.link.connected, "port_guid": guid_str(p.port_guid),
+                   "subnet_prefix": p.subnet_prefix.hex(), "pkeys": list(p.pkeys),
+                   "rate": rate_str(speed, lanes), "counters": p.ib_counters,
+                   "node_desc": f"{p.name} softrdma", "umad_files": len(p.gsi.umad.files)}}
 
 
 def _link_admin(c) -> None:
@@ -137,7 +144,11 @@ def _link_add_ib(daemon, m):
     """An InfiniBand device: its port attached to a CA port of a running
     fabric (``softrdma fabric serve``), the fabric's answer awaited (the
     port's PortInfo, or its refusal's errno: ENOENT no such CA, EBUSY port
-    taken, EINVAL not a CA)."""
+    taken, EINVAL not a CA).  ``NAME/N`` adds port N to the IB device NAME
+    (N: its next port; the device keeps working on its other ports)."""
+    raw = rq.string(m, "name", 67)
+    dev_name, slash, num = raw.partition("/")
+    m = {**m, "name": dev_name}
     name = _link_name(m, "name", 63)
     base, node = rq.string(m, "fabric", 255, ""), rq.string(m, "node", 255, "")
     port = rq.uint(m, "port", rq.U8, 1)
@@ -145,27 +156,57 @@ def _link_add_ib(daemon, m):
         raise VerbsError(errno.EINVAL, "an ib link needs a fabric and a node")
     if not 1 <= port <= 254:
         raise VerbsError(errno.EINVAL, f"port {port}: CA ports are 1..254")
-    if name in daemon.devices:
+    if slash and (not num.isdigit() or not 1 <= int(num) <= MAX_IB_PORTS):
+        raise VerbsError(errno.EINVAL, f"{raw}: a device port is 1..{MAX_IB_PORTS}")
+    num_i = int(num) if slash else 1
+    owner = daemon.devices.get(name)
+    if num_i == 1 and owner is not None:
         raise VerbsError(errno.EEXIST, f"device {name} already exists")
+    if num_i > 1:
+        if owner is None or owner.link_layer != LINK_LAYER_IB:
+            raise VerbsError(errno.ENODEV, f"no IB device {name!r} to add port {num_i} to")
+        if num_i != len(owner.ib_ports) + 1:
+            raise VerbsError(errno.EEXIST if num_i <= len(owner.ib_ports) else errno.EINVAL,
+                             f"{name} has {len(owner.ib_ports)} port(s): the next one is "
+                             f"{name}/{len(owner.ib_ports) + 1}")
     for d in daemon.devices.values():
-        if d.link_layer == LINK_LAYER_IB and (d.fabric, d.node_sel, d.link.port_num) == (base, node, port):
-            raise VerbsError(errno.EEXIST, f"{d.name} is already attached to {node} port {port} of {base}")
+        if d.link_layer != LINK_LAYER_IB:
+            continue
+        for p in d.ib_ports:
+            if (p.fabric, p.node_sel, p.link.port_num) == (base, node, port):
+                raise VerbsError(errno.EEXIST, f"{d.name}/{p.num} is already attached to {node} port {port}"
+                                               f" of {base}")
+    if num_i > 1:
+        p = owner.add_port(base, node, port)
+        _attach(p, base, lambda: owner.remove_port(p))
+        daemon.ib_port_added(owner, p)
+        return {"ifindex": owner.ifindex, "port": p.num}, []
     dev = IbDevice(name, base, node, port_num=port)
-    if not dev.link.connect():
-        err, why = dev.link.error
-        _refused(errno.ENOENT if err in (errno.ENOENT, errno.ECONNREFUSED) else err,
-                 f"no fabric {base} is serving ({why})")
-    if not _await_port_info(dev):
-        dev.close()
-        _refused(*(dev.link.error or (errno.ETIMEDOUT, f"fabric {base} did not answer")))
+    _attach(dev, base, dev.close)
     daemon.add_device(dev)
     return {"ifindex": dev.ifindex}, []
+
+
+def _attach(p, base: str, undo) -> None:
+    """Connect port ``p`` to its fabric and await the first PORT_INFO; the
+    fabric's refusal (``undo`` run) as the errno it gave."""
+    if not p.link.connect():
+        err, why = p.link.error
+        undo()
+        _refused(errno.ENOENT if err in (errno.ENOENT, errno.ECONNREFUSED) else err,
+                 f"no fabric {base} is serving ({why})")
+    if not _await_port_info(p):
+        undo()
+        _refused(*(p.link.error or (errno.ETIMEDOUT, f"fabric {base} did not answer")))
 
 
 def _refused(err: int, why: str):
     e = VerbsError(err, why)
     e.extack = why                       # rdma link add prints it as "Error: ..."
     raise e
+
+
+MAX_IB_PORTS = 2                     # mlx5's most: a ConnectX HCA has one or two ports
 
 
 def _await_port_info(dev, timeout: float = 5.0) -> bool:
@@ -186,8 +227,7 @@ def cmd_umad_open(daemon, c, m, fds):
     of its socket, the agent's hi_tid, and the port as the fabric describes
     it (NodeInfo, PortInfo: what a tool reads from sysfs and its own SMA)."""
     name = rq.string(m, "name")
-    if rq.uint(m, "port", rq.U8, 1) != 1:
-        raise VerbsError(errno.EINVAL, "port must be 1")
+    num = rq.uint(m, "port", rq.U8, 1)
     classes = m.get("classes") or []
     if not isinstance(classes, list) or not all(type(x) is int and 0 <= x <= 0xFF for x in classes):
         raise VerbsError(errno.EINVAL, "classes: a list of management classes (0..255)")
@@ -196,11 +236,12 @@ def cmd_umad_open(daemon, c, m, fds):
         raise VerbsError(errno.ENODEV, f"no device {name!r}")
     if dev.link_layer != LINK_LAYER_IB:
         raise VerbsError(errno.EOPNOTSUPP, f"{name} is a RoCE device: its MADs are rdma_cm's")
-    f = dev.gsi.umad.open(classes, issm=bool(rq.uint(m, "issm", rq.U8, 0)))
-    daemon.sel.register(f.sock, selectors.EVENT_READ, ("umad", (dev, f)))
+    p = dev.port(num)
+    f = p.gsi.umad.open(classes, issm=bool(rq.uint(m, "issm", rq.U8, 0)))
+    daemon.sel.register(f.sock, selectors.EVENT_READ, ("umad", (p, f)))
     theirs, f.theirs = f.theirs, None
-    raw = dev.raw_info
-    return {"hi_tid": f.hi_tid, "lid": dev.lid, "sm_lid": dev.sm_lid,
+    raw = p.raw_info
+    return {"hi_tid": f.hi_tid, "lid": p.lid, "sm_lid": p.sm_lid,
             "node_info": raw.node_info.hex() if raw else "", "port_info": raw.port_info.hex() if raw else ""}, \
         [theirs.detach()]
 
@@ -294,7 +335,7 @@ def remove_device(daemon, dev, c=None) -> None:
         except (KeyError, ValueError):
             pass
     if dev.link_layer == LINK_LAYER_IB:
-        for s in [dev.link.sock, *dev.gsi.umad.files]:
+        for s in [x for p in dev.ib_ports for x in (p.link.sock, *p.gsi.umad.files)]:
             if s is not None:
                 try:
                     daemon.sel.unregister(s)

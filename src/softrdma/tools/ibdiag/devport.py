@@ -23,8 +23,9 @@ def device_for(ca: str | None, ca_port: int) -> str | None:
     if env.get("IBSIM_SOCKNAME") or env.get("IBSIM_SERVER_NAME"):
         return None
     for d in ib_links():
-        if d["port_attr"]["state"] == 4 and ca_port in (0, d["port"]):
-            return d["ifname"]
+        for p in d.get("ports") or [d]:
+            if p["port_attr"]["state"] == 4 and ca_port in (0, p["port"]):
+                return d["ifname"]
     return None
 
 

@@ -5,7 +5,8 @@ softrdma's ``link set NAME faults ...`` and ``link add NAME type ib fabric
 FABRIC node NODE [port N]`` (an InfiniBand device on CA port N, default 1,
 of the CA NODE -- its node description, its name in the topology file, or
 0x<node GUID> -- of the fabric ``softrdma fabric serve --sock FABRIC``
-runs).  An IB port is shown as iproute2 shows one: subnet_prefix, lid,
+runs; ``NAME/2`` adds the IB device's second port, on any fabric and CA
+port).  An IB port is shown as iproute2 shows one: subnet_prefix, lid,
 sm_lid, lmc before the state."""
 
 from __future__ import annotations
@@ -38,15 +39,17 @@ def cmd_link(rd: Rd) -> int:
         if links is None:
             return -errno.EIO
         d = links.get(rd.dev["ifindex"])
-        if d is None or rd.port_idx != d.get("port", 1):
+        port = None if d is None else next((p for p in d.get("ports") or [d] if p.get("port", 1) == rd.port_idx),
+                                           None)
+        if port is None:
             rd.err(f"error: {os.strerror(errno.EINVAL)}")
             return -errno.EINVAL
-        pa = d.get("port_attr", {})
+        pa = port.get("port_attr", {})
         rd.open_obj()
         rd.pj("ifindex", d["ifindex"])
         rd.pr("ifname", d["ifname"], f"link {d['ifname']}/")
         rd.pr("port", rd.port_idx, f"{rd.port_idx} ")
-        ib = d.get("ib")
+        ib = port.get("ib")
         if ib is not None:                  # RDMA_NLDEV_ATTR_SUBNET_PREFIX, LID, SM_LID, LMC: an IB port's
             p = ib["subnet_prefix"]
             prefix = ":".join(p[i:i + 4] for i in range(0, 16, 4))
