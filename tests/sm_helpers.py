@@ -20,6 +20,26 @@ from wait_helpers import stop
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "opensm")
 SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
+_sim_cwd: list[str] = []
+
+
+def sim_cwd() -> str | None:
+    """The working directory for a process umad2sim is preloaded into.  umad2sim
+    builds a fake sysfs in ``./sys-<pid>`` at every start and deletes it at exit:
+    on ext4 those few dozen creates and unlinks cost a real tool ~50 ms of system
+    time, on a tmpfs ~2 ms.  One directory on /dev/shm for this test process
+    (removed when it exits); None (the caller's own) where there is no /dev/shm."""
+    if not _sim_cwd:
+        import atexit
+        import tempfile
+        try:
+            path = tempfile.mkdtemp(prefix=f"softrdma-umad2sim-{os.getpid()}-", dir="/dev/shm")
+        except OSError:
+            path = None
+        else:
+            atexit.register(shutil.rmtree, path, True)
+        _sim_cwd.append(path)
+    return _sim_cwd[0]
 
 
 def fixture(name: str) -> str:
@@ -162,7 +182,8 @@ class IbsimFabric:
         return env
 
     def _start(self, cmd, out, stdin=subprocess.DEVNULL, **env):
-        p = subprocess.Popen(cmd, cwd=self.tmp, env=self.env(**env), stdin=stdin,
+        cwd = (sim_cwd() or self.tmp) if "LD_PRELOAD" in env else self.tmp
+        p = subprocess.Popen(cmd, cwd=cwd, env=self.env(**env), stdin=stdin,
                              stdout=open(self.tmp / out, "w"), stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p
@@ -190,7 +211,7 @@ class IbsimFabric:
         self.sim.stdin.flush()
 
     def diag(self, *cmd, node="host0002"):
-        r = subprocess.run(list(cmd), cwd=self.tmp, env=self.env(LD_PRELOAD=SIMSO, SIM_HOST=node),
+        r = subprocess.run(list(cmd), cwd=sim_cwd() or self.tmp, env=self.env(LD_PRELOAD=SIMSO, SIM_HOST=node),
                            capture_output=True, text=True, timeout=30)
         return r.stdout
 

@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from sm_helpers import IbsimFabric, need_ibsim, wait_log
+from sm_helpers import IbsimFabric, need_ibsim, sim_cwd, wait_log
 from softrdma.wire.sa import MCMEMBER_RECORD, MCR_COMP, SERVICE_RECORD
 
 pytestmark = [need_ibsim(), pytest.mark.slow]
@@ -44,7 +44,7 @@ class Sa(IbsimFabric):
         return r.returncode, r.stdout
 
     def real(self, *args, node="host0002"):
-        r = subprocess.run(["saquery", *args], cwd=self.tmp, env=self.env(LD_PRELOAD=self.simso, SIM_HOST=node),
+        r = subprocess.run(["saquery", *args], cwd=sim_cwd() or self.tmp, env=self.env(LD_PRELOAD=self.simso, SIM_HOST=node),
                            capture_output=True, text=True, timeout=60)
         return r.returncode, r.stdout
 
@@ -67,7 +67,7 @@ class Sa(IbsimFabric):
         return int(status, 16), [bytes.fromhex(x) for x in recs]
 
     def tool(self, *cmd, node="host0002"):
-        return subprocess.run(list(cmd), cwd=self.tmp, env=self.env(LD_PRELOAD=self.simso, SIM_HOST=node),
+        return subprocess.run(list(cmd), cwd=sim_cwd() or self.tmp, env=self.env(LD_PRELOAD=self.simso, SIM_HOST=node),
                               capture_output=True, text=True, timeout=30).stdout
 
     def port_gid(self, node):

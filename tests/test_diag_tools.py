@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, start_fabric, unique_base
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_cwd, sim_env, start_fabric, unique_base
 
 pytestmark = need_ibsim()
 
@@ -54,7 +54,7 @@ class Fabric:
         assert "SUBNET UP" in (tmp / "osm.log").read_text(), r
 
     def real(self, *cmd, timeout=60):
-        r = subprocess.run(list(cmd), cwd=self.tmp, env=sim_env(self.base, self.tmp, LD_PRELOAD=SIMSO),
+        r = subprocess.run(list(cmd), cwd=sim_cwd() or self.tmp, env=sim_env(self.base, self.tmp, LD_PRELOAD=SIMSO),
                            capture_output=True, text=True, timeout=timeout)
         return r.returncode, _norm_out(r.stdout), norm_err(r.stderr)
 
@@ -162,7 +162,7 @@ def test_with_a_resident_sm(fab):
     """SMInfo answered by the real opensm, GUIDs resolved through its SA, and
     ibqueryerrors' PathRecord table (last in the module: the SM stays up)."""
     log = fab.tmp / "resident.log"
-    sm = subprocess.Popen(["opensm", "-d2", "-f", str(log)], cwd=fab.tmp,
+    sm = subprocess.Popen(["opensm", "-d2", "-f", str(log)], cwd=sim_cwd() or fab.tmp,
                           env=sim_env(fab.base, fab.tmp, LD_PRELOAD=SIMSO), stdin=subprocess.DEVNULL,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
