@@ -147,6 +147,41 @@ def start_fabric(server: str, net, base: str, tmp, log=None, timeout: float = 10
         time.sleep(0.05)
 
 
+_RUN_MANY = """
+import io, json, sys
+from softrdma.cli import main
+results = []
+real_out, real_err = sys.stdout, sys.stderr
+for argv in json.load(sys.stdin):
+    sys.stdout, sys.stderr = out, err = io.StringIO(), io.StringIO()
+    sys.argv = ["softrdma", *argv]
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    finally:
+        sys.stdout, sys.stderr = real_out, real_err
+    results.append((rc or 0, out.getvalue(), err.getvalue()))
+json.dump(results, sys.stdout)
+"""
+
+
+def softrdma_many(cmds, cwd, env, timeout: float = 300) -> list:
+    """``softrdma ARGS`` for each argument list of ``cmds``, all in one Python process (a new
+    interpreter per case would be most of a comparison's time): each through softrdma's
+    command line (``softrdma.cli.main``) with a stdout, stderr and exit code of its own;
+    [(exit code, stdout, stderr)], none of them with a traceback."""
+    import json
+    r = subprocess.run([sys.executable, "-c", _RUN_MANY], input=json.dumps([list(c) for c in cmds]), cwd=cwd,
+                       env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    out = [tuple(x) for x in json.loads(r.stdout)]
+    assert len(out) == len(cmds) and not any("Traceback" in err for _, _, err in out), out
+    return out
+
+
 def norm_err(text: str) -> str:
     """A real tool's stderr without umad2sim's "attached" line and with pids masked."""
     lines = [ln for ln in text.splitlines(True) if "sim_connect: attached as client" not in ln]

@@ -24,7 +24,8 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_cwd, sim_env, start_fabric, unique_base
+from sm_helpers import (SIMSO, have_ibsim, need_ibsim, norm_err, sim_cwd, sim_env, softrdma_many, start_fabric,
+                        unique_base)
 
 pytestmark = need_ibsim()
 
@@ -38,27 +39,6 @@ DIAGS = ("ibnetdiscover", "iblinkinfo", "ibroute", "ibtracert", "smpquery", "per
 def _norm_out(text):
     return re.sub(r"^# Topology file: generated on .*$", "# Topology file: generated on -",
                   text, flags=re.M)
-
-
-_RUN_MANY = """
-import io, json, sys
-from softrdma.cli import main
-results = []
-real_out, real_err = sys.stdout, sys.stderr
-for argv in json.load(sys.stdin):
-    sys.stdout, sys.stderr = out, err = io.StringIO(), io.StringIO()
-    sys.argv = ["softrdma", *argv]
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
-    finally:
-        sys.stdout, sys.stderr = real_out, real_err
-    results.append((rc or 0, out.getvalue(), err.getvalue()))
-json.dump(results, sys.stdout)
-"""
 
 
 class Fabric:
@@ -86,19 +66,10 @@ class Fabric:
         assert "Traceback" not in r.stderr, r.stderr
         return r.returncode, _norm_out(r.stdout), norm_err(r.stderr)
 
-    def ours_many(self, cmds, timeout=300):
-        """``ours`` for each of ``cmds`` (argument lists) in one Python process: a new
-        interpreter per case would be most of the time.  Each runs through softrdma's
-        command line (``softrdma.cli.main``) with stdout and stderr of its own."""
-        import json
-        r = subprocess.run([sys.executable, "-c", _RUN_MANY], input=json.dumps(cmds), cwd=self.tmp,
-                           env=sim_env(self.base, self.tmp), capture_output=True, text=True, timeout=timeout)
-        assert r.returncode == 0, r.stderr
-        out = []
-        for rc, stdout, stderr in json.loads(r.stdout):
-            assert "Traceback" not in stderr, stderr
-            out.append((rc, _norm_out(stdout), norm_err(stderr)))
-        return out
+    def ours_many(self, cmds):
+        """``ours`` for each of ``cmds`` (argument lists), all in one Python process."""
+        return [(rc, _norm_out(out), norm_err(err))
+                for rc, out, err in softrdma_many(cmds, self.tmp, sim_env(self.base, self.tmp))]
 
     def same(self, *cmd):
         mine = self.ours(*cmd)
