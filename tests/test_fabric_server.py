@@ -137,24 +137,32 @@ def test_gen_fattree_levels_is_ft2_or_ft3(tmp_path):
         assert open(a).read() == open(b).read()
 
 
+def _one_client(base, idx, paths):
+    """An in-process server on a small tree with one client (a socket pair: the
+    server's end ``a``, the client's ``b``) at host0001 that has queued a DR NodeInfo
+    Get along each of ``paths``: (server, client, a, b)."""
+    from softrdma.fabric.server import Client
+    from softrdma.wire.mad import Method
+    f, _ = gen.fat_tree2(leaves=4, spines=2, hosts_per_leaf=4, radix=8)
+    s = Server(f, base=f"{base}{os.getpid()}", data_socket=False)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.setblocking(False)
+    s.clients[idx] = c = Client(idx, os.getpid(), f.by_id["host0001"].ports[1], 0, False, a, None)
+    for i, path in enumerate(paths):
+        b.send(ibsim.build_request(0xFFFF, 0xFFFF, 0, 0,
+                                   smp.build_dr_smp(Method.GET, smp.SmpAttr.NODE_INFO, path, tid=i)))
+    return s, c, a, b
+
+
 def _batch_answers(monkeypatch, compiled: bool):
     """A client with 40 requests queued (DR Gets, some to no port: dropped) handled in
     one wakeup; the answers it reads, in order, and the server's stats."""
     from softrdma.fabric import server as server_mod
-    from softrdma.fabric.server import Client
-    from softrdma.wire.mad import Method
     if not compiled:
         monkeypatch.setattr(server_mod, "_sendmmsg", None)
-    f, _ = gen.fat_tree2(leaves=4, spines=2, hosts_per_leaf=4, radix=8)
-    s = Server(f, base=f"batch{os.getpid()}{int(compiled)}", data_socket=False)
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    paths = [[], [1], [1, 5], [1, 5, 2], [1, 99], [1, 6, 3, 2]]
+    s, c, a, b = _one_client(f"batch{int(compiled)}", 3, [paths[i % len(paths)] for i in range(40)])
     try:
-        a.setblocking(False)
-        s.clients[3] = c = Client(3, os.getpid(), f.by_id["host0001"].ports[1], 0, False, a, None)
-        paths = [[], [1], [1, 5], [1, 5, 2], [1, 99], [1, 6, 3, 2]]
-        for i in range(40):
-            mad = smp.build_dr_smp(Method.GET, smp.SmpAttr.NODE_INFO, paths[i % len(paths)], tid=i)
-            b.send(ibsim.build_request(0xFFFF, 0xFFFF, 0, 0, mad))
         s._on_data(c)
         b.setblocking(False)
         out = []
@@ -184,21 +192,12 @@ def test_a_batch_of_answers_is_what_one_by_one_sends(monkeypatch):
     assert stats["mads"] == plain_stats["mads"] == 40 and stats["dropped"] == plain_stats["dropped"]
 
 
-def test_a_batch_for_a_client_that_is_gone_releases_it(monkeypatch):
+def test_a_batch_for_a_client_that_is_gone_releases_it():
     """The client's socket is closed under a batch: the sendmmsg fails, the one-by-one
     path finds out why and releases the client, as a single send did."""
-    from softrdma.fabric.server import Client
-    from softrdma.wire.mad import Method
-    f, _ = gen.fat_tree2(leaves=4, spines=2, hosts_per_leaf=4, radix=8)
-    s = Server(f, base=f"gone{os.getpid()}", data_socket=False)
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s, c, a, b = _one_client("gone", 2, [[1]] * 5)
     try:
-        a.setblocking(False)
-        s.clients[2] = c = Client(2, os.getpid(), f.by_id["host0001"].ports[1], 0, False, a, None)
         s.sel.register(a, None, lambda sock: s._on_data(c))
-        for i in range(5):
-            b.send(ibsim.build_request(0xFFFF, 0xFFFF, 0, 0,
-                                       smp.build_dr_smp(Method.GET, smp.SmpAttr.NODE_INFO, [1], tid=i)))
         real_recv = a.recv
         calls = [0]
 
