@@ -442,3 +442,29 @@ def test_directed_route_fast_path_is_the_general_one():
             if pa is not None:
                 assert pa.pc == pb.pc, pa.name
     assert any(p is not None and p.pc for n in fabs[0].nodes for p in n.ports)
+
+
+def test_port_info_from_its_cache_is_the_one_built_anew():
+    """The SMA's PortInfo cache against building it each time: every port, by every
+    arrival port, through state, LID, SM, width and link changes."""
+    from softrdma.fabric import agents
+    f, _ = gen.fat_tree2(leaves=4, spines=2, hosts_per_leaf=4, radix=8)
+    r = route.Router(f)
+
+    def check():
+        for n in f.nodes:
+            for p in n.ports:
+                if p is not None:
+                    for arrival in {0, 1, p.num}:
+                        want = agents.build_port_info(agents._port_kind(n, p), p, arrival)
+                        assert agents.port_info(n, p, arrival) == want, (p.name, arrival)
+    check()
+    leaf = f.by_id["leaf001"]
+    for i, p in enumerate(q for n in f.nodes for q in n.ports if q is not None):
+        p.lid, p.smlid, p.state = i + 1, 1, PortState.ARMED if i % 3 else PortState.ACTIVE
+    f.by_id["host0001"].ports[1].has_sm = True
+    leaf.ports[2].width_en = 1
+    r.link_down(leaf.ports[5])
+    check()
+    r.link_up(leaf.ports[5])
+    check()

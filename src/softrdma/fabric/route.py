@@ -107,6 +107,7 @@ class Router:
         self.trap_tid = 0
         self.dropped = 0
         self._pending: list[Delivery] = []
+        self._near: dict = {}                # node -> its ports and their partners (node_changed)
 
     # --- the entry point ------------------------------------------------------------------
     def inject(self, port: Port, mad, slid: int, dlid: int, sqp: int, dqp: int) -> list[Delivery]:
@@ -357,8 +358,11 @@ class Router:
         if not ports:
             self.fabric.touch()
             return
-        ps = [p for p in node.ports if p is not None]
-        self.fabric.touch(*ps, *(p.remote for p in ps if p.remote is not None))
+        near = self._near.get(node)
+        if near is None:           # its ports and their link partners (cables do not move)
+            ps = [p for p in node.ports if p is not None]
+            near = self._near[node] = (*ps, *(p.remote for p in ps if p.remote is not None))
+        self.fabric.touch(*near)
 
     def _ports_changed(self, *ports) -> None:
         self.fabric.touch(*ports, *(p.remote for p in ports if p.remote is not None))
