@@ -1,10 +1,14 @@
-"""The compiled part of the data path (softrdma.wire._fastpath).
+"""The compiled parts: the data path's loops (softrdma.wire._fastpath) and the
+fabric server's sendmmsg (softrdma.fabric._sendmmsg).
 
 Everything else is in pyproject.toml.  The extension is optional: where it
 cannot be built (no C compiler or Python headers) the install goes on and
-softrdma runs its Python reference of the same loops (softrdma.wire.fastpath).
+softrdma runs its Python reference of the same loops (softrdma.wire.fastpath),
+and the fabric server sends one datagram per system call.
 """
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("softrdma.wire._fastpath", ["src/softrdma/wire/_fastpath.c"],
-                             libraries=["z"], extra_compile_args=["-O2"], optional=True)])
+                             libraries=["z"], extra_compile_args=["-O2"], optional=True),
+                   Extension("softrdma.fabric._sendmmsg", ["src/softrdma/fabric/_sendmmsg.c"],
+                             extra_compile_args=["-O2"], optional=True)])

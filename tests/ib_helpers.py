@@ -256,7 +256,8 @@ class IbFabric:
             args, env = [sys.executable, "-m", "softrdma", "opensm", "-s", "0", "-f", str(log)], {}
         else:                                   # the real opensm through libumad2sim
             args, env = ["opensm", "-d2", "-s", "0", "-f", str(log)], {"LD_PRELOAD": sm_helpers.SIMSO}
-        self.sm = subprocess.Popen(args, cwd=self.tmp, env=self.env(**env), stdout=open(self.tmp / "sm.out", "w"),
+        self.sm = subprocess.Popen(args, cwd=(env and sm_helpers.sim_cwd()) or self.tmp, env=self.env(**env),
+                                   stdout=open(self.tmp / "sm.out", "w"),
                                    stderr=subprocess.STDOUT)
         self.procs.append(self.sm)
         wait_for(lambda: log.exists() and "SUBNET UP" in log.read_text(), 60, "SUBNET UP", proc=self.sm)

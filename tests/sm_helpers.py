@@ -20,6 +20,26 @@ from wait_helpers import stop
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "opensm")
 SIMSO = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
+_sim_cwd: list[str] = []
+
+
+def sim_cwd() -> str | None:
+    """The working directory for a process umad2sim is preloaded into.  umad2sim
+    builds a fake sysfs in ``./sys-<pid>`` at every start and deletes it at exit:
+    on ext4 those few dozen creates and unlinks cost a real tool ~50 ms of system
+    time, on a tmpfs ~2 ms.  One directory on /dev/shm for this test process
+    (removed when it exits); None (the caller's own) where there is no /dev/shm."""
+    if not _sim_cwd:
+        import atexit
+        import tempfile
+        try:
+            path = tempfile.mkdtemp(prefix=f"softrdma-umad2sim-{os.getpid()}-", dir="/dev/shm")
+        except OSError:
+            path = None
+        else:
+            atexit.register(shutil.rmtree, path, True)
+        _sim_cwd.append(path)
+    return _sim_cwd[0]
 
 
 def fixture(name: str) -> str:
@@ -127,6 +147,41 @@ def start_fabric(server: str, net, base: str, tmp, log=None, timeout: float = 10
         time.sleep(0.05)
 
 
+_RUN_MANY = """
+import io, json, sys
+from softrdma.cli import main
+results = []
+real_out, real_err = sys.stdout, sys.stderr
+for argv in json.load(sys.stdin):
+    sys.stdout, sys.stderr = out, err = io.StringIO(), io.StringIO()
+    sys.argv = ["softrdma", *argv]
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    finally:
+        sys.stdout, sys.stderr = real_out, real_err
+    results.append((rc or 0, out.getvalue(), err.getvalue()))
+json.dump(results, sys.stdout)
+"""
+
+
+def softrdma_many(cmds, cwd, env, timeout: float = 300) -> list:
+    """``softrdma ARGS`` for each argument list of ``cmds``, all in one Python process (a new
+    interpreter per case would be most of a comparison's time): each through softrdma's
+    command line (``softrdma.cli.main``) with a stdout, stderr and exit code of its own;
+    [(exit code, stdout, stderr)], none of them with a traceback."""
+    import json
+    r = subprocess.run([sys.executable, "-c", _RUN_MANY], input=json.dumps([list(c) for c in cmds]), cwd=cwd,
+                       env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    out = [tuple(x) for x in json.loads(r.stdout)]
+    assert len(out) == len(cmds) and not any("Traceback" in err for _, _, err in out), out
+    return out
+
+
 def norm_err(text: str) -> str:
     """A real tool's stderr without umad2sim's "attached" line and with pids masked."""
     lines = [ln for ln in text.splitlines(True) if "sim_connect: attached as client" not in ln]
@@ -162,7 +217,8 @@ class IbsimFabric:
         return env
 
     def _start(self, cmd, out, stdin=subprocess.DEVNULL, **env):
-        p = subprocess.Popen(cmd, cwd=self.tmp, env=self.env(**env), stdin=stdin,
+        cwd = (sim_cwd() or self.tmp) if "LD_PRELOAD" in env else self.tmp
+        p = subprocess.Popen(cmd, cwd=cwd, env=self.env(**env), stdin=stdin,
                              stdout=open(self.tmp / out, "w"), stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p
@@ -190,7 +246,7 @@ class IbsimFabric:
         self.sim.stdin.flush()
 
     def diag(self, *cmd, node="host0002"):
-        r = subprocess.run(list(cmd), cwd=self.tmp, env=self.env(LD_PRELOAD=SIMSO, SIM_HOST=node),
+        r = subprocess.run(list(cmd), cwd=sim_cwd() or self.tmp, env=self.env(LD_PRELOAD=SIMSO, SIM_HOST=node),
                            capture_output=True, text=True, timeout=30)
         return r.stdout
 

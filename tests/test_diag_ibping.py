@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, start_fabric, unique_base
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_cwd, sim_env, start_fabric, unique_base
 
 pytestmark = need_ibsim()
 
@@ -56,7 +56,7 @@ class Fabric:
                        check=True, env=sim_env(self.base, tmp), capture_output=True)
         self.proc = start_fabric(server, net, self.base, tmp)
         log = tmp / "osm.log"
-        subprocess.run(["opensm", "-o", "-f", str(log)], cwd=tmp, capture_output=True, timeout=60,
+        subprocess.run(["opensm", "-o", "-f", str(log)], cwd=sim_cwd() or tmp, capture_output=True, timeout=60,
                        env=sim_env(self.base, tmp, LD_PRELOAD=SIMSO))
         assert "SUBNET UP" in log.read_text()
         self.servers = []
@@ -65,7 +65,7 @@ class Fabric:
     def popen(self, real, args, host=None, **extra):
         cmd = ["ibping", *args] if real else [sys.executable, "-m", "softrdma", "ibping", *args]
         env = sim_env(self.base, self.tmp, SIM_HOST=host, LD_PRELOAD=SIMSO if real else None, **extra)
-        return subprocess.Popen(cmd, cwd=self.tmp, env=env, stdin=subprocess.DEVNULL,
+        return subprocess.Popen(cmd, cwd=(real and sim_cwd()) or self.tmp, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def run(self, real, args, host=None):
@@ -304,7 +304,7 @@ def test_guid_address_through_a_resident_sm(fab):
     fab.real_server.communicate(timeout=10)
     _clear_issm(fab, REAL_NODE, fab.real_lid)
     log = fab.tmp / "resident.log"
-    sm = subprocess.Popen(["opensm", "-d2", "-f", str(log)], cwd=fab.tmp, stdin=subprocess.DEVNULL,
+    sm = subprocess.Popen(["opensm", "-d2", "-f", str(log)], cwd=sim_cwd() or fab.tmp, stdin=subprocess.DEVNULL,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           env=sim_env(fab.base, fab.tmp, LD_PRELOAD=SIMSO))
     fab.servers.append(sm)

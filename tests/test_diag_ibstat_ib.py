@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_env, start_fabric, unique_base
+from sm_helpers import SIMSO, have_ibsim, need_ibsim, norm_err, sim_cwd, sim_env, start_fabric, unique_base
 
 pytestmark = need_ibsim()
 
@@ -73,12 +73,12 @@ class Fabric:
 
     def sweep(self):
         log = self.tmp / f"osm-{self.base}.log"
-        subprocess.run(["opensm", "-o", "-f", str(log)], cwd=self.tmp, capture_output=True,
+        subprocess.run(["opensm", "-o", "-f", str(log)], cwd=sim_cwd() or self.tmp, capture_output=True,
                        env=sim_env(self.base, self.tmp, LD_PRELOAD=SIMSO), timeout=60)
         assert "SUBNET UP" in log.read_text()
 
     def real(self, args, host=None):
-        r = subprocess.run(["ibstat", *args], cwd=self.tmp, capture_output=True, text=True, timeout=30,
+        r = subprocess.run(["ibstat", *args], cwd=sim_cwd() or self.tmp, capture_output=True, text=True, timeout=30,
                            env=sim_env(self.base, self.tmp, LD_PRELOAD=SIMSO, SIM_HOST=host))
         return r.returncode, r.stdout, norm_err(r.stderr)
 

@@ -249,7 +249,7 @@ def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(tmp_path):
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from sm_helpers import SIMSO, have_ibsim, sim_env, start_fabric, unique_base  # noqa: E402
+from sm_helpers import SIMSO, have_ibsim, sim_cwd, sim_env, start_fabric, unique_base  # noqa: E402
 from wait_helpers import stop, wait_file, wait_for  # noqa: E402
 
 from ibfabric_helpers import mad_of, sa_get  # noqa: E402
@@ -311,7 +311,8 @@ class Live:
         self.sm_lid = _pi(self.dev["h1"].infos[-1])["SMLid"]
 
     def start(self, args, out, **env):
-        p = subprocess.Popen(args, cwd=self.tmp, env=sim_env(self.base, self.tmp, **env),
+        cwd = (sim_cwd() or self.tmp) if "LD_PRELOAD" in env else self.tmp
+        p = subprocess.Popen(args, cwd=cwd, env=sim_env(self.base, self.tmp, **env),
                              stdout=open(self.tmp / out, "w"), stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p
@@ -322,7 +323,7 @@ class Live:
                               timeout=60)
 
     def diag(self, *cmd, node="h2"):
-        r = subprocess.run(list(cmd), cwd=self.tmp, timeout=60, capture_output=True, text=True,
+        r = subprocess.run(list(cmd), cwd=sim_cwd() or self.tmp, timeout=60, capture_output=True, text=True,
                            env=sim_env(self.base, self.tmp, LD_PRELOAD=SIMSO, SIM_HOST=node))
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout
@@ -398,7 +399,7 @@ def test_path_record_query_from_a_device(live):
 def test_a_mad_from_an_ibsim_client_reaches_a_device_and_back(live):
     """The real ibping (umad2sim, on h2) pings h1's LID: the device answers."""
     h1 = live.dev["h1"]
-    p = subprocess.Popen(["ibping", "-c", "1", "-L", str(live.lid["h1"])], cwd=live.tmp,
+    p = subprocess.Popen(["ibping", "-c", "1", "-L", str(live.lid["h1"])], cwd=sim_cwd() or live.tmp,
                          env=sim_env(live.base, live.tmp, LD_PRELOAD=SIMSO, SIM_HOST="h2"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     live.procs.append(p)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools, skip_without_opensm
+from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools, sim_cwd, skip_without_opensm
 from wait_helpers import stop, wait_for
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -67,7 +67,7 @@ class Side:
         os.mkdir(self.dumps)
         self.osm = subprocess.Popen(
             ["opensm", "-s", "1", "-d2", "-f", self.log, "--dump_files_dir", self.dumps, "-D",
-             "0x43"], env=self.tenv, cwd=self.dir, stdin=subprocess.DEVNULL,
+             "0x43"], env=self.tenv, cwd=sim_cwd() or self.dir, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: self.sweeps() >= 1, timeout=60, what=f"{self.kind}: SUBNET UP")
 
@@ -81,7 +81,7 @@ class Side:
             return 0
 
     def run(self, *cmd):
-        r = subprocess.run(list(cmd), env=self.tenv, cwd=self.dir, capture_output=True,
+        r = subprocess.run(list(cmd), env=self.tenv, cwd=sim_cwd() or self.dir, capture_output=True,
                            text=True, timeout=60)
         return f"rc {r.returncode}\n{r.stdout}{r.stderr}"
 

@@ -18,7 +18,7 @@ import pytest
 
 from softrdma.wire import ibsim, smp
 from softrdma.wire.ibsim import SimCtlType
-from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools, skip_without_opensm
+from sm_helpers import SIMSO, ibnetdiscover_lids, missing_tools, sim_cwd, skip_without_opensm
 from wait_helpers import wait_for
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -86,7 +86,7 @@ class Fab:
     def tool(self, *cmd, timeout=30, check=True, **extra):
         env = _env(self.base, LD_PRELOAD=SIMSO, OSM_TMP_DIR=self.tmp, OSM_CACHE_DIR=self.tmp,
                    **extra)
-        r = subprocess.run(list(cmd), env=env, cwd=self.tmp, capture_output=True, text=True,
+        r = subprocess.run(list(cmd), env=env, cwd=sim_cwd() or self.tmp, capture_output=True, text=True,
                            timeout=timeout)
         if check:
             assert r.returncode == 0, f"{cmd}: rc {r.returncode}\n{r.stdout}\n{r.stderr}"
@@ -173,9 +173,9 @@ def test_same_discovery_as_ibsim(fab, tmp_path):
     try:
         _wait_bound(f"{base}:ctl")
         env = _env(base, LD_PRELOAD=SIMSO, OSM_TMP_DIR=str(ref_dir), OSM_CACHE_DIR=str(ref_dir))
-        subprocess.run(["opensm", "-o", "-f", str(ref_dir / "osm.log")], env=env, cwd=ref_dir,
+        subprocess.run(["opensm", "-o", "-f", str(ref_dir / "osm.log")], env=env, cwd=sim_cwd() or ref_dir,
                        capture_output=True, timeout=60)
-        ref = subprocess.run(["ibnetdiscover"], env=env, cwd=ref_dir, capture_output=True,
+        ref = subprocess.run(["ibnetdiscover"], env=env, cwd=sim_cwd() or ref_dir, capture_output=True,
                              text=True, timeout=30).stdout
     finally:
         sim.stdin.close()
@@ -307,7 +307,7 @@ def test_garbage_never_kills_the_server(fab):
 def test_link_events_reach_a_resident_opensm(fab):
     log = os.path.join(fab.tmp, "res.log")
     env = _env(fab.base, LD_PRELOAD=SIMSO, OSM_TMP_DIR=fab.tmp, OSM_CACHE_DIR=fab.tmp)
-    sm = subprocess.Popen(["opensm", "-d2", "-s", "30", "-f", log], env=env, cwd=fab.tmp,
+    sm = subprocess.Popen(["opensm", "-d2", "-s", "30", "-f", log], env=env, cwd=sim_cwd() or fab.tmp,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         def wait_for(pattern, count, timeout=60):

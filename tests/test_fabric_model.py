@@ -390,3 +390,81 @@ def test_enhanced_switch_port0_takes_an_lmc(tmp_path):
         assert not out[0].dropped and out[0].slid == lid
         assert smp.NODE_INFO.decode(out[0].mad, 64)["Guid"] == sw.guid
     assert r.inject(h1, m, 0, 12, 0, 0)[0].dropped
+
+
+def _reference_router(f):
+    """A Router whose directed routes take the general path only: every hop through
+    ``_cross`` and every answer back by ``_dr_return`` (what the fast path replaces)."""
+    r = route.Router(f)
+    r._cross_vl15 = lambda out: r._cross(out, True, logical=False)
+    r._dr_back = lambda hops, start, mad: None
+    return r
+
+
+def test_directed_route_fast_path_is_the_general_one():
+    """The same directed-route traffic -- a BFS discovery by NodeInfo/PortInfo Gets,
+    PortInfo Sets, bad paths, DrSLID, a link down, ports with an error rate -- through
+    the fast path and through the general one: the same deliveries, byte for byte,
+    and the same counters on every port."""
+    import random
+    fabs = [gen.fat_tree2(leaves=4, spines=2, hosts_per_leaf=4, radix=8)[0] for _ in range(2)]
+    routers = [route.Router(fabs[0]), _reference_router(fabs[1])]
+    rng = random.Random(5)
+    paths = [[], [1], [1, 5], [1, 5, 1], [1, 5, 2, 3], [1, 6, 4, 2], [1, 99], [1, 1, 1], [1, 5, 1, 1]]
+
+    def both(fn):
+        outs = [fn(f, r) for f, r in zip(fabs, routers)]
+        a, b = ([(d.port.name, d.qp, bytes(d.mad), d.slid, d.dlid, d.sqp, d.status, d.dropped) for d in o]
+                for o in outs)
+        assert a == b
+        return outs[0]
+
+    for step in range(400):
+        path = rng.choice(paths)
+        attr, mod = rng.choice([(SmpAttr.NODE_INFO, 0), (SmpAttr.PORT_INFO, rng.randrange(9)),
+                                (SmpAttr.SWITCH_INFO, 0), (SmpAttr.NODE_DESC, 0)])
+        method, data = GET, b""
+        if step % 37 == 5:                  # a Set that retrains the port the SMP came in by
+            method, attr, mod = SET, SmpAttr.PORT_INFO, 0
+            data = smp.PORT_INFO.encode(LinkState=1)
+        slid = 0xFFFF if step % 11 else 1   # DrSLID: a LID-routed part first
+        both(lambda f, r: r.inject(f.by_id["host0001"].ports[1],
+                                   smp.build_dr_smp(method, attr, path, mod, data, tid=step, dr_slid=slid),
+                                   0xFFFF, 0xFFFF if slid == 0xFFFF else 1, 0, 0))
+        if step == 150:
+            both(lambda f, r: r.link_down(f.by_id["leaf001"].ports[6]))
+        if step == 250:
+            for f in fabs:
+                f.by_id["spine001"].ports[1].err_rate = 50
+                f.by_id["leaf001"].ports[5].err_rate = 30
+    for na, nb in zip(fabs[0].nodes, fabs[1].nodes):
+        for pa, pb in zip(na.ports, nb.ports):
+            if pa is not None:
+                assert pa.pc == pb.pc, pa.name
+    assert any(p is not None and p.pc for n in fabs[0].nodes for p in n.ports)
+
+
+def test_port_info_from_its_cache_is_the_one_built_anew():
+    """The SMA's PortInfo cache against building it each time: every port, by every
+    arrival port, through state, LID, SM, width and link changes."""
+    from softrdma.fabric import agents
+    f, _ = gen.fat_tree2(leaves=4, spines=2, hosts_per_leaf=4, radix=8)
+    r = route.Router(f)
+
+    def check():
+        for n in f.nodes:
+            for p in n.ports:
+                if p is not None:
+                    for arrival in {0, 1, p.num}:
+                        want = agents.build_port_info(agents._port_kind(n, p), p, arrival)
+                        assert agents.port_info(n, p, arrival) == want, (p.name, arrival)
+    check()
+    leaf = f.by_id["leaf001"]
+    for i, p in enumerate(q for n in f.nodes for q in n.ports if q is not None):
+        p.lid, p.smlid, p.state = i + 1, 1, PortState.ARMED if i % 3 else PortState.ACTIVE
+    f.by_id["host0001"].ports[1].has_sm = True
+    leaf.ports[2].width_en = 1
+    r.link_down(leaf.ports[5])
+    check()
+    r.link_up(leaf.ports[5])
+    check()

@@ -135,3 +135,86 @@ def test_gen_fattree_levels_is_ft2_or_ft3(tmp_path):
                                capture_output=True, text=True, timeout=60)
             assert r.returncode == 0, r.stderr
         assert open(a).read() == open(b).read()
+
+
+def _one_client(base, idx, paths):
+    """An in-process server on a small tree with one client (a socket pair: the
+    server's end ``a``, the client's ``b``) at host0001 that has queued a DR NodeInfo
+    Get along each of ``paths``: (server, client, a, b)."""
+    from softrdma.fabric.server import Client
+    from softrdma.wire.mad import Method
+    f, _ = gen.fat_tree2(leaves=4, spines=2, hosts_per_leaf=4, radix=8)
+    s = Server(f, base=f"{base}{os.getpid()}", data_socket=False)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.setblocking(False)
+    s.clients[idx] = c = Client(idx, os.getpid(), f.by_id["host0001"].ports[1], 0, False, a, None)
+    for i, path in enumerate(paths):
+        b.send(ibsim.build_request(0xFFFF, 0xFFFF, 0, 0,
+                                   smp.build_dr_smp(Method.GET, smp.SmpAttr.NODE_INFO, path, tid=i)))
+    return s, c, a, b
+
+
+def _batch_answers(monkeypatch, compiled: bool):
+    """A client with 40 requests queued (DR Gets, some to no port: dropped) handled in
+    one wakeup; the answers it reads, in order, and the server's stats."""
+    from softrdma.fabric import server as server_mod
+    if not compiled:
+        monkeypatch.setattr(server_mod, "_sendmmsg", None)
+    paths = [[], [1], [1, 5], [1, 5, 2], [1, 99], [1, 6, 3, 2]]
+    s, c, a, b = _one_client(f"batch{int(compiled)}", 3, [paths[i % len(paths)] for i in range(40)])
+    try:
+        s._on_data(c)
+        b.setblocking(False)
+        out = []
+        while True:
+            try:
+                out.append(b.recv(1024))
+            except BlockingIOError:
+                return out, dict(s.stats)
+    finally:
+        a.close()
+        b.close()
+        s.clients.clear()
+        s.close()
+
+
+def test_a_batch_of_answers_is_what_one_by_one_sends(monkeypatch):
+    """sendmmsg (the compiled helper) and one send per answer: the same datagrams in the
+    same order; the batch went out in sendmmsg calls."""
+    from softrdma.fabric import server as server_mod
+    if server_mod._sendmmsg is None and os.environ.get("CI") == "true":
+        pytest.fail("softrdma.fabric._sendmmsg was not built (gcc and the Python headers are installed in CI)")
+    ours, stats = _batch_answers(monkeypatch, True)
+    plain, plain_stats = _batch_answers(monkeypatch, False)
+    assert len(ours) == 40 and ours == plain
+    assert sum(ibsim.parse_request(x).status == ibsim.ETIMEDOUT for x in ours) == len(range(4, 40, 6))
+    assert stats["batched"] == 40 and plain_stats["batched"] == 0
+    assert stats["mads"] == plain_stats["mads"] == 40 and stats["dropped"] == plain_stats["dropped"]
+
+
+def test_a_batch_for_a_client_that_is_gone_releases_it():
+    """The client's socket is closed under a batch: the sendmmsg fails, the one-by-one
+    path finds out why and releases the client, as a single send did."""
+    s, c, a, b = _one_client("gone", 2, [[1]] * 5)
+    try:
+        s.sel.register(a, None, lambda sock: s._on_data(c))
+        real_recv = a.recv
+        calls = [0]
+
+        class Closing:        # the peer goes away after the requests were read
+            def __getattr__(self, name):
+                return getattr(a, name)
+
+            def recv(self, *args):
+                calls[0] += 1
+                try:
+                    return real_recv(*args)
+                except BlockingIOError:
+                    b.close()
+                    raise
+        c.sock = Closing()
+        s._on_data(c)
+        assert calls[0] == 6 and 2 not in s.clients and s.stats["released"] == 1
+    finally:
+        a.close()
+        s.close()

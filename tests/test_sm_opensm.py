@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from sm_helpers import SIMSO, fixture, have_ibsim, need_ibsim, sim_env, start_fabric, unique_base
+from sm_helpers import SIMSO, fixture, have_ibsim, need_ibsim, sim_cwd, sim_env, start_fabric, unique_base
 from softrdma.sm import lft_dump
 
 pytestmark = need_ibsim()
@@ -48,7 +48,7 @@ def _opensm(base, tmp, *args, timeout=120):
 
 
 def _diag(base, tmp, *cmd):
-    r = subprocess.run(list(cmd), cwd=tmp, env=sim_env(base, tmp, LD_PRELOAD=SIMSO),
+    r = subprocess.run(list(cmd), cwd=sim_cwd() or tmp, env=sim_env(base, tmp, LD_PRELOAD=SIMSO),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout

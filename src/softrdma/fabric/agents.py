@@ -68,8 +68,28 @@ def _port_kind(node: Node, p: Port) -> dict:
     return _CA_PORT if p.remote is not None else _CA_PORT_UNCABLED
 
 
+_PORT_INFO_CACHE: dict[tuple, bytes] = {}
+_PORT_INFO_CACHE_MAX = 1 << 16
+
+
 def port_info(node: Node, p: Port, arrival: int) -> bytes:
+    """PortInfo as the SMA answers it: built once per distinct set of the fields it
+    is made of (a sweep asks the same port for it several times; encoding costs 10x
+    the look-up)."""
     kind = _port_kind(node, p)
+    key = (id(kind), p.gid_prefix, p.lid, p.smlid, arrival, p.width_en, p.width_act, p.state, p.phys,
+           p.lmc, p.speed_act, p.speed_en, p.vl_cap, p.hoqlife, p.oper_vls, p.part_enforce,
+           p.speed_ext_act, p.speed_ext_en, p.has_sm)
+    out = _PORT_INFO_CACHE.get(key)
+    if out is None:
+        if len(_PORT_INFO_CACHE) >= _PORT_INFO_CACHE_MAX:
+            _PORT_INFO_CACHE.clear()
+        out = _PORT_INFO_CACHE[key] = build_port_info(kind, p, arrival)
+    return out
+
+
+def build_port_info(kind: dict, p: Port, arrival: int) -> bytes:
+    """PortInfo of port ``p`` of the given kind (``_port_kind``), arriving by ``arrival``."""
     ext = p.speed_ext_act
     f = dict(kind)
     f.update(

@@ -23,6 +23,7 @@ trap 128 to the switch's SM LID.
 from __future__ import annotations
 
 import random
+import struct
 from typing import NamedTuple
 
 from ..wire import smp
@@ -39,6 +40,31 @@ MAX_HOPS = 64
 
 _SMP_CLASSES = (MgmtClass.SUBN_LID_ROUTED, MgmtClass.SUBN_DIRECTED_ROUTE)
 _TRAP_REPRESS = Method.TRAP_REPRESS
+# the directed-route hot path's constants as plain ints (an enum member costs a lookup)
+_GET, _SET = int(Method.GET), int(Method.SET)
+_SM_INFO, _NOTICE = int(smp.SmpAttr.SM_INFO), int(smp.SmpAttr.NOTICE)
+_SWITCH = int(smp.NodeType.SWITCH)
+_LINK_UP = int(PhysState.LINK_UP)
+_PC_XMIT_PKTS, _PC_XMIT_DATA = model.PC_XMIT_PKTS, model.PC_XMIT_DATA
+_PC_RCV_PKTS, _PC_RCV_DATA = model.PC_RCV_PKTS, model.PC_RCV_DATA
+_DR_PATH, _DR_RPATH = smp.DR_PATH_OFFSET, smp.DR_RPATH_OFFSET
+_DR_WORD = struct.Struct(">HBB")       # D bit and status, hop pointer, hop count (byte 4)
+_DR_LIDS = struct.Struct(">HH")        # DrSLID, DrDLID (byte 32)
+_MOD = struct.Struct(">I")
+
+
+def _count_hop(out: Port, into: Port) -> None:
+    """One MAD over the link from ``out`` to ``into``: PortXmit* and PortRcv* of the ends."""
+    pc = out.pc
+    if pc is None:
+        pc = out.counters()
+    pc[_PC_XMIT_PKTS] += 1
+    pc[_PC_XMIT_DATA] += MAD_WORDS
+    pc = into.pc
+    if pc is None:
+        pc = into.counters()
+    pc[_PC_RCV_PKTS] += 1
+    pc[_PC_RCV_DATA] += MAD_WORDS
 
 
 class Delivery(NamedTuple):
@@ -81,6 +107,7 @@ class Router:
         self.trap_tid = 0
         self.dropped = 0
         self._pending: list[Delivery] = []
+        self._near: dict = {}                # node -> its ports and their partners (node_changed)
 
     # --- the entry point ------------------------------------------------------------------
     def inject(self, port: Port, mad, slid: int, dlid: int, sqp: int, dqp: int) -> list[Delivery]:
@@ -179,73 +206,111 @@ class Router:
         pc[model.PC_RCV_DATA] += MAD_WORDS
         return r
 
+    def _cross_vl15(self, out: Port) -> Port:
+        """``_cross(out, True, logical=False)`` -- a directed-route hop -- with the
+        common case (both ends physically up, no error rate) inline: the hop
+        counters and the port on the other side.  Anything else takes ``_cross``."""
+        r = out.remote
+        if r is None or out.phys != _LINK_UP or r.phys != _LINK_UP or out.err_rate:
+            return self._cross(out, True, logical=False)
+        _count_hop(out, r)
+        return r
+
     # --- directed routes -------------------------------------------------------------------
     def _directed(self, port, mad, dlid, sqp, dqp):
-        dr = smp.parse_dr(mad)
+        if len(mad) != IB_MGMT_MAD_SIZE:
+            smp.parse_dr(mad)                  # raises the WireError a short MAD gets
+        ds, hop_ptr, hop_cnt = _DR_WORD.unpack_from(mad, 4)
+        dr_slid, dr_dlid = _DR_LIDS.unpack_from(mad, 32)
         response = bool(mad[3] & 0x80)
-        if dr.direction != response:
-            raise Drop(f"D bit {dr.direction} on a {'response' if response else 'request'}")
-        if dr.hop_cnt > smp.DR_MAX_HOPS:
-            raise Drop(f"hop count {dr.hop_cnt}")
+        if (ds >> 15) != response:
+            raise Drop(f"D bit {ds >> 15} on a {'response' if response else 'request'}")
+        if hop_cnt > smp.DR_MAX_HOPS:
+            raise Drop(f"hop count {hop_cnt}")
         if response:
-            dest = self._dr_return(port, mad, dr)
+            dest = self._dr_return(port, mad, hop_cnt, dr_slid, dr_dlid)
             return [Delivery(dest, 0, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, sqp)]
-        if dr.hop_ptr != 0:
-            raise Drop(f"hop pointer {dr.hop_ptr} on a new request")
-        if dr.dr_dlid != IB_LID_PERMISSIVE:
+        if hop_ptr != 0:
+            raise Drop(f"hop pointer {hop_ptr} on a new request")
+        if dr_dlid != IB_LID_PERMISSIVE:
             raise Drop("DrDLID (LID-routed part after the directed part) is not supported")
         cur = port
-        if dr.dr_slid != IB_LID_PERMISSIVE:
+        if dr_slid != IB_LID_PERMISSIVE:
             # LID-routed to the node where the directed part starts
             cur, _ = self.lid_route(port, dlid, True)
-        path = mad[smp.DR_PATH_OFFSET:smp.DR_PATH_OFFSET + 64]
-        for i in range(1, dr.hop_cnt + 1):
+        cross = self._cross_vl15
+        hops = []                              # (port out, port in) of each hop
+        for i in range(1, hop_cnt + 1):
             node = cur.node
-            if i > 1 and not node.is_switch:
+            if i > 1 and node.type != _SWITCH:
                 raise Drop(f'"{node.nodeid}" is not a switch but the path goes on (hop {i})')
-            o = path[i]
+            o = mad[_DR_PATH + i]
             if not 1 <= o <= node.nports:
                 raise Drop(f'"{node.nodeid}" has no port {o} (hop {i})')
-            cur = self._cross(node.ports[o], True, logical=False)
-            mad[smp.DR_RPATH_OFFSET + i] = cur.num
-        smp.set_dr_hop_ptr(mad, dr.hop_cnt + 1)
+            out = node.ports[o]
+            cur = cross(out)
+            hops.append((out, cur))
+            mad[_DR_RPATH + i] = cur.num
+        mad[6] = hop_cnt + 1                   # the hop pointer
         node = cur.node
         arrival = cur.num
-        dest = node.ports[0] if node.is_switch else cur
-        attr, mod = (mad[16] << 8) | mad[17], int.from_bytes(mad[20:24], "big")
+        dest = node.ports[0] if node.type == _SWITCH else cur
+        attr = (mad[16] << 8) | mad[17]
         method = mad[3]
-        if self.sma.handles(method, attr):
-            if self._agent_drops(dest, cur, attr):
+        if (method == _GET or method == _SET) and attr != _SM_INFO and attr != _NOTICE:
+            # self.sma.handles(method, attr), inline
+            if (dest.err_rate or cur.err_rate) and self._agent_drops(dest, cur, attr):
                 raise Drop(f"{cur.name}: error rate")
-            status, data = self.sma.process(node, arrival, method, attr, mod,
+            status, data = self.sma.process(node, arrival, method, attr, _MOD.unpack_from(mad, 20)[0],
                                             mad[64:64 + smp.SMP_DATA_SIZE])
             mad[3] = Method.GET_RESP
-            smp.set_dr_word(mad, 1, status, dr.hop_cnt + 1, dr.hop_cnt)
+            _DR_WORD.pack_into(mad, 4, 0x8000 | (status & 0x7FFF), hop_cnt + 1, hop_cnt)
             mad[64:64 + smp.SMP_DATA_SIZE] = data
-            back = self._dr_return(cur, mad, smp.parse_dr(mad))
+            if method == _GET and dr_slid == IB_LID_PERMISSIVE:
+                back = self._dr_back(hops, port, mad)
+                if back is not None:
+                    return [Delivery(back, sqp, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, dqp)]
+            back = self._dr_return(cur, mad, hop_cnt, dr_slid, dr_dlid)
             return [Delivery(back, sqp, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, dqp)]
         # SMInfo, traps: for the SM on that port
         return [Delivery(dest, dqp, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, sqp)]
 
-    def _dr_return(self, start: Port, mad, dr) -> Port:
+    @staticmethod
+    def _dr_back(hops, start: Port, mad):
+        """A Get's answer going back by the return path just written: the same
+        links the other way, which a Get changed nothing on -- so only the
+        counters move, as ``_dr_return`` would move them.  None (take
+        ``_dr_return``) when a port on the way has an error rate."""
+        for out, r in hops:
+            if out.err_rate or r.err_rate:
+                return None
+        for out, r in reversed(hops):
+            _count_hop(r, out)
+        mad[6] = 0                             # the hop pointer
+        cur = hops[0][0] if hops else start
+        node = cur.node
+        return node.ports[0] if node.type == _SWITCH else cur
+
+    def _dr_return(self, start: Port, mad, hop_cnt: int, dr_slid: int, dr_dlid: int) -> Port:
         """Walk a D=1 SMP back along its return path; the port it reaches."""
-        if dr.dr_dlid != IB_LID_PERMISSIVE:
+        if dr_dlid != IB_LID_PERMISSIVE:
             raise Drop("DrDLID (LID-routed part after the directed part) is not supported")
-        rpath = mad[smp.DR_RPATH_OFFSET:smp.DR_RPATH_OFFSET + 64]
+        cross = self._cross_vl15
         cur = start
-        for hp in range(dr.hop_cnt, 0, -1):
+        for hp in range(hop_cnt, 0, -1):
             node = cur.node
-            if hp < dr.hop_cnt and not node.is_switch:
+            if hp < hop_cnt and node.type != _SWITCH:
                 raise Drop(f'"{node.nodeid}" is not a switch but the return path goes on')
-            o = rpath[hp]
+            o = mad[_DR_RPATH + hp]
             if not 1 <= o <= node.nports:
                 raise Drop(f'"{node.nodeid}" has no port {o} (return hop {hp})')
-            cur = self._cross(node.ports[o], True, logical=False)
-        smp.set_dr_hop_ptr(mad, 0)
-        if dr.dr_slid != IB_LID_PERMISSIVE:
-            cur, _ = self.lid_route(cur, dr.dr_slid, True)
+            cur = cross(node.ports[o])
+        mad[6] = 0                             # the hop pointer
+        if dr_slid != IB_LID_PERMISSIVE:
+            cur, _ = self.lid_route(cur, dr_slid, True)
         # on a switch the requester (an SM) sits behind port 0
-        return cur.node.ports[0] if cur.node.is_switch else cur
+        node = cur.node
+        return node.ports[0] if node.type == _SWITCH else cur
 
     # --- arrival at an end port -------------------------------------------------------------
     def _agent_drops(self, dest: Port, arrived: Port, attr: int) -> bool:
@@ -293,8 +358,11 @@ class Router:
         if not ports:
             self.fabric.touch()
             return
-        ps = [p for p in node.ports if p is not None]
-        self.fabric.touch(*ps, *(p.remote for p in ps if p.remote is not None))
+        near = self._near.get(node)
+        if near is None:           # its ports and their link partners (cables do not move)
+            ps = [p for p in node.ports if p is not None]
+            near = self._near[node] = (*ps, *(p.remote for p in ps if p.remote is not None))
+        self.fabric.touch(*near)
 
     def _ports_changed(self, *ports) -> None:
         self.fabric.touch(*ports, *(p.remote for p in ports if p.remote is not None))

@@ -44,18 +44,66 @@ from .model import Fabric, FabricError
 from .datasock import DataSocket
 from .route import Router
 
+try:                                       # the compiled sendmmsg(2), where it was built
+    from ._sendmmsg import sendmmsg as _sendmmsg
+except ImportError:                        # pragma: no cover - no C compiler at install
+    _sendmmsg = None
+
 LIVENESS_INTERVAL = 1.0
 SEND_TIMEOUT = 1.0
+BATCH = 64                           # datagrams read from one client per wakeup
 _SMP_CLASSES = (0x01, 0x81)          # LID-routed and directed-route SMPs
+_SIM_REQUEST = ibsim.SIM_REQUEST
+_SIM_REQUEST_SIZE = ibsim.SIM_REQUEST_SIZE
 CONTROL_NAME = "softrdma"
 _CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\](.*)$')
 
 
+class _Poller:
+    """The loop's epoll: ``selectors``' register/unregister (what the data socket
+    uses too), with a ``poll`` that hands back (file, callback) pairs straight from
+    one dict -- the selector's per-event key objects cost the MAD path a few
+    microseconds per wakeup."""
+
+    def __init__(self):
+        self.ep = select.epoll()
+        self.map: dict[int, tuple] = {}        # fd -> (file object, callback)
+
+    @staticmethod
+    def _fd(f) -> int:
+        return f if isinstance(f, int) else f.fileno()
+
+    def register(self, f, events, data) -> None:
+        fd = self._fd(f)
+        if fd < 0 or fd in self.map:
+            raise (ValueError if fd < 0 else KeyError)(f"cannot register {f!r}")
+        self.ep.register(fd, select.EPOLLIN)
+        self.map[fd] = (f, data)
+
+    def unregister(self, f) -> None:
+        fd = self._fd(f)
+        if fd < 0:                             # closed already: find it by the object
+            fd = next((k for k, (o, _) in self.map.items() if o is f), -1)
+        del self.map[fd]                       # KeyError: not registered (as selectors)
+        try:
+            self.ep.unregister(fd)
+        except OSError:
+            pass
+
+    def poll(self, timeout: float) -> list:
+        m = self.map
+        return [m[fd] for fd, _ in self.ep.poll(timeout) if fd in m]
+
+    def close(self) -> None:
+        self.ep.close()
+
+
 class Client:
-    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr", "congested")
+    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr", "congested", "tid_top")
 
     def __init__(self, idx, pid, port, qp, issm, sock, addr):
         self.idx, self.pid, self.port, self.qp, self.issm = idx, pid, port, qp, issm
+        self.tid_top = (idx & 0xFFFF).to_bytes(2, "big")    # a request's TID bits 48..63 (ibsim)
         self.sock, self.addr = sock, addr
         self.congested = False     # its queue stayed full: drop, do not wait, until it reads
 
@@ -74,10 +122,11 @@ class Server:
         self.out = out
         self.router = Router(fabric, seed=seed, log=self._log_drop if verbose else None)
         self.clients: dict[int, Client] = {}
-        self.sel = selectors.DefaultSelector()
+        self.sel = _Poller()
         self.running = False
         self.console = console
-        self.stats = {"mads": 0, "ctl": 0, "bad": 0, "dropped": 0, "released": 0}
+        self.stats = {"mads": 0, "ctl": 0, "bad": 0, "dropped": 0, "released": 0, "batched": 0}
+        self._out = None                   # answers of the batch being handled (_on_data)
         self._next_liveness = 0.0
         self._open()
         self.datasock = None
@@ -160,9 +209,9 @@ class Server:
             self.run_once(LIVENESS_INTERVAL)
 
     def run_once(self, timeout: float):
-        for key, _ in self.sel.select(timeout):
+        for fileobj, callback in self.sel.poll(timeout):
             try:
-                key.data(key.fileobj)
+                callback(fileobj)
             except (WireError, FabricError) as e:      # never let one datagram stop us
                 self.stats["bad"] += 1
                 if self.verbose:
@@ -323,38 +372,48 @@ class Server:
 
     # --- MADs --------------------------------------------------------------------------------------
     def _on_data(self, c: Client):
+        """Every datagram the client has queued (up to a batch), then the answers:
+        sent together after the batch, so that a client waiting for several wakes
+        up once for them rather than once per answer."""
         sock = c.sock
-        for _ in range(64):
-            try:
-                buf = sock.recv(1024, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                if e.errno in (errno.ECONNREFUSED, errno.ENOTCONN):
-                    self._release(c, "connection refused")
-                return
-            self.handle_request(c, buf)
-            if self.clients.get(c.idx) is not c:
-                return
+        self._out = out = []
+        try:
+            for _ in range(BATCH):
+                try:
+                    buf = sock.recv(1024, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as e:
+                    if e.errno in (errno.ECONNREFUSED, errno.ENOTCONN):
+                        self._release(c, "connection refused")
+                    break
+                self.handle_request(c, buf)
+                if self.clients.get(c.idx) is not c:
+                    break
+        finally:
+            self._out = None
+            if out:
+                self._flush(out)
 
     def handle_request(self, c: Client, buf: bytes):
-        try:
-            req = ibsim.parse_request(buf)
-        except WireError as e:
-            self.stats["bad"] += 1
-            if self.verbose:
-                self.log(f"fabric: client {c.idx}: {e}")
+        if len(buf) != _SIM_REQUEST_SIZE:
+            try:
+                ibsim.parse_request(buf)       # raises the reason
+            except WireError as e:
+                self.stats["bad"] += 1
+                if self.verbose:
+                    self.log(f"fabric: client {c.idx}: {e}")
             return
+        dlid, slid, dqp, sqp, _status, length, raw = _SIM_REQUEST.unpack(buf)
         self.stats["mads"] += 1
-        mad = bytearray(req.mad)
-        if len(mad) >= 16 and not mad[3] & 0x80:
-            tid = int.from_bytes(mad[8:16], "big")
-            mad[8:16] = ibsim.tid_with_client(tid, c.idx).to_bytes(8, "big")
+        mad = bytearray(raw)
+        if not mad[3] & 0x80:
+            mad[8:10] = c.tid_top          # ibsim.tid_with_client: the client index in bits 48..63
         if self.verbose > 1:
             self.log(f"fabric: client {c.idx} -> class {mad[1]:#x} method {mad[3]:#x} attr "
-                     f"{int.from_bytes(mad[16:18], 'big'):#x} slid {req.slid} dlid {req.dlid} "
-                     f"dqp {req.dqp} tid {int.from_bytes(mad[8:16], 'big'):#x}")
-        for d in self.router.inject(c.port, mad, req.slid, req.dlid, req.sqp, req.dqp):
+                     f"{int.from_bytes(mad[16:18], 'big'):#x} slid {slid} dlid {dlid} "
+                     f"dqp {dqp} tid {int.from_bytes(mad[8:16], 'big'):#x}")
+        for d in self.router.inject(c.port, mad, slid, dlid, sqp, dqp):
             if d.dropped:
                 self.stats["dropped"] += 1
                 self._send(c, d.mad, d.dlid, d.slid, d.qp, d.sqp, d.status, None)
@@ -369,14 +428,14 @@ class Server:
                 if self.verbose:
                     self.log(f"fabric: nobody listens on {d.port.name} qp {d.qp}: "
                              f"class {d.mad[1]:#x} attr {int.from_bytes(d.mad[16:18], 'big'):#x}")
-                self._send(c, mad, req.dlid, req.slid, req.sqp, req.dqp, ibsim.ETIMEDOUT, None)
+                self._send(c, mad, dlid, slid, sqp, dqp, ibsim.ETIMEDOUT, None)
                 continue
             if self.verbose > 1:
                 self.log(f"fabric:   -> client {to.idx} at {d.port.name} qp {d.qp}")
             # a MAD forwarded between clients keeps the length its sender gave (an SA's
             # first RMPP segment says how much of it a reader without RMPP should take)
-            fwd = d.mad[1] not in _SMP_CLASSES and d.mad[3] == mad[3] and 0 < req.length < 256
-            self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, c, req.length if fwd else 256)
+            fwd = d.mad[1] not in _SMP_CLASSES and d.mad[3] == mad[3] and 0 < length < 256
+            self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, c, length if fwd else 256)
 
     def _find(self, d) -> Client | None:
         port = d.port
@@ -397,8 +456,35 @@ class Server:
 
     def _send(self, to: Client, mad, slid, dlid, sqp, dqp, status, sender, length=256):
         """One sim_request to ``to``: slid/dlid as the receiver sees them
-        (umad2sim takes the peer's LID from slid), dqp = its QP."""
+        (umad2sim takes the peer's LID from slid), dqp = its QP.  Inside a
+        batch (``_on_data``) it is queued for ``_flush``."""
         pkt = ibsim.build_request(dlid, slid, dqp, sqp, mad, status, length)
+        if self._out is not None:
+            self._out.append((to, pkt, mad, slid, dlid, sqp, dqp, sender))
+            return True
+        return self._transmit(to, pkt, mad, slid, dlid, sqp, dqp, sender)
+
+    def _flush(self, out):
+        """A batch's answers, in order; consecutive ones to the same client with one
+        sendmmsg where the compiled helper is there."""
+        i, n = 0, len(out)
+        while i < n:
+            to = out[i][0]
+            j = i + 1
+            while j < n and out[j][0] is to:
+                j += 1
+            if j - i > 1 and _sendmmsg is not None and not to.congested:
+                try:
+                    sent = _sendmmsg(to.sock.fileno(), [o[1] for o in out[i:j]])
+                except OSError:
+                    sent = 0                   # the first one failed: the one by one path says why
+                i += sent
+                self.stats["batched"] += sent
+            while i < j:
+                self._transmit(*out[i])
+                i += 1
+
+    def _transmit(self, to: Client, pkt, mad, slid, dlid, sqp, dqp, sender):
         try:
             try:
                 to.sock.send(pkt)
