@@ -468,3 +468,5 @@ def test_port_info_from_its_cache_is_the_one_built_anew():
     check()
     r.link_up(leaf.ports[5])
     check()
+    f.by_id["host0002"].ports[1].vports = object()      # a port with vports: CapabilityMask2's virtualization bit
+    check()

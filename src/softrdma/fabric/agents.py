@@ -77,9 +77,10 @@ def port_info(node: Node, p: Port, arrival: int) -> bytes:
     is made of (a sweep asks the same port for it several times; encoding costs 10x
     the look-up)."""
     kind = _port_kind(node, p)
+    # (every field build_port_info reads: one left out serves a stale answer)
     key = (id(kind), p.gid_prefix, p.lid, p.smlid, arrival, p.width_en, p.width_act, p.state, p.phys,
            p.lmc, p.speed_act, p.speed_en, p.vl_cap, p.hoqlife, p.oper_vls, p.part_enforce,
-           p.speed_ext_act, p.speed_ext_en, p.has_sm)
+           p.speed_ext_act, p.speed_ext_en, p.has_sm, p.vports is not None)
     out = _PORT_INFO_CACHE.get(key)
     if out is None:
         if len(_PORT_INFO_CACHE) >= _PORT_INFO_CACHE_MAX:
