@@ -23,6 +23,7 @@ from daemon_helpers import RunningDaemon
 from ib_helpers import IbFabric, control, link
 from ibfabric_helpers import NET_2SW
 from netns_helpers import need_root, sh
+from test_wire_tshark import tshark  # noqa: F401 -- the tshark fixture
 from wait_helpers import stop, wait_for
 
 HOSTS = ("h1", "h2", "h3")
@@ -185,6 +186,65 @@ def test_arp_entries_have_ipoib_addresses(net):
     out = net.run("h1", sys.executable, "-m", "softrdma", "ip", "neigh", "show", "dev", "ib0").stdout
     assert re.search(rf"^{re.escape(_v4(1))} lladdr {re.escape(h2['address'])} REACHABLE$", out, re.M), out
     assert len(h2["address"].split(":")) == 20
+
+
+def test_ibdump_on_an_ib_host_shows_ipoib_traffic_decoded(net, tshark):
+    """ibdump on h1's IB device during pings over ib0: the pcap is what the
+    real ibdump writes for an IB port (link type ERF, records of type
+    INFINIBAND, the frames LRH to VCRC); tshark decodes the LRH, the BTH,
+    the DETH, and inside the IPoIB payload the ARP exchange for an address
+    nobody asked for yet and the ICMP echoes.  The daemon keeps serving
+    during and after the capture."""
+    import signal
+    from wait_helpers import wait_line
+    pcap = str(net.tmp / "ib0.pcap")
+    new = "10.77.0.52"                               # h2's: its ARP exchange is in the capture
+    net.ip("h2", "addr", "add", f"{new}/24", "dev", "ib0")
+    env = {**os.environ, "SOFTRDMA_RUN": net.run_dir("h1"), "SOFTRDMA_AUTOSTART": "0"}
+    dump = subprocess.Popen(["ip", "netns", "exec", net.ns["h1"], sys.executable, "-m", "softrdma", "ibdump",
+                             "-d", "mlx5_0", "-w", pcap], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _, head = wait_line(dump.stdout, r"^Ready to capture", proc=dump)
+        assert " Link layer                     : Infiniband\n" in head, head
+        ping(net, "h1", "h2", count=2)
+        r = net.run("h1", "ping", "-c", "1", "-W", "5", new, check=False)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+    finally:
+        dump.send_signal(signal.SIGINT)
+        out, err = dump.communicate(timeout=30)
+    assert dump.returncode == 0, (out, err)
+    n = int(re.search(r"Captured:\s+(\d+) packets", err).group(1))
+    with open(pcap, "rb") as f:
+        assert f.read(24)[20:24] == (197).to_bytes(4, "little")        # LINKTYPE_ERF, as ibdump's for IB
+    fields = ("frame.protocols", "erf.types.type", "infiniband.lrh.slid", "infiniband.lrh.dlid",
+              "infiniband.bth.opcode", "ip.src", "ip.dst", "icmp.type", "arp.opcode", "arp.dst.proto_ipv4")
+    r = subprocess.run([tshark, "-r", pcap, "-T", "fields", "-E", "separator=|", *sum((["-e", f] for f in fields), [])],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = [dict(zip(fields, line.split("|"))) for line in r.stdout.splitlines()]
+    assert len(rows) == n and n > 0
+    assert all(x["erf.types.type"] == "21" and x["frame.protocols"].startswith("erf:infiniband") for x in rows), rows
+    lids = {h: link(net.run_dir(h), "mlx5_0")["port_attr"]["lid"] for h in ("h1", "h2")}
+    icmp = [x for x in rows if x["icmp.type"]]
+    # echo requests h1 -> h2 and the replies, each a UD SEND (opcode 100) between the two LIDs
+    for t, src, dst in (("8", "h1", "h2"), ("0", "h2", "h1")):
+        got = [x for x in icmp if x["icmp.type"] == t and x["ip.dst"] in (_v4(1), new, _v4(0))]
+        assert len(got) >= 3, icmp
+        assert all(x["infiniband.bth.opcode"] == "100" and int(x["infiniband.lrh.slid"]) == lids[src]
+                   and int(x["infiniband.lrh.dlid"]) == lids[dst] for x in got), got
+        assert all("infiniband:ethertype:ip:icmp" in x["frame.protocols"] for x in got), got
+    arp = {x["arp.opcode"] for x in rows if x["arp.opcode"] and x["arp.dst.proto_ipv4"] in (new, _v4(0))}
+    assert arp == {"1", "2"}, rows                   # the request (to the broadcast group) and the reply
+    # the daemon took every frame and still serves: the control socket answers, the link works
+    assert net.daemons["h1"].proc.poll() is None
+    assert net.ipoib("h1")[0]["carrier"]
+    ping(net, "h1", "h2", count=1)
+    # no ERF header: an IB port cannot be dumped so, as the real tool says
+    r = net.run("h1", sys.executable, "-m", "softrdma", "ibdump", "-d", "mlx5_0", "-s", "--erf", "0", "-w",
+                str(net.tmp / "x.pcap"), check=False)
+    assert (r.returncode, r.stderr) == (255, "-E- Can not dump Infiniband traffic without an ERF header "
+                                             "(--erf 0)\n"), r.stderr
 
 
 def tcp_transfer(net, a: str, b: str, nbytes: int, timeout: float) -> None:
