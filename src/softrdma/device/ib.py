@@ -186,7 +186,9 @@ class IbPort(Port):
         self.pkeys: tuple = (0xFFFF,)
         self.accepts_pkey = pkey_accepts(self.pkeys)
         self.ib_cnt = [0] * len(IB_COUNTERS)
-        self.cap_held = 0                         # CapabilityMask bits this port set (``set_port_cap``)
+        # CapabilityMask bits this port holds: IsClientReregistrationSupported, as
+        # ConnectX firmware sets it, and IsSM while an issm file is open (``set_port_cap``)
+        self.cap_held = smp.CAP_IS_CLIENT_REREGISTRATION_SUPPORTED
         self.port_events: list[int] = []          # ibv_event_type, for the daemon to send the clients
         self.seen_info = False
         self.ulp_qps: dict = {}                   # QPN -> an in-daemon UD user (IPoIB: ``device.ipoib``)

@@ -85,6 +85,8 @@ def port_info(node: Node, p: Port, arrival: int) -> bytes:
         LinkSpeedExtSupported=(model.SPEED_EXT_SUPPORTED | (p.speed_ext_en & 8)) if ext else 0)
     if p.has_sm:
         f["CapMask"] = f["CapMask"] | smp.CAP_IS_SM
+    if p.rereg_sup:
+        f["CapMask"] = f["CapMask"] | smp.CAP_IS_CLIENT_REREGISTRATION_SUPPORTED
     return bytes(smp.PORT_INFO.encode(**f))
 
 
@@ -210,7 +212,8 @@ class Sma:
             p.mkey_lease = f["MkeyLeasePeriod"]
             p.protect = f["ProtectBits"]
             p.subnet_timeout = f["SubnetTimeout"]
-            p.client_rereg = f["ClientReregister"]
+            if f["ClientReregister"]:        # pending until the attached device has it
+                p.client_rereg = 1
         p.gid_prefix = f["GidPrefix"]
         p.oper_vls = vls
         if node.is_switch and p.num:               # what the switch port checks (IBA 14.2.5.6)

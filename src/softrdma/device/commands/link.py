@@ -158,6 +158,7 @@ def _link_add_ib(daemon, m):
     if not _await_port_info(dev):
         dev.close()
         _refused(*(dev.link.error or (errno.ETIMEDOUT, f"fabric {base} did not answer")))
+    dev.attached()                       # the CapabilityMask bits the port holds (as on a reconnect)
     daemon.add_device(dev)
     return {"ifindex": dev.ifindex}, []
 
