@@ -470,3 +470,5 @@ def test_port_info_from_its_cache_is_the_one_built_anew():
     check()
     f.by_id["host0002"].ports[1].vports = object()      # a port with vports: CapabilityMask2's virtualization bit
     check()
+    f.by_id["host0003"].ports[1].rereg_sup = True       # its device takes ClientReregister: CapMask's bit
+    check()

@@ -176,6 +176,36 @@ def test_capture_refuses_entries_too_small_and_bad_directions():
     ring.close()
 
 
+def test_ib_frames_are_recorded_whole_and_a_bad_record_is_dropped_not_raised():
+    """An IB port's frames (``Tap.frame``): recorded LRH to VCRC with no
+    addresses (IB_FRAME), the local QP kept; the largest IB frame of a 4096
+    MTU (LRH, GRH, the longest header run, pad, ICRC, VCRC) fits an entry.
+    A record the tap cannot write -- what an IB port's source (LIDs, not IP
+    bytes) made of the IP record once -- is dropped and counted: the data
+    path never sees the exception."""
+    from softrdma.device.capture import Tap
+    from softrdma.transport.unreliable import LinkSource
+    from softrdma.uapi.capture import IB_FRAME, IB_FRAME_EXTRA, MAX_HEADER_BYTES
+    ring = Ring.create(4, slot_size(5))
+    bell = os.eventfd(0, os.EFD_NONBLOCK)
+    cap = Capture(Ring.attach(os.dup(ring.fd)), os.dup(bell), BOTH, 5)
+    tap = Tap()
+    tap.captures.append(cap)
+    big = os.urandom(IB_FRAME_EXTRA + MAX_HEADER_BYTES + 4096 + 3)
+    tap.frame(TX, 0x11, big)
+    tap.frame(RX, 0x12, b"\x00\x02" + bytes(30))
+    tap.packet(RX, 0x13, LinkSource(None, 5, 0, 0), b"", 0, 0, bytes(40))       # not IP addresses
+    assert cap.stats() == {"packets": 2, "bytes": len(big) + 32, "dropped": 1} and cap.failed
+    recs = [RECORD.unpack_from(ring.slot(i)) for i in range(2)]
+    assert [(r[4], r[3], r[1], r[2], r[5], r[6], r[7], r[8]) for r in recs] == [
+        (TX, 0x11, len(big), len(big), IB_FRAME, 0, 0, NO_CORRUPTION),
+        (RX, 0x12, 32, 32, IB_FRAME, 0, 0, NO_CORRUPTION)]
+    assert bytes(ring.slot(0)[RECORD.size:RECORD.size + len(big)]) == big
+    cap.close()
+    ring.close()
+    os.close(bell)
+
+
 # --------------------------------------------------------------------------- 2. the option errors
 def _run(capsys, *argv):
     rc = ibdump.main(list(argv), prog="ibdump")
@@ -222,7 +252,6 @@ def test_option_errors_are_ibdumps(capsys, argv, rc, out, err):
     (["-T"], "--conti: the capture buffer is memory shared with softrdmad"),
     (["-j"], "--jumbo-mtu: every capture entry already holds the largest packet"),
     (["--decap"], "--decap: softrdma captures at the device, where there is no port-mirroring"),
-    (["--erf", "1"], "--erf 1: softrdma devices are RoCE (Ethernet link layer)"),
 ])
 def test_options_without_meaning_here_are_refused_with_the_reason(capsys, argv, why):
     rc, out, err = _run(capsys, *argv)
@@ -245,6 +274,7 @@ def test_version_and_erf_0_and_option_forms(capsys):
 def daemon():
     with daemon_in_shm("ibdump") as d:
         yield d
+        assert d.proc.poll() is None, "softrdmad ended during the capture tests"
 
 
 def _env(d) -> dict:
@@ -488,6 +518,7 @@ def test_writer_thread_and_direction_and_src_qp_filters(tmp_path):
                  Ibdump(d, "-I", "rx", "-s", "-w", rx)]
         info = _ops(d)
         results = [t.stop() for t in tools]
+        assert d.proc.poll() is None
     assert all(rc == 0 for rc, _, _ in results)
     assert (info["a"], info["b"]) == (0x11, 0x12)
     everything = read_pcap(every)
@@ -534,6 +565,9 @@ def test_errors_on_the_device(daemon, tmp_path):
     assert run("-d", "mlx5_0") == (1, "-E- IB device mlx5_0 wasn't found\n-E- failed to create resources\n")
     assert run("-i", "2", "-s") == (1, "-E- ibv_query_port on port 2 failed\n-E- failed to create resources\n")
     assert run("--a0-mode", "-s") == (1, "-E- This tool does not support A0 mode\n" + ibdump.A0_WHY + "\n")
+    # ERF records of type InfiniBand are an IB port's: refused on a RoCE device
+    assert run("--erf", "1", "-s") == (1, f"-E- {ibdump.REFUSED['erf']}\n-E- failed to create resources\n")
+    assert ibdump.REFUSED["erf"].startswith("--erf 1: this device is RoCE (Ethernet link layer)")
     rc, err = run("-w", "/nonexistent/dir/x.pcap")
     assert (rc, err) == (1, "-E- Failed to open file /nonexistent/dir/x.pcap: No such file or directory\n"
                             "-E- failed to create resources\n")
@@ -586,6 +620,7 @@ def test_capture_of_a_real_udp_exchange_across_namespaces(tshark, tmp_path):
         tool.send_signal(signal.SIGINT)
         _, err = tool.communicate(timeout=30)
         assert tool.returncode == 0, err
+        assert all(p.poll() is None for p in h.daemons)
     finally:
         h.close()
 

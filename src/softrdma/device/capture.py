@@ -9,7 +9,12 @@ Owns:
   every RoCEv2 packet it hands to the network or to another device of the
   daemon (TX) and for every packet it takes in (RX): socket and loopback
   paths alike.  A packet a device sends to itself is recorded once, as TX
-  (Linux's packet sockets drop the looped-back copy the same way).
+  (Linux's packet sockets drop the looped-back copy the same way).  An
+  InfiniBand port calls ``Tap.frame`` instead, with every frame it hands to
+  the fabric and every frame the fabric hands it, LRH to VCRC (the port
+  layer's ``tap`` stays None on an IB port: it has no IP addresses to give).
+  A record the tap cannot write is dropped and counted, never raised into
+  the data path: a capture must not take the daemon down.
 * ``Capture`` -- the daemon's end of one capture: the producer of a
   shared-memory ``Ring`` the tool created (its memory is the tool's, as
   ibdump's receive buffers are), the tool's eventfd doorbell, counters.
@@ -29,7 +34,9 @@ from __future__ import annotations
 import os
 from time import time_ns
 
-from ..uapi.capture import BOTH, MAX_HEADER_BYTES, MAX_LOG2_ENTRIES, NO_CORRUPTION, RECORD, RX, TX, slot_size
+import logging
+
+from ..uapi.capture import BOTH, IB_FRAME, MAX_HEADER_BYTES, MAX_LOG2_ENTRIES, NO_CORRUPTION, RECORD, RX, TX, slot_size
 from ..uapi.queues import WorkQueueProducer
 from ..uapi.shm import RING_CONSUMER_SLEEPING, Ring
 from ..wire.opcodes import OPCODE_TABLE
@@ -37,6 +44,8 @@ from ..wire.opcodes import OPCODE_TABLE
 # the capture entry holds the longest header run of any opcode
 assert MAX_HEADER_BYTES == max(i.length for i in OPCODE_TABLE if i is not None)
 _DOORBELL = (1).to_bytes(8, "little")
+_NO_ADDR = bytes(16)
+log = logging.getLogger("softrdmad.capture")
 
 
 class Capture:
@@ -59,6 +68,7 @@ class Capture:
         self.packets = 0
         self.bytes = 0
         self.dropped = 0
+        self.failed = False                  # a record failed (logged once)
 
     def put(self, ts: int, direction: int, qpn: int, src: bytes, dst: bytes, sport: int, dport: int,
             pkt, corrupt: int) -> None:
@@ -70,6 +80,21 @@ class Capture:
         c = n if n <= self.room else self.room         # only a foreign oversized packet is cut
         RECORD.pack_into(slot, 0, ts, c, n, qpn, direction, len(src), sport, dport, corrupt, src, dst)
         slot[RECORD.size:RECORD.size + c] = pkt if c == n else pkt[:c]
+        self._published(n)
+
+    def put_frame(self, ts: int, direction: int, qpn: int, frame) -> None:
+        """One InfiniBand frame (LRH .. VCRC) as the link carries it."""
+        slot = self.producer.next_slot()
+        if slot is None:
+            self.dropped += 1
+            return
+        n = len(frame)
+        c = n if n <= self.room else self.room
+        RECORD.pack_into(slot, 0, ts, c, n, qpn, direction, IB_FRAME, 0, 0, NO_CORRUPTION, _NO_ADDR, _NO_ADDR)
+        slot[RECORD.size:RECORD.size + c] = frame if c == n else frame[:c]
+        self._published(n)
+
+    def _published(self, n: int) -> None:
         self.producer.commit()
         self.packets += 1
         self.bytes += n
@@ -98,7 +123,27 @@ class Tap:
         ts = time_ns()
         for cap in self.captures:
             if cap.directions & direction:
-                cap.put(ts, direction, qpn, src, dst, sport, dport, pkt, corrupt)
+                try:
+                    cap.put(ts, direction, qpn, src, dst, sport, dport, pkt, corrupt)
+                except Exception:          # noqa: BLE001 -- the capture loses the record, the traffic goes on
+                    _failed(cap)
+
+    def frame(self, direction: int, qpn: int, frame) -> None:
+        """An InfiniBand port's frame, LRH to VCRC."""
+        ts = time_ns()
+        for cap in self.captures:
+            if cap.directions & direction:
+                try:
+                    cap.put_frame(ts, direction, qpn, frame)
+                except Exception:          # noqa: BLE001 -- as above
+                    _failed(cap)
+
+
+def _failed(cap: Capture) -> None:
+    cap.dropped += 1
+    if not cap.failed:
+        cap.failed = True
+        log.exception("capture %d: a record could not be written (dropped and counted)", cap.handle)
 
 
 __all__ = ["Capture", "Tap"]

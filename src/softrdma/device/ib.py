@@ -41,6 +41,12 @@ dropped and P_KeyViolations counted, as PortInfo and the kernel's
 ``transport.unreliable.LinkSource`` as the source: UD completions carry
 slid, sl, dlid_path_bits, and IBV_WC_GRH only when a GRH came.  Connected
 QPs take packets by QPN, as on a real HCA (no address check).
+
+Capture (``ibdump``): an IB port's tap is ``frame_tap`` (the port layer's
+``tap``, which records IP packets, stays None): every frame handed to the
+fabric and every frame received, LRH to VCRC as on the link.  While one is
+open, received messages take the packet-by-packet path so each frame is
+seen, and QPs send no runs.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from ..transport.port import MCAST_QPN, RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKE
 from ..transport.qp import DeviceCaps
 from ..transport.unreliable import LinkSource
 from ..transport.wr import AddressVector
+from ..uapi.capture import RX, TX
 from ..uapi.shm import W_PRODUCER
 from ..wire import fabriclink as fl
 from ..wire import smp
@@ -64,6 +71,7 @@ from ..wire.lrh import (GRH_BYTES, ICRC_BYTES, LRH_BYTES, MCAST_LID_BASE, PERMIS
                         decap, encap, pack_grh, run_lrh, verify_packets)
 from ..wire.opcodes import Opcode
 from ..wire.packet import build
+from .capture import Tap
 from .core import DeviceCore
 from .fabric_link import FabricLink
 from .gid import ROCE_V1, GidTable
@@ -99,6 +107,21 @@ def pkey_accepts(table) -> frozenset:
         if k & 0x8000:
             ok.add(k & 0x7FFF)                  # a limited member's: only a full entry
     return frozenset(ok)
+
+
+def frame_dqpn(f) -> int:
+    """The BTH DestQP of an IB frame (0 if it is too short to have one)."""
+    b = LRH_BYTES + (GRH_BYTES if len(f) > 1 and f[1] & 3 == 3 else 0)
+    return f[b + 5] << 16 | f[b + 6] << 8 | f[b + 7] if len(f) >= b + BTH_BYTES else 0
+
+
+def _tap_entries(tap, qpn: int, entries) -> None:
+    """The frames of PACKETS entries (a 2-byte length before each) to a capture."""
+    i, n = 0, len(entries)
+    while i + 2 <= n:
+        ln = entries[i] << 8 | entries[i + 1]
+        tap.frame(TX, qpn, entries[i + 2:i + 2 + ln])
+        i += 2 + ln
 
 
 def message_segments(msg, dqpn: int, groups) -> list:
@@ -172,10 +195,13 @@ class IbPort(Port):
         self.pkeys: tuple = (0xFFFF,)
         self.accepts_pkey = pkey_accepts(self.pkeys)
         self.ib_cnt = [0] * len(IB_COUNTERS)
-        self.cap_held = 0                         # CapabilityMask bits this port set (``set_port_cap``)
+        # CapabilityMask bits this port holds: IsClientReregistrationSupported, as
+        # ConnectX firmware sets it, and IsSM while an issm file is open (``set_port_cap``)
+        self.cap_held = smp.CAP_IS_CLIENT_REREGISTRATION_SUPPORTED
         self.port_events: list[int] = []          # ibv_event_type, for the daemon to send the clients
         self.seen_info = False
         self.ulp_qps: dict = {}                   # QPN -> an in-daemon UD user (IPoIB: ``device.ipoib``)
+        self.frame_tap = None                     # a capture's ``device.capture.Tap`` while one is open
         # what a RoCE port has and an IB port has not (the daemon reads them from every device)
         self.netdev = ""
         self.netdev_index = 0
@@ -358,7 +384,8 @@ class IbPort(Port):
         sent_pkts = nbytes = 0
         discards = dropped = 0
         active = self.state == ACTIVE and self.link.connected
-        runs = self.tap is None
+        tap = self.frame_tap
+        runs = tap is None
         try:
             while tx:
                 items = tx[:]
@@ -393,6 +420,8 @@ class IbPort(Port):
                                 continue
                             parts.append(build_run(pkt.hdr, pkt.payload, mtu, total, i, k, pkt.psn0, pkt.ackreq_last,
                                                    pkt.last_hdr, pkt.first_hdr, lrh, grh))
+                            if tap is not None:
+                                _tap_entries(tap, qp.qp_num, parts[-1])
                             npk += k
                             size += k * ent
                             i += k
@@ -401,6 +430,8 @@ class IbPort(Port):
                         continue
                     grh = self._pack_grh(r, len(pkt) + ICRC_BYTES) if r.grh else None
                     f = encap(pkt, dlid=r.dlid, slid=r.slid, sl=r.sl, grh=grh)
+                    if tap is not None:
+                        tap.frame(TX, qp.qp_num, f)
                     if size + 2 + len(f) > fl.MAX_MESSAGE and npk:
                         msgs.append([fl.HDR.pack(fl.MsgType.PACKETS, fl.VERSION, npk), *parts])
                         parts, npk, size = [], 0, fl.HDR.size
@@ -457,6 +488,10 @@ class IbPort(Port):
         """Native IB packets the fabric delivered to this port."""
         datagrams = []
         ic = self.ib_cnt
+        tap = self.frame_tap
+        if tap is not None:                          # every frame that came, malformed ones too
+            for f in frames:
+                tap.frame(RX, frame_dqpn(f), f)
         lid, mask = self.lid, ~self.lmc_mask & 0xFFFF
         ok_pkeys = self.accepts_pkey
         mcast = []
@@ -514,6 +549,8 @@ class IbPort(Port):
         frame = encap(build(UD_SEND_ONLY, 0, 0, mad, deth=(0, 0)), dlid=dlid, slid=slid, vl=VL15)
         dropped = self.link.send_packets([frame])
         self.ib_cnt[XMIT_DISCARDS] += dropped
+        if not dropped and self.frame_tap is not None:
+            self.frame_tap.frame(TX, 0, frame)
         if not dropped:
             self.cnt[TX_PACKETS] += 1
             self.cnt[TX_BYTES] += len(frame) - 8 - 2       # as the port counts: BTH .. ICRC
@@ -544,7 +581,7 @@ class IbPort(Port):
                 if self.vports is not None and self.vports.receive(msg, now):
                     continue
                 self.pull_receives()
-                if self.tap is None and self.receive_message(msg, now):
+                if self.frame_tap is None and self.receive_message(msg, now):
                     continue
                 try:
                     frames = list(fl.iter_packets(msg))
@@ -674,6 +711,18 @@ class IbDevice(DeviceCore, IbPort):
 
     def local_peer_dqp(self, qp):
         return None
+
+    def add_capture(self, cap) -> None:
+        if self.frame_tap is None:
+            self.frame_tap = Tap()
+        self.frame_tap.captures.append(cap)
+
+    def remove_capture(self, cap) -> None:
+        tap = self.frame_tap
+        if tap is not None and cap in tap.captures:
+            tap.captures.remove(cap)
+            if not tap.captures:
+                self.frame_tap = None
 
     def pull_receives(self) -> None:
         """Take the receive WQEs already in the rings before a batch of

@@ -11,7 +11,10 @@ Port Active (and the P_Key in the port's table): the broadcast group
 Set, ``device.ipoib_sa``); its record gives the Q_Key and the MTU (the
 interface MTU is the group's IB MTU less the 4-byte header: 2044 for
 2048), and the carrier goes on.  The port leaving Active, or the SM, our
-LID or the P_Key table changing, flushes paths and groups and starts over.
+LID or the P_Key table changing, or the SM asking for a client
+reregistration (IBV_EVENT_CLIENT_REREGISTER: a new master SM knows no
+member), flushes paths and groups and starts over, as the kernel's
+ipoib_event does.
 
 Transmit: a datagram the kernel routed out of the TUN device
 (``device.ipoib_tun``) goes, with the 4-byte IPoIB header, in one UD SEND:
@@ -51,12 +54,11 @@ MCAST_QPN = 0xFFFFFF
 IB_MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
 JOIN_RETRY_S = 1.0
 MEMBERSHIP_POLL_S = 1.0
-SA_CHECK_S = 2.0                           # how often the SA is asked whether it still knows our membership
 PATH_RECHECK_S = 1.0                       # a path re-asked at most this often for a mismatched SLID
 COUNTERS = ("tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "tx_multicast", "rx_multicast", "arp_tx", "arp_rx",
             "nd_tx", "nd_rx", "path_queries", "path_failures", "mcast_joins", "mcast_join_failures",
             "rx_drop_qkey", "rx_drop_pkey", "rx_drop_other", "tx_drop_no_carrier", "tx_drop_unresolved",
-            "tx_drop_other", "membership_checks", "sm_forgot", "path_stale")
+            "tx_drop_other", "path_stale")
 ALL_NODES = bytes.fromhex("ff020000000000000000000000000001")
 
 
@@ -103,8 +105,6 @@ class IpoibIf:
         self.addrs6: list[tuple[bytes, int]] = []
         self.bcast4: set[bytes] = {b"\xff\xff\xff\xff"}
         self.next_poll = 0.0
-        self.next_check = 0.0
-        self.check_tid: int | None = None
         self.memberships: set[bytes] = set()     # MGIDs of the interface's IP multicast groups
         self.waiters: dict[bytes, list] = {}     # IP -> rdma_cm's address resolutions waiting for it
         self.up = False
@@ -204,9 +204,6 @@ class IpoibIf:
         for ip in list(self.waiters):
             self._answer_waiters(ip, None)
         self.bcast = None
-        if self.check_tid is not None:
-            self.sa.cancel(self.check_tid)
-            self.check_tid = None
         for p in self.table.paths.values():
             if p.tid is not None:
                 self.sa.cancel(p.tid)
@@ -324,7 +321,7 @@ class IpoibIf:
     def deadline(self) -> float | None:
         if not self.dev.state == 4:
             return None
-        d = min(self.next_poll, self.next_check) if self.up else None
+        d = self.next_poll if self.up else None
         for g in self.groups.values():
             if not g.mlid and g.tid is None and (d is None or g.retry_at < d):
                 d = g.retry_at
@@ -358,27 +355,6 @@ class IpoibIf:
         if now >= self.next_poll:
             self.next_poll = now + MEMBERSHIP_POLL_S
             self.poll_memberships(now)
-        if now >= self.next_check:
-            self.next_check = now + SA_CHECK_S
-            self._check_membership()
-
-    def _check_membership(self) -> None:
-        """Ask the SA for our broadcast membership.  An SM that restarted
-        without a client reregistration has forgotten every join (and its
-        MFTs leave us out) and may have moved the LIDs our paths hold: if
-        the SA answers that we are no member, start over as on
-        CLIENT_REREGISTER."""
-        b = self.bcast
-        if b is None or b.record is None or self.check_tid is not None:
-            return
-
-        def done(status, rec, b=b):
-            self.check_tid = None
-            self.cnt["membership_checks"] += status is not None
-            if status and self.bcast is b:
-                self.cnt["sm_forgot"] += 1
-                self.port_up(time.monotonic())
-        self.check_tid = self.sa.member(self.bcast_mgid, self.port_gid, done)
 
     # -- transmit
     def transmit(self, datagrams, now: float) -> None:

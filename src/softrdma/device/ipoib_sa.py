@@ -88,13 +88,6 @@ class SaClient:
         return self._post(_mad(madw.Method.SET, SaAttr.MCMEMBER_RECORD, rec, mask), done or _ignore,
                           MCMEMBER_RECORD.decode)
 
-    def member(self, mgid: bytes, port_gid: bytes, done) -> int:
-        """MCMemberRecord Get of our own membership: does the SA still know it?"""
-        rec = bytes(MCMEMBER_RECORD.encode(MGID=int.from_bytes(mgid, "big"),
-                                           PortGID=int.from_bytes(port_gid, "big"))).ljust(56, b"\0")
-        mask = MCR_COMP["MGID"] | MCR_COMP["PortGID"]
-        return self._post(_mad(madw.Method.GET, SaAttr.MCMEMBER_RECORD, rec, mask), done, MCMEMBER_RECORD.decode)
-
     def leave(self, mgid: bytes, port_gid: bytes) -> int:
         rec = bytes(MCMEMBER_RECORD.encode(MGID=int.from_bytes(mgid, "big"), PortGID=int.from_bytes(port_gid, "big"),
                                            JoinState=JOIN_FULL)).ljust(56, b"\0")

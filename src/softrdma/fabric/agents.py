@@ -80,7 +80,7 @@ def port_info(node: Node, p: Port, arrival: int) -> bytes:
     # (every field build_port_info reads: one left out serves a stale answer)
     key = (id(kind), p.gid_prefix, p.lid, p.smlid, arrival, p.width_en, p.width_act, p.state, p.phys,
            p.lmc, p.speed_act, p.speed_en, p.vl_cap, p.hoqlife, p.oper_vls, p.part_enforce,
-           p.speed_ext_act, p.speed_ext_en, p.has_sm, p.vports is not None)
+           p.speed_ext_act, p.speed_ext_en, p.has_sm, p.vports is not None, p.rereg_sup)
     out = _PORT_INFO_CACHE.get(key)
     if out is None:
         if len(_PORT_INFO_CACHE) >= _PORT_INFO_CACHE_MAX:
@@ -110,6 +110,8 @@ def build_port_info(kind: dict, p: Port, arrival: int) -> bytes:
         f["CapMask"] = f["CapMask"] | smp.CAP_IS_SM
     if p.vports is not None:
         f["CapabilityMask2"] = f["CapabilityMask2"] | CAP2_IS_VIRT_SUPPORTED
+    if p.rereg_sup:
+        f["CapMask"] = f["CapMask"] | smp.CAP_IS_CLIENT_REREGISTRATION_SUPPORTED
     return bytes(smp.PORT_INFO.encode(**f))
 
 
@@ -236,7 +238,8 @@ class Sma:
             p.mkey_lease = f["MkeyLeasePeriod"]
             p.protect = f["ProtectBits"]
             p.subnet_timeout = f["SubnetTimeout"]
-            p.client_rereg = f["ClientReregister"]
+            if f["ClientReregister"]:        # pending until the attached device has it
+                p.client_rereg = 1
         p.gid_prefix = f["GidPrefix"]
         p.oper_vls = vls
         if node.is_switch and p.num:               # what the switch port checks (IBA 14.2.5.6)

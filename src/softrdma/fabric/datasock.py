@@ -148,6 +148,7 @@ class DataSocket:
         if c.port is not None and self.by_port.get(c.port) is c:
             del self.by_port[c.port]
             self.fabric.devices.pop(c.port, None)
+            c.port.rereg_sup = False
             if c.is_sm:                      # its SM is gone with it
                 c.port.has_sm = False
                 self.fabric.touch(c.port)
@@ -206,8 +207,15 @@ class DataSocket:
 
     def _port_cap(self, c: Conn, set_mask: int, clear_mask: int) -> None:
         """CapabilityMask bits from the device; the fabric's model of a CA
-        port keeps IsSM (the others are the port's kind's, as on ibsim)."""
+        port keeps IsSM and IsClientReregistrationSupported (the others are
+        the port's kind's, as on ibsim)."""
         p = c.port
+        if p is None:                        # not attached (refused): nothing to hold them
+            return
+        rereg = smp.CAP_IS_CLIENT_REREGISTRATION_SUPPORTED
+        if (set_mask | clear_mask) & rereg and p.rereg_sup != bool(set_mask & rereg):
+            p.rereg_sup = bool(set_mask & rereg)
+            self.fabric.touch(p)
         if set_mask & smp.CAP_IS_SM:
             if c.is_sm or p.has_sm:          # already, or an ibsim client's SM holds it
                 return
@@ -261,6 +269,9 @@ class DataSocket:
         sma = self.server.router.sma
         ni = agents.node_info(node, p.num)[:fabriclink.NODE_INFO_BYTES]
         pi = agents.port_info(node, p, p.num)[:fabriclink.PORT_INFO_BYTES]
+        if p.client_rereg:                   # an SM asked the port's clients to reregister
+            pi = bytearray(pi)
+            smp.PORT_INFO.encode_into(pi, 0, ClientReregister=1)
         _, gi = sma.process(node, p.num, Method.GET, SmpAttr.GUID_INFO, 0,
                             bytes(64))
         cap = node.pkey_cap(p)
@@ -277,6 +288,7 @@ class DataSocket:
         if not self._send(c, msg):
             return False
         c.last_info = msg
+        c.port.client_rereg = 0              # told once
         return True
 
     def poll(self) -> None:

@@ -90,7 +90,7 @@ class Port:
                  "vl_stall", "subnet_timeout", "resp_time", "mkey", "mkey_lease", "protect",
                  "gid_prefix", "capmask", "client_rereg", "pkeys", "vlarb", "guids", "pc",
                  "err_rate", "err_attr", "has_sm", "width_act", "speed_act", "speed_ext_act",
-                 "part_enforce", "vports")
+                 "part_enforce", "vports", "rereg_sup")
 
     def __init__(self, node: "Node", num: int, guid: int):
         self.node = node
@@ -121,7 +121,11 @@ class Port:
         self.protect = 0
         self.gid_prefix = 0            # until the SM sets the subnet prefix
         self.capmask = SWITCH_CAPMASK if node.is_switch else CA_CAPMASK
+        # ClientReregister: set by an SM's PortInfo Set, pending until the attached
+        # device is told (one PORT_INFO carries it); rereg_sup: the attached
+        # device supports it (its CapabilityMask.IsClientReregistrationSupported)
         self.client_rereg = 0
+        self.rereg_sup = False
         self.pkeys = None          # None: [0xFFFF, 0, ...]; else a list of the full table
         self.vlarb = None          # None: defaults; else {block 1..4: 64 bytes}
         self.guids = None          # None: only the port GUID; else {index: guid}

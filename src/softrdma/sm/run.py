@@ -54,6 +54,7 @@ class SmLoop:
         self.agent = Agent(self.sminfo)
         self.events: list = []
         self.subnet = None
+        self.first_master = False       # opensm's first_time_master_sweep: set on becoming master
         self.previous = None            # LFTs this SM programmed, by switch GUID
         self.failed = 0
         self.stop = False
@@ -194,9 +195,11 @@ class SmLoop:
     def _heavy(self, disc: Discovery | None = None) -> None:
         disc = disc or self._discover()
         q = self._mads()
+        known = set(self.subnet.ports) if self.subnet is not None else None
         sweep = HeavySweep(q, self.log, self.s["engine"], self.roots, self.g2l, self.s["lmc"],
                            self.previous, disc=disc, lmc_esp0=self.s.get("lmc_esp0", False),
-                           setups=(self.pkeys, self.qos, self.virt))
+                           setups=(self.pkeys, self.qos, self.virt), first_master=self.first_master,
+                           known_ports=known)
         t0 = time.monotonic()
         self._drive(q, sweep)
         self.subnet = sweep.subnet
@@ -213,6 +216,8 @@ class SmLoop:
         if bad:
             self.log.error(f"ERR 3A10: {bad} SMPs failed in the sweep")
             self.failed += bad
+        else:
+            self.first_master = False       # every port has had its PortInfo Set (and reregister)
         self.previous = sweep.programmed()
         if self.sa_factory:
             if self.agent.sa is None:
@@ -258,6 +263,7 @@ class SmLoop:
         state = self.sminfo.decide(others)
         self._enter(state)
         if state == SmState.MASTER:
+            self.first_master = True        # just became master: every port is told to reregister
             self._heavy(disc)
         else:
             self.agent.sa = None            # only the master SM answers SA queries

@@ -1,7 +1,13 @@
 """One heavy sweep (opensm's osm_state_mgr heavy-sweep path), sans-IO, phase after phase.
 
 discovery → LIDs (lid_mgr; PortInfo Set of LID/LMC/SMLID on end ports whose
-LID or SM LID changes) → routing (the chosen engine, minhop fallback) →
+LID or SM LID changes; with ClientReregister, as opensm's
+lid_mgr_set_physp_pi sets it, on every port that supports it
+(CapabilityMask IsClientReregistrationSupported) when this is the SM's
+first sweep as master, when the port's SM LID is not ours, or when the
+port is new to the subnet -- its clients then join their multicast groups
+again, with an SM that knows none of them) → routing (the chosen engine,
+minhop fallback) →
 SwitchInfo Set (LinearFDBTop, LifeTime) → LFT blocks Set (block i of every
 switch, then block i+1, as opensm pipelines them; only blocks that changed
 since the last sweep) → every linked port in INIT set ARMED, then every
@@ -19,7 +25,8 @@ import time
 
 from ..mgmt.agent import MadAgent
 from ..wire.mad import Method
-from ..wire.smp import PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp, smp_data
+from ..wire.smp import (CAP_IS_CLIENT_REREGISTRATION_SUPPORTED, PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp,
+                        smp_data)
 from . import lft_dump, log as L
 from .discovery import Discovery, dr_status
 from .guid2lid import Guid2Lid
@@ -40,8 +47,12 @@ FEED = 8192                      # SMPs queued at a time in the big phases (LFT 
 class HeavySweep:
     def __init__(self, q: MadAgent, log: L.Log, engine: str = "minhop", roots=None,
                  g2l: Guid2Lid | None = None, lmc: int = 0, previous: dict[int, bytes] | None = None,
-                 disc: Discovery | None = None, lmc_esp0: bool = False, setups=()):
+                 disc: Discovery | None = None, lmc_esp0: bool = False, setups=(), first_master: bool = False,
+                 known_ports: set[int] | None = None):
         self.q = q
+        # opensm's first_time_master_sweep; the port GUIDs of the previous sweep (others are new)
+        self.first_master = first_master
+        self.known_ports = known_ports
         self.lmc_esp0 = lmc_esp0
         self.log = log
         self.engine = engine
@@ -113,6 +124,11 @@ class HeavySweep:
             want = dict(Lid=p.lid, SMLid=sm_lid, LMC=p.lmc, GidPrefix=SUBNET_PREFIX)
             if p.node.is_switch:
                 want["HoqLife"] = LEAF_HOQ_LIFE
+            new = self.known_ports is not None and p.guid not in self.known_ports
+            if (self.first_master or pi["SMLid"] != sm_lid or new) \
+                    and pi["CapMask"] & CAP_IS_CLIENT_REREGISTRATION_SUPPORTED:
+                want["ClientReregister"] = 1     # (a port answers 0: the Set always goes)
+                self.log.debug(f"Setting client rereg on 0x{p.guid:016x}, port {p.num}")
             if all(pi[k] == v for k, v in want.items()):
                 continue
             data = bytearray(p.port_info)

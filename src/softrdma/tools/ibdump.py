@@ -1,10 +1,15 @@
 """``ibdump``: Mellanox's HCA sniffer (github.com/Mellanox/ibdump, ibdump.c)
 over a softrdma device (docs/formats/ibdump.md).
 
-It captures every RoCEv2 packet the device sends and receives -- over its
-UDP sockets and over the daemon's loopback path alike -- and writes a
-classic pcap of Ethernet + IP + UDP 4791 frames, ICRC included, that
-Wireshark/tshark decode as RoCE with nothing configured.  ``-w -`` writes
+On a RoCE device it captures every RoCEv2 packet the device sends and
+receives -- over its UDP sockets and over the daemon's loopback path alike
+-- and writes a classic pcap of Ethernet + IP + UDP 4791 frames, ICRC
+included, that Wireshark/tshark decode as RoCE with nothing configured.
+On an InfiniBand device it captures every frame the port sends to and
+receives from the fabric, LRH to VCRC as on the link, and writes them as
+the real tool does for an IB port: pcap link type ERF (197), each frame
+after a 16-byte ERF header of type INFINIBAND (21), which tshark decodes
+as InfiniBand (LRH, GRH, BTH, ..., IPoIB and the IP inside).  ``-w -`` writes
 the pcap to stdout (progress output is then off, as in the real tool):
 ``softrdma ibdump -w - | tshark -r -``.
 
@@ -30,9 +35,9 @@ Options are the real tool's (getopt_long with its optstring, its usage
 text, messages and exit codes).  Those that work: -d, -i (port 1 is the
 only port), -w/-o, -b/--max-burst, -s, -M/--mem-mode, -p/--writer-thread,
 -I/--direction, -q/--src_qp (a filter on the local QP of each packet),
---erf 0, -h, -v.  Those that have no meaning for a software device are
+--erf 0 (Ethernet) / --erf 1 (InfiniBand), -h, -v.  Those that have no meaning for a software device are
 refused with the reason: -m/--mst-dev, -T/--conti, -j/--jumbo-mtu,
---decap, --erf 1, --a0-mode (with the real tool's "does not support A0
+--decap, --erf 1 on a RoCE device, --a0-mode (with the real tool's "does not support A0
 mode").  -C and -L are in the real optstring without a case: usage, 1.
 """
 
@@ -47,11 +52,11 @@ import threading
 import time
 
 from .. import __version__
-from ..uapi.capture import BOTH, MAX_LOG2_ENTRIES, RX, TX, slot_size
+from ..uapi.capture import BOTH, IB_FRAME, MAX_LOG2_ENTRIES, RX, TX, slot_size
 from ..verbs.capture import PacketCapture
 from ..verbs.device import Context, get_device_list
 from ..verbs.errors import PyverbsError
-from ..wire.pcap import PcapWriter, roce_frame
+from ..wire.pcap import LINKTYPE_ERF, PcapWriter, erf_infiniband, roce_frame
 from .libc import GetoptLong, c_int, strtol, strtoul
 
 DEFAULT_FILE = "sniffer.pcap"
@@ -76,8 +81,8 @@ REFUSED = {
          "(4096-byte MTU); there is no larger entry size to choose",
     "E": "--decap: softrdma captures at the device, where there is no port-mirroring (RSPAN) "
          "encapsulation to remove",
-    "erf": "--erf 1: softrdma devices are RoCE (Ethernet link layer); their packets are written as Ethernet "
-           "frames (DLT_EN10MB), and ERF records are for InfiniBand link-layer captures",
+    "erf": "--erf 1: this device is RoCE (Ethernet link layer); its packets are written as Ethernet "
+           "frames (DLT_EN10MB), and ERF records of type InfiniBand are for InfiniBand ports",
 }
 A0_WHY = "    A0 mode programs the hardware sniffer of a ConnectX-2 through its MST device; softrdma has neither"
 
@@ -132,6 +137,7 @@ class Config:
         self.to_stdout = False
         self.a0_mode = False
         self.refused: list[str] = []
+        self.with_erf = -1                      # --erf: -1 = by the port's link layer
 
 
 def _err(msg: str) -> None:
@@ -218,8 +224,7 @@ def parse_args(argv: list[str], prog: str) -> Config | int:
                 _err("-E- Bad parameter for --erf flag. Expected 0 or 1")
                 sys.stdout.write(usage)
                 return 1
-            if strtol(arg) == 1:
-                cfg.refused.append("erf")
+            cfg.with_erf = strtol(arg)
         elif opt == "a0-mode":
             cfg.a0_mode = True
         elif opt in REFUSED:
@@ -397,6 +402,10 @@ class Sniffer:
             ctx.close()
             return None, None, f
         self.is_eth = port.link_layer == 2                  # IBV_LINK_LAYER_ETHERNET
+        if cfg.with_erf == 1 and self.is_eth:
+            _err(f"-E- {REFUSED['erf']}")
+            ctx.close()
+            return None, None, f
         try:
             cap = PacketCapture(ctx, cfg.log2entries, cfg.directions)
         except PyverbsError as e:
@@ -433,6 +442,9 @@ class Sniffer:
             _err("-E- This tool does not support A0 mode")
             _err(A0_WHY)
             return 1
+        if not self.is_eth and cfg.with_erf == 0:
+            _err("-E- Can not dump Infiniband traffic without an ERF header (--erf 0)")
+            return 255                          # ibdump returns -1
         if cfg.mem_mode:
             sink = _MemSink()
         elif cfg.writer_thread:
@@ -440,7 +452,7 @@ class Sniffer:
         else:
             sink = f
         try:
-            writer = PcapWriter(sink)
+            writer = PcapWriter(sink) if self.is_eth else PcapWriter(sink, linktype=LINKTYPE_ERF)
             if sink is f:
                 f.flush()
         except OSError:
@@ -520,6 +532,14 @@ class Sniffer:
         for p in recs:
             if qps is not None and p.qpn not in qps:
                 continue
+            if len(p.src) == IB_FRAME:
+                # an IB port's frame as on the link, after its ERF record header
+                rec = erf_infiniband(p.packet, p.ts_ns, p.wire_len)
+                writer.write(rec, ts_ns=p.ts_ns, orig_len=len(rec) + p.wire_len - len(p.packet))
+                self.count(len(rec))
+                if self.full():
+                    return
+                continue
             missing = p.wire_len - len(p.packet)
             frame = roce_frame(p.packet + bytes(missing), p.src, p.dst, sport=p.sport, dport=p.dport,
                                src_mac=ZERO_MAC, dst_mac=ZERO_MAC)
@@ -532,11 +552,14 @@ class Sniffer:
                 frame = bytearray(frame)
                 frame[wire_len - 4 - len(p.packet) + (p.flipped_bit >> 3)] ^= 1 << (p.flipped_bit & 7)
             writer.write(frame, ts_ns=p.ts_ns, orig_len=wire_len)
-            self.pkts += 1
-            self.bytes += len(frame)
-            self.dumped += PCAP_RECORD_BYTES + len(frame)
+            self.count(len(frame))
             if self.full():
                 return
+
+    def count(self, n: int) -> None:
+        self.pkts += 1
+        self.bytes += n
+        self.dumped += PCAP_RECORD_BYTES + n
 
 
 def main(argv: list[str] | None = None, prog: str = "ibdump") -> int:

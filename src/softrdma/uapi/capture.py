@@ -8,6 +8,10 @@ a 64-byte header: CLOCK_REALTIME in nanoseconds taken at the tap, the
 captured and the wire length, the local QP number, the direction, the IP
 addresses (4 or 16 bytes) and UDP ports, and for a packet the fault
 injector damaged, which bit it flipped after the ICRC was computed.
+
+An InfiniBand port records whole frames as they are on the link -- LRH,
+GRH if any, BTH .. pad, ICRC, VCRC -- with an address length of 0
+(``IB_FRAME``: no IP addresses, no UDP ports).
 """
 
 from __future__ import annotations
@@ -31,12 +35,17 @@ assert RECORD.size == 64
 #: the longest header run of any opcode: BTH + XRCETH + AtomicETH of an XRC
 #: atomic request (device.capture checks it against the wire's opcode table)
 MAX_HEADER_BYTES = 12 + 4 + 28
+#: an IB frame's link headers and CRCs around the packet: LRH, GRH, ICRC, VCRC
+IB_FRAME_EXTRA = 8 + 40 + 4 + 2
+#: the address length of a record holding a whole InfiniBand frame
+IB_FRAME = 0
 MAX_LOG2_ENTRIES = 20          # 2^20 entries of ~4 KiB: 4 GiB of the tool's memory
 
 
 def slot_size(max_mtu: int) -> int:
     """Bytes per ring entry for a device whose largest ibv_mtu is
     ``max_mtu``: one record header and the longest packet (the longest
-    header run, the MTU, the pad), 64-byte aligned."""
-    need = RECORD.size + MAX_HEADER_BYTES + mtu_to_bytes(max_mtu) + 3
+    header run, the MTU, the pad, and an IB frame's link headers and
+    CRCs), 64-byte aligned."""
+    need = RECORD.size + MAX_HEADER_BYTES + mtu_to_bytes(max_mtu) + 3 + IB_FRAME_EXTRA
     return (need + 63) & ~63

@@ -1,4 +1,5 @@
-"""pcap output of RoCEv2 packets as Ethernet + IP + UDP 4791 frames.
+"""pcap output of RoCEv2 packets as Ethernet + IP + UDP 4791 frames, and of
+InfiniBand frames as ERF records of type INFINIBAND (pcap link type ERF).
 
 Wireshark/tshark decode UDP port 4791 as RoCEv2 ("RRoCE") with nothing
 configured, so a frame built here opens decoded.  Used by ``ibdump``
@@ -13,6 +14,10 @@ import time
 from .icrc import ICRC, ROCEV2_UDP_PORT, icrc, ipv4_header, ipv6_header, udp_header
 
 LINKTYPE_ETHERNET = 1
+LINKTYPE_ERF = 197               # DLT_ERF: an ERF record header before each frame
+ERF_TYPE_INFINIBAND = 21
+ERF_FLAG_VLEN = 0x04             # varying record length (what ibdump sets)
+_ERF = struct.Struct(">BBHHH")   # type, flags, rlen, lctr, wlen (after the little-endian timestamp)
 _GLOBAL = struct.Struct("<IHHiIII")
 _RECORD = struct.Struct("<IIII")
 PCAP_MAGIC_USEC = 0xA1B2C3D4
@@ -44,6 +49,17 @@ def roce_frame(ib_pkt, src: bytes, dst: bytes, *, sport: int, dport=ROCEV2_UDP_P
     udp = udp_header(sport, dport, n)
     crc = icrc(ip, udp, ib_pkt) if icrc_value is None else icrc_value
     return ethernet(ip + udp + bytes(ib_pkt) + ICRC.pack(crc), etype, src_mac, dst_mac)
+
+
+def erf_infiniband(frame, ts_ns: int, wire_len: int | None = None) -> bytes:
+    """An ERF record of type INFINIBAND around an IB frame (LRH .. VCRC),
+    as Mellanox's ibdump writes an IB port's packets (pcap link type ERF):
+    the timestamp in 32.32 fixed point seconds (little-endian), record
+    length = header + frame, wire length = the frame's."""
+    sec, ns = divmod(ts_ns, 1_000_000_000)
+    wlen = len(frame) if wire_len is None else wire_len
+    return (struct.pack("<Q", sec << 32 | (ns << 32) // 1_000_000_000)
+            + _ERF.pack(ERF_TYPE_INFINIBAND, ERF_FLAG_VLEN, 16 + len(frame), 0, wlen & 0xFFFF) + bytes(frame))
 
 
 class PcapWriter:

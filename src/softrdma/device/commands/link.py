@@ -198,6 +198,7 @@ def _attach(p, base: str, undo) -> None:
     if not _await_port_info(p):
         undo()
         _refused(*(p.link.error or (errno.ETIMEDOUT, f"fabric {base} did not answer")))
+    p.attached()                        # the CapabilityMask bits the port holds (as on a reconnect)
 
 
 def _refused(err: int, why: str):
