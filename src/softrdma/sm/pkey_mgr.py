@@ -13,7 +13,8 @@ queue their P_Key on their port (P_Keys the port already holds first, at
 their index; new ones after); every end port gets its new table (0x7fff at
 index 0 unless a partition asked ``indx0``, then the others in order after
 the last index ever used, reusing indexes as opensm does when the table
-runs out), and each CA's switch peer gets the CA's P_Keys packed from index
+runs out; with keep_pkey_indexes FALSE packed again each time), and each
+CA's switch peer gets the CA's P_Keys packed from index
 0 (a limited P_Key left out where the full one is there) and partition
 enforcement in its PortInfo; enforcement is cleared on links between
 switches.  It returns the SMPs to send: ``("pkey", physp, block, entries)``
@@ -131,8 +132,9 @@ def needs_table(p: Physp) -> bool:
 
 
 class _Mgr:
-    def __init__(self, tables: Tables, allow_both: bool, log) -> None:
+    def __init__(self, tables: Tables, allow_both: bool, log, keep_indexes: bool = True) -> None:
         self.tables, self.both, self.log = tables, allow_both, log
+        self.keep = keep_indexes
         self.out: list[tuple] = []
 
     def same(self, a: int, b: int) -> bool:
@@ -145,7 +147,8 @@ class _Mgr:
     def queue(self, pkey: int, p: Physp) -> None:
         t = self.tables.of(p)
         pend = [pkey, True, 0, 0]
-        orig = t.keys.get(pkey if self.both else base(pkey))
+        # keep_pkey_indexes FALSE: opensm empties the port's key map first, every P_Key is new
+        orig = t.keys.get(pkey if self.both else base(pkey)) if self.keep else None
         if orig is not None:
             pend[1] = False
             b, i = pend[2], pend[3] = orig
@@ -314,9 +317,16 @@ class _Mgr:
 
 
 def process(subnet: Subnet, prtns: Partitions, tables: Tables, log, allow_both: bool = False,
-            enforce: str = ENFORCE_BOTH, indx0: dict | None = None) -> list[tuple]:
-    """osm_pkey_mgr_process after osm_prtn_make_partitions: the SMPs to send (see the module doc)."""
-    m = _Mgr(tables, allow_both, log)
+            enforce: str = ENFORCE_BOTH, indx0: dict | None = None, keep_indexes: bool = True) -> list[tuple]:
+    """osm_pkey_mgr_process after osm_prtn_make_partitions: the SMPs to send (see the module doc).
+    ``keep_indexes`` False (opensm's keep_pkey_indexes FALSE): every end port's table is packed
+    again from scratch, as if the SM had never set it."""
+    m = _Mgr(tables, allow_both, log, keep_indexes)
+    if not keep_indexes:
+        for port in subnet.end_ports():
+            t = tables.of(port)
+            t.accum.clear()
+            t.last_pkey_idx = 0
     for p, pk in (indx0 or {}).items():
         tables.of(p).indx0_pkey = pk
     for prtn in prtns.ordered():
