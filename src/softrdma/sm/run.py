@@ -63,7 +63,8 @@ class SmLoop:
                                            keep_pkey_indexes=s.get("keep_pkey_indexes", True),
                                            qos=s.get("qos", False)),
                                s.get("part_enforce", "both"))
-        self.qos = QosSetup(s.get("qos", False), s.get("qos_options"), s.get("qos_policy_file"))
+        self.qos = QosSetup(s.get("qos", False), s.get("qos_options"), s.get("qos_policy_file"),
+                            s.get("use_optimized_slvl", False))
 
     # -- plumbing --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
