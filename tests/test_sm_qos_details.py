@@ -7,27 +7,22 @@
   with far fewer SMPs; switches without the capability (ibsim's) get their
   tables pair by pair, and the real ``smpquery sl2vl`` prints the same after
   the real opensm with the option on as after ours.
+* QoS policy errors: the same policies given to the real opensm and to
+  softrdma's parser give the same stderr line and log lines -- opensm's
+  yyerror text at its line and column (after the token bison had read).
+* path-bits: read into the qos-level and, as in opensm, used by nothing:
+  with LMC 1 the real saquery gets the same PathRecords for every LID pair
+  of two ports after either SM.
 """
 
 import pytest
 
-from sm_helpers import IbsimFabric, fixture, ibnetdiscover_lids, load_net, need_ibsim, real_and_ours
+from sm_helpers import (EchoSweep, IbsimFabric, fixture, ibnetdiscover_lids, load_net, need_ibsim, real_and_ours,
+                        saquery_transcript)
 from softrdma.sm import log as L
 from softrdma.sm import main as sm_main
 from softrdma.sm.qos import QosSetup
 from softrdma.wire.smp import PORT_INFO, SWITCH_INFO, SmpAttr
-
-
-class EchoSweep:
-    """What QosSetup needs of a sweep: a queue that answers every Set with its own data."""
-
-    def __init__(self, subnet):
-        self.subnet, self.log, self.failed, self.sent, self.phase = subnet, L.Log(None), 0, [], ""
-        self.q = self
-
-    def post_send(self, smp, cb):
-        self.sent.append(smp)
-        cb(smp)
 
 
 def _fabric(opt_sl2vl: int):
@@ -121,4 +116,118 @@ def sl2vl_with_the_option(tmp_path, which):
 def test_optimized_option_on_ibsim_as_opensm(tmp_path):
     real, ours = real_and_ours(tmp_path, sl2vl_with_the_option)
     assert "| 7| 6| 5| 4| 3| 2| 1|15|" in real
+    assert ours == real
+
+
+# -- QoS policy errors: opensm's message, line and column ------------------------------------------
+
+BAD_POLICIES = [
+    "qos-ulps\n default : 16\nend-qos-ulps\n",                                   # after the number
+    "qos-ulps\n bogus stuff : 1\nend-qos-ulps\n",                                # after the token that does not fit
+    "qos-levels\n qos-level\n name: x\n colour: red\n end-qos-level\nend-qos-levels\n",   # name's text goes on
+    "qos-ulps\n default : 1\n",                                                  # at the end of the file
+    "qos-ulps\n default : 1\n ipoib, pkey 0x12 : 2\nend-qos-ulps\n",             # after the ':'
+    "port-groups\n port-group\n use: x\n end-port-group\nend-port-groups\n",     # after the end keyword
+    "qos-levels\n qos-level\n name: a\n name: b\n sl: 1\n end-qos-level\nend-qos-levels\n",   # a token ahead
+    "qos-levels\n\tqos-level\n\t\tname: a\n\t\tsl: 1\n\t\tmtu-limit: 1x\n\tend-qos-level\nend-qos-levels\n",
+    "qos-levels\n qos-level\n name: default\n sl: 2\n rate-limit: 1\n end-qos-level\nend-qos-levels\n",
+    "qos-match-rules\n qos-match-rule\n use: x\n end-qos-match-rule\nend-qos-match-rules\n",
+    "port-groups\n port-group\n name: g\n node-type: CA, BOGUS\n end-port-group\nend-port-groups\n",
+    "port-groups\n port-group\n name: g\n port-name: host0002 P1\n end-port-group\nend-port-groups\n",
+    "port-groups\n port-group\n name: \"my group\"\n use: a, b: c-1 * 2\n port-guid: 0x10-0x20, 5 node-type: ALL\n"
+    " end-port-group\nend-port-groups\nqos-ulps\n default : 3\nend-qos-ulps\nport-groups\n end-port-groups\n",
+    "qos-levels\nend-qos-levels\nqos-ulps\n DEFAULT : 0x3\n IPoIB : 4\n rds, port-num 1 : 020\n iser : 2 # x\n"
+    "end-qos-ulps",
+    "qos-setup\n sl2vl-tables\n  sl2vl-scope\n   group: A\n   sl2vl-table: 0,1,2\n  end-sl2vl-scope\n"
+    " end-sl2vl-tables\nend-qos-setup\n",
+    "qos-setup\n vlarb-tables\n  vlarb-scope\n   vlarb-high: 0:255,1:127\n  end-vlarb-scope\n end-vlarb-tables\n"
+    "end-qos-setup\n",
+    "qos-levels\n qos-level\n name: a\n sl: 1\n path-bits: x\n end-qos-level\nend-qos-levels\n",
+    "qos-levels\n qos-level\n name: a\n sl: 99\n path-bits: 1,2-3\n end-qos-level\nend-qos-levels\n",   # AC10
+]
+
+
+def _errors(stderr: str, log: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("Error")] + \
+        [ln.split("-> ", 1)[1] for ln in log.splitlines() if "ERR AC" in ln]
+
+
+@need_ibsim()
+def test_policy_errors_at_opensms_line_and_column(tmp_path, capfd):
+    """Each bad policy given to the real opensm (-o -Q -Y) and to softrdma's parser: the same
+    stderr line and the same log lines (ERR AC05 with line:column, AC03 / AC10 / AC04)."""
+    from softrdma.sm.prtn_config import Partitions, PrtnOptions, make_partitions
+    from softrdma.sm.qos_policy import load
+    sub = load_net(fixture("ft2_64.net.xz"))
+    prtns = Partitions()                   # no partition file: the default partition, as the real one has
+    make_partitions(sub, prtns, PrtnOptions(config_file=str(tmp_path / "none")), L.Log(None), {})
+    fab = IbsimFabric(tmp_path)
+    try:
+        for i, text in enumerate(BAD_POLICIES):
+            path = tmp_path / f"policy{i}.conf"
+            path.write_text(text)
+            sm = fab.real_sm(f"sm{i}", "host0001", "-o", "-Q", "-Y", str(path))
+            sm.wait(60)
+            real = _errors((tmp_path / f"sm{i}.out").read_text(), sm.log.read_text())
+            log = L.Log(str(tmp_path / f"ours{i}.log"))
+            capfd.readouterr()
+            assert load(str(path), log, prtns) is None
+            log.close()
+            ours = _errors(capfd.readouterr().err, (tmp_path / f"ours{i}.log").read_text())
+            assert len(real) >= 2 and ours == real, (text, real, ours)
+    finally:
+        fab.close()
+
+
+# -- path-bits: parsed, and (as in opensm) used by nothing ------------------------------------------
+
+PATH_BITS_POLICY = """port-groups
+    port-group
+        name: A
+        port-guid: 0x0002c90400000011
+    end-port-group
+end-port-groups
+qos-levels
+    qos-level
+        name: default
+        sl: 0
+    end-qos-level
+    qos-level
+        name: bits
+        sl: 3
+        path-bits: 1, 2-3
+    end-qos-level
+end-qos-levels
+qos-match-rules
+    qos-match-rule
+        source: A
+        qos-level-name: bits
+    end-qos-match-rule
+end-qos-match-rules
+"""
+
+
+def test_path_bits_are_read_into_the_level():
+    from softrdma.sm.qos_policy import parse
+    p = parse(PATH_BITS_POLICY)
+    assert p.levels["bits"].path_bits == [(1, 1), (2, 3)] and p.levels["bits"].sl == 3
+
+
+def paths_with_lmc(tmp_path, which):
+    """The real saquery's PathRecords between host0002 (whose paths have the 'bits' level) and
+    host0003 with LMC 1: every pair of their LIDs, both ways."""
+    def queries(lid):
+        a, b = int(lid["host0002"]), int(lid["host0003"])
+        return [("host0002", ("--src-to-dst", f"{x + i}:{y + j}")) for x, y in ((a, b), (b, a))
+                for i in (0, 1) for j in (0, 1)]
+    return saquery_transcript(tmp_path, which, ["-s", "1", "-l", "1", "-Q", "-Y", "{tmp}/qos-policy.conf"],
+                              {"qos-policy.conf": PATH_BITS_POLICY}, queries,
+                              (("--src-to-dst", "{host0002}:{host0003}"), "sl......................0x3"))
+
+
+@need_ibsim()
+@pytest.mark.slow
+def test_path_bits_with_lmc_as_opensm(tmp_path):
+    real, ours = real_and_ours(tmp_path, paths_with_lmc)
+    assert real.count("PathRecord dump") == 8 and real.count("sl......................0x3") == 4
     assert ours == real
