@@ -15,14 +15,14 @@ import time
 
 import pytest
 
-from sm_helpers import IbsimFabric, fixture, ibnetdiscover_lids, load_net, need_ibsim, real_and_ours, wait_log
+from sm_helpers import (IbsimFabric, fixture, ibnetdiscover_lids, load_net, need_ibsim, real_and_ours, wait_log,
+                        with_ibsim_caps)
 from softrdma.sm import log as L
 from softrdma.sm import main as sm_main
 from softrdma.sm.guid2lid import Guid2Lid
 from softrdma.sm.lid_mgr import assign_lids
 from softrdma.sm.pkey_mgr import Tables, process
 from softrdma.sm.prtn_config import Partitions, PrtnOptions, make_partitions
-from softrdma.wire.smp import NODE_INFO, PORT_INFO, SWITCH_INFO
 
 H1 = 0x0002c90400000001
 BEFORE = """Default=0x7fff, ipoib : ALL=full ;
@@ -37,13 +37,7 @@ AFTER = BEFORE.replace("P1=0x8001", "P4=0x0004").replace("0x0002c90400000001=ful
 def _subnet():
     s = load_net(fixture("ft2_64.net.xz"))
     assign_lids(s, Guid2Lid(), 0)
-    for node in s.nodes.values():       # what ibsim answers: PartitionCap 64 on CAs, 8 on switches
-        for p in node.ports.values():
-            p.port_info = bytes(PORT_INFO.encode(LinkState=4))
-        node.node_info = bytes(NODE_INFO.encode(PartCap=8 if node.is_switch else 64))
-        if node.is_switch:
-            node.switch_info = bytes(SWITCH_INFO.encode(PartEnforceCap=64))
-    return s
+    return with_ibsim_caps(s)
 
 
 def _sweep(subnet, tables, tmp_path, text, keep):
