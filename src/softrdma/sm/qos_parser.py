@@ -132,7 +132,12 @@ class Lexer:
 
 
 def strtoull(s: str) -> int:
-    """strtoull(s, NULL, 0): hex, octal with a leading 0, else decimal; the digits that fit."""
+    """strtoull(s, NULL, 0): white space and a sign, then hex, octal with a leading 0, else
+    decimal, up to the first character that is not a digit."""
+    s = s.lstrip(" \t\n\r\f\v")
+    if s[:1] in ("+", "-"):
+        v = strtoull(s[1:]) if s[1:2] not in ("+", "-", " ") else 0
+        return (-v) % (1 << 64) if s[0] == "-" else v
     base, digits = 10, s
     if s[:2].lower() == "0x":
         base, digits = 16, s[2:]
@@ -140,7 +145,7 @@ def strtoull(s: str) -> int:
         base = 8
     n = 0
     for c in digits:
-        d = int(c, 16)
+        d = int(c, 16) if c in "0123456789abcdefABCDEF" else 99
         if d >= base:
             break
         n = n * base + d
@@ -337,7 +342,7 @@ class _Parser:
                 port = s[slash:] if slash >= 0 else ""
                 if len(port) < 3 or port[1] not in "pP":
                     self.error(f"'{s}' - illegal port name")
-                num = strtoull(re.match(r"\s*[+-]?(0[xX][0-9a-fA-F]*|\d*)", port[2:]).group().strip() or "0")
+                num = strtoull(port[2:])
                 if not num:
                     self.error(f"'{s}' - illegal port number in port name")
                 g.port_names.add(f"{s[:slash]}/P{num}")
