@@ -134,6 +134,7 @@ BAD_POLICIES = [
     "qos-match-rules\n qos-match-rule\n use: x\n end-qos-match-rule\nend-qos-match-rules\n",
     "port-groups\n port-group\n name: g\n node-type: CA, BOGUS\n end-port-group\nend-port-groups\n",
     "port-groups\n port-group\n name: g\n port-name: host0002 P1\n end-port-group\nend-port-groups\n",
+    "port-groups\n port-group\n name: g\n port-name: nosuch/P2, host0002/P2\n end-port-group\nend-port-groups\n",
     "port-groups\n port-group\n name: \"my group\"\n use: a, b: c-1 * 2\n port-guid: 0x10-0x20, 5 node-type: ALL\n"
     " end-port-group\nend-port-groups\nqos-ulps\n default : 3\nend-qos-ulps\nport-groups\n end-port-groups\n",
     "qos-levels\nend-qos-levels\nqos-ulps\n DEFAULT : 0x3\n IPoIB : 4\n rds, port-num 1 : 020\n iser : 2 # x\n"
@@ -171,7 +172,7 @@ def test_policy_errors_at_opensms_line_and_column(tmp_path, capfd):
             real = _errors((tmp_path / f"sm{i}.out").read_text(), sm.log.read_text())
             log = L.Log(str(tmp_path / f"ours{i}.log"))
             capfd.readouterr()
-            assert load(str(path), log, prtns) is None
+            assert load(str(path), log, prtns, sub) is None
             log.close()
             ours = _errors(capfd.readouterr().err, (tmp_path / f"ours{i}.log").read_text())
             assert len(real) >= 2 and ours == real, (text, real, ours)

@@ -258,7 +258,7 @@ class QosSetup:
         sweep.phase = "qos"
         sub = sweep.subnet
         from .qos_policy import DEFAULT_QOS_POLICY_FILE, load
-        sub.qos_policy = load(self.policy_file or DEFAULT_QOS_POLICY_FILE, sweep.log, sub.partitions)
+        sub.qos_policy = load(self.policy_file or DEFAULT_QOS_POLICY_FILE, sweep.log, sub.partitions, sub)
         cfg = self.configs()
         live = {(n.guid, num) for n in sub.nodes.values() for num in n.ports}
         for k in [k for k in self.ports if k not in live]:

@@ -159,9 +159,18 @@ def _c_int(v: int) -> int:
 
 
 class _Parser:
-    def __init__(self, text: str, policy: Policy, partitions) -> None:
+    def __init__(self, text: str, policy: Policy, partitions, subnet=None) -> None:
         self.lex, self.la = Lexer(text), None
-        self.policy, self.partitions = policy, partitions
+        self.policy, self.partitions, self.subnet = policy, partitions, subnet
+        self._by_desc = None
+
+    def nodes_by_desc(self) -> dict:
+        """The policy's node hash: description -> the first node (by GUID) that has it."""
+        if self._by_desc is None:
+            self._by_desc = {}
+            for guid in sorted(self.subnet.nodes):
+                self._by_desc.setdefault(self.subnet.nodes[guid].desc, self.subnet.nodes[guid])
+        return self._by_desc
 
     # tokens ---------------------------------------------------------------------------------
     def peek(self) -> str:
@@ -345,7 +354,17 @@ class _Parser:
                 num = strtoull(port[2:])
                 if not num:
                     self.error(f"'{s}' - illegal port number in port name")
-                g.port_names.add(f"{s[:slash]}/P{num}")
+                desc = s[:slash]
+                if self.subnet is None:
+                    g.port_names.add(f"{desc}/P{num}")
+                    continue
+                node = self.nodes_by_desc().get(desc)
+                if node is None:
+                    continue                            # no such node: nobody
+                # opensm's physp table: every port of a switch, the ports found of a CA
+                if num > node.num_ports or not node.is_switch and num not in node.ports:
+                    self.error(f"'{desc}' - port number out of range in port name")
+                g.ports.add((node.guid, num))
 
         def node_types(_):
             def item():
@@ -502,6 +521,8 @@ class _Parser:
             done)
 
 
-def parse(text: str, policy: Policy, partitions=None) -> None:
-    """Fill ``policy`` from ``text``; PolicyError (line, column, yyerror's text) at the first error."""
-    _Parser(text, policy, partitions).parse()
+def parse(text: str, policy: Policy, partitions=None, subnet=None) -> None:
+    """Fill ``policy`` from ``text``; PolicyError (line, column, yyerror's text) at the first error.
+    With ``subnet``, port names are looked up in it as opensm does (the first node by GUID with
+    the description; a port it does not have is an error); without, kept as text."""
+    _Parser(text, policy, partitions, subnet).parse()

@@ -61,16 +61,16 @@ def _validate(policy: Policy, partitions, log) -> None:
     policy.rules += policy.ulp_rules          # the qos-ulps rules come after the match rules
 
 
-def parse(text: str, partitions=None, log=None) -> Policy:
+def parse(text: str, partitions=None, log=None, subnet=None) -> Policy:
     """The policy; PolicyError for a syntax error, InvalidPolicy if it does not validate.
     ``partitions`` (prtn_config.Partitions): what IPoIB P_Keys are checked against (None: not checked)."""
     policy = Policy()
-    parse_syntax(text, policy, partitions)
+    parse_syntax(text, policy, partitions, subnet)
     _validate(policy, partitions, log)
     return policy
 
 
-def load(path: str, log, partitions=None) -> Policy | None:
+def load(path: str, log, partitions=None, subnet=None) -> Policy | None:
     """osm_qos_parse_policy_file: the policy, or None (no file at the default path, or an error)."""
     try:
         text = open(path).read()
@@ -83,7 +83,7 @@ def load(path: str, log, partitions=None) -> Policy | None:
     import sys
     log.info(f"osm_qos_parse_policy_file: Loading QoS policy file ({path})")
     try:
-        return parse(text, partitions, log)
+        return parse(text, partitions, log, subnet)
     except PolicyError as e:
         log.error(f"yyerror: ERR AC05: Syntax error (line {e.line}:{e.column}): {e.what}")
         print(f"Error in QoS Policy File (line {e.line}:{e.column}): {e.what}.", file=sys.stderr)

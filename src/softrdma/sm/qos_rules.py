@@ -58,13 +58,15 @@ class PortGroup:
     by node type (CA, SWITCH, ROUTER, SELF, ALL)."""
     name: str = ""
     guids: list[tuple[int, int]] = field(default_factory=list)
-    port_names: set = field(default_factory=set)
+    port_names: set = field(default_factory=set)       # "description/Pnum", read without a subnet
+    ports: set = field(default_factory=set)            # (node GUID, port number), read with one
     pkeys: list[tuple[int, int]] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     node_types: set = field(default_factory=set)
 
     def holds(self, p, subnet) -> bool:
-        if _in(self.guids, p.guid) or f"{p.node.desc}/P{p.num}" in self.port_names:
+        if _in(self.guids, p.guid) or self.ports and (p.node.guid, p.num) in self.ports or \
+                f"{p.node.desc}/P{p.num}" in self.port_names:
             return True
         types = {1: "CA", 2: "SWITCH", 3: "ROUTER"}
         if "ALL" in self.node_types or types.get(p.node.type) in self.node_types:
