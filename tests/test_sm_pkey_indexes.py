@@ -8,7 +8,9 @@
 * End to end on the real ibsim: a resident SM with the option off, the
   partition file changes and a link bounce makes a heavy sweep -- the real
   ``smpquery pkeys`` prints the same tables of the CA ports whose partitions
-  changed and of their switch ports after the real opensm as after ours.
+  changed and of their switch ports after the real opensm as after ours, and
+  the real saquery the same PathRecords (none to or from a port whose table
+  was not set again: opensm forgets its P_Keys, as it forgets their indexes).
 """
 
 import time
@@ -101,7 +103,11 @@ def tables_after_a_change(tmp_path, which):
         while "0x8001" in (now := query()) or "0x8004" not in now:
             assert time.monotonic() < end, now
             time.sleep(0.3)
-        return first + now
+        wait_log(sm, "SUBNET UP", 30, count=2)
+        # the SA: a port whose table was not set again has no P_Keys it knows of, and no paths
+        paths = "".join(fab.diag("saquery", "--src-to-dst", f"{lids[a]}:{lids[b]}")
+                        for a, b in (("host0005", "host0006"), ("host0001", "host0002")))
+        return first + now + paths
     finally:
         fab.close()
 
@@ -111,4 +117,5 @@ def tables_after_a_change(tmp_path, which):
 def test_tables_packed_again_as_opensm_packs_them(tmp_path):
     real, ours = real_and_ours(tmp_path, tables_after_a_change)
     assert "== host0001 port 1\n   0: 0xffff 0x8002 0x0003 0x0000" in real      # no hole where P1 was
+    assert real.count("PathRecord dump") == 1                                  # host0001:host0002 only
     assert ours == real

@@ -132,9 +132,8 @@ def needs_table(p: Physp) -> bool:
 
 
 class _Mgr:
-    def __init__(self, tables: Tables, allow_both: bool, log, keep_indexes: bool = True) -> None:
+    def __init__(self, tables: Tables, allow_both: bool, log) -> None:
         self.tables, self.both, self.log = tables, allow_both, log
-        self.keep = keep_indexes
         self.out: list[tuple] = []
 
     def same(self, a: int, b: int) -> bool:
@@ -147,8 +146,7 @@ class _Mgr:
     def queue(self, pkey: int, p: Physp) -> None:
         t = self.tables.of(p)
         pend = [pkey, True, 0, 0]
-        # keep_pkey_indexes FALSE: opensm empties the port's key map first, every P_Key is new
-        orig = t.keys.get(pkey if self.both else base(pkey)) if self.keep else None
+        orig = t.keys.get(pkey if self.both else base(pkey))
         if orig is not None:
             pend[1] = False
             b, i = pend[2], pend[3] = orig
@@ -321,10 +319,13 @@ def process(subnet: Subnet, prtns: Partitions, tables: Tables, log, allow_both: 
     """osm_pkey_mgr_process after osm_prtn_make_partitions: the SMPs to send (see the module doc).
     ``keep_indexes`` False (opensm's keep_pkey_indexes FALSE): every end port's table is packed
     again from scratch, as if the SM had never set it."""
-    m = _Mgr(tables, allow_both, log, keep_indexes)
+    m = _Mgr(tables, allow_both, log)
     if not keep_indexes:
+        # opensm empties the key map too: until a Set's answer fills it again (only blocks that
+        # change are set, and tables are read only from new ports), the SA finds no P_Key there
         for port in subnet.end_ports():
             t = tables.of(port)
+            t.keys.clear()
             t.accum.clear()
             t.last_pkey_idx = 0
     for p, pk in (indx0 or {}).items():
