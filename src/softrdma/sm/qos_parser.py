@@ -198,13 +198,10 @@ class _Parser:
         return "".join(parts).strip(" \t\n\r\f\v")
 
     def string_list(self) -> list[str]:
-        out = [self.single_string()]
-        while self.peek() == ",":
-            self.take(",")
-            out.append(self.single_string())
-        return out
+        return self._list(self.single_string)
 
     def _list(self, item) -> list:
+        """item (',' item)*: a token ahead after each item, to see whether a comma follows."""
         out = [item()]
         while self.peek() == ",":
             self.take(",")
@@ -335,7 +332,7 @@ class _Parser:
     def port_group(self) -> None:
         g, seen = PortGroup(), set()
 
-        def once(tag, what):
+        def once(tag):
             def read(_):
                 v = self.single_string()
                 if tag in seen:
@@ -377,7 +374,7 @@ class _Parser:
                 self.error("port-group validation failed - no port group name specified")
             self.policy.groups.setdefault(g.name, g)         # opensm looks names up first to last
         self._entries("port-group", "end-port-group", {
-            "name:": once("name", "name"), "use:": once("use", "use"),
+            "name:": once("name"), "use:": once("use"),
             "port-guid:": lambda _: g.guids.extend(self.list_of_ranges()),
             "port-name:": port_names,
             "pkey:": lambda _: g.pkeys.extend((lo & 0x7FFF, hi & 0x7FFF) for lo, hi in self.list_of_ranges()),
