@@ -134,7 +134,7 @@ BAD_POLICIES = [
     "qos-match-rules\n qos-match-rule\n use: x\n end-qos-match-rule\nend-qos-match-rules\n",
     "port-groups\n port-group\n name: g\n node-type: CA, BOGUS\n end-port-group\nend-port-groups\n",
     "port-groups\n port-group\n name: g\n port-name: host0002 P1\n end-port-group\nend-port-groups\n",
-    "port-groups\n port-group\n name: g\n port-name: nosuch/P2, host0002/P2\n end-port-group\nend-port-groups\n",
+    "port-groups\n port-group\n name: g\n port-name: nosuch/P2, host0002/P1\n end-port-group\nend-port-groups\n",
     "port-groups\n port-group\n name: \"my group\"\n use: a, b: c-1 * 2\n port-guid: 0x10-0x20, 5 node-type: ALL\n"
     " end-port-group\nend-port-groups\nqos-ulps\n default : 3\nend-qos-ulps\nport-groups\n end-port-groups\n",
     "qos-levels\nend-qos-levels\nqos-ulps\n DEFAULT : 0x3\n IPoIB : 4\n rds, port-num 1 : 020\n iser : 2 # x\n"
@@ -206,6 +206,22 @@ qos-match-rules
     end-qos-match-rule
 end-qos-match-rules
 """
+
+
+def test_a_port_name_beyond_its_nodes_ports():
+    """(opensm reads past its port table there -- what it answers varies from run to run)"""
+    from softrdma.sm.qos_policy import PolicyError, parse
+    sub = load_net(fixture("ft2_64.net.xz"))
+    text = "port-groups\n port-group\n name: g\n port-name: {}\n end-port-group\nend-port-groups\n"
+    with pytest.raises(PolicyError) as e:
+        parse(text.format("host0002/P2"), subnet=sub)
+    assert (e.value.line, e.value.column, e.value.what) == (5, 16, "'host0002' - port number out of range in port name")
+    with pytest.raises(PolicyError) as e:
+        parse(text.format("leaf001/P37"), subnet=sub)
+    g = parse(text.format("leaf001/P36, host0002/p1, nosuch/P1") + "qos-ulps\n default : 1\nend-qos-ulps\n",
+              subnet=sub).groups["g"]
+    host0002 = sub.ports[0x0002c90400000011].node
+    assert g.ports == {(0x0002c90300100000, 36), (host0002.guid, 1)} and not g.port_names
 
 
 def test_path_bits_are_read_into_the_level():
