@@ -105,8 +105,10 @@ def tables_after_a_change(tmp_path, which):
             time.sleep(0.3)
         wait_log(sm, "SUBNET UP", 30, count=2)
         # the SA: a port whose table was not set again has no P_Keys it knows of, and no paths
+        # (host0005 and host0006 are in no partition that changed; whether the link's coming
+        # back makes a sweep of its own, which would empty every port's keys, is a race)
         paths = "".join(fab.diag("saquery", "--src-to-dst", f"{lids[a]}:{lids[b]}")
-                        for a, b in (("host0005", "host0006"), ("host0001", "host0002")))
+                        for a, b in (("host0005", "host0006"), ("host0006", "host0005")))
         return first + now + paths
     finally:
         fab.close()
@@ -117,5 +119,5 @@ def tables_after_a_change(tmp_path, which):
 def test_tables_packed_again_as_opensm_packs_them(tmp_path):
     real, ours = real_and_ours(tmp_path, tables_after_a_change)
     assert "== host0001 port 1\n   0: 0xffff 0x8002 0x0003 0x0000" in real      # no hole where P1 was
-    assert real.count("PathRecord dump") == 1                                  # host0001:host0002 only
+    assert "PathRecord dump" not in real
     assert ours == real
