@@ -208,6 +208,17 @@ class _Parser:
             out.append(item())
         return out
 
+    def once(self, seen: set, tag: str, what: str, store):
+        """The reader of a string tag that may come once: its text to ``store``; a second one is
+        an error (``what``: opensm's text for it), found after the token that ends the text."""
+        def read(_):
+            v = self.single_string()
+            if tag in seen:
+                self.error(what)
+            seen.add(tag)
+            store(v)
+        return read
+
     def list_of_ranges(self) -> list[tuple[int, int]]:
         def item():
             a = self.number()
@@ -332,16 +343,6 @@ class _Parser:
     def port_group(self) -> None:
         g, seen = PortGroup(), set()
 
-        def once(tag):
-            def read(_):
-                v = self.single_string()
-                if tag in seen:
-                    self.error(f"port-group has multiple '{tag}' tags")
-                seen.add(tag)
-                if tag == "name":
-                    g.name = v
-            return read
-
         def port_names(_):
             for s in self.string_list():
                 slash = s.rfind("/")
@@ -374,7 +375,8 @@ class _Parser:
                 self.error("port-group validation failed - no port group name specified")
             self.policy.groups.setdefault(g.name, g)         # opensm looks names up first to last
         self._entries("port-group", "end-port-group", {
-            "name:": once("name"), "use:": once("use"),
+            "name:": self.once(seen, "name", "port-group has multiple 'name' tags", lambda v: setattr(g, "name", v)),
+            "use:": self.once(seen, "use", "port-group has multiple 'use' tags", lambda v: None),
             "port-guid:": lambda _: g.guids.extend(self.list_of_ranges()),
             "port-name:": port_names,
             "pkey:": lambda _: g.pkeys.extend((lo & 0x7FFF, hi & 0x7FFF) for lo, hi in self.list_of_ranges()),
@@ -451,13 +453,7 @@ class _Parser:
         lv, seen = Level(""), set()
 
         def string(tag):
-            def read(_):
-                v = self.single_string()
-                if tag in seen:
-                    self.error(f"qos-level has multiple '{tag}' tags")
-                seen.add(tag)
-                setattr(lv, tag, v)
-            return read
+            return self.once(seen, tag, f"qos-level has multiple '{tag}' tags", lambda v: setattr(lv, tag, v))
 
         def number(tag, attr, limits=None):
             def read(_):
@@ -493,23 +489,14 @@ class _Parser:
         r, seen = Rule(Level("")), set()
         r.level_name, r.source_names, r.target_names = None, [], []
 
-        def string(tag):
-            def read(_):
-                v = self.single_string()
-                if tag in seen:
-                    self.error(f"'qos-match-rule' has multiple '{tag}' tags" if tag == "use" else
-                               f"qos-match-rule has multiple '{tag}' tags")
-                seen.add(tag)
-                if tag == "qos-level-name":
-                    r.level_name = v
-            return read
-
         def done():
             if r.level_name is None:
                 self.error("match-rule validation failed - no 'qos-level-name' specified")
             self.policy.rules.append(r)
         self._entries("qos-match-rule", "end-qos-match-rule", {
-            "use:": string("use"), "qos-level-name:": string("qos-level-name"),
+            "use:": self.once(seen, "use", "'qos-match-rule' has multiple 'use' tags", lambda v: None),
+            "qos-level-name:": self.once(seen, "qos-level-name", "qos-match-rule has multiple 'qos-level-name' tags",
+                                         lambda v: setattr(r, "level_name", v)),
             "qos-class:": lambda _: r.qos_classes.extend(self.list_of_ranges()),
             "source:": lambda _: r.source_names.extend(self.string_list()),
             "destination:": lambda _: r.target_names.extend(self.string_list()),
