@@ -324,3 +324,30 @@ def real_and_ours(tmp_path, run):
     """``run(dir, which)`` with the real opensm, then with softrdma's SM, each in a directory
     of its own: (real, ours)."""
     return run(tmp_path / "real", "real"), run(tmp_path / "ours", "ours")
+
+
+def with_ibsim_caps(subnet: Subnet) -> Subnet:
+    """``subnet`` with what ibsim answers the P_Key manager: every port Active, PartitionCap
+    64 on CAs and 8 on switches, PartitionEnforcementCap 64."""
+    from softrdma.wire.smp import NODE_INFO, PORT_INFO, SWITCH_INFO
+    for node in subnet.nodes.values():
+        for p in node.ports.values():
+            p.port_info = bytes(PORT_INFO.encode(LinkState=4))
+        node.node_info = bytes(NODE_INFO.encode(PartCap=8 if node.is_switch else 64))
+        if node.is_switch:
+            node.switch_info = bytes(SWITCH_INFO.encode(PartEnforceCap=64))
+    return subnet
+
+
+class EchoSweep:
+    """What an SM phase (QosSetup...) needs of a sweep: a queue that answers every Set with
+    its own data, and keeps what was sent."""
+
+    def __init__(self, subnet):
+        from softrdma.sm import log as L
+        self.subnet, self.log, self.failed, self.sent, self.phase = subnet, L.Log(None), 0, [], ""
+        self.q = self
+
+    def post_send(self, smp, cb):
+        self.sent.append(smp)
+        cb(smp)

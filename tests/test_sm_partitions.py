@@ -19,12 +19,11 @@ import time
 
 import pytest
 
-from sm_helpers import IbsimFabric, every_port, fixture, load_net, need_ibsim, real_and_ours, saquery_transcript, wait_log
+from sm_helpers import IbsimFabric, every_port, fixture, load_net, with_ibsim_caps, need_ibsim, real_and_ours, saquery_transcript, wait_log
 from softrdma.sm import log as L
 from softrdma.sm.guid2lid import Guid2Lid
 from softrdma.sm.lid_mgr import assign_lids
 from softrdma.sm.pkey_mgr import PkeyTbl, Tables, process
-from softrdma.wire.smp import NODE_INFO, PORT_INFO, SWITCH_INFO
 from softrdma.sm.prtn_config import IPOIB_BCAST_MGID, Partitions, PrtnOptions, make_partitions, strtoul
 
 H1, H2, H3, H4 = 0x0002c90400000001, 0x0002c90400000011, 0x0002c90400000021, 0x0002c90400000031
@@ -51,13 +50,7 @@ Storage=0x7001, sl=2, mtu=5, ipoib : 0x0002c90400000031, 0x0002c90400000041=full
 def subnet():
     s = load_net(fixture("ft2_64.net.xz"))
     assign_lids(s, Guid2Lid(), 0)
-    for node in s.nodes.values():       # what ibsim answers: PartitionCap 64 on CAs, 8 on switches
-        for p in node.ports.values():
-            p.port_info = bytes(PORT_INFO.encode(LinkState=4))
-        node.node_info = bytes(NODE_INFO.encode(PartCap=8 if node.is_switch else 64))
-        if node.is_switch:
-            node.switch_info = bytes(SWITCH_INFO.encode(PartEnforceCap=64))
-    return s
+    return with_ibsim_caps(s)
 
 
 def make(subnet, tmp_path, text, **opts):

@@ -13,7 +13,7 @@
 
 import pytest
 
-from sm_helpers import IbsimFabric, every_port, need_ibsim, real_and_ours, saquery_transcript, wait_log
+from sm_helpers import EchoSweep, IbsimFabric, every_port, need_ibsim, real_and_ours, saquery_transcript, wait_log
 from softrdma.sm import main as sm_main
 from softrdma.sm.qos import (DEFAULT_SL2VL, QosOptions, build_config, parse_sl2vl, parse_vlarb, verify)
 
@@ -101,19 +101,6 @@ def test_sl2vl_and_vlarb_identical_to_opensms_on_every_port(tmp_path, args, requ
         assert request.getfixturevalue("untouched") != real     # the test sees what -Q changes
     if "conf" in str(args) and "-Q" in args:
         assert "ports: in  0, out  0: | 3| 2| 1| 0|" in ours and "|0x64|0x32|" in ours
-
-
-class EchoSweep:
-    """What QosSetup needs of a sweep: a queue that answers every Set with its own data."""
-
-    def __init__(self, subnet):
-        from softrdma.sm import log as L
-        self.subnet, self.log, self.failed, self.sent, self.phase = subnet, L.Log(None), 0, [], ""
-        self.q = self
-
-    def post_send(self, smp, cb):
-        self.sent.append(smp)
-        cb(smp)
 
 
 def test_a_second_sweep_sends_only_what_changed():
@@ -211,18 +198,18 @@ def test_the_full_format_port_groups_levels_and_match_rules():
 
 
 @pytest.mark.parametrize("text, what", [
-    ("qos-ulps\n default : 16\nend-qos-ulps\n", "ERR AC05: Syntax error (line 2:1): illegal SL value"),
-    ("qos-ulps\n bogus stuff : 1\nend-qos-ulps\n", "(line 2:1): syntax error"),
-    ("qos-levels\n qos-level\n name: x\n colour: red\n end-qos-level\nend-qos-levels\n", "(line 4:1): syntax error"),
-    ("qos-ulps\n default : 1\n", "qos-ulps without its end"),
+    ("qos-ulps\n default : 16\nend-qos-ulps\n", "ERR AC05: Syntax error (line 2:14): illegal SL value"),
+    ("qos-ulps\n bogus stuff : 1\nend-qos-ulps\n", "(line 2:3): syntax error"),
+    ("qos-levels\n qos-level\n name: x\n colour: red\n end-qos-level\nend-qos-levels\n", "(line 4:9): syntax error"),
+    ("qos-ulps\n default : 1\n", "ERR AC05: Syntax error (line 3:1): syntax error"),
     ("qos-ulps\n default : 1\n ipoib, pkey 0x12 : 2\nend-qos-ulps\n",
-     "IPoIB partition, pkey 0x0012 - partition doesn't exist"),
+     "(line 3:20): IPoIB partition, pkey 0x0012 - partition doesn't exist"),
     ("qos-ulps\n sdp : 1\nend-qos-ulps\n", "ERR AC10: Default qos-level (default) not defined."),
-    ("port-groups\n port-group\n use: x\n end-port-group\nend-port-groups\n", "port-group has no name"),
+    ("port-groups\n port-group\n use: x\n end-port-group\nend-port-groups\n", "(line 4:16): port-group validation failed - no port group name specified"),
     ("qos-levels\n qos-level\n name: default\n sl: 1\n end-qos-level\nend-qos-levels\nqos-match-rules\n"
      " qos-match-rule\n qos-level-name: nope\n end-qos-match-rule\nend-qos-match-rules\n",
      "ERR AC11: qos-match-rule num 1: qos-level 'nope' not found"),
-    ("qos-levels\n qos-level\n name: default\n end-qos-level\nend-qos-levels\nqos-match-rules\n"
+    ("qos-levels\n qos-level\n name: default\n sl: 0\n end-qos-level\nend-qos-levels\nqos-match-rules\n"
      " qos-match-rule\n qos-level-name: default\n source: Nobody\n end-qos-match-rule\nend-qos-match-rules\n",
      "ERR AC12: qos-match-rule num 1: source port-group 'Nobody' not found"),
 ])

@@ -50,6 +50,7 @@ CONF_KEYS = {
     "allow_both_pkeys": "FALSE",
     "keep_pkey_indexes": "TRUE",
     "qos": "FALSE",
+    "use_optimized_slvl": "FALSE",
     "qos_policy_file": "/etc/opensm/qos-policy.conf",
     "virt_enabled": "0",                # NVIDIA opensm's: 0 ignore, 1 disable, 2 enable (sm.virt)
     **{f"qos{p}_{k}": v for p in ("", "_ca", "_sw0", "_swe", "_rtr")
@@ -184,8 +185,8 @@ def settings(a: argparse.Namespace) -> dict:
     s["qos"] = a.qos or _bool(conf["qos"], "qos")
     s["qos_policy_file"] = a.qos_policy_file or conf["qos_policy_file"]
     s["qos_options"] = _qos_options(conf)
-    if not _bool(conf["keep_pkey_indexes"], "keep_pkey_indexes"):
-        raise UsageError("keep_pkey_indexes FALSE is not supported (P_Keys keep their indexes)")
+    s["keep_pkey_indexes"] = _bool(conf["keep_pkey_indexes"], "keep_pkey_indexes")
+    s["use_optimized_slvl"] = _bool(conf["use_optimized_slvl"], "use_optimized_slvl")
     for k in ("priority", "lmc", "sweep"):
         s[k] = int(s[k], 0) if isinstance(s[k], str) else s[k]
     if a.V:
@@ -366,6 +367,8 @@ def main(argv: list[str] | None = None, prog: str = "opensm") -> int:
                     no_partition_enforcement="TRUE" if s["part_enforce"] == "off" else "FALSE",
                     part_enforce=s["part_enforce"],
                     allow_both_pkeys="TRUE" if s["allow_both_pkeys"] else "FALSE",
+                    keep_pkey_indexes="TRUE" if s["keep_pkey_indexes"] else "FALSE",
+                    use_optimized_slvl="TRUE" if s["use_optimized_slvl"] else "FALSE",
                     qos="TRUE" if s["qos"] else "FALSE", qos_policy_file=s["qos_policy_file"],
                     **{f"qos_{p}{k}": str(getattr(o, k)) if k in ("max_vls", "high_limit") else
                        getattr(o, k) or "(null)" for p, o in s["qos_options"].items()

@@ -13,7 +13,8 @@ queue their P_Key on their port (P_Keys the port already holds first, at
 their index; new ones after); every end port gets its new table (0x7fff at
 index 0 unless a partition asked ``indx0``, then the others in order after
 the last index ever used, reusing indexes as opensm does when the table
-runs out), and each CA's switch peer gets the CA's P_Keys packed from index
+runs out; with keep_pkey_indexes FALSE packed again each time), and each
+CA's switch peer gets the CA's P_Keys packed from index
 0 (a limited P_Key left out where the full one is there) and partition
 enforcement in its PortInfo; enforcement is cleared on links between
 switches.  It returns the SMPs to send: ``("pkey", physp, block, entries)``
@@ -314,9 +315,19 @@ class _Mgr:
 
 
 def process(subnet: Subnet, prtns: Partitions, tables: Tables, log, allow_both: bool = False,
-            enforce: str = ENFORCE_BOTH, indx0: dict | None = None) -> list[tuple]:
-    """osm_pkey_mgr_process after osm_prtn_make_partitions: the SMPs to send (see the module doc)."""
+            enforce: str = ENFORCE_BOTH, indx0: dict | None = None, keep_indexes: bool = True) -> list[tuple]:
+    """osm_pkey_mgr_process after osm_prtn_make_partitions: the SMPs to send (see the module doc).
+    ``keep_indexes`` False (opensm's keep_pkey_indexes FALSE): every end port's table is packed
+    again from scratch, as if the SM had never set it."""
     m = _Mgr(tables, allow_both, log)
+    if not keep_indexes:
+        # opensm empties the key map too: until a Set's answer fills it again (only blocks that
+        # change are set, and tables are read only from new ports), the SA finds no P_Key there
+        for port in subnet.end_ports():
+            t = tables.of(port)
+            t.keys.clear()
+            t.accum.clear()
+            t.last_pkey_idx = 0
     for p, pk in (indx0 or {}).items():
         tables.of(p).indx0_pkey = pk
     for prtn in prtns.ordered():

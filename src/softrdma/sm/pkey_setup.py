@@ -92,7 +92,7 @@ class PkeySetup:
         sub.pkey_tables = self.tables
         sub.allow_both_pkeys = self.opts.allow_both_pkeys
         for op in process(sub, self.prtns, self.tables, sweep.log, self.opts.allow_both_pkeys,
-                          self.enforce, dict(self.indx0)):
+                          self.enforce, dict(self.indx0), self.opts.keep_pkey_indexes):
             if op[0] == "pkey":
                 _, p, b, entries = op
                 t = self.tables.of(p)

@@ -125,6 +125,7 @@ class Partition:
 class PrtnOptions:
     config_file: str | None = DEFAULT_PARTITION_CONFIG_FILE
     allow_both_pkeys: bool = False
+    keep_pkey_indexes: bool = True
     qos: bool = False
     subnet_timeout: int = 0x12
 

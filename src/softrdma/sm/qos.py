@@ -12,9 +12,12 @@ missing entries zero).
 port GUID order of the end ports: a switch's external ports that are not
 Down get the VLArbitration blocks (low, block 1; high, block 3) of their
 capacities and, for every input port, the SLtoVLMappingTable of output port
-``out`` (a switch with SwitchInfo OptimizedSLtoVLMappingProgramming is not
-handled otherwise: opensm's use_optimized_slvl is off by default); a CA port
-gets its VLArbitration blocks and its SLtoVLMappingTable.  VLs are masked to
+``out`` -- or, with opensm.conf's use_optimized_slvl on a switch whose
+SwitchInfo has OptimizedSLtoVLMappingProgramming, one Set for all input and
+output ports (attribute modifier 0x30000) and one per output port whose
+OperationalVLs differ from most ports' (0x20000), port 0's own table left out
+when it is the same; a CA port gets its VLArbitration blocks and its
+SLtoVLMappingTable.  VLs are masked to
 the port's OperationalVLs (VL15 stays), a table goes only where it differs
 from what this SM set last (every table of a port new to it), and the
 answers are kept for the SA's SL2VLTableRecord and VLArbitrationTableRecord.
@@ -127,8 +130,9 @@ class PortQos:
 
 class QosSetup:
     def __init__(self, enabled: bool, opts: dict[str, QosOptions] | None = None,
-                 policy_file: str | None = None) -> None:
+                 policy_file: str | None = None, optimized: bool = False) -> None:
         self.enabled = enabled
+        self.optimized = optimized              # opensm.conf's use_optimized_slvl
         self.policy_file = policy_file
         self.opts = opts or {p: QosOptions() for p in PREFIXES}
         self.ports: dict[tuple[int, int], PortQos] = {}
@@ -178,16 +182,65 @@ class QosSetup:
                            encode_vlarb(entries), store)
 
     def _sl2vl(self, sweep, p: Physp, in_port: int, mod: int, force: bool, cfg: QosConfig) -> None:
+        """sl2vl_update_table: the table of (in_port, p) unless this SM set it already; the answer
+        is kept for every (input, output) pair the attribute modifier names (osm_slvl_rcv_process:
+        bit 16 all output ports, bit 17 all input ports)."""
         mask = _vl_mask(p)
         vls = [vl if vl == 15 else vl & mask for vl in cfg.sl2vl]
         mine = self.ports.setdefault((p.node.guid, p.num), PortQos())
         if not force and mine.sl2vl.get(in_port) == vls:
             return
         mine.sl2vl.pop(in_port, None)
+        node = p.node
+        if node.is_switch and mod & 0x30000:
+            first = 0 if node.switch_info and SWITCH_INFO.get(node.switch_info, "EnhancedPort0") else 1
+            every = [n for n in range(first, node.num_ports + 1) if n in node.ports]
+            outs = every if mod & 0x10000 else [mod & 0xFF]
+            ins = every if mod & 0x20000 else [(mod >> 8) & 0xFF]
+        else:
+            outs, ins = [p.num], [in_port]
 
         def store(data):
-            mine.sl2vl[in_port] = list(decode_sl2vl(data))
+            for o in outs:
+                tables = self.ports.setdefault((node.guid, o), PortQos()).sl2vl
+                for i in ins:
+                    tables[i] = list(decode_sl2vl(data))
         self._send(sweep, p, SmpAttr.SL_TO_VL_TABLE, mod, encode_sl2vl(vls), store)
+
+    def _optimized_sl2vl(self, sweep, node, sw: QosConfig) -> None:
+        """qos_extports_setup's use_optimized_slvl path: one SL2VL Set for every input and output
+        port (attribute modifier 0x30000) with the table of the ports whose OperationalVLs most
+        ports share, then one per output port (all its input ports, 0x20000) whose OperVLs differ."""
+        count: dict[int, int] = {}
+        best, common, p0 = 0, 0, node.ports.get(1)
+        up = []
+        for out in range(1, node.num_ports + 1):
+            p = node.ports.get(out)
+            if p is None or not p.port_info or PORT_INFO.get(p.port_info, "LinkState") == LINK_DOWN:
+                continue
+            up.append(p)
+            op_vl = PORT_INFO.get(p.port_info, "OperVLs")
+            count[op_vl] = count.get(op_vl, 0) + 1
+            if count[op_vl] > best:
+                best, common, p0 = count[op_vl], op_vl, p
+        if p0 is None:
+            return
+        force = not any((node.guid, n) in self.ports for n in node.ports)    # the switch is new
+        self._sl2vl(sweep, p0, p0.num, 0x30000, force, sw)
+        for p in up:
+            force = force or not self.ports.get((node.guid, p.num), PortQos()).sl2vl
+            if PORT_INFO.get(p.port_info, "OperVLs") != common:
+                self._sl2vl(sweep, p, p.num, 0x20000 | p.num, force, sw)
+
+    def _switch_sl2vl(self, sweep, node, enhanced: bool, sw: QosConfig) -> None:
+        """qos_extports_setup: the SL2VL table of every (input, output) pair, one Set each."""
+        for out in range(0 if enhanced else 1, node.num_ports + 1):
+            p = node.ports.get(out)
+            if p is None or not p.port_info or PORT_INFO.get(p.port_info, "LinkState") == LINK_DOWN:
+                continue
+            force = not self.ports.get((node.guid, out), PortQos()).sl2vl
+            for in_ in range(node.num_ports + 1):
+                self._sl2vl(sweep, p, in_, (in_ << 8) | out, force, sw)
 
     def _high_limit(self, sweep, p: Physp, limit: int) -> None:
         """The link manager's part: PortInfo VLHighLimit as QoS says."""
@@ -205,13 +258,14 @@ class QosSetup:
         sweep.phase = "qos"
         sub = sweep.subnet
         from .qos_policy import DEFAULT_QOS_POLICY_FILE, load
-        sub.qos_policy = load(self.policy_file or DEFAULT_QOS_POLICY_FILE, sweep.log, sub.partitions)
+        sub.qos_policy = load(self.policy_file or DEFAULT_QOS_POLICY_FILE, sweep.log, sub.partitions, sub)
         cfg = self.configs()
         live = {(n.guid, num) for n in sub.nodes.values() for num in n.ports}
         for k in [k for k in self.ports if k not in live]:
             del self.ports[k]
         for port in sub.end_ports():
             node = port.node
+            vlarb_only = False
             if node.is_switch:
                 sw = cfg["swe_"]
                 p0 = node.ports.get(0)
@@ -222,19 +276,18 @@ class QosSetup:
                     force = (node.guid, out) not in self.ports
                     self._high_limit(sweep, p, sw.vl_high_limit)
                     self._vlarb(sweep, p, out, force, sw)
-                if p0 is None or not p0.port_info or not PORT_INFO.get(p0.port_info, "CapMask") & CAP_HAS_SL_MAP:
-                    continue
                 enhanced = bool(node.switch_info and SWITCH_INFO.get(node.switch_info, "EnhancedPort0"))
-                for out in range(0 if enhanced else 1, node.num_ports + 1):
-                    p = node.ports.get(out)
-                    if p is None or not p.port_info or PORT_INFO.get(p.port_info, "LinkState") == LINK_DOWN:
-                        continue
-                    force = not self.ports.get((node.guid, out), PortQos()).sl2vl
-                    for in_ in range(node.num_ports + 1):
-                        self._sl2vl(sweep, p, in_, (in_ << 8) | out, force, sw)
+                opt = self.optimized and bool(node.switch_info and
+                                              SWITCH_INFO.get(node.switch_info, "OptSLtoVLMapping") & 1)
+                if p0 is not None and p0.port_info and PORT_INFO.get(p0.port_info, "CapMask") & CAP_HAS_SL_MAP:
+                    if opt:
+                        self._optimized_sl2vl(sweep, node, sw)
+                    else:
+                        self._switch_sl2vl(sweep, node, enhanced, sw)
                 if not enhanced:
                     continue
                 c = cfg["sw0_"]
+                vlarb_only = opt and sw.sl2vl == c.sl2vl        # port 0's table came with 0x30000
             else:
                 c = cfg["rtr_"] if node.type == NODE_ROUTER else cfg["ca_"]
             if not port.port_info:
@@ -242,7 +295,7 @@ class QosSetup:
             force = (node.guid, port.num) not in self.ports
             self._high_limit(sweep, port, c.vl_high_limit)
             self._vlarb(sweep, port, 0, force, c)
-            if PORT_INFO.get(port.port_info, "CapMask") & CAP_HAS_SL_MAP:
+            if not vlarb_only and PORT_INFO.get(port.port_info, "CapMask") & CAP_HAS_SL_MAP:
                 self._sl2vl(sweep, port, 0, 0, force or not self.ports[(node.guid, port.num)].sl2vl, c)
         sub.qos_tables = self.ports
 

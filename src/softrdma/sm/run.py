@@ -62,9 +62,11 @@ class SmLoop:
         self.mcast_version = -1
         self.pkeys = PkeySetup(PrtnOptions(config_file=s.get("partition_config_file"),
                                            allow_both_pkeys=s.get("allow_both_pkeys", False),
+                                           keep_pkey_indexes=s.get("keep_pkey_indexes", True),
                                            qos=s.get("qos", False)),
                                s.get("part_enforce", "both"))
-        self.qos = QosSetup(s.get("qos", False), s.get("qos_options"), s.get("qos_policy_file"))
+        self.qos = QosSetup(s.get("qos", False), s.get("qos_options"), s.get("qos_policy_file"),
+                            s.get("use_optimized_slvl", False))
         self.virt = VirtSetup(s.get("virt_enabled", 0), log)       # (sm.virt: vports' LIDs)
 
     # -- plumbing --------------------------------------------------------------------------
