@@ -1,8 +1,9 @@
-"""rdma_cm multicast on InfiniBand ports: ``mckey -M MGID`` (AF_IB) joins
-through the subnet administrator (an MCMemberRecord Set from the port's
-QP1; softrdma's SM and the real opensm), the group's MLID in the JOIN
-event's address handle, the UD QP attached, the sends delivered through
-the switches' MFTs; the leave is an SA Delete (the port leaves the group)."""
+"""rdma_cm by GID on InfiniBand ports, beyond connections (softrdma's SM
+and the real opensm): multicast -- ``mckey -M MGID`` (AF_IB) joins through
+the subnet administrator (an MCMemberRecord Set from the port's QP1), the
+group's MLID in the JOIN event's address handle, the UD QP attached, the
+sends delivered through the switches' MFTs; the leave is an SA Delete (the
+port leaves the group) -- and rsockets over AF_IB (``rstream -f gid``)."""
 
 from __future__ import annotations
 
@@ -123,3 +124,27 @@ def test_mgid_of_an_address():
     ip.ps = PortSpace.IPOIB
     assert mgid_of(ip, "239.1.2.3", 0xFFFF).hex() == "ff12401bffff000000000000" + "0f010203"
     assert mgid_of(ip, "ff15:a01b::1", 0xFFFF) == ipaddress.IPv6Address("ff15:a01b::1").packed
+
+
+def test_rstream_f_gid_between_two_hosts(hosts):
+    """rsockets over AF_IB: rstream's server bound to h1's GID, the client
+    connecting to it from h4 (the SA's path, the IB CM over LIDs)."""
+    g1 = gid0(hosts, "h1")
+    env = {**hosts.daemons["h1"].env, "SOFTRDMA_AUTOSTART": "0"}
+    args = ["-f", "gid", "-p", "7820", "-S", "4096", "-C", "200", "-T", "b"]
+    srv = subprocess.Popen([sys.executable, "-m", "softrdma", "rstream", "-b", g1, *args], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        from test_ib_cma import cm_ids
+        wait_for(lambda: any(i.get("state") == 8 for i in cm_ids(hosts.run_dir("h1"))), 60, "rstream to listen",
+                 proc=srv)
+        cli = subprocess.run([sys.executable, "-m", "softrdma", "rstream", "-s", g1, *args],
+                             env={**hosts.daemons["h4"].env, "SOFTRDMA_AUTOSTART": "0"}, capture_output=True,
+                             text=True, timeout=120)
+        sout, _ = srv.communicate(timeout=60)
+    finally:
+        stop(srv)
+    assert cli.returncode == 0 and srv.returncode == 0, cli.stdout + cli.stderr + sout
+    lines = cli.stdout.splitlines()
+    assert lines[0].split() == ["name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer"], lines
+    assert lines[1].split()[:3] == ["custom", "4k", "200"], lines
