@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from ib_helpers import link, two_hosts
+from ib_helpers import two_hosts
+from test_ib_cma import cm_ids, gid0
 from wait_helpers import stop, wait_for
 
 MGID = "ff12:4d43::1:4b59"            # (not an IPoIB MGID: opensm gives those IPoIB's Q_Key)
@@ -26,10 +27,6 @@ def hosts(tmp_path_factory, shm_path_module, request):
     h = two_hosts(tmp_path_factory, shm_path_module, request.param, "ibmiscmc")
     yield h
     h.close()
-
-
-def gid0(h, host: str) -> str:
-    return str(ipaddress.IPv6Address(bytes.fromhex(link(h.run_dir(host), "mlx5_0")["gids"][0])))
 
 
 def mckey(h, host: str, *args) -> subprocess.Popen:
@@ -135,7 +132,6 @@ def test_rstream_f_gid_between_two_hosts(hosts):
     srv = subprocess.Popen([sys.executable, "-m", "softrdma", "rstream", "-b", g1, *args], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        from test_ib_cma import cm_ids
         wait_for(lambda: any(i.get("state") == 8 for i in cm_ids(hosts.run_dir("h1"))), 60, "rstream to listen",
                  proc=srv)
         cli = subprocess.run([sys.executable, "-m", "softrdma", "rstream", "-s", g1, *args],

@@ -34,20 +34,15 @@ import sys
 import time
 
 from ..pyverbs import librdmacm_enums as E
-from ..pyverbs.addr import AH
-from ..pyverbs.cmid import CMID, AddrInfo, CMEvent, UDParam
-from ..pyverbs.cq import CQ
-from ..pyverbs.enums import IBV_QPT_UD, IBV_WR_SEND_WITH_IMM
+from ..pyverbs.cmid import AddrInfo, UDParam
 from ..pyverbs.librdmacm_enums import RAI_FAMILY, RAI_NUMERICHOST
-from ..pyverbs.qp import QPCap, QPInitAttr
-from ..pyverbs.wr import SGE, SendWR
 from ..verbs.cm import AF_IB
 from . import cma_common
-from .cma_common import CmaNode, CmaTest, Getopt, Options, _close, _errno_of, _out, atoi, perror
+from .cma_common import Getopt, Options, _errno_of, _out, common_option, perror
 from .libc import strtol
+from .udaddy import UdAddy
 
 OPTSTRING = "m:M:sb:c:C:S:p:"
-GRH = 40                        # sizeof(struct ibv_grh)
 RDMA_PS_UDP, RDMA_PS_IPOIB = 0x0111, 0x0002
 SM_PAUSE_S = 3                  # "Pause to give SM chance to configure switches"
 
@@ -65,24 +60,10 @@ def usage(prog: str) -> str:
             f"\t[-p port_space - {RDMA_PS_UDP:#x} for UDP (default), {RDMA_PS_IPOIB:#x} for IPOIB]\n")
 
 
-class Node(CmaNode):
-    """struct cmatest_node."""
+class McKey(UdAddy):
+    """udaddy's nodes, QPs and sends; mckey's joins and test."""
 
-    def __init__(self, i: int):
-        super().__init__(i)
-        self.cq = None
-        self.ah = None
-        self.remote_qpn = 0
-        self.remote_qkey = 0
-
-    def cqs(self) -> list:
-        return [self.cq]
-
-
-class McKey(CmaTest):
     name = "mckey"
-    node_class = Node
-    recv_headroom = GRH
 
     def __init__(self, o: Options):
         super().__init__(o)
@@ -91,51 +72,15 @@ class McKey(CmaTest):
         self.group: str | None = None       # the multicast address as rdma_join_multicast takes it
 
     # ------------------------------------------------------------------ nodes
-    def verify_test_params(self, node: Node) -> int:
-        try:
-            attr = node.cma_id.context.query_port(1)
-        except Exception as e:
-            return _errno_of(e)
-        mtu = 1 << (attr.active_mtu + 7)
-        if self.o.message_count and self.o.message_size > mtu:
-            _out(f"mckey: message_size {self.o.message_size} is larger than active mtu {mtu}\n")
-            return -errno.EINVAL
-        return 0
-
-    def qp_init_attr(self, node: Node):
-        o = self.o
-        cqe = o.message_count * 2 if o.message_count else 2
-        try:
-            node.cq = CQ(node.cma_id.context, cqe, None, None, 0)
-        except Exception:
-            _out("mckey: unable to create CQ\n")
-            return -errno.ENOMEM
-        wrs = o.message_count if o.message_count else 1
-        return QPInitAttr(qp_type=IBV_QPT_UD, qp_context=node, scq=node.cq, rcq=node.cq,
-                          cap=QPCap(max_send_wr=wrs, max_recv_wr=wrs, max_send_sge=1, max_recv_sge=1),
-                          sq_sig_all=0)
-
-    def send_wr_factory(self, node: Node, signal_flag: int):
-        qpn = node.cma_id.qp.qp_num
-
-        def send_wr():
-            wr = SendWR(node.id, IBV_WR_SEND_WITH_IMM, 1, imm_data=socket.htonl(qpn),
-                        sg=[SGE(node.mr.buf, self.o.message_size, node.mr.lkey)], send_flags=signal_flag)
-            wr.set_wr_ud(node.ah, node.remote_qpn, node.remote_qkey)
-            return wr
-        return send_wr
-
-    def destroy_node(self, node: Node) -> None:
-        if node.cma_id is not None:
-            _close(node.ah)
-        super().destroy_node(node)
+    def polled(self, node, n: int, wcs) -> None:
+        """(udaddy's reply address: mckey never replies)"""
 
     def alloc_nodes(self) -> int:
         self.o.dst_addr = self.o.dst_addr or ""     # mckey makes its IDs whatever the options
         return super().alloc_nodes()
 
     # ------------------------------------------------------------------ CM handlers
-    def addr_handler(self, node: Node) -> int:
+    def addr_handler(self, node) -> int:
         ret = self.verify_test_params(node)
         if not ret:
             ret = self.init_node(node)
@@ -151,21 +96,12 @@ class McKey(CmaTest):
             self.connect_error()
         return ret
 
-    def join_handler(self, node: Node, ev) -> int:
-        try:
-            ud = UDParam(ev)
-            a = ud.ah_attr
-            dgid = socket.inet_ntop(socket.AF_INET6, a.gr.dgid.raw)
-            _out(f"mckey: joined dgid: {dgid} mlid 0x{a.dlid:x} sl {a.sl}\n")
-            node.remote_qpn, node.remote_qkey = ud.qp_num, ud.qkey
-            node.ah = AH(node.pd, attr=a)
-        except Exception:
-            _out("mckey: failure creating address handle\n")
-            self.connect_error()
-            return -1
-        node.connected = True
-        self.connects_left -= 1
-        return 0
+    def join_handler(self, node, ev) -> int:
+        """The group's line, then udaddy's: the QPN, Q_Key and address handle of the event."""
+        a = UDParam(ev).ah_attr
+        _out(f"mckey: joined dgid: {socket.inet_ntop(socket.AF_INET6, a.gr.dgid.raw)} mlid 0x{a.dlid:x} "
+             f"sl {a.sl}\n")
+        return self.established_handler(node, ev)
 
     def cma_handler(self, ev) -> int:
         t = ev.event_type
@@ -175,16 +111,14 @@ class McKey(CmaTest):
         if t == E.RDMA_CM_EVENT_MULTICAST_JOIN:
             return self.join_handler(node, ev)
         if t in (E.RDMA_CM_EVENT_ADDR_ERROR, E.RDMA_CM_EVENT_ROUTE_ERROR, E.RDMA_CM_EVENT_MULTICAST_ERROR):
-            _out(f"mckey: event: {ev.event_str()}, error: {ev.status}\n")
-            self.connect_error()
-            return ev.status
+            return self.event_error(ev)
         return 0
 
     def get_event_failed(self, e: BaseException, where: str) -> int:
         return -1
 
     # ------------------------------------------------------------------ the test
-    def bind(self, node: Node, src: str) -> None:
+    def bind(self, node, src: str) -> None:
         """rdma_bind_addr of -b; with -M, a GID of the host's IB port when the
         address is no IP address of the host (see the module)."""
         try:
@@ -284,23 +218,13 @@ def parse(argv: list[str], prog: str) -> Options | int:
     o.is_sender = False
     o.unmapped = False
     for op, optarg in Getopt(argv, prog, OPTSTRING):
-        if op == "m":
-            o.dst_addr = optarg
-        elif op == "M":
-            o.unmapped, o.dst_addr = True, optarg
-        elif op == "s":
+        if op in ("m", "M"):                            # -M: a GID (AF_IB), "unmapped"
+            o.unmapped, o.dst_addr = op == "M", optarg
+        elif op == "s":                                 # (a flag here: the sender)
             o.is_sender = True
-        elif op == "b":
-            o.src_addr = optarg
-        elif op == "c":
-            o.connections = atoi(optarg)
-        elif op == "C":
-            o.message_count = atoi(optarg)
-        elif op == "S":
-            o.message_size = atoi(optarg)
         elif op == "p":
             o.port_space = strtol(optarg, 0) & 0xFFFFFFFF
-        else:
+        elif op == "?" or not common_option(o, op, optarg):     # -b -c -C -S
             _out(usage(prog))
             return 1
     if o.unmapped and o.src_addr is None:
