@@ -53,3 +53,25 @@ def test_the_sm_at_a_device_s_ca_sweeps_and_the_device_keeps_its_mads(hosts):
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert "ROUTE_RESOLVED" in cli.stdout and "data ok 4" in cli.stdout, cli.stdout
     assert "request b'hello'" in sout and "data ok 4" in sout, sout
+
+
+def test_an_ibsim_sm_is_refused_at_a_port_whose_device_runs_an_sm(hosts):
+    """One SM per port: with ``softrdma opensm -g`` bound to h4's device (a
+    standby here), an ibsim client with issm at h4's CA is refused."""
+    from softrdma.mgmt.umad import IbsimPort, TransportError
+    from softrdma.wire.smp import CAP_IS_SM
+    from wait_helpers import stop
+    d = hosts.daemons["h4"]
+    guid = "0x" + link(d.run_dir, "mlx5_0")["gids"][0][16:]
+    tmp = hosts.fabric.tmp
+    sm = subprocess.Popen([sys.executable, "-m", "softrdma", "opensm", "-g", guid, "-p", "1", "-s", "0",
+                           "-f", str(tmp / "osm-h4.log")], env={**d.env, "SOFTRDMA_AUTOSTART": "0"},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: link(d.run_dir, "mlx5_0")["port_attr"]["port_cap_flags"] & CAP_IS_SM, 60,
+                 "IsSM on h4's port", proc=sm)
+        with pytest.raises(TransportError, match="refused"):
+            IbsimPort(hosts.fabric.base, "h4", issm=True).close()
+        IbsimPort(hosts.fabric.base, "h4", issm=False).close()          # a diag's client is welcome
+    finally:
+        stop(sm)
