@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import types
 
+from ib_helpers import control, daemon, fake  # noqa: F401 (fixtures)
 from softrdma.device.ib import IbPort
 from softrdma.enums import ibv_wr_opcode
 from softrdma.transport.static_rate import StaticRate, limiter_for
@@ -54,3 +55,28 @@ def test_the_ib_port_paces_a_path_below_its_link_rate():
     for rate, pace in ((IBV_RATE_2_5_GBPS, 2500), (IBV_RATE_10_GBPS, 0), (IBV_RATE_MAX, 0)):
         av = AddressVector(dlid=7, static_rate=rate)
         assert IbPort._ib_route(port, av).pace == pace, rate
+
+
+def test_an_ib_device_paces_an_rc_path_below_its_link(daemon, fake):
+    """On a 4X QDR port (the stand-in fabric's), an RC QP whose path asks
+    for 2.5 Gb/s gets the limiter at its first packet (``rdma -dd resource
+    show qp`` shows it); its peer, at the port's rate, does not; the data
+    arrives byte-exact."""
+    from test_ib_device import _verbs, connect, two, wait
+    from softrdma.enums import IBV_QPT_RC, IBV_WC_SUCCESS, IBV_WR_SEND
+    _, _, _, _, qp_m, addr_m, wr_m = _verbs()
+    with two(daemon) as (a, b):
+        qa, qb = a.qp(IBV_QPT_RC), b.qp(IBV_QPT_RC)
+        connect(qp_m, addr_m, qa, qb.qp_num, b.lid, static_rate=IBV_RATE_2_5_GBPS)
+        connect(qp_m, addr_m, qb, qa.qp_num, a.lid, static_rate=IBV_RATE_40_GBPS)
+        data = os.urandom(200_000)
+        a.mr.write(data, len(data))
+        qb.post_recv(wr_m.RecvWR(1, 1, [wr_m.SGE(b.mr.buf, len(data), b.mr.lkey)]))
+        qa.post_send(wr_m.SendWR(10, IBV_WR_SEND, 1, sg=[wr_m.SGE(a.mr.buf, len(data), a.mr.lkey)]))
+        assert [(w.wr_id, w.status) for w in wait(a.cq, 1)] == [(10, IBV_WC_SUCCESS)]
+        assert [(w.status, w.byte_len) for w in wait(b.cq, 1)] == [(IBV_WC_SUCCESS, len(data))]
+        assert b.mr.read(len(data)) == data
+        qps = {(r["dev"], r["lqpn"]): r for r in control(daemon.run_dir, "resources")["resources"]
+               if r.get("kind") == "qp"}
+        assert qps["mlx5_0", qa.qp_num].get("driver") == {"static_rate_mbps": 2500}, qps
+        assert "driver" not in qps["mlx5_1", qb.qp_num], qps
