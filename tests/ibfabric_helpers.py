@@ -55,11 +55,11 @@ def program(f) -> None:
     f.touch(*f.ports())
 
 
-def data_packet(dlid, slid, payload=b"x" * 100, dqp=0x11, pkey=0xFFFF, vl=0) -> bytes:
+def data_packet(dlid, slid, payload=b"x" * 100, dqp=0x11, pkey=0xFFFF, vl=0, sl=0) -> bytes:
     """An RC SEND_ONLY as a native IB packet."""
     pad = -len(payload) % 4
     bth = BTH.pack(Opcode.RC_SEND_ONLY, pad << 4, pkey, dqp, 7)
-    return lrh.encap(bth + payload + bytes(pad), dlid=dlid, slid=slid, vl=vl)
+    return lrh.encap(bth + payload + bytes(pad), dlid=dlid, slid=slid, vl=vl, sl=sl)
 
 
 class FakeDevice:

@@ -56,6 +56,7 @@ CASES: dict[str, list[list[str]]] = {
     "rping": [[side, "-a", "127.0.0.1", o, "{}"] for side in ("-s", "-c") for o in ("-S", "-C", "-p")],
     "ucmatose": [[o, "{}"] for o in ("-c", "-C", "-S", "-t", "-p", "-a")],
     "udaddy": [[o, "{}"] for o in ("-c", "-C", "-S", "-t")],
+    "mckey": [[o, "{}"] for o in ("-c", "-C", "-S", "-p")],
     "ib_write_bw": [[o, "{}"] for o in PERFTEST_NUMERIC],
     **{t: [[o, "{}"] for o in ("-s", "-n", "-p", "-D")]
        for t in ("ib_send_bw", "ib_read_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat",

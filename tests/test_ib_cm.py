@@ -73,11 +73,12 @@ def test_af_ib_addresses_on_the_ib_device(ib_only, fake):
     has and a destination of another subnet fail ENODEV at once; the port's
     own GID resolves; with the port not Active (no SM address) the route
     query cannot go out: EAGAIN from rdma_resolve_route, as the kernel's
-    ib_sa_path_rec_get; multicast on an IB port is refused EOPNOTSUPP."""
+    ib_sa_path_rec_get; nor can a multicast join's SA Set (MULTICAST_ERROR
+    -EAGAIN); a TCP ID's join has no Q_Key without IPoIB (EADDRNOTAVAIL)."""
     import ipaddress
 
     from ib_helpers import link
-    from softrdma.verbs.cm import AF_IB, CmId, EventChannel
+    from softrdma.verbs.cm import AF_IB, RDMA_PS_UDP, CmId, EventChannel
     from softrdma.verbs.errors import PyverbsRDMAError
     from wait_helpers import wait_for
 
@@ -102,9 +103,15 @@ def test_af_ib_addresses_on_the_ib_device(ib_only, fake):
         with pytest.raises(PyverbsRDMAError) as e:
             ids[2].resolve_route()
         assert e.value.error_code == errno.EAGAIN
-        with pytest.raises(PyverbsRDMAError) as e:
+        with pytest.raises(PyverbsRDMAError) as e:    # RDMA_PS_TCP: the Q_Key would be IPoIB's
             ids[2].join_multicast("239.1.2.3")
-        assert e.value.error_code == errno.EOPNOTSUPP
+        assert e.value.error_code == errno.EADDRNOTAVAIL
+        ud = CmId(ch, RDMA_PS_UDP)
+        ids.append(ud)
+        ud.bind_addr(gid, 7706, AF_IB)
+        ud.join_multicast("ff12:4d43::1")             # the SA join cannot go out either
+        ev = ch.get_event(10)
+        assert (ev.event_str, ev.status) == ("RDMA_CM_EVENT_MULTICAST_ERROR", -errno.EAGAIN)
     finally:
         for i in ids:
             i.destroy()

@@ -39,14 +39,14 @@ def wait(cq, n, timeout=30.0):
     return got
 
 
-def connect(qp_m, addr_m, q, peer_qpn, dlid, *, retry_cnt=7, timeout=14, sl=0):
+def connect(qp_m, addr_m, q, peer_qpn, dlid, *, retry_cnt=7, timeout=14, sl=0, static_rate=0):
     a = qp_m.QPAttr()
     a.qp_access_flags = ACC
     a.path_mtu = IBV_MTU_1024
     a.dest_qp_num = peer_qpn
     a.max_dest_rd_atomic = a.max_rd_atomic = 4
     a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, timeout, retry_cnt, 7
-    a.ah_attr = addr_m.AHAttr(port_num=1, dlid=dlid, sl=sl)
+    a.ah_attr = addr_m.AHAttr(port_num=1, dlid=dlid, sl=sl, static_rate=static_rate)
     q.to_rts(a)
 
 

@@ -20,7 +20,8 @@ As cma.c for RoCE:
   as one IB CM listen per (device, service ID) shared by the IDs;
 * multicast joins on RoCE (cma_iboe_join_multicast): the MGID of an IPv4
   group is its IPv4-mapped address, the Q_Key RDMA_UDP_QKEY for UDP; the
-  library attaches its QP.
+  library attaches its QP; on an InfiniBand port the join and leave go
+  through the SA (``cma_mcast``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..enums import rdma_cm_event_type as EV
 from ..errors import VerbsError
 from ..wire.cma import PortSpace, service_id
 from ..wire.gid import gid_ip, ip_gid
+from .cma_mcast import mgid_of
 from .cma_route import gid_addr, is_ib
 from .ipoib_host import PENDING
 from .cma_id import (
@@ -342,8 +344,8 @@ class CmaAddr:
         if cid.state not in (ADDR_BOUND, ADDR_RESOLVED) or cid.dev is None:
             raise VerbsError(errno.EINVAL, f"join in state {STATE_NAMES[cid.state]}")
         if is_ib(cid.dev):
-            raise VerbsError(errno.EOPNOTSUPP, "rdma_cm multicast on an InfiniBand port (an SA MCMemberRecord "
-                                               "join) is not supported")
+            self._ib_join(cid, addr)                     # the SA's MCMemberRecord join (cma_mcast)
+            return
         a = ipaddress.ip_address(addr)
         if a.is_unspecified:
             raise VerbsError(errno.EINVAL, "zero multicast address")
@@ -363,6 +365,12 @@ class CmaAddr:
         self._emit(cid, EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=ud, addr=str(a))
 
     def leave_multicast(self, cid: CmaId, addr: str) -> None:
+        if is_ib(cid.dev):
+            mgid = mgid_of(cid, addr, cid.pkey)
+            if mgid not in cid.mcast:
+                raise VerbsError(errno.EADDRNOTAVAIL, f"not joined to {addr}")
+            self._ib_leave(cid, mgid)
+            return
         mgid = ip_gid(ipaddress.ip_address(addr))
         if cid.mcast.pop(mgid, None) is None:
             raise VerbsError(errno.EADDRNOTAVAIL, f"not joined to {addr}")

@@ -139,8 +139,7 @@ class CmaRoute:
         if dev.state != PORT_ACTIVE or not dev.sm_lid:
             # ib_sa_path_rec_get -> alloc_mad: no SM address handle on the port
             raise VerbsError(errno.EAGAIN, f"{dev.name}: the port has no subnet manager to ask (not Active)")
-        self._sa_seq = (getattr(self, "_sa_seq", 0) + 1) & 0xFFFFFFFF or 1
-        tid = (SA_TID_HI << 32) | self._sa_seq
+        tid = self._sa_tid()
         mad = path_record_get(tid, cid.sgid, cid.dgid, cid.pkey, sid_of(cid), (cid.flowinfo >> 20) & 0xFF)
         cid.state = ROUTE_QUERY
         cid.route_tid = tid

@@ -20,7 +20,10 @@ the entries are never joined into one buffer).  A QP's run of MIDDLE packets (a 
 port asks QPs for them, as a RoCE port with a socket does) is laid out as
 PACKETS entries in one call (``wire.lrh.build_run``: LRH, GRH, BTH,
 payload, ICRC, VCRC of each, compiled where built); any other packet is
-encapsulated on its own (``wire.lrh.encap``).  Nothing is delivered
+encapsulated on its own (``wire.lrh.encap``).  An RC/UC path whose
+static rate is below the link's gets a ``transport.static_rate``
+limiter on its QP at its first packet: the requester is paced to that
+rate from then on (the HCA's inter-packet delay).  Nothing is delivered
 inside the daemon: two IB devices of one daemon talk through the
 fabric's switches as two hosts would.  A port that is not Active sends
 nothing: the packets are discarded and counted (PortXmitDiscards).
@@ -54,11 +57,12 @@ from __future__ import annotations
 import errno
 import struct
 
-from ..enums import (IBV_EVENT_CLIENT_REREGISTER, IBV_EVENT_GID_CHANGE, IBV_EVENT_LID_CHANGE,
+from ..enums import (IBV_QPT_UD, IBV_EVENT_CLIENT_REREGISTER, IBV_EVENT_GID_CHANGE, IBV_EVENT_LID_CHANGE,
                      IBV_EVENT_PKEY_CHANGE, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR, IBV_EVENT_SM_CHANGE)
 from ..errors import VerbsError
 from ..transport.port import MCAST_QPN, RX_BYTES, RX_PACKETS, TX_BYTES, TX_PACKETS, Port
 from ..transport.qp import DeviceCaps
+from ..transport.static_rate import IBV_RATE_MBPS, StaticRate
 from ..transport.unreliable import LinkSource
 from ..transport.wr import AddressVector
 from ..uapi.capture import RX, TX
@@ -86,6 +90,7 @@ POLLING, LINK_UP = 2, 5
 _SPEED = {1: 1, 2: 2, 4: 4}
 _SPEED_EXT = {1: 16, 2: 32, 4: 64, 8: 128}
 _SPEED_NAME = {1: "SDR", 2: "DDR", 4: "QDR", 16: "FDR", 32: "EDR", 64: "HDR", 128: "NDR"}
+_LANE_MBPS = {"SDR": 2500, "DDR": 5000, "QDR": 10000, "FDR": 14062, "EDR": 25781, "HDR": 53125, "NDR": 106250}
 GID_TABLE_LEN = smp.GUIDS_PER_BLOCK  # the first GUIDInfo block: the GUIDs the fabric sends
 ROUTE_CACHE_MAX = 4096
 _PLEN = struct.Struct(">H")                  # a PACKETS entry's length (wire.fabriclink)
@@ -137,9 +142,10 @@ class IbRoute:
     global AV, the GRH's (``sgid`` None: the source GID index is empty,
     nothing can go)."""
 
-    __slots__ = ("av", "dlid", "slid", "sl", "grh", "sgid", "dgid", "tclass", "flow_label", "hop_limit")
+    __slots__ = ("av", "dlid", "slid", "sl", "grh", "sgid", "dgid", "tclass", "flow_label", "hop_limit", "pace")
 
-    def __init__(self, av, dlid: int, slid: int, sl: int, sgid: bytes | None):
+    def __init__(self, av, dlid: int, slid: int, sl: int, sgid: bytes | None, pace: int = 0):
+        self.pace = pace                # the static rate's Mb/s where below the link's (0: none)
         self.av = av
         self.dlid = dlid
         self.slid = slid
@@ -364,7 +370,9 @@ class IbPort(Port):
     def _ib_route(self, av) -> IbRoute:
         slid = self.lid | (av.src_path_bits & self.lmc_mask)
         sgid = self.gid(av.sgid_index) if av.is_global else None
-        return IbRoute(av, av.dlid, slid, av.sl, sgid)
+        pace = IBV_RATE_MBPS.get(av.static_rate, 0) if av.static_rate else 0
+        name, lanes = self.rate
+        return IbRoute(av, av.dlid, slid, av.sl, sgid, pace if pace < _LANE_MBPS[name] * lanes else 0)
 
     # -- transmit (the port layer's ``route``, for a link with no same-daemon path)
     def route(self, peers, now: float) -> bool:
@@ -405,6 +413,8 @@ class IbPort(Port):
                     if r.grh and r.sgid is None:
                         discards += pkt.count if is_run else 1
                         continue
+                    if r.pace and qp.rp is None and qp.qp_type != IBV_QPT_UD:
+                        qp.rp = StaticRate(r.pace, now)      # the static rate paces the requester from now on
                     if is_run:
                         mtu = pkt.mtu
                         frame = LRH_BYTES + (GRH_BYTES if r.grh else 0) + BTH_BYTES + mtu + ICRC_BYTES + VCRC_BYTES

@@ -55,6 +55,7 @@ from .cma_id import (
     STATE_NAMES,
     CmaId,
 )
+from .cma_mcast import CmaMcast
 from .cma_route import CmaRoute, is_ib
 
 
@@ -64,7 +65,7 @@ def _conn_param(p: dict) -> dict:
                                         ("qp_num", 0), ("qkey", 0))}
 
 
-class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute):
+class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
     """Every rdma_cm ID of the daemon and the CM agent of each device."""
 
     def __init__(self, daemon, rng: random.Random | None = None):
@@ -161,6 +162,9 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute):
             self._cancel_listens(cid)
         if cid.listener is not None and cid.listener.pending > 0 and state == CONNECT:
             cid.listener.pending -= 1
+        if is_ib(cid.dev):
+            for mgid in list(cid.mcast):
+                self._ib_leave(cid, mgid)
         cid.mcast.clear()
         self._release_port(cid)
         cid.destroyed = True

@@ -11,7 +11,10 @@ what happens                         counter
 bad length, LNH or VCRC              PortRcvErrors of the port receiving
                                      it from the CA (its switch port)
 no LFT/MFT entry, DLID beyond         PortRcvSwitchRelayErrors of the
-LinearFDBTop, output port = input     switch port it arrived by
+LinearFDBTop, output port = input,    switch port it arrived by
+the SL maps to VL15 on a data port
+(the SL2VL table of the switch's
+input and output port)
 link down, a port not Active          PortXmitDiscards of the sending port
 (VL15: not Init)
 P_Key not in the table of a port     PortRcvConstraintErrors (inbound) /
@@ -29,7 +32,14 @@ switch port shows the traffic.  Packets for QP0 and QP1 are not forwarded
 here: they come back as as :class:`MadIn` rows for the MAD
 router (route.py), which owns the agents and the ibsim clients.
 
-Routes are cached per (ingress port, DLID) and thrown away whenever the
+At each switch the packet's VL is its SL through the SL2VL table the SM
+programmed for (input port, output port) (``SLtoVLMappingTable``; IBA's
+default maps SL n to VL n, SL15 to VL7): the fabric has no per-VL
+buffers, so the VL decides only whether a data packet may go on (VL15 is
+the management VL).  The tables are read when a route is made, never per
+packet.
+
+Routes are cached per (ingress port, SL, DLID) and thrown away whenever the
 fabric's ``generation`` moves (an SM Set, a link event: model.Fabric.touch),
 so the per-packet work is a header check, a dict lookup and an append;
 the counters of a unicast route are added once per batch, and a message
@@ -51,7 +61,7 @@ from typing import NamedTuple
 from ..wire import fabriclink, lrh
 from ..wire.errors import WireError
 from ..wire.fastpath import vcrc
-from ..wire.smp import PhysState, PortState
+from ..wire.smp import PhysState, PortState, decode_sl2vl
 from . import model
 from .model import Fabric, Port
 
@@ -112,7 +122,7 @@ class DataPlane:
     def __init__(self, fabric: Fabric, log=None):
         self.fabric = fabric
         self.log = log
-        self._cache: dict[int, Route] = {}   # id(ingress) << 17 | VL15 << 16 | DLID
+        self._cache: dict[int, Route] = {}   # id(ingress) << 21 | SL << 17 | VL15 << 16 | DLID
         self._gen = -1
         self.stats = {"forwarded": 0, "dropped": 0, "bad": 0, "mads": 0}
 
@@ -149,7 +159,7 @@ class DataPlane:
         mads: list[MadIn] = []
         touched: list[Route] = []
         cache = self._cache
-        key0 = id(ingress) << 17
+        key0 = id(ingress) << 21
         check = vcrc
         unpack_local = _LOCAL_HDRS.unpack_from
         bad = 0
@@ -197,10 +207,10 @@ class DataPlane:
                         mads.append(mad)
                     continue
                 vl15 = (b0 >> 4) == lrh.VL15
-                key = key0 | vl15 << 16 | dlid
+                key = key0 | (b1 >> 4) << 17 | vl15 << 16 | dlid
                 r = cache.get(key)
                 if r is None:
-                    r = cache[key] = self._route(ingress, dlid, vl15)
+                    r = cache[key] = self._route(ingress, dlid, vl15, b1 >> 4)
                 if r.pkey_ports and not self._pkey_ok(r, m[start:o], bth):
                     continue
                 if r.mcast:
@@ -326,7 +336,7 @@ class DataPlane:
             self.log(f"drop at {last.name}: no device attached at {r.dests[0].name}")
 
     # --- routing -----------------------------------------------------------------------------
-    def _route(self, ingress: Port, dlid: int, vl15: bool) -> Route:
+    def _route(self, ingress: Port, dlid: int, vl15: bool, sl: int = 0) -> Route:
         if dlid >= _MCAST_BASE and dlid != _PERMISSIVE:
             return self._mroute(ingress, dlid, vl15)
         if dlid == 0 or dlid == _PERMISSIVE:
@@ -357,6 +367,9 @@ class DataPlane:
                 return Route(hops, drop=(r, model.PC_RCV_SW_RELAY_ERRORS),
                              reason=f'"{node.nodeid}": no LFT entry for LID {dlid}'
                              if o != r.num else f'"{node.nodeid}": LID {dlid} loops back')
+            if not vl15 and sl2vl(node, r.num, o)[sl] == lrh.VL15:
+                return Route(hops, drop=(r, model.PC_RCV_SW_RELAY_ERRORS),
+                             reason=f'"{node.nodeid}": SL {sl} maps to VL15 from port {r.num} to {o}')
             cur = node.ports[o]
         return Route(hops, drop=(cur, model.PC_RCV_SW_RELAY_ERRORS),
                      reason=f"LID {dlid}: more than {MAX_HOPS} hops")
@@ -488,6 +501,12 @@ class DataPlane:
         self.stats["mads"] += 1
         return MadIn(ingress, slid, dlid, sqp & 0xFFFFFF, dqp,
                      bytes(frame[o + DETH_BYTES:o + DETH_BYTES + MAD_BYTES]))
+
+
+def sl2vl(node, inp: int, out: int) -> tuple[int, ...]:
+    """The 16 VLs of a switch's SL2VL table for (input port, output port),
+    as the SM set it (the default table when it did not)."""
+    return decode_sl2vl((node.sl2vl or {}).get((inp, out), model.DEFAULT_SL2VL))
 
 
 def mad_packet(mad, *, slid: int, dlid: int, sqp: int, dqp: int, sl: int = 0,

@@ -21,6 +21,15 @@ as well as from ibsim's console commands on stdin.  All fabric behaviour
 is route.Router's: this module only moves bytes.  InfiniBand device
 ports of softrdma daemons attach to CA ports through the data socket
 (datasock.DataSocket, polled by this loop).
+
+A CA port that a device holds is shared with the ibsim clients attached
+to that CA (``SIM_HOST`` naming it), as an HCA's umad is shared by the
+host's processes: a client's responses reach it by the TIDs it sent
+(``Client.pending``), the unsolicited MADs an SM takes -- QP0's SMPs and
+the SA's requests -- go to the client with issm, and every other MAD at
+the port (the device's own responses, the CM, ibping, ...) to the device.
+A client with issm is refused at a port whose device holds IsSM (one SM
+per port), as a second one is.
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ BATCH = 64                           # datagrams read from one client per wakeup
 _SMP_CLASSES = (0x01, 0x81)          # LID-routed and directed-route SMPs
 _SIM_REQUEST = ibsim.SIM_REQUEST
 _SIM_REQUEST_SIZE = ibsim.SIM_REQUEST_SIZE
+SUBN_ADM = 0x03                       # the SA's class: its requests go to the port's SM
+PENDING_MAX = 4096                    # TIDs remembered per client at a device's port
 CONTROL_NAME = "softrdma"
 _CONSOLE_PORT_RE = re.compile(r'^"([^"]+)"\[(\d+)\](.*)$')
 
@@ -99,13 +110,14 @@ class _Poller:
 
 
 class Client:
-    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr", "congested", "tid_top")
+    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr", "congested", "tid_top", "pending")
 
     def __init__(self, idx, pid, port, qp, issm, sock, addr):
         self.idx, self.pid, self.port, self.qp, self.issm = idx, pid, port, qp, issm
         self.tid_top = (idx & 0xFFFF).to_bytes(2, "big")    # a request's TID bits 48..63 (ibsim)
         self.sock, self.addr = sock, addr
         self.congested = False     # its queue stayed full: drop, do not wait, until it reads
+        self.pending: dict = {}    # at a device's port: the TIDs of its requests (theirs the responses)
 
 
 class Server:
@@ -310,6 +322,11 @@ class Server:
         if info.issm and any(o.issm and o.port.node is port.node for o in self.clients.values()):
             self.log(f'fabric: client pid {info.id}: SM already exists on "{port.node.nodeid}"')
             return None
+        held = self.datasock.by_port.get(port) if self.datasock is not None else None
+        if info.issm and held is not None and held.is_sm:
+            self.log(f'fabric: client pid {info.id}: SM already exists on "{port.node.nodeid}" '
+                     f"(device {held.device!r})")
+            return None
         idx = 0
         while idx in self.clients:
             idx += 1
@@ -409,6 +426,11 @@ class Server:
         mad = bytearray(raw)
         if not mad[3] & 0x80:
             mad[8:10] = c.tid_top          # ibsim.tid_with_client: the client index in bits 48..63
+            if self.datasock is not None and c.port in self.datasock.by_port:
+                pend = c.pending                     # (a device's responses carry TIDs of their own)
+                pend[int.from_bytes(mad[8:16], "big")] = None
+                if len(pend) > PENDING_MAX:
+                    del pend[next(iter(pend))]
         if self.verbose > 1:
             self.log(f"fabric: client {c.idx} -> class {mad[1]:#x} method {mad[3]:#x} attr "
                      f"{int.from_bytes(mad[16:18], 'big'):#x} slid {slid} dlid {dlid} "
@@ -438,19 +460,25 @@ class Server:
             self._send(to, d.mad, d.slid, d.dlid, d.sqp, d.qp, 0, c, length if fwd else 256)
 
     def _find(self, d) -> Client | None:
+        """The client a delivery is for; None: the device at the port, if any
+        (see the module: how a device's port is shared)."""
         port = d.port
-        if d.mad[3] & 0x80:
+        held = self.datasock is not None and port in self.datasock.by_port
+        resp = d.mad[3] & 0x80
+        if resp:
             idx = int.from_bytes(d.mad[8:10], "big")
             c = self.clients.get(idx)
-            if c is not None and c.port is port:
+            if c is not None and c.port is port and (not held or int.from_bytes(d.mad[8:16], "big") in c.pending):
                 return c
+            if held:
+                return None
         for c in self.clients.values():
             if c.port is not port:
                 continue
             if d.qp > 1:
                 if c.qp == d.qp:
                     return c
-            elif not d.mad[3] & 0x80 and c.issm:
+            elif not resp and c.issm and (not held or d.qp == 0 or d.mad[1] == SUBN_ADM):
                 return c
         return None
 

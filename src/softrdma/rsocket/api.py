@@ -12,7 +12,10 @@ channel (an accepted one is migrated to one), so its DISCONNECTED events
 are its own.  Blocking calls wait on the completion channel and the CM
 channel; non-blocking ones fail with EWOULDBLOCK (connect: EINPROGRESS,
 then readiness on ``fileno()``, and ``SO_ERROR``).  Errors are OSError
-with the errno rsocket.c sets.
+with the errno rsocket.c sets.  The family is AF_INET, AF_INET6 or AF_IB
+(27, rdma_cm's struct sockaddr_ib: the address is a GID written as an IPv6
+address, ``(gid, port)``), which runs over an InfiniBand port with the
+route from the subnet administrator.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import threading
 import time
 
 from ..enums import rdma_cm_event_type as EV
-from ..verbs.cm import RDMA_PS_TCP, CmId, EventChannel
+from ..verbs.cm import AF_IB, RDMA_PS_TCP, CmId, EventChannel
 from ..verbs.errors import PyverbsRDMAError
 from . import options
 from . import protocol as P
@@ -57,6 +60,11 @@ def _event_errno(ev) -> int:
 
 def _sockaddr(family: int, address) -> tuple[str, int]:
     host, port = address[0], int(address[1])
+    if family == AF_IB:                         # struct sockaddr_ib: a GID, written as an IPv6 address
+        try:
+            return _socket.inet_ntop(_socket.AF_INET6, _socket.inet_pton(_socket.AF_INET6, host or "::")), port
+        except (OSError, TypeError):
+            raise OSError(errno.EINVAL, f"{host!r} is not a GID") from None
     if not host:
         host = "0.0.0.0" if family == _socket.AF_INET else "::"
     try:
@@ -72,7 +80,7 @@ class RSocket:
     def __init__(self, family: int = _socket.AF_INET, type: int = _socket.SOCK_STREAM, proto: int = 0,
                  *, _cm_id: CmId | None = None, _parent: "RSocket | None" = None):
         stype = type & ~(_socket.SOCK_CLOEXEC | _socket.SOCK_NONBLOCK)
-        if (family not in (_socket.AF_INET, _socket.AF_INET6) or stype != _socket.SOCK_STREAM
+        if (family not in (_socket.AF_INET, _socket.AF_INET6, AF_IB) or stype != _socket.SOCK_STREAM
                 or proto not in (0, _socket.IPPROTO_TCP)):
             raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
         self.family, self.type, self.proto = family, _socket.SOCK_STREAM, _socket.IPPROTO_TCP
@@ -278,7 +286,7 @@ class RSocket:
         host, port = _sockaddr(self.family, address)
         try:
             self.cm_id.bind_addr(None if host in ("0.0.0.0", "::") else host, port,
-                                 6 if self.family == _socket.AF_INET6 else 4)
+                                 {_socket.AF_INET6: 6, AF_IB: AF_IB}.get(self.family, 4))
         except PyverbsRDMAError as e:
             raise _oserror(e) from None
         src = self.cm_id.info.get("src") or {}
@@ -368,7 +376,7 @@ class RSocket:
                 self._dst = (host, port)
                 self.peer = (host, port)
                 try:
-                    self.cm_id.resolve_addr(None, host, port, 2000)
+                    self.cm_id.resolve_addr(None, host, port, 2000, family=AF_IB if self.family == AF_IB else 0)
                 except PyverbsRDMAError as e:
                     return e.error_code or errno.EIO
                 self.state = S.RS_RESOLVING_ADDR
@@ -516,14 +524,15 @@ class RSocket:
     def getsockname(self):
         self._check_open()
         if self.local is None:
-            return ("0.0.0.0", 0) if self.family == _socket.AF_INET else ("::", 0, 0, 0)
-        return self.local if self.family == _socket.AF_INET else (*self.local, 0, 0)
+            return ("0.0.0.0", 0) if self.family == _socket.AF_INET else ("::", 0) if self.family == AF_IB \
+                else ("::", 0, 0, 0)
+        return self.local if self.family in (_socket.AF_INET, AF_IB) else (*self.local, 0, 0)
 
     def getpeername(self):
         self._check_open()
         if self.peer is None or not (self.state & S.RS_CONNECTED):
             raise OSError(errno.ENOTCONN, os.strerror(errno.ENOTCONN))
-        return self.peer if self.family == _socket.AF_INET else (*self.peer, 0, 0)
+        return self.peer if self.family in (_socket.AF_INET, AF_IB) else (*self.peer, 0, 0)
 
     # ------------------------------------------------------------------ shutdown / close
     def shutdown(self, how: int) -> None:

@@ -28,6 +28,7 @@ TOOLS = {
     "rping": "softrdma.tools.rping",
     "ucmatose": "softrdma.tools.ucmatose",
     "udaddy": "softrdma.tools.udaddy",
+    "mckey": "softrdma.tools.mckey",
     "rstream": "softrdma.tools.rstream",
     "ibnetdiscover": "softrdma.tools.ibdiag.ibnetdiscover",
     "ibhosts": "softrdma.tools.ibdiag.ibhosts",

@@ -460,6 +460,12 @@ class CmaTest:
         """RDMA_CM_EVENT_DISCONNECTED: ignored (UD has none)."""
         return 0
 
+    def event_error(self, ev) -> int:
+        """An error event: its line, one connection less, its status."""
+        _out(f"{self.name}: event: {ev.event_str()}, error: {ev.status}\n")
+        self.connect_error()
+        return ev.status
+
     def cma_handler(self, ev) -> int:
         t = ev.event_type
         node = self.by_id.get(id(ev.event.id))
@@ -473,9 +479,7 @@ class CmaTest:
             return self.established_handler(node, ev)
         if t in (E.RDMA_CM_EVENT_ADDR_ERROR, E.RDMA_CM_EVENT_ROUTE_ERROR, E.RDMA_CM_EVENT_CONNECT_ERROR,
                  E.RDMA_CM_EVENT_UNREACHABLE, E.RDMA_CM_EVENT_REJECTED):
-            _out(f"{self.name}: event: {ev.event_str()}, error: {ev.status}\n")
-            self.connect_error()
-            return ev.status
+            return self.event_error(ev)
         if t == E.RDMA_CM_EVENT_DISCONNECTED:
             return self.disconnected_handler(node)
         return 0                        # DEVICE_REMOVAL: cleanup after the test; the rest ignored

@@ -23,6 +23,7 @@ import time
 
 from ..rsocket import RSocket
 from ..rsocket.protocol import RDMA_INLINE, SOL_RDMA
+from ..verbs.cm import AF_IB
 
 TEST_SIZE = [(1 << 6, 0)] + [
     row for e in range(7, 23) for row in (((1 << e), 0 if e in (12, 16, 20) else 1), ((1 << e) + (1 << (e - 1)), 1))
@@ -173,6 +174,12 @@ class Rstream:
             self.set_keepalive(s)
 
     def addrinfo(self, host, passive: bool):
+        if self.family == AF_IB:                # rdma_getaddrinfo's sockaddr_ib: the GID as given
+            try:
+                gid = socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, host or "::"))
+            except OSError:
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known") from None
+            return AF_IB, socket.SOCK_STREAM, 0, "", (gid, int(self.port))
         flags = (socket.AI_PASSIVE if passive else 0) | (socket.AI_NUMERICHOST if self.numeric else 0)
         return socket.getaddrinfo(host, self.port, self.family, socket.SOCK_STREAM, 0, flags)[0]
 
@@ -413,8 +420,7 @@ def main(argv: list[str] | None = None, prog: str = "rstream") -> int:
                 if val.lower().startswith("ip"):
                     t.numeric = True
                 elif val.lower().startswith("gid"):
-                    print(f"{prog}: -f gid: rsockets over AF_IB (GID) addresses are not supported", file=sys.stderr)
-                    return 1
+                    t.numeric, t.family = True, AF_IB       # RAI_NUMERICHOST | RAI_FAMILY, AF_IB
                 else:
                     print("Warning: unknown address format", file=sys.stderr)
             elif op == "-B":

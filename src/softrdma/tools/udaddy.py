@@ -115,7 +115,7 @@ class UdAddy(CmaTest):
             return _errno_of(e)
         mtu = 1 << (attr.active_mtu + 7)
         if self.o.message_count and self.o.message_size > mtu:
-            _out(f"udaddy: message_size {self.o.message_size} is larger than active mtu {mtu}\n")
+            _out(f"{self.name}: message_size {self.o.message_size} is larger than active mtu {mtu}\n")
             return -errno.EINVAL
         return 0
 
@@ -131,7 +131,7 @@ class UdAddy(CmaTest):
         try:
             node.cq = CQ(node.cma_id.context, cqe, None, None, 0)
         except Exception:
-            _out("udaddy: unable to create CQ\n")
+            _out(f"{self.name}: unable to create CQ\n")
             return -errno.ENOMEM
         wrs = o.message_count if o.message_count else 1
         return QPInitAttr(qp_type=IBV_QPT_UD, qp_context=node, scq=node.cq, rcq=node.cq,
@@ -171,7 +171,7 @@ class UdAddy(CmaTest):
             node.remote_qpn, node.remote_qkey = ud.qp_num, ud.qkey
             node.ah = AH(node.pd, attr=ud.ah_attr)
         except Exception:
-            _out("udaddy: failure creating address handle\n")
+            _out(f"{self.name}: failure creating address handle\n")
             self.connect_error()
             return -1
         node.connected = True

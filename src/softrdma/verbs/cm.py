@@ -15,7 +15,7 @@ attributes ``init_qp_attr`` returns:
 * a CONNECT_RESPONSE for an ID with a QP: RTR, RTS, the RTU, and the event
   becomes ESTABLISHED (CONNECT_ERROR if that failed);
 * ``disconnect``: the QP to ERR, then DREQ (or DREP);
-* MULTICAST_JOIN: the QP attached to the group; ``leave_multicast``
+* MULTICAST_JOIN: the QP attached to the group (its MGID and, on InfiniBand, MLID); ``leave_multicast``
   detaches it.
 
 A synchronous ID (``CmId(None, ...)``, rdma_create_ep's) has a private
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import ipaddress
 import select
 import time
 
@@ -191,10 +192,14 @@ class EventChannel:
             return None
         elif t == EV.RDMA_CM_EVENT_REJECTED:
             cm_id._modify_err()
-        elif (t == EV.RDMA_CM_EVENT_MULTICAST_JOIN and cm_id.qp is not None
-              and ev.ud["ah_attr"]["dgid"] not in cm_id.sendonly_groups):
-            try:
-                cm_id.qp.attach_mcast(bytes.fromhex(ev.ud["ah_attr"]["dgid"]), 0)
+        elif t == EV.RDMA_CM_EVENT_MULTICAST_JOIN:
+            ah = ev.ud["ah_attr"]
+            if rec.get("addr") is not None:          # the group's MGID and MLID, for the leave
+                cm_id.mc_groups[rec["addr"]] = (ah["dgid"], ah.get("dlid", 0))
+            if cm_id.qp is None or ah["dgid"] in cm_id.sendonly_groups:
+                return ev
+            try:                                     # ucma_process_join: (MGID, MLID)
+                cm_id.qp.attach_mcast(bytes.fromhex(ah["dgid"]), ah.get("dlid", 0))
             except PyverbsRDMAError as e:
                 ev.event = int(EV.RDMA_CM_EVENT_MULTICAST_ERROR)
                 ev.status = -e.error_code
@@ -237,6 +242,7 @@ class CmId:
         self.local_ece = (0, 0)           # (vendor_id, options): rdma_set_local_ece
         self.remote_ece = (0, 0)          # the peer's, from its REQ/REP
         self.sendonly_groups: set[str] = set()   # MGIDs (hex) joined as send-only full member
+        self.mc_groups: dict[str, tuple[str, int]] = {}   # group address -> (MGID hex, MLID) of its join
         self.closed = False
 
     # -- device ----------------------------------------------------------------------------
@@ -479,9 +485,10 @@ class CmId:
             self._wait(EV.RDMA_CM_EVENT_MULTICAST_JOIN)
 
     def leave_multicast(self, addr: str) -> None:
-        if self.qp is not None and ip_gid(addr).hex() not in self.sendonly_groups:
+        mgid, mlid = self.mc_groups.pop(str(ipaddress.ip_address(addr)), (ip_gid(addr).hex(), 0))
+        if self.qp is not None and mgid not in self.sendonly_groups:
             try:
-                self.qp.detach_mcast(ip_gid(addr), 0)
+                self.qp.detach_mcast(bytes.fromhex(mgid), mlid)
             except PyverbsRDMAError:
                 pass
         self._call("Failed to leave multicast", CMD.cm_leave_multicast, addr=addr)
