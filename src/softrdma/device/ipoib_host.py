@@ -1,6 +1,7 @@
 """The daemon's IPoIB interfaces (the kernel's ib_ipoib module): one per IB
-port as the device is added (``ib0``, ``ib1``, ... -- the first free name
-in the daemon's network namespace), P_Key children made and removed on
+device, on its first port, as the device is added (``ib0``, ``ib1``, ...
+-- the first free name in the daemon's network namespace; a device's
+second port has none yet), P_Key children made and removed on
 request (``create_child`` / ``delete_child``), and what the daemon's loop
 gives them: the TUN device's readability, the port's events, rtnetlink's
 address changes on the interface, the timers, the sysfs files.
