@@ -57,6 +57,7 @@ class IpoibHosts:
         self.ns = {h: f"ipoib-{h}-{tag}" for h in hosts}
         self.daemons: dict[str, RunningDaemon] = {}
         self.sm = None
+        self.run_dirs = [f"/dev/shm/ipoib-{h}-{tag}" for h in hosts]     # (removed by close)
         for ns in self.ns.values():
             sh("ip", "netns", "del", ns, check=False)
             sh("ip", "netns", "add", ns)
@@ -135,6 +136,8 @@ class IpoibHosts:
         self.fabric.close()
         for ns in self.ns.values():
             sh("ip", "netns", "del", ns, check=False)
+        for rd in self.run_dirs:
+            shutil.rmtree(rd, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
