@@ -34,46 +34,38 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
-from perftest_bench import LAT_TESTS, VETH_MTU, parse_table, placement, run_pair  # noqa: E402
+from perftest_bench import LAT_TESTS, VETH_MTU, environment, parse_table, placement, run_pair  # noqa: E402
 
 
 def one_daemon_run(env: dict, tool: str, args: list[str], daemon_args=(), apps=()) -> dict:
     """The same point with both sides on one daemon (rxe0 on lo, 127.0.0.1)."""
     from daemon_helpers import daemon_in_shm
-    saved = dict(os.environ)
-    os.environ.update(env)                      # the daemon starts with os.environ
-    try:
-        with daemon_in_shm("abenv", args=daemon_args) as d:
-            penv = {**os.environ, "SOFTRDMA_RUN": d.run_dir, "SOFTRDMA_AUTOSTART": "0"}
+    with environment(env), daemon_in_shm("abenv", args=daemon_args) as d:     # the daemon starts with os.environ
+        penv = {**os.environ, "SOFTRDMA_RUN": d.run_dir, "SOFTRDMA_AUTOSTART": "0"}
 
-            def popen(cmd):
-                return subprocess.Popen([*apps, *cmd], env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            rows = parse_table(run_pair(tool, ["-d", "rxe0", "-F", *args], popen,
-                                        lambda cmd: popen(cmd + ["127.0.0.1"])), tool in LAT_TESTS)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        def popen(cmd):
+            return subprocess.Popen([*apps, *cmd], env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rows = parse_table(run_pair(tool, ["-d", "rxe0", "-F", *args], popen,
+                                    lambda cmd: popen(cmd + ["127.0.0.1"])), tool in LAT_TESTS)
     return rows[-1]
 
 
 def one_run(env: dict, tool: str, args: list[str], daemon_args=(), apps=()) -> dict:
     from netns_helpers import TwoHosts
-    saved = dict(os.environ)
-    os.environ.update(env)                      # TwoHosts starts the daemons with os.environ
-    hosts = TwoHosts(mtu=VETH_MTU)
-    try:
-        hosts.start_daemons(daemon_args)
+    with environment(env):                      # TwoHosts starts the daemons with os.environ
+        hosts = TwoHosts(mtu=VETH_MTU)
+        try:
+            hosts.start_daemons(daemon_args)
 
-        def srv(cmd):
-            return hosts.popen(1, [*apps, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            def srv(cmd):
+                return hosts.popen(1, [*apps, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-        def cli(cmd):
-            return hosts.popen(0, [*apps, *cmd, hosts.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        rows = parse_table(run_pair(tool, ["-d", "rxe0", "-F", *args], srv, cli), tool in LAT_TESTS)
-    finally:
-        hosts.close()
-        os.environ.clear()
-        os.environ.update(saved)
+            def cli(cmd):
+                return hosts.popen(0, [*apps, *cmd, hosts.ip[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+            rows = parse_table(run_pair(tool, ["-d", "rxe0", "-F", *args], srv, cli), tool in LAT_TESTS)
+        finally:
+            hosts.close()
     return rows[-1]
 
 

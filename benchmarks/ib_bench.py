@@ -42,7 +42,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
-from perftest_bench import VETH_MTU, parse_table, run_pair  # noqa: E402
+from perftest_bench import VETH_MTU, environment, parse_table, run_pair  # noqa: E402
 
 NET = """
 Switch 4 "sw1"
@@ -110,18 +110,6 @@ def _env(pairs) -> dict:
             raise SystemExit(f"ib_bench: {kv!r} is not NAME=VALUE")
         out[k] = v
     return out
-
-
-@contextlib.contextmanager
-def environment(env: dict):
-    """``os.environ`` with ``env`` set (the fabric, daemons and tools start with it), put back on leaving."""
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def one_setup(env: dict, points, devs, got: dict, tag: str, r: int) -> None:

@@ -36,6 +36,7 @@ the table and plots again from a results.json an earlier run wrote.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -58,6 +59,19 @@ _LAT_ROW = re.compile(r"^\s*(\d+)\s+(\d+)(\s+[-\d.]+){7}\s*$")
 
 
 # ------------------------------------------------------------------ perftest
+@contextlib.contextmanager
+def environment(env: dict):
+    """``os.environ`` with ``env`` set (the daemons, fabric and tools a run
+    starts take it), put back as it was on leaving."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def parse_table(out: str, lat: bool) -> list[dict]:
     rows = []
     for line in out.splitlines():
