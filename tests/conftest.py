@@ -33,6 +33,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))          # the helper modules, for every test file
 
+import shm_helpers  # noqa: E402  (found through the line above)
+
 MARK = "SOFTRDMA_TEST_SESSION"
 
 
@@ -155,11 +157,14 @@ def _session_cleanup():
     """Marks this session's processes; at the end kills what is left of
     them, deletes leftover namespaces, and fails the run naming them."""
     token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    saved = {k: os.environ.get(k) for k in (MARK, "SOFTRDMA_RUN")}
+    saved = {k: os.environ.get(k) for k in (MARK, "SOFTRDMA_RUN", shm_helpers.ENV)}
     os.environ[MARK] = token
     base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
     run = tempfile.mkdtemp(prefix=f"softrdma-session-{os.getpid()}-", dir=base)
     os.environ["SOFTRDMA_RUN"] = run
+    test_shm = tempfile.mkdtemp(prefix=f"softrdma-tests-{os.getpid()}-", dir=base)
+    os.chmod(test_shm, 0o1777)                  # as /dev/shm: tests run daemons as other users too
+    os.environ[shm_helpers.ENV] = test_shm      # the tests' run dirs (shm_helpers)
     tag = os.getpid() % 100000               # tests name their namespaces srdma-<letters><tag> (netns_helpers)
     ns_before, links_before = _netns(), _links()
     yield
@@ -179,7 +184,8 @@ def _session_cleanup():
     for n in sorted(n for n in _links() - links_before if re.fullmatch(rf"srdma-[a-z]+{tag}p?", n)):
         subprocess.run(["ip", "link", "del", n], capture_output=True)
         left.append(f"network interface {n}")
-    subprocess.run(["rm", "-rf", run], capture_output=True)
+    left += [f"run directory {n} (on /dev/shm)" for n in sorted(os.listdir(test_shm))]
+    subprocess.run(["rm", "-rf", run, test_shm], capture_output=True)
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
@@ -189,24 +195,23 @@ def _session_cleanup():
         pytest.fail("the test session left these behind (now ended):\n  " + "\n  ".join(left), pytrace=False)
 
 
-def _shm_dir(fallback) -> pathlib.Path:
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(fallback)
-    return pathlib.Path(tempfile.mkdtemp(prefix=f"softrdma-test-{os.getpid()}-", dir=base))
+def _shm_dir() -> pathlib.Path:
+    return pathlib.Path(shm_helpers.shm_mkdtemp(f"softrdma-test-{os.getpid()}-"))
 
 
 @pytest.fixture
-def shm_path(tmp_path):
+def shm_path():
     """A fresh directory on /dev/shm for a daemon's run dir, removed
     afterwards: its sysfs tree is thousands of small files, and on a
     journalled disk (tmp_path) a daemon takes seconds to start."""
-    d = _shm_dir(tmp_path)
+    d = _shm_dir()
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def shm_path_module(tmp_path_factory):
+def shm_path_module():
     """shm_path for a module-scoped daemon."""
-    d = _shm_dir(tmp_path_factory.getbasetemp())
+    d = _shm_dir()
     yield d
     shutil.rmtree(d, ignore_errors=True)

@@ -10,11 +10,11 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 from softrdma.uapi.control import recv_msg, send_msg
 from wait_helpers import DEADLINE_S, wait_for
+from shm_helpers import shm_dir
 
 
 class RunningDaemon:
@@ -98,8 +98,7 @@ def daemon_in_shm(tag: str, **kw):
     """A RunningDaemon whose run dir is on /dev/shm (its sysfs tree is
     thousands of small files; a journalled disk makes that slow), removed
     afterwards."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    run = os.path.join(base, f"softrdma-{tag}-{os.getpid()}")
+    run = shm_dir(f"softrdma-{tag}-{os.getpid()}")
     os.makedirs(run, exist_ok=True)
     try:
         d = RunningDaemon(run, **kw)

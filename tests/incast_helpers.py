@@ -19,6 +19,7 @@ import time
 from wait_helpers import DEADLINE_S, free_port, stop, wait_for, wait_listening
 
 from softrdma.tools.ecnswitch import EcnSwitch
+from shm_helpers import shm_dir
 
 PY = sys.executable
 LAT_ITERS = "5000"                # the latency flow's iterations (a few seconds under load: the 99th percentile)
@@ -48,7 +49,7 @@ class Incast:
         tag = os.getpid() % 10000
         self.sw = EcnSwitch(prefix or f"ic{tag}", flows + (1 if latency else 0), mark_rate, drop_rate, mtu=mtu,
                             subnet=80 + tag % 100)
-        self.run_dirs = {h[0]: f"/dev/shm/softrdma-incast-{h[0]}" for h in self.sw.hosts}
+        self.run_dirs = {h[0]: shm_dir(f"softrdma-incast-{h[0]}") for h in self.sw.hosts}
         self.procs: list[subprocess.Popen] = []
 
     # -- processes in a host namespace

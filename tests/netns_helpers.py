@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from wait_helpers import DEADLINE_S, free_port, stop, wait_for, wait_listening
+from shm_helpers import shm_dir
 
 
 def need_root() -> None:
@@ -42,7 +43,7 @@ class TwoHosts:
         self.dev = (f"sra{tag}", f"srb{tag}")
         net = tag % 250
         self.ip = (f"10.201.{net}.1", f"10.201.{net}.2")
-        self.run_dirs = [f"/dev/shm/softrdma-ns{i}-{tag}" for i in range(2)]
+        self.run_dirs = [shm_dir(f"softrdma-ns{i}-{tag}") for i in range(2)]
         self.daemons: list[subprocess.Popen] = []
         for ns in self.ns:
             sh("ip", "netns", "del", ns, check=False)

@@ -14,12 +14,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
 from netns_helpers import need_root
+from shm_helpers import shm_mkdtemp
 
 #: a failed start must be reported at once, not after a start-up timeout
 PROMPT_S = 5.0
@@ -27,8 +27,7 @@ PROMPT_S = 5.0
 
 @pytest.fixture
 def run_dir():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    run = tempfile.mkdtemp(prefix="softrdma-cli-", dir=base)
+    run = shm_mkdtemp("softrdma-cli-")
     try:
         yield run
     finally:

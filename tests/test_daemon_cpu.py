@@ -13,11 +13,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
+from shm_helpers import shm_mkdtemp
 from softrdma.device import daemon as daemon_mod
 from softrdma.device.placement import (CpuListError, check_cpus, format_cpu_list, online_cpus, parse_cpu_list,
                                        should_yield, spin_budget_s)
@@ -25,8 +25,7 @@ from softrdma.device.placement import (CpuListError, check_cpus, format_cpu_list
 
 @pytest.fixture
 def run_dir():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    run = tempfile.mkdtemp(prefix="softrdma-cpu-", dir=base)
+    run = shm_mkdtemp("softrdma-cpu-")
     try:
         yield run
     finally:

@@ -9,10 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+from shm_helpers import shm_dir
 
 
 def test_demo_runs_every_part(tmp_path):
-    run = f"/dev/shm/softrdma-demo-{os.getpid()}"
+    run = shm_dir(f"softrdma-demo-{os.getpid()}")
     env = {**os.environ, "SOFTRDMA_RUN": run, "SOFTRDMA_PORT": "0"}     # (never 4791: other daemons may hold it)
     env.pop("SOFTRDMA_AUTOSTART", None)
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import select
 import shutil
 import socket
-import tempfile
 
 import pytest
 
@@ -28,6 +27,7 @@ from softrdma.transport.wr import AddressVector, SendWQE
 
 from softrdma.device.core import Device
 from softrdma.device.net import RX_BUDGET, gid_to_ip
+from shm_helpers import shm_mkdtemp
 
 ACCESS = 0xF
 TIMEOUT = 14                     # 67 ms, perftest's default
@@ -255,7 +255,7 @@ def _loop(monkeypatch):
     lk.b.qps[lk.qb.qp_num] = _LoopSlot(lk.qb)
     clock = _Clock(1000.0)
     monkeypatch.setattr(daemon_mod, "time", clock)
-    run = tempfile.mkdtemp(prefix="softrdma-busy-", dir="/dev/shm")   # the sysfs tree: memory, as the daemon's own
+    run = shm_mkdtemp("softrdma-busy-")   # the sysfs tree: memory, as the daemon's own
     try:
         d = daemon_mod.Daemon(run, [lk.a])
     except BaseException:

@@ -26,6 +26,7 @@ from softrdma.uapi.commands import COMMANDS
 from softrdma.uapi import abi
 from softrdma.uapi.control import MAX_MSG, send_msg
 from softrdma.uapi.shm import HEADER_BYTES, MAGIC
+from shm_helpers import shm_dir
 
 
 @pytest.fixture
@@ -284,8 +285,7 @@ def test_a_connection_keeps_its_device_and_loses_it_with_the_link(tmp_path):
     """A connection is one device's context for its whole life (a second
     open of another device is EINVAL), and ``link delete`` of the device
     the caller itself has open destroys the caller's objects too."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
-    run = os.path.join(base, f"softrdma-robust2-{os.getpid()}")
+    run = shm_dir(f"softrdma-robust2-{os.getpid()}")
     os.makedirs(run, exist_ok=True)
     d = RunningDaemon(run, devices=("rxe0:lo", "rxe1:lo"))
     try:

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from daemon_helpers import RunningDaemon
+from shm_helpers import shm_dir
 from softrdma.enums import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
     IBV_EVENT_DEVICE_FATAL, IBV_MTU_1024, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UD,
@@ -272,8 +273,7 @@ def test_sigterm_removes_socket_and_pid_file(shm_path):
 
 
 def test_embedded_default_starts_a_daemon_once(tmp_path):
-    run = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
-    run = os.path.join(run, f"softrdma-test-{os.getpid()}")
+    run = shm_dir(f"softrdma-test-{os.getpid()}")
     env = {**os.environ, "SOFTRDMA_RUN": run, "SOFTRDMA_PORT": "0"}     # (never 4791: other daemons may hold it)
     env.pop("SOFTRDMA_AUTOSTART", None)
     prog = ("from softrdma.verbs.device import get_device_list, Context\n"

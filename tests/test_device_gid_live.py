@@ -10,6 +10,7 @@ import time
 
 
 from netns_helpers import need_root, sh
+from shm_helpers import shm_dir
 from wait_helpers import wait_file
 
 PROBE = """
@@ -40,7 +41,7 @@ def test_gid_table_follows_ip_addr_add_del_and_link_state():
     need_root()
     tag = os.getpid() % 100000
     ns, dev, peer = f"srdma-g{tag}", f"srg{tag}", f"srh{tag}"
-    run = f"/dev/shm/softrdma-gid-{tag}"
+    run = shm_dir(f"softrdma-gid-{tag}")
     sh("ip", "netns", "del", ns, check=False)
     sh("ip", "netns", "add", ns)
     daemon = None

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -37,6 +36,7 @@ from softrdma.pyverbs import mem_alloc
 from softrdma.pyverbs.mr import MR
 from softrdma.verbs import cq as cq_m, device, dm as dm_m, pd as pd_m, qp as qp_m, srq as srq_m, wr as wr_m
 from softrdma.verbs.errors import PyverbsError, PyverbsRDMAError
+from shm_helpers import shm_mkdtemp
 
 IPV4_GID = 1
 ACC = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
@@ -364,7 +364,7 @@ def test_a_process_the_daemon_may_not_reach_has_no_odp(tmp_path):
     """A daemon without CAP_SYS_PTRACE (dropped from its bounding set
     before it starts) may not reach a process that has it: no ODP caps,
     ON_DEMAND registration and advise_mr are EOPNOTSUPP."""
-    run = tempfile.mkdtemp(prefix="softrdma-odp-denied-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    run = shm_mkdtemp("softrdma-odp-denied-")
     code = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(24, 19, 0, 0, 0);"     # PR_CAPBSET_DROP CAP_SYS_PTRACE
             "os.execv(sys.executable, [sys.executable, '-m', 'softrdma', 'daemon', '-f', '--run-dir', %r,"
             " '--port', '0', '--device', 'rxe0:lo'])" % run)

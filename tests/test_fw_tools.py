@@ -15,13 +15,14 @@ import sys
 import pytest
 
 from daemon_helpers import RunningDaemon
+from shm_helpers import shm_dir
 
 MST = "/dev/mst/mt4119_pciconf0"
 
 
 @pytest.fixture(scope="module")
 def run_dir():
-    run = f"/dev/shm/softrdma-fwtools-{os.getpid()}"
+    run = shm_dir(f"softrdma-fwtools-{os.getpid()}")
     os.makedirs(run, exist_ok=True)
     yield run
     shutil.rmtree(run, ignore_errors=True)

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import types
@@ -24,6 +23,7 @@ import pytest
 from softrdma.enums import IBV_MTU_1024, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UD
 from softrdma.tools import rdma as tool
 from softrdma.tools.rdma.utils import _cap_net_admin
+from shm_helpers import shm_mkdtemp
 
 ACC = 15
 IPV4_GID = 1                       # on lo: fe80::(MAC) at 0, ::ffff:127.0.0.1 at 1
@@ -41,8 +41,7 @@ GUID_LO = "0200:00ff:fe00:0000"    # rxe's EUI-64 of lo's all-zero MAC
 def _run_dir() -> str:
     """On /dev/shm when there is one, as the daemon's default: its sysfs tree
     is thousands of small files (seconds to write on a disk)."""
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix="softrdma-rdma-test-", dir=shm)
+    return shm_mkdtemp("softrdma-rdma-test-")
 
 
 class Daemon:

@@ -30,7 +30,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -49,14 +48,14 @@ from softrdma.pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from softrdma.pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from softrdma.pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from softrdma.pyverbs.wr import SGE, RecvWR, SendWR
+from shm_helpers import shm_mkdtemp
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 NOBODY = 65534
 
 
 def _shm_dir(tag: str) -> str:
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return tempfile.mkdtemp(prefix=f"softrdma-{tag}-", dir=base)
+    return shm_mkdtemp(f"softrdma-{tag}-")
 
 
 class _Daemon:
