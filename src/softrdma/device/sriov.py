@@ -597,12 +597,8 @@ class Functions:
         vf.vlan, vf.qos = vlan, qos
         dev = self.daemon.devices.get(vf.name)
         if dev is not None:
-            self._vlan_port(vf, dev)
+            dev.eswitch_vlan = vf_vlan.eswitch_vlan(self.vf_of[vf.name][0].name, vlan, qos)
             self.daemon.topology_changed()
-
-    def _vlan_port(self, vf: Vf, dev) -> None:
-        pf_netdev = self.daemon.devices[self.vf_of[vf.name][0].name].netdev
-        dev.eswitch_vlan = vf_vlan.eswitch_vlan(pf_netdev, vf.vlan, vf.qos)
 
     def _apply_rate(self, vf: Vf) -> None:
         """max_tx_rate: the VF's link paced at that many Mbit/s (the link's

@@ -15,7 +15,7 @@ they need neither the 8021q module nor act_vlan, only cls_bpf:
 
 What the kernel cannot see is the daemon's own short cut between its
 devices (``transport.port.Route.peer``): a port's ``eswitch_vlan`` (set
-here: (the PF's netdev, V), None when untagged) must match its peer's for
+here: (the PF, V), None when untagged) must match its peer's for
 a same-daemon delivery (``device.roce``).  And a VF's sockets are bound to
 its netdev (SO_BINDTODEVICE, ``bind_sockets``, tagged or not): its packets
 leave only through its own e-switch port, never through another VF's or a
@@ -174,9 +174,9 @@ def bind_sockets(dev, netdev: str | None) -> None:
             log.warning("%s: cannot bind %s to %s: %s", dev.name, sk.ip, netdev, e.strerror)
 
 
-def eswitch_vlan(pf_netdev: str, vlan: int, qos: int):
-    """A VF port's ``eswitch_vlan``: None untagged."""
-    return (pf_netdev, vlan) if vlan or qos else None
+def eswitch_vlan(pf: str, vlan: int, qos: int):
+    """A VF port's ``eswitch_vlan`` (``pf``: its PF's device): None untagged."""
+    return (pf, vlan) if vlan or qos else None
 
 
 __all__ = ["check", "parse_file", "tag", "bind_sockets", "eswitch_vlan", "egress_program", "ingress_program"]
