@@ -83,7 +83,7 @@ CASES: dict[str, list[list[str]]] = {
     "mlxfwreset": [["-d", "mlx5_0", "-l", "{}", "reset"]],
     "mlxdevm": [["port", "add", "pci/0000:5e:00.0", "flavour", "pcisf", "pfnum", "{}", "sfnum", "1"],
                 ["port", "del", "pci/0000:5e:00.0/{}"]],
-    "ip": [["link", "set", "eth0", "vf", "{}", "trust", "on"]],
+    "ip": [["link", "set", "eth0", "vf", "{}", "trust", "on"], ["link", "set", "eth0", "vf", "0", "vlan", "{}"]],
     "sysfs-write": [["/sys/class/infiniband/mlx5_0/device/sriov_numvfs", "{}"]],
 }
 

@@ -309,7 +309,7 @@ def test_the_policy_drives_the_vf_port(host):
     wait_for(lambda: host.read(*state) == "4: ACTIVE\n", what="mlx5_2 up with its PF")
     assert write_error(host.tool("sysfs-write", "/sys/class/infiniband/mlx5_0/device/sriov/1/policy",
                                  "Sideways")) == "Invalid argument"
-    r = host.tool("ip", "link", "set", PF, "vf", "1", "vlan", "5")
+    r = host.tool("ip", "link", "set", PF, "vf", "1", "min_tx_rate", "5")
     assert r.returncode == 2 and r.stderr == "RTNETLINK answers: Operation not supported\n"
 
 

@@ -71,6 +71,9 @@ class RocePort(Port):
                 raise OSError(e.errno, e.strerror, f"[{a}]:{port}" if ":" in a else f"{a}:{port}") from None
         self._by_ip = {s.ip: s for s in self.sockets}
         self.gso = True                              # send with UDP GSO (``rdma link add ... gso off``)
+        # the e-switch VLAN a VF's frames are tagged with (``device.vf_vlan``): a
+        # same-daemon peer must be on the same one; None: untagged
+        self.eswitch_vlan = None
 
     def gid(self, index: int) -> bytes | None:
         return self.gid_table.gid(index)
@@ -186,8 +189,10 @@ class RocePort(Port):
             g = self.gid(av.sgid_index)
             if g is not None and (":" in gid_to_ip(g)) == (":" in dst_ip):
                 src_b = ipaddress.ip_address(gid_to_ip(g)).packed
-        if len(src_b) != len(dst_b) or (peer is not None and peer.rx_blocked):
-            peer = sock = None              # a GID that changed family under a QP, a port held down: nothing goes
+        if len(src_b) != len(dst_b) or (peer is not None and (
+                peer.rx_blocked or getattr(peer, "eswitch_vlan", None) != self.eswitch_vlan)):
+            peer = sock = None              # a GID that changed family under a QP, a port held down,
+                                            # another VLAN: nothing goes
         if peer is not None or sock is None:
             return Route(peer, None, None if peer is not None else sock, dst_ip, src_b, dst_b,
                          ROCEV2_UDP_PORT, ROCEV2_UDP_PORT)

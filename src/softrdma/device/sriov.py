@@ -31,8 +31,11 @@ assigned MAC: once its netdev's MAC differs (``ip link set <vf netdev>
 address ...``), everything it sends is dropped before the link and
 counted (``spoof_drops``); a VF held Down by its policy drops its output
 too (``Port.tx_blocked``).  ``max_tx_rate`` (Mbit/s) paces the VF's
-link (``transport.faults``' rate).  VLAN tagging and ``min_tx_rate`` are
-not implemented: EOPNOTSUPP.
+link (``transport.faults``' rate).  ``vlan``/``qos`` put the VF on a VLAN
+as mlx5's VST mode does (``device.vf_vlan``: tagged on the way out, only
+its VLAN's frames in; 802.1ad is EPROTONOSUPPORT).  ``min_tx_rate`` (a
+bandwidth guarantee) is EOPNOTSUPP, as on an e-switch without bandwidth
+sharing; a min above a non-zero max is EINVAL.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from .pci import (CONNECTX5, PREFIX, PciFunction, device_attrs, pf_function, pre
                   write_device_dir)
 from .resprofile import apply as apply_share, pool_of, shares
 from .sysfs import guid_str
-from . import vpi
+from . import vf_vlan, vpi
 from .ib_vf import IbVf, Vports, guid_colons, parse_guid
 
 log = logging.getLogger("softrdmad")
@@ -75,6 +78,8 @@ class Vf:
     spoofchk: bool = False          # mlx5's default: off
     policy: str = "Follow"
     max_tx_rate: int = 0            # Mbit/s, 0: no limit
+    vlan: int = 0                   # VST: the VLAN its frames are tagged with (0 and qos 0: untagged)
+    qos: int = 0                    # ... and their PCP
     spoof_drops: int = 0            # packets dropped by the spoof check (and policy Down), VF lifetime
     node_guid: int = 0              # an IB VF's sriov/N/node and port (0 until written)
     port_guid: int = 0
@@ -258,8 +263,9 @@ class Functions:
         put(d / "max_tx_rate", "usage: write <Rate (Mbit/s)> to set VF max rate\n", 0o644)
         put(d / "min_tx_rate", "usage: write <Rate (Mbit/s)> to set VF min rate\n", 0o644)
         put(d / "config", "".join((
-            f"VF         : {vf.index}\n", f"MAC        : {mac_str(vf.mac)}\n", "VLAN       : 0\n",
-            "QoS        : 0\n", "VLAN Proto : N/A\n", f"SpoofCheck : {'ON' if vf.spoofchk else 'OFF'}\n",
+            f"VF         : {vf.index}\n", f"MAC        : {mac_str(vf.mac)}\n", f"VLAN       : {vf.vlan}\n",
+            f"QoS        : {vf.qos}\n", f"VLAN Proto : {'802.1Q' if vf.vlan or vf.qos else 'N/A'}\n",
+            f"SpoofCheck : {'ON' if vf.spoofchk else 'OFF'}\n",
             f"Trust      : {'ON' if vf.trust else 'OFF'}\n", f"LinkState  : {vf.policy}\n",
             "MinTxRate  : 0\n", f"MaxTxRate  : {vf.max_tx_rate}\n", "VGT+       : OFF\n")))
         self._write_stats(d, vf)
@@ -326,7 +332,7 @@ class Functions:
         else:
             row["vfs"] = [{"vf": v.index, "name": v.name, "mac": mac_str(v.mac), "trust": v.trust,
                            "spoofchk": v.spoofchk, "policy": v.policy, "max_tx_rate": v.max_tx_rate,
-                           "stats": self.vf_stats(v)} for v in pf.vfs]
+                           "min_tx_rate": 0, "vlan": v.vlan, "qos": v.qos, "stats": self.vf_stats(v)} for v in pf.vfs]
         return row
 
     def vf_stats(self, vf: Vf) -> dict:
@@ -461,7 +467,8 @@ class Functions:
 
     #: the sriov/N/ files whose writes the daemon takes, and the setting each is
     TREE_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk",
-                  "mac": "mac", "max_tx_rate": "max_tx_rate", "node": "node", "port": "port"}
+                  "mac": "mac", "max_tx_rate": "max_tx_rate", "min_tx_rate": "min_tx_rate", "node": "node",
+                  "port": "port", "vlan": "vlan_file"}
 
     def refresh(self) -> None:
         """Once a second: the VFs' stats files, and what was written into a
@@ -512,6 +519,21 @@ class Functions:
     def set_vf(self, name: str, index: int, changes: dict) -> None:
         """``ip link set <pf> vf N ...`` / the sriov/N/ files."""
         pf, vf = self.vf(name, index)
+        changes = dict(changes)
+        if "vlan_file" in changes:                      # sriov/N/vlan: Vlan:Qos[:Proto]
+            changes["vlan"], changes["qos"] = vf_vlan.parse_file(changes.pop("vlan_file"))
+        if "qos" in changes and "vlan" not in changes:
+            raise VerbsError(errno.EINVAL, "qos is set with a vlan")
+        if "vlan" in changes:
+            vlan, qos = vf_vlan.check(changes.pop("vlan"), changes.pop("qos", 0), changes.pop("proto", "802.1Q"))
+            if not vf.netdev:
+                raise VerbsError(errno.EOPNOTSUPP, "an InfiniBand VF has no VLAN")
+            self._check_rates(vf, changes)
+            self._set_vlan(vf, vlan, qos)
+        elif "proto" in changes:
+            raise VerbsError(errno.EINVAL, "proto is set with a vlan")
+        else:
+            self._check_rates(vf, changes)
         for key, value in changes.items():
             if key == "mac":
                 if str(value) == "Random":             # eth_random_addr: unicast, locally administered
@@ -539,12 +561,44 @@ class Functions:
                 if vf.netdev:
                     raise VerbsError(errno.EOPNOTSUPP, f"VF {key} GUIDs are an InfiniBand VF's")
                 setattr(vf, f"{key}_guid", parse_guid(value))
-            elif key in ("vlan", "qos", "min_tx_rate"):
-                raise VerbsError(errno.EOPNOTSUPP, f"VF {key} is not supported by softrdma's VFs")
+            elif key == "min_tx_rate":
+                pass                                    # (0: _check_rates refused any other)
             else:
                 raise VerbsError(errno.EINVAL, f"no VF setting {key!r}")
         self.apply_state(pf, vf)
         self.write_pf(pf)
+
+    @staticmethod
+    def _check_rates(vf: Vf, changes: dict) -> None:
+        """max_tx_rate and min_tx_rate as the kernel checks them: a min
+        above a non-zero max is EINVAL; a min rate (a share of the PF's
+        bandwidth guaranteed to the VF) is EOPNOTSUPP, as mlx5 answers
+        where the e-switch has no bandwidth share (esw_bw_share)."""
+        rates = {}
+        for key in ("max_tx_rate", "rate", "min_tx_rate"):
+            if key in changes:
+                try:
+                    rates[key] = int(str(changes[key]).strip(), 0)
+                    if not 0 <= rates[key] <= 0xFFFFFFFF:
+                        raise ValueError
+                except ValueError:
+                    raise VerbsError(errno.EINVAL, f"bad rate {changes[key]!r} (Mbit/s)") from None
+        low = rates.get("min_tx_rate", 0)
+        high = rates.get("max_tx_rate", rates.get("rate", vf.max_tx_rate))
+        if high and low > high:
+            raise VerbsError(errno.EINVAL, f"min_tx_rate {low} is above max_tx_rate {high}")
+        if low:
+            raise VerbsError(errno.EOPNOTSUPP, "VF min_tx_rate (a bandwidth guarantee) is not supported")
+
+    def _set_vlan(self, vf: Vf, vlan: int, qos: int) -> None:
+        """VST: the VF's port tagged (``device.vf_vlan``) and its same-daemon
+        routes checked again."""
+        vf_vlan.tag(vf.netdev, vlan, qos)
+        vf.vlan, vf.qos = vlan, qos
+        dev = self.daemon.devices.get(vf.name)
+        if dev is not None:
+            dev.eswitch_vlan = vf_vlan.eswitch_vlan(self.vf_of[vf.name][0].name, vlan, qos)
+            self.daemon.topology_changed()
 
     def _apply_rate(self, vf: Vf) -> None:
         """max_tx_rate: the VF's link paced at that many Mbit/s (the link's
@@ -610,7 +664,10 @@ class Functions:
         """``dev``'s netdev changed (MAC, state; the daemon refreshed it):
         a VF is checked again, a PF's VFs that follow it follow."""
         if dev.name in self.vf_of:
-            self._update_blocked(self.vf_of[dev.name][1], dev)
+            vf = self.vf_of[dev.name][1]
+            self._update_blocked(vf, dev)
+            if vf.netdev:
+                vf_vlan.bind_sockets(dev, vf.netdev)        # (and those opened for new addresses)
         elif dev.name in self.pfs:
             for vf in self.pfs[dev.name].vfs:
                 vdev = self.daemon.devices.get(vf.name)

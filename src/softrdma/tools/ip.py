@@ -8,9 +8,10 @@ the name can lead PATH under ``softrdma run``.
 ``vf N`` line per VF (MAC, spoof checking, link-state, trust: iproute2's
 print_vfinfo) and, with ``-s``, each VF's counters as the PF sees them
 (print_vf_stats64).  ``set ... vf N`` takes ``mac LLADDR``, ``spoofchk
-on|off``, ``trust on|off``, ``state auto|enable|disable``, ``rate``/``max_tx_rate`` Mbit/s in any
-number; ``vlan``, ``qos``, ``min_tx_rate`` are refused (EOPNOTSUPP), as a
-device without them answers.
+on|off``, ``trust on|off``, ``state auto|enable|disable``,
+``rate``/``max_tx_rate``/``min_tx_rate`` Mbit/s and ``vlan VID [qos Q]
+[proto 802.1Q|802.1ad]``, parsed and checked as iproute2 does; what the
+device refuses is ``RTNETLINK answers: <strerror>``.
 
 The daemon's IPoIB interfaces (``ib0``, its P_Key children) are
 ``tools.ip_ipoib``'s: ``link show`` with their InfiniBand addresses,
@@ -30,7 +31,8 @@ from . import ip_ipoib
 
 STATE_NAMES = {"Follow": "auto", "Up": "enable", "Down": "disable"}
 VF_KEYS = {"mac": "mac", "spoofchk": "spoofchk", "trust": "trust", "state": "state", "vlan": "vlan",
-           "qos": "qos", "rate": "rate", "max_tx_rate": "max_tx_rate", "min_tx_rate": "min_tx_rate"}
+           "rate": "rate", "max_tx_rate": "max_tx_rate", "min_tx_rate": "min_tx_rate"}
+VLAN_PROTOS = {"802.1q": 0x8100, "802.1ad": 0x88A8}
 
 
 class IpError(Exception):
@@ -86,7 +88,12 @@ def show(argv: list[str], netdev: str, stats: bool, conn, pf: dict, out) -> int:
     if r.returncode:
         return r.returncode
     for vf in pf.get("vfs", []):
-        rate = f", max_tx_rate {vf['max_tx_rate']}Mbps" if vf["max_tx_rate"] else ""
+        # print_vfinfo's order: vlan, qos, the legacy tx rate, max/min rates
+        rate = "".join((f", vlan {vf['vlan']}" if vf.get("vlan") else "",
+                        f", qos {vf['qos']}" if vf.get("qos") else "",
+                        f", tx rate {vf['max_tx_rate']} (Mbps)" if vf["max_tx_rate"] else "",
+                        f", max_tx_rate {vf['max_tx_rate']}Mbps" if vf["max_tx_rate"] else "",
+                        f", min_tx_rate {vf['min_tx_rate']}Mbps" if vf.get("min_tx_rate") else ""))
         out.write(f"    vf {vf['vf']}     link/ether {vf['mac']} brd ff:ff:ff:ff:ff:ff{rate},"
                   f" spoof checking {'on' if vf['spoofchk'] else 'off'},"
                   f" link-state {STATE_NAMES[vf['policy']]}, trust {'on' if vf['trust'] else 'off'},"
@@ -99,6 +106,45 @@ def show(argv: list[str], netdev: str, stats: bool, conn, pf: dict, out) -> int:
             out.write("    TX: bytes  packets  dropped \n")
             out.write(f"    {s['tx_bytes']:<10} {s['tx_packets']:<8} {s['tx_dropped']:<7} \n")
     return 0
+
+
+def _vlan_words(words: list[str], i: int, changes: dict) -> int:
+    """``vlan VID [qos Q] [proto P]`` at ``words[i]`` (iproute2's
+    iplink_parse_vf_vlan_info); the index after it."""
+    vid = words[i + 1]
+    if _unsigned(vid) is None or _unsigned(vid) > 4095:
+        raise IpError(f'Error: argument "{vid}" is wrong: Invalid "vlan" value')
+    changes["vlan"] = _unsigned(vid)
+    i += 2
+    if words[i:] in (["qos"], ["proto"]):
+        raise IpError('Command line is not complete. Try option "help"')
+    if i + 1 < len(words) and words[i] == "qos":
+        if _unsigned(words[i + 1]) is None:
+            raise IpError(f'Error: argument "{words[i + 1]}" is wrong: Invalid "qos" value')
+        changes["qos"] = _unsigned(words[i + 1])
+        i += 2
+    if words[i:] == ["proto"]:
+        raise IpError('Command line is not complete. Try option "help"')
+    if i + 1 < len(words) and words[i] == "proto":
+        name = words[i + 1]
+        proto = VLAN_PROTOS.get(name.lower(), _unsigned(name))
+        if proto is None or proto > 0xFFFF:
+            raise IpError(f'Error: argument "{name}" is wrong: protocol is invalid')
+        if proto not in (0x8100, 0x88A8):
+            raise IpError(f'Error: argument "{name}" is wrong: Invalid "vlan protocol" value - supported'
+                          f' 802.1Q, 802.1ad')
+        changes["proto"] = "802.1Q" if proto == 0x8100 else "802.1ad"
+        i += 2
+    return i
+
+
+def _unsigned(text: str) -> int | None:
+    """get_unsigned: a C number (0x.., 0..) of 32 bits, else None."""
+    try:
+        v = int(text, 16) if text.lower().startswith("0x") else int(text, 8) if text.startswith("0") else int(text)
+    except ValueError:
+        return None
+    return v if 0 <= v <= 0xFFFFFFFF else None
 
 
 def set_vf(netdev: str, words: list[str], conn, pf: dict) -> int:
@@ -116,22 +162,31 @@ def set_vf(netdev: str, words: list[str], conn, pf: dict) -> int:
         raise IpError('Error: "vf" requires at least one setting.')
     while i < len(words):
         key = words[i]
-        if key not in VF_KEYS or i + 1 >= len(words):
-            raise IpError(f'Error: argument "{key}" is wrong: unknown vf setting' if key not in VF_KEYS
-                          else f'Command line is not complete. Try option "help"')
+        if key not in VF_KEYS:                  # (iproute2: back to the link's words, where it is garbage)
+            raise IpError(f'Error: either "dev" is duplicate, or "{key}" is a garbage.')
+        if i + 1 >= len(words):
+            raise IpError('Command line is not complete. Try option "help"')
         value = words[i + 1]
+        if key == "vlan":
+            i = _vlan_words(words, i, changes)
+            continue
         if key in ("spoofchk", "trust") and value not in ("on", "off"):
             raise IpError(f'Error: argument "{value}" is wrong: Invalid "{key}" value')
         if key == "state" and value not in ("auto", "enable", "disable"):
             raise IpError(f'Error: argument "{value}" is wrong: Invalid "state" value')
-        if key in ("vlan", "qos", "rate", "max_tx_rate", "min_tx_rate"):
-            try:
-                if int(value, 0) < 0:
-                    raise ValueError
-            except ValueError:
-                raise IpError(f'Error: argument "{value}" is wrong: Invalid "{key}" value') from None
+        if key in ("rate", "max_tx_rate", "min_tx_rate"):
+            if _unsigned(value) is None:
+                what = {"rate": "rate", "max_tx_rate": "max tx rate", "min_tx_rate": "min tx rate"}[key]
+                raise IpError(f'Error: argument "{value}" is wrong: Invalid "{what}" value')
+            value = _unsigned(value)
         changes[VF_KEYS[key]] = value
         i += 2
+    if "max_tx_rate" in changes or "min_tx_rate" in changes:       # iproute2 checks the pair it will send
+        cur = next((v for v in pf.get("vfs", []) if v["vf"] == vf), {})
+        low = changes.get("min_tx_rate", cur.get("min_tx_rate", 0))
+        high = changes.get("max_tx_rate", changes.get("rate", cur.get("max_tx_rate", 0)))
+        if high and low > high:
+            raise IpError(f"Invalid min_tx_rate {low} - must be <= max_tx_rate {high}")
     try:
         conn.call("vf_set", name=pf["name"], vf=vf, set=changes)
     except PyverbsError as e:

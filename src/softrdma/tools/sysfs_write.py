@@ -4,8 +4,8 @@ kernel's write returns (bash prints it as ``echo: write error: ...``).
 
 PATH is the file as on a real host: ``/sys/class/infiniband/<dev>/device/
 sriov_numvfs`` or ``/sys/class/net/<netdev>/device/sriov_numvfs``, and
-``.../device/sriov/<N>/{policy,link_state,trust,spoofcheck,mac,max_tx_rate}`` (mlx5's
-per-VF files).  The files in the daemon's sysfs tree can be written too
+``.../device/sriov/<N>/{policy,link_state,trust,spoofcheck,mac,vlan,max_tx_rate,
+min_tx_rate}`` (mlx5's per-VF files).  The files in the daemon's sysfs tree can be written too
 (the daemon applies what it finds there within a second, logging a value
 it refuses); this command is the way to see the errno.
 """
@@ -23,7 +23,8 @@ from ..verbs.errors import PyverbsError
 PATH_RE = re.compile(r"(?:^|/)class/(infiniband|net)/([^/]+)/device/"
                      r"(sriov_numvfs|mlx5_num_vfs|sriov/(\d+)/([a-z_]+))/?$")
 VF_FILES = {"policy": "policy", "link_state": "state", "trust": "trust", "spoofcheck": "spoofchk", "mac": "mac",
-            "max_tx_rate": "max_tx_rate", "node": "node", "port": "port"}
+            "max_tx_rate": "max_tx_rate", "min_tx_rate": "min_tx_rate", "vlan": "vlan_file", "node": "node",
+            "port": "port"}
 
 
 def main(argv: list[str], prog: str = "sysfs-write") -> int:
