@@ -21,6 +21,7 @@ import pytest
 from daemon_helpers import RunningDaemon
 from netns_helpers import need_root, sh
 from rc_pair import RcPair, ipv4_gid_index
+from shm_helpers import shm_dir
 from wait_helpers import free_port, stop, wait_for, wait_listening
 
 from softrdma.enums import IBV_WC_RETRY_EXC_ERR, IBV_WR_SEND
@@ -46,7 +47,7 @@ class Host:
         for dev in (PF, f"{PF}p"):
             sh("ip", "-n", NS, "link", "set", dev, "up")
         sh("ip", "-n", NS, "addr", "add", f"{NET}.1/24", "dev", PF)
-        self.run_dir = f"/dev/shm/softrdma-sriov-{TAG}"
+        self.run_dir = shm_dir(f"softrdma-sriov-{TAG}")
         shutil.rmtree(self.run_dir, ignore_errors=True)
         os.makedirs(self.run_dir)
         self.daemon = RunningDaemon(self.run_dir, devices=(f"mlx5_0:{PF}",), prefix=("ip", "netns", "exec", NS),

@@ -22,6 +22,7 @@ import pytest
 from daemon_helpers import RunningDaemon, softrdma_run
 from netns_helpers import sh
 from rc_pair import RcPair
+from shm_helpers import shm_dir
 from test_sriov import _ctx, _exchange, _lost_send, running_host, write_error, NS, PF, NET
 from wait_helpers import stop
 
@@ -45,7 +46,7 @@ class Wire:
     host on it, for a daemon with rxe0 (VLAN 10) and rxe1 (untagged)."""
 
     def __init__(self):
-        self.run_dir = f"/dev/shm/softrdma-sriov-wire-{os.getpid()}"
+        self.run_dir = shm_dir(f"softrdma-sriov-wire-{os.getpid()}")
         sh("ip", "netns", "del", NS2, check=False)
         sh("ip", "netns", "add", NS2)
         try:
