@@ -165,7 +165,7 @@ def test_ib0_mirrors_the_port(net):
         d = link(net.run_dir(h), "mlx5_0")
         gid = d["gids"][0]
         assert ifc["ifname"] == "ib0" and ifc["mode"] == "datagram" and ifc["pkey"] == 0xFFFF
-        assert ifc["address"] == f"00:{ifc['qpn']:06x}"[:3] + ":".join(
+        assert ifc["address"] == f"80:{ifc['qpn']:06x}"[:3] + ":".join(
             re.findall("..", f"{ifc['qpn']:06x}")) + ":" + ":".join(re.findall("..", gid))
         assert ifc["mtu"] == 2044 and ifc["qkey"] == 0x0B1B and ifc["carrier"]
         out = net.ip(h, "link", "show", "ib0")
@@ -498,6 +498,162 @@ def test_rdma_cm_tools_by_ipoib_address(net):
             assert "data transfers complete" in cout, cout
     assert any(n["dst"] == dst for n in net.ipoib("h2")[0]["neighbours"])      # rdma_cm's ARP
     check("ib_write_bw", pair(popen, "ib_write_bw", ["-R", "-d", "mlx5_0", "-n", "200"], dst, net.run_dir("h3")))
+
+
+# -- connected mode (RFC 4755) -------------------------------------------------------------------------
+def set_attr(net, h: str, attr: str, value: str, name: str = "ib0") -> dict:
+    r = control(net.run_dir(h), "ipoib", action="set", ifname=name, attr=attr, value=value)
+    assert r["errno"] == 0, r
+    return r["interfaces"][0]
+
+
+def cm_counters(net, h: str) -> dict:
+    return net.ipoib(h)[0]["counters"]
+
+
+def test_connected_mode_every_pair_pings_over_rc(net):
+    """``echo connected > .../ib0/mode`` (h1 through the sysfs file, the
+    others by the control command): the MTU goes to 65520; the address
+    carries the RC flag.  Pings of 3000 bytes -- more than the UD MTU of
+    2044 -- pass between every pair, IPv4 and IPv6: they go over the RC
+    connections each host made to the others; an rping by IPoIB address
+    still works."""
+    from daemon_helpers import wait_cm_listening
+    from wait_helpers import free_port
+    sysfs = os.path.join(net.run_dir("h1"), "sys", "net", "ib0")
+    with open(os.path.join(sysfs, "mode"), "w") as f:
+        f.write("connected\n")
+    wait_for(lambda: net.ipoib("h1")[0]["mode"] == "connected", 10, "h1's mode from its sysfs file")
+    for h in ("h2", "h3"):
+        assert set_attr(net, h, "mode", "connected")["mode"] == "connected"
+    for h in HOSTS:
+        ifc = net.ipoib(h)[0]
+        assert ifc["mtu"] == 65520 and ifc["address"].startswith("80:"), ifc
+        assert "mtu 65520" in net.ip(h, "link", "show", "ib0")
+        wait_for(lambda h=h: open(os.path.join(net.run_dir(h), "sys", "net", "ib0", "mode")).read() == "connected\n",
+                 5, f"{h}'s sysfs mode")
+    before = {h: cm_counters(net, h) for h in HOSTS}
+    for six in (False, True):
+        for a, b in PAIRS:
+            dst = _v6(HOSTS.index(b)) if six else _v4(HOSTS.index(b))
+            r = net.run(a, "ping", *(["-6"] if six else []), "-c", "2", "-i", "0.2", "-W", "5", "-s", "3000", dst,
+                        check=False)
+            assert r.returncode == 0 and " 0% packet loss" in r.stdout, (a, b, r.stdout, r.stderr)
+    for h in HOSTS:
+        c = cm_counters(net, h)
+        assert c["cm_tx_packets"] - before[h]["cm_tx_packets"] >= 8, c          # 2 peers x 2 families x 2
+        assert c["cm_rx_packets"] - before[h]["cm_rx_packets"] >= 8, c
+        conns = net.ipoib(h)[0]["connections"]
+        assert sorted(x["dir"] for x in conns if x["up"]) == ["rx", "rx", "tx", "tx"], conns
+        assert all(x["mtu"] == 65524 for x in conns if x["dir"] == "tx"), conns
+    port = str(free_port())
+    env = {h: {**os.environ, "SOFTRDMA_RUN": net.run_dir(h), "SOFTRDMA_AUTOSTART": "0"} for h in HOSTS}
+    srv = subprocess.Popen(["ip", "netns", "exec", net.ns["h3"], sys.executable, "-m", "softrdma", "rping", "-s",
+                            "-a", _v4(2), "-C", "2", "-v", "-p", port], env=env["h3"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_cm_listening(net.run_dir("h3"), int(port), srv)
+        r = net.run("h1", sys.executable, "-m", "softrdma", "rping", "-c", "-a", _v4(2), "-C", "2", "-v", "-p", port,
+                    timeout=120)
+        assert r.stdout.count("ping data: rdma-ping-") == 2, r.stdout
+        srv.communicate(timeout=60)
+    finally:
+        stop(srv)
+
+
+def test_connected_mode_tcp_transfer_goes_over_rc(net):
+    """16 MB over TCP h1 -> h3 with MTU 65520: byte-exact, carried by h1's
+    RC connection to h3 (its SEND count grows by the segments, more than
+    the UD path could carry)."""
+    tx0 = cm_counters(net, "h1")["cm_tx_bytes"]
+    tcp_transfer(net, "h1", "h3", 16 << 20, 120)
+    assert cm_counters(net, "h1")["cm_tx_bytes"] - tx0 >= 16 << 20
+    assert net.ipoib("h1")[0]["mode"] == "connected"
+
+
+@pytest.mark.slow
+def test_connected_mode_tcp_transfer_of_100_mb(net):
+    tx0 = cm_counters(net, "h2")["cm_tx_bytes"]
+    tcp_transfer(net, "h2", "h3", 100 << 20, 600)
+    assert cm_counters(net, "h2")["cm_tx_bytes"] - tx0 >= 100 << 20
+
+
+def test_idle_connections_end_and_come_back(net):
+    """With a short idle time (``cm_tx_idle``), h1's connection to h2 ends
+    after the pings (the DREQ takes h2's half with it); the next ping
+    connects again."""
+    def tx_to_h2():
+        gid = link(net.run_dir("h2"), "mlx5_0")["gids"][0]
+        return [x for x in net.ipoib("h1")[0]["connections"] if x["dir"] == "tx" and x["up"]
+                and ipaddr(x["peer"]) == gid]
+    ping(net, "h1", "h2", count=1)
+    assert tx_to_h2()
+    c0 = cm_counters(net, "h1")
+    rx0 = len([x for x in net.ipoib("h2")[0]["connections"] if x["dir"] == "rx"])
+    set_attr(net, "h1", "cm_tx_idle", "1")
+    try:
+        wait_for(lambda: not tx_to_h2(), 10, "h1's idle connection to h2 ended")
+        wait_for(lambda: len([x for x in net.ipoib("h2")[0]["connections"] if x["dir"] == "rx"]) == rx0 - 1, 10,
+                 "h2's half ended by the DREQ")
+        assert cm_counters(net, "h1")["cm_tx_idle_teardowns"] > c0["cm_tx_idle_teardowns"]
+        set_attr(net, "h1", "cm_tx_idle", "60")
+        r = net.run("h1", "ping", "-c", "2", "-i", "0.2", "-W", "5", "-s", "3000", _v4(1), check=False)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert tx_to_h2() and cm_counters(net, "h1")["cm_tx_connects"] > c0["cm_tx_connects"]
+    finally:
+        set_attr(net, "h1", "cm_tx_idle", "60")
+
+
+def ipaddr(text: str) -> str:
+    import ipaddress
+    return ipaddress.IPv6Address(text).packed.hex()
+
+
+def test_datagram_and_connected_hosts_talk(net):
+    """h2 back in datagram mode (MTU 2044 again, its connections to others
+    gone) and h1 in connected mode: pings and a TCP transfer pass both ways
+    -- h1 sends over its RC connection to h2 (h2 still takes connections),
+    h2 sends UD datagrams."""
+    info = set_attr(net, "h2", "mode", "datagram")
+    assert info["mode"] == "datagram" and info["mtu"] == 2044
+    assert "mtu 2044" in net.ip("h2", "link", "show", "ib0")
+    assert not [x for x in net.ipoib("h2")[0]["connections"] if x["dir"] == "tx"]
+    c1, c2 = cm_counters(net, "h1"), cm_counters(net, "h2")
+    ping(net, "h1", "h2", count=2)
+    ping(net, "h2", "h1", six=True, count=2)
+    tcp_transfer(net, "h1", "h2", 4 << 20, 120)
+    tcp_transfer(net, "h2", "h1", 1 << 20, 120)
+    n1, n2 = cm_counters(net, "h1"), cm_counters(net, "h2")
+    assert n1["cm_tx_bytes"] - c1["cm_tx_bytes"] >= 4 << 20
+    assert n2["cm_tx_packets"] == c2["cm_tx_packets"] and n2["tx_packets"] > c2["tx_packets"]
+
+
+def test_a_rejected_connection_falls_back_to_datagrams(net):
+    """h2 takes no more connections (``cm_max_conn_qp`` 0): h1's REQ gets a
+    REJ, h1 sends h2 UD datagrams; a datagram larger than the UD MTU is
+    answered with "fragmentation needed" (mtu 2044), and TCP still gets through."""
+    set_attr(net, "h2", "cm_max_conn_qp", "0")
+    try:
+        set_attr(net, "h1", "mode", "datagram")           # (h1's connection to h2 ends)
+        set_attr(net, "h1", "mode", "connected")
+        c1, c2 = cm_counters(net, "h1"), cm_counters(net, "h2")
+        # the first datagram waits for the connection and is lost with it (as the kernel's)
+        net.run("h1", "ping", "-c", "1", "-W", "1", _v4(1), check=False)
+        wait_for(lambda: cm_counters(net, "h1")["cm_tx_rejects"] > c1["cm_tx_rejects"], 10, "h1's REJ")
+        ping(net, "h1", "h2", count=1)
+        assert cm_counters(net, "h2")["cm_rx_rejects"] > c2["cm_rx_rejects"]
+        r = net.run("h1", "ping", "-c", "3", "-i", "0.3", "-W", "2", "-M", "do", "-s", "3000", _v4(1), check=False)
+        assert re.search(r"mtu ?= ?2044", r.stdout + r.stderr), (r.stdout, r.stderr)
+        assert cm_counters(net, "h1")["tx_too_big"] > c1["tx_too_big"]
+        tcp_transfer(net, "h1", "h2", 1 << 20, 120)
+    finally:
+        set_attr(net, "h2", "cm_max_conn_qp", "128")
+        for h in HOSTS:
+            set_attr(net, h, "mode", "datagram")
+    for h in HOSTS:
+        assert net.ipoib(h)[0]["mtu"] == 2044
+
+
 
 
 def test_with_the_real_opensm(tmp_path):

@@ -120,16 +120,27 @@ class IpoibHost:
         self.sa.pop(dev, None)
 
     def set_attr(self, name: str, attr: str, value: str) -> None:
-        """``echo VALUE > /sys/class/net/NAME/ATTR`` for ``mode`` and ``umcast``."""
+        """``echo VALUE > /sys/class/net/NAME/ATTR`` for ``mode`` and
+        ``umcast``; and connected mode's settings, softrdma's own:
+        ``cm_tx_idle`` and ``cm_rx_idle`` (seconds an idle connection
+        lives), ``cm_max_conn_qp`` (RX connections taken at most)."""
         ifc = self.ifs.get(name)
         if ifc is None:
             raise VerbsError(errno.ENODEV, f"no IPoIB interface {name!r}")
         if attr == "mode":
-            if value == "datagram":
-                return
-            if value == "connected":
-                raise VerbsError(errno.EOPNOTSUPP, "connected mode is not supported")
-            raise VerbsError(errno.EINVAL, f"mode {value!r}")
+            if value not in ("datagram", "connected"):
+                raise VerbsError(errno.EINVAL, f"mode {value!r}")
+            if value == "connected" and ifc.mode != value:
+                log.warning("%s: enabling connected mode will cause multicast packet drops", ifc.name)
+            ifc.set_mode(value)
+            self.write_sysfs(ifc)
+            return
+        if attr in ("cm_tx_idle", "cm_rx_idle", "cm_max_conn_qp"):
+            try:
+                ifc.cm.set(attr, value)
+            except ValueError:
+                raise VerbsError(errno.EINVAL, f"{attr} {value!r}") from None
+            return
         if attr == "umcast":
             try:
                 ifc.umcast = 1 if int(value, 0) else 0
@@ -207,9 +218,9 @@ class IpoibHost:
         """The interfaces' next timer (their SA requests' are the GSI's)."""
         d = None
         for ifc in self.ifs.values():
-            x = ifc.deadline
-            if x is not None and (d is None or x < d):
-                d = x
+            for x in (ifc.deadline, ifc.cm.deadline):
+                if x is not None and (d is None or x < d):
+                    d = x
         return d
 
     def tick(self, now: float) -> None:
@@ -217,6 +228,9 @@ class IpoibHost:
             d = ifc.deadline
             if d is not None and now >= d:
                 ifc.tick(now)
+            d = ifc.cm.deadline
+            if d is not None and now >= d:
+                ifc.cm.tick(now)
 
     # -- views
     def write_sysfs(self, ifc: IpoibIf) -> None:
