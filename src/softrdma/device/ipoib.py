@@ -1,5 +1,8 @@
-"""One IPoIB interface in datagram mode (RFC 4391): ``ib0`` on an IB port,
-or a P_Key child ``ib0.8001`` -- the kernel's ipoib_dev_priv.
+"""One IPoIB interface (RFC 4391): ``ib0`` on an IB port, or a P_Key
+child ``ib0.8001`` -- the kernel's ipoib_dev_priv.  This module is its
+datagram mode and what both modes share; connected mode (RFC 4755,
+``mode`` "connected": unicast IP over an RC connection per neighbour, MTU
+65520) is ``device.ipoib_cm``'s, reached from ``_path_send``.
 
 The interface owns a UD endpoint on its port: a QPN of the device's space
 (``IbPort.ulp_qps``: the port hands it the packets to that QPN), its
@@ -17,7 +20,10 @@ member), flushes paths and groups and starts over, as the kernel's
 ipoib_event does.
 
 Transmit: a datagram the kernel routed out of the TUN device
-(``device.ipoib_tun``) goes, with the 4-byte IPoIB header, in one UD SEND:
+(``device.ipoib_tun``) goes, with the 4-byte IPoIB header, in one UD SEND
+(in connected mode, a unicast one to a neighbour with the RC flag in one
+RC SEND of its connection; one longer than its path's MTU is answered
+with an ICMP "fragmentation needed" / "packet too big"):
 * IPv4 multicast, the limited or a subnet's broadcast, IPv6 multicast: to
   the group's MLID with a GRH to its MGID (``wire.ipoib.ipv4_mgid`` /
   ``ipv6_mgid``), after a join (created with the broadcast group's Q_Key,
@@ -44,7 +50,7 @@ from ..wire.errors import WireError
 from ..wire.lrh import MCAST_LID_BASE
 from ..wire.opcodes import Opcode
 from ..wire.packet import build
-from .ipoib_cm import CM_COUNTERS, IpoibCm, too_big
+from .ipoib_cm import CM_COUNTERS, IpoibCm
 from .ipoib_tun import ip_memberships
 from .ipoib_neigh import (FAILED, FAILED_HOLD_S, INCOMPLETE, REACHABLE, SOLICIT_INTERVAL_S, SOLICIT_TRIES, STALE,
                           NeighTable)
@@ -556,7 +562,7 @@ class IpoibIf:
         """``d`` does not fit the path it takes: dropped, and the sender told
         the MTU (ipoib_cm_skb_too_long: ICMP fragmentation needed / packet too big)."""
         self.cnt["tx_too_big"] += 1
-        icmp = too_big(d, mtu)
+        icmp = w.build_too_big(d, mtu)
         if icmp is not None:
             self.tun.write(icmp)
 

@@ -197,42 +197,6 @@ class CmRx(Conn):
         self.cm.rx_event(self, ev, now)
 
 
-def _csum(data: bytes) -> int:
-    if len(data) & 1:
-        data += b"\0"
-    s = sum(struct.unpack(f">{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
-def too_big(d, mtu: int) -> bytes | None:
-    """The ICMP a router sends for ``d`` that does not fit ``mtu``:
-    "fragmentation needed" (RFC 1191) or ICMPv6 "packet too big" (RFC 8201),
-    from the datagram's destination back to its source; None when ``d`` is
-    not an IP datagram or is itself such an error."""
-    d = bytes(d)
-    if d[0] >> 4 == 4 and len(d) >= 20:
-        ihl = (d[0] & 15) * 4
-        if d[9] == 1 and len(d) > ihl and d[ihl] == 3:
-            return None
-        icmp = bytearray(struct.pack(">BBHHH", 3, 4, 0, 0, mtu & 0xFFFF) + d[:ihl + 8])
-        icmp[2:4] = _csum(bytes(icmp)).to_bytes(2, "big")
-        hdr = bytearray(struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(icmp), 0, 0, 64, 1, 0, d[16:20], d[12:16]))
-        hdr[10:12] = _csum(bytes(hdr)).to_bytes(2, "big")
-        return bytes(hdr) + bytes(icmp)
-    if d[0] >> 4 == 6 and len(d) >= 40:
-        if d[6] == w.ICMPV6 and len(d) > 40 and d[40] < 128:
-            return None
-        body = d[:1280 - 48]
-        icmp = bytearray(struct.pack(">BBHI", 2, 0, 0, mtu)) + body
-        src, dst = d[24:40], d[8:24]
-        pseudo = src + dst + len(icmp).to_bytes(4, "big") + b"\0\0\0" + bytes([w.ICMPV6])
-        icmp[2:4] = _csum(pseudo + bytes(icmp)).to_bytes(2, "big")
-        return struct.pack(">IHBB16s16s", 6 << 28, len(icmp), w.ICMPV6, 64, src, dst) + bytes(icmp)
-    return None
-
-
 def _env_float(name: str, default: float) -> float:
     try:
         return float(os.environ.get(name, default))
@@ -548,4 +512,4 @@ class IpoibCm:
 
 
 __all__ = ["IpoibCm", "CmTx", "CmRx", "UlpBuffers", "IPOIB_CM_IETF_ID", "IPOIB_CM_BUF_SIZE", "CM_DATA",
-           "CM_COUNTERS", "too_big"]
+           "CM_COUNTERS"]

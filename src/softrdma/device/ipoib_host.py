@@ -2,9 +2,11 @@
 device, on its first port, as the device is added (``ib0``, ``ib1``, ...
 -- the first free name in the daemon's network namespace; a device's
 second port has none yet), P_Key children made and removed on
-request (``create_child`` / ``delete_child``), and what the daemon's loop
-gives them: the TUN device's readability, the port's events, rtnetlink's
-address changes on the interface, the timers, the sysfs files.
+request (``create_child`` / ``delete_child``), their ``mode`` (datagram or
+connected, ``IpoibIf.set_mode``) and connected mode's settings, and what
+the daemon's loop gives them: the TUN device's readability, the port's
+events, rtnetlink's address changes on the interface, the timers (their
+own and their RC connections'), the sysfs files.
 
 """
 
