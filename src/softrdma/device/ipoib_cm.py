@@ -485,9 +485,10 @@ class IpoibCm:
         d = None
         for c in (*self.tx.values(), *self.rx.values()):
             x = c.qp.deadline
-            idle = c.alive + (self.tx_idle if c.kind == "tx" else self.rx_idle)
-            x = idle if x is None or idle < x else x
-            if d is None or x < d:
+            if c.up:                                  # (a TX connection being made is the CM's to time out)
+                idle = c.alive + (self.tx_idle if c.kind == "tx" else self.rx_idle)
+                x = idle if x is None or idle < x else x
+            if x is not None and (d is None or x < d):
                 d = x
         return d
 
