@@ -537,13 +537,12 @@ def test_connected_mode_every_pair_pings_over_rc(net):
     for six in (False, True):
         for a, b in PAIRS:
             dst = _v6(HOSTS.index(b)) if six else _v4(HOSTS.index(b))
-            r = net.run(a, "ping", *(["-6"] if six else []), "-c", "2", "-i", "0.2", "-W", "5", "-s", "3000", dst,
-                        check=False)
+            r = net.run(a, "ping", *(["-6"] if six else []), "-c", "1", "-W", "5", "-s", "3000", dst, check=False)
             assert r.returncode == 0 and " 0% packet loss" in r.stdout, (a, b, r.stdout, r.stderr)
     for h in HOSTS:
         c = cm_counters(net, h)
-        assert c["cm_tx_packets"] - before[h]["cm_tx_packets"] >= 8, c          # 2 peers x 2 families x 2
-        assert c["cm_rx_packets"] - before[h]["cm_rx_packets"] >= 8, c
+        assert c["cm_tx_packets"] - before[h]["cm_tx_packets"] >= 4, c          # 2 peers x 2 families
+        assert c["cm_rx_packets"] - before[h]["cm_rx_packets"] >= 4, c
         conns = net.ipoib(h)[0]["connections"]
         assert sorted(x["dir"] for x in conns if x["up"]) == ["rx", "rx", "tx", "tx"], conns
         assert all(x["mtu"] == 65524 for x in conns if x["dir"] == "tx"), conns
@@ -585,12 +584,15 @@ def test_idle_connections_end_and_come_back(net):
     ping(net, "h1", "h2", count=1)
     assert tx_to_h2()
     c0 = cm_counters(net, "h1")
-    rx0 = len([x for x in net.ipoib("h2")[0]["connections"] if x["dir"] == "rx"])
+    h1_gid = link(net.run_dir("h1"), "mlx5_0")["gids"][0]
+
+    def rx_from_h1():
+        return [x for x in net.ipoib("h2")[0]["connections"] if x["dir"] == "rx" and ipaddr(x["peer"]) == h1_gid]
+    assert rx_from_h1()
     set_attr(net, "h1", "cm_tx_idle", "1")
     try:
         wait_for(lambda: not tx_to_h2(), 10, "h1's idle connection to h2 ended")
-        wait_for(lambda: len([x for x in net.ipoib("h2")[0]["connections"] if x["dir"] == "rx"]) == rx0 - 1, 10,
-                 "h2's half ended by the DREQ")
+        wait_for(lambda: not rx_from_h1(), 10, "h2's half ended by the DREQ")
         assert cm_counters(net, "h1")["cm_tx_idle_teardowns"] > c0["cm_tx_idle_teardowns"]
         set_attr(net, "h1", "cm_tx_idle", "60")
         r = net.run("h1", "ping", "-c", "2", "-i", "0.2", "-W", "5", "-s", "3000", _v4(1), check=False)
