@@ -5,10 +5,15 @@ with h1 and h3 only).  ib0 gets its carrier once the broadcast group is
 joined; IPv4 and IPv6 ping between every pair; ARP entries carry IPoIB
 hardware addresses; a TCP transfer is byte-exact; a P_Key child reaches
 its partition only; an SM restart that moves every LID costs a bounded
-outage.  One fabric for the module."""
+outage.  Connected mode: pings of more than the UD MTU between every
+pair, 100 MB over TCP on the RC connections, idle connections ended and
+made again, mixed modes, a REJ's fall-back to datagrams, the mode switch
+back.  h1's CA has a second port on a subnet of its own (switch sw3, host
+h5): ib1 on it.  One fabric for the module."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
@@ -20,13 +25,17 @@ import time
 import pytest
 
 from daemon_helpers import RunningDaemon
-from ib_helpers import IbFabric, control, link
+from ib_helpers import IbFabric, add_ib, control, link
 from ibfabric_helpers import NET_2SW
 from netns_helpers import need_root, sh
 from test_wire_tshark import tshark  # noqa: F401 -- the tshark fixture
 from wait_helpers import stop, wait_for
 
 HOSTS = ("h1", "h2", "h3")
+# the 2-switch fabric, and h1's CA a 2-port one whose port 2 is on a second subnet: switch sw3 with host h5
+NET = NET_2SW.replace('Ca 1 "h1"\n[1] "sw1"[1]\n', 'Ca 2 "h1"\n[1] "sw1"[1]\n[2] "sw3"[1]\n') + \
+    'Switch 4 "sw3"\n[1] "h1"[2]\n[2] "h5"[1]\nCa 1 "h5"\n[1] "sw3"[2]\n'
+assert 'Ca 2 "h1"' in NET
 _INSTANCES = itertools.count()
 PARTITIONS = "Default=0x7fff, ipoib : ALL=full;\nP1=0x8001, ipoib : h1=full, h3=full;\n"
 # (the SM's partitions.conf names ports by GUID: filled in from the fabric below)
@@ -51,25 +60,17 @@ class IpoibHosts:
             if os.environ.get("CI") == "true":
                 pytest.fail("CI installs iputils-ping: this test must run")
             pytest.skip("needs ping (iputils-ping)")
-        tag = f"{os.getpid() % 100000}{next(_INSTANCES)}"     # (two sets at once: the module's and another)
+        self.tag = f"{os.getpid() % 100000}{next(_INSTANCES)}"     # (two sets at once: the module's and another)
         self.tmp = tmp
         self.hosts = hosts
-        self.ns = {h: f"ipoib-{h}-{tag}" for h in hosts}
+        self.ns: dict[str, str] = {}
         self.daemons: dict[str, RunningDaemon] = {}
         self.sm = None
-        self.run_dirs = [f"/dev/shm/ipoib-{h}-{tag}" for h in hosts]     # (removed by close)
-        for ns in self.ns.values():
-            sh("ip", "netns", "del", ns, check=False)
-            sh("ip", "netns", "add", ns)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        self.fabric = IbFabric(tmp, NET_2SW)
+        self.run_dirs: list[str] = []                 # (removed by close)
+        self.fabric = IbFabric(tmp, NET)
         try:
             for h in hosts:
-                rd = f"/dev/shm/ipoib-{h}-{tag}"
-                os.makedirs(rd, exist_ok=True)
-                self.daemons[h] = RunningDaemon(rd, devices=(), args=("--ipoib",),
-                                                prefix=("ip", "netns", "exec", self.ns[h]))
-                self.fabric.attach(rd, h)
+                self.add_host(h)
             # before any SM: the interface is there, without carrier (the port is not Active)
             self.carrier_before_sm = {h: [(i["ifname"], i["carrier"]) for i in self.ipoib(h)] for h in hosts}
             if sm == "softrdma":
@@ -89,6 +90,18 @@ class IpoibHosts:
         except BaseException:
             self.close()
             raise
+
+    def add_host(self, h: str) -> None:
+        """Host ``h``: its network namespace, a daemon with ``--ipoib`` in it, its mlx5_0 on CA ``h``."""
+        ns = self.ns[h] = f"ipoib-{h}-{self.tag}"
+        sh("ip", "netns", "del", ns, check=False)
+        sh("ip", "netns", "add", ns)
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        rd = f"/dev/shm/ipoib-{h}-{self.tag}"
+        self.run_dirs.append(rd)
+        os.makedirs(rd, exist_ok=True)
+        self.daemons[h] = RunningDaemon(rd, devices=(), args=("--ipoib",), prefix=("ip", "netns", "exec", ns))
+        self.fabric.attach(rd, h)
 
     def run_dir(self, h: str) -> str:
         return self.daemons[h].run_dir
@@ -652,6 +665,51 @@ def test_a_rejected_connection_falls_back_to_datagrams(net):
         assert net.ipoib(h)[0]["mtu"] == 2044
 
 
+
+
+def test_a_second_port_gets_ib1(net):
+    """``rdma link add mlx5_0/2`` on h1 (its CA's port 2, on a second
+    subnet with host h5 and an SM bound to that port's GUID, as the usual
+    per-port opensm script runs it): the daemon makes ``ib1`` on that port,
+    as ipoib_add_port does for each port; ib1 joins the broadcast group
+    through port 2's QP1 and gets its carrier and its own address (port 2's
+    GID, no RC flag: connected mode needs the device's CM, which serves port
+    1, and is refused on ib1).  h1 and h5 ping each other over it."""
+    import sm_helpers
+    r = add_ib(net.run_dir("h1"), "mlx5_0/2", net.fabric.base, "h1", port=2)
+    assert r["errno"] == 0, r
+    port2 = lambda: next(p for p in link(net.run_dir("h1"), "mlx5_0")["ports"] if p["port"] == 2)   # noqa: E731
+    net.add_host("h5")
+    log = net.tmp / "osm-port2.log"
+    env = {k: v for k, v in net.daemons["h1"].env.items() if not k.startswith(("IBSIM_", "SIM_"))}
+    env.update(OSM_CACHE_DIR=str(net.tmp / "p2"), OSM_TMP_DIR=str(net.tmp / "p2"), PYTHONPATH=sm_helpers.SRC)
+    sm2 = subprocess.Popen([sys.executable, "-m", "softrdma", "opensm", "-g", "0x" + port2()["ib"]["port_guid"].replace(
+        ":", ""), "-s", "0", "-f", str(log)], env=env, stdout=open(net.tmp / "sm-port2.out", "w"),
+        stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: log.exists() and "SUBNET UP" in log.read_text(), 60, "SUBNET UP on port 2's subnet", proc=sm2)
+        net.fabric.wait_active(net.run_dir("h5"))
+        wait_for(lambda: any(i["ifname"] == "ib1" and i["carrier"] for i in net.ipoib("h1")), 60,
+                 "h1's ib1 with carrier")
+        (ib1,) = net.ipoib("h1", "ib1")
+        p2 = port2()
+        assert ib1["port"] == 2 and ib1["mtu"] == 2044 and ib1["pkey"] == 0xFFFF
+        assert ib1["address"].startswith("00:") and ib1["address"].replace(":", "").endswith(p2["gids"][0]), ib1
+        assert open(os.path.join(net.run_dir("h1"), "sys", "net", "ib1", "dev_port")).read().strip() == "1"
+        net.ip("h1", "addr", "add", "10.82.0.1/24", "dev", "ib1")
+        net.ip("h5", "addr", "add", "10.82.0.5/24", "dev", "ib0")
+        wait_for(lambda: net.ipoib("h5")[0]["carrier"], 60, "h5's ib0 with its carrier")
+        wait_for(lambda: net.run("h5", "ping", "-c", "1", "-W", "1", "10.82.0.1", check=False).returncode == 0, 30,
+                 "h5 -> h1's ib1")
+        out = net.run("h1", "ping", "-c", "2", "-i", "0.2", "-W", "5", "10.82.0.5").stdout
+        assert " 0% packet loss" in out, out
+        (n,) = [x for x in net.ipoib("h5")[0]["neighbours"] if x["dst"] == "10.82.0.1"]
+        assert n["lladdr"] == ib1["address"]
+        assert [p["dlid"] for p in net.ipoib("h5")[0]["paths"].values()] == [p2["port_attr"]["lid"]]
+        r = control(net.run_dir("h1"), "ipoib", action="set", ifname="ib1", attr="mode", value="connected")
+        assert r["errno"] == errno.EOPNOTSUPP, r
+    finally:
+        stop(sm2)
 
 
 def test_with_the_real_opensm(tmp_path):

@@ -97,7 +97,7 @@ class IpoibIf:
         self.name = tun.name
         self.pkey = pkey | 0x8000
         self.parent = parent
-        self.qp_num = dev.alloc_qpn()
+        self.qp_num = dev.hca.alloc_qpn()       # (``dev``: the IB port; ``dev.hca`` its device)
         dev.ulp_qps[self.qp_num] = self
         self.qkey = w.IPOIB_QKEY_DEFAULT
         self.psn = 0
@@ -125,7 +125,7 @@ class IpoibIf:
 
     @property
     def hw(self) -> bytes:
-        return w.hw_addr(self.qp_num, self.port_gid, w.IPOIB_FLAG_CM)    # (ipoib_cm_dev_init sets it)
+        return w.hw_addr(self.qp_num, self.port_gid, w.IPOIB_FLAG_CM if self.cm.enabled else 0)
 
     @property
     def broadcast_hw(self) -> bytes:
@@ -284,7 +284,7 @@ class IpoibIf:
             self._attach(g)
         if g is self.bcast:
             self.qkey = rec["QKey"]
-            mtu = min(IB_MTU_BYTES.get(rec["Mtu"], 2048), IB_MTU_BYTES.get(self.dev.caps.active_mtu, 2048))
+            mtu = min(IB_MTU_BYTES.get(rec["Mtu"], 2048), IB_MTU_BYTES.get(self.dev.active_mtu, 2048))
             self.ud_mtu = w.ud_mtu(mtu)
             if self.mode == "datagram" and self.tun.mtu != self.ud_mtu:
                 self.tun.set_mtu(self.ud_mtu)       # (connected mode keeps its MTU, as ipoib_mcast_join_finish)
@@ -298,13 +298,13 @@ class IpoibIf:
 
     def _attach(self, g: Group) -> None:
         if not g.attached and g.mlid >= MCAST_LID_BASE:
-            self.dev.mcast.attach(self, g.mgid, g.mlid)
+            self.dev.hca.mcast.attach(self, g.mgid, g.mlid)
             g.attached = True
 
     def _detach(self, g: Group) -> None:
         if g.attached:
             try:
-                self.dev.mcast.detach(self, g.mgid, g.mlid)
+                self.dev.hca.mcast.detach(self, g.mgid, g.mlid)
             except Exception:                # noqa: BLE001 -- already gone with the device's groups
                 pass
             g.attached = False
@@ -629,7 +629,7 @@ class IpoibIf:
         return out
 
     def info(self) -> dict:
-        return {"ifname": self.name, "ifindex": self.tun.index, "device": self.dev.name, "port": 1,
+        return {"ifname": self.name, "ifindex": self.tun.index, "device": self.dev.name, "port": self.dev.num,
                 "parent": self.parent.name if self.parent else None, "pkey": self.pkey, "mode": self.mode,
                 "umcast": self.umcast, "qpn": self.qp_num, "qkey": self.qkey, "mtu": self.tun.mtu,
                 "carrier": bool(self.tun.carrier), "address": w.format_hw_addr(self.hw),

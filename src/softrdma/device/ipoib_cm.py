@@ -133,8 +133,8 @@ class Conn:
         self.cm = cm
         self.cq = CompletionQueue()
         dev = cm.ifc.dev
-        self.qp = QP(RC, dev.alloc_qpn(), pd=cm, memory=cm.mem, send_cq=self.cq, recv_cq=self.cq, cap=cap,
-                     sq_sig_all=True, caps=dev.caps, tx=dev.tx, events=[])
+        self.qp = QP(RC, dev.hca.alloc_qpn(), pd=cm, memory=cm.mem, send_cq=self.cq, recv_cq=self.cq, cap=cap,
+                     sq_sig_all=True, caps=dev.hca.caps, tx=dev.tx, events=[])
         dev.ulp_qps[self.qp.qp_num] = self
         self.cm_id = None
         self.alive = 0.0
@@ -219,14 +219,16 @@ class IpoibCm:
         self.tx_idle = _env_float("SOFTRDMA_IPOIB_CM_TX_IDLE", TX_IDLE_S)
         self.rx_idle = _env_float("SOFTRDMA_IPOIB_CM_RX_IDLE", RX_IDLE_S)
         self.max_conn_qp = MAX_CONN_QP
+        # the device's IB CM serves its first port: an interface on another port has no connected mode
+        self.enabled = ifc.dev.num == 1
 
     @property
     def agent(self):
-        return getattr(self.ifc.dev, "cm", None)
+        return getattr(self.ifc.dev.hca, "cm", None) if self.enabled else None
 
     def _sync(self) -> None:
         """The CM agent's GUID and GID, as the fabric gave them (rdma_cm's ``_sync_ib_agent``)."""
-        a, dev = self.agent, self.ifc.dev
+        a, dev = self.agent, self.ifc.dev.hca
         a.ca_guid = int.from_bytes(dev.node_guid, "big")
         a.gid = dev.gid(0) or bytes(16)
 
