@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """TCP over IPoIB beside RDMA between the same two IB hosts, in one run:
-a TCP stream over ``ib0`` (datagram mode, MTU 2044; Python sockets, one
-connection, 1 MiB writes) and ``ib_write_bw -s 65536`` over the same IB
-devices (mlx5_0 on CAs h1 and h2 of a ``softrdma fabric serve`` topology,
-one switch apart, LIDs from ``softrdma opensm``), alternating.
+a TCP stream over ``ib0`` in datagram mode (MTU 2044) and in connected
+mode (MTU 65520, RC connections; Python sockets, one connection, 1 MiB
+writes) and ``ib_write_bw -s 65536`` over the same IB devices (mlx5_0 on
+CAs h1 and h2 of a ``softrdma fabric serve`` topology, one switch apart,
+LIDs from ``softrdma opensm``), alternating.
 
     sudo python3 benchmarks/ipoib_bench.py
     sudo python3 benchmarks/ipoib_bench.py --rounds 5 --mbytes 400
 
-Prints every figure, the medians, and TCP over IPoIB as a share of RDMA
-WRITE bandwidth.
+Prints every figure, the medians, and TCP over IPoIB in each mode as a
+share of RDMA WRITE bandwidth.
 """
 
 from __future__ import annotations
@@ -81,15 +82,20 @@ def main() -> int:
             fab.wait_active(rd)
             hosts.exec(hosts.ns[i], "ip", "addr", "add", f"{IB_IP[i]}/24", "dev", "ib0")
             wait_for(lambda rd=rd: control(rd, "ipoib", action="show")["interfaces"][0]["carrier"], 60, "carrier")
-        mtu = control(hosts.run_dirs[0], "ipoib", action="show")["interfaces"][0]["mtu"]
-        print(f"IPoIB: ib0 MTU {mtu} (datagram mode); ib_write_bw over the same mlx5_0 ports", flush=True)
-        srv, cli = runners(hosts)
+        def mode(m: str) -> int:
+            for rd in hosts.run_dirs:
+                r = control(rd, "ipoib", action="set", ifname="ib0", attr="mode", value=m)
+                assert r["errno"] == 0, r
+            return r["interfaces"][0]["mtu"]
 
-        got: dict[str, list] = {"tcp": [], "rdma": []}
+        srv, cli = runners(hosts)
+        got: dict[str, list] = {"datagram": [], "connected": [], "rdma": []}
         for r in range(a.rounds):
-            v = tcp_round(hosts, a.mbytes)
-            got["tcp"].append(v)
-            print(f"round {r + 1} TCP over ib0: {v:,.1f} MB/s", flush=True)
+            for m in ("datagram", "connected"):
+                mtu = mode(m)
+                v = tcp_round(hosts, a.mbytes)
+                got[m].append(v)
+                print(f"round {r + 1} TCP over ib0, {m} mode (MTU {mtu}): {v:,.1f} MB/s", flush=True)
             row = parse_table(run_pair("ib_write_bw", ["-d", "mlx5_0", "-F", "-s", "65536", "-n", str(a.iters)],
                                        srv, cli), False)[-1]
             v = row["bw_avg_MiBps"] * (1 << 20) / 1e6
@@ -97,9 +103,11 @@ def main() -> int:
             print(f"round {r + 1} ib_write_bw -s 65536: {v:,.1f} MB/s", flush=True)
         med = {k: statistics.median(v) for k, v in got.items()}
         print()
-        print(f"TCP over ib0: median {med['tcp']:,.1f} MB/s of {', '.join(f'{v:,.1f}' for v in got['tcp'])}")
+        for m in ("datagram", "connected"):
+            print(f"TCP over ib0, {m} mode: median {med[m]:,.1f} MB/s of {', '.join(f'{v:,.1f}' for v in got[m])}")
         print(f"ib_write_bw 64 KiB: median {med['rdma']:,.1f} MB/s of {', '.join(f'{v:,.1f}' for v in got['rdma'])}")
-        print(f"TCP over IPoIB / RDMA WRITE: {med['tcp'] / med['rdma']:.0%}")
+        for m in ("datagram", "connected"):
+            print(f"TCP over IPoIB ({m}) / RDMA WRITE: {med[m] / med['rdma']:.0%}")
     return 0
 
 

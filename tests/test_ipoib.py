@@ -5,10 +5,15 @@ with h1 and h3 only).  ib0 gets its carrier once the broadcast group is
 joined; IPv4 and IPv6 ping between every pair; ARP entries carry IPoIB
 hardware addresses; a TCP transfer is byte-exact; a P_Key child reaches
 its partition only; an SM restart that moves every LID costs a bounded
-outage.  One fabric for the module."""
+outage.  Connected mode: pings of more than the UD MTU between every
+pair, 100 MB over TCP on the RC connections, idle connections ended and
+made again, mixed modes, a REJ's fall-back to datagrams, the mode switch
+back.  h1's CA has a second port on a subnet of its own (switch sw3, host
+h5): ib1 on it.  One fabric for the module."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
@@ -20,13 +25,17 @@ import time
 import pytest
 
 from daemon_helpers import RunningDaemon
-from ib_helpers import IbFabric, control, link
+from ib_helpers import IbFabric, add_ib, control, link
 from ibfabric_helpers import NET_2SW
 from netns_helpers import need_root, sh
 from test_wire_tshark import tshark  # noqa: F401 -- the tshark fixture
 from wait_helpers import stop, wait_for
 
 HOSTS = ("h1", "h2", "h3")
+# the 2-switch fabric, and h1's CA a 2-port one whose port 2 is on a second subnet: switch sw3 with host h5
+NET = NET_2SW.replace('Ca 1 "h1"\n[1] "sw1"[1]\n', 'Ca 2 "h1"\n[1] "sw1"[1]\n[2] "sw3"[1]\n') + \
+    'Switch 4 "sw3"\n[1] "h1"[2]\n[2] "h5"[1]\nCa 1 "h5"\n[1] "sw3"[2]\n'
+assert 'Ca 2 "h1"' in NET
 _INSTANCES = itertools.count()
 PARTITIONS = "Default=0x7fff, ipoib : ALL=full;\nP1=0x8001, ipoib : h1=full, h3=full;\n"
 # (the SM's partitions.conf names ports by GUID: filled in from the fabric below)
@@ -51,25 +60,17 @@ class IpoibHosts:
             if os.environ.get("CI") == "true":
                 pytest.fail("CI installs iputils-ping: this test must run")
             pytest.skip("needs ping (iputils-ping)")
-        tag = f"{os.getpid() % 100000}{next(_INSTANCES)}"     # (two sets at once: the module's and another)
+        self.tag = f"{os.getpid() % 100000}{next(_INSTANCES)}"     # (two sets at once: the module's and another)
         self.tmp = tmp
         self.hosts = hosts
-        self.ns = {h: f"ipoib-{h}-{tag}" for h in hosts}
+        self.ns: dict[str, str] = {}
         self.daemons: dict[str, RunningDaemon] = {}
         self.sm = None
-        self.run_dirs = [f"/dev/shm/ipoib-{h}-{tag}" for h in hosts]     # (removed by close)
-        for ns in self.ns.values():
-            sh("ip", "netns", "del", ns, check=False)
-            sh("ip", "netns", "add", ns)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        self.fabric = IbFabric(tmp, NET_2SW)
+        self.run_dirs: list[str] = []                 # (removed by close)
+        self.fabric = IbFabric(tmp, NET)
         try:
             for h in hosts:
-                rd = f"/dev/shm/ipoib-{h}-{tag}"
-                os.makedirs(rd, exist_ok=True)
-                self.daemons[h] = RunningDaemon(rd, devices=(), args=("--ipoib",),
-                                                prefix=("ip", "netns", "exec", self.ns[h]))
-                self.fabric.attach(rd, h)
+                self.add_host(h)
             # before any SM: the interface is there, without carrier (the port is not Active)
             self.carrier_before_sm = {h: [(i["ifname"], i["carrier"]) for i in self.ipoib(h)] for h in hosts}
             if sm == "softrdma":
@@ -89,6 +90,18 @@ class IpoibHosts:
         except BaseException:
             self.close()
             raise
+
+    def add_host(self, h: str) -> None:
+        """Host ``h``: its network namespace, a daemon with ``--ipoib`` in it, its mlx5_0 on CA ``h``."""
+        ns = self.ns[h] = f"ipoib-{h}-{self.tag}"
+        sh("ip", "netns", "del", ns, check=False)
+        sh("ip", "netns", "add", ns)
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        rd = f"/dev/shm/ipoib-{h}-{self.tag}"
+        self.run_dirs.append(rd)
+        os.makedirs(rd, exist_ok=True)
+        self.daemons[h] = RunningDaemon(rd, devices=(), args=("--ipoib",), prefix=("ip", "netns", "exec", ns))
+        self.fabric.attach(rd, h)
 
     def run_dir(self, h: str) -> str:
         return self.daemons[h].run_dir
@@ -165,7 +178,7 @@ def test_ib0_mirrors_the_port(net):
         d = link(net.run_dir(h), "mlx5_0")
         gid = d["gids"][0]
         assert ifc["ifname"] == "ib0" and ifc["mode"] == "datagram" and ifc["pkey"] == 0xFFFF
-        assert ifc["address"] == f"00:{ifc['qpn']:06x}"[:3] + ":".join(
+        assert ifc["address"] == f"80:{ifc['qpn']:06x}"[:3] + ":".join(
             re.findall("..", f"{ifc['qpn']:06x}")) + ":" + ":".join(re.findall("..", gid))
         assert ifc["mtu"] == 2044 and ifc["qkey"] == 0x0B1B and ifc["carrier"]
         out = net.ip(h, "link", "show", "ib0")
@@ -498,6 +511,205 @@ def test_rdma_cm_tools_by_ipoib_address(net):
             assert "data transfers complete" in cout, cout
     assert any(n["dst"] == dst for n in net.ipoib("h2")[0]["neighbours"])      # rdma_cm's ARP
     check("ib_write_bw", pair(popen, "ib_write_bw", ["-R", "-d", "mlx5_0", "-n", "200"], dst, net.run_dir("h3")))
+
+
+# -- connected mode (RFC 4755) -------------------------------------------------------------------------
+def set_attr(net, h: str, attr: str, value: str, name: str = "ib0") -> dict:
+    r = control(net.run_dir(h), "ipoib", action="set", ifname=name, attr=attr, value=value)
+    assert r["errno"] == 0, r
+    return r["interfaces"][0]
+
+
+def cm_counters(net, h: str) -> dict:
+    return net.ipoib(h)[0]["counters"]
+
+
+def test_connected_mode_every_pair_pings_over_rc(net):
+    """``echo connected > .../ib0/mode`` (h1 through the sysfs file, the
+    others by the control command): the MTU goes to 65520; the address
+    carries the RC flag.  Pings of 3000 bytes -- more than the UD MTU of
+    2044 -- pass between every pair, IPv4 and IPv6: they go over the RC
+    connections each host made to the others; an rping by IPoIB address
+    still works."""
+    from daemon_helpers import wait_cm_listening
+    from wait_helpers import free_port
+    sysfs = os.path.join(net.run_dir("h1"), "sys", "net", "ib0")
+    with open(os.path.join(sysfs, "mode"), "w") as f:
+        f.write("connected\n")
+    wait_for(lambda: net.ipoib("h1")[0]["mode"] == "connected", 10, "h1's mode from its sysfs file")
+    net.run("h2", sys.executable, "-m", "softrdma", "ip", "link", "set", "dev", "ib0", "type", "ipoib", "mode",
+            "connected")
+    assert set_attr(net, "h3", "mode", "connected")["mode"] == "connected"
+    for h in HOSTS:
+        ifc = net.ipoib(h)[0]
+        assert ifc["mtu"] == 65520 and ifc["address"].startswith("80:"), ifc
+        assert "mtu 65520" in net.ip(h, "link", "show", "ib0")
+        wait_for(lambda h=h: open(os.path.join(net.run_dir(h), "sys", "net", "ib0", "mode")).read() == "connected\n",
+                 5, f"{h}'s sysfs mode")
+    before = {h: cm_counters(net, h) for h in HOSTS}
+    for six in (False, True):
+        for a, b in PAIRS:
+            dst = _v6(HOSTS.index(b)) if six else _v4(HOSTS.index(b))
+            r = net.run(a, "ping", *(["-6"] if six else []), "-c", "1", "-W", "5", "-s", "3000", dst, check=False)
+            assert r.returncode == 0 and " 0% packet loss" in r.stdout, (a, b, r.stdout, r.stderr)
+    for h in HOSTS:
+        c = cm_counters(net, h)
+        assert c["cm_tx_packets"] - before[h]["cm_tx_packets"] >= 4, c          # 2 peers x 2 families
+        assert c["cm_rx_packets"] - before[h]["cm_rx_packets"] >= 4, c
+        conns = net.ipoib(h)[0]["connections"]
+        assert sorted(x["dir"] for x in conns if x["up"]) == ["rx", "rx", "tx", "tx"], conns
+        assert all(x["mtu"] == 65524 for x in conns if x["dir"] == "tx"), conns
+    out = net.run("h2", sys.executable, "-m", "softrdma", "ip", "-d", "-s", "link", "show", "ib0").stdout
+    assert "mtu 65520" in out and "mode  connected" in out and "IPoIB CM: cm_tx_packets " in out, out
+    port = str(free_port())
+    env = {h: {**os.environ, "SOFTRDMA_RUN": net.run_dir(h), "SOFTRDMA_AUTOSTART": "0"} for h in HOSTS}
+    srv = subprocess.Popen(["ip", "netns", "exec", net.ns["h3"], sys.executable, "-m", "softrdma", "rping", "-s",
+                            "-a", _v4(2), "-C", "2", "-v", "-p", port], env=env["h3"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_cm_listening(net.run_dir("h3"), int(port), srv)
+        r = net.run("h1", sys.executable, "-m", "softrdma", "rping", "-c", "-a", _v4(2), "-C", "2", "-v", "-p", port,
+                    timeout=120)
+        assert r.stdout.count("ping data: rdma-ping-") == 2, r.stdout
+        srv.communicate(timeout=60)
+    finally:
+        stop(srv)
+
+
+def test_connected_mode_tcp_transfer_of_100_mb_goes_over_rc(net):
+    """100 MB over TCP h2 -> h3 with MTU 65520: byte-exact, carried by h2's
+    RC connection to h3 (its SEND bytes grow by at least the data; the
+    segments are larger than the UD path could carry)."""
+    tx0 = cm_counters(net, "h2")["cm_tx_bytes"]
+    tcp_transfer(net, "h2", "h3", 100 << 20, 300)
+    assert cm_counters(net, "h2")["cm_tx_bytes"] - tx0 >= 100 << 20
+    assert net.ipoib("h2")[0]["mode"] == "connected"
+
+
+def test_idle_connections_end_and_come_back(net):
+    """With a short idle time (``cm_tx_idle``), h1's connection to h2 ends
+    after the pings (the DREQ takes h2's half with it); the next ping
+    connects again."""
+    def tx_to_h2():
+        gid = link(net.run_dir("h2"), "mlx5_0")["gids"][0]
+        return [x for x in net.ipoib("h1")[0]["connections"] if x["dir"] == "tx" and x["up"]
+                and ipaddr(x["peer"]) == gid]
+    ping(net, "h1", "h2", count=1)
+    assert tx_to_h2()
+    c0 = cm_counters(net, "h1")
+    h1_gid = link(net.run_dir("h1"), "mlx5_0")["gids"][0]
+
+    def rx_from_h1():
+        return [x for x in net.ipoib("h2")[0]["connections"] if x["dir"] == "rx" and ipaddr(x["peer"]) == h1_gid]
+    assert rx_from_h1()
+    set_attr(net, "h1", "cm_tx_idle", "1")
+    try:
+        wait_for(lambda: not tx_to_h2(), 10, "h1's idle connection to h2 ended")
+        wait_for(lambda: not rx_from_h1(), 10, "h2's half ended by the DREQ")
+        assert cm_counters(net, "h1")["cm_tx_idle_teardowns"] > c0["cm_tx_idle_teardowns"]
+        set_attr(net, "h1", "cm_tx_idle", "60")
+        r = net.run("h1", "ping", "-c", "2", "-i", "0.2", "-W", "5", "-s", "3000", _v4(1), check=False)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert tx_to_h2() and cm_counters(net, "h1")["cm_tx_connects"] > c0["cm_tx_connects"]
+    finally:
+        set_attr(net, "h1", "cm_tx_idle", "60")
+
+
+def ipaddr(text: str) -> str:
+    import ipaddress
+    return ipaddress.IPv6Address(text).packed.hex()
+
+
+def test_datagram_and_connected_hosts_talk(net):
+    """h2 back in datagram mode (MTU 2044 again, its connections to others
+    gone) and h1 in connected mode: pings and a TCP transfer pass both ways
+    -- h1 sends over its RC connection to h2 (h2 still takes connections),
+    h2 sends UD datagrams."""
+    info = set_attr(net, "h2", "mode", "datagram")
+    assert info["mode"] == "datagram" and info["mtu"] == 2044
+    assert "mtu 2044" in net.ip("h2", "link", "show", "ib0")
+    assert not [x for x in net.ipoib("h2")[0]["connections"] if x["dir"] == "tx"]
+    c1, c2 = cm_counters(net, "h1"), cm_counters(net, "h2")
+    ping(net, "h1", "h2", count=2)
+    ping(net, "h2", "h1", six=True, count=2)
+    tcp_transfer(net, "h1", "h2", 4 << 20, 120)
+    tcp_transfer(net, "h2", "h1", 1 << 20, 120)
+    n1, n2 = cm_counters(net, "h1"), cm_counters(net, "h2")
+    assert n1["cm_tx_bytes"] - c1["cm_tx_bytes"] >= 4 << 20
+    assert n2["cm_tx_packets"] == c2["cm_tx_packets"] and n2["tx_packets"] > c2["tx_packets"]
+
+
+def test_a_rejected_connection_falls_back_to_datagrams(net):
+    """h2 takes no more connections (``cm_max_conn_qp`` 0): h1's REQ gets a
+    REJ, h1 sends h2 UD datagrams; a datagram larger than the UD MTU is
+    answered with "fragmentation needed" (mtu 2044), and TCP still gets through."""
+    set_attr(net, "h2", "cm_max_conn_qp", "0")
+    try:
+        set_attr(net, "h1", "mode", "datagram")           # (h1's connection to h2 ends)
+        set_attr(net, "h1", "mode", "connected")
+        c1, c2 = cm_counters(net, "h1"), cm_counters(net, "h2")
+        # the first datagram waits for the connection and is lost with it (as the kernel's)
+        net.run("h1", "ping", "-c", "1", "-W", "1", _v4(1), check=False)
+        wait_for(lambda: cm_counters(net, "h1")["cm_tx_rejects"] > c1["cm_tx_rejects"], 10, "h1's REJ")
+        ping(net, "h1", "h2", count=1)
+        assert cm_counters(net, "h2")["cm_rx_rejects"] > c2["cm_rx_rejects"]
+        r = net.run("h1", "ping", "-c", "3", "-i", "0.3", "-W", "2", "-M", "do", "-s", "3000", _v4(1), check=False)
+        assert re.search(r"mtu ?= ?2044", r.stdout + r.stderr), (r.stdout, r.stderr)
+        assert cm_counters(net, "h1")["tx_too_big"] > c1["tx_too_big"]
+        tcp_transfer(net, "h1", "h2", 1 << 20, 120)
+    finally:
+        set_attr(net, "h2", "cm_max_conn_qp", "128")
+        for h in HOSTS:
+            set_attr(net, h, "mode", "datagram")
+    for h in HOSTS:
+        assert net.ipoib(h)[0]["mtu"] == 2044
+
+
+
+
+def test_a_second_port_gets_ib1(net):
+    """``rdma link add mlx5_0/2`` on h1 (its CA's port 2, on a second
+    subnet with host h5 and an SM bound to that port's GUID, as the usual
+    per-port opensm script runs it): the daemon makes ``ib1`` on that port,
+    as ipoib_add_port does for each port; ib1 joins the broadcast group
+    through port 2's QP1 and gets its carrier and its own address (port 2's
+    GID, no RC flag: connected mode needs the device's CM, which serves port
+    1, and is refused on ib1).  h1 and h5 ping each other over it."""
+    import sm_helpers
+    r = add_ib(net.run_dir("h1"), "mlx5_0/2", net.fabric.base, "h1", port=2)
+    assert r["errno"] == 0, r
+    port2 = lambda: next(p for p in link(net.run_dir("h1"), "mlx5_0")["ports"] if p["port"] == 2)   # noqa: E731
+    net.add_host("h5")
+    log = net.tmp / "osm-port2.log"
+    env = {k: v for k, v in net.daemons["h1"].env.items() if not k.startswith(("IBSIM_", "SIM_"))}
+    env.update(OSM_CACHE_DIR=str(net.tmp / "p2"), OSM_TMP_DIR=str(net.tmp / "p2"), PYTHONPATH=sm_helpers.SRC)
+    sm2 = subprocess.Popen([sys.executable, "-m", "softrdma", "opensm", "-g", "0x" + port2()["ib"]["port_guid"].replace(
+        ":", ""), "-s", "0", "-f", str(log)], env=env, stdout=open(net.tmp / "sm-port2.out", "w"),
+        stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: log.exists() and "SUBNET UP" in log.read_text(), 60, "SUBNET UP on port 2's subnet", proc=sm2)
+        net.fabric.wait_active(net.run_dir("h5"))
+        wait_for(lambda: any(i["ifname"] == "ib1" and i["carrier"] for i in net.ipoib("h1")), 60,
+                 "h1's ib1 with carrier")
+        (ib1,) = net.ipoib("h1", "ib1")
+        p2 = port2()
+        assert ib1["port"] == 2 and ib1["mtu"] == 2044 and ib1["pkey"] == 0xFFFF
+        assert ib1["address"].startswith("00:") and ib1["address"].replace(":", "").endswith(p2["gids"][0]), ib1
+        assert open(os.path.join(net.run_dir("h1"), "sys", "net", "ib1", "dev_port")).read().strip() == "1"
+        net.ip("h1", "addr", "add", "10.82.0.1/24", "dev", "ib1")
+        net.ip("h5", "addr", "add", "10.82.0.5/24", "dev", "ib0")
+        wait_for(lambda: net.ipoib("h5")[0]["carrier"], 60, "h5's ib0 with its carrier")
+        wait_for(lambda: net.run("h5", "ping", "-c", "1", "-W", "1", "10.82.0.1", check=False).returncode == 0, 30,
+                 "h5 -> h1's ib1")
+        out = net.run("h1", "ping", "-c", "2", "-i", "0.2", "-W", "5", "10.82.0.5").stdout
+        assert " 0% packet loss" in out, out
+        (n,) = [x for x in net.ipoib("h5")[0]["neighbours"] if x["dst"] == "10.82.0.1"]
+        assert n["lladdr"] == ib1["address"]
+        assert [p["dlid"] for p in net.ipoib("h5")[0]["paths"].values()] == [p2["port_attr"]["lid"]]
+        r = control(net.run_dir("h1"), "ipoib", action="set", ifname="ib1", attr="mode", value="connected")
+        assert r["errno"] == errno.EOPNOTSUPP, r
+    finally:
+        stop(sm2)
 
 
 def test_with_the_real_opensm(tmp_path):

@@ -78,3 +78,27 @@ def test_encapsulation_header():
     with pytest.raises(WireError):
         w.decap(b"\x08")
     assert w.ud_mtu(2048) == 2044 and w.ud_mtu(4096) == 4092
+
+
+def test_too_big_errors_as_scapy_reads_them():
+    """What connected mode answers a datagram too big for its path: ICMP
+    "fragmentation needed" with the MTU (IPv4) and ICMPv6 "packet too big"
+    (IPv6), from the datagram's destination to its source, checksums right;
+    no error about an ICMP error."""
+    import scapy.all as scapy
+    d4 = bytes(scapy.IP(src="10.77.0.1", dst="10.77.0.2", flags="DF") / scapy.UDP(sport=1, dport=2) / (b"x" * 3000))
+    e4 = scapy.IP(w.build_too_big(d4, 2044))
+    assert (e4.src, e4.dst, e4[scapy.ICMP].type, e4[scapy.ICMP].code) == ("10.77.0.2", "10.77.0.1", 3, 4)
+    assert e4[scapy.ICMP].nexthopmtu == 2044 and bytes(e4[scapy.ICMP].payload)[:28] == d4[:28]
+    fresh = scapy.IP(bytes(e4))
+    del fresh.chksum, fresh[scapy.ICMP].chksum
+    assert bytes(scapy.IP(bytes(fresh))) == bytes(e4)
+    assert w.build_too_big(bytes(e4), 2044) is None
+    d6 = bytes(scapy.IPv6(src="fd77::1", dst="fd77::2") / scapy.UDP(sport=1, dport=2) / (b"y" * 3000))
+    e6 = scapy.IPv6(w.build_too_big(d6, 2044))
+    assert (e6.src, e6.dst, e6[scapy.ICMPv6PacketTooBig].mtu) == ("fd77::2", "fd77::1", 2044)
+    assert len(bytes(e6)) == 1280
+    fresh = scapy.IPv6(bytes(e6))
+    del fresh[scapy.ICMPv6PacketTooBig].cksum
+    assert bytes(scapy.IPv6(bytes(fresh))) == bytes(e6)
+    assert w.build_too_big(bytes(e6), 2044) is None

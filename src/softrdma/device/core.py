@@ -207,8 +207,8 @@ class DeviceCore:
 
     # -- objects
     def alloc_qpn(self) -> int:
-        taken = getattr(self, "ulp_qps", ())           # an IB port's in-daemon UD users (IPoIB)
-        while self._next_qpn in self.qps or self._next_qpn in taken or \
+        ports = getattr(self, "ib_ports", ())          # an IB device's ports: their in-daemon users (IPoIB)
+        while self._next_qpn in self.qps or any(self._next_qpn in p.ulp_qps for p in ports) or \
                 (self.raw is not None and self._next_qpn in self.raw.numbers):
             self._next_qpn = (self._next_qpn + 1) & 0xFFFFFF or 0x11
         qpn = self._next_qpn

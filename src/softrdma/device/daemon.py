@@ -399,6 +399,7 @@ class Daemon:
         self.sysfs.add_umad(dev.name, port.num)
         port.port_events.clear()
         self.topology_changed()
+        self.ipoib.add_port(port)
 
     def fabric_lost(self, dev, now: float) -> None:
         """(``dev``: the IB port whose connection ended.)"""
@@ -425,8 +426,7 @@ class Daemon:
         self._ib_sysfs_port(dev)
         for ev in evs:
             self._event_clients(dev.hca, ev, dev.num)
-        if dev.num == 1:                    # (IPoIB: ib0 on a device's first port)
-            self.ipoib.port_events(dev)
+        self.ipoib.port_events(dev)         # (IPoIB: the interfaces on that port)
 
     def _ib_sysfs_port(self, dev) -> None:
         """(``dev``: an IB port: the device itself for port 1.)"""

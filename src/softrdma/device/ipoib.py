@@ -1,5 +1,8 @@
-"""One IPoIB interface in datagram mode (RFC 4391): ``ib0`` on an IB port,
-or a P_Key child ``ib0.8001`` -- the kernel's ipoib_dev_priv.
+"""One IPoIB interface (RFC 4391): ``ib0`` on an IB port, or a P_Key
+child ``ib0.8001`` -- the kernel's ipoib_dev_priv.  This module is its
+datagram mode and what both modes share; connected mode (RFC 4755,
+``mode`` "connected": unicast IP over an RC connection per neighbour, MTU
+65520) is ``device.ipoib_cm``'s, reached from ``_path_send``.
 
 The interface owns a UD endpoint on its port: a QPN of the device's space
 (``IbPort.ulp_qps``: the port hands it the packets to that QPN), its
@@ -17,7 +20,10 @@ member), flushes paths and groups and starts over, as the kernel's
 ipoib_event does.
 
 Transmit: a datagram the kernel routed out of the TUN device
-(``device.ipoib_tun``) goes, with the 4-byte IPoIB header, in one UD SEND:
+(``device.ipoib_tun``) goes, with the 4-byte IPoIB header, in one UD SEND
+(in connected mode, a unicast one to a neighbour with the RC flag in one
+RC SEND of its connection; one longer than its path's MTU is answered
+with an ICMP "fragmentation needed" / "packet too big"):
 * IPv4 multicast, the limited or a subnet's broadcast, IPv6 multicast: to
   the group's MLID with a GRH to its MGID (``wire.ipoib.ipv4_mgid`` /
   ``ipv6_mgid``), after a join (created with the broadcast group's Q_Key,
@@ -44,6 +50,7 @@ from ..wire.errors import WireError
 from ..wire.lrh import MCAST_LID_BASE
 from ..wire.opcodes import Opcode
 from ..wire.packet import build
+from .ipoib_cm import CM_COUNTERS, IpoibCm
 from .ipoib_tun import ip_memberships
 from .ipoib_neigh import (FAILED, FAILED_HOLD_S, INCOMPLETE, REACHABLE, SOLICIT_INTERVAL_S, SOLICIT_TRIES, STALE,
                           NeighTable)
@@ -58,7 +65,7 @@ PATH_RECHECK_S = 1.0                       # a path re-asked at most this often 
 COUNTERS = ("tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "tx_multicast", "rx_multicast", "arp_tx", "arp_rx",
             "nd_tx", "nd_rx", "path_queries", "path_failures", "mcast_joins", "mcast_join_failures",
             "rx_drop_qkey", "rx_drop_pkey", "rx_drop_other", "tx_drop_no_carrier", "tx_drop_unresolved",
-            "tx_drop_other", "path_stale")
+            "tx_drop_other", "path_stale") + CM_COUNTERS
 ALL_NODES = bytes.fromhex("ff020000000000000000000000000001")
 
 
@@ -82,7 +89,6 @@ class IpoibIf:
 
     qp_type = UD
     tx_runs = None                         # not a transport QP: the port never asks it for SegmentRuns
-    mode = "datagram"
 
     def __init__(self, dev, sa, tun, pkey: int, parent: "IpoibIf | None" = None):
         self.dev = dev
@@ -91,7 +97,7 @@ class IpoibIf:
         self.name = tun.name
         self.pkey = pkey | 0x8000
         self.parent = parent
-        self.qp_num = dev.alloc_qpn()
+        self.qp_num = dev.hca.alloc_qpn()       # (``dev``: the IB port; ``dev.hca`` its device)
         dev.ulp_qps[self.qp_num] = self
         self.qkey = w.IPOIB_QKEY_DEFAULT
         self.psn = 0
@@ -108,6 +114,9 @@ class IpoibIf:
         self.memberships: set[bytes] = set()     # MGIDs of the interface's IP multicast groups
         self.waiters: dict[bytes, list] = {}     # IP -> rdma_cm's address resolutions waiting for it
         self.up = False
+        self.mode = "datagram"                   # or "connected" (``set_mode``)
+        self.ud_mtu = w.ud_mtu(2048)             # the broadcast group's IB MTU less the header
+        self.cm = IpoibCm(self)                  # connected mode (RFC 4755)
 
     # -- identity
     @property
@@ -116,7 +125,7 @@ class IpoibIf:
 
     @property
     def hw(self) -> bytes:
-        return w.hw_addr(self.qp_num, self.port_gid)
+        return w.hw_addr(self.qp_num, self.port_gid, w.IPOIB_FLAG_CM if self.cm.enabled else 0)
 
     @property
     def broadcast_hw(self) -> bytes:
@@ -185,11 +194,25 @@ class IpoibIf:
         if self.dev.state != 4 or self.pkey_index() is None or not self.dev.sm_lid:
             return
         self.up = True
+        self.cm.listen()
         self.bcast = self._group(self.bcast_mgid, True)
         self._join(self.bcast, now)
 
     def port_down(self) -> None:
         self.flush()
+
+    def set_mode(self, mode: str) -> None:
+        """ipoib_set_mode: connected mode raises the MTU to IPOIB_CM_MTU
+        (65520), datagram mode takes it back to the broadcast group's; the
+        TX connections end either way (the kernel flushes the paths)."""
+        if mode == self.mode:
+            return
+        self.mode = mode
+        self.cm.flush_tx()
+        if mode == "connected":
+            self.tun.set_mtu(w.IPOIB_CM_MTU)
+        else:
+            self.tun.set_mtu(min(self.ud_mtu, self.tun.mtu))
 
     def flush(self) -> None:
         """Carrier off; groups left (the SM forgets them with the port), paths asked again."""
@@ -208,9 +231,11 @@ class IpoibIf:
             if p.tid is not None:
                 self.sa.cancel(p.tid)
         self.table.flush_paths()
+        self.cm.flush_tx()
 
     def close(self) -> None:
         self.flush()
+        self.cm.close()
         self.dev.ulp_qps.pop(self.qp_num, None)
         self.tun.close()
 
@@ -259,9 +284,10 @@ class IpoibIf:
             self._attach(g)
         if g is self.bcast:
             self.qkey = rec["QKey"]
-            mtu = min(IB_MTU_BYTES.get(rec["Mtu"], 2048), IB_MTU_BYTES.get(self.dev.caps.active_mtu, 2048))
-            if self.tun.mtu != w.ud_mtu(mtu):
-                self.tun.set_mtu(w.ud_mtu(mtu))
+            mtu = min(IB_MTU_BYTES.get(rec["Mtu"], 2048), IB_MTU_BYTES.get(self.dev.active_mtu, 2048))
+            self.ud_mtu = w.ud_mtu(mtu)
+            if self.mode == "datagram" and self.tun.mtu != self.ud_mtu:
+                self.tun.set_mtu(self.ud_mtu)       # (connected mode keeps its MTU, as ipoib_mcast_join_finish)
             self.tun.set_carrier(True)
             now = time.monotonic()
             self.next_poll = 0.0
@@ -272,13 +298,13 @@ class IpoibIf:
 
     def _attach(self, g: Group) -> None:
         if not g.attached and g.mlid >= MCAST_LID_BASE:
-            self.dev.mcast.attach(self, g.mgid, g.mlid)
+            self.dev.hca.mcast.attach(self, g.mgid, g.mlid)
             g.attached = True
 
     def _detach(self, g: Group) -> None:
         if g.attached:
             try:
-                self.dev.mcast.detach(self, g.mgid, g.mlid)
+                self.dev.hca.mcast.detach(self, g.mgid, g.mlid)
             except Exception:                # noqa: BLE001 -- already gone with the device's groups
                 pass
             g.attached = False
@@ -398,7 +424,7 @@ class IpoibIf:
     def _unicast(self, ip: bytes, etype: int, d, now: float) -> None:
         n = self.table.neighs.get(ip)
         if n is not None and n.hw is not None and n.state in (REACHABLE, STALE):
-            self._path_send(n.hw, etype, d, now)
+            self._path_send(n.hw, etype, d, now, True)
             return
         n = self.table.neigh(ip)
         if n.state == FAILED:
@@ -431,13 +457,18 @@ class IpoibIf:
             ns = w.build_ns(src, n.ip, self.hw)
             self._mcast(w.ipv6_mgid(ns[24:40], self.pkey), w.ETH_P_IPV6, ns, now)
 
-    def _path_send(self, hw: bytes, etype: int, d, now: float) -> None:
+    def _path_send(self, hw: bytes, etype: int, d, now: float, tun: bool = False) -> None:
+        """``d`` to neighbour ``hw``: in connected mode a datagram from the
+        TUN device over the neighbour's RC connection (``device.ipoib_cm``)
+        when it can; else a UD SEND on the SA path to its GID."""
+        if tun and self.mode == "connected" and self.cm.send(hw, etype, d, now):
+            return
         _, qpn, gid = w.parse_hw_addr(hw)
         p = self.table.path(gid)
         if p.av is not None:
             self._send(p.av, qpn, etype, d)
             return
-        self.table.enqueue(p.queue, (qpn, etype, bytes(d)))
+        self.table.enqueue(p.queue, (hw, etype, bytes(d), tun))
         if p.tid is None:
             self.cnt["path_queries"] += 1
 
@@ -454,11 +485,14 @@ class IpoibIf:
                 p.valid = True
                 p.av = AddressVector(dlid=rec["DLID"], sl=rec["SL"], is_global=False)
                 q, p.queue = p.queue, []
-                for qpn, et, data in q:
-                    self._send(p.av, qpn, et, data)
+                for hw_, et, data, tun_ in q:
+                    self._path_send(hw_, et, data, time.monotonic(), tun_)
             p.tid = self.sa.path_record(self.port_gid, gid, self.pkey, done)
 
     def _send(self, av: AddressVector, dqpn: int, etype: int, d, mcast: bool = False) -> None:
+        if len(d) > self.ud_mtu:                      # (connected mode's MTU, on UD: ipoib_send)
+            self.too_big(d, self.ud_mtu)
+            return
         payload = w.IPOIB_HDR.pack(etype, 0) + bytes(d)
         pkt = build(UD_SEND_ONLY, dqpn, self.psn, payload, pkey=self.pkey, deth=(self.qkey, self.qp_num))
         self.psn = (self.psn + 1) & 0xFFFFFF
@@ -513,6 +547,25 @@ class IpoibIf:
         else:
             c["rx_drop_other"] += 1
 
+    def deliver(self, etype: int, d, now: float) -> None:
+        """A datagram an RC connection received (``device.ipoib_cm``)."""
+        if etype == w.ETH_P_ARP:
+            self._arp(d, now)
+        elif etype == w.ETH_P_IPV6 and len(d) >= 41 and d[6] == w.ICMPV6 and d[40] in (w.ND_NS, w.ND_NA):
+            self._nd(d, now)
+        elif etype in (w.ETH_P_IP, w.ETH_P_IPV6):
+            self.tun.write(d)
+        else:
+            self.cnt["rx_drop_other"] += 1
+
+    def too_big(self, d, mtu: int) -> None:
+        """``d`` does not fit the path it takes: dropped, and the sender told
+        the MTU (ipoib_cm_skb_too_long: ICMP fragmentation needed / packet too big)."""
+        self.cnt["tx_too_big"] += 1
+        icmp = w.build_too_big(d, mtu)
+        if icmp is not None:
+            self.tun.write(icmp)
+
     def _check_path(self, ip, src, now: float) -> None:
         """A unicast datagram from a neighbour whose path we hold with
         another DLID than the packet's SLID: the neighbour's LID moved (an
@@ -564,7 +617,7 @@ class IpoibIf:
             self._answer_waiters(n.ip, n.hw)
         q, n.queue = n.queue, []
         for etype, d in q:
-            self._path_send(n.hw, etype, d, now)
+            self._path_send(n.hw, etype, d, now, True)
 
     # -- views
     def neighbours(self) -> list[dict]:
@@ -576,7 +629,7 @@ class IpoibIf:
         return out
 
     def info(self) -> dict:
-        return {"ifname": self.name, "ifindex": self.tun.index, "device": self.dev.name, "port": 1,
+        return {"ifname": self.name, "ifindex": self.tun.index, "device": self.dev.name, "port": self.dev.num,
                 "parent": self.parent.name if self.parent else None, "pkey": self.pkey, "mode": self.mode,
                 "umcast": self.umcast, "qpn": self.qp_num, "qkey": self.qkey, "mtu": self.tun.mtu,
                 "carrier": bool(self.tun.carrier), "address": w.format_hw_addr(self.hw),
@@ -585,6 +638,7 @@ class IpoibIf:
                            for g in self.groups.values()},
                 "paths": {str(ipaddress.IPv6Address(p.gid)): {"dlid": p.record["DLID"], "sl": p.record["SL"]}
                           for p in self.table.paths.values() if p.record},
+                "connections": self.cm.connections(),
                 "counters": dict(self.cnt, tx_dropped_queue=self.table.dropped)}
 
 

@@ -1,10 +1,12 @@
 """The daemon's IPoIB interfaces (the kernel's ib_ipoib module): one per IB
-device, on its first port, as the device is added (``ib0``, ``ib1``, ...
--- the first free name in the daemon's network namespace; a device's
-second port has none yet), P_Key children made and removed on
-request (``create_child`` / ``delete_child``), and what the daemon's loop
-gives them: the TUN device's readability, the port's events, rtnetlink's
-address changes on the interface, the timers, the sysfs files.
+port, as the device or its further port is added (``ib0``, ``ib1``, ...
+-- the first free name in the daemon's network namespace), P_Key children
+made and removed on
+request (``create_child`` / ``delete_child``), their ``mode`` (datagram or
+connected, ``IpoibIf.set_mode``) and connected mode's settings, and what
+the daemon's loop gives them: the TUN device's readability, the port's
+events, rtnetlink's address changes on the interface, the timers (their
+own and their RC connections'), the sysfs files.
 
 """
 
@@ -52,15 +54,21 @@ class IpoibHost:
 
     # -- interfaces
     def add_device(self, dev) -> None:
-        """An IB device: its port's interface (nothing when IPoIB is off,
-        or the daemon may not make TUN devices: logged)."""
+        """An IB device: its first port's interface (nothing when IPoIB is
+        off, or the daemon may not make TUN devices: logged)."""
+        self.add_port(dev)
+
+    def add_port(self, port) -> None:
+        """An IB port (the device itself for port 1, an ``IbSubPort`` for
+        ``rdma link add NAME/N``): its interface, the next free ``ibN``, as
+        ipoib_add_port makes one per port."""
         if not self.enabled:
             return
-        self.sa[dev] = SaClient(dev)
+        self.sa[port] = SaClient(port)
         try:
-            self._make(dev, "ib%d", DEFAULT_PKEY, None)
+            self._make(port, "ib%d", DEFAULT_PKEY, None)
         except OSError as e:
-            log.warning("%s: no IPoIB interface: %s", dev.name, e.strerror or e)
+            log.warning("%s/%d: no IPoIB interface: %s", port.name, port.num, e.strerror or e)
 
     def _make(self, dev, name: str, pkey: int, parent) -> IpoibIf:
         tun = Tun(name, w.ud_mtu(IB_MTU_DEFAULT))
@@ -115,21 +123,43 @@ class IpoibHost:
         ifc.close()
 
     def remove_device(self, dev) -> None:
-        for ifc in [i for i in self.ifs.values() if i.dev is dev]:
+        """The device is gone: the interfaces of all its ports."""
+        for ifc in [i for i in self.ifs.values() if i.dev.hca is dev]:
             self._remove(ifc)
-        self.sa.pop(dev, None)
+        for p in [p for p in self.sa if p.hca is dev]:
+            del self.sa[p]
+
+    def remove_port(self, port) -> None:
+        """Port ``port`` of a device is gone (``rdma link delete NAME/N``): its interfaces."""
+        for ifc in [i for i in self.ifs.values() if i.dev is port]:
+            self._remove(ifc)
+        self.sa.pop(port, None)
 
     def set_attr(self, name: str, attr: str, value: str) -> None:
-        """``echo VALUE > /sys/class/net/NAME/ATTR`` for ``mode`` and ``umcast``."""
+        """``echo VALUE > /sys/class/net/NAME/ATTR`` for ``mode`` and
+        ``umcast``; and connected mode's settings, softrdma's own:
+        ``cm_tx_idle`` and ``cm_rx_idle`` (seconds an idle connection
+        lives), ``cm_max_conn_qp`` (RX connections taken at most)."""
         ifc = self.ifs.get(name)
         if ifc is None:
             raise VerbsError(errno.ENODEV, f"no IPoIB interface {name!r}")
         if attr == "mode":
-            if value == "datagram":
-                return
-            if value == "connected":
-                raise VerbsError(errno.EOPNOTSUPP, "connected mode is not supported")
-            raise VerbsError(errno.EINVAL, f"mode {value!r}")
+            if value not in ("datagram", "connected"):
+                raise VerbsError(errno.EINVAL, f"mode {value!r}")
+            if value == "connected" and not ifc.cm.enabled:
+                raise VerbsError(errno.EOPNOTSUPP, f"{ifc.name}: connected mode needs the IB CM, which serves "
+                                                   f"the device's first port only")
+            if value == "connected" and ifc.mode != value:
+                log.warning("%s: enabling connected mode will cause multicast packet drops", ifc.name)
+            ifc.set_mode(value)
+            self.write_sysfs(ifc)
+            return
+        if attr in ("cm_tx_idle", "cm_rx_idle", "cm_max_conn_qp"):
+            try:
+                ifc.cm.set(attr, value)
+            except ValueError:
+                raise VerbsError(errno.EINVAL, f"{attr} {value!r}") from None
+            return
         if attr == "umcast":
             try:
                 ifc.umcast = 1 if int(value, 0) else 0
@@ -206,17 +236,30 @@ class IpoibHost:
     def deadline(self) -> float | None:
         """The interfaces' next timer (their SA requests' are the GSI's)."""
         d = None
+        for p in self.sa:
+            if p.num != 1 and p.gsi.requests:        # (port 1's QP1 is rdma_cm's to tick)
+                x = p.gsi.deadline
+                if x is not None and (d is None or x < d):
+                    d = x
         for ifc in self.ifs.values():
-            x = ifc.deadline
-            if x is not None and (d is None or x < d):
-                d = x
+            for x in (ifc.deadline, ifc.cm.deadline):
+                if x is not None and (d is None or x < d):
+                    d = x
         return d
 
     def tick(self, now: float) -> None:
+        for p in self.sa:
+            if p.num != 1 and p.gsi.requests:        # a further port's SA requests: timeouts, retries
+                d = p.gsi.deadline
+                if d is not None and now >= d:
+                    p.gsi.tick(now)
         for ifc in self.ifs.values():
             d = ifc.deadline
             if d is not None and now >= d:
                 ifc.tick(now)
+            d = ifc.cm.deadline
+            if d is not None and now >= d:
+                ifc.cm.tick(now)
 
     # -- views
     def write_sysfs(self, ifc: IpoibIf) -> None:
@@ -224,7 +267,7 @@ class IpoibHost:
             "address": w.format_hw_addr(ifc.hw), "broadcast": w.format_hw_addr(ifc.broadcast_hw),
             "mode": ifc.mode, "pkey": f"{ifc.pkey:#06x}", "umcast": str(ifc.umcast), "type": "32",
             "addr_len": "20", "mtu": str(ifc.tun.mtu), "carrier": "1" if ifc.tun.carrier else "0",
-            "ifindex": str(ifc.tun.index), "dev_id": f"{ifc.qp_num >> 24:#x}",
+            "ifindex": str(ifc.tun.index), "dev_id": f"{ifc.qp_num >> 24:#x}", "dev_port": str(ifc.dev.num - 1),
             "create_child": "", "delete_child": ""})
 
     def refresh_sysfs(self) -> None:

@@ -34,7 +34,7 @@ class Path:
         self.av: AddressVector | None = None
         self.tid: int | None = None           # the PathRecord query out
         self.record: dict | None = None
-        self.queue: list = []                 # (ethertype, datagram, dqpn) waiting for the path
+        self.queue: list = []                 # (hardware address, ethertype, datagram, from the TUN) waiting
         self.valid = False
         self.recheck_at = 0.0                 # (a mismatched SLID re-asks the SA no sooner)
 

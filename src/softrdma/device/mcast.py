@@ -179,7 +179,9 @@ class McastGroups:
         by_ip: dict[bytes, list] = {}
         for g in self.groups.values():
             by_ip.setdefault(ipaddress.ip_address(g.ip).packed, []).extend(g.members)
-        self.dev.mcast_qps = {k: tuple(v) for k, v in by_ip.items()}
+        qps = self.dev.mcast_qps           # changed in place: an IB device's further ports hold the same dict
+        qps.clear()
+        qps.update((k, tuple(v)) for k, v in by_ip.items())
 
     def close(self) -> list[McastSocket]:
         socks = list(self.sockets.values())
@@ -187,7 +189,7 @@ class McastGroups:
             s.close()
         self.sockets.clear()
         self.groups.clear()
-        self.dev.mcast_qps = {}
+        self.dev.mcast_qps.clear()
         return socks
 
     # -- data path

@@ -116,7 +116,11 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
                 evs = cm.events[:]
                 cm.events.clear()
                 for ev in evs:
-                    self._cm_event(dev, ev)
+                    ulp = getattr(ev.cm_id.context, "ulp_cm_event", None)
+                    if ulp is not None:                 # the daemon's own user (IPoIB's connected mode)
+                        ulp(ev, now)
+                    else:
+                        self._cm_event(dev, ev)
             if cm.mads:
                 mads = cm.mads[:]
                 cm.mads.clear()

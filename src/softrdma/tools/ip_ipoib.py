@@ -9,7 +9,9 @@
   discovery, path queries, multicast joins, drops by reason) -- the
   interface's own RX/TX counters are the kernel's;
 * ``ip link add link ib0 name ib0.8001 type ipoib pkey 0x8001 [mode
-  datagram]`` and ``ip link del ib0.8001``: P_Key child interfaces;
+  datagram|connected]`` and ``ip link del ib0.8001``: P_Key child interfaces;
+* ``ip link set [dev] ib0 type ipoib mode connected|datagram [umcast 0|1]``:
+  the interface's mode (``echo connected > /sys/class/net/ib0/mode``);
 * ``ip neigh show [dev DEV]``: the neighbours the daemon resolved (ARP,
   neighbour discovery), with their IPoIB hardware addresses -- a TUN
   device has no neighbour table of its own.
@@ -54,7 +56,11 @@ def _call(conn, **kw) -> list[dict]:
 COUNTER_ROWS = (("ARP", ("arp_tx", "arp_rx")), ("ND", ("nd_tx", "nd_rx")),
                 ("paths", ("path_queries", "path_failures")), ("mcast", ("mcast_joins", "mcast_join_failures")),
                 ("drop", ("rx_drop_qkey", "rx_drop_pkey", "rx_drop_other", "tx_drop_no_carrier",
-                          "tx_drop_unresolved", "tx_dropped_queue")))
+                          "tx_drop_unresolved", "tx_dropped_queue", "tx_too_big")),
+                ("CM", ("cm_tx_packets", "cm_tx_bytes", "cm_rx_packets", "cm_rx_bytes")),
+                ("CM connections", ("cm_tx_connects", "cm_tx_established", "cm_tx_rejects", "cm_tx_failures",
+                                    "cm_rx_accepts", "cm_rx_rejects", "cm_tx_idle_teardowns",
+                                    "cm_rx_idle_teardowns", "cm_disconnects")))
 
 
 def show(real_ip: str, argv: list[str], ifc: dict, stats: bool, details: bool, out) -> int:
@@ -107,6 +113,19 @@ def link_add(words: list[str], conn) -> int:
     return 0
 
 
+def link_set(words: list[str], name: str, conn) -> int:
+    """``link set DEV type ipoib [mode datagram|connected] [umcast 0|1]``."""
+    if len(words) % 2 or not words:
+        raise IpoibError('Command line is not complete. Try option "help"', 255)
+    for k, v in zip(words[::2], words[1::2]):
+        if k == "mode" and v not in ("datagram", "connected"):
+            raise IpoibError(f'Error: argument "{v}" is wrong: invalid mode', 255)
+        if k not in ("mode", "umcast"):
+            raise IpoibError(f'Error: argument "{k}" is wrong: unknown ipoib option', 255)
+        _call(conn, action="set", ifname=name, attr=k, value=v)
+    return 0
+
+
 def neigh_show(dev: str | None, ifs: list[dict], out) -> None:
     for ifc in ifs:
         if dev is not None and ifc["ifname"] != dev:
@@ -138,6 +157,14 @@ def main(args: list[str], argv: list[str], stats: bool, details: bool, real_ip: 
         except PyverbsError:
             raise IpoibError("RTNETLINK answers: Operation not supported (no softrdma daemon)") from None
         return link_add(args[2:], conn)
+    if len(args) >= 3 and args[0] == "link" and args[1] == "set" and "type" in args and \
+            args[args.index("type") + 1:args.index("type") + 2] == ["ipoib"]:
+        rest = args[2:args.index("type")]
+        name = rest[1] if rest[:1] == ["dev"] and len(rest) > 1 else (rest[0] if rest else "")
+        found = interfaces(name) if name else None
+        if found is None:
+            return None
+        return link_set(args[args.index("type") + 2:], name, found[0])
     if len(args) >= 3 and args[0] == "link" and args[1] in ("del", "delete"):
         rest = args[2:]
         name = rest[1] if rest[0] == "dev" and len(rest) > 1 else rest[0]

@@ -175,14 +175,44 @@ NA_SOLICITED, NA_OVERRIDE = 0x40, 0x20
 _IP6 = struct.Struct(">IHBB16s16s")
 
 
-def _icmp6_sum(src: bytes, dst: bytes, icmp: bytes) -> int:
-    data = src + dst + len(icmp).to_bytes(4, "big") + b"\0\0\0" + bytes([ICMPV6]) + icmp
+def inet_checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of ``data``."""
     if len(data) & 1:
         data += b"\0"
     s = sum(struct.unpack(f">{len(data) // 2}H", data))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF
+
+
+def _icmp6_sum(src: bytes, dst: bytes, icmp: bytes) -> int:
+    return inet_checksum(src + dst + len(icmp).to_bytes(4, "big") + b"\0\0\0" + bytes([ICMPV6]) + icmp)
+
+
+def build_too_big(datagram, mtu: int) -> bytes | None:
+    """The ICMP error a hop sends for ``datagram`` that does not fit
+    ``mtu``: "fragmentation needed" (RFC 1191: type 3 code 4, the IP header
+    and 8 bytes) or ICMPv6 "packet too big" (RFC 8201: type 2, as much as
+    fits 1280 bytes), from the datagram's destination back to its source;
+    None when it is not an IP datagram or is itself an ICMP error."""
+    d = bytes(datagram)
+    if len(d) >= 20 and d[0] >> 4 == 4:
+        ihl = (d[0] & 15) * 4
+        if d[9] == 1 and len(d) > ihl and d[ihl] in (3, 4, 5, 11, 12):
+            return None
+        icmp = bytearray(struct.pack(">BBHHH", 3, 4, 0, 0, mtu & 0xFFFF) + d[:ihl + 8])
+        icmp[2:4] = inet_checksum(bytes(icmp)).to_bytes(2, "big")
+        hdr = bytearray(struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(icmp), 0, 0, 64, 1, 0, d[16:20], d[12:16]))
+        hdr[10:12] = inet_checksum(bytes(hdr)).to_bytes(2, "big")
+        return bytes(hdr) + bytes(icmp)
+    if len(d) >= 40 and d[0] >> 4 == 6:
+        if d[6] == ICMPV6 and len(d) > 40 and d[40] < 128:
+            return None
+        icmp = bytearray(struct.pack(">BBHI", 2, 0, 0, mtu)) + d[:1280 - 48]
+        src, dst = d[24:40], d[8:24]
+        icmp[2:4] = _icmp6_sum(src, dst, bytes(icmp)).to_bytes(2, "big")
+        return _IP6.pack(6 << 28, len(icmp), ICMPV6, 64, src, dst) + bytes(icmp)
+    return None
 
 
 def _ip6(src: bytes, dst: bytes, icmp: bytearray) -> bytes:

@@ -3,7 +3,8 @@
 neighbours and counters; one by ``ifname``), ``create_child`` /
 ``delete_child`` (``ip link add link ib0 name ib0.8001 type ipoib pkey
 0x8001``, ``ip link del ib0.8001``) and ``set`` (the ``mode`` and
-``umcast`` sysfs files).  Changes need CAP_NET_ADMIN, as rtnetlink's."""
+``umcast`` sysfs files; connected mode's ``cm_tx_idle``, ``cm_rx_idle``,
+``cm_max_conn_qp``).  Changes need CAP_NET_ADMIN, as rtnetlink's."""
 
 from __future__ import annotations
 
