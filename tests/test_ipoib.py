@@ -28,6 +28,7 @@ from daemon_helpers import RunningDaemon
 from ib_helpers import IbFabric, add_ib, control, link
 from ibfabric_helpers import NET_2SW
 from netns_helpers import need_root, sh
+from shm_helpers import shm_dir
 from test_wire_tshark import tshark  # noqa: F401 -- the tshark fixture
 from wait_helpers import stop, wait_for
 
@@ -97,7 +98,7 @@ class IpoibHosts:
         sh("ip", "netns", "del", ns, check=False)
         sh("ip", "netns", "add", ns)
         sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        rd = f"/dev/shm/ipoib-{h}-{self.tag}"
+        rd = shm_dir(f"ipoib-{h}-{self.tag}")
         self.run_dirs.append(rd)
         os.makedirs(rd, exist_ok=True)
         self.daemons[h] = RunningDaemon(rd, devices=(), args=("--ipoib",), prefix=("ip", "netns", "exec", ns))
