@@ -73,10 +73,20 @@ def test_icrc_is_rocev2s_with_the_lrh_in_place_of_ones():
 
 
 def test_compiled_vcrc_is_the_reference():
+    """Every length around the compiled loops' steps (256- and 64-byte folds, then
+    16-byte ones, then bytes) and packet sizes, against the Python
+    reference; large buffers against the compiled table loop."""
+    import random
     from softrdma.wire import fastpath
-    for n in (0, 1, 7, 64, 4096 + 30):
-        data = bytes((i * 37 + n) & 0xFF for i in range(n))
-        assert fastpath.vcrc(data) == fastpath.py_vcrc(data)
+    r = random.Random(5)
+    for n in [*range(0, 300), 2048 + 28, 4096 + 30, 4096 + 70]:
+        data = r.randbytes(n)
+        assert fastpath.vcrc(data) == fastpath.py_vcrc(data), n
+    c = fastpath._C
+    assert c is not None, "the compiled module is built (setup.py build_ext)"
+    for n in (64 * 1024, 256 * 1024 + 13):
+        data = r.randbytes(n)
+        assert c.vcrc(data) == c.vcrc_table(data), n
 
 
 def test_vcrc_reference_value():
