@@ -150,3 +150,21 @@ def test_fabriclink_refuses_malformed():
 def test_data_socket_path(monkeypatch):
     monkeypatch.setenv(fl.DIR_ENV, "/x/y/")
     assert fl.data_socket_path("sim") == "/x/y/sim.data"
+
+
+def test_fabric_link_buffers_pass_wmem_max_where_allowed():
+    """The link's sockets get the buffers asked for: past net.core.wmem_max
+    for root (SO_SNDBUFFORCE; the kernel doubles what it is given), as far
+    as wmem_max allows otherwise."""
+    import os
+    import socket
+    size = 4 << 20
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        fl.set_buffers(a, size)
+        got = a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        if os.geteuid() == 0:
+            assert got == 2 * size
+        else:
+            with open("/proc/sys/net/core/wmem_max") as f:
+                assert got == 2 * min(size, int(f.read()))

@@ -57,7 +57,7 @@ class FabricLink:
         fabric's socket is not there or refuses."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         try:
-            set_buffers(s, SNDBUF)
+            fl.set_buffers(s, SNDBUF)
             s.settimeout(2.0)
             s.connect(self.path)
             s.send(fl.pack_attach(self.port_num, self.node, self.device))
@@ -171,24 +171,8 @@ class FabricLink:
         return True
 
 
-def set_buffers(s: socket.socket, size: int) -> None:
-    """Send and receive buffers of ``size`` bytes: past net.core.wmem_max
-    where the process may (SO_SNDBUFFORCE, CAP_NET_ADMIN), else as far as
-    that allows.  An AF_UNIX sender's buffer bounds the messages in flight
-    to its peer (the peer's receive queue is charged to it)."""
-    for force, plain in ((getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF),
-                         (getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF)):
-        try:
-            s.setsockopt(socket.SOL_SOCKET, force, size)
-        except OSError:
-            try:
-                s.setsockopt(socket.SOL_SOCKET, plain, size)
-            except OSError:
-                pass
-
-
 def exists(base: str, directory: str | None = None) -> bool:
     return os.path.exists(fl.data_socket_path(base, directory))
 
 
-__all__ = ["FabricLink", "exists", "set_buffers"]
+__all__ = ["FabricLink", "exists"]

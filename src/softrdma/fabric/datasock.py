@@ -38,8 +38,6 @@ from .model import FabricError, Port
 RECV_BURST = 64                      # messages read from one connection per wakeup
 SOCK_BUF = 4 << 20
 _RECV_SIZE = fabriclink.MAX_MESSAGE + 64
-_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
-_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 
 
 class Conn:
@@ -134,17 +132,7 @@ class DataSocket:
                 self._log(f"data socket accept: {e.strerror}")
                 return
             s.setblocking(False)
-            # past net.core.wmem_max where allowed (CAP_NET_ADMIN): the send
-            # buffer bounds the messages in flight to the device, and a
-            # message that finds it full is lost (``_send``)
-            for force, opt in ((_SNDBUFFORCE, socket.SO_SNDBUF), (_RCVBUFFORCE, socket.SO_RCVBUF)):
-                try:
-                    s.setsockopt(socket.SOL_SOCKET, force, SOCK_BUF)
-                except OSError:
-                    try:
-                        s.setsockopt(socket.SOL_SOCKET, opt, SOCK_BUF)
-                    except OSError:
-                        pass
+            fabriclink.set_buffers(s, SOCK_BUF)     # a send that finds it full loses the message (``_send``)
             c = Conn(s)
             self.conns[c.fd] = c
             self.server.sel.register(s, selectors.EVENT_READ, lambda _s, c=c: self._on_readable(c))
