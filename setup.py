@@ -8,7 +8,8 @@ and the fabric server sends one datagram per system call.
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("softrdma.wire._fastpath", ["src/softrdma/wire/_fastpath.c"],
+setup(ext_modules=[Extension("softrdma.wire._fastpath", ["src/softrdma/wire/_fastpath.c", "src/softrdma/wire/_vcrc.c"],
+                             depends=["src/softrdma/wire/_vcrc.h"],
                              libraries=["z"], extra_compile_args=["-O2"], optional=True),
                    Extension("softrdma.fabric._sendmmsg", ["src/softrdma/fabric/_sendmmsg.c"],
                              extra_compile_args=["-O2"], optional=True)])

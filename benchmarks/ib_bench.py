@@ -112,10 +112,26 @@ def _env(pairs) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def fabric_src(path: str | None):
+    """The fabric server and the SM run the code at ``path`` (a side's
+    PYTHONPATH): the test helpers that start them give them this tree's
+    ``src`` otherwise, whatever the environment says."""
+    import sm_helpers
+    saved = sm_helpers.SRC
+    if path:
+        sm_helpers.SRC = path
+    try:
+        yield
+    finally:
+        sm_helpers.SRC = saved
+
+
 def one_setup(env: dict, points, devs, got: dict, tag: str, r: int) -> None:
-    """Fabric, hosts, SM and the points on both devices, with ``env`` set."""
+    """Fabric, hosts, SM and the points on both devices, with ``env`` set
+    (its PYTHONPATH for the fabric server and the SM too)."""
     from ib_helpers import link
-    with environment(env), two_ib_hosts("ib_bench-") as (fab, hosts, lids):
+    with environment(env), fabric_src(env.get("PYTHONPATH")), two_ib_hosts("ib_bench-") as (fab, hosts, lids):
         mtu = link(hosts.run_dirs[0], "mlx5_0")["port_attr"]["active_mtu"]
         if r == 0:
             print(f"{tag}IB: LIDs {lids[0]} and {lids[1]}, one switch apart, active MTU {128 << mtu}; "

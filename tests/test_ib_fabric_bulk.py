@@ -12,7 +12,7 @@ import pytest
 from ibfabric_helpers import NET_2SW, data_packet, program
 from softrdma.fabric import model, topo
 from softrdma.fabric.dataplane import DataPlane, mad_packet
-from softrdma.wire import fabriclink, lrh
+from softrdma.wire import fabriclink, lrh, smp
 
 
 def _fabric():
@@ -21,8 +21,8 @@ def _fabric():
     return f
 
 
-def _bulk(n=31, dlid=6, slid=3, pkey=0xFFFF, size=2048):
-    return [data_packet(dlid, slid, bytes([i]) * size, pkey=pkey) for i in range(n)]
+def _bulk(n=31, dlid=6, slid=3, pkey=0xFFFF, size=2048, sl=0):
+    return [data_packet(dlid, slid, bytes([i]) * size, pkey=pkey, sl=sl) for i in range(n)]
 
 
 def _damaged(pkts, i):
@@ -46,6 +46,14 @@ def _enforce(f):
     f.touch(p)
 
 
+def _sl3_to_vl15(f):
+    """sw1's SL2VL table for h1's port to sw2's: SL 3 -> VL15 (a data packet of SL 3 goes no further)."""
+    vls = list(range(15)) + [7]
+    vls[3] = 15
+    f.node("sw1").sl2vl = {(1, 3): smp.encode_sl2vl(vls)}
+    f.touch()
+
+
 def _down(f):
     f.node("sw2").ports[2].phys = 3                 # Disabled: the link to h4 is down
 
@@ -63,6 +71,7 @@ CASES = {
     "partitions enforced": (_enforce, [_bulk(4, pkey=0x8001), _bulk(4, pkey=0x8001), _bulk(4, pkey=0x8002),
                                        _bulk(4, pkey=0x0001)]),
     "link down": (_down, [_bulk(4)]),
+    "an SL mapped to VL15": (_sl3_to_vl15, [_bulk(4, sl=3), _bulk(4, sl=4), _bulk(4, dlid=4, sl=3)]),
 }
 
 
@@ -110,3 +119,21 @@ def test_the_whole_message_path_takes_a_bulk_message():
     assert taken == [h4, None]
     assert dp.stats["forwarded"] == 34 and dp.stats["bad"] == 1
     assert f.node("sw2").ports[2].pc[model.PC_XMIT_PKTS] == 34
+
+
+def test_a_p_key_the_walk_passed_lets_bulk_messages_go_whole():
+    """Partitions enforced on the way: the first message of a P_Key walks
+    (and is checked port by port), the next ones of that P_Key go whole;
+    another SL is another route, checked again."""
+    f = _fabric()
+    _enforce(f)
+    dp = DataPlane(f)
+    taken = []
+    whole_path = dp._whole
+    dp._whole = lambda *a: taken.append(whole_path(*a)) or taken[-1]
+    h1, h4 = f.node("h1").ports[1], f.node("h4").ports[1]
+    for pkts in (_bulk(4, pkey=0x8001), _bulk(4, pkey=0x8001), _bulk(4, pkey=0x8001, sl=2),
+                 _bulk(4, pkey=0x8001, sl=2), _bulk(4, pkey=0x8002)):
+        dp.forward_message(h1, fabriclink.pack_packets(pkts), {h4})
+    assert taken == [None, h4, None, h4, None]
+    assert dp.stats["forwarded"] == 16

@@ -216,7 +216,7 @@ def test_e2e_ib_write_bw_between_hosts(hosts):
     assert cli.returncode == 0 and srv.returncode == 0, cli.stderr + err
     assert f" local address: LID {hosts.lid['h4']:#04x} QPN" in cli.stdout
     assert f" remote address: LID {hosts.lid['h1']:#04x} QPN" in cli.stdout
-    m = re.search(r"^ 65536      500 +([\d.]+) +([\d.]+) ", cli.stdout, re.M)
+    m = re.search(r"^ 65536      500 +([\d.]+) +([\d.]+)\s", cli.stdout, re.M)   # (a tab after 7 digits)
     assert m and float(m.group(2)) > 0, cli.stdout
     # the fabric counted what it delivered to h1's port (32-bit words; PortRcvData saturates, as the PMA's)
     words = 500 * 65536 // 4

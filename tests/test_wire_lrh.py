@@ -73,10 +73,20 @@ def test_icrc_is_rocev2s_with_the_lrh_in_place_of_ones():
 
 
 def test_compiled_vcrc_is_the_reference():
+    """Every length around the compiled loops' steps (256- and 64-byte folds, then
+    16-byte ones, then bytes) and packet sizes, against the Python
+    reference; large buffers against the compiled table loop."""
+    import random
     from softrdma.wire import fastpath
-    for n in (0, 1, 7, 64, 4096 + 30):
-        data = bytes((i * 37 + n) & 0xFF for i in range(n))
-        assert fastpath.vcrc(data) == fastpath.py_vcrc(data)
+    r = random.Random(5)
+    for n in [*range(0, 300), 2048 + 28, 4096 + 30, 4096 + 70]:
+        data = r.randbytes(n)
+        assert fastpath.vcrc(data) == fastpath.py_vcrc(data), n
+    c = fastpath._C
+    assert c is not None, "the compiled module is built (setup.py build_ext)"
+    for n in (64 * 1024, 256 * 1024 + 13):
+        data = r.randbytes(n)
+        assert c.vcrc(data) == c.vcrc_table(data), n
 
 
 def test_vcrc_reference_value():
@@ -140,3 +150,21 @@ def test_fabriclink_refuses_malformed():
 def test_data_socket_path(monkeypatch):
     monkeypatch.setenv(fl.DIR_ENV, "/x/y/")
     assert fl.data_socket_path("sim") == "/x/y/sim.data"
+
+
+def test_fabric_link_buffers_pass_wmem_max_where_allowed():
+    """The link's sockets get the buffers asked for: past net.core.wmem_max
+    for root (SO_SNDBUFFORCE; the kernel doubles what it is given), as far
+    as wmem_max allows otherwise."""
+    import os
+    import socket
+    size = 4 << 20
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        fl.set_buffers(a, size)
+        got = a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        if os.geteuid() == 0:
+            assert got == 2 * size
+        else:
+            with open("/proc/sys/net/core/wmem_max") as f:
+                assert got == 2 * min(size, int(f.read()))

@@ -16,7 +16,7 @@ Polling, until the fabric is back.
 Transmit: an address vector resolves to an ``IbRoute`` (DLID, SLID = base
 LID | source path bits within the LMC, SL, and a GRH when ``is_global``),
 cached per AV object; the packets of one pass leave as PACKETS messages
-of up to 64 KiB, each sent as the list of its pieces (one ``sendmsg``:
+of up to ``fabriclink.MAX_MESSAGE`` (128 KiB), each sent as the list of its pieces (one ``sendmsg``:
 the entries are never joined into one buffer).  A QP's run of MIDDLE packets (a ``SegmentRun``: the
 port asks QPs for them, as a RoCE port with a socket does) is laid out as
 PACKETS entries in one call (``wire.lrh.build_run``: LRH, GRH, BTH,

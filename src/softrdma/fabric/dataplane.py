@@ -266,17 +266,18 @@ class DataPlane:
         route does not deliver it: the packet-by-packet walk decides."""
         if len(m) < 6 + _MIN_BYTES:
             return None
-        b0, _, dlid, _, _, _ = _LOCAL_HDRS.unpack_from(m, 6)
+        b0, b1, dlid, _, _, _ = _LOCAL_HDRS.unpack_from(m, 6)
         if dlid >= _MCAST_BASE or not dlid:
             return None
-        got = lrh.verify_packets(m, dlid, 0)
+        got = lrh.verify_packets(m, dlid, 0)       # (every packet: the same VL, SL, DLID, SLID)
         if got is None or got[0] <= 1:
             return None
         vl15 = (b0 >> 4) == lrh.VL15
-        key = id(ingress) << 17 | vl15 << 16 | dlid
+        # the walk's cache entry: the P_Keys it passed (``pkeys_ok``) count here too
+        key = id(ingress) << 21 | (b1 >> 4) << 17 | vl15 << 16 | dlid
         r = self._cache.get(key)
         if r is None:
-            r = self._cache[key] = self._route(ingress, dlid, vl15)
+            r = self._cache[key] = self._route(ingress, dlid, vl15, b1 >> 4)
         if r.mcast or r.drop is not None or r.dests[0] not in attached:
             return None
         if r.pkey_ports and (m[6 + 10] << 8 | m[6 + 11]) not in r.pkeys_ok:

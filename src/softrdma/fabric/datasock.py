@@ -132,11 +132,7 @@ class DataSocket:
                 self._log(f"data socket accept: {e.strerror}")
                 return
             s.setblocking(False)
-            for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-                try:
-                    s.setsockopt(socket.SOL_SOCKET, opt, SOCK_BUF)
-                except OSError:
-                    pass
+            fabriclink.set_buffers(s, SOCK_BUF)     # a send that finds it full loses the message (``_send``)
             c = Conn(s)
             self.conns[c.fd] = c
             self.server.sel.register(s, selectors.EVENT_READ, lambda _s, c=c: self._on_readable(c))

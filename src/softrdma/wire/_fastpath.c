@@ -17,7 +17,8 @@
  *                      in such a buffer, copied to their place;
  *   icrc_v4         -- one packet's ICRC (its 4 bytes on the wire) for an
  *                      IPv4 flow and IP ID: the packets sent one by one;
- *   vcrc            -- a native IB packet's VCRC;
+ *   vcrc            -- a native IB packet's VCRC (by carry-less multiplication
+ *                      where the CPU has it; vcrc_table: the table loop);
  *   ib_build_run    -- a SegmentRun's packets as native IB packets, laid out
  *                      as the entries of a PACKETS message (wire/lrh.py);
  *   ib_verify_packets -- a whole PACKETS message checked for one QP.
@@ -32,6 +33,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
+
+#include "_vcrc.h"
 
 typedef uint32_t (*crc_fn_t)(uint32_t, const unsigned char *, uint64_t);
 
@@ -343,46 +346,14 @@ static PyObject *py_icrc_v4(PyObject *self, PyObject *args)
     return ret;
 }
 
-/* vcrc(data) -> int: the InfiniBand VCRC (CRC-16, polynomial 0x100B, seed
- * 0xFFFF, reflected, inverted) of a native IB packet's LRH .. ICRC. */
-static uint16_t vcrc_table[16][256];     /* slicing by 16 */
-
-static void vcrc_init(void)
+static PyObject *py_vcrc_table(PyObject *self, PyObject *args)
 {
-    for (unsigned i = 0; i < 256; i++) {
-        uint16_t c = (uint16_t)i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (uint16_t)((c >> 1) ^ 0xD008) : (uint16_t)(c >> 1);
-        vcrc_table[0][i] = c;
-    }
-    for (unsigned i = 0; i < 256; i++)
-        for (int t = 1; t < 16; t++)
-            vcrc_table[t][i] = (uint16_t)((vcrc_table[t - 1][i] >> 8) ^ vcrc_table[0][vcrc_table[t - 1][i] & 0xFF]);
-}
-
-static uint16_t vcrc_of(const uint8_t *d, Py_ssize_t n)
-{
-    uint16_t c = 0xFFFF;
-    while (n >= 16) {
-        c = (uint16_t)(vcrc_table[15][(d[0] ^ c) & 0xFF] ^ vcrc_table[14][(d[1] ^ (c >> 8)) & 0xFF]
-                       ^ vcrc_table[13][d[2]] ^ vcrc_table[12][d[3]] ^ vcrc_table[11][d[4]]
-                       ^ vcrc_table[10][d[5]] ^ vcrc_table[9][d[6]] ^ vcrc_table[8][d[7]]
-                       ^ vcrc_table[7][d[8]] ^ vcrc_table[6][d[9]] ^ vcrc_table[5][d[10]]
-                       ^ vcrc_table[4][d[11]] ^ vcrc_table[3][d[12]] ^ vcrc_table[2][d[13]]
-                       ^ vcrc_table[1][d[14]] ^ vcrc_table[0][d[15]]);
-        d += 16;
-        n -= 16;
-    }
-    while (n >= 8) {
-        c = (uint16_t)(vcrc_table[7][(d[0] ^ c) & 0xFF] ^ vcrc_table[6][(d[1] ^ (c >> 8)) & 0xFF]
-                       ^ vcrc_table[5][d[2]] ^ vcrc_table[4][d[3]] ^ vcrc_table[3][d[4]]
-                       ^ vcrc_table[2][d[5]] ^ vcrc_table[1][d[6]] ^ vcrc_table[0][d[7]]);
-        d += 8;
-        n -= 8;
-    }
-    while (n-- > 0)
-        c = (uint16_t)((c >> 8) ^ vcrc_table[0][(c ^ *d++) & 0xFF]);
-    return (uint16_t)(c ^ 0xFFFF);
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b))
+        return NULL;
+    uint16_t c = vcrc_of_table(b.buf, b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
 }
 
 static PyObject *py_vcrc(PyObject *self, PyObject *args)
@@ -589,6 +560,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"vcrc", py_vcrc, METH_VARARGS, "vcrc(data): the InfiniBand VCRC of LRH .. ICRC."},
+    {"vcrc_table", py_vcrc_table, METH_VARARGS, "vcrc_table(data): the same VCRC by the table alone (for the tests)."},
     {"set_crc32", set_crc32, METH_VARARGS, "Use the CRC-32 at this address (0: zlib's)."},
     {"set_opcode_table", set_opcode_table, METH_VARARGS, "The opcode table verify_segments checks framing with."},
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): the CRC-32 in use."},
