@@ -28,7 +28,7 @@ from .model import Node, Port
 from .vports import HANDLERS as VPORT_HANDLERS
 from ..wire.smp_virt import CAP2_IS_VIRT_SUPPORTED
 
-_GET, _SET = Method.GET, Method.SET
+_GET, _SET = int(Method.GET), int(Method.SET)        # plain ints: compared per MAD
 _PORT_ATTRS = frozenset((SmpAttr.PORT_INFO, SmpAttr.PKEY_TABLE, SmpAttr.GUID_INFO, *VPORT_HANDLERS))
 _NO_DATA = bytes(smp.SMP_DATA_SIZE)
 
@@ -210,7 +210,8 @@ class Sma:
         return self._read_only(method, lambda: smp.encode_node_desc(node.desc))
 
     def _node_info(self, node, arrival, method, mod, data):
-        return self._read_only(method, lambda: node_info(node, arrival))
+        # _read_only, inline: a discovery's most frequent Get
+        return (0 if method == _GET else SmpStatus.ATTR_UNSUPPORTED), node_info(node, arrival)
 
     def _switch_info(self, node, arrival, method, mod, data):
         if not node.is_switch:
