@@ -396,7 +396,7 @@ def _reference_router(f):
     """A Router whose directed routes take the general path only: every hop through
     ``_cross`` and every answer back by ``_dr_return`` (what the fast path replaces)."""
     r = route.Router(f)
-    r.fast_hops = False
+    r._cross_vl15 = lambda out: r._cross(out, True, logical=False)
     r._dr_back = lambda hops, start, mad: None
     return r
 

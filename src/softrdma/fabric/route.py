@@ -55,6 +55,20 @@ _DR_LIDS = struct.Struct(">HH")        # DrSLID, DrDLID (byte 32)
 _MOD = struct.Struct(">I")
 
 
+def _count_hop(out: Port, into: Port) -> None:
+    """One MAD over the link from ``out`` to ``into``: PortXmit* and PortRcv* of the ends."""
+    pc = out.pc
+    if pc is None:
+        pc = out.counters()
+    pc[_PC_XMIT_PKTS] += 1
+    pc[_PC_XMIT_DATA] += MAD_WORDS
+    pc = into.pc
+    if pc is None:
+        pc = into.counters()
+    pc[_PC_RCV_PKTS] += 1
+    pc[_PC_RCV_DATA] += MAD_WORDS
+
+
 class Delivery(NamedTuple):
     """A MAD that leaves the fabric at ``port`` for destination QP ``qp``.
 
@@ -96,9 +110,6 @@ class Router:
         self.dropped = 0
         self._pending: list[Delivery] = []
         self._near: dict = {}                # node -> its ports and their partners (node_changed)
-        # directed-route hops over an up link without an error rate counted inline;
-        # False: every hop through _cross (the reference the tests compare with)
-        self.fast_hops = True
 
     # --- the entry point ------------------------------------------------------------------
     def inject(self, port: Port, mad, slid: int, dlid: int, sqp: int, dqp: int) -> list[Delivery]:
@@ -197,6 +208,16 @@ class Router:
         pc[model.PC_RCV_DATA] += MAD_WORDS
         return r
 
+    def _cross_vl15(self, out: Port) -> Port:
+        """``_cross(out, True, logical=False)`` -- a directed-route hop -- with the
+        common case (both ends physically up, no error rate) inline: the hop
+        counters and the port on the other side.  Anything else takes ``_cross``."""
+        r = out.remote
+        if r is None or out.phys != _LINK_UP or r.phys != _LINK_UP or out.err_rate:
+            return self._cross(out, True, logical=False)
+        _count_hop(out, r)
+        return r
+
     # --- directed routes -------------------------------------------------------------------
     def _directed(self, port, mad, dlid, sqp, dqp):
         if len(mad) != IB_MGMT_MAD_SIZE:
@@ -219,7 +240,7 @@ class Router:
         if dr_slid != IB_LID_PERMISSIVE:
             # LID-routed to the node where the directed part starts
             cur, _ = self.lid_route(port, dlid, True)
-        fast = self.fast_hops
+        cross = self._cross_vl15
         hops = []                              # (port out, port in) of each hop
         for i in range(1, hop_cnt + 1):
             node = cur.node
@@ -229,24 +250,7 @@ class Router:
             if not 1 <= o <= node.nports:
                 raise Drop(f'"{node.nodeid}" has no port {o} (hop {i})')
             out = node.ports[o]
-            # _cross(out, True, logical=False) with the common case -- both ends
-            # physically up, no error rate: the hop's counters -- inline (two calls
-            # per hop were a tenth of the MAD path); anything else takes _cross
-            cur = out.remote
-            if cur is None or out.phys != _LINK_UP or cur.phys != _LINK_UP or out.err_rate \
-                    or not fast:
-                cur = self._cross(out, True, logical=False)
-            else:
-                pc = out.pc
-                if pc is None:
-                    pc = out.counters()
-                pc[_PC_XMIT_PKTS] += 1
-                pc[_PC_XMIT_DATA] += MAD_WORDS
-                pc = cur.pc
-                if pc is None:
-                    pc = cur.counters()
-                pc[_PC_RCV_PKTS] += 1
-                pc[_PC_RCV_DATA] += MAD_WORDS
+            cur = cross(out)
             hops.append((out, cur))
             mad[_DR_RPATH + i] = cur.num
         mad[6] = hop_cnt + 1                   # the hop pointer
@@ -282,17 +286,8 @@ class Router:
         for out, r in hops:
             if out.err_rate or r.err_rate:
                 return None
-        for out, r in reversed(hops):          # each link's counters, the other way
-            pc = r.pc
-            if pc is None:
-                pc = r.counters()
-            pc[_PC_XMIT_PKTS] += 1
-            pc[_PC_XMIT_DATA] += MAD_WORDS
-            pc = out.pc
-            if pc is None:
-                pc = out.counters()
-            pc[_PC_RCV_PKTS] += 1
-            pc[_PC_RCV_DATA] += MAD_WORDS
+        for out, r in reversed(hops):
+            _count_hop(r, out)
         mad[6] = 0                             # the hop pointer
         cur = hops[0][0] if hops else start
         node = cur.node
@@ -302,7 +297,7 @@ class Router:
         """Walk a D=1 SMP back along its return path; the port it reaches."""
         if dr_dlid != IB_LID_PERMISSIVE:
             raise Drop("DrDLID (LID-routed part after the directed part) is not supported")
-        fast = self.fast_hops
+        cross = self._cross_vl15
         cur = start
         for hp in range(hop_cnt, 0, -1):
             node = cur.node
@@ -311,22 +306,7 @@ class Router:
             o = mad[_DR_RPATH + hp]
             if not 1 <= o <= node.nports:
                 raise Drop(f'"{node.nodeid}" has no port {o} (return hop {hp})')
-            out = node.ports[o]
-            cur = out.remote                   # _cross's common case inline, as in _directed
-            if cur is None or out.phys != _LINK_UP or cur.phys != _LINK_UP or out.err_rate \
-                    or not fast:
-                cur = self._cross(out, True, logical=False)
-            else:
-                pc = out.pc
-                if pc is None:
-                    pc = out.counters()
-                pc[_PC_XMIT_PKTS] += 1
-                pc[_PC_XMIT_DATA] += MAD_WORDS
-                pc = cur.pc
-                if pc is None:
-                    pc = cur.counters()
-                pc[_PC_RCV_PKTS] += 1
-                pc[_PC_RCV_DATA] += MAD_WORDS
+            cur = cross(node.ports[o])
         mad[6] = 0                             # the hop pointer
         if dr_slid != IB_LID_PERMISSIVE:
             cur, _ = self.lid_route(cur, dr_slid, True)
