@@ -472,3 +472,14 @@ def test_port_info_from_its_cache_is_the_one_built_anew():
     check()
     f.by_id["host0003"].ports[1].rereg_sup = True       # its device takes ClientReregister: CapMask's bit
     check()
+
+
+def test_port_info_set_fields_from_their_cache_are_the_decoded_ones():
+    """The SMA's decoded PortInfo Sets against decoding each: repeats, distinct data,
+    and more distinct Sets than it keeps."""
+    from softrdma.fabric import agents
+    sets = [bytes(smp.PORT_INFO.encode(Lid=i % 1500 + 1, SMLid=1, LinkState=i % 5, OperVLs=i % 4))
+            for i in range(3000)]
+    for d in sets + sets[::-1] + [sets[7]] * 3:
+        assert agents.port_info_fields(d) == smp.PORT_INFO.decode(d)
+    assert len(agents._PORT_INFO_SETS) <= agents._PORT_INFO_SETS_MAX

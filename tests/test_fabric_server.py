@@ -160,6 +160,7 @@ def _batch_answers(monkeypatch, compiled: bool):
     from softrdma.fabric import server as server_mod
     if not compiled:
         monkeypatch.setattr(server_mod, "_sendmmsg", None)
+        monkeypatch.setattr(server_mod, "_recvmmsg", None)
     paths = [[], [1], [1, 5], [1, 5, 2], [1, 99], [1, 6, 3, 2]]
     s, c, a, b = _one_client(f"batch{int(compiled)}", 3, [paths[i % len(paths)] for i in range(40)])
     try:
@@ -179,10 +180,11 @@ def _batch_answers(monkeypatch, compiled: bool):
 
 
 def test_a_batch_of_answers_is_what_one_by_one_sends(monkeypatch):
-    """sendmmsg (the compiled helper) and one send per answer: the same datagrams in the
-    same order; the batch went out in sendmmsg calls."""
+    """The compiled helper (requests read with recvmmsg, answers sent with sendmmsg)
+    and one recv and one send per MAD: the same datagrams in the same order; the
+    batch went out in sendmmsg calls."""
     from softrdma.fabric import server as server_mod
-    if server_mod._sendmmsg is None and os.environ.get("CI") == "true":
+    if (server_mod._sendmmsg is None or server_mod._recvmmsg is None) and os.environ.get("CI") == "true":
         pytest.fail("softrdma.fabric._sendmmsg was not built (gcc and the Python headers are installed in CI)")
     ours, stats = _batch_answers(monkeypatch, True)
     plain, plain_stats = _batch_answers(monkeypatch, False)
@@ -192,10 +194,29 @@ def test_a_batch_of_answers_is_what_one_by_one_sends(monkeypatch):
     assert stats["mads"] == plain_stats["mads"] == 40 and stats["dropped"] == plain_stats["dropped"]
 
 
+def test_requests_of_a_client_that_is_gone_are_read_and_it_is_released():
+    """recvmmsg reads what the client queued before it went away; the answers cannot
+    be sent and the client is released, once."""
+    from softrdma.fabric import server as server_mod
+    if server_mod._recvmmsg is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("softrdma.fabric._sendmmsg was not built (gcc and the Python headers are installed in CI)")
+        pytest.skip("softrdma.fabric._sendmmsg was not built")
+    s, c, a, b = _one_client("gone2", 2, [[1]] * 5)
+    try:
+        b.close()
+        s._on_data(c)
+        assert s.stats["mads"] == 5 and 2 not in s.clients and s.stats["released"] == 1
+    finally:
+        a.close()
+        s.close()
+
+
 def test_a_batch_for_a_client_that_is_gone_releases_it():
     """The client's socket is closed under a batch: the sendmmsg fails, the one-by-one
     path finds out why and releases the client, as a single send did."""
     s, c, a, b = _one_client("gone", 2, [[1]] * 5)
+    s.recvmmsg = None                   # one recv per request: the peer goes away at the last
     try:
         s.sel.register(a, None, lambda sock: s._on_data(c))
         real_recv = a.recv

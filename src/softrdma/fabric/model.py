@@ -200,7 +200,7 @@ class Node:
     """A CA, router or switch.  ``ports[0]`` is a switch's SMA port and is
     ``None`` on a CA, whose ports are 1..N."""
 
-    __slots__ = ("type", "nodeid", "desc", "guid", "sysguid", "vendid", "devid", "revision",
+    __slots__ = ("type", "is_switch", "nodeid", "desc", "guid", "sysguid", "vendid", "devid", "revision",
                  "nports", "ports", "lft", "lft_top", "mft", "mft_top", "lifetime",
                  "state_change", "sl2vl", "index", "node_info_cache",
                  "enhanced_sp0")
@@ -210,6 +210,8 @@ class Node:
         if not 1 <= nports <= 254:
             raise FabricError(f"node {nodeid!r}: {nports} ports (1..254)")
         self.type = type_
+        # a plain attribute, not a property: the SMA asks it several times per MAD
+        self.is_switch = type_ == NodeType.SWITCH
         self.nodeid = nodeid
         self.desc = desc or nodeid
         self.guid = guid
@@ -237,10 +239,6 @@ class Node:
             self.lft = self.mft = None
             self.lft_top = self.mft_top = self.lifetime = self.state_change = 0
             self.ports = [None] + [Port(self, i, guid + i) for i in range(1, nports + 1)]
-
-    @property
-    def is_switch(self) -> bool:
-        return self.type == NodeType.SWITCH
 
     def port(self, num: int) -> Port:
         if not (0 if self.is_switch else 1) <= num <= self.nports:

@@ -39,9 +39,11 @@ MAD_WORDS = 72
 MAX_HOPS = 64
 
 _SMP_CLASSES = (MgmtClass.SUBN_LID_ROUTED, MgmtClass.SUBN_DIRECTED_ROUTE)
-_TRAP_REPRESS = Method.TRAP_REPRESS
+_TRAP_REPRESS = int(Method.TRAP_REPRESS)
+_DIRECTED = int(MgmtClass.SUBN_DIRECTED_ROUTE)
 # the directed-route hot path's constants as plain ints (an enum member costs a lookup)
-_GET, _SET = int(Method.GET), int(Method.SET)
+_GET, _SET, _GET_RESP = int(Method.GET), int(Method.SET), int(Method.GET_RESP)
+_SMP_DATA, _DR_MAX_HOPS = smp.SMP_DATA_SIZE, smp.DR_MAX_HOPS
 _SM_INFO, _NOTICE = int(smp.SmpAttr.SM_INFO), int(smp.SmpAttr.NOTICE)
 _SWITCH = int(smp.NodeType.SWITCH)
 _LINK_UP = int(PhysState.LINK_UP)
@@ -122,7 +124,7 @@ class Router:
             method = mad[3]
             if method == _TRAP_REPRESS:
                 return []                      # the SMA does not resend traps: nothing to stop
-            if mad[1] == MgmtClass.SUBN_DIRECTED_ROUTE:
+            if mad[1] == _DIRECTED:
                 out = self._directed(port, mad, dlid, sqp, dqp)
             else:
                 out = self._lid_routed(port, mad, slid, dlid, sqp, dqp)
@@ -131,7 +133,7 @@ class Router:
             if self.log:
                 self.log(f"drop from {port.name}: {e}")
             out = [Delivery(port, sqp, bytes(mad), dlid, slid, dqp, ETIMEDOUT, True)]
-        return self._pending + out
+        return self._pending + out if self._pending else out
 
     # --- LID routing ---------------------------------------------------------------------
     def _lid_routed(self, port, mad, slid, dlid, sqp, dqp):
@@ -225,7 +227,7 @@ class Router:
         response = bool(mad[3] & 0x80)
         if (ds >> 15) != response:
             raise Drop(f"D bit {ds >> 15} on a {'response' if response else 'request'}")
-        if hop_cnt > smp.DR_MAX_HOPS:
+        if hop_cnt > _DR_MAX_HOPS:
             raise Drop(f"hop count {hop_cnt}")
         if response:
             dest = self._dr_return(port, mad, hop_cnt, dr_slid, dr_dlid)
@@ -262,10 +264,10 @@ class Router:
             if (dest.err_rate or cur.err_rate) and self._agent_drops(dest, cur, attr):
                 raise Drop(f"{cur.name}: error rate")
             status, data = self.sma.process(node, arrival, method, attr, _MOD.unpack_from(mad, 20)[0],
-                                            mad[64:64 + smp.SMP_DATA_SIZE])
-            mad[3] = Method.GET_RESP
+                                            mad[64:64 + _SMP_DATA])
+            mad[3] = _GET_RESP
             _DR_WORD.pack_into(mad, 4, 0x8000 | (status & 0x7FFF), hop_cnt + 1, hop_cnt)
-            mad[64:64 + smp.SMP_DATA_SIZE] = data
+            mad[64:64 + _SMP_DATA] = data
             if method == _GET and dr_slid == IB_LID_PERMISSIVE:
                 back = self._dr_back(hops, port, mad)
                 if back is not None:

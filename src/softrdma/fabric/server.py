@@ -53,10 +53,10 @@ from .model import Fabric, FabricError
 from .datasock import DataSocket
 from .route import Router
 
-try:                                       # the compiled sendmmsg(2), where it was built
-    from ._sendmmsg import sendmmsg as _sendmmsg
+try:                                       # the compiled sendmmsg(2)/recvmmsg(2), where built
+    from ._sendmmsg import recvmmsg as _recvmmsg, sendmmsg as _sendmmsg
 except ImportError:                        # pragma: no cover - no C compiler at install
-    _sendmmsg = None
+    _recvmmsg = _sendmmsg = None
 
 LIVENESS_INTERVAL = 1.0
 SEND_TIMEOUT = 1.0
@@ -139,6 +139,7 @@ class Server:
         self.console = console
         self.stats = {"mads": 0, "ctl": 0, "bad": 0, "dropped": 0, "released": 0, "batched": 0}
         self._out = None                   # answers of the batch being handled (_on_data)
+        self.recvmmsg = _recvmmsg          # None: one recv per request (the reference path)
         self._next_liveness = 0.0
         self._open()
         self.datasock = None
@@ -389,12 +390,25 @@ class Server:
 
     # --- MADs --------------------------------------------------------------------------------------
     def _on_data(self, c: Client):
-        """Every datagram the client has queued (up to a batch), then the answers:
-        sent together after the batch, so that a client waiting for several wakes
-        up once for them rather than once per answer."""
+        """Every datagram the client has queued (up to a batch: one recvmmsg where
+        the compiled helper is there), then the answers: sent together after the
+        batch, so that a client waiting for several wakes up once for them rather
+        than once per answer."""
         sock = c.sock
         self._out = out = []
         try:
+            if self.recvmmsg is not None:
+                try:
+                    bufs = self.recvmmsg(sock.fileno(), BATCH, 1024)   # [] when none is queued
+                except OSError as e:
+                    bufs = ()
+                    if e.errno in (errno.ECONNREFUSED, errno.ENOTCONN):
+                        self._release(c, "connection refused")
+                for buf in bufs:
+                    self.handle_request(c, buf)
+                    if self.clients.get(c.idx) is not c:
+                        break
+                return
             for _ in range(BATCH):
                 try:
                     buf = sock.recv(1024, socket.MSG_DONTWAIT)
