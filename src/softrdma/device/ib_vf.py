@@ -13,7 +13,13 @@ port with a LID of its own.
   PF's fabric connection (``VfLink``).
 * ``Vports`` is the PF's side: a PACKETS message from the fabric whose
   packets carry a GRH to a VF's GID goes to that VF (the rest to the PF,
-  as before); a change of the PF's PortInfo is each VF's too.  The VFs'
+  as before), so does a LID-routed MAD answering a VF's request (its
+  TID); a multicast packet (a multicast DLID) goes to the PF and to
+  every VF whose port is up -- each function's QPs attached to the group
+  get it, as the HCA replicates a multicast packet to every function (a
+  VF's own send is not looped back to the PF or the other VFs: the fabric
+  does not return a packet to the port it came in, and the functions'
+  loopback is not modelled); a change of the PF's PortInfo is each VF's too.  The VFs'
   port GUIDs are registered with the subnet's SA as alias GUIDs of the
   PF's port -- GUIDInfoRecord Set, block 0, index VF + 1, as the IB
   driver's alias GUID service does -- so PathRecords to a VF's GID
@@ -35,7 +41,7 @@ import itertools
 from ..errors import VerbsError
 from ..wire import fabriclink as fl
 from ..wire import smp
-from ..wire.lrh import GRH_BYTES, LRH_BYTES, PERMISSIVE_LID
+from ..wire.lrh import GRH_BYTES, LRH_BYTES, MCAST_LID_BASE, PERMISSIVE_LID
 from ..wire.mad import MgmtClass, build_mad
 from ..wire.sa import SA_CLASS_VERSION, SA_HDR, SaAttr
 from ..wire.smp import build_dr_smp
@@ -263,6 +269,24 @@ class Vports:
                         self.changed()
         return True
 
+    def _mad_answer_owner(self, f) -> IbVf | None:
+        """The VF whose request a LID-routed MAD answer to QP1 answers (an SA
+        query of a VF's rdma_cm goes from the PF's LID without a GRH, and its
+        answer comes back so): by the TID the VF's GSI waits for, the PF's
+        own first."""
+        if len(f) < SMP_AT + 24 or (f[LRH_BYTES + 5] << 16 | f[LRH_BYTES + 6] << 8 | f[LRH_BYTES + 7]) != 1:
+            return None
+        mad = f[SMP_AT:]
+        if not mad[3] & 0x80:                           # a request: the PF's agents serve the port
+            return None
+        tid = int.from_bytes(mad[8:16], "big")
+        if tid in self.pf.gsi.mad_agent.sends:
+            return None
+        for d in self.vfs:
+            if tid in d.gsi.mad_agent.sends:
+                return d
+        return None
+
     def receive(self, msg, now: float) -> bool:
         """Hand a VF its packets from a PACKETS message (False: none was a
         VF's, the PF takes the message as it is); take the SMA's answers
@@ -283,8 +307,16 @@ class Vports:
                 if len(f) >= SMP_AT + 256 and self._answer(f[SMP_AT:SMP_AT + 256]):
                     taken = True
                     continue
+            elif MCAST_LID_BASE <= (dlid := f[2] << 8 | f[3]) < PERMISSIVE_LID:
+                rest.append(f)                  # the PF's, and a copy for each VF up
+                for d in self.vfs:
+                    if d.state == ACTIVE:
+                        mine.setdefault(d, []).append(f)
+                continue
             elif by_lid:
-                dev = by_lid.get(f[2] << 8 | f[3])
+                dev = by_lid.get(dlid)
+            if dev is None and f[1] & 3 != LNH_GRH:
+                dev = self._mad_answer_owner(f)
             if dev is None and len(f) >= LRH_BYTES + GRH_BYTES and f[1] & 3 == LNH_GRH:
                 dev = by_gid.get(bytes(f[LRH_BYTES + 24:LRH_BYTES + 40]))
             if dev is None:

@@ -8,7 +8,8 @@ FlowLabel and SL; an all-zero MGID gets one assigned; MLIDs from 0xC000
 up, the lowest free); the IPoIB broadcast group opensm creates for the
 default partition at start (well known, never deleted).
 
-``mft(subnet, groups)`` spans every group with members by a tree of the
+``mft(subnet, groups, port_of)`` spans every group with members (a member
+joined under an alias or vport GUID: at its port) by a tree of the
 switches: the root is the switch nearest the members' switches (fewest hops
 in total, then to the farthest, then the lowest GUID key), the tree the BFS tree of
 shortest paths from it (ports tried in ascending order), pruned to the
@@ -193,13 +194,17 @@ def _switch_links(sw: Node):
             yield num, ph.remote.node, ph.remote.num
 
 
-def mft(subnet: Subnet, groups: Groups) -> dict[Node, dict[int, int]]:
-    """{switch: {mlid: port mask}} for every group with members on this subnet."""
+def mft(subnet: Subnet, groups: Groups, port_of=None) -> dict[Node, dict[int, int]]:
+    """{switch: {mlid: port mask}} for every group with members on this subnet.
+    ``port_of`` (the SA's: GID as an int -> CA port or None) finds the port of a
+    member joined under a GID that is not a port GUID's -- an alias GUID of an
+    SR-IOV VF, a vport's GUID -- as opensm finds a member's port by its GUID table."""
     by_gid = {port_gid(p): p for p in subnet.ports.values() if not p.node.is_switch}
     out: dict[Node, dict[int, int]] = {sw: {} for sw in subnet.switches()}
     switches = subnet.switches()
     for g in groups.ordered():
-        members = [by_gid[gid] for gid in g.members if gid in by_gid]
+        members = [p for gid in g.members if (p := by_gid.get(gid) or
+                                              (port_of(int.from_bytes(gid, "big")) if port_of else None))]
         edge = {}                                     # member CA port -> (switch, switch port)
         for p in members:
             if p.remote is not None and p.remote.node.is_switch:

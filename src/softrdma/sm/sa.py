@@ -489,8 +489,11 @@ class SubnetAdmin:
         self.services = [x for x in self.services if x[1] is None or x[1] > now]
 
     def mcast_members_present(self) -> None:
-        """Drop members whose ports are gone from the subnet (after a sweep)."""
+        """Drop members whose ports are gone from the subnet (after a sweep); a member
+        joined under an alias GUID or a vport's GUID stays while its port is there."""
         live = {port_gid(p) for p in self.subnet.ports.values() if not p.node.is_switch}
+        live |= {gid for g in self.groups.by_mgid.values() for gid in g.members if gid not in live and
+                 (p := self._port_by_gid(int.from_bytes(gid, "big"))) is not None and not p.node.is_switch}
         self.groups.drop_ports(live)
 
     def set_subnet(self, subnet: Subnet) -> None:
