@@ -12,6 +12,7 @@ from softrdma.fabric.agents import Sma
 from softrdma.wire.mad import Method
 from softrdma.fabric.dataplane import DataPlane
 from softrdma.wire import lrh, smp
+from softrdma.wire.fastpath import vcrc
 
 from ibfabric_helpers import NET_2SW, data_packet, program
 
@@ -57,31 +58,36 @@ def on_vl(pkt: bytes, vl: int) -> bytes:
     f = bytearray(pkt)
     f[0] = vl << 4 | (f[0] & 0xF)
     body = bytes(f[:-2])
-    from softrdma.wire.fastpath import vcrc
     return body + vcrc(body).to_bytes(2, "little")
 
 
-def _set(sma, sw, inp, out, vls):
-    st, _ = sma._sl2vl(sw, None, Method.SET, (inp << 8) | out, smp.encode_sl2vl(vls).ljust(64, b"\0"))
-    assert st == 0
+def _fabric(tables: dict, mft: dict):
+    """NET_2SW programmed, with SL2VL ``tables`` ({(switch, in, out): {SL: VL}},
+    the rest IBA's default) set by the SMA and MFT entries ``mft``:
+    (fabric, data plane, CA ports by name, the CA ports attached)."""
+    fab = topo.loads(NET_2SW)
+    program(fab)
+    sma = Sma(None)
+    for (sw, inp, out), changes in tables.items():
+        vls = list(range(15)) + [7]
+        for sl, vl in changes.items():
+            vls[sl] = vl
+        st, _ = sma._sl2vl(fab.node(sw), None, Method.SET, (inp << 8) | out,
+                           smp.encode_sl2vl(vls).ljust(64, b"\0"))
+        assert st == 0
+    for sw, entries in mft.items():
+        fab.node(sw).mft = entries
+    fab.touch()
+    ca = {n: fab.node(n).ports[1] for n in ("h1", "h2", "h3", "h4")}
+    return fab, DataPlane(fab), ca, set(ca.values())
 
 
 def test_the_receiver_sees_the_vl_of_the_last_hop():
-    fab = topo.loads(NET_2SW)
-    program(fab)
-    sw1, sw2 = fab.node("sw1"), fab.node("sw2")
-    sma = Sma(None)
-    # sw1 (h1 -> sw2): SL 5 -> VL 2; sw2 (sw1 -> h4): SL 5 -> VL 6; sw2 (sw1 -> h3): identity
-    a = list(range(15)) + [7]
-    a[5] = 2
-    b = list(range(15)) + [7]
-    b[5] = 6
-    _set(sma, sw1, 1, 3, a)
-    _set(sma, sw2, 3, 2, b)
-    fab.touch()
-    dp = DataPlane(fab)
-    h1, h2, h3, h4 = (fab.node(n).ports[1] for n in ("h1", "h2", "h3", "h4"))
-    attached = {h1, h2, h3, h4}
+    # sw1 (h1 -> sw2): SL 5 -> VL 2; sw2 (sw1 -> h4): SL 5 -> VL 6; sw2 (sw1 -> h3): identity;
+    # the multicast group 0xC001: h2 (sw1's default table) and h4 (sw2's)
+    _, dp, ca, attached = _fabric({("sw1", 1, 3): {5: 2}, ("sw2", 3, 2): {5: 6}},
+                                  {"sw1": {1: 1 << 2 | 1 << 3}, "sw2": {1: 1 << 2}})
+    h1, h2, h3, h4 = (ca[n] for n in ("h1", "h2", "h3", "h4"))
     p4 = data_packet(LID["h4"], LID["h1"], b"v" * 64, sl=5)
     p3 = data_packet(5, LID["h1"], b"w" * 64, sl=5)
     p0 = data_packet(LID["h4"], LID["h1"], b"z" * 64, sl=0)
@@ -90,17 +96,14 @@ def test_the_receiver_sees_the_vl_of_the_last_hop():
     assert got4 == [on_vl(p4, 6), p0]                     # SL 0: VL 0 on every hop, untouched
     assert [bytes(p) for p in out[h3]] == [on_vl(p3, 5)]
     for p in got4 + [bytes(q) for q in out[h3]]:
-        lh, _, _ = lrh.decap(p)                          # the receiver's own check: VCRC, ICRC
+        lrh.decap(p)                          # the receiver's own check: VCRC, ICRC
     assert lrh.parse_lrh(got4[0]).vl == 6 and lrh.parse_lrh(got4[0]).sl == 5
     # a bulk message (many packets, one DLID, SL 5) takes the same VL
     many = [data_packet(LID["h4"], LID["h1"], bytes([i]) * 256, sl=5) for i in range(8)]
     out, _ = dp.forward(h1, many, attached)
     assert [bytes(p) for p in out[h4]] == [on_vl(p, 6) for p in many]
-    # a multicast packet takes each branch's VL: to h2 sw1's default table, to h4 sw2's
+    # a multicast packet takes each branch's VL
     mlid = 0xC001
-    sw1.mft = {1: 1 << 2 | 1 << 3}
-    sw2.mft = {1: 1 << 2}
-    fab.touch()
     pm = data_packet(mlid, LID["h1"], b"m" * 64, dqp=0xFFFFFF, sl=5)
     out, _ = dp.forward(h1, [pm], attached)
     assert [bytes(p) for p in out[h2]] == [on_vl(pm, 5)]
@@ -108,20 +111,12 @@ def test_the_receiver_sees_the_vl_of_the_last_hop():
 
 
 def test_multicast_drops_a_branch_whose_sl_maps_to_vl15():
-    fab = topo.loads(NET_2SW)
-    program(fab)
-    sw1, sw2 = fab.node("sw1"), fab.node("sw2")
-    sma = Sma(None)
-    vls = list(range(15)) + [7]
-    vls[3] = 15
-    _set(sma, sw2, 3, 2, vls)                          # sw2, from sw1 to h4: SL 3 -> VL15
+    # sw2, from sw1 to h4: SL 3 -> VL15; the group 0xC002: h2, h3, h4
     mlid = 0xC002
-    sw1.mft = {2: 1 << 2 | 1 << 3}
-    sw2.mft = {2: 1 << 1 | 1 << 2}
-    fab.touch()
-    dp = DataPlane(fab)
-    h1, h2, h3, h4 = (fab.node(n).ports[1] for n in ("h1", "h2", "h3", "h4"))
-    attached = {h1, h2, h3, h4}
+    fab, dp, ca, attached = _fabric({("sw2", 3, 2): {3: 15}},
+                                    {"sw1": {2: 1 << 2 | 1 << 3}, "sw2": {2: 1 << 1 | 1 << 2}})
+    sw2 = fab.node("sw2")
+    h1, h2, h3, h4 = (ca[n] for n in ("h1", "h2", "h3", "h4"))
 
     def relay():
         return sw2.ports[3].pc[model.PC_RCV_SW_RELAY_ERRORS] if sw2.ports[3].pc else 0
