@@ -8,6 +8,7 @@ RC and UD traffic flows byte-exact on each port to the host of its subnet."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
@@ -15,7 +16,9 @@ import sys
 
 import pytest
 
-from ib_helpers import IbHosts, add_ib, link
+from daemon_helpers import softrdma_run
+from ib_helpers import IbHosts, add_ib, control, link
+from softrdma.enums import IBV_ACCESS_LOCAL_WRITE, IBV_QPT_RC
 from sm_helpers import have_ibsim
 from wait_helpers import free_port, stop, wait_for, wait_listening
 
@@ -209,7 +212,7 @@ def test_ports_on_two_fabrics(two):
     """Port 1 on one fabric, port 2 on another (stand-in fabrics): each
     port mirrors its own fabric's CA port; deleting the device detaches
     both."""
-    from ib_helpers import FakeFabric, control
+    from ib_helpers import FakeFabric
     d2 = two.daemons["h2"]
     fa = FakeFabric(two.fabric.fdir, "ibp2fa", {"x1": 7})
     fb = FakeFabric(two.fabric.fdir, "ibp2fb", {"y1": 9})
@@ -229,5 +232,81 @@ def test_ports_on_two_fabrics(two):
         assert control(d2.run_dir, "link_delete", name="mlx5_1")["errno"] == 0
         wait_for(lambda: not fa.conns and not fb.conns, 30, "both ports detached")
     finally:
+        fa.close()
+        fb.close()
+
+
+def test_link_delete_of_port_2(two):
+    """``rdma link delete mlx5_1/2``: port 2 goes away as on a hot-unplug
+    -- detached from its fabric, query_port(2) EINVAL, its sysfs port and
+    umad/issm entries gone, the QPs on it in ERR with their WRs flushed --
+    while port 1 and its QPs stay; unknown links are refused as the real
+    tool refuses them."""
+    from ib_helpers import FakeFabric
+    from softrdma.enums import IBV_QPS_ERR, IBV_QPS_INIT, IBV_WC_WR_FLUSH_ERR
+    from softrdma.verbs import cq as cq_m, device, mr as mr_m, pd as pd_m, qp as qp_m, wr as wr_m
+    from softrdma.verbs.errors import PyverbsRDMAError
+    d3 = two.daemons["h3"]
+    fa = FakeFabric(two.fabric.fdir, "ibp2da", {"x1": 7})
+    fb = FakeFabric(two.fabric.fdir, "ibp2db", {"y1": 9})
+    ctx = None
+    try:
+        assert add_ib(d3.run_dir, "mlx5_1", "ibp2da", "x1")["errno"] == 0
+        assert add_ib(d3.run_dir, "mlx5_1/2", "ibp2db", "y1")["errno"] == 0
+        sys_ports = os.path.join(d3.run_dir, "sys/class/infiniband/mlx5_1/ports")
+        mad = os.path.join(d3.run_dir, "sys/class/infiniband_mad")
+
+        def umads():
+            return {open(f"{mad}/{u}/port").read().strip(): u[4:] for u in os.listdir(mad)
+                    if u.startswith("umad") and open(f"{mad}/{u}/ibdev").read() == "mlx5_1\n"}
+
+        ports_umad = umads()
+        assert set(ports_umad) == {"1", "2"} and os.path.isdir(f"{sys_ports}/2")
+        with softrdma_run(d3.run_dir):
+            ctx = device.Context(name="mlx5_1")
+            pd = pd_m.PD(ctx)
+            cq = cq_m.CQ(ctx, 16)
+            mr = mr_m.MR(pd, 4096, IBV_ACCESS_LOCAL_WRITE)
+            qps = {}
+            for num in (1, 2):
+                cap = qp_m.QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+                q = qp_m.QP(pd, qp_m.QPInitAttr(IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+                a = qp_m.QPAttr(port_num=num)
+                a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE
+                q.to_init(a)
+                q.post_recv(wr_m.RecvWR(wr_id=num, num_sge=1, sg=[wr_m.SGE(mr.buf, 64, mr.lkey)]))
+                qps[num] = q
+            assert ctx.query_port(2).lid == 9
+            rc, out, err = tool(d3, "rdma", "link", "delete", "mlx5_1/2")
+            assert (rc, out, err) == (0, "", ""), out + err
+            got = []
+            wait_for(lambda: got.extend(cq.poll(4)[1]) or got, 10, "the flush of port 2's QP")
+            assert [(w.wr_id, w.status) for w in got] == [(2, IBV_WC_WR_FLUSH_ERR)]
+            assert qps[2].query(0)[0].qp_state == IBV_QPS_ERR
+            assert qps[1].query(0)[0].qp_state == IBV_QPS_INIT
+            with pytest.raises(PyverbsRDMAError) as e:
+                ctx.query_port(2)
+            assert e.value.error_code == errno.EINVAL
+            assert ctx.query_port(1).lid == 7
+            with device.Context(name="mlx5_1") as fresh:          # (a context reads the attributes at open)
+                assert fresh.query_device().phys_port_cnt == 1
+        wait_for(lambda: not fb.conns, 30, "port 2 detached from its fabric")
+        assert fa.conns
+        assert not os.path.exists(f"{sys_ports}/2") and os.path.isdir(f"{sys_ports}/1")
+        assert set(umads()) == {"1"} and not os.path.exists(f"{mad}/issm{ports_umad['2']}")
+        assert [p["port"] for p in link(d3.run_dir, "mlx5_1")["ports"]] == [1]
+        # what is not there: the real tool's words
+        for name in ("mlx5_1/2", "mlx5_1/3", "mlx5_9/2"):
+            rc, out, err = tool(d3, "rdma", "link", "delete", name)
+            assert rc != 0 and err == "Wrong device name\n", (name, out, err)
+        # port 1 is the device: ``rdma link delete mlx5_1`` removes it
+        assert control(d3.run_dir, "link_delete", name="mlx5_1/1")["errno"] == errno.EINVAL
+        # the port can come back
+        assert add_ib(d3.run_dir, "mlx5_1/2", "ibp2db", "y1")["errno"] == 0
+        assert os.path.isdir(f"{sys_ports}/2") and set(umads()) == {"1", "2"}
+    finally:
+        if ctx is not None:
+            ctx.close()
+        control(d3.run_dir, "link_delete", name="mlx5_1")
         fa.close()
         fb.close()

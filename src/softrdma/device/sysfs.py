@@ -483,6 +483,19 @@ class SysfsTree:
         return [self.mad_class / f"{kind}{n}" for (d, _), n in self._umad.items() if d == dev
                 for kind in ("umad", "issm")]
 
+    def remove_port(self, dev: str, port: int) -> None:
+        """Remove one port of a device (``rdma link delete NAME/N``): its
+        ports/N directory, its counter group and its umad/issm entries."""
+        self._require(dev)
+        n = self._umad.pop((dev, int(port)), None)
+        umads = [self.mad_class / f"{kind}{n}" for kind in ("umad", "issm")] if n is not None else []
+        for path in (self.port_path(dev, port), self.cm_class / dev / str(int(port)), *umads):
+            shutil.rmtree(path, ignore_errors=True)
+            prefix = os.fspath(path) + os.sep
+            for key in [k for k in self._written if k.startswith(prefix)]:
+                del self._written[key]
+        self._gid_capacity.pop((dev, int(port)), None)
+
     def remove_device(self, name: str) -> None:
         """Remove the device's directory and its uverbs and umad entries."""
         d = self._require(name)

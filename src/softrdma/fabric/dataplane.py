@@ -37,7 +37,10 @@ programmed for (input port, output port) (``SLtoVLMappingTable``; IBA's
 default maps SL n to VL n, SL15 to VL7): the fabric has no per-VL
 buffers, so the VL decides only whether a data packet may go on (VL15 is
 the management VL).  The tables are read when a route is made, never per
-packet.
+packet.  As a switch does, each hop rewrites the LRH's VL field (and the
+VCRC, which covers it; the ICRC does not): a packet reaches its CA port
+with the VL of the last hop (``Route.vls``).  A multicast branch whose SL
+maps to VL15 at an output port is dropped there, counted as unicast is.
 
 Routes are cached per (ingress port, SL, DLID) and thrown away whenever the
 fabric's ``generation`` moves (an SM Set, a link event: model.Fabric.touch),
@@ -101,11 +104,15 @@ class Route:
     branches of the tree that end in a drop); ``reason`` for the log.
     ``pkts``/``words`` collect a batch's counts for ``DataPlane._settle``."""
 
-    __slots__ = ("hops", "dests", "drop", "reason", "mcast", "pkts", "words", "pkey_ports", "pkeys_ok")
+    __slots__ = ("hops", "dests", "drop", "reason", "mcast", "pkts", "words", "pkey_ports", "pkeys_ok",
+                 "vls")
 
-    def __init__(self, hops=(), dests=(), drop=None, reason="", mcast=False, pkey_ports=()):
+    def __init__(self, hops=(), dests=(), drop=None, reason="", mcast=False, pkey_ports=(), vls=None):
         self.hops = tuple(hops)
         self.dests = tuple(dests)
+        # the VL of the last hop into each of ``dests`` (None: the packet's own,
+        # no switch on the way), which the LRH carries when it arrives
+        self.vls = tuple(vls) if vls is not None else (None,) * len(self.dests)
         self.drop = drop
         self.reason = reason
         self.mcast = mcast
@@ -216,7 +223,7 @@ class DataPlane:
                 if r.mcast:
                     if not split:
                         split = self._split(m, whole, pos, out)
-                    self._multicast(r, m[start:o], plen, attached, out)
+                    self._multicast(r, m[start:o], plen, attached, out, b0 >> 4)
                     continue
                 if r.drop is not None:
                     self._dropped(r, plen)
@@ -229,6 +236,12 @@ class DataPlane:
                     touched.append(r)
                 r.pkts += 1
                 r.words += plen
+                vl = r.vls[0]
+                if vl is not None and vl != b0 >> 4:
+                    if not split:
+                        split = self._split(m, whole, pos, out)
+                    out.setdefault(dest, []).append(_with_vl(m[start:o], vl))
+                    continue
                 if not split:
                     if dest is whole or whole is None:
                         whole = dest
@@ -280,6 +293,8 @@ class DataPlane:
             r = self._cache[key] = self._route(ingress, dlid, vl15, b1 >> 4)
         if r.mcast or r.drop is not None or r.dests[0] not in attached:
             return None
+        if r.vls[0] is not None and r.vls[0] != b0 >> 4:
+            return None                  # the walk rewrites each packet's VL
         if r.pkey_ports and (m[6 + 10] << 8 | m[6 + 11]) not in r.pkeys_ok:
             return None
         # every entry: be16 length, then PktLen words and the VCRC
@@ -339,7 +354,7 @@ class DataPlane:
     # --- routing -----------------------------------------------------------------------------
     def _route(self, ingress: Port, dlid: int, vl15: bool, sl: int = 0) -> Route:
         if dlid >= _MCAST_BASE and dlid != _PERMISSIVE:
-            return self._mroute(ingress, dlid, vl15)
+            return self._mroute(ingress, dlid, vl15, sl)
         if dlid == 0 or dlid == _PERMISSIVE:
             return Route(drop=(ingress, model.PC_XMIT_DISCARDS), reason=f"DLID {dlid:#x}")
         if ingress.has_lid(dlid):
@@ -347,6 +362,7 @@ class DataPlane:
         hops: list = []
         pkey_ports: list = []
         cur = ingress
+        vl = None                        # the VL of the hop being made (None: as sent)
         for _ in range(MAX_HOPS):
             bad = self._link_bad(cur, vl15)
             if bad:
@@ -355,7 +371,7 @@ class DataPlane:
             node = r.node
             if not node.is_switch:
                 if r.has_lid(dlid):
-                    return Route(hops, dests=(r,), pkey_ports=pkey_ports)
+                    return Route(hops, dests=(r,), pkey_ports=pkey_ports, vls=(vl,))
                 return Route(hops, drop=(r, model.PC_RCV_ERRORS),
                              reason=f"{r.name} does not own LID {dlid}")
             if self._enforces(r, out=False):
@@ -368,9 +384,11 @@ class DataPlane:
                 return Route(hops, drop=(r, model.PC_RCV_SW_RELAY_ERRORS),
                              reason=f'"{node.nodeid}": no LFT entry for LID {dlid}'
                              if o != r.num else f'"{node.nodeid}": LID {dlid} loops back')
-            if not vl15 and sl2vl(node, r.num, o)[sl] == lrh.VL15:
-                return Route(hops, drop=(r, model.PC_RCV_SW_RELAY_ERRORS),
-                             reason=f'"{node.nodeid}": SL {sl} maps to VL15 from port {r.num} to {o}')
+            if not vl15:
+                vl = sl2vl(node, r.num, o)[sl]
+                if vl == lrh.VL15:
+                    return Route(hops, drop=(r, model.PC_RCV_SW_RELAY_ERRORS),
+                                 reason=f'"{node.nodeid}": SL {sl} maps to VL15 from port {r.num} to {o}')
             cur = node.ports[o]
         return Route(hops, drop=(cur, model.PC_RCV_SW_RELAY_ERRORS),
                      reason=f"LID {dlid}: more than {MAX_HOPS} hops")
@@ -403,27 +421,31 @@ class DataPlane:
     def _enforces(p: Port, out: bool) -> bool:
         return bool(p.part_enforce & (model.PART_ENFORCE_OUT if out else model.PART_ENFORCE_IN))
 
-    def _mroute(self, ingress: Port, dlid: int, vl15: bool) -> Route:
+    def _mroute(self, ingress: Port, dlid: int, vl15: bool, sl: int = 0) -> Route:
         """The multicast tree from ``ingress``: every link crossed (as hops,
-        in order), the CA ports reached, and the drops on the way as
-        (port, counter) in ``drop`` -- a list here."""
+        in order), the CA ports reached (each with the VL of its last hop),
+        and the drops on the way as (port, counter) in ``drop`` -- a list
+        here.  A branch whose SL maps to VL15 at an output port is a drop
+        counted in the input port's PortRcvSwitchRelayErrors, as unicast."""
         hops: list = []
         dests: list = []
+        vls: list = []
         drops: list = []
         pkey_ports: list = []
         idx = dlid - _MCAST_BASE
         bad = self._link_bad(ingress, vl15)
         if bad:
             return Route(drop=(ingress, model.PC_XMIT_DISCARDS), reason=bad)
-        todo = [(ingress, 0)]
+        todo = [(ingress, 0, None)]
         seen: set = set()
         while todo:
-            out, depth = todo.pop(0)
+            out, depth, vl = todo.pop(0)
             r = self._hop(out, hops, pkey_ports)
             node = r.node
             if not node.is_switch:
                 if r is not ingress:
                     dests.append(r)
+                    vls.append(vl)
                 continue
             if node.index in seen or depth >= MAX_HOPS:
                 continue
@@ -439,16 +461,20 @@ class DataPlane:
             for o in range(1, node.nports + 1):
                 if mask >> o & 1:
                     q = node.ports[o]
+                    ovl = None if vl15 else sl2vl(node, r.num, o)[sl]
+                    if ovl == lrh.VL15:
+                        drops.append((r, model.PC_RCV_SW_RELAY_ERRORS))
+                        continue
                     why = self._link_bad(q, vl15)
                     if why:
                         drops.append((q, model.PC_XMIT_DISCARDS))
                     else:
-                        todo.append((q, depth + 1))
-        rt = Route(hops, dests, mcast=True, pkey_ports=pkey_ports)
+                        todo.append((q, depth + 1, ovl))
+        rt = Route(hops, dests, mcast=True, pkey_ports=pkey_ports, vls=vls)
         rt.drop = drops
         return rt
 
-    def _multicast(self, r: Route, frame, words: int, attached, out: dict) -> None:
+    def _multicast(self, r: Route, frame, words: int, attached, out: dict, vl: int) -> None:
         """One multicast packet down its tree (counted per packet: rare)."""
         last = {d: s for s, d in r.hops}
         skipped = {last[d] for d in r.dests if d not in attached}
@@ -458,9 +484,9 @@ class DataPlane:
         for s in skipped:
             s.counters()[model.PC_XMIT_DISCARDS] += 1
         self.stats["dropped"] += len(r.drop) + len(skipped)
-        for d in r.dests:
+        for d, dvl in zip(r.dests, r.vls):
             if d in attached:
-                out.setdefault(d, []).append(frame)
+                out.setdefault(d, []).append(frame if dvl is None or dvl == vl else _with_vl(frame, dvl))
                 self.stats["forwarded"] += 1
 
     # --- partitions ---------------------------------------------------------------------------
@@ -502,6 +528,13 @@ class DataPlane:
         self.stats["mads"] += 1
         return MadIn(ingress, slid, dlid, sqp & 0xFFFFFF, dqp,
                      bytes(frame[o + DETH_BYTES:o + DETH_BYTES + MAD_BYTES]))
+
+
+def _with_vl(frame, vl: int) -> bytes:
+    """A copy of ``frame`` as a switch sends it on VL ``vl``."""
+    f = bytearray(frame)
+    lrh.set_vl(f, vl)
+    return bytes(f)
 
 
 def sl2vl(node, inp: int, out: int) -> tuple[int, ...]:

@@ -309,13 +309,53 @@ def _prio(v) -> int:
 
 
 def cmd_link_delete(daemon, c, m, fds):
+    """``rdma link delete NAME``: the device; ``NAME/N``: port N of an IB
+    device (its last one, N > 1), detached from its fabric."""
     _link_admin(c)
     name = rq.string(m, "name")
+    base, slash, num = name.partition("/")
+    if slash:
+        return _port_delete(daemon, base, num)
     dev = daemon.devices.get(name)
     if dev is None:
         raise VerbsError(errno.ENODEV, f"no device {name!r}")
     daemon.pci.check_delete(name)
     remove_device(daemon, dev, c)
+    return {}, []
+
+
+def _port_delete(daemon, name: str, num: str):
+    """Port N of an IB device goes away as on a hot-unplug of that port:
+    its fabric link and umad files closed, its sysfs entries gone, the QPs
+    bound to it (INIT ``port_num``) to ERR with their WRs flushed
+    (IBV_EVENT_QP_FATAL); query_port of N is then EINVAL."""
+    dev = daemon.devices.get(name)
+    if dev is None:
+        raise VerbsError(errno.ENODEV, f"no device {name!r}")
+    ports = getattr(dev, "ib_ports", None)
+    if not num.isdigit() or ports is None or not 1 <= int(num) <= len(ports):
+        raise VerbsError(errno.ENODEV, f"no link {name}/{num}")
+    n = int(num)
+    if n == 1:
+        raise VerbsError(errno.EINVAL, f"{name}/1 is the device itself: rdma link delete {name}")
+    if n != len(ports):
+        raise VerbsError(errno.EBUSY, f"{name}/{len(ports)} goes first: ports are removed last first")
+    p = ports[n - 1]
+    for s in (p.link.sock, *(f.sock for f in p.gsi.umad.files)):
+        if s is not None:
+            try:
+                daemon.sel.unregister(s)
+            except (KeyError, ValueError):
+                pass
+    for dqp in list(dev.qps.values()):
+        qp = dqp.qp
+        attr = getattr(qp, "attr", None)
+        if attr is not None and attr.port_num == n and hasattr(qp, "to_error"):
+            qp.to_error()
+            dqp.publish()
+    dev.remove_port(p)
+    daemon.sysfs.remove_port(name, n)
+    daemon.topology_changed()
     return {}, []
 
 

@@ -138,6 +138,18 @@ def cmd_link(rd: Rd) -> int:
                 return -errno.EINVAL
             return 0 if rd.call("link_delete", name=rd.dev["ifname"]) is not None else -errno.EIO
 
+        def _del_port():                    # NAME/N: port N of a multi-port IB device
+            if not rd.no_arg():
+                rd.err(f"Unknown parameter {rd.argv0()}")
+                return -errno.EINVAL
+            if rd.port_idx < 1:
+                rd.err("Wrong device name")
+                return -errno.ENOENT
+            name = f"{rd.dev['ifname']}/{rd.port_idx}"
+            return 0 if rd.call("link_delete", name=name) is not None else -errno.EIO
+
+        if not rd.no_arg() and "/" in rd.argv0():
+            return rd.exec_link(_del_port, True)
         return rd.exec_require_dev(_del)
 
     def link_set():
