@@ -21,8 +21,8 @@ def _fabric():
     return f
 
 
-def _bulk(n=31, dlid=6, slid=3, pkey=0xFFFF, size=2048, sl=0):
-    return [data_packet(dlid, slid, bytes([i]) * size, pkey=pkey, sl=sl) for i in range(n)]
+def _bulk(n=31, dlid=6, slid=3, pkey=0xFFFF, size=2048, sl=0, vl=0):
+    return [data_packet(dlid, slid, bytes([i]) * size, pkey=pkey, sl=sl, vl=vl) for i in range(n)]
 
 
 def _damaged(pkts, i):
@@ -124,7 +124,10 @@ def test_the_whole_message_path_takes_a_bulk_message():
 def test_a_p_key_the_walk_passed_lets_bulk_messages_go_whole():
     """Partitions enforced on the way: the first message of a P_Key walks
     (and is checked port by port), the next ones of that P_Key go whole;
-    another SL is another route, checked again."""
+    another SL is another route, checked again.  (A message on a VL other
+    than the one its route ends on walks: each packet's VL is rewritten;
+    the SL 2 messages here come on the VL their route ends on, as from a
+    sender whose SL2VL table maps as the switches' do.)"""
     f = _fabric()
     _enforce(f)
     dp = DataPlane(f)
@@ -132,8 +135,9 @@ def test_a_p_key_the_walk_passed_lets_bulk_messages_go_whole():
     whole_path = dp._whole
     dp._whole = lambda *a: taken.append(whole_path(*a)) or taken[-1]
     h1, h4 = f.node("h1").ports[1], f.node("h4").ports[1]
-    for pkts in (_bulk(4, pkey=0x8001), _bulk(4, pkey=0x8001), _bulk(4, pkey=0x8001, sl=2),
-                 _bulk(4, pkey=0x8001, sl=2), _bulk(4, pkey=0x8002)):
+    vl2 = dp._route(h1, 6, False, 2).vls[0]
+    for pkts in (_bulk(4, pkey=0x8001), _bulk(4, pkey=0x8001), _bulk(4, pkey=0x8001, sl=2, vl=vl2),
+                 _bulk(4, pkey=0x8001, sl=2, vl=vl2), _bulk(4, pkey=0x8002)):
         dp.forward_message(h1, fabriclink.pack_packets(pkts), {h4})
     assert taken == [None, h4, None, h4, None]
     assert dp.stats["forwarded"] == 16

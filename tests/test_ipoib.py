@@ -709,6 +709,12 @@ def test_a_second_port_gets_ib1(net):
         assert [p["dlid"] for p in net.ipoib("h5")[0]["paths"].values()] == [p2["port_attr"]["lid"]]
         r = control(net.run_dir("h1"), "ipoib", action="set", ifname="ib1", attr="mode", value="connected")
         assert r["errno"] == errno.EOPNOTSUPP, r
+        # the port goes (``rdma link delete mlx5_0/2``): its interface with it, in the daemon and in the kernel
+        r = control(net.run_dir("h1"), "link_delete", name="mlx5_0/2")
+        assert r["errno"] == 0, r
+        assert [i["ifname"] for i in net.ipoib("h1")] == ["ib0"]
+        assert "ib1" not in sh("ip", "netns", "exec", net.ns["h1"], "ip", "-o", "link", "show").stdout
+        assert not os.path.exists(os.path.join(net.run_dir("h1"), "sys", "net", "ib1"))
     finally:
         stop(sm2)
 

@@ -353,6 +353,7 @@ def _port_delete(daemon, name: str, num: str):
         if attr is not None and attr.port_num == n and hasattr(qp, "to_error"):
             qp.to_error()
             dqp.publish()
+    daemon.ipoib.remove_port(p)                 # (its ib%d goes with it)
     dev.remove_port(p)
     daemon.sysfs.remove_port(name, n)
     daemon.topology_changed()
