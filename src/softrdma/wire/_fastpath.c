@@ -346,25 +346,19 @@ static PyObject *py_icrc_v4(PyObject *self, PyObject *args)
     return ret;
 }
 
-static PyObject *py_vcrc_table(PyObject *self, PyObject *args)
+static PyObject *vcrc_call(PyObject *args, uint16_t (*loop)(const uint8_t *, ptrdiff_t))
 {
     Py_buffer b;
     if (!PyArg_ParseTuple(args, "y*", &b))
         return NULL;
-    uint16_t c = vcrc_of_table(b.buf, b.len);
+    uint16_t c = loop(b.buf, b.len);
     PyBuffer_Release(&b);
     return PyLong_FromUnsignedLong(c);
 }
 
-static PyObject *py_vcrc(PyObject *self, PyObject *args)
-{
-    Py_buffer b;
-    if (!PyArg_ParseTuple(args, "y*", &b))
-        return NULL;
-    uint16_t c = vcrc_of(b.buf, b.len);
-    PyBuffer_Release(&b);
-    return PyLong_FromUnsignedLong(c);
-}
+static PyObject *py_vcrc_table(PyObject *self, PyObject *args) { return vcrc_call(args, vcrc_of_table); }
+
+static PyObject *py_vcrc(PyObject *self, PyObject *args) { return vcrc_call(args, vcrc_of); }
 
 /* -- native InfiniBand packets (wire/lrh.py) ------------------------------- */
 
