@@ -1,7 +1,7 @@
-"""The suite's own rules: a test session that leaves a process or a network
-namespace behind fails, naming it, and ends it (tests/conftest.py); the
-readiness waits (tests/wait_helpers.py) return on the condition and fail
-fast when the process they wait on dies."""
+"""The suite's own rules: a test session that leaves a process, a network
+namespace or a run directory behind fails, naming it, and ends it
+(tests/conftest.py); the readiness waits (tests/wait_helpers.py) return on
+the condition and fail fast when the process they wait on dies."""
 
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def _marked(word: str) -> list[int]:
 
 def _session(tmp_path, text: str) -> subprocess.CompletedProcess:
     shutil.copy(os.path.join(HERE, "conftest.py"), tmp_path / "conftest.py")
-    shutil.copy(os.path.join(HERE, "wait_helpers.py"), tmp_path / "wait_helpers.py")
+    for helper in ("wait_helpers.py", "shm_helpers.py"):
+        shutil.copy(os.path.join(HERE, helper), tmp_path / helper)
     (tmp_path / "test_inner.py").write_text(text)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
                            str(tmp_path), str(tmp_path / "test_inner.py")], cwd=tmp_path, capture_output=True,
@@ -95,6 +96,30 @@ def test_leaves_a_namespace():
     assert r.returncode != 0 and "network namespace srdma-z" in out, out
     name = "srdma-z" + out.split("network namespace srdma-z", 1)[1].split()[0]
     assert name not in os.listdir("/run/netns")
+
+
+def test_a_leftover_run_directory_fails_the_session(tmp_path):
+    """A test's run dir (shm_helpers) still there at the end fails the
+    session, naming it, and is removed; one a test removed is no leftover."""
+    where = tmp_path / "where"
+    r = _session(tmp_path, f'''
+import os, shutil
+from shm_helpers import shm_dir, shm_mkdtemp
+
+def test_leaves_a_run_dir():
+    d = shm_dir("softrdma-forgotten")
+    os.makedirs(os.path.join(d, "sys"))
+    open({str(where)!r}, "w").write(d)
+
+def test_removes_its_run_dir():
+    shutil.rmtree(shm_mkdtemp("softrdma-tidy-"))
+''')
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert "run directory softrdma-forgotten" in out and "softrdma-tidy" not in out, out
+    left = where.read_text()
+    assert os.path.basename(os.path.dirname(left)).startswith("softrdma-tests-")    # (the session's directory)
+    assert not os.path.exists(os.path.dirname(left))
 
 
 def test_another_sessions_processes_are_not_touched(tmp_path):
