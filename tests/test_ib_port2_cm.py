@@ -3,7 +3,7 @@ port 1 on one subnet with h2, its port 2 on another with h3, one SM per
 port).  ``ucmatose``/``udaddy -f gid`` bound to port 2's GID 0 run over
 port 2's subnet -- its SA's path, its QP1 and CM agent, the QPs on port 2
 -- and the cm_id reports port 2; the same tools on port 1's GID still run
-over port 1's subnet."""
+over port 1's subnet; ``mckey -M`` joins through port 2's SA."""
 
 from __future__ import annotations
 
@@ -114,3 +114,29 @@ except PyverbsRDMAError as e:
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == f"bind mlx5_0 2\nroute 2 True\ninit 2\nbind {errno.ENODEV}\n", r.stdout + r.stderr
+
+
+def test_mckey_by_gid_on_port_2(two):  # noqa: F811
+    """A multicast join on port 2's GID goes to port 2's SA: the group is
+    made in port 2's subnet, whose switch forwards h3's sends to h1's port 2."""
+    from test_ib_cma_gid import MGID, mckey
+    d1 = two.daemons["h1"]
+    srv = mckey(two, "h1", "-M", MGID, "-b", gid_of(d1, 2), "-C", "4")
+    try:
+        lines = []
+
+        def joined():
+            ln = srv.stdout.readline()
+            lines.append(ln)
+            return srv.poll() is not None or ln.startswith("mckey: joined")
+        wait_for(joined, 60, "the receiver's join", proc=srv)
+        assert re.match(r"mckey: joined dgid: \S+ mlid 0x[0-9a-f]+ sl \d+", lines[-1]), "".join(lines)
+        cli = subprocess.run([sys.executable, "-m", "softrdma", "mckey", "-M", MGID, "-b",
+                              gid_of(two.daemons["h3"], 1), "-s", "-C", "4"],
+                             env={**two.daemons["h3"].env, "SOFTRDMA_AUTOSTART": "0"}, capture_output=True,
+                             text=True, timeout=120)
+        sout, _ = srv.communicate(timeout=60)
+    finally:
+        stop(srv)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert sout.endswith("receiving data transfers\ndata transfers complete\ntest complete\nreturn status 0\n"), sout
