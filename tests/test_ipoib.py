@@ -719,6 +719,23 @@ def test_a_second_port_gets_ib1(net):
         assert c["cm_tx_packets"] > before["cm_tx_packets"], c
         assert c5["cm_rx_packets"] > before5["cm_rx_packets"], c5
         assert [x["dir"] for x in ib1["connections"] if x["up"]] == ["tx"], ib1["connections"]
+        # rdma_cm by IP address over ib1: the address resolves on port 2 (IPoIB's neighbour),
+        # the route comes from port 2's SA, the connection from port 2's CM
+        from daemon_helpers import wait_cm_listening
+        from wait_helpers import free_port
+        port = str(free_port())
+        env5 = {**os.environ, "SOFTRDMA_RUN": net.run_dir("h5"), "SOFTRDMA_AUTOSTART": "0"}
+        srv = subprocess.Popen(["ip", "netns", "exec", net.ns["h5"], sys.executable, "-m", "softrdma", "rping", "-s",
+                                "-a", "10.82.0.5", "-C", "2", "-v", "-p", port], env=env5, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_cm_listening(net.run_dir("h5"), int(port), srv)
+            r = net.run("h1", sys.executable, "-m", "softrdma", "rping", "-c", "-a", "10.82.0.5", "-C", "2", "-v",
+                        "-p", port, timeout=120)
+            assert r.stdout.count("ping data: rdma-ping-") == 2, r.stdout
+            srv.communicate(timeout=60)
+        finally:
+            stop(srv)
         # the port goes (``rdma link delete mlx5_0/2``): its interface with it, in the daemon and in the kernel
         r = control(net.run_dir("h1"), "link_delete", name="mlx5_0/2")
         assert r["errno"] == 0, r
