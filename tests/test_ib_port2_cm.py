@@ -119,17 +119,11 @@ except PyverbsRDMAError as e:
 def test_mckey_by_gid_on_port_2(two):  # noqa: F811
     """A multicast join on port 2's GID goes to port 2's SA: the group is
     made in port 2's subnet, whose switch forwards h3's sends to h1's port 2."""
-    from test_ib_cma_gid import MGID, mckey
+    from test_ib_cma_gid import MGID, mckey, wait_joined
     d1 = two.daemons["h1"]
     srv = mckey(two, "h1", "-M", MGID, "-b", gid_of(d1, 2), "-C", "4")
     try:
-        lines = []
-
-        def joined():
-            ln = srv.stdout.readline()
-            lines.append(ln)
-            return srv.poll() is not None or ln.startswith("mckey: joined")
-        wait_for(joined, 60, "the receiver's join", proc=srv)
+        lines = wait_joined(srv)
         assert re.match(r"mckey: joined dgid: \S+ mlid 0x[0-9a-f]+ sl \d+", lines[-1]), "".join(lines)
         cli = subprocess.run([sys.executable, "-m", "softrdma", "mckey", "-M", MGID, "-b",
                               gid_of(two.daemons["h3"], 1), "-s", "-C", "4"],
