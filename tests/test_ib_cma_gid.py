@@ -53,17 +53,23 @@ def members(h, host: str, mgid: str) -> list[str]:
             if "MGID" in r and ipaddress.IPv6Address(r["MGID"]) == want]
 
 
+def wait_joined(srv: subprocess.Popen) -> list[str]:
+    """The receiver's lines up to its ``mckey: joined`` line (or its end)."""
+    lines = []
+
+    def joined():
+        ln = srv.stdout.readline()
+        lines.append(ln)
+        return srv.poll() is not None or ln.startswith("mckey: joined")
+    wait_for(joined, 60, "the receiver's join", proc=srv)
+    return lines
+
+
 def test_mckey_by_gid_between_two_hosts(hosts):
     g1, g4 = gid0(hosts, "h1"), gid0(hosts, "h4")
     srv = mckey(hosts, "h1", "-M", MGID, "-b", g1, "-C", "4")
     try:
-        lines = []
-
-        def joined():
-            ln = srv.stdout.readline()
-            lines.append(ln)
-            return srv.poll() is not None or ln.startswith("mckey: joined")
-        wait_for(joined, 60, "the receiver's join", proc=srv)
+        lines = wait_joined(srv)
         m = re.match(r"mckey: joined dgid: (\S+) mlid 0x([0-9a-f]+) sl (\d+)", lines[-1])
         assert m, "".join(lines)
         assert ipaddress.IPv6Address(m.group(1)) == ipaddress.IPv6Address(MGID)

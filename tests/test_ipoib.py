@@ -674,8 +674,9 @@ def test_a_second_port_gets_ib1(net):
     per-port opensm script runs it): the daemon makes ``ib1`` on that port,
     as ipoib_add_port does for each port; ib1 joins the broadcast group
     through port 2's QP1 and gets its carrier and its own address (port 2's
-    GID, no RC flag: connected mode needs the device's CM, which serves port
-    1, and is refused on ib1).  h1 and h5 ping each other over it."""
+    GID, with the RC flag: port 2 has its own IB CM agent).  h1 and h5 ping
+    each other over it, in datagram mode and then with ib1 in connected
+    mode: the ping goes over an RC connection from port 2."""
     import sm_helpers
     r = add_ib(net.run_dir("h1"), "mlx5_0/2", net.fabric.base, "h1", port=2)
     assert r["errno"] == 0, r
@@ -695,7 +696,7 @@ def test_a_second_port_gets_ib1(net):
         (ib1,) = net.ipoib("h1", "ib1")
         p2 = port2()
         assert ib1["port"] == 2 and ib1["mtu"] == 2044 and ib1["pkey"] == 0xFFFF
-        assert ib1["address"].startswith("00:") and ib1["address"].replace(":", "").endswith(p2["gids"][0]), ib1
+        assert ib1["address"].startswith("80:") and ib1["address"].replace(":", "").endswith(p2["gids"][0]), ib1
         assert open(os.path.join(net.run_dir("h1"), "sys", "net", "ib1", "dev_port")).read().strip() == "1"
         net.ip("h1", "addr", "add", "10.82.0.1/24", "dev", "ib1")
         net.ip("h5", "addr", "add", "10.82.0.5/24", "dev", "ib0")
@@ -708,7 +709,33 @@ def test_a_second_port_gets_ib1(net):
         assert n["lladdr"] == ib1["address"]
         assert [p["dlid"] for p in net.ipoib("h5")[0]["paths"].values()] == [p2["port_attr"]["lid"]]
         r = control(net.run_dir("h1"), "ipoib", action="set", ifname="ib1", attr="mode", value="connected")
-        assert r["errno"] == errno.EOPNOTSUPP, r
+        assert r["errno"] == 0, r
+        before, before5 = net.ipoib("h1", "ib1")[0]["counters"], net.ipoib("h5")[0]["counters"]
+        out = net.run("h1", "ping", "-c", "1", "-W", "5", "-s", "3000", "10.82.0.5").stdout
+        assert " 0% packet loss" in out, out
+        # h1 sent over its RC connection from port 2, h5 (datagram mode) took it on its RC receive side
+        (ib1,) = net.ipoib("h1", "ib1")
+        c, c5 = ib1["counters"], net.ipoib("h5")[0]["counters"]
+        assert c["cm_tx_packets"] > before["cm_tx_packets"], c
+        assert c5["cm_rx_packets"] > before5["cm_rx_packets"], c5
+        assert [x["dir"] for x in ib1["connections"] if x["up"]] == ["tx"], ib1["connections"]
+        # rdma_cm by IP address over ib1: the address resolves on port 2 (IPoIB's neighbour),
+        # the route comes from port 2's SA, the connection from port 2's CM
+        from daemon_helpers import wait_cm_listening
+        from wait_helpers import free_port
+        port = str(free_port())
+        env5 = {**os.environ, "SOFTRDMA_RUN": net.run_dir("h5"), "SOFTRDMA_AUTOSTART": "0"}
+        srv = subprocess.Popen(["ip", "netns", "exec", net.ns["h5"], sys.executable, "-m", "softrdma", "rping", "-s",
+                                "-a", "10.82.0.5", "-C", "2", "-v", "-p", port], env=env5, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_cm_listening(net.run_dir("h5"), int(port), srv)
+            r = net.run("h1", sys.executable, "-m", "softrdma", "rping", "-c", "-a", "10.82.0.5", "-C", "2", "-v",
+                        "-p", port, timeout=120)
+            assert r.stdout.count("ping data: rdma-ping-") == 2, r.stdout
+            srv.communicate(timeout=60)
+        finally:
+            stop(srv)
         # the port goes (``rdma link delete mlx5_0/2``): its interface with it, in the daemon and in the kernel
         r = control(net.run_dir("h1"), "link_delete", name="mlx5_0/2")
         assert r["errno"] == 0, r

@@ -36,7 +36,7 @@ from ..errors import VerbsError
 from ..wire.cma import PortSpace, service_id
 from ..wire.gid import gid_ip, ip_gid
 from .cma_mcast import mgid_of
-from .cma_route import gid_addr, is_ib
+from .cma_route import gid_addr, is_ib, port_mtu
 from .ipoib_host import PENDING
 from .cma_id import (
     AF_IB,
@@ -144,20 +144,23 @@ class CmaAddr:
     def _bind(self, cid: CmaId, family: int, addr, port: int, dev, sgid: bytes) -> None:
         """What every bind ends with: the address, the device and its GID,
         and the port (cma_get_port) -- or nothing, if the port is refused."""
-        cid.family, cid.src_ip, cid.src_port, cid.dev = family, addr, port, dev
+        cid.family, cid.src_ip, cid.src_port = family, addr, port
+        cid.set_port(dev)                               # (an IB port: the device it is a port of, and it)
         if dev is not None:
             cid.sgid = sgid
-            cid.mtu = dev.caps.active_mtu
+            cid.mtu = port_mtu(dev)
         try:
             self._get_port(cid)
         except VerbsError:
-            cid.src_ip, cid.src_port, cid.dev = None, 0, None
+            cid.src_ip, cid.src_port = None, 0
+            cid.set_port(None)
             raise
         cid.state = ADDR_BOUND
 
     def _bind_ib(self, cid: CmaId, gid: str | None, port: int) -> None:
         """rdma_bind_addr of a sockaddr_ib: a GID of one of this host's IB
-        ports (ENODEV for any other), or the zero GID (any port)."""
+        ports -- any port of a device, port 2's too (ENODEV for any other),
+        or the zero GID (any port)."""
         addr = ipaddress.IPv6Address(gid) if gid else ipaddress.IPv6Address("::")
         dev = None
         if not cma_any_addr(addr):
@@ -177,7 +180,7 @@ class CmaAddr:
             raise VerbsError(errno.EINVAL, "destination family differs from the bound address's")
         if cid.state != ADDR_BOUND:
             raise VerbsError(errno.EINVAL, f"resolve_addr in state {STATE_NAMES[cid.state]}")
-        dev, sgid = cid.dev, cid.sgid
+        dev, sgid = (cid.port if cid.dev is not None else None), cid.sgid
         if cma_any_addr(d):
             found = self._ib_loopback() if dev is None else (dev, sgid)
             if found is None:
@@ -192,10 +195,11 @@ class CmaAddr:
                     raise VerbsError(errno.ENODEV, f"no InfiniBand port reaches GID {d}")
                 dev, sgid = found
         cid.dst_ip, cid.dst_port = d, dst_port
-        cid.dev, cid.sgid, cid.dgid = dev, sgid, dgid
+        cid.set_port(dev)
+        cid.sgid, cid.dgid = sgid, dgid
         if cma_any_addr(cid.src_ip):
             cid.src_ip = gid_addr(sgid)
-        cid.mtu = dev.caps.active_mtu
+        cid.mtu = port_mtu(dev)
         cid.state = ADDR_RESOLVED
         self._emit(cid, EV.RDMA_CM_EVENT_ADDR_RESOLVED, info=cid.info())
 
@@ -250,12 +254,13 @@ class CmaAddr:
     def _addr_resolved(self, cid: CmaId, dev, src_ip, dgid: bytes | None) -> None:
         """The address is resolved: onto ``dev`` from ``src_ip``, to the IPoIB
         neighbour's GID ``dgid`` (None: a RoCE destination, its address's GID)."""
-        cid.src_ip, cid.dev = src_ip, dev
+        cid.src_ip = src_ip
+        cid.set_port(dev)
         if dgid is not None:
             cid.sgid, cid.dgid = dev.gid(0), dgid
         else:
             cid.sgid, cid.dgid = ip_gid(src_ip), ip_gid(cid.dst_ip)
-        cid.mtu = dev.caps.active_mtu
+        cid.mtu = port_mtu(dev)
         cid.state = ADDR_RESOLVED
         self._emit(cid, EV.RDMA_CM_EVENT_ADDR_RESOLVED, info=cid.info())
 
@@ -294,40 +299,47 @@ class CmaAddr:
         cid.backlog = backlog if 0 < backlog < MAX_BACKLOG else MAX_BACKLOG
         cid.state = LISTEN
         sid = service_id(cid.ps, cid.src_port)
-        devs = [cid.dev] if cid.dev is not None else list(self.daemon.devices.values())
-        for dev in devs:
-            self._agent_listen(dev, sid)
+        for port in ([cid.port] if cid.dev is not None else self._listen_ports()):
+            self._agent_listen(port, sid)
 
-    def _agent_listen(self, dev, sid: int) -> None:
-        key = (dev.name, sid)
+    def _listen_ports(self) -> list:
+        """Every port with a CM agent: where a listen bound to no device is."""
+        return [p for d in self.daemon.devices.values() for p in getattr(d, "ib_ports", (d,))
+                if getattr(p, "cm", None) is not None]
+
+    def _agent_listen(self, port, sid: int) -> None:
+        key = (port.name, getattr(port, "num", 1), sid)
         entry = self.agent_listens.get(key)
         if entry is None:
-            entry = self.agent_listens[key] = [dev.cm.listen(sid, context=("listen", sid)), 0]
+            entry = self.agent_listens[key] = [port.cm.listen(sid, context=("listen", sid)), 0]
         entry[1] += 1
 
     def _cancel_listens(self, cid: CmaId) -> None:
         sid = service_id(cid.ps, cid.src_port)
-        for name, dev in self.daemon.devices.items():
-            if cid.dev is not None and dev is not cid.dev:
-                continue
-            entry = self.agent_listens.get((name, sid))
+        for port in ([cid.port] if cid.dev is not None else self._listen_ports()):
+            key = (port.name, getattr(port, "num", 1), sid)
+            entry = self.agent_listens.get(key)
             if entry is None:
                 continue
             entry[1] -= 1
             if entry[1] <= 0:
-                del self.agent_listens[(name, sid)]
-                dev.cm.destroy(entry[0])
+                del self.agent_listens[key]
+                port.cm.destroy(entry[0])
 
-    def device_added(self, dev) -> None:
-        """A new device joins every listen that is bound to no device."""
-        seen = set()
+    def port_added(self, port) -> None:
+        """A new port's CM agent (a new device's, or an IB device's port 2)
+        joins every listen that is bound to no device."""
+        name, num = port.name, getattr(port, "num", 1)
+        for key in [k for k in self.agent_listens if k[:2] == (name, num)]:
+            del self.agent_listens[key]                 # (a port that was there before: its old agent's)
         for owners in self.bind_lists.values():
             for cid in owners:
                 if cid.state == LISTEN and cid.dev is None:
-                    sid = service_id(cid.ps, cid.src_port)
-                    if sid not in seen:
-                        seen.add(sid)
-                    self._agent_listen(dev, sid)
+                    self._agent_listen(port, service_id(cid.ps, cid.src_port))
+
+    def device_added(self, dev) -> None:
+        """A new device joins every listen that is bound to no device."""
+        self.port_added(dev)
 
     def device_removed(self, dev) -> None:
         for key in [k for k in self.agent_listens if k[0] == dev.name]:

@@ -25,7 +25,7 @@ from ..wire.cm import PRIVATE_DATA_SIZE, SidrStatus
 from ..wire.cma import CMA_HDR_SIZE, from_service_id, parse_cma_hdr
 from ..wire.errors import WireError
 from .cma_id import AF_IB, CMA_CM_MRA_SERVICE_TIMEOUT, CONNECT, DISCONNECT, LISTEN, QP_TYPES, CmaId, cma_any_addr
-from .cma_route import CmaPath, gid_addr, is_ib
+from .cma_route import CmaPath, gid_addr, is_ib, port_mtu
 
 _ETIMEDOUT = -errno.ETIMEDOUT
 
@@ -34,10 +34,11 @@ class CmaIbHandler:
     """The IB CM's events for ``RdmaCm`` (a mixin: it uses the
     ``bind_lists``, ``rng`` and ``_emit`` of ``rdma_cm.RdmaCm``)."""
 
-    def _cm_event(self, dev, ev) -> None:
+    def _cm_event(self, port, ev) -> None:
+        """An event of the CM agent of ``port`` (a device, or an IB device's port 2)."""
         t = ev.type
         if t in (CmEventType.REQ_RECEIVED, CmEventType.SIDR_REQ_RECEIVED):
-            self._req(dev, ev)
+            self._req(port, ev)
             return
         cid = ev.cm_id.context
         if not isinstance(cid, CmaId) or cid.destroyed:
@@ -46,7 +47,7 @@ class CmaIbHandler:
                 (t == CmEventType.TIMEWAIT_EXIT and cid.state != DISCONNECT):
             return
         m = ev.msg
-        cm = dev.cm
+        cm = port.cm
         if t in (CmEventType.REQ_ERROR, CmEventType.REP_ERROR, CmEventType.SIDR_REQ_ERROR):
             if t == CmEventType.SIDR_REQ_ERROR:
                 cid.ib = None
@@ -79,15 +80,15 @@ class CmaIbHandler:
                 return
             cid.qkey = m["q_key"]
             if cid.path is not None:                             # InfiniBand: the SA's path
-                ah = cid.path.ah_attr(cid.dgid)
+                ah = cid.path.ah_attr(cid.dgid, cid.port_num)
             else:
-                idx = dev.gid_table.find(cid.sgid) or 0
+                idx = port.gid_table.find(cid.sgid) or 0
                 ah = {"dgid": cid.dgid.hex(), "sgid_index": idx, "hop_limit": 64, "is_global": True,
-                      "traffic_class": cid.tos, "flow_label": 0, "sl": 0, "port_num": 1, "dlid": 0}
+                      "traffic_class": cid.tos, "flow_label": 0, "sl": 0, "port_num": cid.port_num, "dlid": 0}
             self._emit(cid, EV.RDMA_CM_EVENT_ESTABLISHED, ud={"qp_num": m["qpn"], "qkey": m["q_key"], "ah_attr": ah},
                        private_data=_pd_hex(m, "SIDR_REP"))
 
-    def _find_listener(self, dev, sid: int, hdr, ud: bool, tst: int | None):
+    def _find_listener(self, on, sid: int, hdr, ud: bool, tst: int | None):
         """cma_id_from_event + cma_find_listener + cma_check_req_qp_type."""
         try:
             ps, port = from_service_id(sid)
@@ -96,7 +97,7 @@ class CmaIbHandler:
         for cid in self.bind_lists.get((ps, port), ()):
             if cid.state != LISTEN or cid.destroyed:
                 continue
-            if cid.dev is not None and cid.dev is not dev:
+            if cid.dev is not None and cid.port is not on:      # bound to another port
                 continue
             if cid.family != AF_IB:                    # cma_match_private_data: AF_IB takes any
                 if hdr is None or cid.family != hdr.ip_version:
@@ -110,10 +111,10 @@ class CmaIbHandler:
             return cid
         return None
 
-    def _req(self, dev, ev) -> None:
-        """cma_req_handler: a REQ or SIDR_REQ for one of our listens."""
+    def _req(self, port, ev) -> None:
+        """cma_req_handler: a REQ or SIDR_REQ for one of our listens, on ``port``."""
         m = ev.msg
-        cm = dev.cm
+        cm = port.cm
         ud = ev.type == CmEventType.SIDR_REQ_RECEIVED
         pd = m.get("private_data", b"")
         try:
@@ -121,7 +122,7 @@ class CmaIbHandler:
         except WireError:
             hdr = None                            # an AF_IB peer's, or none: only an AF_IB listener takes it
         sid = m["serviceid"] if ud else m["service_id"]
-        listener = self._find_listener(dev, sid, hdr, ud, None if ud else m["transport_service_type"])
+        listener = self._find_listener(port, sid, hdr, ud, None if ud else m["transport_service_type"])
         if listener is None or listener.pending >= listener.backlog:
             cm.destroy(ev.cm_id)                  # (cma_save_ip_info failing too: the CM answers with a REJ)
             return
@@ -139,14 +140,16 @@ class CmaIbHandler:
             cid.family = hdr.ip_version
             cid.src_ip, cid.src_port = hdr.dst_addr, sid & 0xFFFF
             cid.dst_ip, cid.dst_port = hdr.src_addr, hdr.port
-        cid.dev = dev
+        cid.set_port(port)
+        dev = cid.dev
         cid.sgid, cid.dgid = local_gid, remote_gid
         if is_ib(dev) and not ud:                 # the REQ's primary path, from this side
             c = ev.cm_id
             cid.path = CmaPath(dlid=c.path_dlid, slid=c.path_slid, sl=c.sl, mtu=c.path_mtu, rate=c.path_rate,
                                pkey=c.pkey, packet_life_time=c.packet_life_time, hop_limit=c.hop_limit,
                                traffic_class=c.traffic_class, flow_label=c.flow_label)
-        cid.mtu = min(dev.caps.active_mtu, ev.cm_id.path_mtu) if not ud else dev.caps.active_mtu
+        mtu = port_mtu(port)
+        cid.mtu = min(mtu, ev.cm_id.path_mtu) if not ud else mtu
         cid.tos = ev.cm_id.traffic_class
         cid.listener = listener
         cid.ib = ev.cm_id

@@ -7,7 +7,10 @@ connection or SIDR exchange is under way.  Its family is 4, 6 or AF_IB
 (27: struct sockaddr_ib, whose address -- held in ``src_ip``/``dst_ip``
 as an IPv6 address, the way a GID is written -- is a GID, with a P_Key
 and a flow label); on an InfiniBand port ``path`` is the route the SA
-gave (``cma_route.CmaPath``).
+gave (``cma_route.CmaPath``).  ``port`` is the port of ``dev`` the ID is
+on (cma.c's ``id.port_num``): the device itself for a RoCE device and an
+IB device's port 1, an ``ib.IbSubPort`` for its port 2 -- whose GIDs,
+SM, QP1 and CM agent the ID's route, joins and connection use.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class CmaId:
         self.dst_ip = None
         self.dst_port = 0
         self.dev = None
+        self._port = None               # an IB device's port 2.. (``port``)
         self.sgid = bytes(16)
         self.dgid = bytes(16)
         self.ib = None                  # mgmt.cm.ids.CmId
@@ -75,6 +79,26 @@ class CmaId:
         self.path = None                  # cma_route.CmaPath (InfiniBand)
         self.route_tid: int | None = None  # the SA query under way
 
+    @property
+    def port(self):
+        """The port of ``dev`` the ID is on (the device itself unless a
+        further port of it was set)."""
+        p = self._port
+        return p if p is not None and getattr(p, "hca", None) is self.dev and p is not self.dev else self.dev
+
+    @port.setter
+    def port(self, p) -> None:
+        self._port = p
+
+    def set_port(self, port) -> None:
+        """The ID is on ``port`` (a device, or an IB device's port): its device and port."""
+        self.dev = getattr(port, "hca", port)
+        self._port = port
+
+    @property
+    def port_num(self) -> int:
+        return getattr(self.port, "num", 1)
+
     def addr(self, ip, port) -> dict:
         a = {"family": self.family, "ip": str(ip) if ip is not None else None, "port": port}
         if self.family == AF_IB:                      # sockaddr_ib: the GID, P_Key, service ID
@@ -84,7 +108,7 @@ class CmaId:
     def info(self) -> dict:
         return {"id": self.handle, "state": STATE_NAMES[self.state], "ps": self.ps, "qp_type": self.qp_type,
                 "src": self.addr(self.src_ip, self.src_port), "dst": self.addr(self.dst_ip, self.dst_port),
-                "device": self.dev.name if self.dev is not None else None, "port_num": 1,
+                "device": self.dev.name if self.dev is not None else None, "port_num": self.port_num,
                 "sgid": self.sgid.hex(), "dgid": self.dgid.hex(), "pkey": self.pkey, "qkey": self.qkey,
                 "mtu": self.mtu, "dlid": self.path.dlid if self.path is not None else 0,
                 "sl": self.path.sl if self.path is not None else 0}

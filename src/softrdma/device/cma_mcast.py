@@ -24,6 +24,7 @@ ib_sa_join_multicast and ib_sa_free_multicast).
   leaves it (cma.c keeps the failed join on the ID's list too).
 * The leave: SubnAdmDelete(MCMemberRecord) with the same JoinState, once
   the last ID of this daemon joined to the group on that port has left
+  (each port -- port 2 of a device too -- joins through its own subnet's SA)
   (multicast.c keeps one membership per port and group); no answer is
   waited for (rdma_leave_multicast returns at once).
 """
@@ -84,7 +85,7 @@ class CmaMcast:
 
     def _ib_join(self, cid: CmaId, addr: str) -> None:
         """rdma_join_multicast on an IB port: the reply now, the event after the SA's answer."""
-        dev = cid.dev
+        dev = cid.port                                  # the port's SM, SA and QP1
         mgid = mgid_of(cid, addr, cid.pkey)
         if mgid in cid.mcast:
             raise VerbsError(errno.EADDRINUSE, f"already joined to {addr}")
@@ -113,7 +114,7 @@ class CmaMcast:
     def _ib_join_answer(self, cid: CmaId, dev, mgid: bytes, entry: dict, resp) -> None:
         """cma_ib_mc_handler / cma_make_mc_event."""
         entry["tid"] = None
-        if cid.destroyed or cid.mcast.get(mgid) is not entry or cid.dev is not dev:
+        if cid.destroyed or cid.mcast.get(mgid) is not entry or cid.port is not dev:
             return
         if resp is None or int.from_bytes(resp[4:6], "big"):     # (the membership stays until the leave)
             self._emit(cid, EV.RDMA_CM_EVENT_MULTICAST_ERROR, -errno.ETIMEDOUT if resp is None else -errno.EINVAL,
@@ -131,7 +132,7 @@ class CmaMcast:
         ud = {"qp_num": 0xFFFFFF, "qkey": r["QKey"],
               "ah_attr": {"dgid": entry["mgid"].hex(), "sgid_index": idx, "hop_limit": r["HopLimit"],
                           "is_global": True, "traffic_class": r["TClass"], "flow_label": r["FlowLabel"],
-                          "sl": r["SL"], "port_num": 1, "dlid": r["MLID"], "static_rate": r["Rate"],
+                          "sl": r["SL"], "port_num": cid.port_num, "dlid": r["MLID"], "static_rate": r["Rate"],
                           "src_path_bits": 0}}
         entry["ud"] = ud
         self._emit(cid, EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=ud, addr=entry["addr"])
@@ -142,14 +143,14 @@ class CmaMcast:
         entry = cid.mcast.pop(mgid, None)
         if entry is None:
             return
-        dev = cid.dev
+        dev = cid.port if cid.dev is not None else None
         if entry.get("tid") is not None:
             dev.gsi.cancel(entry["tid"])
         if not entry.get("joined") or dev is None:
             return
         group = entry["mgid"]
         for _, other in self.ids():
-            if other is not cid and other.dev is dev and any(e.get("joined") and e.get("mgid") == group
+            if other is not cid and other.port is dev and any(e.get("joined") and e.get("mgid") == group
                                                              for e in other.mcast.values()):
                 return
         self._send_leave(dev, group, cid.sgid)

@@ -69,16 +69,22 @@ class CmaPath:
     traffic_class: int
     flow_label: int
 
-    def ah_attr(self, dgid: bytes) -> dict:
-        """ib_init_ah_attr_from_path: the address vector of the path."""
+    def ah_attr(self, dgid: bytes, port_num: int = 1) -> dict:
+        """ib_init_ah_attr_from_path: the address vector of the path from port ``port_num``."""
         return {"dgid": dgid.hex(), "sgid_index": 0, "hop_limit": self.hop_limit,
                 "is_global": self.hop_limit > 0, "traffic_class": self.traffic_class,
-                "flow_label": self.flow_label, "sl": self.sl, "port_num": 1, "dlid": self.dlid,
+                "flow_label": self.flow_label, "sl": self.sl, "port_num": port_num, "dlid": self.dlid,
                 "static_rate": self.rate, "src_path_bits": 0}
 
 
 def is_ib(dev) -> bool:
     return dev is not None and dev.link_layer == LINK_LAYER_IB
+
+
+def port_mtu(port) -> int:
+    """The active MTU of the port: a device's (RoCE, an IB device's port 1)
+    is in its caps, a further IB port (``ib.IbSubPort``) holds its own."""
+    return port.active_mtu if getattr(port, "hca", port) is not port else port.caps.active_mtu
 
 
 def gid_addr(gid: bytes) -> ipaddress.IPv6Address:
@@ -91,34 +97,35 @@ class CmaRoute:
     ``daemon``, ``sa_tids`` and ``_emit`` of ``rdma_cm.RdmaCm``)."""
 
     # -- devices ---------------------------------------------------------------------------------
-    def _ib_devices(self):
-        return [d for d in self.daemon.devices.values() if is_ib(d)]
+    def _ib_ports(self):
+        """Every port of every IB device (port 1 is the device itself)."""
+        return [p for d in self.daemon.devices.values() if is_ib(d) for p in getattr(d, "ib_ports", (d,))]
 
     def _ib_device_of(self, gid: bytes):
-        """The IB device one of whose GIDs ``gid`` is (None: no such device)."""
-        for d in self._ib_devices():
-            if d.gid_table.find(bytes(gid)) is not None:
-                return d
+        """The IB port one of whose GIDs ``gid`` is (None: no such port)."""
+        for p in self._ib_ports():
+            if p.gid_table.find(bytes(gid)) is not None:
+                return p
         return None
 
     def _resolve_ib_dev(self, dgid: bytes, pkey: int):
-        """cma_resolve_ib_dev: (device, source GID) for ``dgid``, or None."""
+        """cma_resolve_ib_dev: (port, source GID) for ``dgid``, or None."""
         found = None
-        for d in self._ib_devices():
-            if not any(k & 0x7FFF == pkey & 0x7FFF for k in d.pkeys):
+        for p in self._ib_ports():
+            if not any(k & 0x7FFF == pkey & 0x7FFF for k in p.pkeys):
                 continue
-            for _, e in d.gid_table:
+            for _, e in p.gid_table:
                 if e.gid == bytes(dgid):
-                    return d, e.gid                       # one of our own ports
-                if found is None and e.gid[:8] == bytes(dgid)[:8] and d.state == PORT_ACTIVE:
-                    found = d, e.gid
+                    return p, e.gid                       # one of our own ports
+                if found is None and e.gid[:8] == bytes(dgid)[:8] and p.state == PORT_ACTIVE:
+                    found = p, e.gid
         return found
 
     def _ib_loopback(self):
-        """cma_bind_loopback among the IB ports: the first Active one's GID 0."""
-        for d in self._ib_devices():
-            if d.state == PORT_ACTIVE and d.gid(0) is not None:
-                return d, d.gid(0)
+        """cma_bind_loopback among the IB ports: the first Active one's (port, GID 0)."""
+        for p in self._ib_ports():
+            if p.state == PORT_ACTIVE and p.gid(0) is not None:
+                return p, p.gid(0)
         return None
 
     def _ipoib_neigh(self, src_ip, dst_ip, waiter=None):
@@ -135,7 +142,7 @@ class CmaRoute:
     def _ib_route(self, cid: CmaId, timeout_ms: int) -> None:
         """rdma_resolve_route on an IB port: a PathRecord Get to the SA; the
         event follows its answer."""
-        dev = cid.dev
+        dev = cid.port                                  # the port's SM, SA and QP1
         if dev.state != PORT_ACTIVE or not dev.sm_lid:
             # ib_sa_path_rec_get -> alloc_mad: no SM address handle on the port
             raise VerbsError(errno.EAGAIN, f"{dev.name}: the port has no subnet manager to ask (not Active)")
@@ -155,7 +162,7 @@ class CmaRoute:
     def _route_answer(self, cid: CmaId, dev, resp) -> None:
         """cma_query_handler."""
         cid.route_tid = None
-        if cid.destroyed or cid.state != ROUTE_QUERY or cid.dev is not dev:
+        if cid.destroyed or cid.state != ROUTE_QUERY or cid.port is not dev:
             return
         if resp is None:
             status = -errno.ETIMEDOUT
@@ -166,7 +173,8 @@ class CmaRoute:
             cid.path = CmaPath(dlid=r["DLID"], slid=r["SLID"], sl=r["SL"], mtu=r["Mtu"], rate=r["Rate"],
                                pkey=r["PKey"], packet_life_time=r["PacketLifeTime"], hop_limit=r["HopLimit"],
                                traffic_class=r["TClass"], flow_label=r["FlowLabel"])
-            cid.mtu = min(dev.caps.active_mtu, r["Mtu"] or dev.caps.active_mtu)
+            mtu = port_mtu(dev)
+            cid.mtu = min(mtu, r["Mtu"] or mtu)
             cid.state = ROUTE_RESOLVED
             self._emit(cid, EV.RDMA_CM_EVENT_ROUTE_RESOLVED, info=cid.info())
             return
@@ -176,7 +184,7 @@ class CmaRoute:
     def _cancel_route(self, cid: CmaId) -> None:
         tid = getattr(cid, "route_tid", None)
         if tid is not None and cid.dev is not None:
-            cid.dev.gsi.cancel(tid)
+            cid.port.gsi.cancel(tid)
         cid.route_tid = None
 
 
@@ -198,4 +206,4 @@ def path_record_get(tid: int, sgid: bytes, dgid: bytes, pkey: int, service_id: i
     return bytes(mad)
 
 
-__all__ = ["CmaRoute", "CmaPath", "AF_IB", "is_ib", "gid_addr", "path_record_get"]
+__all__ = ["CmaRoute", "CmaPath", "AF_IB", "is_ib", "port_mtu", "gid_addr", "path_record_get"]

@@ -313,11 +313,14 @@ class Daemon:
 
     @staticmethod
     def rdma_cm_deadline(dev) -> float | None:
-        cm = getattr(dev, "cm", None)
-        if cm is None or not cm.ids:
-            return dev.gsi.deadline
-        d, g = cm.deadline, dev.gsi.deadline
-        return g if d is None else d if g is None else min(d, g)
+        """The next CM or QP1 timer of the device's ports (port 2 has its own agent and QP1)."""
+        out = None
+        for p in getattr(dev, "ib_ports", (dev,)):
+            cm = getattr(p, "cm", None)
+            for d in (p.gsi.deadline, cm.deadline if cm is not None and cm.ids else None):
+                if d is not None and (out is None or d < out):
+                    out = d
+        return out
 
     @staticmethod
     def now() -> float:

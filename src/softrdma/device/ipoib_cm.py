@@ -143,7 +143,7 @@ class Conn:
         self.up = False
 
     def init(self, pkey_index: int, access: int) -> None:
-        _modify(self.qp, {"qp_state": QPS.IBV_QPS_INIT, "pkey_index": pkey_index, "port_num": 1,
+        _modify(self.qp, {"qp_state": QPS.IBV_QPS_INIT, "pkey_index": pkey_index, "port_num": self.cm.ifc.dev.num,
                           "qp_access_flags": access})
 
     def receive(self, pkt, now: float, src) -> None:
@@ -219,18 +219,19 @@ class IpoibCm:
         self.tx_idle = _env_float("SOFTRDMA_IPOIB_CM_TX_IDLE", TX_IDLE_S)
         self.rx_idle = _env_float("SOFTRDMA_IPOIB_CM_RX_IDLE", RX_IDLE_S)
         self.max_conn_qp = MAX_CONN_QP
-        # the device's IB CM serves its first port: an interface on another port has no connected mode
-        self.enabled = ifc.dev.num == 1
+        # every port has its IB CM agent (rdma_cm's, on the port's QP1): ib0 and ib1 alike
+        self.enabled = True
 
     @property
     def agent(self):
-        return getattr(self.ifc.dev.hca, "cm", None) if self.enabled else None
+        """The CM agent of the interface's port (port 2's own for ib1)."""
+        return getattr(self.ifc.dev, "cm", None) if self.enabled else None
 
     def _sync(self) -> None:
         """The CM agent's GUID and GID, as the fabric gave them (rdma_cm's ``_sync_ib_agent``)."""
-        a, dev = self.agent, self.ifc.dev.hca
-        a.ca_guid = int.from_bytes(dev.node_guid, "big")
-        a.gid = dev.gid(0) or bytes(16)
+        a, port = self.agent, self.ifc.dev
+        a.ca_guid = int.from_bytes(port.hca.node_guid, "big")
+        a.gid = port.gid(0) or bytes(16)
 
     def listen(self) -> None:
         """ipoib_cm_dev_open: listen on IPOIB_CM_IETF_ID | our QPN."""

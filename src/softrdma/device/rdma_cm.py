@@ -6,7 +6,7 @@ made it (librdmacm's event channel: a control connection with no device),
 lives in ``rdma_cm_state``'s states and speaks to the peer through the IB
 CM of its device (``mgmt.cm.agent.CmAgent``, reached over QP1:
 ``device.gsi``).  ``RdmaCm`` is every ID of the daemon and the CM agent of
-each device; addresses, ports, listens and multicast are in ``cma_addr``,
+each port (an IB device's port 2 has its own, on its own QP1); addresses, ports, listens and multicast are in ``cma_addr``,
 the IB CM's events in ``cma_ib``.  This module holds the IDs' lifetime, the
 loop glue and the connection calls:
 
@@ -72,63 +72,88 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
         self.daemon = daemon
         self.rng = rng or random.SystemRandom()
         self.bind_lists: dict[tuple[int, int], list[CmaId]] = {}
-        self.agent_listens: dict[tuple[str, int], list] = {}   # (device, service ID) -> [CmId, users]
+        # (device, port number, service ID) -> [CmId, users]
+        self.agent_listens: dict[tuple[str, int, int], list] = {}
         self.outq: list = []            # (client, event record) waiting for the request's reply
         self.next_tick = 0.0
 
-    # -- devices -----------------------------------------------------------------------------
+    # -- devices ---------------------------------------------------------------------------
     def add_device(self, dev, node_guid: int) -> None:
+        """The CM agent of the device (its port 1; an IB device's further
+        ports get theirs as they come: ``_port_agents``)."""
         gid = next((e.gid for i, e in dev.gid_table if i), bytes(16))
+        self._add_agent(dev, node_guid, gid)
+
+    def _add_agent(self, port, node_guid: int, gid: bytes) -> None:
         # the MAD layer's hi_tid is a small per-agent number (ib_mad_client_id)
         self._agents = getattr(self, "_agents", 0) + 1
         # LAP: no path migration here; the issue asks for the spec's answer
         # (APR status UNSUPPORTED) where the kernel's RoCE port stays silent
-        agent = CmAgent(node_guid, gid, hi_tid=self._agents, rng=self.rng, answer_lap=True)
-        dev.cm = agent
-        dev.gsi.register(MgmtClass.CM, agent)
+        agent = CmAgent(node_guid, gid, hi_tid=self._agents, rng=self.rng, answer_lap=True,
+                        port_num=getattr(port, "num", 1))
+        port.cm = agent
+        port.gsi.register(MgmtClass.CM, agent)
+
+    def _port_agents(self, dev) -> list:
+        """The ports of ``dev`` with their CM agents: an IB device's port 2
+        (cm.c's cm_add_one: one cm_port per port) gets its agent, registered
+        on the port's QP1, the first time it is seen, and joins the listens
+        bound to no device."""
+        ports = getattr(dev, "ib_ports", None)
+        if ports is None or len(ports) == 1:
+            return [dev]
+        for p in ports[1:]:
+            if getattr(p, "cm", None) is None:
+                self._add_agent(p, int.from_bytes(dev.node_guid, "big"), p.gid(0) or bytes(16))
+                self.port_added(p)
+        return ports
 
     @staticmethod
-    def _sync_ib_agent(dev) -> None:
+    def _sync_ib_agent(port) -> None:
         """An IB port learns its GUIDs and GIDs from the fabric after it is
-        added: the CM agent takes the current ones (CA GUID, GID 0)."""
-        cm = dev.cm
-        cm.ca_guid = int.from_bytes(dev.node_guid, "big")
-        cm.gid = dev.gid(0) or bytes(16)
+        added: the CM agent takes the current ones (CA GUID, the port's GID 0)."""
+        cm = port.cm
+        cm.ca_guid = int.from_bytes(port.hca.node_guid, "big")
+        cm.gid = port.gid(0) or bytes(16)
 
     # -- the loop ------------------------------------------------------------------------------
     def poll(self, devices, now: float) -> None:
         """Fire CM timers (at most every millisecond), move the agents' MADs
-        to QP1 and their events to the owners."""
+        to QP1 and their events to the owners -- for each port's agent."""
         tick = now >= self.next_tick
         if tick:
             self.next_tick = now + 0.001
-        for dev in devices:
-            cm = getattr(dev, "cm", None)
-            if cm is None:
+        for d in devices:
+            if getattr(d, "cm", None) is None:
                 continue
-            if tick:
-                if dev.link_layer == 1:                 # InfiniBand: GUID and GID 0 may have changed
-                    self._sync_ib_agent(dev)
-                cm.tick(now)
-                if dev.gsi.requests:
-                    dev.gsi.tick(now)
-            if cm.events:
-                evs = cm.events[:]
-                cm.events.clear()
-                for ev in evs:
-                    ulp = getattr(ev.cm_id.context, "ulp_cm_event", None)
-                    if ulp is not None:                 # the daemon's own user (IPoIB's connected mode)
-                        ulp(ev, now)
-                    else:
-                        self._cm_event(dev, ev)
-            if cm.mads:
-                mads = cm.mads[:]
-                cm.mads.clear()
-                for om in mads:
-                    if om.dlid is not None:             # InfiniBand: LID-routed to the peer's port
-                        dev.gsi.send_lid(om.data, om.dlid, sl=om.sl)
-                    else:
-                        dev.gsi.send(om.data, om.dest_gid, om.src_gid)
+            for dev in self._port_agents(d):
+                self._poll_port(dev, now, tick)
+
+    def _poll_port(self, dev, now: float, tick: bool) -> None:
+        cm = dev.cm
+        if tick:
+            if is_ib(getattr(dev, "hca", dev)):     # InfiniBand: GUID and GID 0 may have changed
+                self._sync_ib_agent(dev)
+            cm.tick(now)
+            if dev.gsi.requests:
+                dev.gsi.tick(now)
+        if cm.events:
+            evs = cm.events[:]
+            cm.events.clear()
+            for ev in evs:
+                ulp = getattr(ev.cm_id.context, "ulp_cm_event", None)
+                if ulp is not None:                 # the daemon's own user (IPoIB's connected mode)
+                    ulp(ev, now)
+                else:
+                    self._cm_event(dev, ev)
+        if cm.mads:
+            mads = cm.mads[:]
+            cm.mads.clear()
+            for om in mads:
+                if om.dlid is not None:             # InfiniBand: LID-routed to the peer's port
+                    dev.gsi.send_lid(om.data, om.dlid, sl=om.sl)
+                else:
+                    dev.gsi.send(om.data, om.dest_gid, om.src_gid)
 
     def flush(self) -> None:
         q, self.outq = self.outq, []
@@ -159,8 +184,8 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
         state = cid.state
         cid.state = DESTROYING
         self._cancel_route(cid)
-        if cid.ib is not None and cid.dev is not None and getattr(cid.dev, "cm", None) is not None:
-            cid.dev.cm.destroy(cid.ib)
+        if cid.ib is not None and cid.dev is not None and getattr(cid.port, "cm", None) is not None:
+            cid.port.cm.destroy(cid.ib)
             cid.ib = None
         if state == LISTEN:
             self._cancel_listens(cid)
@@ -196,10 +221,10 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
         p = _conn_param(p)
         hdr = private_data if af_ib else pack_cma_hdr(cid.src_ip, cid.dst_ip, cid.src_port) + private_data
         sid = service_id(cid.ps, cid.dst_port)
-        cm = cid.dev.cm
+        cm = cid.port.cm
         path = cid.path if is_ib(cid.dev) else None
         if path is not None:
-            self._sync_ib_agent(cid.dev)
+            self._sync_ib_agent(cid.port)
         cid.state = CONNECT
         if cid.qp_type == QP_TYPE_UD:
             cid.ib = cm.sidr_request(sid, cid.dgid, local_gid=cid.sgid, private_data=hdr,
@@ -235,10 +260,10 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
         rdma_establish) the RTU."""
         if cid.state != CONNECT or cid.ib is None:
             raise VerbsError(errno.EINVAL, f"accept in state {STATE_NAMES[cid.state]}")
-        cm = cid.dev.cm
+        cm = cid.port.cm
         now = self.daemon_now()
         if is_ib(cid.dev):
-            self._sync_ib_agent(cid.dev)
+            self._sync_ib_agent(cid.port)
         try:
             if cid.qp_type == QP_TYPE_UD:
                 p = _conn_param(p or {})
@@ -263,7 +288,7 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
     def reject(self, cid: CmaId, private_data: bytes, reason: int = RejReason.CONSUMER_DEFINED) -> None:
         if cid.ib is None:
             raise VerbsError(errno.EINVAL, "nothing to reject")
-        cm = cid.dev.cm
+        cm = cid.port.cm
         try:
             if cid.qp_type == QP_TYPE_UD:
                 cm.sidr_reply(cid.ib, SidrStatus.REJECT, private_data=private_data, now=self.daemon_now())
@@ -279,7 +304,7 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
         """rdma_disconnect: initiate (DREQ) or answer (DREP) a disconnect."""
         if cid.ib is None:
             raise VerbsError(errno.EINVAL, "not connected")
-        cm = cid.dev.cm
+        cm = cid.port.cm
         now = self.daemon_now()
         if cid.ib.state == CmState.ESTABLISHED:
             cm.disconnect(cid.ib, now=now)
@@ -291,7 +316,7 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
         if cid.ib is None:
             raise VerbsError(errno.EINVAL, "no connection")
         try:
-            cid.dev.cm.established(cid.ib, now=self.daemon_now())
+            cid.port.cm.established(cid.ib, now=self.daemon_now())
         except ValueError as e:
             raise VerbsError(errno.EINVAL, str(e)) from None
 
@@ -301,7 +326,7 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
             raise VerbsError(errno.EINVAL, "the ID has no device yet")
         if cid.ib is None or cid.qp_type == QP_TYPE_UD:
             if qp_state == 1:                                # cma_ib_init_qp_attr
-                a = {"qp_state": 1, "pkey_index": 0, "port_num": 1}
+                a = {"qp_state": 1, "pkey_index": 0, "port_num": cid.port_num}
                 if cid.qp_type == QP_TYPE_UD:
                     if not cid.qkey and cid.ps in (PortSpace.UDP, PortSpace.IB):
                         cid.qkey = RDMA_UDP_QKEY
@@ -317,11 +342,11 @@ class RdmaCm(CmaAddr, CmaIbHandler, CmaRoute, CmaMcast):
                 return {"qp_state": qp_state} if qp_state == 2 else {"qp_state": 3, "sq_psn": 0}
             raise VerbsError(errno.EINVAL, "no connection to take attributes from")
         try:
-            a = cid.dev.cm.qp_attrs(cid.ib, qp_state)
+            a = cid.port.cm.qp_attrs(cid.ib, qp_state)
         except ValueError as e:
             raise VerbsError(errno.EINVAL, str(e)) from None
         if "ah_attr" in a:
-            idx = cid.dev.gid_table.find(cid.sgid)
+            idx = cid.port.gid_table.find(cid.sgid)
             a["ah_attr"] = dict(a["ah_attr"], sgid_index=idx or 0, dgid=a["ah_attr"]["dgid"].hex())
         if qp_state == 2:
             a["rq_psn"] = cid.seq_num

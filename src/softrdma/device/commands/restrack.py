@@ -120,7 +120,7 @@ def cmd_resources(daemon, c, m, fds):
                 # fill_res_cm_id_entry: only IDs on a device; no lqpn (a user QP is
                 # not the kernel's cm_id->qp)
                 if obj.dev is not None:
-                    r.update(dev=obj.dev.name, port=1, id=rid(obj.dev, "cm_id", obj), ps=obj.ps,
+                    r.update(dev=obj.dev.name, port=obj.port_num, id=rid(obj.dev, "cm_id", obj), ps=obj.ps,
                              state=obj.state, src_addr=[str(obj.src_ip or "0.0.0.0"), obj.src_port],
                              dst_addr=[str(obj.dst_ip or ("0.0.0.0" if obj.family == 4 else "::")),
                                        obj.dst_port])

@@ -42,9 +42,10 @@ class CmAgent(CmRequest, CmReject, CmDisconnect, CmSidr, CmTimers, CmInitQpAttr,
     """The CM of one port."""
 
     def __init__(self, ca_guid: int, gid: bytes, *, hi_tid: int = 1, rng: random.Random | None = None,
-                 now: float = 0.0, answer_lap: bool = False, ca_ack_delay: int = 15):
+                 now: float = 0.0, answer_lap: bool = False, ca_ack_delay: int = 15, port_num: int = 1):
         CmCounters.__init__(self)
         self.ca_guid = ca_guid
+        self.port_num = port_num                  # the port it is the CM of (qp_attrs' port_num)
         self.gid = bytes(gid)
         self.hi_tid = hi_tid & 0xFFFFFFFF
         self.ca_ack_delay = ca_ack_delay          # the device's local CA ACK delay (rxe: 15)

@@ -32,14 +32,14 @@ class CmInitQpAttr:
             # cm_init_qp_init_attr: remote write, plus read/atomic when
             # the peer may have reads outstanding with us
             flags = 0x2 | (0xC if cm_id.responder_resources else 0)
-            return {"qp_state": int(QPS.IBV_QPS_INIT), "port_num": 1, "pkey_index": 0,
+            return {"qp_state": int(QPS.IBV_QPS_INIT), "port_num": self.port_num, "pkey_index": 0,
                     "qp_access_flags": flags}
         if qp_state == "RTR":
             if cm_id.state in (CmState.REQ_SENT, CmState.MRA_REQ_RCVD):
                 raise ValueError("RTR attributes before the REP (EINVAL)")
             ah = {"dgid": cm_id.remote_gid, "sgid_index": 0, "flow_label": cm_id.flow_label,
                   "hop_limit": cm_id.hop_limit, "traffic_class": cm_id.traffic_class, "sl": cm_id.sl,
-                  "is_global": True, "port_num": 1}
+                  "is_global": True, "port_num": self.port_num}
             if cm_id.path_dlid != 0xFFFF:
                 # InfiniBand (ib_init_ah_attr_from_path): LID-routed, a GRH only
                 # when the path has a hop limit (it leaves the subnet)
