@@ -125,7 +125,8 @@ class IpoibIf:
 
     @property
     def hw(self) -> bytes:
-        return w.hw_addr(self.qp_num, self.port_gid, w.IPOIB_FLAG_CM if self.cm.enabled else 0)
+        # the RC flag in either mode, as ipoib_cm_dev_init sets it: every interface listens for connections
+        return w.hw_addr(self.qp_num, self.port_gid, w.IPOIB_FLAG_CM)
 
     @property
     def broadcast_hw(self) -> bytes:

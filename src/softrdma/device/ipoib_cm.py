@@ -219,13 +219,12 @@ class IpoibCm:
         self.tx_idle = _env_float("SOFTRDMA_IPOIB_CM_TX_IDLE", TX_IDLE_S)
         self.rx_idle = _env_float("SOFTRDMA_IPOIB_CM_RX_IDLE", RX_IDLE_S)
         self.max_conn_qp = MAX_CONN_QP
-        # every port has its IB CM agent (rdma_cm's, on the port's QP1): ib0 and ib1 alike
-        self.enabled = True
 
     @property
     def agent(self):
-        """The CM agent of the interface's port (port 2's own for ib1)."""
-        return getattr(self.ifc.dev, "cm", None) if self.enabled else None
+        """The CM agent of the interface's port (every port has one, rdma_cm's
+        on its QP1: port 2's own for ib1; None until rdma_cm made it)."""
+        return getattr(self.ifc.dev, "cm", None)
 
     def _sync(self) -> None:
         """The CM agent's GUID and GID, as the fabric gave them (rdma_cm's ``_sync_ib_agent``)."""

@@ -146,9 +146,6 @@ class IpoibHost:
         if attr == "mode":
             if value not in ("datagram", "connected"):
                 raise VerbsError(errno.EINVAL, f"mode {value!r}")
-            if value == "connected" and not ifc.cm.enabled:
-                raise VerbsError(errno.EOPNOTSUPP, f"{ifc.name}: connected mode needs the IB CM, which serves "
-                                                   f"the device's first port only")
             if value == "connected" and ifc.mode != value:
                 log.warning("%s: enabling connected mode will cause multicast packet drops", ifc.name)
             ifc.set_mode(value)
