@@ -69,6 +69,11 @@ COUNTERS = ("tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "tx_multicast", 
 ALL_NODES = bytes.fromhex("ff020000000000000000000000000001")
 
 
+def _is_nd(d) -> bool:
+    """An IPv6 datagram that is a neighbour solicitation or advertisement."""
+    return len(d) >= 41 and d[6] == w.ICMPV6 and d[40] in (w.ND_NS, w.ND_NA)
+
+
 class Group:
     __slots__ = ("mgid", "mlid", "record", "tid", "queue", "member", "attached", "retry_at", "av")
 
@@ -532,27 +537,18 @@ class IpoibIf:
         c["rx_bytes"] += len(d)
         if mcast:
             c["rx_multicast"] += 1
-        if etype == w.ETH_P_ARP:
-            self._arp(d, now)
-        elif etype == w.ETH_P_IPV6:
-            if len(d) >= 41 and d[6] == w.ICMPV6 and d[40] in (w.ND_NS, w.ND_NA):
-                self._nd(d, now)
-            else:
-                if not mcast:
-                    self._check_path(d[8:24], src, now)
-                self.tun.write(d)
-        elif etype == w.ETH_P_IP:
-            if not mcast and len(d) >= 20:
-                self._check_path(d[12:16], src, now)
-            self.tun.write(d)
-        else:
-            c["rx_drop_other"] += 1
+        elif etype == w.ETH_P_IPV6 and not _is_nd(d):
+            self._check_path(d[8:24], src, now)
+        elif etype == w.ETH_P_IP and len(d) >= 20:
+            self._check_path(d[12:16], src, now)
+        self.deliver(etype, d, now)
 
     def deliver(self, etype: int, d, now: float) -> None:
-        """A datagram an RC connection received (``device.ipoib_cm``)."""
+        """A datagram received, on UD or an RC connection (``device.ipoib_cm``):
+        ARP and neighbour discovery answered and learnt, IP into the TUN device."""
         if etype == w.ETH_P_ARP:
             self._arp(d, now)
-        elif etype == w.ETH_P_IPV6 and len(d) >= 41 and d[6] == w.ICMPV6 and d[40] in (w.ND_NS, w.ND_NA):
+        elif etype == w.ETH_P_IPV6 and _is_nd(d):
             self._nd(d, now)
         elif etype in (w.ETH_P_IP, w.ETH_P_IPV6):
             self.tun.write(d)

@@ -120,7 +120,8 @@ def _modify(qp: QP, a: dict) -> None:
         a["ah_attr"] = AddressVector(dgid=bytes(ah["dgid"]), sgid_index=0, flow_label=ah.get("flow_label", 0),
                                      hop_limit=ah.get("hop_limit", 0), traffic_class=ah.get("traffic_class", 0),
                                      sl=ah.get("sl", 0), dlid=ah.get("dlid", 0), is_global=bool(ah["is_global"]),
-                                     static_rate=ah.get("static_rate", 0), port_num=1)
+                                     static_rate=ah.get("static_rate", 0), port_num=ah.get("port_num", 1),
+                                     src_path_bits=ah.get("src_path_bits", 0))
     qp.modify(QPAttr(**a), mask_of(a))
 
 

@@ -231,13 +231,9 @@ class IpoibHost:
 
     @property
     def deadline(self) -> float | None:
-        """The interfaces' next timer (their SA requests' are the GSI's)."""
+        """The interfaces' next timer (their SA requests' are the GSI's:
+        every port's QP1 is ticked with its CM agent, ``RdmaCm.poll``)."""
         d = None
-        for p in self.sa:
-            if p.num != 1 and p.gsi.requests:        # (port 1's QP1 is rdma_cm's to tick)
-                x = p.gsi.deadline
-                if x is not None and (d is None or x < d):
-                    d = x
         for ifc in self.ifs.values():
             for x in (ifc.deadline, ifc.cm.deadline):
                 if x is not None and (d is None or x < d):
@@ -245,11 +241,6 @@ class IpoibHost:
         return d
 
     def tick(self, now: float) -> None:
-        for p in self.sa:
-            if p.num != 1 and p.gsi.requests:        # a further port's SA requests: timeouts, retries
-                d = p.gsi.deadline
-                if d is not None and now >= d:
-                    p.gsi.tick(now)
         for ifc in self.ifs.values():
             d = ifc.deadline
             if d is not None and now >= d:

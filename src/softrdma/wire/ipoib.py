@@ -208,16 +208,14 @@ def build_too_big(datagram, mtu: int) -> bytes | None:
     if len(d) >= 40 and d[0] >> 4 == 6:
         if d[6] == ICMPV6 and len(d) > 40 and d[40] < 128:
             return None
-        icmp = bytearray(struct.pack(">BBHI", 2, 0, 0, mtu)) + d[:1280 - 48]
-        src, dst = d[24:40], d[8:24]
-        icmp[2:4] = _icmp6_sum(src, dst, bytes(icmp)).to_bytes(2, "big")
-        return _IP6.pack(6 << 28, len(icmp), ICMPV6, 64, src, dst) + bytes(icmp)
+        return _ip6(d[24:40], d[8:24], bytearray(struct.pack(">BBHI", 2, 0, 0, mtu)) + d[:1280 - 48], hop_limit=64)
     return None
 
 
-def _ip6(src: bytes, dst: bytes, icmp: bytearray) -> bytes:
+def _ip6(src: bytes, dst: bytes, icmp: bytearray, hop_limit: int = 255) -> bytes:
+    """An ICMPv6 message in its IPv6 header, its checksum set (hop limit 255: neighbour discovery's)."""
     icmp[2:4] = _icmp6_sum(src, dst, bytes(icmp)).to_bytes(2, "big")
-    return _IP6.pack(6 << 28, len(icmp), ICMPV6, 255, src, dst) + bytes(icmp)
+    return _IP6.pack(6 << 28, len(icmp), ICMPV6, hop_limit, src, dst) + bytes(icmp)
 
 
 def build_ns(src: bytes, target: bytes, sll: bytes) -> bytes:
