@@ -124,7 +124,7 @@ def test_the_sm_spans_a_group_to_the_port_of_an_alias_member():
                    mcmr(0xFF124D43 << 96 | 5, 0xFE80000000000000 << 64 | alias))
     assert st == 0
     sw, num = ph.remote.node, ph.remote.num
-    assert mft(s, sa.groups, sa._port_by_gid)[sw][0xC001] >> num & 1
+    assert mft(s, sa.groups, sa.port_by_gid)[sw][0xC001] >> num & 1
     assert 0xC001 not in mft(s, sa.groups)[sw]                 # by port GUIDs alone: no member here
     sa.mcast_members_present()
     assert len(sa.groups.by_mgid[(0xFF124D43 << 96 | 5).to_bytes(16, "big")].members) == 1

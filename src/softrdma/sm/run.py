@@ -94,7 +94,7 @@ class SmLoop:
         if sa is None or self.subnet is None or (not force and sa.groups.version == self.mcast_version):
             return
         self.mcast_version = sa.groups.version
-        tables = mft(self.subnet, sa.groups, sa._port_by_gid)     # (alias GUIDs, vports: their port)
+        tables = mft(self.subnet, sa.groups, sa.port_by_gid)     # (alias GUIDs, vports: their port)
         items = mft_smps(self.subnet, tables, sa.mfts, resend=force)
         if items:
             q = self._mads()

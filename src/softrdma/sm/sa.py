@@ -206,7 +206,7 @@ class SubnetAdmin:
         return out
 
     # -- queries ---------------------------------------------------------------------------
-    def _port_by_gid(self, gid: int) -> Physp | None:
+    def port_by_gid(self, gid: int) -> Physp | None:
         """The port of a GID: its port GUID, or an alias GUID of it (GUIDInfoRecord)."""
         guid = gid & 0xFFFFFFFFFFFFFFFF
         p = self.subnet.ports.get(guid)
@@ -266,10 +266,10 @@ class SubnetAdmin:
             return out, PORT_INFO_RECORD_SIZE
         if attr == SaAttr.PATH_RECORD:
             f = PATH_RECORD.decode(rec)
-            src = self._port_by_gid(f["SGID"]) if mask & PR_COMP_SGID else \
+            src = self.port_by_gid(f["SGID"]) if mask & PR_COMP_SGID else \
                 self.by_lid.get(f["SLID"]) if mask & PR_COMP_SLID else self.by_lid.get(slid)
             if mask & PR_COMP_DGID:
-                dsts = [self._port_by_gid(f["DGID"])]
+                dsts = [self.port_by_gid(f["DGID"])]
             elif mask & PR_COMP_DLID:
                 dsts = [self.by_lid.get(f["DLID"])]
             else:
@@ -431,7 +431,7 @@ class SubnetAdmin:
         if attr == SaAttr.MCMEMBER_RECORD:
             f = MCMEMBER_RECORD.decode(rec)
             requester = self.by_lid.get(slid)
-            member = self._port_by_gid(f["PortGID"]) if f["PortGID"] >> 64 == GID_PREFIX else None
+            member = self.port_by_gid(f["PortGID"]) if f["PortGID"] >> 64 == GID_PREFIX else None
             if member is None or member.node.is_switch:
                 return SA_STATUS_REQ_INVALID, bytes(rec[:MCMEMBER_RECORD_SIZE])     # not a port here
             try:
@@ -493,7 +493,7 @@ class SubnetAdmin:
         joined under an alias GUID or a vport's GUID stays while its port is there."""
         live = {port_gid(p) for p in self.subnet.ports.values() if not p.node.is_switch}
         live |= {gid for g in self.groups.by_mgid.values() for gid in g.members if gid not in live and
-                 (p := self._port_by_gid(int.from_bytes(gid, "big"))) is not None and not p.node.is_switch}
+                 (p := self.port_by_gid(int.from_bytes(gid, "big"))) is not None and not p.node.is_switch}
         self.groups.drop_ports(live)
 
     def set_subnet(self, subnet: Subnet) -> None:

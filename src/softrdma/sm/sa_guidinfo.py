@@ -10,7 +10,7 @@ cannot be set (REQ_INVALID).  A zero GUID asked for an index keeps what
 was there.  Get/GetTable answer one record per block that holds a GUID
 (block 0 always: the port GUID), for the end ports matching LID and
 BlockNum.  The aliases resolve GIDs: a PathRecord to an alias GID is a
-path to its port (``SubnetAdmin._port_by_gid``), with that GID as the
+path to its port (``SubnetAdmin.port_by_gid``), with that GID as the
 record's DGID -- how SR-IOV VFs without virtualization are reached.  The
 tables are the SM's (they stay across sweeps; a port gone takes its
 aliases with it).
