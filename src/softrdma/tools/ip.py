@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 
+from ..device.vf_vlan import PROTOS as VLAN_PROTOS
 from ..verbs.device import management
 from ..verbs.errors import PyverbsError
 from . import ip_ipoib
@@ -32,7 +33,6 @@ from . import ip_ipoib
 STATE_NAMES = {"Follow": "auto", "Up": "enable", "Down": "disable"}
 VF_KEYS = {"mac": "mac", "spoofchk": "spoofchk", "trust": "trust", "state": "state", "vlan": "vlan",
            "rate": "rate", "max_tx_rate": "max_tx_rate", "min_tx_rate": "min_tx_rate"}
-VLAN_PROTOS = {"802.1q": 0x8100, "802.1ad": 0x88A8}
 
 
 class IpError(Exception):
@@ -112,9 +112,10 @@ def _vlan_words(words: list[str], i: int, changes: dict) -> int:
     """``vlan VID [qos Q] [proto P]`` at ``words[i]`` (iproute2's
     iplink_parse_vf_vlan_info); the index after it."""
     vid = words[i + 1]
-    if _unsigned(vid) is None or _unsigned(vid) > 4095:
+    v = _unsigned(vid)
+    if v is None or v > 4095:
         raise IpError(f'Error: argument "{vid}" is wrong: Invalid "vlan" value')
-    changes["vlan"] = _unsigned(vid)
+    changes["vlan"] = v
     i += 2
     if words[i:] in (["qos"], ["proto"]):
         raise IpError('Command line is not complete. Try option "help"')
@@ -130,10 +131,10 @@ def _vlan_words(words: list[str], i: int, changes: dict) -> int:
         proto = VLAN_PROTOS.get(name.lower(), _unsigned(name))
         if proto is None or proto > 0xFFFF:
             raise IpError(f'Error: argument "{name}" is wrong: protocol is invalid')
-        if proto not in (0x8100, 0x88A8):
+        if proto not in VLAN_PROTOS.values():
             raise IpError(f'Error: argument "{name}" is wrong: Invalid "vlan protocol" value - supported'
                           f' 802.1Q, 802.1ad')
-        changes["proto"] = "802.1Q" if proto == 0x8100 else "802.1ad"
+        changes["proto"] = "802.1Q" if proto == VLAN_PROTOS["802.1q"] else "802.1ad"
         i += 2
     return i
 

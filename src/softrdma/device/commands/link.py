@@ -341,12 +341,7 @@ def _port_delete(daemon, name: str, num: str):
     if n != len(ports):
         raise VerbsError(errno.EBUSY, f"{name}/{len(ports)} goes first: ports are removed last first")
     p = ports[n - 1]
-    for s in (p.link.sock, *(f.sock for f in p.gsi.umad.files)):
-        if s is not None:
-            try:
-                daemon.sel.unregister(s)
-            except (KeyError, ValueError):
-                pass
+    _unregister_port(daemon, p)
     for dqp in list(dev.qps.values()):
         qp = dqp.qp
         attr = getattr(qp, "attr", None)
@@ -358,6 +353,16 @@ def _port_delete(daemon, name: str, num: str):
     daemon.sysfs.remove_port(name, n)
     daemon.topology_changed()
     return {}, []
+
+
+def _unregister_port(daemon, p) -> None:
+    """The daemon's loop stops watching an IB port's fabric link and umad files."""
+    for s in (p.link.sock, *p.gsi.umad.files):
+        if s is not None:
+            try:
+                daemon.sel.unregister(s)
+            except (KeyError, ValueError):
+                pass
 
 
 def remove_device(daemon, dev, c=None) -> None:
@@ -377,12 +382,8 @@ def remove_device(daemon, dev, c=None) -> None:
         except (KeyError, ValueError):
             pass
     if dev.link_layer == LINK_LAYER_IB:
-        for s in [x for p in dev.ib_ports for x in (p.link.sock, *p.gsi.umad.files)]:
-            if s is not None:
-                try:
-                    daemon.sel.unregister(s)
-                except (KeyError, ValueError):
-                    pass
+        for p in dev.ib_ports:
+            _unregister_port(daemon, p)
     daemon.ipoib.remove_device(dev)
     dev.close()
     del daemon.devices[dev.name]
