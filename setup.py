@@ -11,5 +11,9 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("softrdma.wire._fastpath", ["src/softrdma/wire/_fastpath.c", "src/softrdma/wire/_vcrc.c"],
                              depends=["src/softrdma/wire/_vcrc.h"],
                              libraries=["z"], extra_compile_args=["-O2"], optional=True),
+                   Extension("softrdma.wire._bitfields", ["src/softrdma/wire/_bitfields.c"],
+                             extra_compile_args=["-O2"], optional=True),
+                   Extension("softrdma.fabric._smpfast", ["src/softrdma/fabric/_smpfast.c"],
+                             extra_compile_args=["-O2"], optional=True),
                    Extension("softrdma.fabric._sendmmsg", ["src/softrdma/fabric/_sendmmsg.c"],
                              extra_compile_args=["-O2"], optional=True)])

@@ -10,6 +10,9 @@
  * with one call (MSG_DONTWAIT) and returns them as a list of bytes: empty when
  * nothing is queued (rather than the exception a non-blocking recv raises,
  * which cost the MAD path more than the call), OSError on any other error.
+ * serve(fd, handler, n, size) is recvmmsg with each datagram handed to handler
+ * and a bytes answer sent back at once (the fabric server's compiled SMP path,
+ * with no Python between a request and its answer).
  * Optional: where it was not built, the server sends and reads one datagram
  * per call.
  */
@@ -114,7 +117,64 @@ static PyObject *py_recvmmsg(PyObject *self, PyObject *args)
     return list;
 }
 
+/* serve(fd, handler, n, size): recvmmsg's datagrams, each given to handler(datagram);
+ * an answer that is bytes is sent back on fd at once (MSG_DONTWAIT) and the next is
+ * handled.  Stops at the first answer that is not bytes or could not be sent:
+ * returns (answered, (datagram, answer) or None, [datagrams not yet handled]). */
+static PyObject *py_serve(PyObject *self, PyObject *args)
+{
+    int fd, n;
+    Py_ssize_t size;
+    PyObject *handler;
+    if (!PyArg_ParseTuple(args, "iOin", &fd, &handler, &n, &size))
+        return NULL;
+    PyObject *rargs = Py_BuildValue("(iin)", fd, n, size);
+    if (rargs == NULL)
+        return NULL;
+    PyObject *bufs = py_recvmmsg(self, rargs);
+    Py_DECREF(rargs);
+    if (bufs == NULL)
+        return NULL;
+    Py_ssize_t got = PyList_GET_SIZE(bufs), i = 0, answered = 0;
+    PyObject *stop = Py_None, *result = NULL;
+    Py_INCREF(stop);
+    for (; i < got; i++) {
+        PyObject *b = PyList_GET_ITEM(bufs, i);
+        PyObject *r = PyObject_CallOneArg(handler, b);
+        if (r == NULL)
+            goto out;
+        if (PyBytes_CheckExact(r)) {
+            ssize_t sent;
+            do {
+                sent = send(fd, PyBytes_AS_STRING(r), (size_t)PyBytes_GET_SIZE(r), MSG_DONTWAIT);
+            } while (sent < 0 && errno == EINTR);
+            if (sent >= 0) {
+                Py_DECREF(r);
+                answered++;
+                continue;
+            }
+        }
+        Py_DECREF(stop);
+        stop = PyTuple_Pack(2, b, r);
+        Py_DECREF(r);
+        if (stop == NULL)
+            goto out;
+        i++;
+        break;
+    }
+    PyObject *rest = PyList_GetSlice(bufs, i, got);
+    if (rest != NULL)
+        result = Py_BuildValue("(nON)", answered, stop, rest);
+out:
+    Py_XDECREF(stop);
+    Py_DECREF(bufs);
+    return result;
+}
+
 static PyMethodDef sendmmsg_methods[] = {
+    {"serve", py_serve, METH_VARARGS,
+     "serve(fd, handler, n, size): recvmmsg(fd, n, size), each datagram to handler, a bytes "
+     "answer sent back at once; (answered, (datagram, answer) where it stopped or None, rest)."},
     {"sendmmsg", py_sendmmsg, METH_VARARGS,
      "sendmmsg(fd, datagrams): queue them with one sendmmsg(2), MSG_DONTWAIT; how many went."},
     {"recvmmsg", py_recvmmsg, METH_VARARGS,

@@ -140,7 +140,7 @@ def build_port_info(kind: dict, p: PortInfoState, arrival: int) -> bytes:
         f["CapabilityMask2"] = f["CapabilityMask2"] | CAP2_IS_VIRT_SUPPORTED
     if p.rereg_sup:
         f["CapMask"] = f["CapMask"] | smp.CAP_IS_CLIENT_REREGISTRATION_SUPPORTED
-    return bytes(smp.PORT_INFO.encode(**f))
+    return bytes(smp.PORT_INFO.encode(f))
 
 
 _PORT_INFO_SETS: dict[bytes, dict] = {}

@@ -8,6 +8,7 @@ topo.py's and gen.py's.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -134,6 +135,10 @@ def _serve(a) -> int:
             print(f"softrdma fabric: IB devices attach at {srv.datasock.path}", file=sys.stderr,
                   flush=True)
         signal.signal(signal.SIGTERM, lambda *_: setattr(srv, "running", False))
+        # the model is a few objects per port and lives as long as the server: out of
+        # the collector's way, or each full collection walks all of it (tens of ms
+        # at 2048 hosts, a few times a second during a sweep)
+        gc.freeze()
         srv.serve_forever()
     finally:
         srv.close()

@@ -22,6 +22,8 @@ this state; route.py walks it.
 
 from __future__ import annotations
 
+from array import array
+
 from ..wire.smp import LINK_SPEED, WIDTH_CODE, NodeType, PhysState, PortState
 
 # LinkWidthEnabled for a port described as "<n>x" in a .net file (ibsim's
@@ -71,6 +73,7 @@ PC_XMIT_DATA, PC_RCV_DATA, PC_XMIT_PKTS, PC_RCV_PKTS, PC_XMIT_DISCARDS, \
     PC_VL15_DROPPED, PC_XMIT_WAIT, PC_MCAST_XMIT, PC_MCAST_RCV, PC_RCV_CONSTRAINT, \
     PC_XMIT_CONSTRAINT = range(15)
 PC_COUNT = 15
+_ZERO_COUNTERS = bytes(8 * PC_COUNT)
 
 # Port.part_enforce bits: PortInfo.PartitionEnforcementInbound / Outbound
 PART_ENFORCE_IN = 1
@@ -129,7 +132,7 @@ class Port:
         self.pkeys = None          # None: [0xFFFF, 0, ...]; else a list of the full table
         self.vlarb = None          # None: defaults; else {block 1..4: 64 bytes}
         self.guids = None          # None: only the port GUID; else {index: guid}
-        self.pc = None             # None: all counters zero; else a list of PC_COUNT ints
+        self.pc = None             # None: all counters zero; else PC_COUNT of them (counters())
         self.err_rate = 0          # % of SMA/PMA-bound MADs dropped (the `error` command)
         self.err_attr = 0
         self.has_sm = False
@@ -187,9 +190,11 @@ class Port:
     def name(self) -> str:
         return f'"{self.node.nodeid}"[{self.num}]'
 
-    def counters(self) -> list:
+    def counters(self) -> array:
         if self.pc is None:
-            self.pc = [0] * PC_COUNT
+            # 64-bit slots, not a list of ints: counting a hop (route.py, the compiled
+            # _smpfast) then changes a number in place rather than allocating one
+            self.pc = array("Q", _ZERO_COUNTERS)
         return self.pc
 
     def __repr__(self):
@@ -274,8 +279,8 @@ class Fabric:
         self.commands: list[tuple[str, str]] = []   # a .net file's `do` lines: (where, command)
         # change notification for the data plane: ``generation`` grows on every
         # change that can alter a route (an SM Set, a link event); ``dirty`` holds
-        # the ports whose PortInfo/P_Key table/GUIDInfo may have changed since the
-        # server last drained it
+        # the ports with a device whose PortInfo/P_Key table/GUIDInfo may have
+        # changed since the server last drained it
         self.generation = 0
         self.dirty: set[Port] = set()
         # CA ports with an IB device attached (the data socket's): port -> device name
@@ -296,9 +301,13 @@ class Fabric:
 
     def touch(self, *ports: Port) -> None:
         """Something about ``ports`` changed: routes are stale, their
-        attributes are to be pushed to attached devices."""
+        attributes are to be pushed to attached devices (only a port with a
+        device is kept in ``dirty``: an SM's sweep touches a switch's every
+        port and their neighbours with each Set)."""
         self.generation += 1
-        self.dirty.update(ports)
+        devices = self.devices
+        if devices:
+            self.dirty.update(p for p in ports if p in devices)
 
     def node(self, name: str) -> Node:
         """By nodeid, then NodeDescription, then GUID (0x... text)."""

@@ -22,6 +22,7 @@ trap 128 to the switch's SM LID.
 
 from __future__ import annotations
 
+import functools
 import random
 import struct
 from typing import NamedTuple
@@ -53,6 +54,17 @@ _DR_PATH, _DR_RPATH = smp.DR_PATH_OFFSET, smp.DR_RPATH_OFFSET
 _DR_WORD = struct.Struct(">HBB")       # D bit and status, hop pointer, hop count (byte 4)
 _DR_LIDS = struct.Struct(">HH")        # DrSLID, DrDLID (byte 32)
 _MOD = struct.Struct(">I")
+_REQ_QPS = struct.Struct(">II")        # a sim_request's dqp, sqp (byte 8)
+
+try:                                   # the compiled common directed-route SMP, where built
+    from . import _smpfast
+    _smpfast.setup(model.Port, model.Node,
+                   (_PC_XMIT_DATA, _PC_RCV_DATA, _PC_XMIT_PKTS, _PC_RCV_PKTS),
+                   (_LINK_UP, _SWITCH, MAD_WORDS, _GET, _SET, _GET_RESP, _SM_INFO, _NOTICE,
+                    _TRAP_REPRESS, _DIRECTED))
+    _smp_directed = _smpfast.directed
+except ImportError:                    # pragma: no cover - no C compiler at install
+    _smp_directed = None
 
 
 def _count_hop(out: Port, into: Port) -> None:
@@ -129,11 +141,56 @@ class Router:
             else:
                 out = self._lid_routed(port, mad, slid, dlid, sqp, dqp)
         except Drop as e:
-            self.dropped += 1
-            if self.log:
-                self.log(f"drop from {port.name}: {e}")
-            out = [Delivery(port, sqp, bytes(mad), dlid, slid, dqp, ETIMEDOUT, True)]
+            out = [self._dropped(port, mad, e, slid, dlid, sqp, dqp)]
         return self._pending + out if self._pending else out
+
+    def _dropped(self, port: Port, mad, why: Drop, slid, dlid, sqp, dqp) -> Delivery:
+        """The fabric lost the MAD: it goes back to its sender with ETIMEDOUT (ibsim's way)."""
+        self.dropped += 1
+        if self.log:
+            self.log(f"drop from {port.name}: {why}")
+        return Delivery(port, sqp, bytes(mad), dlid, slid, dqp, ETIMEDOUT, True)
+
+    # --- the compiled common case -------------------------------------------------------
+    fast = _smp_directed is not None
+
+    def directed_fast(self, port: Port, req: bytes, tid_top: int, answer_port: Port):
+        """A client's sim_request through the compiled directed-route path
+        (``_smpfast``: the same walk, counters and SMA as ``inject`` for a plain
+        DR Get or Set).  None: it is not that case and nothing changed --
+        ``inject`` it.  Otherwise (deliveries, packet): ``packet`` is the
+        sim_request answering the client at ``answer_port`` (or None), and
+        ``deliveries`` what else comes out (traps of a Set, an answer leaving
+        elsewhere), to be delivered first."""
+        return self.fast_result(port, req, _smp_directed(port, tid_top, self.sma.process,
+                                                         answer_port, self, req))
+
+    def fast_handler(self, port: Port, tid_top: int, answer_port: Port):
+        """``directed_fast`` as a one-argument callable of the request, for a
+        compiled loop (``_sendmmsg.serve``); what it returns goes through
+        ``fast_result`` unless it is the answer's bytes."""
+        return functools.partial(_smp_directed, port, tid_top, self.sma.process, answer_port, self)
+
+    def fast_result(self, port: Port, req: bytes, r):
+        """What the compiled path returned for ``req`` from ``port``, as
+        ``directed_fast`` returns it."""
+        if r is None or type(r) is bytes:
+            return None if r is None else ([], r)
+        kind = r[0]
+        if kind == 2:                          # answered, after the traps its Set raised
+            return self._pending, r[1]
+        dqp, sqp = _REQ_QPS.unpack_from(req, 8)
+        if kind == 0:                          # answered; it leaves at another port
+            return self._pending + [Delivery(r[1], sqp, r[2], IB_LID_PERMISSIVE, IB_LID_PERMISSIVE,
+                                             dqp)], None
+        _, cur, mad, hop_cnt = r               # a Set's way back is not plain: the reference walks it
+        try:
+            back = self._dr_return(cur, mad, hop_cnt, IB_LID_PERMISSIVE, IB_LID_PERMISSIVE)
+            out = Delivery(back, sqp, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, dqp)
+        except Drop as e:
+            dlid, slid = struct.unpack_from(">H2xH", req, 0)
+            out = self._dropped(port, mad, e, slid, dlid, sqp, dqp)
+        return self._pending + [out], None
 
     # --- LID routing ---------------------------------------------------------------------
     def _lid_routed(self, port, mad, slid, dlid, sqp, dqp):

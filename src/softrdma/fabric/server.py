@@ -54,9 +54,9 @@ from .datasock import DataSocket
 from .route import Router
 
 try:                                       # the compiled sendmmsg(2)/recvmmsg(2), where built
-    from ._sendmmsg import recvmmsg as _recvmmsg, sendmmsg as _sendmmsg
+    from ._sendmmsg import recvmmsg as _recvmmsg, sendmmsg as _sendmmsg, serve as _serve
 except ImportError:                        # pragma: no cover - no C compiler at install
-    _recvmmsg = _sendmmsg = None
+    _recvmmsg = _sendmmsg = _serve = None
 
 LIVENESS_INTERVAL = 1.0
 SEND_TIMEOUT = 1.0
@@ -110,7 +110,8 @@ class _Poller:
 
 
 class Client:
-    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr", "congested", "tid_top", "pending")
+    __slots__ = ("idx", "pid", "port", "qp", "issm", "sock", "addr", "congested", "tid_top", "pending",
+                 "handler")
 
     def __init__(self, idx, pid, port, qp, issm, sock, addr):
         self.idx, self.pid, self.port, self.qp, self.issm = idx, pid, port, qp, issm
@@ -118,6 +119,7 @@ class Client:
         self.sock, self.addr = sock, addr
         self.congested = False     # its queue stayed full: drop, do not wait, until it reads
         self.pending: dict = {}    # at a device's port: the TIDs of its requests (theirs the responses)
+        self.handler = None        # its requests' compiled path (Router.fast_handler), once used
 
 
 class Server:
@@ -391,40 +393,77 @@ class Server:
     # --- MADs --------------------------------------------------------------------------------------
     def _on_data(self, c: Client):
         """Every datagram the client has queued (up to a batch: one recvmmsg where
-        the compiled helper is there), then the answers: sent together after the
-        batch, so that a client waiting for several wakes up once for them rather
-        than once per answer."""
+        the compiled helper is there), each answered as soon as it is handled: a
+        client with several requests in flight (opensm keeps 4) works on the first
+        answer while the next is handled.  (Answering a batch at its end made the
+        two take turns: opensm's sweep took 10-15 % longer.)  A plain
+        directed-route SMP takes the compiled path (``Router.directed_fast``),
+        inside the compiled receive loop (``_sendmmsg.serve``) where there is one."""
         sock = c.sock
         self._out = out = []
+        router = self.router
         try:
-            if self.recvmmsg is not None:
-                try:
+            fast = router.fast and self.verbose < 2 and \
+                (self.datasock is None or c.port not in self.datasock.by_port)
+            bufs = ()
+            try:
+                if fast and _serve is not None and self.recvmmsg is not None:
+                    if c.handler is None:
+                        c.handler = router.fast_handler(c.port, c.idx & 0xFFFF, c.port)
+                    done, stop, bufs = _serve(sock.fileno(), c.handler, BATCH, 1024)
+                    self.stats["mads"] += done
+                    if done:
+                        c.congested = False    # its queue took answers again (as _transmit notes)
+                    if stop is not None:
+                        self._answer(c, stop[0], router.fast_result(c.port, stop[0], stop[1]), out)
+                elif self.recvmmsg is not None:
                     bufs = self.recvmmsg(sock.fileno(), BATCH, 1024)   # [] when none is queued
-                except OSError as e:
-                    bufs = ()
-                    if e.errno in (errno.ECONNREFUSED, errno.ENOTCONN):
-                        self._release(c, "connection refused")
-                for buf in bufs:
-                    self.handle_request(c, buf)
-                    if self.clients.get(c.idx) is not c:
-                        break
-                return
-            for _ in range(BATCH):
-                try:
-                    buf = sock.recv(1024, socket.MSG_DONTWAIT)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError as e:
-                    if e.errno in (errno.ECONNREFUSED, errno.ENOTCONN):
-                        self._release(c, "connection refused")
-                    break
-                self.handle_request(c, buf)
-                if self.clients.get(c.idx) is not c:
-                    break
+                else:
+                    bufs = self._recv_each(c)
+            except OSError as e:
+                if e.errno in (errno.ECONNREFUSED, errno.ENOTCONN):
+                    self._release(c, "connection refused")
+            for buf in bufs:
+                self._answer(c, buf, router.directed_fast(c.port, buf, c.idx & 0xFFFF, c.port)
+                             if fast else None, out)
         finally:
             self._out = None
             if out:
                 self._flush(out)
+
+    def _answer(self, c: Client, buf: bytes, r, out: list) -> None:
+        """One request of client ``c`` and what the compiled path made of it
+        (``Router.directed_fast``; None: the Python path), answered now."""
+        if r is None:
+            self.handle_request(c, buf)
+        else:
+            self.stats["mads"] += 1
+            ds, pkt = r
+            if ds:
+                self._route_fast_out(c, ds, buf)
+            if pkt is not None:
+                if out:
+                    self._flush(out)
+                    out.clear()
+                self._transmit(c, pkt, None, 0, 0, 0, 0, None)
+        if out:
+            self._flush(out)
+            out.clear()
+
+    def _recv_each(self, c: Client):
+        """The client's queued datagrams one recv at a time (no compiled recvmmsg)."""
+        for _ in range(BATCH):
+            try:
+                buf = c.sock.recv(1024, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno in (errno.ECONNREFUSED, errno.ENOTCONN):
+                    self._release(c, "connection refused")
+                return
+            yield buf
+            if self.clients.get(c.idx) is not c:
+                return
 
     def handle_request(self, c: Client, buf: bytes):
         if len(buf) != _SIM_REQUEST_SIZE:
@@ -449,7 +488,21 @@ class Server:
             self.log(f"fabric: client {c.idx} -> class {mad[1]:#x} method {mad[3]:#x} attr "
                      f"{int.from_bytes(mad[16:18], 'big'):#x} slid {slid} dlid {dlid} "
                      f"dqp {dqp} tid {int.from_bytes(mad[8:16], 'big'):#x}")
-        for d in self.router.inject(c.port, mad, slid, dlid, sqp, dqp):
+        self._route_out(c, self.router.inject(c.port, mad, slid, dlid, sqp, dqp), mad, dlid, slid,
+                        sqp, dqp, length)
+
+    def _route_fast_out(self, c: Client, deliveries, buf: bytes):
+        """``_route_out`` for what the compiled path left to deliver (traps, an
+        answer leaving at another port)."""
+        dlid, slid, dqp, sqp, _status, length, raw = _SIM_REQUEST.unpack(buf)
+        mad = bytearray(raw)
+        mad[8:10] = c.tid_top
+        self._route_out(c, deliveries, mad, dlid, slid, sqp, dqp, length)
+
+    def _route_out(self, c: Client, deliveries, mad, dlid, slid, sqp, dqp, length):
+        """What came out of the fabric for client ``c``'s request (``mad`` as it
+        went in, with the header's LIDs, QPs and length), to whom it is for."""
+        for d in deliveries:
             if d.dropped:
                 self.stats["dropped"] += 1
                 self._send(c, d.mad, d.dlid, d.slid, d.qp, d.sqp, d.status, None)
@@ -527,6 +580,8 @@ class Server:
                 i += 1
 
     def _transmit(self, to: Client, pkt, mad, slid, dlid, sqp, dqp, sender):
+        if self.clients.get(to.idx) is not to:
+            return False                       # released (its socket is closed): the answer is lost
         try:
             try:
                 to.sock.send(pkt)

@@ -28,6 +28,11 @@ from enum import IntEnum
 from .errors import WireError
 from .mad import IB_MGMT_MAD_HDR, IB_MGMT_MAD_SIZE, MgmtClass
 
+try:                                   # the compiled bit-field codec, where built
+    from ._bitfields import Codec as _Codec
+except ImportError:                    # pragma: no cover - no C compiler at install
+    _Codec = None
+
 # --- SMP framing (IBA 14.2.1) ----------------------------------------------------------
 SMP_DATA_OFFSET = 64           # attribute data in both SMP kinds and in PerfMgt MADs
 SMP_DATA_SIZE = 64
@@ -161,7 +166,7 @@ class Layout:
     big integer once and shifts every field out of it, so an attribute costs
     one int conversion, not one struct call per field."""
 
-    __slots__ = ("name", "size", "fields", "_shift", "_mask")
+    __slots__ = ("name", "size", "fields", "_shift", "_mask", "_codec")
 
     def __init__(self, name: str, size: int, rows):
         self.name = name
@@ -177,6 +182,12 @@ class Layout:
                 raise ValueError(f"{name}.{fname} twice")
             self._shift[fname] = nbits - off - width
             self._mask[fname] = (1 << width) - 1
+        # the compiled codec, where built and every field fits 64 bits; the Python
+        # code below stays the reference (and reports errors in its own words)
+        self._codec = None
+        if _Codec is not None and all(w <= 64 for _, _, w in self.fields):
+            self._codec = _Codec(size, [(off, w) for _, off, w in self.fields],
+                                 tuple(n for n, _, _ in self.fields))
 
     def _check(self, buf, offset):
         if len(buf) - offset < self.size:
@@ -184,6 +195,13 @@ class Layout:
                                          f"has {max(0, len(buf) - offset)}")
 
     def decode(self, buf, offset: int = 0) -> dict:
+        self._check(buf, offset)
+        if self._codec is not None:
+            return self._codec.decode(buf, offset)
+        return self.decode_reference(buf, offset)
+
+    def decode_reference(self, buf, offset: int = 0) -> dict:
+        """``decode`` in Python: what the compiled codec is tested against."""
         self._check(buf, offset)
         v = int.from_bytes(bytes(buf[offset:offset + self.size]), "big")
         return {n: (v >> s) & self._mask[n] for n, s in self._shift.items()}
@@ -195,6 +213,18 @@ class Layout:
 
     def encode_into(self, buf, offset: int = 0, values: dict | None = None, **kw) -> None:
         """Write every named field; fields not named keep the buffer's bits."""
+        self._check(buf, offset)
+        if self._codec is not None:
+            try:
+                self._codec.encode_into(buf, offset, dict(values or {}, **kw) if kw else
+                                        values if type(values) is dict else dict(values or {}))
+                return
+            except (KeyError, TypeError, OverflowError, BufferError):
+                pass                 # nothing written: the reference path says what is wrong
+        self.encode_into_reference(buf, offset, values, **kw)
+
+    def encode_into_reference(self, buf, offset: int = 0, values: dict | None = None, **kw) -> None:
+        """``encode_into`` in Python: what the compiled codec is tested against."""
         self._check(buf, offset)
         vals = dict(values or {}, **kw)
         v = int.from_bytes(bytes(buf[offset:offset + self.size]), "big")
