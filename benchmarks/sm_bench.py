@@ -16,7 +16,11 @@ ft3 sizes (the 11,664-host tree of 36-port switches: ``ft3 --pods 36
 takes a ready .net (with FILE.roots) instead of generating one.
 
     python3 benchmarks/sm_bench.py ft2 --leaves 64 --spines 32 --hosts-per-leaf 32 --radix 64 \
-        [-R minhop] [--rounds 3] [--server ibsim|softrdma]
+        [-R minhop] [--rounds 3] [--server ibsim|softrdma|ibsim,softrdma] [--sms opensm,softrdma]
+
+With ``--server ibsim,softrdma`` each round sweeps on both servers, one after
+the other, and the ratio of an SM's sweep on softrdma's server to its sweep
+on ibsim is printed (per round and of the medians).
 """
 
 import argparse
@@ -107,8 +111,8 @@ def limits(net):
 
 
 def one(work, net, roots, sm, engine, n, extra=(), server="ibsim"):
-    base = f"smb{os.getpid()}{sm}{n}"
-    d = os.path.join(work, f"{sm}{n}")
+    base = f"smb{os.getpid()}{sm}{server}{n}"
+    d = os.path.join(work, f"{sm}-{server}{n}")
     os.makedirs(d)
     env = dict(os.environ, IBSIM_SOCKNAME=base, OSM_TMP_DIR=d, OSM_CACHE_DIR=d,
                PYTHONPATH=os.path.join(ROOT, "src"))
@@ -143,37 +147,54 @@ def main():
     ap.add_argument("-R", default="minhop")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--wire", type=int, default=None, help="--max_wire_smps of softrdma's SM (opensm's is 4)")
-    ap.add_argument("--server", choices=["ibsim", "softrdma"], default="ibsim",
-                    help="the fabric server both SMs sweep (default: the real ibsim)")
+    ap.add_argument("--server", default="ibsim",
+                    help="the fabric server(s) the SMs sweep, comma-separated and alternating in each "
+                         "round: ibsim (the real one, default), softrdma")
+    ap.add_argument("--sms", default="opensm,softrdma", help="the SMs to run (default: both)")
     ap.add_argument("--net", help="a ready .net file (and FILE.roots) instead of generating one")
     a, gen_args = ap.parse_known_args()
+    servers = a.server.split(",")
+    sms = a.sms.split(",")
+    if not set(servers) <= {"ibsim", "softrdma"} or not set(sms) <= {"opensm", "softrdma"}:
+        ap.error("--server takes ibsim and/or softrdma, --sms opensm and/or softrdma")
     with tempfile.TemporaryDirectory(prefix="smbench") as work:
         if a.net:
             net = os.path.abspath(a.net)
         else:
             net = os.path.join(work, "topo.net")
             subprocess.run([sys.executable, GEN, *gen_args, "-o", net], check=True, stdout=subprocess.DEVNULL)
-        res = {"opensm": [], "softrdma": []}
-        ref = None
+        res = {(sm, srv): [] for srv in servers for sm in sms}
         for n in range(a.rounds):
-            for sm in res:
-                # opensm has no such option (max_wire_smps in its config, default 4)
-                extra = ["--max_wire_smps", str(a.wire)] if a.wire and sm == "softrdma" else []
-                wall, sw, dump, disc, rss, srv_rss = one(work, net, net + ".roots", sm, a.R, n, extra, a.server)
-                res[sm].append((wall, sw, disc, rss, srv_rss))
-                same = "" if sm == "opensm" else \
-                    f", LFT dump {'identical to' if dump == ref else 'DIFFERENT from'} opensm's"
-                ref = dump if sm == "opensm" else ref
-                print(f"round {n} {sm:8s} -R {a.R} on {a.server}: wall {wall:.3f} s, sweep to SUBNET UP "
-                      f"{sw:.3f} s, then ibnetdiscover {disc:.3f} s; peak RSS: SM {rss / 1024:.0f} MB, "
-                      f"server {srv_rss / 1024:.0f} MB{same}", flush=True)
-        for sm, rows in res.items():
-            print(f"median {sm:8s} on {a.server}: wall {statistics.median(r[0] for r in rows):.3f} s, "
-                  f"sweep {statistics.median(r[1] for r in rows):.3f} s, "
+            for srv in servers:
+                ref = None
+                for sm in sms:
+                    # opensm has no such option (max_wire_smps in its config, default 4)
+                    extra = ["--max_wire_smps", str(a.wire)] if a.wire and sm == "softrdma" else []
+                    wall, sw, dump, disc, rss, srv_rss = one(work, net, net + ".roots", sm, a.R, n, extra, srv)
+                    res[sm, srv].append((wall, sw, disc, rss, srv_rss))
+                    same = "" if sm == "opensm" or ref is None else \
+                        f", LFT dump {'identical to' if dump == ref else 'DIFFERENT from'} opensm's"
+                    ref = dump if sm == "opensm" else ref
+                    print(f"round {n} {sm:8s} -R {a.R} on {srv}: wall {wall:.3f} s, sweep to SUBNET UP "
+                          f"{sw:.3f} s, then ibnetdiscover {disc:.3f} s; peak RSS: SM {rss / 1024:.0f} MB, "
+                          f"server {srv_rss / 1024:.0f} MB{same}", flush=True)
+        med = {}
+        for (sm, srv), rows in res.items():
+            med[sm, srv] = statistics.median(r[1] for r in rows)
+            print(f"median {sm:8s} on {srv}: wall {statistics.median(r[0] for r in rows):.3f} s, "
+                  f"sweep {med[sm, srv]:.3f} s, "
                   f"ibnetdiscover {statistics.median(r[2] for r in rows):.3f} s, "
-                  f"SM peak RSS {statistics.median(r[3] for r in rows) / 1024:.0f} MB")
-        med = {sm: statistics.median(r[1] for r in rows) for sm, rows in res.items()}
-        print(f"softrdma / opensm, sweep to SUBNET UP: {med['softrdma'] / med['opensm']:.2f}")
+                  f"SM peak RSS {statistics.median(r[3] for r in rows) / 1024:.0f} MB, "
+                  f"server peak RSS {statistics.median(r[4] for r in rows) / 1024:.0f} MB")
+        for srv in servers:
+            if len(sms) == 2:
+                print(f"softrdma / opensm, sweep to SUBNET UP on {srv}: "
+                      f"{med['softrdma', srv] / med['opensm', srv]:.2f}")
+        if len(servers) == 2:
+            for sm in sms:
+                per = [b[1] / i[1] for i, b in zip(res[sm, "ibsim"], res[sm, "softrdma"])]
+                print(f"{sm}'s sweep on softrdma's server / on ibsim: median {med[sm, 'softrdma'] / med[sm, 'ibsim']:.2f}"
+                      f" (per round {', '.join(f'{x:.2f}' for x in per)})")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,8 @@ def _topology(tmp, leaves=2, spines=2, hosts=2, radix=8):
 def _commands(lids):
     if "sw1" in lids:
         h1, h2, leaf, spine = (str(lids[n]) for n in ("h1", "h3", "sw1", "sw1"))
+    elif "swA" in lids:
+        h1, h2, leaf, spine = (str(lids[n]) for n in ("ha", "hc", "swA", "swB"))
     else:
         h1, h2, leaf, spine = (str(lids[n]) for n in ("host0001", "host0004", "leaf001",
                                                         "spine001"))
@@ -194,12 +196,41 @@ Ca 2 "h3"
 """
 
 
-@pytest.fixture(params=["fat-tree", "plain"])
+# Links whose ends enable different speeds and widths: `speed=`/`width=` defaults
+# per node, a link comment on one end's line only (it sets that end alone), a
+# switch-to-switch link of 12X QDR against 4X SDR.  (ibsim wants the blank
+# line between records.)
+MIXED_NET = """\
+speed=1
+Switch 4 "swA"
+[1] "ha"[1] # lid 0 4xSDR
+[2] "hb"[1]
+[3] "swB"[3] # lid 0 12xQDR
+
+speed=7
+width=3
+Switch 4 "swB"
+[1] "hc"[1] # lid 0 1xDDR
+[3] "swA"[3]
+
+Ca 1 "ha"
+[1] "swA"[1] # lid 0 4xQDR
+
+Ca 1 "hb"
+[1] "swA"[2]
+
+speed=5
+Ca 1 "hc"
+[1] "swB"[1]
+"""
+
+
+@pytest.fixture(params=["fat-tree", "plain", "mixed"])
 def sides(request, tmp_path):
-    if request.param == "plain":
-        net = str(tmp_path / "plain.net")
+    if request.param in ("plain", "mixed"):
+        net = str(tmp_path / f"{request.param}.net")
         with open(net, "w") as f:
-            f.write(PLAIN_NET)
+            f.write(PLAIN_NET if request.param == "plain" else MIXED_NET)
     else:
         net = _topology(str(tmp_path))
     yield from _sides(net, str(tmp_path))

@@ -375,3 +375,54 @@ def test_cli_errors(tmp_path):
                         str(tmp_path / "x.net"), "--hosts-per-leaf", "40"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 1 and "error" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_portinfo_sets_as_the_real_ibsim_keeps_them(tmp_path):
+    """The same directed-route PortInfo Sets and Gets from a client at leaf001, on the
+    real ibsim and on `softrdma fabric serve`, same .net: the same answers, byte for
+    byte -- a switch's external port keeps the LID, LMC and SM LID a Set wrote
+    (reserved by the IBA, reported by ibsim), port 0 and a CA port as always."""
+    net = str(tmp_path / "ft.net")
+    subprocess.run([sys.executable, "-m", "softrdma", "fabric", "gen", "ft2", "--leaves", "4", "--spines",
+                    "2", "--hosts-per-leaf", "4", "--radix", "8", "-o", net], check=True, env=_env("x"),
+                   capture_output=True)
+
+    def run(server):
+        base = _base()
+        cmd = ["ibsim", "-s", "-n", net] if server == "ibsim" else \
+            [sys.executable, "-m", "softrdma", "fabric", "serve", net, "--no-console"]
+        proc = subprocess.Popen(cmd, env=_env(base), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, cwd=str(tmp_path))
+        try:
+            _wait_bound(f"{base}:ctl", proc=proc)
+            ctl, data, _ = _fake_client(base, 4100000 + os.getpid() % 1000, "leaf001")
+            out = []
+            for path, port, values in (([], 3, dict(Lid=77, SMLid=5, LMC=2)),   # an external port
+                                       ([], 0, dict(Lid=9, SMLid=5, LMC=0)),    # port 0
+                                       ([1], 0, dict(Lid=12, SMLid=5, LMC=1)),  # host0001's port
+                                       ([], 3, dict(Lid=0, SMLid=0, LMC=0))):
+                cur = None
+                for method, payload in ((1, b""), (2, None), (1, b"")):
+                    if payload is None:         # a Set of what the Get said, with new values
+                        f = smp.PORT_INFO.decode(cur)
+                        f.update(values, LinkState=0, PhysLinkState=0)
+                        payload = bytes(smp.PORT_INFO.encode(f))
+                    mad = smp.build_dr_smp(method, smp.SmpAttr.PORT_INFO, path, port, payload, tid=len(out) + 1)
+                    data.send(ibsim.build_request(0xFFFF, 0xFFFF, 0, 0, mad))
+                    rsp = ibsim.parse_request(data.recv(512))
+                    assert rsp.status == 0
+                    cur = rsp.mad[64:128]
+                    out.append((int.from_bytes(rsp.mad[4:6], "big"), bytes(cur)))
+            ctl.send(ibsim.build_ctl(SimCtlType.DISCONNECT, b"", _))
+            ctl.close()
+            data.close()
+            return out
+        finally:
+            proc.terminate()
+            proc.wait(10)
+            proc.stderr.close()
+
+    theirs, ours = run("ibsim"), run("softrdma")
+    for i, (a, b) in enumerate(zip(theirs, ours)):
+        assert a == b, f"answer {i}: ibsim {smp.PORT_INFO.decode(a[1])} ours {smp.PORT_INFO.decode(b[1])}"
+    assert smp.PORT_INFO.decode(ours[2][1])["Lid"] == 77 and smp.PORT_INFO.decode(ours[2][1])["LMC"] == 2

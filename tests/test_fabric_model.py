@@ -270,6 +270,35 @@ def test_topo_errors(tmp_path):
         topo.load(str(p))
 
 
+def test_link_width_and_speed_as_ibsim_reads_them():
+    """A port line's link comment sets that end only (the other end keeps the
+    width=/speed= defaults unless its own line says otherwise); ends that enable
+    no common speed or width do not load -- ibsim stops with the same words --
+    and a link whose ends came to enable none stays down."""
+    f = topo.loads('switchguid=0x100\nSwitch 4 "sw"\n[1] "h1"[1] # lid 0 4xSDR\n'
+                   '[2] "h2"[1] # lid 0 12xQDR\ncaguid=0x200\nCa 1 "h1"\n[1] "sw"[1] # lid 0 4xQDR\n'
+                   'Ca 1 "h2"\n[1] "sw"[2]\n')
+    sw, h1, h2 = (f.by_id[n] for n in ("sw", "h1", "h2"))
+    assert (sw.ports[1].speed_en, h1.ports[1].speed_en, sw.ports[1].speed_act) == (1, 7, 1)
+    # h2's line says nothing: the net defaults (4X, SDR), not the switch's 12xQDR
+    assert (h2.ports[1].width_en, h2.ports[1].speed_en) == (model.NET_WIDTH_ENABLED, model.NET_SPEED_ENABLED)
+    assert (sw.ports[2].width_act, sw.ports[2].speed_act) == (2, 1)
+    for text, what in (('speed=1\nSwitch 4 "sw"\n[1] "h"[1]\nspeed=4\nCa 1 "h"\n[1] "sw"[1]\n', "speed"),
+                       ('width=1\nSwitch 4 "sw"\n[1] "h"[1]\nwidth=8\nCa 1 "h"\n[1] "sw"[1]\n', "width")):
+        with pytest.raises(FabricError, match=rf'<text>:3: mismatched enabled {what} between "sw"\[1\] '
+                                              rf'\(\d+\) and "h"\[1\] \(\d+\)'):
+            topo.loads(text)
+    r = route.Router(f)
+    r.link_down(h1.ports[1])
+    h1.ports[1].width_en = 8                   # 12X only, against the switch's 1X/4X
+    with pytest.raises(FabricError, match="mismatched enabled width.*cannot train"):
+        r.link_up(h1.ports[1])
+    r.disable(h1.ports[1])
+    r.enable(h1.ports[1])                      # an SM's Polling after Disabled: it does not train either
+    assert h1.ports[1].phys == PhysState.POLLING
+    assert h1.ports[1].phys != PhysState.LINK_UP and h1.ports[1].state == PortState.DOWN
+
+
 def test_topo_ibnetdiscover_style_and_include(tmp_path):
     (tmp_path / "cas.net").write_text(
         'caguid=0x100\nCa\t1 "H-1"\t\t# "host one"\n[1](101) \t"S-1"[3]\t\t# lid 7 4xFDR\n')

@@ -275,12 +275,14 @@ class Sma:
         lid = f["Lid"]
         if (p.num == 0 or not node.is_switch) and lid >= model.MCAST_LID_BASE:
             return SmpStatus.BAD_PARAM
-        # apply
-        if p.num == 0 or not node.is_switch:      # switch external ports: LID fields reserved
-            p.lid = lid
-            # a base switch port 0 has one LID; an enhanced one takes an LMC (IBA 14.2.5.6)
-            p.lmc = f["LMC"] if not node.is_switch or node.enhanced_sp0 else 0
-            p.smlid = f["SMLid"]
+        # apply: LID, LMC and SM LID on every port -- on a switch's external ports the
+        # IBA reserves them, and ibsim keeps and reports what a Set wrote there; they
+        # route nothing (a switch's LIDs are its port 0's)
+        p.lid = lid
+        # a base switch port 0 has one LID; an enhanced one takes an LMC (IBA 14.2.5.6)
+        p.lmc = f["LMC"] if not node.is_switch or p.num or node.enhanced_sp0 else 0
+        p.smlid = f["SMLid"]
+        if p.num == 0 or not node.is_switch:
             # kept, not reported (ibsim's PortInfo shows M_Key 0 and its own defaults)
             p.smsl = f["SMSL"]
             p.mkey = f["Mkey"]

@@ -152,13 +152,30 @@ class Port:
         self.speed_ext_en = (self.speed_ext_en << 1) - 1 if self.speed_ext_en else 0
 
     # --- what the port negotiates with its neighbour --------------------------------
+    def mismatch(self) -> str | None:
+        """Why the link to the neighbour cannot train -- no width or no speed
+        both ends enable (ibsim's words) -- or None."""
+        r = self.remote
+        if r is None:
+            return None
+        for what, mine, theirs in (("width", self.width_en, r.width_en),
+                                   ("speed", self.speed_en, r.speed_en)):
+            if not mine & theirs:
+                return (f"mismatched enabled {what} between {self.name} ({mine}) and "
+                        f"{r.name} ({theirs})")
+        return None
+
     def train(self) -> None:
         """Set the active width and speeds of this port and its neighbour to
         the best both enable, as link training does (ibsim keeps them when the
-        link goes down again)."""
+        link goes down again); FabricError when they enable none in common
+        (``mismatch``: ibsim stops there)."""
         r = self.remote
         if r is None:
             return
+        why = self.mismatch()
+        if why is not None:
+            raise FabricError(why)
         w, s, e = self.width_en & r.width_en, self.speed_en & r.speed_en, \
             self.speed_ext_en & r.speed_ext_en
         width = next((c for c in (8, 4, 2, 16, 1) if w & c), 0)    # 12x 8x 4x 2x 1x
@@ -328,9 +345,10 @@ class Fabric:
         n = self.nodes[0]
         return n.ports[0] if n.is_switch else n.ports[1]
 
-    def connect(self, a: Port, b: Port) -> None:
+    def connect(self, a: Port, b: Port, train: bool = True) -> None:
         """Cable a and b: both physically up and logically Init, as after link
-        training with no SM yet."""
+        training with no SM yet (``train=False``: the caller trains the link,
+        ``Port.train``, once both ends' enable codes are known)."""
         for p in (a, b):
             if p.num == 0 and p.node.is_switch:
                 raise FabricError(f"{p.name}: switch port 0 cannot be cabled")
@@ -344,7 +362,8 @@ class Fabric:
             p.state = PortState.INIT
             if p.node.is_switch:
                 p.node.state_change = 1
-        a.train()
+        if train:
+            a.train()
 
     def ports(self):
         for n in self.nodes:

@@ -460,6 +460,9 @@ class Router:
         self._pending = []
         if p.remote is None:
             raise model.FabricError(f"{p.name} has no cable")
+        why = p.mismatch()
+        if why is not None:
+            raise model.FabricError(f"{why}: the link cannot train")
         if p.phys == PhysState.DISABLED:
             p.phys = PhysState.POLLING
         self._link_change(p, PhysState.LINK_UP)
@@ -472,6 +475,10 @@ class Router:
         was_up = p.phys == PhysState.LINK_UP and r is not None and r.phys == PhysState.LINK_UP
         if phys == PhysState.LINK_UP:
             if r is None or r.phys == PhysState.DISABLED or was_up:
+                return
+            if p.mismatch() is not None:       # the ends enable no common width/speed: it
+                if self.log:                   # does not train (ibsim would stop here)
+                    self.log(f"{p.name} stays down: {p.mismatch()}")
                 return
             for q in ends:
                 q.phys = PhysState.LINK_UP

@@ -189,6 +189,7 @@ class _Parser:
 
     def finish(self) -> Fabric:
         f = self.fabric
+        links = {}                     # each link, by one end, and the first line naming it
         for where, node, num, rname, rnum, width, speed, lid in self.cables:
             r = f.by_id.get(rname)
             if r is None:
@@ -203,13 +204,19 @@ class _Parser:
                 other = a.remote if a.remote is not None and a.remote is not b else b.remote
                 raise TopoError(where, f"{a.name} -> {b.name} conflicts with a link to "
                                        f"{other.name}")
-            if width is not None:
+            if width is not None:          # this end's line says it; the other end's its own
                 a.set_width_speed(width, speed)
-                if b.remote is None:
-                    b.set_width_speed(width, speed)
             if lid and not node.is_switch:
                 a.lid = lid
-            f.connect(a, b)
+            f.connect(a, b, train=False)
+            if b not in links:
+                links.setdefault(a, where)
+        # trained once both ends' lines have set their enable codes, as ibsim does
+        for a, where in links.items():
+            try:
+                a.train()
+            except FabricError as e:
+                raise TopoError(where, str(e)) from None
         if not f.nodes:
             raise TopoError("topology", "no nodes")
         return f
