@@ -11,7 +11,8 @@ import threading
 import pytest
 
 from softrdma.fabric import model, topo
-from softrdma.fabric.server import Server, control
+from softrdma.fabric.commands import control
+from softrdma.fabric.server import Server
 from softrdma.wire import fabriclink, smp
 from softrdma.wire.smp import PortState
 

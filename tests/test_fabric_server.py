@@ -9,7 +9,8 @@ import pytest
 
 from softrdma.fabric import gen, route
 from softrdma.fabric.model import FabricError
-from softrdma.fabric.server import Server, control
+from softrdma.fabric.commands import control
+from softrdma.fabric.server import Server
 from softrdma.wire import ibsim, smp
 from softrdma.wire.ibsim import SimCtlType
 from softrdma.wire.smp import PhysState

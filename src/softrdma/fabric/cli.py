@@ -209,7 +209,7 @@ def _show(a) -> int:
         from . import topo
         snap = show.snapshot(topo.load(a.topo))
     else:
-        from .server import control
+        from .commands import control
         import tempfile
         fd, path = tempfile.mkstemp(prefix="softrdma-fabric-", suffix=".json")
         os.close(fd)
@@ -236,7 +236,7 @@ def _show(a) -> int:
 
 
 def _control(a) -> int:
-    from .server import control
+    from .commands import control
     base = a.sock or _default_base()
     if a.fabric_cmd == "link":
         line = f"link {a.action} {shlex.quote(a.node)} {a.port}"

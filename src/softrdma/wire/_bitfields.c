@@ -143,7 +143,7 @@ static PyObject *Codec_decode(Codec *self, PyObject *args)
     if (get_view(self, buf, offset, &view, 0) < 0)
         return NULL;
     const uint8_t *b = (const uint8_t *)view.buf + offset;
-    PyObject *d = _PyDict_NewPresized(self->n);
+    PyObject *d = PyDict_New();
     if (d == NULL)
         goto out;
     for (Py_ssize_t i = 0; i < self->n; i++) {
