@@ -26,6 +26,8 @@
  *   (1, cur, mad, hop_cnt)  a Set was applied and the way back is not a plain
  *                           walk (a link the Set took down, an error rate): the
  *                           caller walks mad back from cur with the reference.
+ * The SMA answers (status, 64 bytes), as every agent of the fabric does;
+ * anything else raises TypeError.
  *   (2, packet)             as bytes, after router._pending's deliveries.
  * Every link crossed counts PortXmit/RcvPkts and Data on both ends, as
  * route._count_hop does.
@@ -292,28 +294,15 @@ static PyObject *py_directed(PyObject *self, PyObject *args)
     mad[5] = (uint8_t)word;
     mad[6] = (uint8_t)(hop_cnt + 1);
     mad[7] = (uint8_t)hop_cnt;
-    PyObject *odd = NULL;                              /* an answer not of 64 bytes: as the reference splices it */
-    if (ans.len == SMP_DATA) {
-        memcpy(mad + SMP_DATA, ans.buf, SMP_DATA);
-    } else {
-        odd = PyByteArray_FromStringAndSize(NULL, SMP_DATA + ans.len + (MAD_SIZE - 2 * SMP_DATA));
-        if (odd != NULL) {
-            char *o = PyByteArray_AS_STRING(odd);
-            memcpy(o, mad, SMP_DATA);
-            memcpy(o + SMP_DATA, ans.buf, ans.len);
-            memcpy(o + SMP_DATA + ans.len, mad + 2 * SMP_DATA, MAD_SIZE - 2 * SMP_DATA);
-        }
+    if (ans.len != SMP_DATA) {                         /* every agent answers 64 bytes */
+        PyBuffer_Release(&ans);
+        Py_DECREF(res);
+        PyErr_SetString(PyExc_TypeError, "_smpfast: the SMA's data is not 64 bytes");
+        return NULL;
     }
+    memcpy(mad + SMP_DATA, ans.buf, SMP_DATA);
     PyBuffer_Release(&ans);
     Py_DECREF(res);
-    if (ans.len != SMP_DATA) {
-        if (odd == NULL)
-            return NULL;
-        /* the way back of an odd answer: the reference's, from where it is */
-        PyObject *t = Py_BuildValue("(iOOi)", 1, cur, odd, hop_cnt);
-        Py_DECREF(odd);
-        return t;
-    }
 
     /* the way back */
     PyObject *back;

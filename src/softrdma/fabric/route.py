@@ -28,7 +28,7 @@ import struct
 from typing import NamedTuple
 
 from ..wire import smp
-from ..wire.ibsim import ETIMEDOUT
+from ..wire.ibsim import ETIMEDOUT, SIM_REQUEST
 from ..wire.mad import IB_MGMT_MAD_SIZE, MgmtClass, Method
 from ..wire.smp import IB_LID_PERMISSIVE, PhysState, PortState
 from . import agents, model
@@ -54,7 +54,6 @@ _DR_PATH, _DR_RPATH = smp.DR_PATH_OFFSET, smp.DR_RPATH_OFFSET
 _DR_WORD = struct.Struct(">HBB")       # D bit and status, hop pointer, hop count (byte 4)
 _DR_LIDS = struct.Struct(">HH")        # DrSLID, DrDLID (byte 32)
 _MOD = struct.Struct(">I")
-_REQ_QPS = struct.Struct(">II")        # a sim_request's dqp, sqp (byte 8)
 
 try:                                   # the compiled common directed-route SMP, where built
     from . import _smpfast
@@ -179,7 +178,7 @@ class Router:
         kind = r[0]
         if kind == 2:                          # answered, after the traps its Set raised
             return self._pending, r[1]
-        dqp, sqp = _REQ_QPS.unpack_from(req, 8)
+        dlid, slid, dqp, sqp = SIM_REQUEST.unpack(req)[:4]
         if kind == 0:                          # answered; it leaves at another port
             return self._pending + [Delivery(r[1], sqp, r[2], IB_LID_PERMISSIVE, IB_LID_PERMISSIVE,
                                              dqp)], None
@@ -188,7 +187,6 @@ class Router:
             back = self._dr_return(cur, mad, hop_cnt, IB_LID_PERMISSIVE, IB_LID_PERMISSIVE)
             out = Delivery(back, sqp, bytes(mad), IB_LID_PERMISSIVE, IB_LID_PERMISSIVE, dqp)
         except Drop as e:
-            dlid, slid = struct.unpack_from(">H2xH", req, 0)
             out = self._dropped(port, mad, e, slid, dlid, sqp, dqp)
         return self._pending + [out], None
 
@@ -476,9 +474,10 @@ class Router:
         if phys == PhysState.LINK_UP:
             if r is None or r.phys == PhysState.DISABLED or was_up:
                 return
-            if p.mismatch() is not None:       # the ends enable no common width/speed: it
+            why = p.mismatch()
+            if why is not None:                # the ends enable no common width/speed: it
                 if self.log:                   # does not train (ibsim would stop here)
-                    self.log(f"{p.name} stays down: {p.mismatch()}")
+                    self.log(f"{p.name} stays down: {why}")
                 return
             for q in ends:
                 q.phys = PhysState.LINK_UP

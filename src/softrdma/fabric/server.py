@@ -438,11 +438,8 @@ class Server(Commands):
             ds, pkt = r
             if ds:
                 self._route_fast_out(c, ds, buf)
-            if pkt is not None:
-                if out:
-                    self._flush(out)
-                    out.clear()
-                self._transmit(c, pkt, None, 0, 0, 0, 0, None)
+            if pkt is not None:                # after what the compiled path left to deliver
+                out.append((c, pkt, None, 0, 0, 0, 0, None))
         if out:
             self._flush(out)
             out.clear()

@@ -162,9 +162,10 @@ TRAP_CAPABILITY_MASK_CHANGE = 144
 class Layout:
     """A fixed-size attribute as (name, bit offset, bit width) rows.
 
-    Offsets are IBA ones (MSB first).  ``decode`` turns the bytes into one
-    big integer once and shifts every field out of it, so an attribute costs
-    one int conversion, not one struct call per field."""
+    Offsets are IBA ones (MSB first).  ``decode`` and ``encode_into`` run the
+    compiled codec (``wire._bitfields``) where it is built and every field fits
+    64 bits; their Python references turn the bytes into one big integer and
+    shift every field in or out of it."""
 
     __slots__ = ("name", "size", "fields", "_shift", "_mask", "_codec")
 
@@ -216,8 +217,8 @@ class Layout:
         self._check(buf, offset)
         if self._codec is not None:
             try:
-                self._codec.encode_into(buf, offset, dict(values or {}, **kw) if kw else
-                                        values if type(values) is dict else dict(values or {}))
+                self._codec.encode_into(buf, offset, values if not kw and type(values) is dict
+                                        else dict(values or {}, **kw))
                 return
             except (KeyError, TypeError, OverflowError, BufferError):
                 pass                 # nothing written: the reference path says what is wrong
