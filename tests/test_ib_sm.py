@@ -98,7 +98,12 @@ def test_e2e_two_sms_on_two_hosts_the_higher_priority_is_master(hosts, tmp_path)
     guid1 = port_guid(hosts.daemons["h1"])
     high, log_high = start_sm(hosts, tmp_path, "h1", "-g", guid1, "-p", "15")
     wait_for(lambda: log_high.exists() and "SUBNET UP" in log_high.read_text(), 90, "SUBNET UP", proc=high)
-    low, log_low = start_sm(hosts, tmp_path, "h4", "-g", port_guid(hosts.daemons["h4"]), "-p", "5")
+    # the standby polls every second and takes over after two misses (opensm's
+    # defaults, 10 s and 4, would make the takeover below take 50 s)
+    conf = tmp_path / "poll.conf"
+    conf.write_text("sminfo_polling_timeout 1000\npolling_retry_number 2\n")
+    low, log_low = start_sm(hosts, tmp_path, "h4", "-g", port_guid(hosts.daemons["h4"]), "-p", "5",
+                            "-F", str(conf))
     wait_for(lambda: log_low.exists() and "standby: master SM" in log_low.read_text(), 90, "h4's SM standby",
              proc=low)
     assert f"standby: master SM 0x{int(guid1, 16):016x} priority 15\n" in log_low.read_text()

@@ -640,6 +640,26 @@ def test_psn_sequence_nak_makes_requester_go_back():
     assert [w.wr_id for w in s.scq.poll(5)] == [1, 2]
 
 
+def test_a_nak_after_a_timeouts_go_back_spends_no_second_retry():
+    # rxe's started_retry: the timeout went back from PSN 10; a sequence NAK for
+    # PSN 10 that the peer sent before it saw the go-back neither goes back again
+    # nor spends a retry.  A later timeout still does both.
+    s = Solo(sq_psn=10, timeout=8, retry_cnt=3)
+    for i in range(3):
+        s.qp.post_send(SendWQE(i, IBV_WR_SEND, [(s.mr.addr, 8, s.mr.lkey)]))
+    assert [p.psn for p in s.out()] == [10, 11, 12]
+    s.tick(1.1 * _to(8))
+    assert [p.psn for p in s.out()] == [10, 11, 12] and s.qp.retry_cnt == 2
+    s.rx(O.RC_ACKNOWLEDGE, 10, aeth=(NAK_PSN, 0))
+    assert s.out() == [] and s.qp.retry_cnt == 2
+    assert s.qp.cnt[C.rcvd_seq_err] == 1 and s.qp.cnt[C.completer_retry_err] == 1
+    s.tick(2.2 * _to(8))
+    assert [p.psn for p in s.out()] == [10, 11, 12] and s.qp.retry_cnt == 1
+    s.rx(O.RC_ACKNOWLEDGE, 11, aeth=(NAK_PSN, 1))     # progress: 10 acknowledged, 11 missing
+    assert [p.psn for p in s.out()] == [11, 12] and s.qp.retry_cnt == 2   # restored, one spent
+    assert [w.wr_id for w in s.scq.poll(5)] == [0]
+
+
 def test_ghost_and_duplicate_acks_are_ignored_and_counted():
     s = Solo(sq_psn=100)
     for i in range(2):

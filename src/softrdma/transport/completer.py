@@ -227,14 +227,16 @@ def _skip_resent(qp, psn: int) -> None:
 def _error_retry(qp, now: float, once: bool, implied: bool = False) -> None:
     """COMPST_ERROR_RETRY: retransmit from comp_psn, spending one retry
     (retry_cnt); the requester goes back when it next runs.  ``once``:
-    NAK-driven, so not again from the same PSN until progress (the timer
-    covers a lost retransmission); timeouts always go back."""
+    NAK-driven, so not when a retry from the same PSN has started, by a NAK
+    or a timeout, until progress (the timer covers a lost retransmission);
+    timeouts always go back.  This is rxe's started_retry: a NAK the peer
+    sent before it saw the go-back (a stale one, or the gap of a lost
+    retransmission) does not spend a second retry on the same stall."""
     if qp.state == S.IBV_QPS_ERR:
         return
-    if once:
-        if qp.retry_psn == qp.comp_psn:
-            return
-        qp.retry_psn = qp.comp_psn
+    if once and qp.retry_psn == qp.comp_psn:
+        return
+    qp.retry_psn = qp.comp_psn
     if implied:
         qp.cnt[C.implied_nak_seq_err] += 1
     qp.cnt[C.completer_retry_err] += 1
