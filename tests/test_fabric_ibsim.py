@@ -375,6 +375,10 @@ def test_cli_errors(tmp_path):
                         str(tmp_path / "x.net"), "--hosts-per-leaf", "40"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 1 and "error" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "softrdma", "fabric", "serve", str(tmp_path / "bad.net"),
+                        "--spin-us", "-5"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
+        "softrdma fabric serve: error: argument --spin-us: -5 is out of range (0-1000000)"
 
 
 def test_portinfo_sets_as_the_real_ibsim_keeps_them(tmp_path):

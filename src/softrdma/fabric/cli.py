@@ -19,7 +19,9 @@ import sys
 import time
 
 from ..wire.ibsim import IBSIM_DEFAULT_SERVER_PORT, SIM_BASENAME
+from ..cliargs import int_range
 from .model import FabricError
+from .server import DEFAULT_SPIN_US
 
 
 def _default_base() -> str:
@@ -44,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--no-console", action="store_true", help="do not read commands on stdin")
     s.add_argument("-v", "--verbose", action="count", default=0)
     s.add_argument("--seed", type=int, default=0, help="seed of the error-rate drops")
+    s.add_argument("--spin-us", type=int_range(0, 1_000_000), default=DEFAULT_SPIN_US, metavar="N",
+                   help=f"poll N microseconds after the last request before sleeping, giving the CPU "
+                        f"to any other task that wants it meanwhile (default {DEFAULT_SPIN_US}; 0: sleep at once)")
     s.set_defaults(fabric_func=_serve)
 
     g = sub.add_parser("gen", help="write a generated topology (.net, .roots, .cns, .json)")
@@ -124,7 +129,7 @@ def _serve(a) -> int:
     dt = time.perf_counter() - t0
     st = fabric.stats()
     srv = Server(fabric, base, remote=a.remote, host=a.host, port=a.listen, verbose=a.verbose,
-                 console=None if a.no_console else sys.stdin, seed=a.seed)
+                 console=None if a.no_console else sys.stdin, seed=a.seed, spin_us=a.spin_us)
     try:
         srv.run_commands(fabric.commands)
         where = f"udp {a.host}:{a.listen}" if a.remote else f"@{base}:ctl"

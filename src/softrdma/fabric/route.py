@@ -60,7 +60,7 @@ try:                                   # the compiled common directed-route SMP,
     _smpfast.setup(model.Port, model.Node,
                    (_PC_XMIT_DATA, _PC_RCV_DATA, _PC_XMIT_PKTS, _PC_RCV_PKTS),
                    (_LINK_UP, _SWITCH, MAD_WORDS, _GET, _SET, _GET_RESP, _SM_INFO, _NOTICE,
-                    _TRAP_REPRESS, _DIRECTED))
+                    _TRAP_REPRESS, _DIRECTED, int(smp.SmpAttr.NODE_INFO)))
     _smp_directed = _smpfast.directed
 except ImportError:                    # pragma: no cover - no C compiler at install
     _smp_directed = None
