@@ -319,6 +319,8 @@ static int count_answered(PyObject *answered, PyObject *key, Py_ssize_t n)
 
 #define MAX_EVENTS 64
 
+static double last_served;             /* when loop last answered a request (mono_now) */
+
 static PyObject *py_loop(PyObject *self, PyObject *args)
 {
     int epfd;
@@ -339,11 +341,13 @@ static PyObject *py_loop(PyObject *self, PyObject *args)
         int n;
         Py_BEGIN_ALLOW_THREADS
         n = 0;
-        /* a client that sends its next request within the spin finds the server awake:
-         * no wakeup (tens of microseconds on a VM) between its request and the answer.
-         * sched_yield: any other task that wants this CPU gets it first */
-        if (spin > 0) {
-            double until = mono_now() + spin;
+        /* a client that sends its next request within the spin of its last answer
+         * finds the server awake: no wakeup (tens of microseconds on a VM) between its
+         * request and the answer.  Only after serving: other sockets' traffic (devices,
+         * commands) does not make the server poll.  sched_yield: any other task that
+         * wants this CPU gets it first */
+        if (spin > 0 && mono_now() < last_served + spin) {
+            double until = last_served + spin;
             while ((n = epoll_wait(epfd, evs, MAX_EVENTS, 0)) == 0 && mono_now() < until)
                 sched_yield();
         }
@@ -375,6 +379,8 @@ static PyObject *py_loop(PyObject *self, PyObject *args)
             PyObject *stop = NULL;
             int rc = serve_fd(fd, handler, &done, &stop);
             Py_DECREF(handler);
+            if (done || rc == 1)
+                last_served = mono_now();
             if (rc >= 0 && done && count_answered(answered, key, done) < 0)
                 rc = -1;
             if (rc == 1) {
@@ -403,7 +409,8 @@ fail:
 static PyMethodDef sendmmsg_methods[] = {
     {"loop", py_loop, METH_VARARGS,
      "loop(epfd, fast, dirty, answered, timeout, spin=0): epoll_wait on epfd for up to timeout "
-     "seconds, polling (and yielding the CPU) for spin seconds before each sleep; a socket whose "
+     "seconds, polling (and yielding the CPU) until spin seconds after the last request it "
+     "served before it sleeps; a socket whose "
      "fd is a key of fast is served there (serve with fast[fd]; answered[fd] counts the "
      "answers).  Returns, as soon as there is any, what Python must do: the fd (int) of another "
      "ready socket, (fd, errno) of a served one whose read failed, (fd, datagram, result, rest, "
