@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 
 import pytest
 
@@ -28,9 +29,16 @@ def _run(dcqcn: bool) -> dict:
     sender = ic.sw.senders[0]
 
     def probe():
-        """What a user sees of the limiter mid-run: rdma -dd's driver attributes, top's column."""
-        return (ic.call(sender, PY, "-m", "softrdma", "rdma", "-dd", "resource", "show", "qp"),
-                json.loads(ic.call(sender, PY, "-m", "softrdma", "top", "--once", "-j", "-i", "0.2")))
+        """What a user sees of the limiter mid-run: rdma -dd's driver attributes, top's
+        column.  Looked at again for up to 2 s until both show one: a limiter whose rate
+        has climbed back to the line rate is gone until the next CNP."""
+        end = time.monotonic() + 2
+        while True:
+            res = ic.call(sender, PY, "-m", "softrdma", "rdma", "-dd", "resource", "show", "qp")
+            top = json.loads(ic.call(sender, PY, "-m", "softrdma", "top", "--once", "-j", "-i", "0.2"))
+            if ("rp_current_rate" in res and any(q["dcqcn_rate_mbps"] for q in top["qps"])) or \
+                    time.monotonic() > end:
+                return res, top
     try:
         ic.up(dcqcn)
         return ic.run(duration=6, probe=probe)
@@ -60,10 +68,15 @@ def test_incast_with_and_without_dcqcn():
     assert off["np_cnp_sent"] == 0 and all(f["rp_cnp_handled"] == 0 for f in off["flows"])
     assert off["switch_skbs"]["cnp"] == 0
     assert off["retransmitted_pkts"] > 0
-    # on: fair, far fewer retransmissions, at least the goodput of off
+    # on: fair, far fewer packets dropped by the switch, fewer retransmissions, at
+    # least the goodput of off.  (The switch's drops are what DCQCN prevents; on a
+    # two-core machine the receiving host also loses packets of its own -- its
+    # socket overflowing while its daemon is descheduled -- and those are
+    # retransmitted either way: the retransmissions fall less than the drops.)
     assert on["jain"] >= 0.85, on["flows"]
-    assert on["retransmitted_pkts"] * 5 <= off["retransmitted_pkts"], (on["retransmitted_pkts"],
-                                                                        off["retransmitted_pkts"])
+    assert on["switch_skbs"]["red"] * 5 <= off["switch_skbs"]["red"], (on["switch_skbs"], off["switch_skbs"])
+    assert on["retransmitted_pkts"] < off["retransmitted_pkts"], (on["retransmitted_pkts"],
+                                                                  off["retransmitted_pkts"])
     assert on["goodput_MiB_s"] >= 0.8 * off["goodput_MiB_s"]
     # converged: over the second half of the run each flow had a fair share of the link
     rates = on["series"]["rates"]

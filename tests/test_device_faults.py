@@ -36,8 +36,9 @@ def _pair(ctx):
         a = qp.QPAttr()
         a.qp_access_flags, a.path_mtu, a.dest_qp_num = ACC, IBV_MTU_1024, peer.qp_num
         a.max_dest_rd_atomic = a.max_rd_atomic = 4
-        # a 16.8 ms ACK timeout: 1 ms ran out of retries when the CPUs were busy with other work
-        a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 12, 7, 7
+        # a 33.6 ms ACK timeout: 1 ms ran out of retries when the CPUs were busy with other
+        # work, and 16.8 ms once in a full test run on a loaded two-core machine
+        a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 13, 7, 7
         a.ah_attr = addr.AHAttr(gr=addr.GlobalRoute(dgid=ctx.query_gid(1, 1), sgid_index=1), is_global=1)
         q.to_rts(a)
     return ma, mb, ca, cb, qa, qb
