@@ -80,6 +80,46 @@ out:
 
 /* recvmmsg's buffers: the GIL is held across the call, so one set serves every caller */
 static char recv_buf[MAX_BATCH][RECV_MAX_SIZE];
+static unsigned int recv_len[MAX_BATCH];
+
+/* up to n (<= MAX_BATCH) queued datagrams of up to size bytes into recv_buf with one
+ * recvmmsg (MSG_DONTWAIT); how many, or -1 with errno */
+static int recv_batch(int fd, int n, size_t size)
+{
+    struct mmsghdr msgs[MAX_BATCH];
+    struct iovec iov[MAX_BATCH];
+    for (int i = 0; i < n; i++) {
+        iov[i].iov_base = recv_buf[i];
+        iov[i].iov_len = size;
+        memset(&msgs[i], 0, sizeof(msgs[i]));
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int got;
+    do {
+        got = recvmmsg(fd, msgs, (unsigned int)n, MSG_DONTWAIT, NULL);
+    } while (got < 0 && errno == EINTR);
+    for (int i = 0; i < got; i++)
+        recv_len[i] = msgs[i].msg_len;
+    return got;
+}
+
+/* the first got datagrams recv_batch read, as a list of bytes */
+static PyObject *received(int got)
+{
+    PyObject *list = PyList_New(got);
+    if (list == NULL)
+        return NULL;
+    for (int i = 0; i < got; i++) {
+        PyObject *b = PyBytes_FromStringAndSize(recv_buf[i], (Py_ssize_t)recv_len[i]);
+        if (b == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, b);
+    }
+    return list;
+}
 
 static PyObject *py_recvmmsg(PyObject *self, PyObject *args)
 {
@@ -92,36 +132,13 @@ static PyObject *py_recvmmsg(PyObject *self, PyObject *args)
                      RECV_MAX_SIZE);
         return NULL;
     }
-    struct mmsghdr msgs[MAX_BATCH];
-    struct iovec iov[MAX_BATCH];
-    for (int i = 0; i < n; i++) {
-        iov[i].iov_base = recv_buf[i];
-        iov[i].iov_len = (size_t)size;
-        memset(&msgs[i], 0, sizeof(msgs[i]));
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
-    }
-    int got;
-    do {
-        got = recvmmsg(fd, msgs, (unsigned int)n, MSG_DONTWAIT, NULL);
-    } while (got < 0 && errno == EINTR);
+    int got = recv_batch(fd, n, (size_t)size);
     if (got < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return PyList_New(0);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    PyObject *list = PyList_New(got);
-    if (list == NULL)
-        return NULL;
-    for (int i = 0; i < got; i++) {
-        PyObject *b = PyBytes_FromStringAndSize(recv_buf[i], (Py_ssize_t)msgs[i].msg_len);
-        if (b == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, b);
-    }
-    return list;
+    return received(got);
 }
 
 /* Read fd's queued datagrams (recvmmsg, up to SERVE_BATCH a round, until none is
@@ -204,35 +221,15 @@ static PyObject *make_stop(int fd, PyObject *datagram, PyObject *result, PyObjec
 
 static int serve_fd(int fd, PyObject *handler, Py_ssize_t *answered, PyObject **stop)
 {
-    struct mmsghdr msgs[SERVE_BATCH];
-    struct iovec iov[SERVE_BATCH];
     struct pending q = {.n = 0};
     for (int round = 0; round < ROUNDS; round++) {
-        for (int i = 0; i < SERVE_BATCH; i++) {
-            iov[i].iov_base = recv_buf[i];
-            iov[i].iov_len = 1024;
-            memset(&msgs[i], 0, sizeof(msgs[i]));
-            msgs[i].msg_hdr.msg_iov = &iov[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
-        }
-        int got;
-        do {
-            got = recvmmsg(fd, msgs, SERVE_BATCH, MSG_DONTWAIT, NULL);
-        } while (got < 0 && errno == EINTR);
+        int got = recv_batch(fd, SERVE_BATCH, 1024);
         if (got < 0)
             return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : 2;
         /* every datagram a bytes object before any handler runs (the buffers are shared) */
-        PyObject *bufs = PyList_New(got);
+        PyObject *bufs = received(got);
         if (bufs == NULL)
             return -1;
-        for (int i = 0; i < got; i++) {
-            PyObject *b = PyBytes_FromStringAndSize(recv_buf[i], (Py_ssize_t)msgs[i].msg_len);
-            if (b == NULL) {
-                Py_DECREF(bufs);
-                return -1;
-            }
-            PyList_SET_ITEM(bufs, i, b);
-        }
         for (int i = 0; i < got; i++) {
             PyObject *b = PyList_GET_ITEM(bufs, i);
             PyObject *r = PyObject_CallOneArg(handler, b);

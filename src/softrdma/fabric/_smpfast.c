@@ -180,6 +180,15 @@ static PyObject *answer_port_of(PyObject *p)
     return p;
 }
 
+/* a new empty list as router._pending (a new reference to it), or NULL */
+static PyObject *fresh_pending(PyObject *router)
+{
+    PyObject *pending = PyList_New(0);
+    if (pending != NULL && PyObject_SetAttr(router, s_pending, pending) < 0)
+        Py_CLEAR(pending);
+    return pending;
+}
+
 static PyObject *py_directed(PyObject *self, PyObject *args)
 {
     PyObject *start, *req, *process, *expect, *router;
@@ -274,22 +283,18 @@ static PyObject *py_directed(PyObject *self, PyObject *args)
         int stale = !PyList_CheckExact(left) || PyList_GET_SIZE(left) > 0;
         Py_DECREF(left);
         if (stale) {
-            PyObject *pending = PyList_New(0);
-            if (pending == NULL || PyObject_SetAttr(router, s_pending, pending) < 0) {
-                Py_XDECREF(pending);
+            PyObject *pending = fresh_pending(router);
+            if (pending == NULL)
                 return NULL;
-            }
             Py_DECREF(pending);
         }
         status = 0;
         memcpy(mad + SMP_DATA, PyBytes_AS_STRING(ni), SMP_DATA);
     } else {
         /* what the SMA leaves for the caller (traps of a Set) collects in router._pending */
-        PyObject *pending = PyList_New(0);
-        if (pending == NULL || PyObject_SetAttr(router, s_pending, pending) < 0) {
-            Py_XDECREF(pending);
+        PyObject *pending = fresh_pending(router);
+        if (pending == NULL)
             return NULL;
-        }
         PyObject *data = PyByteArray_FromStringAndSize((const char *)mad + SMP_DATA, SMP_DATA);
         if (data == NULL) {
             Py_DECREF(pending);
