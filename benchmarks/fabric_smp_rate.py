@@ -17,9 +17,11 @@ The client (``--client``):
            the client.
 ``--client-poll-us N``: the lean client reads again for N us before it sleeps
 when its socket is empty (a client that polls, as a busy SM would).
+``--reads``: the lean client also prints how its reads went (how many, how
+many found the socket empty, how many answers the others found).
 
     python3 benchmarks/fabric_smp_rate.py ft2 --leaves 64 --spines 32 --hosts-per-leaf 32 --radix 64
-        [--window 1,16,64] [--seconds 3] [--rounds 3] [--client lean|diag] [--client-poll-us N]
+        [--window 1,16,64] [--seconds 3] [--rounds 3] [--client lean|diag] [--client-poll-us N] [--reads]
 
 Needs ibsim-utils (for the real ibsim).
 """
@@ -79,11 +81,13 @@ MAD_STATUS = ibsim.SIM_REQUEST_HDR + 4    # the answer's MAD status (DR: the D b
 MAD_METHOD = ibsim.SIM_REQUEST_HDR + 3
 
 
-def lean_rate(port: MadPort, paths, window: int, seconds: float, poll_us: int = 0) -> float:
+def lean_rate(port: MadPort, paths, window: int, seconds: float, poll_us: int = 0,
+              reads: dict | None = None) -> float:
     """``window`` requests in flight on the client's socket, one new request
     for each answer; only answers that are a NodeInfo GetResp with status 0
     count.  Drains what is in flight at the end.  ``poll_us``: with nothing to
-    read, read again for that long before sleeping in select()."""
+    read, read again for that long before sleeping in select().  ``reads``:
+    counts the reads by the number of answers each found (0: empty)."""
     fd = port.port.fileno()
     reqs = [ibsim.build_request(0xFFFF, 0xFFFF, 0, 0, smp.build_dr_smp(
         Method.GET, smp.SmpAttr.NODE_INFO, p, tid=i + 1)) for i, p in enumerate(paths)]
@@ -107,6 +111,8 @@ def lean_rate(port: MadPort, paths, window: int, seconds: float, poll_us: int = 
     now = t0
     while now < end or inflight:
         got = recvmmsg(fd, 64, 512)
+        if reads is not None:
+            reads[len(got)] = reads.get(len(got), 0) + 1
         if not got and poll_us:
             until = time.perf_counter() + poll_us * 1e-6
             while not got and time.perf_counter() < until:
@@ -134,7 +140,7 @@ def lean_rate(port: MadPort, paths, window: int, seconds: float, poll_us: int = 
 
 
 def serve_and_measure(server: str, work: str, net: str, paths, windows, seconds: float,
-                      client: str = "lean", poll_us: int = 0) -> list[float]:
+                      client: str = "lean", poll_us: int = 0, show_reads: bool = False) -> list[float]:
     """A fresh server on the topology, one client, the rate at each window."""
     base = f"rate{os.getpid()}{server}"
     env = dict(os.environ, IBSIM_SOCKNAME=base, PYTHONPATH=os.path.join(ROOT, "src"))
@@ -153,7 +159,17 @@ def serve_and_measure(server: str, work: str, net: str, paths, windows, seconds:
         port = MadPort(timeout_ms=2000)
         try:
             if client == "lean":
-                return [lean_rate(port, paths, w, seconds, poll_us) for w in windows]
+                rates = []
+                for w in windows:
+                    reads = {} if show_reads else None
+                    rates.append(lean_rate(port, paths, w, seconds, poll_us, reads))
+                    if reads:
+                        n, empty = sum(reads.values()), reads.get(0, 0)
+                        mean = sum(k * v for k, v in reads.items()) / max(1, n - empty)
+                        most = max((k for k in reads if k), key=reads.get, default=0)
+                        print(f"  {server} window {w}: {n} reads, {100 * empty / n:.1f} % empty, "
+                              f"{mean:.1f} answers per other read (most often {most})", flush=True)
+                return rates
             return [rate(port, paths, w, seconds) for w in windows]
         finally:
             port.close()
@@ -172,6 +188,7 @@ def main():
                     help="lean: batched prebuilt requests (the server's rate); diag: the diags' MAD client")
     ap.add_argument("--client-poll-us", type=int, default=0, metavar="N",
                     help="lean: with nothing to read, read again for N us before sleeping (default 0)")
+    ap.add_argument("--reads", action="store_true", help="lean: print how the client's reads went")
     args, gen_args = ap.parse_known_args()
     windows = [int(w) for w in args.window.split(",")]
     with tempfile.TemporaryDirectory() as work:
@@ -185,7 +202,7 @@ def main():
         for n in range(args.rounds):
             for server, rows in figures.items():
                 rows.append(serve_and_measure(server, work, net, paths, windows, args.seconds, args.client,
-                                              args.client_poll_us))
+                                              args.client_poll_us, args.reads))
                 print(f"round {n} {server:9s} " + "  ".join(f"window {w:3d}: {r:8.0f} SMPs/s"
                                                             for w, r in zip(windows, rows[-1])), flush=True)
         for i, w in enumerate(windows):

@@ -481,8 +481,9 @@ class Server(Commands):
         helper is there), each answered as it is handled: a client with several
         requests in flight (opensm keeps 4) works on the first answer while the
         next are handled.  (Answering a whole read at its end made the two take
-        turns: opensm's sweep took 10-15 % longer; the compiled path sends the
-        first answer of a read at once and the others 8 at a time.)  A plain
+        turns: opensm's sweep took 10-15 % longer; the compiled path reads 8 at
+        a time, sends the first answer of a read at once and the others with
+        one sendmmsg.)  A plain
         directed-route SMP takes the compiled path (``Router.directed_fast``),
         inside the compiled receive loop (``_sendmmsg.serve``) where there is
         one.  The server loop does the same inside its compiled wait
