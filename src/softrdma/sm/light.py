@@ -1,7 +1,8 @@
 """Small SMP rounds of the resident SM, sans-IO: a batch of queries, the light sweep.
 
-``Queries`` sends a list of SMPs at once and keeps each answer (or None)
-by key; it has the ``start``/``poll``/``done`` shape ``SmLoop`` drives.
+``Queries`` sends SMPs ``FEED`` at a time (the next ones when the agent
+runs idle) and keeps each answer (or None) by key; it has the
+``start``/``poll``/``done`` shape ``SmLoop`` drives.
 ``light_sweep`` builds opensm's light sweep on it: SwitchInfo of every
 switch and PortInfo of every linked end port; ``changed`` says whether a
 heavy sweep is due (a switch's PortStateChange bit, a port whose state or
@@ -16,16 +17,30 @@ from ..wire.smp import CAP_IS_SM, PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp,
 from .subnet import Subnet
 
 
+# SMPs queued at a time in a big round: at 10,000s of nodes a phase is 100,000s of
+# SMPs, and all of them queued at once would be hundreds of MB of requests waiting
+FEED = 8192
+
+
 class Queries:
     def __init__(self, q: MadAgent, items) -> None:
         self.q = q
-        self.items = list(items)            # (key, mad)
+        self._items = iter(items)           # (key, mad); may be a generator
         self.results: dict = {}
         self.done = False
 
     def start(self) -> None:
-        for key, mad in self.items:
+        self._post()
+
+    def _post(self) -> bool:
+        """Queue up to FEED more; whether there were any."""
+        n = 0
+        for key, mad in self._items:
             self.q.post_send(bytearray(mad), lambda r, key=key: self._got(key, r))
+            n += 1
+            if n == FEED:
+                break
+        return n > 0
 
     def _got(self, key, r) -> None:
         if r is not None and r[1] == 0x81 and parse_dr(r).status:
@@ -33,7 +48,7 @@ class Queries:
         self.results[key] = None if r is None else bytes(smp_data(r))
 
     def poll(self) -> None:
-        if self.q.idle:
+        if self.q.idle and not self._post():
             self.done = True
 
 

@@ -40,7 +40,27 @@ def invalid(pkey: int) -> bool:
     return base(pkey) == 0
 
 
+# The blocks read from ports, one list per distinct content: most ports hold the same
+# default block (46,000 switch-to-switch ports at 11,664 hosts).  A block is never changed
+# in place (set_block replaces it), so ports can share it.
+_SHARED_BLOCKS: dict[tuple, list[int]] = {}
+
+
+def _shared_block(entries) -> list[int]:
+    key = tuple(entries)
+    blk = _SHARED_BLOCKS.get(key)
+    if blk is None:
+        if len(_SHARED_BLOCKS) >= 4096:   # many distinct tables: no sharing to be had, keep it small
+            _SHARED_BLOCKS.clear()
+        blk = _SHARED_BLOCKS[key] = list(key)
+    return blk
+
+
 class PkeyTbl:
+    # one per port, switch-to-switch ports included
+    __slots__ = ("blocks", "new_blocks", "keys", "accum", "last_pkey_idx", "used_blocks", "max_blocks",
+                 "indx0_pkey", "pending")
+
     def __init__(self) -> None:
         self.blocks: list[list[int] | None] = []
         self.new_blocks: list[list[int] | None] = []
@@ -56,7 +76,7 @@ class PkeyTbl:
         """osm_pkey_tbl_set: a block read (or set); ``keys`` made again."""
         while len(self.blocks) <= b:
             self.blocks.append(None)
-        self.blocks[b] = list(entries)
+        self.blocks[b] = _shared_block(entries)
         self.keys = {}
         for bi, blk in enumerate(self.blocks):
             for i, pk in enumerate(blk or ()):

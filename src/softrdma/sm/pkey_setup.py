@@ -46,13 +46,13 @@ class PkeySetup:
                                                             and p.remote.node.is_switch):
                     yield p
 
-    def deferred(self, sub) -> list:
-        """``light.Queries`` items: the P_KeyTable blocks of the switch-to-switch ports not read
-        yet -- read after SUBNET UP (the P_Key manager never needs them)."""
-        return [((p.node.guid, p.num, b), build_dr_smp(Method.GET, SmpAttr.PKEY_TABLE, p.node.dr_path,
+    def deferred(self, sub):
+        """``light.Queries`` items (a generator): the P_KeyTable blocks of the switch-to-switch
+        ports not read yet -- read after SUBNET UP (the P_Key manager never needs them)."""
+        return (((p.node.guid, p.num, b), build_dr_smp(Method.GET, SmpAttr.PKEY_TABLE, p.node.dr_path,
                                                        pkey_attr_mod(p, b)))
                 for p in self._ports(sub, True) if (p.node.guid, p.num) not in self.tables
-                for b in range(max_blocks(p))]
+                for b in range(max_blocks(p)))
 
     def store_deferred(self, results: dict) -> None:
         for (guid, num, b), data in sorted(results.items(), key=lambda kv: kv[0]):

@@ -15,6 +15,7 @@ through a ``mgmt.agent.MadAgent`` (``_drive``; the port is ``mgmt.umad``'s).
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -232,9 +233,10 @@ class SmLoop:
             self._say("SUBNET UP")
             self.shown = "up"
         items = self.pkeys.deferred(self.subnet)
-        if items:                           # the tables only the SA shows, once the subnet is up
+        first = next(items, None)
+        if first is not None:               # the tables only the SA shows, once the subnet is up
             q = self._mads()
-            batch = light.Queries(q, items)
+            batch = light.Queries(q, itertools.chain((first,), items))
             self._drive(q, batch)
             self.pkeys.store_deferred(batch.results)
 

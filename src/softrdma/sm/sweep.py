@@ -28,6 +28,7 @@ from ..wire.mad import Method
 from ..wire.smp import (CAP_IS_CLIENT_REREGISTRATION_SUPPORTED, PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp,
                         smp_data)
 from . import lft_dump, log as L
+from .light import FEED
 from .discovery import Discovery, dr_status
 from .guid2lid import Guid2Lid
 from .lid_mgr import assign_lids
@@ -41,7 +42,6 @@ LFT_BLOCK = 64
 SUBNET_PREFIX = 0xFE80000000000000
 HOQ_LIFE = 0x12                  # opensm's head_of_queue_lifetime (switch-to-switch ports)
 LEAF_HOQ_LIFE = 0x10             # leaf_head_of_queue_lifetime (switch ports to CAs, port 0)
-FEED = 8192                      # SMPs queued at a time in the big phases (LFT blocks, port states)
 
 
 class HeavySweep:
