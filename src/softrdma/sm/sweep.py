@@ -28,9 +28,9 @@ from ..wire.mad import Method
 from ..wire.smp import (CAP_IS_CLIENT_REREGISTRATION_SUPPORTED, PORT_INFO, SWITCH_INFO, SmpAttr, build_dr_smp,
                         smp_data)
 from . import lft_dump, log as L
-from .light import FEED
 from .discovery import Discovery, dr_status
 from .guid2lid import Guid2Lid
+from .light import FEED
 from .lid_mgr import assign_lids
 from .routing import compute
 from .subnet import NO_PATH, Node, Physp, Subnet
