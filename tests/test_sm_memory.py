@@ -77,3 +77,13 @@ def test_identical_blocks_are_held_once_and_a_set_changes_one_table_only():
     assert tables[0].blocks[0] == list(default) and tables[2].blocks[0] == list(default)
     assert tables[1].blocks[0] == list(other)
     assert 0x0001 in tables[1].keys and 0x0001 not in tables[0].keys
+
+
+def test_answers_handed_on_as_they_come_are_not_kept():
+    q = FakeAgent()
+    got = []
+    qs = light.Queries(q, _items(5), lambda key, data: got.append((key, len(data))))
+    qs.start()
+    q.answer_all()
+    qs.poll()
+    assert qs.done and got == [(i, 64) for i in range(5)] and qs.results == {}

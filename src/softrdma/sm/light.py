@@ -1,8 +1,8 @@
 """Small SMP rounds of the resident SM, sans-IO: a batch of queries, the light sweep.
 
 ``Queries`` sends SMPs ``FEED`` at a time (the next ones when the agent
-runs idle) and keeps each answer (or None) by key; it has the
-``start``/``poll``/``done`` shape ``SmLoop`` drives.
+runs idle) and keeps each answer (or None) by key, or hands it on as it
+comes; it has the ``start``/``poll``/``done`` shape ``SmLoop`` drives.
 ``light_sweep`` builds opensm's light sweep on it: SwitchInfo of every
 switch and PortInfo of every linked end port; ``changed`` says whether a
 heavy sweep is due (a switch's PortStateChange bit, a port whose state or
@@ -23,10 +23,11 @@ FEED = 8192
 
 
 class Queries:
-    def __init__(self, q: MadAgent, items) -> None:
+    def __init__(self, q: MadAgent, items, on_answer=None) -> None:
         self.q = q
         self._items = iter(items)           # (key, mad); may be a generator
-        self.results: dict = {}
+        self.results: dict = {}             # key -> the answer's data or None (without on_answer)
+        self.on_answer = on_answer          # or each (key, data or None) to it as it comes
         self.done = False
 
     def start(self) -> None:
@@ -45,7 +46,11 @@ class Queries:
     def _got(self, key, r) -> None:
         if r is not None and r[1] == 0x81 and parse_dr(r).status:
             r = None
-        self.results[key] = None if r is None else bytes(smp_data(r))
+        data = None if r is None else bytes(smp_data(r))
+        if self.on_answer is None:
+            self.results[key] = data
+        else:
+            self.on_answer(key, data)
 
     def poll(self) -> None:
         if self.q.idle and not self._post():

@@ -54,14 +54,17 @@ class PkeySetup:
                 for p in self._ports(sub, True) if (p.node.guid, p.num) not in self.tables
                 for b in range(max_blocks(p)))
 
-    def store_deferred(self, results: dict) -> None:
-        for (guid, num, b), data in sorted(results.items(), key=lambda kv: kv[0]):
-            if data is not None:
-                t = self.tables.get((guid, num))
-                if t is None:
-                    from .pkey_mgr import PkeyTbl
-                    t = self.tables[(guid, num)] = PkeyTbl()
-                t.set_block(b, decode_pkey_table(data), self.opts.allow_both_pkeys)
+    def store_deferred(self, key, data) -> None:
+        """One answer of ``deferred`` (``light.Queries``' on_answer), stored as it comes: a
+        table's keys are made again from all its blocks at each, so the order is the
+        blocks' own (100,000s at 10,000s of nodes: not kept until the end)."""
+        if data is not None:
+            guid, num, b = key
+            t = self.tables.get((guid, num))
+            if t is None:
+                from .pkey_mgr import PkeyTbl
+                t = self.tables[(guid, num)] = PkeyTbl()
+            t.set_block(b, decode_pkey_table(data), self.opts.allow_both_pkeys)
 
     def _read(self, sweep) -> None:
         sweep.phase = "pkey tables"

@@ -236,9 +236,7 @@ class SmLoop:
         first = next(items, None)
         if first is not None:               # the tables only the SA shows, once the subnet is up
             q = self._mads()
-            batch = light.Queries(q, itertools.chain((first,), items))
-            self._drive(q, batch)
-            self.pkeys.store_deferred(batch.results)
+            self._drive(q, light.Queries(q, itertools.chain((first,), items), self.pkeys.store_deferred))
 
     def _dumps(self, sweep: HeavySweep) -> None:
         try:
