@@ -65,14 +65,18 @@ class IbsimPort:
         self.client = info.id
         self.attached = info.nodeid
         if issm if set_issm is None else set_issm:
-            # what opening /dev/infiniband/issm* does: the port's CapabilityMask gets IsSM,
-            # so that other SMs find this one (CONNECT's issm only routes QP0 MADs here)
-            self.control(ibsim.SimCtlType.SET_ISSM, struct.pack("<i", 1))
+            self.set_issm()
         if self.remote:
             self.data.connect((server, port + 1 + self.client))
         else:
             self.data.connect(ibsim.abstract_name(self.base, f"out{self.client}"))
         self.data.setblocking(False)
+
+    def set_issm(self) -> None:
+        """What opening /dev/infiniband/issm* does: the port's CapabilityMask gets IsSM,
+        so that other SMs find this one (CONNECT's issm only routes QP0 MADs here).
+        The server tells the master SM at once (trap 144), and it asks this SM's SMInfo."""
+        self.control(ibsim.SimCtlType.SET_ISSM, struct.pack("<i", 1))
 
     def control(self, type_: int, data=b"") -> ibsim.SimCtl:
         """One control request (CONNECT, GET_PORTINFO, ...) and its answer."""

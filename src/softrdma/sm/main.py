@@ -335,7 +335,7 @@ def open_port(guid: int):
         links = [] if sim else ib_links()
         found = (links[0]["ifname"], links[0]["port"]) if links else None
     if found is None:
-        return IbsimPort()
+        return IbsimPort(set_issm=False)       # IsSM once the SM knows its port GUID (SmLoop.run)
     return DevicePort(found[0], found[1], classes=SM_CLASSES, issm=True)
 
 

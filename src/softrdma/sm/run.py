@@ -22,7 +22,9 @@ import time
 from ..mgmt.agent import MadAgent
 from ..mgmt.umad import IbsimPort
 from ..wire.mad import Method
-from ..wire.smp import CAP_IS_SM, NODE_INFO, PORT_INFO, SmState, SmpAttr, build_dr_smp
+from ..wire.smp import (CAP_IS_SM, NODE_INFO, NOTICE, NOTICE_DATA_DETAILS, PORT_INFO, TRAP_144_OTHER_LOCAL_CHANGES,
+                        TRAP_144_SM_PRIORITY_CHANGE, TRAP_CAPABILITY_MASK_CHANGE, SmState, SmpAttr, build_dr_smp,
+                        build_smp)
 from . import lft_dump, light
 from .agent import Agent
 from .discovery import Discovery
@@ -61,6 +63,7 @@ class SmLoop:
         self.stop = False
         self.shown = None
         self.mcast_version = -1
+        self.trap_tid = 0               # our own traps' TIDs (trap 144 as a standby)
         self.pkeys = PkeySetup(PrtnOptions(config_file=s.get("partition_config_file"),
                                            allow_both_pkeys=s.get("allow_both_pkeys", False),
                                            keep_pkey_indexes=s.get("keep_pkey_indexes", True),
@@ -317,7 +320,32 @@ class SmLoop:
         qs = light.Queries(q, [("m", build_dr_smp(Method.GET, SmpAttr.SM_INFO, m.dr_path))])
         self._drive(q, qs)
         data = qs.results.get("m")
-        self.sminfo.poll_answered(SmInfoState.decode(data) if data is not None else None)
+        answer = SmInfoState.decode(data) if data is not None else None
+        self.sminfo.poll_answered(answer)
+        if answer is not None and answer.state == SmState.MASTER and self.sminfo.outranks(m):
+            # opensm's standby does so at every poll (osm_sminfo_rcv): a master that
+            # missed the trap 144 of our port's IsSM -- it asked our SMInfo while we were
+            # still discovering, or not at all -- would never hand the subnet over
+            self._trap144(m)
+
+    def _trap144(self, master: RemoteSm) -> None:
+        """Trap 144, SM priority changed, from our port to ``master``'s LID
+        (osm_send_trap144 with TRAP_144_MASK_SM_PRIORITY_CHANGE): it sweeps,
+        finds us and hands over."""
+        me = self.subnet.ports.get(self.sminfo.guid) if self.subnet is not None else None
+        if me is None or not me.lid or not master.lid or not me.port_info:
+            return
+        data = bytearray(NOTICE.encode(NoticeIsGeneric=1, NoticeType=4,
+                                       NoticeProducerType=2 if me.node.is_switch else 1,
+                                       NoticeTrapNumber=TRAP_CAPABILITY_MASK_CHANGE, NoticeIssuerLID=me.lid))
+        o = NOTICE_DATA_DETAILS[0]          # ntc_144: pad, LID, pad, local changes, CapabilityMask, flags
+        data[o + 2:o + 4] = me.lid.to_bytes(2, "big")
+        data[o + 5] = TRAP_144_OTHER_LOCAL_CHANGES
+        data[o + 6:o + 10] = PORT_INFO.get(me.port_info, "CapMask").to_bytes(4, "big")
+        data[o + 10:o + 12] = TRAP_144_SM_PRIORITY_CHANGE.to_bytes(2, "big")
+        self.trap_tid = (self.trap_tid + 1) & 0xFFFFFFFF or 1
+        self.port.send(build_smp(Method.TRAP, SmpAttr.NOTICE, 0, data, tid=self.trap_tid), master.lid,
+                       slid=me.lid)
 
     # -- the loop --------------------------------------------------------------------------
     def _own_guid(self) -> None:
@@ -332,6 +360,11 @@ class SmLoop:
 
     def run(self, once: bool) -> int:
         self._own_guid()
+        if isinstance(self.port, IbsimPort):
+            # IsSM only now: a master asks our SMInfo as soon as it sees the bit, and an
+            # SMInfo Get left unanswered (we could not say our GUID before) was seen to
+            # stall the real opensm's sweep under umad2sim for good (its MAD never timed out)
+            self.port.set_issm()
         self._discovering()
         if once:
             return 1 if self.failed else 0

@@ -157,6 +157,8 @@ PM_PC_XMIT_WAIT_SUP = 1 << 12
 # Notice (trap) numbers
 TRAP_LINK_STATE_CHANGE = 128
 TRAP_CAPABILITY_MASK_CHANGE = 144
+TRAP_144_OTHER_LOCAL_CHANGES = 0x01    # ntc_144 LocalChanges: a change other than the CapabilityMask
+TRAP_144_SM_PRIORITY_CHANGE = 0x0008   # ntc_144 ChangeFlags
 
 
 class Layout:
