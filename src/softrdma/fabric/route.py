@@ -528,10 +528,4 @@ class Router:
         if not p.lid or not p.smlid:
             return []
         cap = smp.PORT_INFO.decode(agents.port_info(p.node, p, p.num))["CapMask"]
-        data = bytearray(smp.NOTICE.encode(NoticeIsGeneric=1, NoticeType=4, NoticeProducerType=1,
-                                           NoticeTrapNumber=smp.TRAP_CAPABILITY_MASK_CHANGE,
-                                           NoticeIssuerLID=p.lid))
-        o = smp.NOTICE_DATA_DETAILS[0]      # ntc_144: pad, LIDADDR, pad, changes, CapabilityMask
-        data[o + 2:o + 4] = p.lid.to_bytes(2, "big")
-        data[o + 6:o + 10] = cap.to_bytes(4, "big")
-        return self._trap(p, data, smp.TRAP_CAPABILITY_MASK_CHANGE)
+        return self._trap(p, smp.notice_144(p.lid, cap), smp.TRAP_CAPABILITY_MASK_CHANGE)

@@ -15,16 +15,14 @@ through a ``mgmt.agent.MadAgent`` (``_drive``; the port is ``mgmt.umad``'s).
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 
 from ..mgmt.agent import MadAgent
 from ..mgmt.umad import IbsimPort
 from ..wire.mad import Method
-from ..wire.smp import (CAP_IS_SM, NODE_INFO, NOTICE, NOTICE_DATA_DETAILS, PORT_INFO, TRAP_144_OTHER_LOCAL_CHANGES,
-                        TRAP_144_SM_PRIORITY_CHANGE, TRAP_CAPABILITY_MASK_CHANGE, SmState, SmpAttr, build_dr_smp,
-                        build_smp)
+from ..wire.smp import (CAP_IS_SM, NODE_INFO, PORT_INFO, TRAP_144_OTHER_LOCAL_CHANGES, TRAP_144_SM_PRIORITY_CHANGE,
+                        SmState, SmpAttr, build_dr_smp, build_smp, notice_144)
 from . import lft_dump, light
 from .agent import Agent
 from .discovery import Discovery
@@ -235,11 +233,9 @@ class SmLoop:
         if not bad or self.shown != "up":
             self._say("SUBNET UP")
             self.shown = "up"
-        items = self.pkeys.deferred(self.subnet)
-        first = next(items, None)
-        if first is not None:               # the tables only the SA shows, once the subnet is up
-            q = self._mads()
-            self._drive(q, light.Queries(q, itertools.chain((first,), items), self.pkeys.store_deferred))
+        # the tables only the SA shows, once the subnet is up (none left: no SMP goes out)
+        q = self._mads()
+        self._drive(q, light.Queries(q, self.pkeys.deferred(self.subnet), self.pkeys.store_deferred))
 
     def _dumps(self, sweep: HeavySweep) -> None:
         try:
@@ -335,14 +331,9 @@ class SmLoop:
         me = self.subnet.ports.get(self.sminfo.guid) if self.subnet is not None else None
         if me is None or not me.lid or not master.lid or not me.port_info:
             return
-        data = bytearray(NOTICE.encode(NoticeIsGeneric=1, NoticeType=4,
-                                       NoticeProducerType=2 if me.node.is_switch else 1,
-                                       NoticeTrapNumber=TRAP_CAPABILITY_MASK_CHANGE, NoticeIssuerLID=me.lid))
-        o = NOTICE_DATA_DETAILS[0]          # ntc_144: pad, LID, pad, local changes, CapabilityMask, flags
-        data[o + 2:o + 4] = me.lid.to_bytes(2, "big")
-        data[o + 5] = TRAP_144_OTHER_LOCAL_CHANGES
-        data[o + 6:o + 10] = PORT_INFO.get(me.port_info, "CapMask").to_bytes(4, "big")
-        data[o + 10:o + 12] = TRAP_144_SM_PRIORITY_CHANGE.to_bytes(2, "big")
+        data = notice_144(me.lid, PORT_INFO.get(me.port_info, "CapMask"),
+                          producer_type=2 if me.node.is_switch else 1,
+                          local_changes=TRAP_144_OTHER_LOCAL_CHANGES, change_flags=TRAP_144_SM_PRIORITY_CHANGE)
         self.trap_tid = (self.trap_tid + 1) & 0xFFFFFFFF or 1
         self.port.send(build_smp(Method.TRAP, SmpAttr.NOTICE, 0, data, tid=self.trap_tid), master.lid,
                        slid=me.lid)

@@ -319,6 +319,21 @@ NOTICE = Layout("Notice", 64, [
 ])
 NOTICE_DATA_DETAILS = (10, 54)        # byte offset, length: the trap-specific part
 
+
+def notice_144(lid: int, cap_mask: int, *, producer_type: int = 1, local_changes: int = 0,
+               change_flags: int = 0) -> bytearray:
+    """The Notice of trap 144 (local changes at port ``lid``: CapabilityMask, or
+    ``local_changes``/``change_flags`` such as TRAP_144_SM_PRIORITY_CHANGE).
+    ntc_144: pad, LIDADDR, pad, LocalChanges, CapabilityMask, ChangeFlags."""
+    data = bytearray(NOTICE.encode(NoticeIsGeneric=1, NoticeType=4, NoticeProducerType=producer_type,
+                                   NoticeTrapNumber=TRAP_CAPABILITY_MASK_CHANGE, NoticeIssuerLID=lid))
+    o = NOTICE_DATA_DETAILS[0]
+    data[o + 2:o + 4] = lid.to_bytes(2, "big")
+    data[o + 5] = local_changes
+    data[o + 6:o + 10] = cap_mask.to_bytes(4, "big")
+    data[o + 10:o + 12] = change_flags.to_bytes(2, "big")
+    return data
+
 # Tables: fixed-size blocks, as bytes/ints
 GUIDS_PER_BLOCK = 8
 PKEYS_PER_BLOCK = 32
